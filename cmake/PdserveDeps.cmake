@@ -1,0 +1,20 @@
+# Third-party dependencies, all from Debian 12 packages (scripts/setup.sh installs them).
+find_package(Threads REQUIRED)
+find_package(absl CONFIG REQUIRED)
+find_package(nlohmann_json CONFIG REQUIRED)
+find_package(GTest CONFIG REQUIRED)
+find_package(benchmark CONFIG REQUIRED)
+find_package(OpenBLAS CONFIG REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET re2)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+
+# OpenBLAS' config gives variables, not a target: wrap them once.
+add_library(pdserve_openblas INTERFACE)
+target_include_directories(pdserve_openblas INTERFACE ${OpenBLAS_INCLUDE_DIRS})
+target_link_libraries(pdserve_openblas INTERFACE ${OpenBLAS_LIBRARIES})
+
+find_program(PDSERVE_PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(NOT PDSERVE_PYTHON3)
+  message(FATAL_ERROR "Debian's /usr/bin/python3 (with python3-numpy) is required for the reference tests")
+endif()

@@ -1,0 +1,52 @@
+#include "common/base/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/base/strings.h"
+
+namespace pdserve {
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(Str(path, ": no such file"));
+    return absl::PermissionDeniedError(Str(path, ": cannot open: ", std::strerror(err)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(Str(path, ": fstat failed: ", std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(Str(path, ": not a regular file"));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  const uint8_t* data = nullptr;
+  if (size > 0) {
+    void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (addr == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return absl::ResourceExhaustedError(
+          Str(path, ": mmap of ", size, " bytes failed: ", std::strerror(err)));
+    }
+    data = static_cast<const uint8_t*>(addr);
+  }
+  ::close(fd);  // The mapping keeps the file alive.
+  return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+}  // namespace pdserve

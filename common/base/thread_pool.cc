@@ -1,0 +1,102 @@
+#include "common/base/thread_pool.h"
+
+#include <chrono>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace pdserve {
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+// How long an idle worker spins before it sleeps. Long enough to bridge the gaps between the
+// parallel loops of a forward pass and between decode steps, short enough to free the core soon.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads)
+    : num_threads_(num_threads > 0 ? num_threads
+                                   : std::max(1u, std::thread::hardware_concurrency())) {
+  workers_.reserve(num_threads_ - 1);
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true, std::memory_order_release);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::Run(absl::FunctionRef<void(int)> fn) {
+  if (num_threads_ == 1) {
+    fn(0);
+    return;
+  }
+  job_ = &fn;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sleepers_ > 0) cv_.notify_all();
+  }
+  fn(0);
+  while (pending_.load(std::memory_order_acquire) != 0) CpuRelax();
+  job_ = nullptr;
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t grain,
+                             absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  const int64_t units = (n + grain - 1) / grain;
+  const int64_t parts = std::min<int64_t>(units, num_threads_);
+  if (parts <= 1) {
+    fn(0, n);
+    return;
+  }
+  Run([&](int t) {
+    if (t >= parts) return;
+    const int64_t begin = std::min(n, (units * t / parts) * grain);
+    const int64_t end = std::min(n, (units * (t + 1) / parts) * grain);
+    if (begin < end) fn(begin, end);
+  });
+}
+
+void ThreadPool::WorkerLoop(int index) {
+  // Generation 0 is the pool's state at construction; loading it here instead could miss a job
+  // posted before this thread first ran.
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin, then sleep, until a new generation appears.
+    auto spin_start = std::chrono::steady_clock::now();
+    uint64_t current;
+    int spins = 0;
+    while ((current = generation_.load(std::memory_order_acquire)) == seen) {
+      CpuRelax();
+      if (++spins % 64 == 0 && std::chrono::steady_clock::now() - spin_start > kSpinTime) {
+        std::unique_lock<std::mutex> lock(mu_);
+        ++sleepers_;
+        cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        --sleepers_;
+        spin_start = std::chrono::steady_clock::now();
+      }
+    }
+    seen = current;
+    if (stop_.load(std::memory_order_acquire)) return;
+    (*job_)(index);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace pdserve

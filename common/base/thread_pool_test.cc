@@ -1,0 +1,44 @@
+#include "common/base/thread_pool.h"
+
+#include <atomic>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 5, 64, 1000, 1001}) {
+      for (int64_t grain : {1, 4, 16}) {
+        std::vector<std::atomic<int>> hits(n);
+        pool.ParallelFor(n, grain, [&](int64_t b, int64_t e) {
+          if (e < n) EXPECT_EQ(e % grain, 0);
+          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << threads << " " << n;
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, RunReachesEveryThreadManyTimes) {
+  ThreadPool pool(4);
+  std::vector<int> counts(4, 0);
+  for (int round = 0; round < 20000; ++round) pool.Run([&](int t) { ++counts[t]; });
+  for (int c : counts) EXPECT_EQ(c, 20000);
+}
+
+TEST(ThreadPoolTest, WorkersWakeAfterSleeping) {
+  ThreadPool pool(3);
+  std::atomic<int> sum{0};
+  pool.Run([&](int t) { sum += t; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Workers are asleep by now.
+  pool.Run([&](int t) { sum += t; });
+  EXPECT_EQ(sum.load(), 6);
+}
+
+}  // namespace
+}  // namespace pdserve

@@ -1,0 +1,57 @@
+// The weights of one model, as views into the memory-mapped checkpoint. Matrices stay in the
+// checkpoint's dtype (f32, bf16 or f16) and are read by the kernels in place; small vectors (norms,
+// biases) are converted to f32 and owned here.
+#ifndef PDSERVE_COMMON_MODEL_MODEL_WEIGHTS_H_
+#define PDSERVE_COMMON_MODEL_MODEL_WEIGHTS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/base/tensor_ref.h"
+#include "common/model/checkpoint.h"
+#include "common/model/model_config.h"
+
+namespace pdserve {
+
+struct LayerWeights {
+  std::vector<float> input_norm;           // [hidden]
+  std::vector<float> post_attention_norm;  // [hidden]
+  MatrixRef q_proj, k_proj, v_proj, o_proj;  // [q_size|kv_size|hidden][...]
+  std::vector<float> q_bias, k_bias, v_bias, o_bias;  // Empty when the family has none.
+  std::vector<float> q_norm, k_norm;                  // [head_dim], Qwen3 only.
+  MatrixRef gate_proj, up_proj, down_proj;
+  std::vector<float> gate_bias, up_bias, down_bias;   // Llama with mlp_bias only.
+};
+
+// Immutable after Load; thread-safe to read.
+class ModelWeights {
+ public:
+  // Checks that every tensor the config implies is present with the right shape and a supported
+  // dtype; errors name the tensor and its file.
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const ModelConfig& config,
+                                                            const std::string& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const MatrixRef& embed_tokens() const { return embed_tokens_; }  // [vocab][hidden]
+  const MatrixRef& lm_head() const { return lm_head_; }            // [vocab][hidden]
+  const std::vector<float>& final_norm() const { return final_norm_; }
+  const LayerWeights& layer(int64_t i) const { return layers_[i]; }
+  // Bytes of all matrices a decode step streams (every layer's projections plus lm_head).
+  size_t DecodeWeightBytes() const;
+  // The dtype most matrices use (for display).
+  DType dtype() const { return lm_head_.dtype; }
+
+ private:
+  ModelWeights() = default;
+  ModelConfig config_;
+  std::unique_ptr<Checkpoint> checkpoint_;  // Owns the mappings the MatrixRefs point into.
+  MatrixRef embed_tokens_, lm_head_;
+  std::vector<float> final_norm_;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_MODEL_MODEL_WEIGHTS_H_

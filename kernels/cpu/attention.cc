@@ -1,0 +1,140 @@
+#include "kernels/cpu/attention.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/simd.h"
+
+namespace pdserve::kernels {
+namespace {
+
+float DotBf16(const float* a, const uint16_t* b, int64_t n) {
+  const int64_t n8 = n & ~int64_t{7};
+#if PDSERVE_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n8; i += 8) {
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), Load8Bf16(b + i), acc);
+  }
+  float s = HorizontalSum(acc);
+#else
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n8; i += 8)
+    for (int l = 0; l < 8; ++l) lane[l] = std::fma(a[i + l], Bf16ToF32(b[i + l]), lane[l]);
+  float s = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+#endif
+  for (int64_t i = n8; i < n; ++i) s = std::fma(a[i], Bf16ToF32(b[i]), s);
+  return s;
+}
+
+// out[i] += p * v[i]
+inline void Axpy(float p, const float* v, int64_t n, float* out) {
+  int64_t i = 0;
+#if PDSERVE_AVX2
+  const __m256 pv = _mm256_set1_ps(p);
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = std::fma(p, v[i], out[i]);
+}
+
+inline void AxpyBf16(float p, const uint16_t* v, int64_t n, float* out) {
+  int64_t i = 0;
+#if PDSERVE_AVX2
+  const __m256 pv = _mm256_set1_ps(p);
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, Load8Bf16(v + i), _mm256_loadu_ps(out + i)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = std::fma(p, Bf16ToF32(v[i]), out[i]);
+}
+
+// In place: s[i] = exp(s[i] - max); returns the sum (8-lane order).
+float ExpAndSum(float* s, int64_t n, float max) {
+  int64_t i = 0;
+#if PDSERVE_AVX2
+  const __m256 mv = _mm256_set1_ps(max);
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+    _mm256_storeu_ps(s + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = HorizontalSum(acc);
+#else
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) {
+      s[i + l] = ExpScalar(s[i + l] - max);
+      lane[l] += s[i + l];
+    }
+  float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+#endif
+  for (; i < n; ++i) {
+    s[i] = ExpScalar(s[i] - max);
+    sum += s[i];
+  }
+  return sum;
+}
+
+}  // namespace
+
+void StoreKv(const KvPagesView& view, const int32_t* block_table, int64_t position,
+             const float* k, const float* v) {
+  const int32_t block = block_table[position / view.block_size];
+  const int64_t slot = position % view.block_size;
+  const int64_t d = view.head_dim;
+  for (int64_t h = 0; h < view.num_kv_heads; ++h) {
+    if (view.dtype == DType::kF32) {
+      std::memcpy(view.Key(block, h, slot), k + h * d, d * sizeof(float));
+      std::memcpy(view.Value(block, h, slot), v + h * d, d * sizeof(float));
+    } else {
+      uint16_t* kd = reinterpret_cast<uint16_t*>(view.Key(block, h, slot));
+      uint16_t* vd = reinterpret_cast<uint16_t*>(view.Value(block, h, slot));
+      for (int64_t i = 0; i < d; ++i) {
+        kd[i] = F32ToBf16(k[h * d + i]);
+        vd[i] = F32ToBf16(v[h * d + i]);
+      }
+    }
+  }
+}
+
+void PagedAttention(const KvPagesView& view, const int32_t* block_table, int64_t position,
+                    int64_t window, const float* q, int64_t num_heads, float scale,
+                    int64_t head_begin, int64_t head_end, float* out, float* scratch) {
+  const int64_t d = view.head_dim;
+  const int64_t group = num_heads / view.num_kv_heads;
+  const int64_t start = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+  const int64_t n = position + 1 - start;
+  const int64_t bs = view.block_size;
+  const bool f32 = view.dtype == DType::kF32;
+  for (int64_t h = head_begin; h < head_end; ++h) {
+    const int64_t kvh = h / group;
+    const float* qh = q + h * d;
+    float max = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t p = start + j;
+      const uint8_t* key = view.Key(block_table[p / bs], kvh, p % bs);
+      const float s = (f32 ? Dot(qh, reinterpret_cast<const float*>(key), d)
+                           : DotBf16(qh, reinterpret_cast<const uint16_t*>(key), d)) * scale;
+      scratch[j] = s;
+      max = std::max(max, s);
+    }
+    const float inv_sum = 1.0f / ExpAndSum(scratch, n, max);
+    float* oh = out + h * d;
+    std::memset(oh, 0, d * sizeof(float));
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t p = start + j;
+      const uint8_t* value = view.Value(block_table[p / bs], kvh, p % bs);
+      if (f32) {
+        Axpy(scratch[j], reinterpret_cast<const float*>(value), d, oh);
+      } else {
+        AxpyBf16(scratch[j], reinterpret_cast<const uint16_t*>(value), d, oh);
+      }
+    }
+    for (int64_t i = 0; i < d; ++i) oh[i] *= inv_sum;
+  }
+}
+
+}  // namespace pdserve::kernels

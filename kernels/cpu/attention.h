@@ -1,0 +1,52 @@
+// Paged attention on the CPU: keys and values live in fixed-size blocks of a KV pool, found
+// through a per-sequence block table. Layout of one (layer, block) page, contiguous so it can be
+// sent as one piece: [K|V][kv_head][slot][head_dim].
+//
+// Every query row is computed on its own with a fixed operation order (scores, max, exp, sum,
+// weighted sum of V), so the result does not depend on chunking or batching.
+#ifndef PDSERVE_KERNELS_CPU_ATTENTION_H_
+#define PDSERVE_KERNELS_CPU_ATTENTION_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/base/dtype.h"
+
+namespace pdserve::kernels {
+
+// One layer's pages of a KV pool. dtype is kF32 or kBF16.
+struct KvPagesView {
+  uint8_t* layer_base = nullptr;  // Page of block b starts at layer_base + b * page_bytes.
+  size_t page_bytes = 0;
+  int64_t block_size = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::kF32;
+
+  uint8_t* Key(int32_t block, int64_t head, int64_t slot) const {
+    return layer_base + block * page_bytes +
+           static_cast<size_t>((head * block_size + slot) * head_dim) * DTypeSize(dtype);
+  }
+  uint8_t* Value(int32_t block, int64_t head, int64_t slot) const {
+    return layer_base + block * page_bytes +
+           static_cast<size_t>(((num_kv_heads + head) * block_size + slot) * head_dim) *
+               DTypeSize(dtype);
+  }
+};
+
+// Writes one token's k and v ([num_kv_heads][head_dim] each) at `position` of the sequence whose
+// blocks are `block_table`. Cost: 2 * kv_heads * head_dim elements written.
+void StoreKv(const KvPagesView& view, const int32_t* block_table, int64_t position,
+             const float* k, const float* v);
+
+// Attention output of query heads [head_begin, head_end) of one token at `position`, attending to
+// keys in [max(0, position - window + 1), position] (window <= 0: all). q and out are
+// [num_heads][head_dim]; scratch holds at least position + 1 floats.
+// Cost: reads (position+1) K and V rows per kv head; 4 * ctx * head_dim flops per query head.
+void PagedAttention(const KvPagesView& view, const int32_t* block_table, int64_t position,
+                    int64_t window, const float* q, int64_t num_heads, float scale,
+                    int64_t head_begin, int64_t head_end, float* out, float* scratch);
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_CPU_ATTENTION_H_

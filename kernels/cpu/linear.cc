@@ -1,0 +1,194 @@
+#include "kernels/cpu/linear.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/base/check.h"
+#include "common/base/thread_pool.h"
+#include "kernels/cpu/simd.h"
+
+namespace pdserve::kernels {
+namespace {
+
+// Weight rows per cache block: sized so a block of W stays in L2 while every token tile of x
+// passes over it (x tiles stay in L1).
+constexpr int64_t kBlockBytes = 96 * 1024;
+
+#if PDSERVE_AVX2
+
+struct F32Rows {
+  static __m256 Load(const void* row, int64_t k) {
+    return _mm256_loadu_ps(static_cast<const float*>(row) + k);
+  }
+  static float At(const void* row, int64_t k) { return static_cast<const float*>(row)[k]; }
+  static constexpr size_t kSize = 4;
+};
+struct Bf16Rows {
+  static __m256 Load(const void* row, int64_t k) {
+    return Load8Bf16(static_cast<const uint16_t*>(row) + k);
+  }
+  static float At(const void* row, int64_t k) {
+    return Bf16ToF32(static_cast<const uint16_t*>(row)[k]);
+  }
+  static constexpr size_t kSize = 2;
+};
+struct F16Rows {
+  static __m256 Load(const void* row, int64_t k) {
+    return Load8F16(static_cast<const uint16_t*>(row) + k);
+  }
+  static float At(const void* row, int64_t k) {
+    return F16ToF32(static_cast<const uint16_t*>(row)[k]);
+  }
+  static constexpr size_t kSize = 2;
+};
+
+// T tokens x R weight rows. acc[t][r] accumulates x[t][k..k+8) * w[r][k..k+8) for k = 0, 8, ...
+template <typename W, int T, int R>
+inline void MicroKernel(const float* x, int64_t ldx, const uint8_t* w, size_t w_stride, int64_t k,
+                        float* y, int64_t ldy) {
+  __m256 acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
+  const int64_t k8 = k & ~int64_t{7};
+  for (int64_t kk = 0; kk < k8; kk += 8) {
+    __m256 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = W::Load(w + r * w_stride, kk);
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * ldx + kk);
+      for (int r = 0; r < R; ++r) acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < R; ++r) {
+      float s = HorizontalSum(acc[t][r]);
+      for (int64_t kk = k8; kk < k; ++kk) s = std::fma(x[t * ldx + kk], W::At(w + r * w_stride, kk), s);
+      y[t * ldy + r] = s;
+    }
+  }
+}
+
+template <typename W, int T>
+inline void RowsForTokens(const float* x, int64_t ldx, const uint8_t* w0, size_t w_stride,
+                          int64_t k, float* y, int64_t ldy, int64_t rows) {
+  constexpr int R = T <= 2 ? 4 : 3;
+  int64_t r = 0;
+  for (; r + R <= rows; r += R) {
+    MicroKernel<W, T, R>(x, ldx, w0 + r * w_stride, w_stride, k, y + r, ldy);
+  }
+  for (; r < rows; ++r) MicroKernel<W, T, 1>(x, ldx, w0 + r * w_stride, w_stride, k, y + r, ldy);
+}
+
+template <typename W>
+void Columns(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, float* y, int64_t ldy,
+             int64_t n_begin, int64_t n_end) {
+  const int64_t k = w.cols;
+  const size_t w_stride = static_cast<size_t>(k) * W::kSize;
+  const int64_t block = std::max<int64_t>(4, kBlockBytes / static_cast<int64_t>(w_stride));
+  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t nb = n_begin; nb < n_end; nb += block) {
+    const int64_t rows = std::min(block, n_end - nb);
+    const uint8_t* wb = base + nb * w_stride;
+    int64_t t = 0;
+    for (; t + 4 <= m; t += 4) {
+      RowsForTokens<W, 4>(x + t * ldx, ldx, wb, w_stride, k, y + t * ldy + nb, ldy, rows);
+    }
+    switch (m - t) {
+      case 3: RowsForTokens<W, 3>(x + t * ldx, ldx, wb, w_stride, k, y + t * ldy + nb, ldy, rows); break;
+      case 2: RowsForTokens<W, 2>(x + t * ldx, ldx, wb, w_stride, k, y + t * ldy + nb, ldy, rows); break;
+      case 1: RowsForTokens<W, 1>(x + t * ldx, ldx, wb, w_stride, k, y + t * ldy + nb, ldy, rows); break;
+      default: break;
+    }
+  }
+}
+
+#else  // Portable scalar twin: the same 8-lane accumulation order, one lane at a time.
+
+float WeightAt(const MatrixRef& w, int64_t row, int64_t k) {
+  switch (w.dtype) {
+    case DType::kF32: return static_cast<const float*>(w.data)[row * w.cols + k];
+    case DType::kBF16: return Bf16ToF32(static_cast<const uint16_t*>(w.data)[row * w.cols + k]);
+    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(w.data)[row * w.cols + k]);
+  }
+  return 0;
+}
+
+void ColumnsScalar(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
+                   int64_t ldy, int64_t n_begin, int64_t n_end) {
+  const int64_t k = w.cols;
+  const int64_t k8 = k & ~int64_t{7};
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t j = n_begin; j < n_end; ++j) {
+      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t kk = 0; kk < k8; kk += 8) {
+        for (int l = 0; l < 8; ++l) lane[l] = std::fma(x[t * ldx + kk + l], WeightAt(w, j, kk + l), lane[l]);
+      }
+      float s = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+      for (int64_t kk = k8; kk < k; ++kk) s = std::fma(x[t * ldx + kk], WeightAt(w, j, kk), s);
+      y[t * ldy + j] = s;
+    }
+  }
+}
+
+#endif  // PDSERVE_AVX2
+
+// Column ranges handed to threads are multiples of this (keeps micro-tiles whole).
+constexpr int64_t kColumnGrain = 16;
+
+}  // namespace
+
+void LinearColumns(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
+                   int64_t ldy, int64_t n_begin, int64_t n_end) {
+  if (m <= 0 || n_begin >= n_end) return;
+#if PDSERVE_AVX2
+  switch (w.dtype) {
+    case DType::kF32: Columns<F32Rows>(x, m, ldx, w, y, ldy, n_begin, n_end); break;
+    case DType::kBF16: Columns<Bf16Rows>(x, m, ldx, w, y, ldy, n_begin, n_end); break;
+    case DType::kF16: Columns<F16Rows>(x, m, ldx, w, y, ldy, n_begin, n_end); break;
+  }
+#else
+  ColumnsScalar(x, m, ldx, w, y, ldy, n_begin, n_end);
+#endif
+}
+
+void Linear(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, float* y, int64_t ldy,
+            ThreadPool* pool) {
+  LinearOutput out{&w, y, ldy};
+  LinearMulti(x, m, ldx, &out, 1, pool);
+}
+
+void LinearMulti(const float* x, int64_t m, int64_t ldx, const LinearOutput* outputs,
+                 int num_outputs, ThreadPool* pool) {
+  int64_t total = 0;
+  for (int i = 0; i < num_outputs; ++i) total += outputs[i].w->rows;
+  // Threads take contiguous ranges of the concatenated output columns.
+  pool->ParallelFor(total, kColumnGrain, [&](int64_t begin, int64_t end) {
+    int64_t offset = 0;
+    for (int i = 0; i < num_outputs; ++i) {
+      const LinearOutput& o = outputs[i];
+      const int64_t lo = std::max(begin, offset);
+      const int64_t hi = std::min(end, offset + o.w->rows);
+      if (lo < hi) LinearColumns(x, m, ldx, *o.w, o.y, o.ldy, lo - offset, hi - offset);
+      offset += o.w->rows;
+    }
+  });
+}
+
+void LinearReference(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, double* y) {
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t j = 0; j < w.rows; ++j) {
+      double s = 0;
+      for (int64_t kk = 0; kk < w.cols; ++kk) {
+        double wv = 0;
+        switch (w.dtype) {
+          case DType::kF32: wv = static_cast<const float*>(w.data)[j * w.cols + kk]; break;
+          case DType::kBF16: wv = Bf16ToF32(static_cast<const uint16_t*>(w.data)[j * w.cols + kk]); break;
+          case DType::kF16: wv = F16ToF32(static_cast<const uint16_t*>(w.data)[j * w.cols + kk]); break;
+        }
+        s += static_cast<double>(x[t * ldx + kk]) * wv;
+      }
+      y[t * w.rows + j] = s;
+    }
+  }
+}
+
+}  // namespace pdserve::kernels

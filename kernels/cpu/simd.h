@@ -1,0 +1,84 @@
+// Shared AVX2 helpers for the CPU kernels (internal to kernels/cpu). Each vector routine has a
+// scalar twin with the same contract, used when the build targets a CPU without AVX2.
+#ifndef PDSERVE_KERNELS_CPU_SIMD_H_
+#define PDSERVE_KERNELS_CPU_SIMD_H_
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/base/dtype.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define PDSERVE_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace pdserve::kernels {
+
+#if PDSERVE_AVX2
+// Loads 8 weights as f32.
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const uint16_t* p, DType dtype) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (dtype == DType::kF16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 Load8Bf16(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 Load8F16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Fixed-order horizontal sum: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+inline float HorizontalSum(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v);
+  const __m128 hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);            // (l0+l4, l1+l5, l2+l6, l3+l7)
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));   // (.. + l2+l6, .. + l3+l7)
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+inline float HorizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+// exp(x) for 8 lanes, relative error < 2 ulp over the float range; x < -87.3 gives 0-ish, large x
+// saturates at ~2^127. Cephes-style range reduction: exp(x) = 2^n * exp(r), |r| <= ln2/2.
+inline __m256 Exp8(__m256 x) {
+  const __m256 max_x = _mm256_set1_ps(88.3762626647949f);
+  const __m256 min_x = _mm256_set1_ps(-88.3762626647949f);
+  x = _mm256_min_ps(_mm256_max_ps(x, min_x), max_x);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  // 2^n: n in [-127, 128]; split in two factors so n = 128 and n = -127 stay representable.
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i half = _mm256_srai_epi32(ni, 1);
+  const __m256i rest = _mm256_sub_epi32(ni, half);
+  const __m256 f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
+  const __m256 f2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(rest, _mm256_set1_epi32(127)), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
+}
+#endif  // PDSERVE_AVX2
+
+// Scalar exp with the same polynomial (used for tails and in portable builds).
+float ExpScalar(float x);
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_CPU_SIMD_H_
