@@ -1,0 +1,254 @@
+#include "common/engine/cpu_model_runner.h"
+
+#include <cmath>
+
+#include "common/base/status_macros.h"
+#include "common/base/strings.h"
+#include "kernels/cpu/blas_gemm.h"
+
+namespace pdserve {
+namespace {
+
+// Prefill chunks at least this long use OpenBLAS when prefill_gemm = kOpenBlas.
+constexpr int64_t kBlasMinRows = 32;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
+    const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool) {
+  const ModelConfig& c = weights->config();
+  const KvCacheSpec& spec = pool->spec();
+  if (spec.num_layers != c.num_layers || spec.num_kv_heads != c.num_kv_heads ||
+      spec.head_dim != c.head_dim) {
+    return absl::InvalidArgumentError("KV pool shape does not match the model");
+  }
+  if (options.max_batch_tokens < 1 || options.max_logit_rows < 1 || options.max_model_len < 1) {
+    return absl::InvalidArgumentError("runner sizes must be positive");
+  }
+  return std::unique_ptr<CpuModelRunner>(new CpuModelRunner(options, weights, pool));
+}
+
+CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWeights* weights,
+                               KvPool* pool)
+    : options_(options),
+      weights_(weights),
+      config_(weights->config()),
+      kv_(pool),
+      pool_threads_(options.threads) {
+  const ModelConfig& c = config_;
+  rope_.theta = c.rope_theta;
+  rope_.type = static_cast<int>(c.rope_scaling.type);
+  rope_.factor = c.rope_scaling.factor;
+  rope_.low_freq_factor = c.rope_scaling.low_freq_factor;
+  rope_.high_freq_factor = c.rope_scaling.high_freq_factor;
+  rope_.original_max_position = static_cast<double>(c.rope_scaling.original_max_position);
+  attn_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  const int64_t t = options.max_batch_tokens;
+  rows_.resize(t);
+  x_.resize(t * c.hidden_size);
+  h_.resize(t * c.hidden_size);
+  tmp_.resize(t * c.hidden_size);
+  q_.resize(t * c.q_size());
+  attn_.resize(t * c.q_size());
+  k_.resize(t * c.kv_size());
+  v_.resize(t * c.kv_size());
+  gate_.resize(t * c.intermediate_size);
+  up_.resize(t * c.intermediate_size);
+  rope_cs_.resize(t * c.head_dim);
+  attn_scratch_.resize(static_cast<size_t>(pool_threads_.num_threads()) * options.max_model_len);
+  logit_in_.resize(options.max_logit_rows * c.hidden_size);
+  if (options.prefill_gemm == PrefillGemm::kOpenBlas) {
+    kernels::SetBlasThreads(pool_threads_.num_threads());
+    blas_scratch_.resize(std::max(c.intermediate_size, c.q_size()) *
+                         std::max(c.hidden_size, c.q_size()));
+  }
+}
+
+absl::Status CpuModelRunner::Validate(const ForwardBatch& batch) const {
+  const int64_t tokens = batch.num_tokens();
+  if (tokens < 1 || tokens > options_.max_batch_tokens) {
+    return absl::InvalidArgumentError(
+        Str("batch has ", tokens, " tokens; this runner takes 1..", options_.max_batch_tokens));
+  }
+  if (batch.num_logit_rows() > options_.max_logit_rows) {
+    return absl::InvalidArgumentError(Str("batch asks for ", batch.num_logit_rows(),
+                                          " logit rows; at most ", options_.max_logit_rows));
+  }
+  const int64_t bs = kv_->spec().block_size;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceChunk& s = batch.sequences[i];
+    const int64_t end = s.start_position + static_cast<int64_t>(s.tokens.size());
+    if (s.tokens.empty() || s.start_position < 0 || end > options_.max_model_len) {
+      return absl::InvalidArgumentError(Str("sequence ", i, ": positions [", s.start_position,
+                                            ", ", end, ") outside [0, ", options_.max_model_len,
+                                            "]"));
+    }
+    if (static_cast<int64_t>(s.block_table.size()) * bs < end) {
+      return absl::InvalidArgumentError(Str("sequence ", i, ": block table holds ",
+                                            s.block_table.size() * bs, " tokens, needs ", end));
+    }
+    for (int32_t b : s.block_table) {
+      if (b < 0 || b >= kv_->num_blocks()) {
+        return absl::InvalidArgumentError(Str("sequence ", i, ": block id ", b, " out of range"));
+      }
+    }
+    for (int32_t t : s.tokens) {
+      if (t < 0 || t >= config_.vocab_size) {
+        return absl::InvalidArgumentError(Str("sequence ", i, ": token id ", t,
+                                              " outside the vocabulary of ", config_.vocab_size));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CpuModelRunner::Project(const float* x, int64_t rows, int64_t ldx,
+                             const kernels::LinearOutput* outputs, int num_outputs) {
+  if (options_.prefill_gemm == PrefillGemm::kOpenBlas && rows >= kBlasMinRows) {
+    for (int i = 0; i < num_outputs; ++i) {
+      kernels::BlasLinear(x, rows, ldx, *outputs[i].w, outputs[i].y, outputs[i].ldy,
+                          &blas_scratch_, &pool_threads_);
+    }
+    return;
+  }
+  kernels::LinearMulti(x, rows, ldx, outputs, num_outputs, &pool_threads_);
+}
+
+absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
+  PD_RETURN_IF_ERROR(Validate(batch));
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size;
+  int64_t n = 0;
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceChunk& chunk = batch.sequences[s];
+    for (size_t i = 0; i < chunk.tokens.size(); ++i) {
+      rows_[n++] = Row{static_cast<int32_t>(s), chunk.start_position + static_cast<int64_t>(i)};
+    }
+  }
+  const int64_t rows = n;
+  pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const SequenceChunk& chunk = batch.sequences[rows_[r].seq];
+      const int32_t token = chunk.tokens[rows_[r].position - chunk.start_position];
+      kernels::EmbeddingRow(weights_->embed_tokens(), token, &x_[r * hidden]);
+      kernels::RopeCosSin(rope_, c.head_dim, rows_[r].position, &rope_cs_[r * c.head_dim]);
+    }
+  });
+
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) Layer(layer, batch, rows);
+
+  // Final norm and lm_head on the rows that are sampled (the last token of such sequences).
+  int64_t m = 0;
+  int64_t r = 0;
+  for (const SequenceChunk& chunk : batch.sequences) {
+    r += static_cast<int64_t>(chunk.tokens.size());
+    if (!chunk.need_logits) continue;
+    kernels::RmsNorm(&x_[(r - 1) * hidden], weights_->final_norm().data(), hidden,
+                     static_cast<float>(c.rms_norm_eps), &logit_in_[m * hidden]);
+    ++m;
+  }
+  if (m > 0) {
+    kernels::Linear(logit_in_.data(), m, hidden, weights_->lm_head(), logits, c.vocab_size,
+                    &pool_threads_);
+  }
+  return absl::OkStatus();
+}
+
+void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t rows) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_->layer(layer);
+  const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), hd = c.head_dim;
+  const int64_t inter = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  // Attention block.
+  pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      kernels::RmsNorm(&x_[r * hidden], w.input_norm.data(), hidden, eps, &h_[r * hidden]);
+    }
+  });
+  const kernels::LinearOutput qkv[3] = {
+      {&w.q_proj, q_.data(), qs}, {&w.k_proj, k_.data(), kvs}, {&w.v_proj, v_.data(), kvs}};
+  Project(h_.data(), rows, hidden, qkv, 3);
+
+  kernels::KvPagesView view;
+  view.layer_base = kv_->LayerBase(layer);
+  view.page_bytes = kv_->spec().PageBytes();
+  view.block_size = kv_->spec().block_size;
+  view.num_kv_heads = c.num_kv_heads;
+  view.head_dim = hd;
+  view.dtype = kv_->spec().dtype;
+  pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* q = &q_[r * qs];
+      float* k = &k_[r * kvs];
+      float* v = &v_[r * kvs];
+      if (c.qkv_bias) {
+        kernels::AddBias(q, w.q_bias.data(), qs);
+        kernels::AddBias(k, w.k_bias.data(), kvs);
+        kernels::AddBias(v, w.v_bias.data(), kvs);
+      }
+      const float* cs = &rope_cs_[r * hd];
+      for (int64_t h = 0; h < c.num_heads; ++h) {
+        if (c.qk_norm) kernels::RmsNorm(q + h * hd, w.q_norm.data(), hd, eps, q + h * hd);
+        kernels::ApplyRope(q + h * hd, hd, cs);
+      }
+      for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+        if (c.qk_norm) kernels::RmsNorm(k + h * hd, w.k_norm.data(), hd, eps, k + h * hd);
+        kernels::ApplyRope(k + h * hd, hd, cs);
+      }
+      const SequenceChunk& chunk = batch.sequences[rows_[r].seq];
+      kernels::StoreKv(view, chunk.block_table.data(), rows_[r].position, k, v);
+    }
+  });
+
+  // Every row's KV is stored before any row attends (a chunk attends to its own earlier rows).
+  const int64_t items = rows * c.num_heads;
+  const int threads = pool_threads_.num_threads();
+  pool_threads_.Run([&](int t) {
+    const int64_t begin = items * t / threads, end = items * (t + 1) / threads;
+    float* scratch = &attn_scratch_[static_cast<size_t>(t) * options_.max_model_len];
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = i / c.num_heads, h = i % c.num_heads;
+      const SequenceChunk& chunk = batch.sequences[rows_[r].seq];
+      kernels::PagedAttention(view, chunk.block_table.data(), rows_[r].position, c.sliding_window,
+                              &q_[r * qs], c.num_heads, attn_scale_, h, h + 1, &attn_[r * qs],
+                              scratch);
+    }
+  });
+
+  const kernels::LinearOutput o[1] = {{&w.o_proj, tmp_.data(), hidden}};
+  Project(attn_.data(), rows, qs, o, 1);
+  pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* x = &x_[r * hidden];
+      if (c.o_bias) kernels::AddBias(&tmp_[r * hidden], w.o_bias.data(), hidden);
+      kernels::AddInPlace(x, &tmp_[r * hidden], hidden);
+      kernels::RmsNorm(x, w.post_attention_norm.data(), hidden, eps, &h_[r * hidden]);
+    }
+  });
+
+  // MLP block.
+  const kernels::LinearOutput gate_up[2] = {{&w.gate_proj, gate_.data(), inter},
+                                            {&w.up_proj, up_.data(), inter}};
+  Project(h_.data(), rows, hidden, gate_up, 2);
+  pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      if (c.mlp_bias) {
+        kernels::AddBias(&gate_[r * inter], w.gate_bias.data(), inter);
+        kernels::AddBias(&up_[r * inter], w.up_bias.data(), inter);
+      }
+      kernels::SiluMul(&gate_[r * inter], &up_[r * inter], inter, &gate_[r * inter]);
+    }
+  });
+  const kernels::LinearOutput down[1] = {{&w.down_proj, tmp_.data(), hidden}};
+  Project(gate_.data(), rows, inter, down, 1);
+  pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      if (c.mlp_bias) kernels::AddBias(&tmp_[r * hidden], w.down_bias.data(), hidden);
+      kernels::AddInPlace(&x_[r * hidden], &tmp_[r * hidden], hidden);
+    }
+  });
+}
+
+}  // namespace pdserve

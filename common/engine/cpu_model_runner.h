@@ -1,0 +1,63 @@
+// The CPU forward pass (backend "cpu"): the reference implementation and the small-deployment
+// path. fp32 arithmetic over f32/bf16/f16 weights read in place; KV pool in f32 or bf16.
+//
+// Cost per step for T tokens: 2 * T * (parameters in the projections) flops plus attention
+// (4 * context * head_dim per query head per token); a decode step streams every weight once
+// (ModelWeights::DecodeWeightBytes) plus each sequence's KV.
+#ifndef PDSERVE_COMMON_ENGINE_CPU_MODEL_RUNNER_H_
+#define PDSERVE_COMMON_ENGINE_CPU_MODEL_RUNNER_H_
+
+#include <memory>
+#include <vector>
+
+#include "common/base/thread_pool.h"
+#include "common/engine/model_runner.h"
+#include "common/kvcache/kv_pool.h"
+#include "common/model/model_weights.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/ops.h"
+
+namespace pdserve {
+
+class CpuModelRunner : public ModelRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<CpuModelRunner>> Create(const ModelRunnerOptions& options,
+                                                                const ModelWeights* weights,
+                                                                KvPool* pool);
+  absl::Status Forward(const ForwardBatch& batch, float* logits) override;
+  std::string_view backend() const override { return "cpu"; }
+  int threads() const { return pool_threads_.num_threads(); }
+
+ private:
+  CpuModelRunner(const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool);
+  absl::Status Validate(const ForwardBatch& batch) const;
+  void Layer(int64_t layer, const ForwardBatch& batch, int64_t rows);
+  // y = x W^T for `rows` rows, choosing the invariant kernel or OpenBLAS per the options.
+  void Project(const float* x, int64_t rows, int64_t ldx, const kernels::LinearOutput* outputs,
+               int num_outputs);
+
+  struct Row {
+    int32_t seq;       // Index into batch.sequences.
+    int64_t position;
+  };
+
+  const ModelRunnerOptions options_;
+  const ModelWeights* weights_;
+  const ModelConfig& config_;
+  KvPool* kv_;
+  ThreadPool pool_threads_;
+  kernels::RopeParams rope_;
+  float attn_scale_;
+
+  // Scratch, sized at construction so a step allocates nothing.
+  std::vector<Row> rows_;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, rope_cs_;
+  std::vector<float> attn_scratch_;  // [threads][max_model_len]
+  std::vector<float> logit_in_;      // [max_logit_rows][hidden]
+  std::vector<float> blas_scratch_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_CPU_MODEL_RUNNER_H_

@@ -1,0 +1,31 @@
+// Configuration of one engine (a worker's model, KV cache and scheduler). Filled by the CLI from
+// flags (and environment variables for Kubernetes); defaults follow vLLM where it has one.
+#ifndef PDSERVE_COMMON_ENGINE_ENGINE_OPTIONS_H_
+#define PDSERVE_COMMON_ENGINE_ENGINE_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "common/base/dtype.h"
+#include "common/engine/model_runner.h"
+
+namespace pdserve {
+
+struct EngineOptions {
+  std::string backend = "cpu";
+  int threads = 0;                     // <= 0: all cores.
+  int64_t block_size = 16;
+  DType kv_dtype = DType::kF32;        // f32 or bf16.
+  double kv_cache_gib = 4.0;           // KV pool size (vLLM CPU's default KV space is 4 GiB).
+  int64_t num_kv_blocks = 0;           // > 0 overrides kv_cache_gib (tests).
+  int64_t max_num_seqs = 64;           // Running sequences per step.
+  int64_t max_num_batched_tokens = 2048;  // Token budget per step (prefill chunks + decodes).
+  int64_t max_model_len = 0;           // 0: the model's max_position_embeddings, capped to what
+                                       // the KV pool holds.
+  bool enable_prefix_caching = true;
+  PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_ENGINE_OPTIONS_H_

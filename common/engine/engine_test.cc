@@ -1,0 +1,330 @@
+// Engine-level equivalences: chunked = one-shot prefill, prefix reuse = fresh, batched = alone,
+// preempted = uninterrupted, any thread count, run twice = same bits. With the default
+// (batch-invariant) kernels these hold bitwise, and the tests assert exactly that.
+#include "common/engine/llm_engine.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "common/base/file_util.h"
+#include "common/base/rng.h"
+#include "common/model/random_model.h"
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;  // One row per sampled step.
+  std::string finish_reason;
+  int64_t cached_tokens = 0;
+};
+
+struct Request {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+std::string ModelDir(const std::string& arch, DType dtype = DType::kF32) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      JoinPath(tmp ? tmp : "/tmp", "pdserve_engine_test_" + arch + std::string(DTypeName(dtype)));
+  if (!FileExists(JoinPath(dir, "config.json"))) {
+    RandomModelSpec spec;
+    spec.arch = arch;
+    spec.dtype = dtype;
+    spec.layers = 2;
+    spec.hidden = 64;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.intermediate = 96;
+    spec.vocab = 300;
+    spec.seed = 11;
+    if (arch == "mistral") spec.sliding_window = 24;
+    EXPECT_TRUE(WriteRandomModel(spec, dir).ok());
+  }
+  return dir;
+}
+
+EngineOptions SmallOptions() {
+  EngineOptions o;
+  o.threads = 2;
+  o.block_size = 4;
+  o.num_kv_blocks = 256;
+  o.max_num_batched_tokens = 512;
+  o.max_num_seqs = 16;
+  return o;
+}
+
+std::vector<int32_t> Prompt(int n, uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<int32_t> p(n);
+  for (int32_t& t : p) t = static_cast<int32_t>(rng.Next() % 256);
+  return p;
+}
+
+SamplingParams Greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Runs requests through one engine; `arrivals[i]` is the step at which request i is added.
+std::map<std::string, Result> RunEngine(const std::string& dir, const EngineOptions& options,
+                                        const std::vector<Request>& requests,
+                                  std::vector<int> arrivals = {}, LLMEngine** keep = nullptr) {
+  auto engine = LLMEngine::Create(dir, options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  std::map<std::string, Result> results;
+  (*engine)->SetLogitsObserver([&](const std::string& id, const float* l, int64_t v) {
+    results[id].logits.emplace_back(l, l + v);
+  });
+  if (arrivals.empty()) arrivals.assign(requests.size(), 0);
+  size_t added = 0;
+  for (int step = 0; added < requests.size() || (*engine)->HasUnfinished(); ++step) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (arrivals[i] == step) {
+        EXPECT_TRUE((*engine)->AddRequest(requests[i].id, requests[i].prompt, requests[i].params).ok());
+        ++added;
+      }
+    }
+    std::vector<RequestOutput> outs;
+    EXPECT_TRUE((*engine)->Step(&outs).ok());
+    for (const RequestOutput& o : outs) {
+      Result& r = results[o.request_id];
+      for (const TokenOutput& t : o.tokens) r.tokens.push_back(t.token);
+      if (o.finished) {
+        r.finish_reason = o.finish_reason;
+        r.cached_tokens = o.cached_tokens;
+      }
+    }
+    if (step > 10000) {
+      ADD_FAILURE() << "engine did not finish";
+      break;
+    }
+  }
+  const EngineStats s = (*engine)->Stats();
+  EXPECT_EQ(s.kv.used_blocks, 0) << "blocks leaked";
+  return results;
+}
+
+void ExpectBitwiseEqual(const Result& a, const Result& b, const std::string& what) {
+  ASSERT_EQ(a.tokens, b.tokens) << what;
+  ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
+  for (size_t s = 0; s < a.logits.size(); ++s) {
+    for (size_t i = 0; i < a.logits[s].size(); ++i) {
+      ASSERT_EQ(a.logits[s][i], b.logits[s][i]) << what << ": step " << s << " logit " << i;
+    }
+  }
+}
+
+class EngineFamilyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineFamilyTest, ChunkedPrefillEqualsOneShotBitwise) {
+  const std::string dir = ModelDir(GetParam());
+  const Request r{"r", Prompt(150, 1), Greedy(8)};
+  const auto one_shot = RunEngine(dir, SmallOptions(), {r});
+  EXPECT_EQ(one_shot.at("r").tokens.size(), 8u);
+  for (int chunk : {1, 7, 64}) {
+    EngineOptions o = SmallOptions();
+    o.max_num_batched_tokens = chunk;
+    ExpectBitwiseEqual(RunEngine(dir, o, {r}).at("r"), one_shot.at("r"),
+                       "chunk " + std::to_string(chunk));
+  }
+}
+
+TEST_P(EngineFamilyTest, BatchedEqualsAloneBitwise) {
+  const std::string dir = ModelDir(GetParam());
+  std::vector<Request> requests;
+  for (int i = 0; i < 8; ++i) {
+    SamplingParams p = Greedy(6 + i);
+    if (i % 2 == 1) {  // Seeded sampling too: the draw must not depend on the batch.
+      p.temperature = 0.8f;
+      p.top_p = 0.9f;
+      p.seed = 100 + i;
+    }
+    requests.push_back({"req" + std::to_string(i), Prompt(5 + 13 * i, 20 + i), p});
+  }
+  std::map<std::string, Result> alone;
+  for (const Request& r : requests) alone[r.id] = RunEngine(dir, SmallOptions(), {r}).at(r.id);
+  // Staggered arrivals so prefill chunks and decode tokens share steps.
+  EngineOptions o = SmallOptions();
+  o.max_num_batched_tokens = 40;
+  const auto batched = RunEngine(dir, o, requests, {0, 0, 1, 2, 3, 5, 8, 13});
+  for (const Request& r : requests) ExpectBitwiseEqual(batched.at(r.id), alone.at(r.id), r.id);
+}
+
+TEST_P(EngineFamilyTest, PrefixReuseEqualsFreshBitwise) {
+  const std::string dir = ModelDir(GetParam());
+  std::vector<int32_t> shared = Prompt(37, 5);
+  std::vector<int32_t> b = shared;
+  b.push_back(7);
+  b.push_back(9);
+  const Request first{"a", shared, Greedy(5)};
+  const Request second{"b", b, Greedy(5)};
+  const auto fresh = RunEngine(dir, SmallOptions(), {second});
+  EXPECT_EQ(fresh.at("b").cached_tokens, 0);
+  const auto reused = RunEngine(dir, SmallOptions(), {first, second}, {0, 20});
+  EXPECT_EQ(reused.at("b").cached_tokens, 36);  // 9 full blocks of 4.
+  ExpectBitwiseEqual(reused.at("b"), fresh.at("b"), "after prefix reuse");
+}
+
+TEST_P(EngineFamilyTest, PreemptionRecomputesToTheSameTokens) {
+  const std::string dir = ModelDir(GetParam());
+  std::vector<Request> requests;
+  for (int i = 0; i < 6; ++i) {
+    SamplingParams p = Greedy(30);
+    if (i % 2) {
+      p.temperature = 1.0f;
+      p.seed = i;
+    }
+    requests.push_back({"p" + std::to_string(i), Prompt(20, 40 + i), p});
+  }
+  const auto roomy = RunEngine(dir, SmallOptions(), requests);
+  EngineOptions tight = SmallOptions();
+  tight.num_kv_blocks = 26;  // 6 sequences of up to 50 tokens need 78 blocks: preemption.
+  tight.max_model_len = 100;
+  auto engine = LLMEngine::Create(dir, tight);
+  ASSERT_TRUE(engine.ok());
+  const auto squeezed = RunEngine(dir, tight, requests);
+  for (const Request& r : requests) {
+    EXPECT_EQ(squeezed.at(r.id).tokens, roomy.at(r.id).tokens) << r.id;
+    ExpectBitwiseEqual(squeezed.at(r.id), roomy.at(r.id), r.id);
+  }
+}
+
+TEST_P(EngineFamilyTest, ThreadCountAndRepeatAreBitwiseIdentical) {
+  const std::string dir = ModelDir(GetParam());
+  const Request r{"r", Prompt(33, 9), Greedy(10)};
+  EngineOptions one = SmallOptions();
+  one.threads = 1;
+  EngineOptions three = SmallOptions();
+  three.threads = 3;
+  const auto a = RunEngine(dir, one, {r});
+  ExpectBitwiseEqual(RunEngine(dir, three, {r}).at("r"), a.at("r"), "1 vs 3 threads");
+  ExpectBitwiseEqual(RunEngine(dir, one, {r}).at("r"), a.at("r"), "run twice");
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineFamilyTest,
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
+
+TEST(EngineTest, Bf16WeightsAndBf16KvPool) {
+  const std::string dir = ModelDir("llama", DType::kBF16);
+  const Request r{"r", Prompt(40, 3), Greedy(6)};
+  const auto f32_pool = RunEngine(dir, SmallOptions(), {r});
+  EngineOptions o = SmallOptions();
+  o.kv_dtype = DType::kBF16;
+  const auto bf16_pool = RunEngine(dir, o, {r});
+  // Rounding K and V to bf16 moves logits by about 2^-8 relative; the first step must agree.
+  ASSERT_FALSE(bf16_pool.at("r").logits.empty());
+  const auto& a = f32_pool.at("r").logits[0];
+  const auto& b = bf16_pool.at("r").logits[0];
+  double max_abs = 0, max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_abs = std::max(max_abs, std::abs(double(a[i])));
+    max_diff = std::max(max_diff, std::abs(double(a[i]) - b[i]));
+  }
+  EXPECT_LT(max_diff / max_abs, 3e-2);
+  EXPECT_GT(max_diff, 0.0);  // The pool really is bf16.
+}
+
+TEST(EngineTest, OpenBlasPrefillAgreesWithinTolerance) {
+  const std::string dir = ModelDir("qwen2");
+  const Request r{"r", Prompt(120, 8), Greedy(4)};
+  const auto invariant = RunEngine(dir, SmallOptions(), {r});
+  EngineOptions o = SmallOptions();
+  o.prefill_gemm = PrefillGemm::kOpenBlas;
+  const auto blas = RunEngine(dir, o, {r});
+  const auto& a = invariant.at("r").logits[0];
+  const auto& b = blas.at("r").logits[0];
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(a[i])));
+  EXPECT_EQ(invariant.at("r").tokens, blas.at("r").tokens);
+}
+
+TEST(EngineTest, StopConditions) {
+  const std::string dir = ModelDir("llama");
+  auto engine = LLMEngine::Create(dir, SmallOptions());
+  ASSERT_TRUE(engine.ok());
+  const Request probe{"probe", Prompt(10, 2), Greedy(5)};
+  const auto base = RunEngine(dir, SmallOptions(), {probe});
+  const std::vector<int32_t> toks = base.at("probe").tokens;
+  ASSERT_EQ(toks.size(), 5u);
+  EXPECT_EQ(base.at("probe").finish_reason, "length");
+  // A stop token id ends generation at its first occurrence, inclusive.
+  SamplingParams p = Greedy(5);
+  p.stop_token_ids = {toks[2]};
+  const auto stopped = RunEngine(dir, SmallOptions(), {{"s", probe.prompt, p}});
+  const size_t first = std::find(toks.begin(), toks.end(), toks[2]) - toks.begin();
+  EXPECT_EQ(stopped.at("s").tokens, std::vector<int32_t>(toks.begin(), toks.begin() + first + 1));
+  EXPECT_EQ(stopped.at("s").finish_reason, "stop");
+}
+
+TEST(EngineTest, EosStopsUnlessIgnored) {
+  const std::string dir = ModelDir("llama");
+  const std::vector<int32_t> prompt = Prompt(12, 4);
+  const auto base = RunEngine(dir, SmallOptions(), {{"b", prompt, Greedy(6)}});
+  const std::vector<int32_t> toks = base.at("b").tokens;
+  // The same weights, with the third generated token declared EOS in generation_config.json.
+  const std::string eos_dir = dir + "_eos";
+  std::filesystem::remove_all(eos_dir);
+  std::filesystem::create_directories(eos_dir);
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    std::filesystem::copy(f.path(), eos_dir + "/" + f.path().filename().string());
+  }
+  ASSERT_TRUE(WriteStringToFile(JoinPath(eos_dir, "generation_config.json"),
+                                "{\"eos_token_id\": [" + std::to_string(toks[2]) + "]}").ok());
+  SamplingParams p = Greedy(6);
+  p.ignore_eos = false;
+  const auto stopped = RunEngine(eos_dir, SmallOptions(), {{"s", prompt, p}});
+  const size_t first = std::find(toks.begin(), toks.end(), toks[2]) - toks.begin();
+  EXPECT_EQ(stopped.at("s").tokens, std::vector<int32_t>(toks.begin(), toks.begin() + first + 1));
+  EXPECT_EQ(stopped.at("s").finish_reason, "stop");
+  p.ignore_eos = true;
+  const auto ignored = RunEngine(eos_dir, SmallOptions(), {{"i", prompt, p}});
+  EXPECT_EQ(ignored.at("i").tokens, toks);
+  EXPECT_EQ(ignored.at("i").finish_reason, "length");
+}
+
+TEST(EngineTest, BadRequestsAreRejectedWithTheField) {
+  const std::string dir = ModelDir("llama");
+  EngineOptions o = SmallOptions();
+  o.max_model_len = 64;
+  auto engine = LLMEngine::Create(dir, o);
+  ASSERT_TRUE(engine.ok());
+  LLMEngine& e = **engine;
+  EXPECT_NE(e.AddRequest("a", {}, Greedy(1)).message().find("prompt"), absl::string_view::npos);
+  auto bad_id = e.AddRequest("a", {1, 300, 2}, Greedy(1));
+  EXPECT_EQ(bad_id.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_id.message().find("300"), absl::string_view::npos);
+  EXPECT_NE(e.AddRequest("a", Prompt(64, 1), Greedy(1)).message().find("max_model_len"),
+            absl::string_view::npos);
+  SamplingParams bad = Greedy(1);
+  bad.top_p = 2;
+  EXPECT_NE(e.AddRequest("a", {1}, bad).message().find("top_p"), absl::string_view::npos);
+  ASSERT_TRUE(e.AddRequest("a", {1, 2}, Greedy(3)).ok());
+  EXPECT_EQ(e.AddRequest("a", {1, 2}, Greedy(3)).code(), absl::StatusCode::kAlreadyExists);
+  // Abort frees everything.
+  std::vector<RequestOutput> outs;
+  ASSERT_TRUE(e.Step(&outs).ok());
+  EXPECT_TRUE(e.Abort("a", &outs));
+  EXPECT_EQ(outs.back().finish_reason, "abort");
+  EXPECT_FALSE(e.HasUnfinished());
+  EXPECT_EQ(e.Stats().kv.used_blocks, 0);
+}
+
+TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {
+  EngineOptions o = SmallOptions();
+  o.num_kv_blocks = 4;
+  o.max_model_len = 100;
+  auto engine = LLMEngine::Create(ModelDir("llama"), o);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("max_model_len"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace pdserve

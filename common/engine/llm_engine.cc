@@ -1,0 +1,251 @@
+#include "common/engine/llm_engine.h"
+
+#include <algorithm>
+#include <random>
+
+#include "common/base/file_util.h"
+#include "common/base/log.h"
+#include "common/base/status_macros.h"
+#include "common/base/strings.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve {
+namespace {
+
+// EOS ids from generation_config.json, which instruct models use for end-of-turn tokens.
+std::vector<int32_t> GenerationConfigEos(const std::string& dir) {
+  std::vector<int32_t> ids;
+  auto text = ReadFileToString(JoinPath(dir, "generation_config.json"));
+  if (!text.ok()) return ids;
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) return ids;
+  const auto& e = j["eos_token_id"];
+  if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
+  if (e.is_array()) {
+    for (const auto& x : e) {
+      if (x.is_number_integer()) ids.push_back(x.get<int32_t>());
+    }
+  }
+  return ids;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& model_dir,
+                                                             const EngineOptions& options) {
+  std::unique_ptr<LLMEngine> e(new LLMEngine());
+  e->options_ = options;
+  PD_ASSIGN_OR_RETURN(ModelConfig config,
+                      ModelConfig::FromFile(JoinPath(model_dir, "config.json")));
+  PD_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(config, model_dir));
+  e->eos_ids_ = config.eos_token_ids;
+  for (int32_t id : GenerationConfigEos(model_dir)) {
+    if (id >= 0 && id < config.vocab_size &&
+        std::find(e->eos_ids_.begin(), e->eos_ids_.end(), id) == e->eos_ids_.end()) {
+      e->eos_ids_.push_back(id);
+    }
+  }
+
+  if (options.block_size < 1 || options.block_size > 1024) {
+    return absl::InvalidArgumentError(Str("block_size must be in [1, 1024], got ",
+                                          options.block_size));
+  }
+  if (options.max_num_seqs < 1 || options.max_num_batched_tokens < 1) {
+    return absl::InvalidArgumentError("max_num_seqs and max_num_batched_tokens must be positive");
+  }
+  KvCacheSpec spec{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size,
+                   options.kv_dtype};
+  int64_t num_blocks = options.num_kv_blocks;
+  if (num_blocks <= 0) {
+    if (!(options.kv_cache_gib > 0)) {
+      return absl::InvalidArgumentError("kv cache size must be positive");
+    }
+    num_blocks = KvPool::BlocksForBytes(
+        spec, static_cast<size_t>(options.kv_cache_gib * static_cast<double>(1ull << 30)));
+  }
+  if (num_blocks < 1) {
+    return absl::InvalidArgumentError(Str("the KV cache holds no block of ", spec.BlockBytes(),
+                                          " bytes; give it more memory"));
+  }
+  const int64_t pool_tokens = num_blocks * options.block_size;
+  if (options.max_model_len > 0) {
+    if (options.max_model_len > pool_tokens) {
+      return absl::InvalidArgumentError(Str(
+          "max_model_len ", options.max_model_len, " needs ", options.max_model_len,
+          " tokens of KV cache but the pool holds ", pool_tokens, " (", num_blocks,
+          " blocks); raise the KV cache memory or lower max_model_len"));
+    }
+    e->max_model_len_ = options.max_model_len;
+  } else {
+    e->max_model_len_ = std::min(config.max_position_embeddings, pool_tokens);
+    if (e->max_model_len_ < config.max_position_embeddings) {
+      PD_LOG(Info) << "max_model_len capped to " << e->max_model_len_
+                   << " tokens: what the KV cache holds (model allows "
+                   << config.max_position_embeddings << ")";
+    }
+  }
+  PD_ASSIGN_OR_RETURN(e->pool_, KvPool::Create(spec, num_blocks));
+  e->blocks_ = std::make_unique<BlockManager>(num_blocks, options.block_size,
+                                              options.enable_prefix_caching);
+  e->scheduler_ = std::make_unique<Scheduler>(
+      SchedulerOptions{options.max_num_seqs, options.max_num_batched_tokens}, e->blocks_.get());
+  ModelRunnerOptions ro;
+  ro.threads = options.threads;
+  ro.max_batch_tokens = options.max_num_batched_tokens;
+  ro.max_logit_rows = options.max_num_seqs;
+  ro.max_model_len = e->max_model_len_;
+  ro.prefill_gemm = options.prefill_gemm;
+  PD_ASSIGN_OR_RETURN(e->runner_,
+                      CreateModelRunner(options.backend, ro, e->weights_.get(), e->pool_.get()));
+  e->logits_.resize(static_cast<size_t>(options.max_num_seqs) * config.vocab_size);
+  e->sampled_.reserve(options.max_num_seqs);
+  return e;
+}
+
+absl::Status LLMEngine::AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                                   const SamplingParams& params) {
+  const ModelConfig& c = config();
+  if (sequences_.contains(request_id)) {
+    return absl::AlreadyExistsError(Str("request_id '", request_id, "' is already running"));
+  }
+  if (prompt.empty()) return absl::InvalidArgumentError("prompt: must hold at least one token");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(Str("prompt: token id ", prompt[i], " at position ", i,
+                                            " is outside the vocabulary of ", c.vocab_size));
+    }
+  }
+  if (static_cast<int64_t>(prompt.size()) >= max_model_len_) {
+    return absl::InvalidArgumentError(Str("prompt: ", prompt.size(),
+                                          " tokens leave no room to generate within "
+                                          "max_model_len ", max_model_len_));
+  }
+  PD_RETURN_IF_ERROR(params.Validate(c.vocab_size));
+  auto seq = std::make_unique<Sequence>();
+  seq->id = next_seq_id_++;
+  seq->request_id = request_id;
+  seq->num_prompt_tokens = static_cast<int64_t>(prompt.size());
+  seq->params = params;
+  const uint64_t seed = params.seed ? *params.seed : std::random_device{}();
+  seq->sampler.Init(seed, prompt);
+  seq->tokens = std::move(prompt);
+  seq->arrival = Clock::now();
+  scheduler_->AddWaiting(seq.get());
+  sequences_.emplace(request_id, std::move(seq));
+  return absl::OkStatus();
+}
+
+absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
+  scheduler_->Schedule(&schedule_);
+  if (schedule_.chunks.empty()) return absl::OkStatus();
+  ++stats_.steps;
+  batch_.sequences.clear();
+  sampled_.clear();
+  for (const ScheduledChunk& chunk : schedule_.chunks) {
+    Sequence* seq = chunk.seq;
+    const bool completes = seq->num_computed + chunk.num_tokens ==
+                           static_cast<int64_t>(seq->tokens.size());
+    SequenceChunk sc;
+    sc.tokens = absl::MakeConstSpan(seq->tokens).subspan(seq->num_computed, chunk.num_tokens);
+    sc.start_position = seq->num_computed;
+    sc.block_table = blocks_->BlockTable(seq->id);
+    sc.need_logits = completes;
+    batch_.sequences.push_back(sc);
+    if (completes) sampled_.push_back(seq);
+    if (seq->num_computed < seq->num_prompt_tokens) {
+      stats_.prompt_tokens_computed +=
+          std::min(seq->num_prompt_tokens, seq->num_computed + chunk.num_tokens) -
+          seq->num_computed;
+    }
+  }
+  PD_RETURN_IF_ERROR(runner_->Forward(batch_, logits_.data()));
+
+  const int64_t bs = blocks_->block_size();
+  for (const ScheduledChunk& chunk : schedule_.chunks) {
+    Sequence* seq = chunk.seq;
+    seq->num_computed += chunk.num_tokens;
+    ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+    blocks_->Publish(seq->id, absl::MakeConstSpan(seq->block_hashes)
+                                  .subspan(0, std::min<size_t>(seq->block_hashes.size(),
+                                                               seq->num_computed / bs)));
+  }
+  const int64_t vocab = config().vocab_size;
+  for (size_t i = 0; i < sampled_.size(); ++i) {
+    Sequence* seq = sampled_[i];
+    const float* row = &logits_[i * vocab];
+    if (logits_observer_) logits_observer_(seq->request_id, row, vocab);
+    const SampledToken t = sampler_.Sample(row, vocab, seq->params, seq->sampler);
+    RequestOutput out = MakeOutput(*seq);
+    const std::optional<std::string> reason = Append(seq, t, &out);
+    out.completion_tokens = seq->num_generated();
+    out.ttft_seconds = Seconds(seq->first_token - seq->arrival);
+    if (reason) {
+      out.finished = true;
+      out.finish_reason = *reason;
+      Finish(seq);  // Destroys seq.
+    }
+    outputs->push_back(std::move(out));
+  }
+  return absl::OkStatus();
+}
+
+RequestOutput LLMEngine::MakeOutput(const Sequence& seq) const {
+  RequestOutput out;
+  out.request_id = seq.request_id;
+  out.prompt_tokens = seq.num_prompt_tokens;
+  out.completion_tokens = seq.num_generated();
+  out.cached_tokens = seq.num_cached_prompt_tokens;
+  out.e2e_seconds = Seconds(Clock::now() - seq.arrival);
+  return out;
+}
+
+std::optional<std::string> LLMEngine::Append(Sequence* seq, const SampledToken& t,
+                                             RequestOutput* out) {
+  const Clock::time_point now = Clock::now();
+  if (seq->num_generated() == 0) seq->first_token = now;
+  seq->last_token = now;
+  seq->tokens.push_back(t.token);
+  seq->sampler.Accept(t.token);
+  ++stats_.generated_tokens;
+  out->tokens.push_back(TokenOutput{t.token, t.logprob, t.top_logprobs});
+  const SamplingParams& p = seq->params;
+  if (!p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t.token) != eos_ids_.end()) {
+    return "stop";
+  }
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t.token) !=
+      p.stop_token_ids.end()) {
+    return "stop";
+  }
+  if (seq->num_generated() >= p.max_tokens) return "length";
+  if (static_cast<int64_t>(seq->tokens.size()) >= max_model_len_) return "length";
+  return std::nullopt;
+}
+
+void LLMEngine::Finish(Sequence* seq) {
+  scheduler_->Remove(seq);
+  sequences_.erase(seq->request_id);
+}
+
+bool LLMEngine::Abort(const std::string& request_id, std::vector<RequestOutput>* outputs) {
+  auto it = sequences_.find(request_id);
+  if (it == sequences_.end()) return false;
+  RequestOutput out = MakeOutput(*it->second);
+  out.finished = true;
+  out.finish_reason = "abort";
+  Finish(it->second.get());
+  if (outputs != nullptr) outputs->push_back(std::move(out));
+  return true;
+}
+
+EngineStats LLMEngine::Stats() const {
+  EngineStats s = stats_;
+  s.running = scheduler_->num_running();
+  s.waiting = scheduler_->num_waiting();
+  s.preemptions = scheduler_->num_preemptions();
+  s.kv = blocks_->Stats();
+  return s;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,117 @@
+// One worker's engine: model weights, KV pool, block manager, scheduler, model runner and
+// sampler, driven step by step. `pdserve generate` runs it directly; the decode and prefill
+// services will drive it from their scheduler threads.
+//
+// Not thread-safe: every method is called from the one thread that owns the engine.
+#ifndef PDSERVE_COMMON_ENGINE_LLM_ENGINE_H_
+#define PDSERVE_COMMON_ENGINE_LLM_ENGINE_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/engine/engine_options.h"
+#include "common/engine/model_runner.h"
+#include "common/engine/scheduler.h"
+#include "common/engine/sequence.h"
+#include "common/kvcache/block_manager.h"
+#include "common/kvcache/kv_pool.h"
+#include "common/model/model_config.h"
+#include "common/model/model_weights.h"
+#include "common/sampling/sampler.h"
+
+namespace pdserve {
+
+struct TokenOutput {
+  int32_t token;
+  float logprob;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+};
+
+// What one step produced for one request.
+struct RequestOutput {
+  std::string request_id;
+  std::vector<TokenOutput> tokens;  // New this step (0 or 1 for now).
+  bool finished = false;
+  std::string finish_reason;        // "stop", "length" or "abort" when finished.
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;        // Prompt tokens served from the prefix cache.
+  double ttft_seconds = 0;          // Arrival to first token (set from the first token on).
+  double e2e_seconds = 0;           // Arrival to now.
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens_computed = 0;
+  int64_t generated_tokens = 0;
+  KvCacheStats kv;
+};
+
+class LLMEngine {
+ public:
+  // Loads config.json, generation_config.json (extra EOS ids) and the weights from `model_dir`.
+  static absl::StatusOr<std::unique_ptr<LLMEngine>> Create(const std::string& model_dir,
+                                                           const EngineOptions& options);
+
+  // InvalidArgument naming the field (empty prompt, token id outside the vocabulary, prompt
+  // longer than max_model_len, bad sampling parameters); AlreadyExists for a duplicate id.
+  absl::Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                          const SamplingParams& params);
+  // Runs one scheduling step and appends what it produced to *outputs.
+  absl::Status Step(std::vector<RequestOutput>* outputs);
+  // Frees the request's blocks now; its final output (finish_reason "abort") is appended.
+  bool Abort(const std::string& request_id, std::vector<RequestOutput>* outputs);
+  bool HasUnfinished() const { return !sequences_.empty(); }
+
+  // Called with each sampled row's raw logits before sampling (tests and debugging).
+  using LogitsObserver = std::function<void(const std::string& request_id, const float* logits,
+                                            int64_t vocab)>;
+  void SetLogitsObserver(LogitsObserver observer) { logits_observer_ = std::move(observer); }
+
+  const ModelConfig& config() const { return weights_->config(); }
+  const ModelWeights& weights() const { return *weights_; }
+  const std::vector<int32_t>& eos_token_ids() const { return eos_ids_; }
+  int64_t max_model_len() const { return max_model_len_; }
+  const KvCacheSpec& kv_spec() const { return pool_->spec(); }
+  int64_t num_kv_blocks() const { return pool_->num_blocks(); }
+  EngineStats Stats() const;
+
+ private:
+  LLMEngine() = default;
+  RequestOutput MakeOutput(const Sequence& seq) const;
+  // Appends a sampled token; returns the finish reason, or nullopt to continue.
+  std::optional<std::string> Append(Sequence* seq, const SampledToken& t, RequestOutput* out);
+  void Finish(Sequence* seq);
+
+  EngineOptions options_;
+  std::unique_ptr<ModelWeights> weights_;
+  std::vector<int32_t> eos_ids_;
+  int64_t max_model_len_ = 0;
+  std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  Sampler sampler_;
+  LogitsObserver logits_observer_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
+  SeqId next_seq_id_ = 1;
+  EngineStats stats_;
+  // Per-step buffers, reused so a steady decode step does not allocate.
+  SchedulerOutput schedule_;
+  ForwardBatch batch_;
+  std::vector<float> logits_;
+  std::vector<Sequence*> sampled_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_LLM_ENGINE_H_

@@ -1,0 +1,103 @@
+#include "common/engine/scheduler.h"
+
+#include <algorithm>
+
+#include "common/base/check.h"
+
+namespace pdserve {
+
+Scheduler::Scheduler(const SchedulerOptions& options, BlockManager* blocks)
+    : options_(options), blocks_(blocks) {
+  running_.reserve(options.max_num_seqs);
+}
+
+void Scheduler::AddWaiting(Sequence* seq) { waiting_.push_back(seq); }
+
+void Scheduler::Preempt(Sequence* seq) {
+  blocks_->Free(seq->id);
+  seq->num_computed = 0;
+  ++seq->num_preemptions;
+  ++num_preemptions_;
+  waiting_.push_front(seq);
+}
+
+void Scheduler::Schedule(SchedulerOutput* out) {
+  out->chunks.clear();
+  out->preempted.clear();
+  out->num_tokens = 0;
+  int64_t budget = options_.max_num_batched_tokens;
+
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i];
+    const int64_t n = std::min(seq->num_uncomputed(), budget);
+    PD_CHECK(n > 0);
+    bool self_preempted = false;
+    while (!blocks_->Reserve(seq->id, seq->num_computed + n).ok()) {
+      Sequence* victim = running_.back();
+      running_.pop_back();
+      Preempt(victim);
+      out->preempted.push_back(victim);
+      if (victim == seq) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;
+    out->chunks.push_back({seq, n});
+    budget -= n;
+    ++i;
+  }
+
+  if (!out->preempted.empty()) {
+    for (const ScheduledChunk& c : out->chunks) out->num_tokens += c.num_tokens;
+    return;
+  }
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    if (!Admit(seq, budget, out)) break;  // First come, first served: no overtaking.
+    waiting_.pop_front();
+    running_.push_back(seq);
+    budget -= out->chunks.back().num_tokens;
+  }
+  for (const ScheduledChunk& c : out->chunks) out->num_tokens += c.num_tokens;
+}
+
+bool Scheduler::Admit(Sequence* seq, int64_t budget, SchedulerOutput* out) {
+  const int64_t bs = blocks_->block_size();
+  const int64_t len = static_cast<int64_t>(seq->tokens.size());
+  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+  // At least one token is always computed: its logits produce the next token.
+  const int64_t max_cached_blocks = (len - 1) / bs;
+  auto probe = blocks_->PlanAdmit(seq->block_hashes, max_cached_blocks, 0, 0);
+  if (!probe.ok()) return false;
+  const int64_t cached = probe->num_cached_tokens;
+  const int64_t n = std::min(len - cached, budget);
+  // Prefix-cache statistics count the prompt on its first admission only.
+  const int64_t query = seq->admitted_before ? 0 : seq->num_prompt_tokens;
+  auto plan = blocks_->PlanAdmit(seq->block_hashes, max_cached_blocks, cached + n, query);
+  if (!plan.ok()) return false;
+  PD_CHECK(plan->num_cached_tokens == cached);
+  blocks_->CommitAdmit(seq->id, *plan);
+  seq->num_computed = cached;
+  if (!seq->admitted_before) {
+    seq->num_cached_prompt_tokens = std::min(cached, seq->num_prompt_tokens);
+    seq->admitted_before = true;
+    seq->first_scheduled = Clock::now();
+  }
+  out->chunks.push_back({seq, n});
+  return true;
+}
+
+void Scheduler::Remove(Sequence* seq) {
+  blocks_->Free(seq->id);
+  auto it = std::find(running_.begin(), running_.end(), seq);
+  if (it != running_.end()) {
+    running_.erase(it);
+    return;
+  }
+  auto w = std::find(waiting_.begin(), waiting_.end(), seq);
+  if (w != waiting_.end()) waiting_.erase(w);
+}
+
+}  // namespace pdserve

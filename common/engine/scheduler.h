@@ -1,0 +1,68 @@
+// Decides what runs each step (continuous batching, chunked prefill, prefix reuse, preemption).
+//
+// Policy, as vLLM v1: running sequences first, oldest first, each taking what it still needs (one
+// token when decoding, the next chunk when prefilling) from a per-step token budget. When the KV
+// pool cannot hold a running sequence's next tokens, the newest running sequence is preempted: its
+// blocks are freed and it goes back to the front of the queue, to be recomputed later (its
+// published blocks usually survive in the prefix cache). Nothing is ever dropped. New sequences
+// are admitted first-come-first-served while budget, sequence slots and blocks last, and never in
+// a step that had to preempt.
+//
+// Not thread-safe: owned by the engine's scheduler thread.
+#ifndef PDSERVE_COMMON_ENGINE_SCHEDULER_H_
+#define PDSERVE_COMMON_ENGINE_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "common/engine/sequence.h"
+#include "common/kvcache/block_manager.h"
+
+namespace pdserve {
+
+struct SchedulerOptions {
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+};
+
+struct ScheduledChunk {
+  Sequence* seq;
+  int64_t num_tokens;  // Starting at seq->num_computed.
+};
+
+// The scheduler's decision for one step.
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<Sequence*> preempted;
+  int64_t num_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerOptions& options, BlockManager* blocks);
+
+  void AddWaiting(Sequence* seq);
+  // Fills *out (cleared first); reuses its storage so a steady decode loop does not allocate.
+  void Schedule(SchedulerOutput* out);
+  // Removes a finished or aborted sequence and frees its blocks.
+  void Remove(Sequence* seq);
+
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+
+ private:
+  void Preempt(Sequence* seq);
+  bool Admit(Sequence* seq, int64_t budget, SchedulerOutput* out);
+
+  const SchedulerOptions options_;
+  BlockManager* blocks_;
+  std::vector<Sequence*> running_;  // Oldest first.
+  std::deque<Sequence*> waiting_;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_SCHEDULER_H_

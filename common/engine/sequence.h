@@ -1,0 +1,44 @@
+// One request's state inside an engine. Owned by the LLMEngine; the Scheduler holds pointers.
+#ifndef PDSERVE_COMMON_ENGINE_SEQUENCE_H_
+#define PDSERVE_COMMON_ENGINE_SEQUENCE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/kvcache/block_hash.h"
+#include "common/kvcache/block_manager.h"
+#include "common/sampling/sampler.h"
+#include "common/sampling/sampling_params.h"
+
+namespace pdserve {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sequence {
+  SeqId id = 0;
+  std::string request_id;
+  std::vector<int32_t> tokens;  // Prompt, then generated tokens.
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed = 0;     // Tokens whose KV is in the pool.
+  int64_t num_cached_prompt_tokens = 0;  // Prefix-cache hits at first admission (usage).
+  bool admitted_before = false;
+  int64_t num_preemptions = 0;
+  std::vector<BlockHash> block_hashes;  // Of the full blocks of `tokens`.
+  SamplingParams params;
+  SamplerState sampler;
+  Clock::time_point arrival;
+  Clock::time_point first_scheduled;
+  Clock::time_point first_token;
+  Clock::time_point last_token;
+
+  int64_t num_generated() const {
+    return static_cast<int64_t>(tokens.size()) - num_prompt_tokens;
+  }
+  int64_t num_uncomputed() const { return static_cast<int64_t>(tokens.size()) - num_computed; }
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_SEQUENCE_H_

@@ -1,0 +1,228 @@
+#include "common/kvcache/block_manager.h"
+
+#include "common/base/check.h"
+#include "common/base/strings.h"
+
+namespace pdserve {
+
+BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching)
+    : num_blocks_(num_blocks),
+      block_size_(block_size),
+      prefix_caching_(enable_prefix_caching),
+      blocks_(num_blocks) {
+  PD_CHECK(num_blocks > 0 && block_size > 0);
+  free_list_.reserve(num_blocks);
+  // Lowest ids on top of the stack: allocation order is 0, 1, 2, ... on a fresh pool.
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<BlockId>(b));
+  num_free_ = num_blocks;
+}
+
+absl::StatusOr<BlockManager::AdmitPlan> BlockManager::PlanAdmit(
+    absl::Span<const BlockHash> prefix_hashes, int64_t max_cached_blocks, int64_t num_tokens,
+    int64_t num_query_tokens) const {
+  AdmitPlan plan;
+  plan.num_query_tokens = num_query_tokens;
+  int64_t reused_evictable = 0;
+  if (prefix_caching_) {
+    const int64_t limit = std::min<int64_t>(max_cached_blocks, prefix_hashes.size());
+    for (int64_t i = 0; i < limit; ++i) {
+      auto it = index_.find(prefix_hashes[i]);
+      if (it == index_.end()) break;
+      plan.cached_blocks.push_back(it->second);
+      if (blocks_[it->second].ref == 0) ++reused_evictable;
+    }
+  }
+  plan.num_cached_tokens = static_cast<int64_t>(plan.cached_blocks.size()) * block_size_;
+  const int64_t blocks_total = (num_tokens + block_size_ - 1) / block_size_;
+  plan.num_new_blocks = std::max<int64_t>(0, blocks_total - plan.cached_blocks.size());
+  const int64_t available = num_free_ + num_cached_ - reused_evictable;
+  if (plan.num_new_blocks > available) {
+    return absl::ResourceExhaustedError(Str("KV cache: ", plan.num_new_blocks,
+                                            " blocks needed, ", available, " available"));
+  }
+  return plan;
+}
+
+void BlockManager::CommitAdmit(SeqId seq, const AdmitPlan& plan) {
+  auto [it, inserted] = seqs_.try_emplace(seq);
+  PD_CHECK_MSG(inserted, "CommitAdmit: sequence already has blocks");
+  SeqBlocks& s = it->second;
+  s.table.reserve(plan.cached_blocks.size() + plan.num_new_blocks);
+  for (BlockId b : plan.cached_blocks) {
+    BlockMeta& m = blocks_[b];
+    PD_CHECK(m.hashed);
+    if (m.ref == 0) {
+      LruRemove(b);
+      --num_cached_;
+    }
+    ++m.ref;
+    s.table.push_back(b);
+  }
+  s.published = static_cast<int64_t>(plan.cached_blocks.size());
+  for (int64_t i = 0; i < plan.num_new_blocks; ++i) s.table.push_back(TakeBlock());
+  prefix_query_tokens_ += plan.num_query_tokens;
+  prefix_hit_tokens_ += plan.num_cached_tokens;
+}
+
+int64_t BlockManager::BlocksNeeded(SeqId seq, int64_t num_tokens) const {
+  auto it = seqs_.find(seq);
+  const int64_t have = it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.table.size());
+  return std::max<int64_t>(0, (num_tokens + block_size_ - 1) / block_size_ - have);
+}
+
+absl::Status BlockManager::Reserve(SeqId seq, int64_t num_tokens) {
+  auto it = seqs_.find(seq);
+  PD_CHECK_MSG(it != seqs_.end(), "Reserve: unknown sequence");
+  const int64_t need = BlocksNeeded(seq, num_tokens);
+  if (need > NumAvailableBlocks()) {
+    return absl::ResourceExhaustedError(
+        Str("KV cache: ", need, " blocks needed, ", NumAvailableBlocks(), " available"));
+  }
+  for (int64_t i = 0; i < need; ++i) it->second.table.push_back(TakeBlock());
+  return absl::OkStatus();
+}
+
+void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes) {
+  if (!prefix_caching_) return;
+  auto it = seqs_.find(seq);
+  PD_CHECK_MSG(it != seqs_.end(), "Publish: unknown sequence");
+  SeqBlocks& s = it->second;
+  const int64_t n = std::min<int64_t>(hashes.size(), s.table.size());
+  for (int64_t i = s.published; i < n; ++i) {
+    BlockMeta& m = blocks_[s.table[i]];
+    if (m.hashed) continue;  // A reused block: already in the index.
+    // If another block already holds this prefix (computed concurrently), keep that one; ours
+    // stays unhashed and returns to the free list when released.
+    if (index_.try_emplace(hashes[i], s.table[i]).second) {
+      m.hashed = true;
+      m.hash = hashes[i];
+    }
+  }
+  s.published = std::max(s.published, n);
+}
+
+void BlockManager::Free(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  const std::vector<BlockId>& table = it->second.table;
+  for (auto b = table.rbegin(); b != table.rend(); ++b) Release(*b);
+  seqs_.erase(it);
+}
+
+absl::Span<const BlockId> BlockManager::BlockTable(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return {};
+  return it->second.table;
+}
+
+KvCacheStats BlockManager::Stats() const {
+  KvCacheStats s;
+  s.total_blocks = num_blocks_;
+  s.free_blocks = num_free_;
+  s.cached_blocks = num_cached_;
+  s.used_blocks = num_blocks_ - num_free_ - num_cached_;
+  s.prefix_query_tokens = prefix_query_tokens_;
+  s.prefix_hit_tokens = prefix_hit_tokens_;
+  s.evictions = evictions_;
+  return s;
+}
+
+BlockId BlockManager::TakeBlock() {
+  BlockId b;
+  if (!free_list_.empty()) {
+    b = free_list_.back();
+    free_list_.pop_back();
+    --num_free_;
+  } else {
+    PD_CHECK_MSG(lru_oldest_ >= 0, "TakeBlock: no block (callers check availability first)");
+    b = lru_oldest_;
+    LruRemove(b);
+    --num_cached_;
+    BlockMeta& m = blocks_[b];
+    index_.erase(m.hash);
+    m.hashed = false;
+    ++evictions_;
+  }
+  blocks_[b].ref = 1;
+  return b;
+}
+
+void BlockManager::Release(BlockId b) {
+  BlockMeta& m = blocks_[b];
+  PD_CHECK_MSG(m.ref > 0, "Release: block not referenced (double free)");
+  if (--m.ref > 0) return;
+  if (m.hashed) {
+    LruPushNewest(b);
+    ++num_cached_;
+  } else {
+    free_list_.push_back(b);
+    ++num_free_;
+  }
+}
+
+void BlockManager::LruRemove(BlockId b) {
+  BlockMeta& m = blocks_[b];
+  if (m.lru_prev >= 0) blocks_[m.lru_prev].lru_next = m.lru_next; else lru_oldest_ = m.lru_next;
+  if (m.lru_next >= 0) blocks_[m.lru_next].lru_prev = m.lru_prev; else lru_newest_ = m.lru_prev;
+  m.lru_prev = m.lru_next = -1;
+}
+
+void BlockManager::LruPushNewest(BlockId b) {
+  BlockMeta& m = blocks_[b];
+  m.lru_prev = lru_newest_;
+  m.lru_next = -1;
+  if (lru_newest_ >= 0) blocks_[lru_newest_].lru_next = b; else lru_oldest_ = b;
+  lru_newest_ = b;
+}
+
+absl::Status BlockManager::CheckInvariants() const {
+  std::vector<int32_t> refs(num_blocks_, 0);
+  for (const auto& [seq, s] : seqs_) {
+    for (BlockId b : s.table) {
+      if (b < 0 || b >= num_blocks_) return absl::InternalError(Str("seq ", seq, ": bad block ", b));
+      ++refs[b];
+    }
+  }
+  std::vector<int> state(num_blocks_, 0);  // 1 free, 2 cached
+  for (BlockId b : free_list_) {
+    if (state[b] != 0) return absl::InternalError(Str("block ", b, " twice on the free list"));
+    state[b] = 1;
+  }
+  int64_t lru_count = 0;
+  BlockId prev = -1;
+  for (BlockId b = lru_oldest_; b >= 0; b = blocks_[b].lru_next) {
+    if (state[b] != 0) return absl::InternalError(Str("block ", b, " both free and cached"));
+    if (blocks_[b].lru_prev != prev) return absl::InternalError("broken LRU back link");
+    state[b] = 2;
+    prev = b;
+    if (++lru_count > num_blocks_) return absl::InternalError("LRU cycle");
+  }
+  if (prev != lru_newest_) return absl::InternalError("LRU tail mismatch");
+  if (static_cast<int64_t>(free_list_.size()) != num_free_ || lru_count != num_cached_) {
+    return absl::InternalError("free/cached counters disagree with the lists");
+  }
+  for (int64_t b = 0; b < num_blocks_; ++b) {
+    const BlockMeta& m = blocks_[b];
+    if (m.ref != refs[b]) {
+      return absl::InternalError(Str("block ", b, ": ref ", m.ref, " but ", refs[b], " tables"));
+    }
+    if (m.ref > 0 && state[b] != 0) return absl::InternalError(Str("block ", b, " used and listed"));
+    if (m.ref == 0 && state[b] == 0) return absl::InternalError(Str("block ", b, " leaked"));
+    if (state[b] == 2 && !m.hashed) return absl::InternalError(Str("block ", b, " cached unhashed"));
+    if (state[b] == 1 && m.hashed) return absl::InternalError(Str("block ", b, " free but hashed"));
+    if (m.hashed) {
+      auto it = index_.find(m.hash);
+      if (it == index_.end() || it->second != b) {
+        return absl::InternalError(Str("block ", b, " hashed but not indexed"));
+      }
+    }
+  }
+  for (const auto& [hash, b] : index_) {
+    if (!blocks_[b].hashed || blocks_[b].hash != hash) {
+      return absl::InternalError(Str("index entry for block ", b, " is stale"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve

@@ -1,0 +1,130 @@
+// Allocation of KV blocks to sequences, with prefix reuse.
+//
+// Every block is in exactly one state:
+//   free    - ref 0, no hash; on the free list.
+//   cached  - ref 0, holds the KV of a published prefix (has a hash); on the LRU list, evictable.
+//   used    - ref > 0; in the block table of one or more sequences (more than one when a cached
+//             prefix is shared).
+// A sequence's full blocks are published (hash -> block) once their KV is computed, so later
+// requests with the same prefix reuse them and skip their compute. When free blocks run out,
+// the least recently released cached block is evicted.
+//
+// Allocation is plan-then-commit: PlanAdmit inspects, CommitAdmit applies, and nothing changes in
+// between or when a plan fails. Not thread-safe: owned by the worker's scheduler thread.
+#ifndef PDSERVE_COMMON_KVCACHE_BLOCK_MANAGER_H_
+#define PDSERVE_COMMON_KVCACHE_BLOCK_MANAGER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/kvcache/block_hash.h"
+
+namespace pdserve {
+
+using BlockId = int32_t;
+using SeqId = int64_t;
+
+// Documented counters; exported by the metrics layer, read by the router's load reports.
+struct KvCacheStats {
+  int64_t total_blocks = 0;
+  int64_t free_blocks = 0;    // Never used or released without a hash.
+  int64_t cached_blocks = 0;  // Released, reusable by prefix, evictable.
+  int64_t used_blocks = 0;    // Referenced by running sequences.
+  int64_t prefix_query_tokens = 0;  // Prompt tokens looked up in the prefix cache.
+  int64_t prefix_hit_tokens = 0;    // Of which found cached.
+  int64_t evictions = 0;
+  double hit_rate() const {
+    return prefix_query_tokens == 0 ? 0.0
+                                    : static_cast<double>(prefix_hit_tokens) / prefix_query_tokens;
+  }
+  // Fraction of blocks that running sequences hold (vLLM's kv_cache_usage_perc).
+  double usage() const {
+    return total_blocks == 0 ? 0.0 : static_cast<double>(used_blocks) / total_blocks;
+  }
+};
+
+class BlockManager {
+ public:
+  BlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching);
+
+  struct AdmitPlan {
+    std::vector<BlockId> cached_blocks;  // Reused prefix, in order.
+    int64_t num_cached_tokens = 0;
+    int64_t num_new_blocks = 0;
+    int64_t num_query_tokens = 0;
+  };
+  // Plans a new sequence that must hold `num_tokens` tokens after its first step. `prefix_hashes`
+  // are the hashes of the prompt's full blocks; at most `max_cached_blocks` of them are reused
+  // (the caller keeps at least one token to compute). ResourceExhausted when the blocks cannot be
+  // found even by evicting every cached block the plan does not reuse.
+  absl::StatusOr<AdmitPlan> PlanAdmit(absl::Span<const BlockHash> prefix_hashes,
+                                      int64_t max_cached_blocks, int64_t num_tokens,
+                                      int64_t num_query_tokens) const;
+  // Applies a plan made by PlanAdmit against the current state. `seq` must be new.
+  void CommitAdmit(SeqId seq, const AdmitPlan& plan);
+
+  // Grows `seq`'s block table to hold `num_tokens`. ResourceExhausted, with nothing changed, when
+  // there are not enough free + evictable blocks.
+  absl::Status Reserve(SeqId seq, int64_t num_tokens);
+  // Number of blocks Reserve would need to take.
+  int64_t BlocksNeeded(SeqId seq, int64_t num_tokens) const;
+
+  // Publishes `seq`'s full blocks whose KV is computed: hashes[i] is the hash of block i.
+  void Publish(SeqId seq, absl::Span<const BlockHash> hashes);
+
+  // Releases `seq`'s blocks (last block first, so a prompt's tail is evicted before its head).
+  void Free(SeqId seq);
+
+  bool Has(SeqId seq) const { return seqs_.contains(seq); }
+  absl::Span<const BlockId> BlockTable(SeqId seq) const;
+  // Free plus evictable blocks.
+  int64_t NumAvailableBlocks() const { return num_free_ + num_cached_; }
+  int64_t block_size() const { return block_size_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  KvCacheStats Stats() const;
+
+  // Verifies every invariant (ref counts equal table occurrences, each block in exactly one
+  // state, index and hashes agree). For tests; O(num_blocks + table sizes).
+  absl::Status CheckInvariants() const;
+
+ private:
+  struct BlockMeta {
+    int32_t ref = 0;
+    bool hashed = false;
+    BlockHash hash;
+    // LRU links (valid while cached): prev towards the oldest, next towards the newest.
+    BlockId lru_prev = -1;
+    BlockId lru_next = -1;
+  };
+  struct SeqBlocks {
+    std::vector<BlockId> table;
+    int64_t published = 0;  // Leading blocks already offered to the prefix index.
+  };
+
+  BlockId TakeBlock();  // From the free list, else evicts the oldest cached block.
+  void Release(BlockId b);
+  void LruRemove(BlockId b);
+  void LruPushNewest(BlockId b);
+
+  const int64_t num_blocks_;
+  const int64_t block_size_;
+  const bool prefix_caching_;
+  std::vector<BlockMeta> blocks_;
+  std::vector<BlockId> free_list_;  // Stack.
+  int64_t num_free_ = 0;
+  int64_t num_cached_ = 0;
+  BlockId lru_oldest_ = -1;
+  BlockId lru_newest_ = -1;
+  absl::flat_hash_map<BlockHash, BlockId> index_;
+  absl::flat_hash_map<SeqId, SeqBlocks> seqs_;
+  int64_t prefix_query_tokens_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
+  int64_t evictions_ = 0;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_KVCACHE_BLOCK_MANAGER_H_

@@ -1,0 +1,134 @@
+#include "common/sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "common/base/rng.h"
+
+namespace pdserve {
+
+void SamplerState::Init(uint64_t seed_value, absl::Span<const int32_t> prompt) {
+  seed = seed_value;
+  num_generated = 0;
+  output_counts.clear();
+  seen.clear();
+  for (int32_t t : prompt) seen[t] = true;
+}
+
+void SamplerState::Accept(int32_t token) {
+  ++output_counts[token];
+  seen[token] = true;
+  ++num_generated;
+}
+
+SampledToken Sampler::Sample(const float* logits, int64_t vocab, const SamplingParams& params,
+                             const SamplerState& state) {
+  SampledToken out;
+  // Log-softmax of the raw logits (for the reported logprobs).
+  float raw_max = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) raw_max = std::max(raw_max, logits[i]);
+  double raw_sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) raw_sum += std::exp(static_cast<double>(logits[i]) - raw_max);
+  const double lse = raw_max + std::log(raw_sum);
+
+  work_.assign(logits, logits + vocab);
+  if (params.repetition_penalty != 1.0f) {
+    for (const auto& [t, unused] : state.seen) {
+      if (t < 0 || t >= vocab) continue;
+      work_[t] = work_[t] > 0 ? work_[t] / params.repetition_penalty
+                              : work_[t] * params.repetition_penalty;
+    }
+  }
+  if (params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f) {
+    for (const auto& [t, count] : state.output_counts) {
+      if (t < 0 || t >= vocab) continue;
+      work_[t] -= params.frequency_penalty * count + params.presence_penalty;
+    }
+  }
+
+  // Ordering of candidates: higher logit first, lower id on ties (deterministic).
+  auto better = [this](int32_t a, int32_t b) {
+    return work_[a] != work_[b] ? work_[a] > work_[b] : a < b;
+  };
+
+  if (params.greedy()) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < vocab; ++i) {
+      if (work_[i] > work_[best]) best = i;
+    }
+    out.token = best;
+  } else {
+    const float inv_t = 1.0f / params.temperature;
+    float max = -INFINITY;
+    for (int64_t i = 0; i < vocab; ++i) {
+      work_[i] *= inv_t;
+      max = std::max(max, work_[i]);
+    }
+    // min_p keeps tokens whose probability is at least min_p times the top one's.
+    const float floor = params.min_p > 0 ? max + std::log(params.min_p) : -INFINITY;
+    order_.clear();
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (work_[i] >= floor) order_.push_back(i);
+    }
+    size_t keep = order_.size();
+    bool sorted = false;
+    if (params.top_k > 0 && static_cast<size_t>(params.top_k) < keep) {
+      keep = params.top_k;
+      std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), better);
+      order_.resize(keep);
+      sorted = true;
+    }
+    double total = 0;
+    for (int32_t i : order_) total += std::exp(static_cast<double>(work_[i]) - max);
+    if (params.top_p < 1.0f) {
+      // Grow a sorted head until it holds top_p of the mass (most mass sits in few tokens).
+      size_t head = std::min<size_t>(order_.size(), 64);
+      for (;;) {
+        if (!sorted) std::partial_sort(order_.begin(), order_.begin() + head, order_.end(), better);
+        double cum = 0;
+        size_t cut = head;
+        for (size_t j = 0; j < head; ++j) {
+          cum += std::exp(static_cast<double>(work_[order_[j]]) - max);
+          if (cum >= params.top_p * total) {
+            cut = j + 1;
+            break;
+          }
+        }
+        if (cut < head || head == order_.size()) {
+          order_.resize(std::max<size_t>(cut, 1));
+          break;
+        }
+        head = std::min(order_.size(), head * 4);
+      }
+    }
+    double kept = 0;
+    for (int32_t i : order_) kept += std::exp(static_cast<double>(work_[i]) - max);
+    const double target = CounterUniform(state.seed, state.num_generated) * kept;
+    double cum = 0;
+    out.token = order_.back();
+    for (int32_t i : order_) {
+      cum += std::exp(static_cast<double>(work_[i]) - max);
+      if (cum > target) {
+        out.token = i;
+        break;
+      }
+    }
+  }
+
+  out.logprob = static_cast<float>(logits[out.token] - lse);
+  if (params.logprobs > 0) {
+    const size_t n = std::min<size_t>(params.logprobs, vocab);
+    order_.resize(vocab);
+    std::iota(order_.begin(), order_.end(), 0);
+    std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), [logits](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    for (size_t j = 0; j < n; ++j) {
+      out.top_logprobs.emplace_back(order_[j], static_cast<float>(logits[order_[j]] - lse));
+    }
+  }
+  return out;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,36 @@
+// What a request asks of the sampler. Field names and defaults follow vLLM's SamplingParams.
+#ifndef PDSERVE_COMMON_SAMPLING_SAMPLING_PARAMS_H_
+#define PDSERVE_COMMON_SAMPLING_SAMPLING_PARAMS_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace pdserve {
+
+struct SamplingParams {
+  float temperature = 1.0f;   // 0: greedy.
+  int32_t top_k = 0;          // 0 or -1: off.
+  float top_p = 1.0f;         // (0, 1].
+  float min_p = 0.0f;         // [0, 1].
+  float repetition_penalty = 1.0f;  // > 0; 1 off. Prompt and output tokens (HF/vLLM semantics).
+  float frequency_penalty = 0.0f;   // [-2, 2]; output tokens.
+  float presence_penalty = 0.0f;    // [-2, 2]; output tokens.
+  std::optional<uint64_t> seed;     // Same seed, same tokens, whatever shares the batch.
+  int32_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int32_t logprobs = 0;  // Top-N alternatives to report besides the chosen token; 0 none.
+
+  static constexpr int32_t kMaxLogprobs = 20;
+
+  // InvalidArgument naming the field and the accepted range. `vocab_size` bounds token ids.
+  absl::Status Validate(int64_t vocab_size) const;
+  bool greedy() const { return temperature == 0.0f || top_k == 1; }
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_SAMPLING_SAMPLING_PARAMS_H_
