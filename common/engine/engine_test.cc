@@ -28,10 +28,25 @@ struct Request {
   SamplingParams params;
 };
 
+// Models live in a directory of this process, removed at exit, so a model written by another
+// build of the fixture can never be picked up.
+class TempRoot : public ::testing::Environment {
+ public:
+  static std::string& Path() {
+    static std::string path;
+    return path;
+  }
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    std::string templ = JoinPath(tmp ? tmp : "/tmp", "pdserve_engine_test_XXXXXX");
+    Path() = mkdtemp(templ.data());
+  }
+  void TearDown() override { std::filesystem::remove_all(Path()); }
+};
+const auto* const kTempRoot = ::testing::AddGlobalTestEnvironment(new TempRoot);
+
 std::string ModelDir(const std::string& arch, DType dtype = DType::kF32) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      JoinPath(tmp ? tmp : "/tmp", "pdserve_engine_test_" + arch + std::string(DTypeName(dtype)));
+  const std::string dir = JoinPath(TempRoot::Path(), arch + std::string(DTypeName(dtype)));
   if (!FileExists(JoinPath(dir, "config.json"))) {
     RandomModelSpec spec;
     spec.arch = arch;

@@ -404,7 +404,7 @@ absl::Status Tokenizer::Impl::EncodeSegment(std::string_view text,
         continue;
       }
       // ByteLevel: optional prefix space and GPT-2 split, then the byte-to-character map.
-      if (step.add_prefix_space && (piece.empty() || piece[0] != ' ')) piece = " " + piece;
+      if (step.add_prefix_space && (piece.empty() || piece[0] != ' ')) piece.insert(piece.begin(), ' ');
       std::vector<std::string> split;
       if (step.regex) {
         SplitPiece(piece, step, &split);

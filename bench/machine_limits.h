@@ -1,0 +1,29 @@
+// This machine's limits, measured in the same run as the benchmark they judge: memory read
+// bandwidth (what bounds decode) and OpenBLAS sgemm rate (what bounds prefill). Shared machines
+// are noisy, so figures are reported as ratios against these.
+#ifndef PDSERVE_BENCH_MACHINE_LIMITS_H_
+#define PDSERVE_BENCH_MACHINE_LIMITS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace pdserve {
+class ThreadPool;
+}
+
+namespace pdserve::bench {
+
+// Bytes/s of a multi-threaded sum over a `bytes`-sized buffer (make it far larger than the last
+// level cache). Best of `repeats` passes.
+double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats);
+
+// Flop/s of OpenBLAS sgemm on n x n x n with `threads` threads. Best of `repeats`.
+double SgemmFlops(int threads, int64_t n, int repeats);
+
+// "AMD EPYC 7B13" etc. from /proc/cpuinfo.
+std::string CpuModel();
+
+}  // namespace pdserve::bench
+
+#endif  // PDSERVE_BENCH_MACHINE_LIMITS_H_

@@ -1,0 +1,148 @@
+// pdserve bench-engine: prefill and decode throughput of the engine alone, judged against this
+// machine's memory read bandwidth and sgemm rate measured in the same run.
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "bench/machine_limits.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "common/base/rng.h"
+#include "common/base/strings.h"
+#include "common/base/thread_pool.h"
+#include "common/engine/llm_engine.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+int BenchEngineCommand(int argc, char** argv) {
+  const char* cmd = "bench-engine";
+  std::string model, format = "text";
+  int64_t batch = 1, input_len = 128, output_len = 64, sgemm_n = 1536;
+  double bw_gib = 2.0;
+  EngineFlags ef;
+  FlagSet flags("bench-engine", "Measures engine prefill/decode throughput against this "
+                                "machine's read bandwidth and sgemm rate.");
+  flags.String("model", &model, "model directory");
+  flags.Int("batch", &batch, "concurrent sequences");
+  flags.Int("input-len", &input_len, "prompt tokens per sequence");
+  flags.Int("output-len", &output_len, "generated tokens per sequence");
+  flags.String("format", &format, "text or json");
+  flags.Double("bw-gib", &bw_gib, "buffer for the read-bandwidth measurement (>> last-level cache)");
+  flags.Int("sgemm-n", &sgemm_n, "matrix size for the sgemm-rate measurement");
+  ef.Register(flags);
+  int code;
+  if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
+  if (model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
+  if (batch < 1 || input_len < 1 || output_len < 2 || bw_gib <= 0 || sgemm_n < 64) {
+    return ReportError(cmd, absl::InvalidArgumentError(
+                                "--batch, --input-len >= 1, --output-len >= 2, --bw-gib > 0, "
+                                "--sgemm-n >= 64"), kExitUsage);
+  }
+  EngineOptions options;
+  if (absl::Status s = ef.ToOptions(&options); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  // One prefill step for the whole batch, and room for every sequence.
+  options.max_num_batched_tokens = std::max(options.max_num_batched_tokens, batch * input_len);
+  options.max_num_seqs = std::max(options.max_num_seqs, batch);
+  options.enable_prefix_caching = false;  // Random prompts; measure compute, not reuse.
+  auto engine_or = LLMEngine::Create(model, options);
+  if (!engine_or.ok()) return ReportError(cmd, engine_or.status());
+  LLMEngine& engine = **engine_or;
+  const ModelConfig& c = engine.config();
+  const int threads = ef.threads > 0 ? static_cast<int>(ef.threads)
+                                     : static_cast<int>(std::thread::hardware_concurrency());
+
+  SplitMix64 rng(1);
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<int32_t> prompt(input_len);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng.Next() % c.vocab_size);
+    SamplingParams p;
+    p.temperature = 0;
+    p.ignore_eos = true;
+    p.max_tokens = static_cast<int32_t>(output_len);
+    if (absl::Status s = engine.AddRequest(Str("bench-", b), std::move(prompt), p); !s.ok()) {
+      return ReportError(cmd, s);
+    }
+  }
+  std::vector<RequestOutput> outs;
+  auto t0 = Clock::now();
+  if (absl::Status s = engine.Step(&outs); !s.ok()) return ReportError(cmd, s);
+  const double prefill_s = SecondsSince(t0);
+  if (static_cast<int64_t>(outs.size()) != batch) {
+    return ReportError(cmd, absl::InternalError("prefill did not finish in one step"));
+  }
+  int64_t decode_steps = 0;
+  t0 = Clock::now();
+  while (engine.HasUnfinished()) {
+    outs.clear();
+    if (absl::Status s = engine.Step(&outs); !s.ok()) return ReportError(cmd, s);
+    ++decode_steps;
+  }
+  const double decode_s = SecondsSince(t0);
+
+  // What the runs moved and computed.
+  const double weight_bytes = static_cast<double>(engine.weights().DecodeWeightBytes());
+  const double kv_token_bytes = static_cast<double>(engine.kv_spec().BytesPerToken());
+  double kv_read = 0;  // Each decode step reads every sequence's whole context of K and V.
+  for (int64_t s = 1; s <= decode_steps; ++s) kv_read += batch * (input_len + s) * kv_token_bytes;
+  const double decode_bytes = decode_steps * weight_bytes + kv_read;
+  const double proj_params = static_cast<double>(c.NumParameters() - c.vocab_size * c.hidden_size *
+                                                 (c.tie_word_embeddings ? 1 : 2));
+  const double attn_flops = 4.0 * c.head_dim * c.num_heads * c.num_layers * batch *
+                            (input_len * (input_len + 1) / 2.0);
+  const double prefill_flops = 2.0 * proj_params * batch * input_len + attn_flops +
+                               2.0 * batch * c.vocab_size * c.hidden_size;
+  const double decode_tok_s = batch * decode_steps / decode_s;
+  const double prefill_tok_s = batch * input_len / prefill_s;
+  const double effective_bw = decode_bytes / decode_s;
+
+  ThreadPool pool(threads);
+  const double read_bw = bench::ReadBandwidth(&pool, static_cast<size_t>(bw_gib * (1ull << 30)), 3);
+  const double sgemm = bench::SgemmFlops(threads, sgemm_n, 3);
+  nlohmann::ordered_json j;
+  j["model"] = model;
+  j["architecture"] = c.architecture;
+  j["weights_dtype"] = std::string(DTypeName(engine.weights().dtype()));
+  j["kv_dtype"] = std::string(DTypeName(engine.kv_spec().dtype));
+  j["prefill_gemm"] = ef.prefill_gemm;
+  j["threads"] = threads;
+  j["batch"] = batch;
+  j["input_len"] = input_len;
+  j["output_len"] = output_len;
+  j["prefill_tok_s"] = prefill_tok_s;
+  j["decode_tok_s"] = decode_tok_s;
+  j["decode_step_ms"] = decode_s / decode_steps * 1e3;
+  j["decode_bytes_per_step"] = decode_bytes / decode_steps;
+  j["decode_effective_gbs"] = effective_bw / 1e9;
+  j["read_bw_gbs"] = read_bw / 1e9;
+  j["decode_bw_ratio"] = effective_bw / read_bw;
+  j["prefill_gflops"] = prefill_flops / prefill_s / 1e9;
+  j["sgemm_gflops"] = sgemm / 1e9;
+  j["prefill_flops_ratio"] = prefill_flops / prefill_s / sgemm;
+  j["cpu"] = bench::CpuModel();
+  if (format == "json") {
+    std::printf("%s\n", j.dump().c_str());
+    return kExitOk;
+  }
+  std::printf("%s (%s weights, %s KV), %d threads, batch %lld, %lld in / %lld out\n",
+              c.architecture.c_str(), j["weights_dtype"].get<std::string>().c_str(),
+              j["kv_dtype"].get<std::string>().c_str(), threads, static_cast<long long>(batch),
+              static_cast<long long>(input_len), static_cast<long long>(output_len));
+  std::printf("prefill: %9.1f tok/s  %7.1f GFLOP/s = %5.1f%% of sgemm (%.1f GFLOP/s)\n",
+              prefill_tok_s, prefill_flops / prefill_s / 1e9, 100 * prefill_flops / prefill_s / sgemm,
+              sgemm / 1e9);
+  std::printf("decode:  %9.1f tok/s  %7.2f GB/s  = %5.1f%% of read bandwidth (%.2f GB/s)\n",
+              decode_tok_s, effective_bw / 1e9, 100 * effective_bw / read_bw, read_bw / 1e9);
+  return kExitOk;
+}
+
+}  // namespace pdserve::cli

@@ -1,0 +1,78 @@
+#include "cli/cli_util.h"
+
+#include <cstdio>
+
+#include "common/base/strings.h"
+
+namespace pdserve::cli {
+
+int ReportError(const std::string& command, const absl::Status& status, int code) {
+  std::fprintf(stderr, "pdserve %s: error: %s\n", command.c_str(),
+               std::string(status.message()).c_str());
+  return code;
+}
+
+bool ParseFlagsOrExit(FlagSet& flags, const std::string& command, int argc, char** argv,
+                      int* exit_code) {
+  const absl::Status s = flags.Parse(argc, argv);
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    *exit_code = kExitOk;
+    return false;
+  }
+  if (!s.ok()) {
+    *exit_code = ReportError(command, s, kExitUsage);
+    return false;
+  }
+  return true;
+}
+
+void EngineFlags::Register(FlagSet& flags) {
+  flags.Int("threads", &threads, "compute threads (0: all cores)");
+  flags.Int("block-size", &block_size, "KV cache block size in tokens");
+  flags.String("kv-dtype", &kv_dtype, "KV cache dtype: f32 or bf16");
+  flags.Double("kv-cache-gib", &kv_cache_gib, "KV cache memory in GiB");
+  flags.Int("max-model-len", &max_model_len,
+            "longest sequence (0: the model's, capped to what the KV cache holds)");
+  flags.Int("max-num-seqs", &max_num_seqs, "sequences per step");
+  flags.Int("max-num-batched-tokens", &max_num_batched_tokens, "token budget per step");
+  flags.Bool("enable-prefix-caching", &prefix_caching, "reuse KV of shared prompt prefixes");
+  flags.String("prefill-gemm", &prefill_gemm,
+               "invariant (bitwise batch-invariant kernels) or openblas (faster prefill)");
+}
+
+absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
+  o->threads = static_cast<int>(threads);
+  o->block_size = block_size;
+  if (kv_dtype == "f32") {
+    o->kv_dtype = DType::kF32;
+  } else if (kv_dtype == "bf16") {
+    o->kv_dtype = DType::kBF16;
+  } else {
+    return absl::InvalidArgumentError(Str("--kv-dtype: '", kv_dtype, "' is not f32 or bf16"));
+  }
+  if (!(kv_cache_gib > 0)) return absl::InvalidArgumentError("--kv-cache-gib: must be positive");
+  o->kv_cache_gib = kv_cache_gib;
+  o->max_model_len = max_model_len;
+  o->max_num_seqs = max_num_seqs;
+  o->max_num_batched_tokens = max_num_batched_tokens;
+  o->enable_prefix_caching = prefix_caching;
+  if (prefill_gemm == "invariant") {
+    o->prefill_gemm = PrefillGemm::kInvariant;
+  } else if (prefill_gemm == "openblas") {
+    o->prefill_gemm = PrefillGemm::kOpenBlas;
+  } else {
+    return absl::InvalidArgumentError(
+        Str("--prefill-gemm: '", prefill_gemm, "' is not invariant or openblas"));
+  }
+  if (threads < 0) return absl::InvalidArgumentError("--threads: must be >= 0");
+  if (block_size < 1) return absl::InvalidArgumentError("--block-size: must be positive");
+  if (max_num_seqs < 1) return absl::InvalidArgumentError("--max-num-seqs: must be positive");
+  if (max_num_batched_tokens < 1) {
+    return absl::InvalidArgumentError("--max-num-batched-tokens: must be positive");
+  }
+  if (max_model_len < 0) return absl::InvalidArgumentError("--max-model-len: must be >= 0");
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve::cli

@@ -1,0 +1,44 @@
+// Shared helpers of the subcommands: error reporting, exit codes, engine flags.
+#ifndef PDSERVE_CLI_CLI_UTIL_H_
+#define PDSERVE_CLI_CLI_UTIL_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "cli/flags.h"
+#include "common/engine/engine_options.h"
+
+namespace pdserve::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+
+// Prints "pdserve <command>: error: <message>" to stderr; returns the exit code for `status`
+// (usage errors for InvalidArgument raised by flag parsing, 1 otherwise).
+int ReportError(const std::string& command, const absl::Status& status, int code = kExitError);
+
+// Parses flags; on --help prints usage and returns 0 through *exit_code; on error reports it.
+// Returns true when the command should go on.
+bool ParseFlagsOrExit(FlagSet& flags, const std::string& command, int argc, char** argv,
+                      int* exit_code);
+
+// Engine flags shared by generate, bench-engine and (later) the services.
+struct EngineFlags {
+  int64_t threads = 0;
+  int64_t block_size = 16;
+  std::string kv_dtype = "f32";
+  double kv_cache_gib = 4.0;
+  int64_t max_model_len = 0;
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  bool prefix_caching = true;
+  std::string prefill_gemm = "invariant";
+
+  void Register(FlagSet& flags);
+  absl::Status ToOptions(EngineOptions* options) const;
+};
+
+}  // namespace pdserve::cli
+
+#endif  // PDSERVE_CLI_CLI_UTIL_H_

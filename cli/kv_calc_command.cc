@@ -1,0 +1,120 @@
+// pdserve kv-calc: the KV cache memory math for any config.json (GQA-aware).
+#include <cmath>
+#include <cstdio>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "common/base/file_util.h"
+#include "common/base/strings.h"
+#include "common/model/model_config.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve::cli {
+
+int KvCalcCommand(int argc, char** argv) {
+  const char* cmd = "kv-calc";
+  std::string model, config_path, kv_dtype, format = "text";
+  int64_t seq_len = 0, batch = 1, block_size = 16;
+  double memory_gib = 0;
+  FlagSet flags("kv-calc", "Prints KV cache bytes per token and what fits in a memory budget.");
+  flags.String("model", &model, "model directory (reads its config.json)");
+  flags.String("config", &config_path, "a config.json file");
+  flags.Int("seq-len", &seq_len, "tokens per sequence (0: max_position_embeddings)");
+  flags.Int("batch", &batch, "sequences");
+  flags.String("kv-dtype", &kv_dtype, "f32, bf16, f16 or int8 (default: the model's dtype)");
+  flags.Double("memory-gib", &memory_gib, "KV memory budget in GiB (0: skip the fit)");
+  flags.Int("block-size", &block_size, "block size (int8 keeps one scale per block and head)");
+  flags.String("format", &format, "text or json");
+  int code;
+  if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
+  if (model.empty() == config_path.empty()) {
+    return ReportError(cmd, absl::InvalidArgumentError("give exactly one of --model or --config"),
+                       kExitUsage);
+  }
+  if (format != "text" && format != "json") {
+    return ReportError(cmd, absl::InvalidArgumentError("--format: text or json"), kExitUsage);
+  }
+  if (batch < 1 || seq_len < 0 || memory_gib < 0 || block_size < 1) {
+    return ReportError(cmd, absl::InvalidArgumentError(
+                                "--batch and --block-size must be positive, --seq-len and "
+                                "--memory-gib non-negative"),
+                       kExitUsage);
+  }
+  auto config = ModelConfig::FromFile(config_path.empty() ? JoinPath(model, "config.json")
+                                                          : config_path);
+  if (!config.ok()) return ReportError(cmd, config.status());
+  const ModelConfig& c = *config;
+  if (kv_dtype.empty()) {
+    kv_dtype = c.torch_dtype == "float32" ? "f32" : c.torch_dtype == "float16" ? "f16" : "bf16";
+  }
+  int64_t elem = 0;
+  if (kv_dtype == "f32") elem = 4;
+  if (kv_dtype == "bf16" || kv_dtype == "f16") elem = 2;
+  if (kv_dtype == "int8") elem = 1;
+  if (elem == 0) {
+    return ReportError(cmd, absl::InvalidArgumentError(
+                                Str("--kv-dtype: '", kv_dtype, "' is not f32, bf16, f16 or int8")),
+                       kExitUsage);
+  }
+  if (seq_len == 0) seq_len = c.max_position_embeddings;
+  // K and V, every layer, every KV head (not attention head: GQA/MQA shrink this).
+  const int64_t bytes_per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * elem;
+  const int64_t tokens = batch * seq_len;
+  const int64_t total_bytes = tokens * bytes_per_token;
+  // int8 pools keep an f32 scale per (layer, block, K|V, kv head).
+  const int64_t scale_bytes_per_block = kv_dtype == "int8" ? 2 * c.num_layers * c.num_kv_heads * 4 : 0;
+  const int64_t blocks_per_seq = (seq_len + block_size - 1) / block_size;
+  const int64_t total_scale_bytes = batch * blocks_per_seq * scale_bytes_per_block;
+  nlohmann::json max_tokens = nullptr, max_sequences = nullptr;
+  if (memory_gib > 0) {
+    const double budget = memory_gib * static_cast<double>(1ull << 30);
+    const double per_block = static_cast<double>(block_size * bytes_per_token + scale_bytes_per_block);
+    const int64_t blocks = static_cast<int64_t>(std::floor(budget / per_block));
+    const int64_t fit = scale_bytes_per_block == 0
+                            ? static_cast<int64_t>(std::floor(budget / bytes_per_token))
+                            : blocks * block_size;
+    max_tokens = fit;
+    max_sequences = fit / seq_len;
+  }
+  if (format == "json") {
+    nlohmann::ordered_json j;
+    j["architecture"] = c.architecture;
+    j["num_layers"] = c.num_layers;
+    j["num_kv_heads"] = c.num_kv_heads;
+    j["head_dim"] = c.head_dim;
+    j["kv_dtype"] = kv_dtype;
+    j["seq_len"] = seq_len;
+    j["batch"] = batch;
+    j["bytes_per_token"] = bytes_per_token;
+    j["total_bytes"] = total_bytes;
+    j["scale_bytes"] = total_scale_bytes;
+    j["max_tokens"] = max_tokens;
+    j["max_sequences"] = max_sequences;
+    std::printf("%s\n", j.dump().c_str());
+    return kExitOk;
+  }
+  std::printf("%s: %lld layers x %lld KV heads x head_dim %lld x 2 (K,V) x %lld bytes (%s)\n",
+              c.architecture.c_str(), static_cast<long long>(c.num_layers),
+              static_cast<long long>(c.num_kv_heads), static_cast<long long>(c.head_dim),
+              static_cast<long long>(elem), kv_dtype.c_str());
+  std::printf("bytes per token:   %lld (%.1f KiB)%s\n", static_cast<long long>(bytes_per_token),
+              bytes_per_token / 1024.0,
+              c.num_kv_heads < c.num_heads
+                  ? Str(" -- GQA saves ", c.num_heads / c.num_kv_heads, "x").c_str()
+                  : "");
+  std::printf("batch %lld x %lld tokens: %lld bytes (%.2f GiB)\n", static_cast<long long>(batch),
+              static_cast<long long>(seq_len), static_cast<long long>(total_bytes),
+              total_bytes / static_cast<double>(1ull << 30));
+  if (total_scale_bytes > 0) {
+    std::printf("int8 scales:        %lld bytes more\n", static_cast<long long>(total_scale_bytes));
+  }
+  if (memory_gib > 0) {
+    std::printf("%.2f GiB holds:     %lld tokens = %lld sequences of %lld\n", memory_gib,
+                static_cast<long long>(max_tokens.get<int64_t>()),
+                static_cast<long long>(max_sequences.get<int64_t>()),
+                static_cast<long long>(seq_len));
+  }
+  return kExitOk;
+}
+
+}  // namespace pdserve::cli

@@ -1,0 +1,66 @@
+// pdserve: one binary, one subcommand per job (like `vllm serve`). Flags are parsed in cli/ only.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cli/commands.h"
+
+extern "C" char* openblas_get_corename();
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: pdserve <command> [flags]\n"
+    "\n"
+    "commands:\n"
+    "  generate      generate a completion for one prompt on the local CPU engine\n"
+    "  make-model    write a random model in the Hugging Face layout\n"
+    "  kv-calc       KV cache memory math for a config.json\n"
+    "  bench-engine  engine throughput against this machine's bandwidth and sgemm rate\n"
+    "\n"
+    "`pdserve <command> --help` lists a command's flags.\n";
+
+// Debian 12's OpenBLAS 0.3.21 does not know CPUs newer than it (Sapphire Rapids, Zen 4) and falls
+// back to its generic "Prescott" kernels, 3-4x slower. The core type is read when the library
+// loads, so the only fix from inside is to set it and start again.
+void FixOpenBlasCoreType(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  if (std::strcmp(openblas_get_corename(), "Prescott") != 0) return;
+  const char* core = nullptr;
+  if (__builtin_cpu_supports("avx512f")) {
+    core = "SkylakeX";
+  } else if (__builtin_cpu_supports("avx2")) {
+    core = "Haswell";
+  }
+  if (core == nullptr) return;
+  setenv("OPENBLAS_CORETYPE", core, 1);
+  execv("/proc/self/exe", argv);  // Returns only on failure: then carry on as we are.
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FixOpenBlasCoreType(argv);
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    std::printf("pdserve %s\n", PDSERVE_VERSION);
+    return 0;
+  }
+  const std::string command = argv[1];
+  int sub_argc = argc - 2;
+  char** sub_argv = argv + 2;
+  using namespace pdserve::cli;
+  if (command == "generate") return GenerateCommand(sub_argc, sub_argv);
+  if (command == "make-model") return MakeModelCommand(sub_argc, sub_argv);
+  if (command == "kv-calc") return KvCalcCommand(sub_argc, sub_argv);
+  if (command == "bench-engine") return BenchEngineCommand(sub_argc, sub_argv);
+  std::fprintf(stderr, "pdserve: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return 2;
+}

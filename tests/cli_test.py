@@ -1,0 +1,233 @@
+"""End-to-end checks of the pdserve binary as a user runs it: kv-calc against the formula,
+generate's JSON contract and determinism, and every bad input ending in a clear error.
+
+Run: /usr/bin/python3 tests/cli_test.py --pdserve build/pdserve
+"""
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+PDSERVE = None
+WORKDIR = None
+
+
+def pdserve(*args, env=None):
+    return subprocess.run([PDSERVE, *map(str, args)], capture_output=True, text=True, env=env)
+
+
+def ok(*args):
+    p = pdserve(*args)
+    if p.returncode != 0:
+        raise AssertionError(f"pdserve {' '.join(map(str, args))}: {p.stderr}")
+    return p.stdout
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f)
+
+
+LLAMA_31_8B = {
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+QWEN3_8B = {
+    "architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
+    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 151936, "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}
+
+
+class KvCalcTest(unittest.TestCase):
+    def calc(self, config, *flags):
+        path = os.path.join(WORKDIR, "config.json")
+        write_json(path, config)
+        return json.loads(ok("kv-calc", "--config", path, "--format", "json", *flags))
+
+    def test_llama_31_8b(self):
+        out = self.calc(LLAMA_31_8B, "--seq-len", "8192", "--batch", "4", "--memory-gib", "16")
+        bpt = 2 * 32 * 8 * 128 * 2  # K and V x layers x kv heads x head_dim x bf16
+        self.assertEqual(out["bytes_per_token"], bpt)
+        self.assertEqual(out["total_bytes"], 4 * 8192 * bpt)
+        self.assertEqual(out["max_tokens"], 16 * 2**30 // bpt)
+
+    def test_dtypes_and_defaults(self):
+        out = self.calc(QWEN3_8B, "--kv-dtype", "f32")
+        self.assertEqual(out["bytes_per_token"], 2 * 36 * 8 * 128 * 4)
+        self.assertEqual(out["seq_len"], 40960)
+        self.assertIsNone(out["max_tokens"])
+        int8 = self.calc(QWEN3_8B, "--kv-dtype", "int8", "--memory-gib", "1", "--seq-len", "1000")
+        self.assertEqual(int8["bytes_per_token"], 2 * 36 * 8 * 128)
+        per_block = 16 * int8["bytes_per_token"] + 2 * 36 * 8 * 4
+        self.assertEqual(int8["max_tokens"], (2**30 // per_block) * 16)
+
+    def test_text_mode_and_errors(self):
+        path = os.path.join(WORKDIR, "config.json")
+        write_json(path, LLAMA_31_8B)
+        text = ok("kv-calc", "--config", path, "--memory-gib", "8")
+        self.assertIn("131072", text)
+        bad = pdserve("kv-calc", "--config", path, "--kv-dtype", "fp8")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--kv-dtype", bad.stderr)
+        both = pdserve("kv-calc")
+        self.assertEqual(both.returncode, 2)
+
+
+class GenerateTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = os.path.join(WORKDIR, "model")
+        ok("make-model", cls.model, "--arch", "qwen2", "--vocab", "600", "--seed", "2")
+
+    def generate(self, *flags):
+        return json.loads(ok("generate", "--model", self.model, "--format", "json",
+                             "--kv-cache-gib", "0.05", *flags))
+
+    def test_json_contract(self):
+        out = self.generate("--prompt", "The quick brown fox", "--max-tokens", "7", "--logprobs", "3",
+                            "--temperature", "0", "--ignore-eos")
+        self.assertEqual(len(out["token_ids"]), 7)
+        self.assertEqual(len(out["logprobs"]), 7)
+        self.assertEqual(len(out["top_logprobs"]), 7)
+        self.assertEqual(out["finish_reason"], "length")
+        self.assertEqual(out["usage"]["completion_tokens"], 7)
+        # Greedy: the chosen token is the top alternative and its logprob matches.
+        for i, step in enumerate(out["top_logprobs"]):
+            self.assertEqual(step[0]["token_id"], out["token_ids"][i])
+            self.assertAlmostEqual(step[0]["logprob"], out["logprobs"][i], places=6)
+            self.assertLessEqual(out["logprobs"][i], 0.0)
+        self.assertGreater(out["timing"]["ttft_ms"], 0)
+        self.assertIsInstance(out["text"], str)
+
+    def test_prompt_text_encodes_with_bos(self):
+        ids = self.generate("--prompt", "the server", "--max-tokens", "1")
+        raw = self.generate("--prompt", "the server", "--max-tokens", "1", "--no-add-special-tokens")
+        self.assertEqual(ids["usage"]["prompt_tokens"], raw["usage"]["prompt_tokens"] + 1)
+
+    def test_seeded_sampling_is_reproducible(self):
+        a = self.generate("--prompt-ids", "5,6,7,8", "--max-tokens", "12", "--seed", "99",
+                          "--temperature", "0.9", "--top-p", "0.95", "--ignore-eos")
+        b = self.generate("--prompt-ids", "5,6,7,8", "--max-tokens", "12", "--seed", "99",
+                          "--temperature", "0.9", "--top-p", "0.95", "--ignore-eos", "--threads", "1")
+        self.assertEqual(a["token_ids"], b["token_ids"])
+        self.assertEqual(a["logprobs"], b["logprobs"])  # Bitwise, through JSON's round trip.
+
+    def test_bad_requests(self):
+        bad_id = pdserve("generate", "--model", self.model, "--prompt-ids", "1,600")
+        self.assertEqual(bad_id.returncode, 1)
+        self.assertIn("600", bad_id.stderr)
+        both = pdserve("generate", "--model", self.model, "--prompt", "x", "--prompt-ids", "1")
+        self.assertEqual(both.returncode, 2)
+        unknown = pdserve("generate", "--model", self.model, "--prompt", "x", "--tempurature", "1")
+        self.assertEqual(unknown.returncode, 2)
+        self.assertIn("--tempurature", unknown.stderr)
+        top_p = pdserve("generate", "--model", self.model, "--prompt", "x", "--top-p", "0")
+        self.assertNotEqual(top_p.returncode, 0)
+        self.assertIn("top_p", top_p.stderr)
+        invalid_utf8 = subprocess.run([PDSERVE, "generate", "--model", self.model, "--prompt",
+                                       b"ok\xff".decode("latin-1").encode("latin-1")],
+                                      capture_output=True)
+        self.assertEqual(invalid_utf8.returncode, 1)
+        self.assertIn(b"UTF-8", invalid_utf8.stderr)
+
+
+class BadModelTest(unittest.TestCase):
+    """Every bad model input ends in an error naming the file and the tensor, never a crash."""
+
+    def fresh(self, name, *flags):
+        d = os.path.join(WORKDIR, name)
+        shutil.rmtree(d, ignore_errors=True)
+        ok("make-model", d, "--vocab", "300", *flags)
+        return d
+
+    def expect_error(self, model, *needles):
+        p = pdserve("generate", "--model", model, "--prompt-ids", "1,2", "--max-tokens", "1")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("Segmentation", p.stderr)
+        for n in needles:
+            self.assertIn(n, p.stderr)
+
+    def rewrite_header(self, path, edit):
+        with open(path, "rb") as f:
+            data = f.read()
+        (n,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8:8 + n])
+        edit(header)
+        text = json.dumps(header).encode()
+        text += b" " * ((8 - len(text) % 8) % 8)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+
+    def test_truncated(self):
+        d = self.fresh("truncated")
+        path = os.path.join(d, "model.safetensors")
+        os.truncate(path, os.path.getsize(path) - 64)
+        self.expect_error(d, "model.safetensors", "truncated")
+
+    def test_corrupt_header(self):
+        d = self.fresh("corrupt")
+        path = os.path.join(d, "model.safetensors")
+        with open(path, "r+b") as f:
+            f.seek(8)
+            f.write(b"#garbage")
+        self.expect_error(d, "model.safetensors", "header")
+
+    def test_missing_tensor(self):
+        d = self.fresh("missing")
+        self.rewrite_header(os.path.join(d, "model.safetensors"),
+                            lambda h: h.pop("model.layers.1.self_attn.o_proj.weight"))
+        self.expect_error(d, "model.layers.1.self_attn.o_proj.weight", "model.safetensors")
+
+    def test_wrong_shape(self):
+        d = self.fresh("shape")
+
+        def edit(h):
+            h["model.norm.weight"]["shape"] = [32, 2]
+        self.rewrite_header(os.path.join(d, "model.safetensors"), edit)
+        self.expect_error(d, "model.norm.weight", "[32, 2]", "[64]")
+
+    def test_unsupported_dtype(self):
+        d = self.fresh("dtype")
+
+        def edit(h):
+            h["model.norm.weight"]["dtype"] = "I32"
+        self.rewrite_header(os.path.join(d, "model.safetensors"), edit)
+        self.expect_error(d, "model.norm.weight", "I32")
+
+    def test_unknown_architecture(self):
+        d = self.fresh("arch")
+        cfg_path = os.path.join(d, "config.json")
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        cfg["architectures"] = ["FalconForCausalLM"]
+        write_json(cfg_path, cfg)
+        self.expect_error(d, "config.json", "FalconForCausalLM")
+
+    def test_missing_shard(self):
+        d = self.fresh("shard", "--shards", "2")
+        os.remove(os.path.join(d, "model-00002-of-00002.safetensors"))
+        self.expect_error(d, "model-00002-of-00002.safetensors")
+
+    def test_not_a_model_dir(self):
+        self.expect_error(os.path.join(WORKDIR, "nowhere"), "nowhere")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pdserve", required=True)
+    args, rest = parser.parse_known_args()
+    PDSERVE = os.path.abspath(args.pdserve)
+    WORKDIR = tempfile.mkdtemp(prefix="pdserve_cli_test_")
+    try:
+        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    finally:
+        shutil.rmtree(WORKDIR, ignore_errors=True)

@@ -1,0 +1,185 @@
+"""An independent float64 implementation of the Hugging Face decoder forward pass.
+
+Written from the transformers modeling code of Llama, Mistral, Qwen2 and Qwen3 (not from
+pdserve's C++), in numpy, without a KV cache: every call recomputes the whole sequence. It is
+the yardstick for tests/reference/test_parity.py.
+"""
+
+import json
+import math
+import os
+import struct
+
+import numpy as np
+
+
+def _read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (header_len,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + header_len])
+    base = 8 + header_len
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = data[base + begin:base + end]
+        shape = info["shape"]
+        dtype = info["dtype"]
+        if dtype == "F32":
+            arr = np.frombuffer(raw, dtype="<f4")
+        elif dtype == "F16":
+            arr = np.frombuffer(raw, dtype="<f2")
+        elif dtype == "BF16":
+            bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+            arr = bits.view(np.float32)
+        else:
+            raise ValueError(f"{path}: tensor {name} has unsupported dtype {dtype}")
+        tensors[name] = arr.astype(np.float64).reshape(shape)
+    return tensors
+
+
+def load_weights(model_dir):
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        tensors = {}
+        for shard in sorted(set(weight_map.values())):
+            tensors.update(_read_safetensors(os.path.join(model_dir, shard)))
+        return tensors
+    return _read_safetensors(os.path.join(model_dir, "model.safetensors"))
+
+
+class Config:
+    def __init__(self, model_dir):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            c = json.load(f)
+        self.arch = c["architectures"][0]
+        self.hidden = c["hidden_size"]
+        self.layers = c["num_hidden_layers"]
+        self.heads = c["num_attention_heads"]
+        self.kv_heads = c.get("num_key_value_heads") or self.heads
+        default_hd = 128 if self.arch == "Qwen3ForCausalLM" else self.hidden // self.heads
+        self.head_dim = c.get("head_dim") or default_hd
+        self.eps = c.get("rms_norm_eps", 1e-6)
+        self.theta = c.get("rope_theta", 10000.0)
+        self.rope_scaling = c.get("rope_scaling")
+        self.tie = c.get("tie_word_embeddings", False)
+        self.qkv_bias = self.arch == "Qwen2ForCausalLM" or (
+            self.arch in ("LlamaForCausalLM", "Qwen3ForCausalLM") and c.get("attention_bias", False))
+        self.o_bias = self.arch in ("LlamaForCausalLM", "Qwen3ForCausalLM") and c.get("attention_bias", False)
+        self.mlp_bias = self.arch == "LlamaForCausalLM" and c.get("mlp_bias", False)
+        self.qk_norm = self.arch == "Qwen3ForCausalLM"
+        self.window = None
+        if self.arch == "MistralForCausalLM":
+            self.window = c["sliding_window"] if "sliding_window" in c else 4096
+
+
+def inv_frequencies(cfg):
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    rs = cfg.rope_scaling
+    if not rs:
+        return inv
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind == "linear":
+        return inv / rs["factor"]
+    if kind == "llama3":
+        factor = rs["factor"]
+        low = rs["low_freq_factor"]
+        high = rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        low_wavelen = old / low
+        high_wavelen = old / high
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        return np.where(medium, smoothed, scaled)
+    if kind in (None, "default"):
+        return inv
+    raise ValueError(f"rope type {kind}")
+
+
+def rms_norm(x, w, eps):
+    return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def bf16_round(a):
+    """Round float64 values to bfloat16 (through float32, nearest even), as a bf16 KV pool does."""
+    f = np.asarray(a, dtype=np.float32)
+    bits = f.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def forward(cfg, w, tokens, kv_bf16=False):
+    """Logits [len(tokens), vocab] in float64."""
+    tokens = np.asarray(tokens)
+    t = len(tokens)
+    nh, nkv, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
+    x = w["model.embed_tokens.weight"][tokens]
+    pos = np.arange(t, dtype=np.float64)
+    freqs = np.outer(pos, inv_frequencies(cfg))
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+    causal = np.tril(np.ones((t, t), dtype=bool))
+    if cfg.window is not None:
+        # Mistral: query at p sees keys j with p - j < window.
+        causal &= ~np.tril(np.ones((t, t), dtype=bool), k=-cfg.window)
+    for i in range(cfg.layers):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], cfg.eps)
+        q = h @ w[p + "self_attn.q_proj.weight"].T
+        k = h @ w[p + "self_attn.k_proj.weight"].T
+        v = h @ w[p + "self_attn.v_proj.weight"].T
+        if cfg.qkv_bias:
+            q = q + w[p + "self_attn.q_proj.bias"]
+            k = k + w[p + "self_attn.k_proj.bias"]
+            v = v + w[p + "self_attn.v_proj.bias"]
+        q = q.reshape(t, nh, hd)
+        k = k.reshape(t, nkv, hd)
+        v = v.reshape(t, nkv, hd)
+        if cfg.qk_norm:
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], cfg.eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], cfg.eps)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if kv_bf16:
+            k = bf16_round(k)
+            v = bf16_round(v)
+        group = nh // nkv
+        k = np.repeat(k, group, axis=1)  # transformers' repeat_kv: head h uses kv head h // group
+        v = np.repeat(v, group, axis=1)
+        scores = np.einsum("thd,shd->hts", q, k) / math.sqrt(hd)
+        scores = np.where(causal[None], scores, -np.inf)
+        scores = scores - scores.max(axis=-1, keepdims=True)
+        probs = np.exp(scores)
+        probs /= probs.sum(axis=-1, keepdims=True)
+        attn = np.einsum("hts,shd->thd", probs, v).reshape(t, nh * hd)
+        o = attn @ w[p + "self_attn.o_proj.weight"].T
+        if cfg.o_bias:
+            o = o + w[p + "self_attn.o_proj.bias"]
+        x = x + o
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.eps)
+        gate = h @ w[p + "mlp.gate_proj.weight"].T
+        up = h @ w[p + "mlp.up_proj.weight"].T
+        if cfg.mlp_bias:
+            gate = gate + w[p + "mlp.gate_proj.bias"]
+            up = up + w[p + "mlp.up_proj.bias"]
+        act = gate / (1.0 + np.exp(-gate)) * up
+        down = act @ w[p + "mlp.down_proj.weight"].T
+        if cfg.mlp_bias:
+            down = down + w[p + "mlp.down_proj.bias"]
+        x = x + down
+    x = rms_norm(x, w["model.norm.weight"], cfg.eps)
+    head = w["model.embed_tokens.weight"] if cfg.tie and "lm_head.weight" not in w else w["lm_head.weight"]
+    return x @ head.T
