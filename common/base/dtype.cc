@@ -4,15 +4,6 @@
 
 namespace pdserve {
 
-size_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-  }
-  return 0;
-}
-
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "f32";

@@ -14,7 +14,7 @@ namespace pdserve {
 
 enum class DType { kF32, kBF16, kF16 };
 
-size_t DTypeSize(DType dtype);
+inline size_t DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 // "f32", "bf16", "f16" (the spelling our flags use).
 std::string_view DTypeName(DType dtype);
 // Accepts our spellings and safetensors' ("F32", "BF16", "F16") and torch's ("float32",

@@ -51,7 +51,15 @@ void ThreadPool::Run(absl::FunctionRef<void(int)> fn) {
     if (sleepers_ > 0) cv_.notify_all();
   }
   fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) CpuRelax();
+  // Spin briefly (workers finish within microseconds of us when the split is even), then yield
+  // so an oversubscribed machine still lets the stragglers run.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 4096) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 

@@ -203,12 +203,13 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   });
 
   // Every row's KV is stored before any row attends (a chunk attends to its own earlier rows).
+  // Items (row, head) are dealt round-robin: a prefill chunk's later rows attend to more keys, so
+  // contiguous ranges would leave one thread with most of the work.
   const int64_t items = rows * c.num_heads;
   const int threads = pool_threads_.num_threads();
   pool_threads_.Run([&](int t) {
-    const int64_t begin = items * t / threads, end = items * (t + 1) / threads;
     float* scratch = &attn_scratch_[static_cast<size_t>(t) * options_.max_model_len];
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = t; i < items; i += threads) {
       const int64_t r = i / c.num_heads, h = i % c.num_heads;
       const SequenceChunk& chunk = batch.sequences[rows_[r].seq];
       kernels::PagedAttention(view, chunk.block_table.data(), rows_[r].position, c.sliding_window,

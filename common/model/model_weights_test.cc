@@ -41,7 +41,9 @@ TEST(ModelWeightsTest, LoadsEveryFamilyAndDtypeSharded) {
         EXPECT_EQ((*w)->lm_head().dtype, dtype);
         EXPECT_EQ((*w)->layer(1).q_bias.empty(), arch != "qwen2");
         EXPECT_EQ((*w)->layer(0).q_norm.empty(), arch != "qwen3");
-        if (spec.tie_embeddings) EXPECT_EQ((*w)->lm_head().data, (*w)->embed_tokens().data);
+        if (spec.tie_embeddings) {
+          EXPECT_EQ((*w)->lm_head().data, (*w)->embed_tokens().data);
+        }
       }
     }
   }

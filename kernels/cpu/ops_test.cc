@@ -30,6 +30,27 @@ TEST(OpsTest, ExpIsAccurateAndVectorEqualsScalar) {
   EXPECT_LT(ExpScalar(-1000.0f), 1e-37f);
 }
 
+#if PDSERVE_AVX2
+// The transposed reduction must give each lane exactly HorizontalSum's bits, or attention scores
+// would depend on whether a key fell in a group of 8 or in the tail.
+TEST(OpsTest, HorizontalSum8x8IsBitIdenticalToHorizontalSum) {
+  SplitMix64 rng(12);
+  alignas(32) float lanes[8][8], out[8];
+  for (int trial = 0; trial < 20000; ++trial) {
+    __m256 v[8];
+    for (int i = 0; i < 8; ++i) {
+      for (int l = 0; l < 8; ++l) {
+        // Wide magnitude range so that association order matters.
+        lanes[i][l] = static_cast<float>(rng.Normal() * std::pow(10.0, rng.Uniform() * 12 - 6));
+      }
+      v[i] = _mm256_load_ps(lanes[i]);
+    }
+    _mm256_store_ps(out, HorizontalSum8x8(v));
+    for (int i = 0; i < 8; ++i) ASSERT_EQ(out[i], HorizontalSum(v[i])) << trial << " " << i;
+  }
+}
+#endif
+
 TEST(OpsTest, RmsNormMatchesDouble) {
   SplitMix64 rng(6);
   const int64_t n = 77;

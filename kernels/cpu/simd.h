@@ -31,7 +31,9 @@ inline __m256 Load8F16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// Fixed-order horizontal sum: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+// Fixed-order horizontal sum: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). Every reduction of an
+// 8-lane accumulator in the kernels uses exactly this tree (HorizontalSum8x8 below too), which is
+// what keeps results independent of how keys or rows are grouped.
 inline float HorizontalSum(__m256 v) {
   const __m128 lo = _mm256_castps256_ps128(v);
   const __m128 hi = _mm256_extractf128_ps(v, 1);
@@ -39,6 +41,25 @@ inline float HorizontalSum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));   // (.. + l2+l6, .. + l3+l7)
   s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
   return _mm_cvtss_f32(s);
+}
+
+// The 8 horizontal sums of v[0..7] in one vector, each bit-identical to HorizontalSum(v[i]).
+// Cost: 8 permutes + 10 adds/shuffles instead of 8 separate reductions.
+inline __m256 HorizontalSum8x8(const __m256* v) {
+  auto halves = [](__m256 a, __m256 b) {  // [lo(a)+hi(a) | lo(b)+hi(b)]
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+  };
+  const __m256 w01 = halves(v[0], v[1]), w23 = halves(v[2], v[3]);
+  const __m256 w45 = halves(v[4], v[5]), w67 = halves(v[6], v[7]);
+  // z: per 128-bit half, (a[0]+a[2], a[1]+a[3]) for two of the vectors.
+  const __m256 z0 = _mm256_add_ps(_mm256_shuffle_ps(w01, w23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 z1 = _mm256_add_ps(_mm256_shuffle_ps(w45, w67, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(w45, w67, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(z0, z1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(z0, z1, _MM_SHUFFLE(3, 1, 3, 1)));
+  // r = [s0 s2 s4 s6 | s1 s3 s5 s7]
+  return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 inline float HorizontalMax(__m256 v) {
