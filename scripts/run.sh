@@ -14,7 +14,7 @@ fi
 MODEL=models/demo
 if [ ! -f "$MODEL/config.json" ]; then
   "$BUILD_DIR/pdserve" make-model "$MODEL" --arch llama --layers 4 --hidden 256 --heads 8 \
-    --kv-heads 2 --intermediate 768 --vocab 2048 --dtype bf16 --seed 1 >&2
+    --kv-heads 2 --intermediate 768 --vocab 768 --dtype bf16 --seed 1 >&2
 fi
 echo "pdserve generate on $MODEL (random weights: the text is gibberish, the tokens are real)" >&2
 exec "$BUILD_DIR/pdserve" generate --model "$MODEL" --prompt "The quick brown fox" \

@@ -80,7 +80,7 @@ absl::StatusOr<TrainedTokenizerFiles> TrainByteLevelTokenizer(int64_t vocab_size
       for (size_t i = 0; i + 1 < symbols.size(); ++i) pair_counts[{symbols[i], symbols[i + 1]}] += count;
     }
     const Pair* best = nullptr;
-    int64_t best_count = 1;  // A pair must occur at least twice to be worth a merge.
+    int64_t best_count = 0;
     for (const auto& [pair, count] : pair_counts) {
       if (count > best_count) {
         best = &pair;
