@@ -9,47 +9,6 @@
 namespace pdserve::kernels {
 namespace {
 
-float DotBf16(const float* a, const uint16_t* b, int64_t n) {
-  const int64_t n8 = n & ~int64_t{7};
-#if PDSERVE_AVX2
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n8; i += 8) {
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), Load8Bf16(b + i), acc);
-  }
-  float s = HorizontalSum(acc);
-#else
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t i = 0; i < n8; i += 8)
-    for (int l = 0; l < 8; ++l) lane[l] = std::fma(a[i + l], Bf16ToF32(b[i + l]), lane[l]);
-  float s = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-#endif
-  for (int64_t i = n8; i < n; ++i) s = std::fma(a[i], Bf16ToF32(b[i]), s);
-  return s;
-}
-
-// out[i] += p * v[i]
-inline void Axpy(float p, const float* v, int64_t n, float* out) {
-  int64_t i = 0;
-#if PDSERVE_AVX2
-  const __m256 pv = _mm256_set1_ps(p);
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
-  }
-#endif
-  for (; i < n; ++i) out[i] = std::fma(p, v[i], out[i]);
-}
-
-inline void AxpyBf16(float p, const uint16_t* v, int64_t n, float* out) {
-  int64_t i = 0;
-#if PDSERVE_AVX2
-  const __m256 pv = _mm256_set1_ps(p);
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, Load8Bf16(v + i), _mm256_loadu_ps(out + i)));
-  }
-#endif
-  for (; i < n; ++i) out[i] = std::fma(p, Bf16ToF32(v[i]), out[i]);
-}
-
 // In place: s[i] = exp(s[i] - max); returns the sum (8-lane order).
 float ExpAndSum(float* s, int64_t n, float max) {
   int64_t i = 0;
@@ -169,8 +128,8 @@ void PagedAttention(const KvPagesView& view, const int32_t* block_table, int64_t
     for (; j < n; ++j) {
       const int64_t p = start + j;
       const uint8_t* key = view.Key(block_table[p / bs], kvh, p % bs);
-      scratch[j] = (f32 ? Dot(qh, reinterpret_cast<const float*>(key), d)
-                        : DotBf16(qh, reinterpret_cast<const uint16_t*>(key), d)) * scale;
+      scratch[j] = (f32 ? DotF32(qh, reinterpret_cast<const float*>(key), d)
+                        : DotF32(qh, reinterpret_cast<const uint16_t*>(key), d)) * scale;
     }
     float max = -INFINITY;
     for (int64_t i = 0; i < n; ++i) max = std::max(max, scratch[i]);
@@ -187,9 +146,9 @@ void PagedAttention(const KvPagesView& view, const int32_t* block_table, int64_t
         const uint8_t* value = view.Value(block_table[p / bs], kvh, p % bs) +
                                d0 * DTypeSize(view.dtype);
         if (f32) {
-          Axpy(scratch[i], reinterpret_cast<const float*>(value), d - d0, oh + d0);
+          AxpyF32(scratch[i], reinterpret_cast<const float*>(value), d - d0, oh + d0);
         } else {
-          AxpyBf16(scratch[i], reinterpret_cast<const uint16_t*>(value), d - d0, oh + d0);
+          AxpyF32(scratch[i], reinterpret_cast<const uint16_t*>(value), d - d0, oh + d0);
         }
       }
     }

@@ -7,23 +7,7 @@
 
 namespace pdserve::kernels {
 
-float Dot(const float* a, const float* b, int64_t n) {
-  const int64_t n8 = n & ~int64_t{7};
-#if PDSERVE_AVX2
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n8; i += 8) {
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  }
-  float s = HorizontalSum(acc);
-#else
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t i = 0; i < n8; i += 8)
-    for (int l = 0; l < 8; ++l) lane[l] = std::fma(a[i + l], b[i + l], lane[l]);
-  float s = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-#endif
-  for (int64_t i = n8; i < n; ++i) s = std::fma(a[i], b[i], s);
-  return s;
-}
+float Dot(const float* a, const float* b, int64_t n) { return DotF32(a, b, n); }
 
 void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out) {
   const float mean_sq = Dot(x, x, n) / static_cast<float>(n);
