@@ -9,6 +9,8 @@ int MakeModelCommand(int argc, char** argv);
 int GenerateCommand(int argc, char** argv);
 int KvCalcCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);
+int TokenizeCommand(int argc, char** argv);
+int DetokenizeCommand(int argc, char** argv);
 
 }  // namespace pdserve::cli
 

@@ -18,6 +18,8 @@ constexpr char kUsage[] =
     "commands:\n"
     "  generate      generate a completion for one prompt on the local CPU engine\n"
     "  make-model    write a random model in the Hugging Face layout\n"
+    "  tokenize      encode text with a model's tokenizer.json\n"
+    "  detokenize    decode token ids (optionally as a stream)\n"
     "  kv-calc       KV cache memory math for a config.json\n"
     "  bench-engine  engine throughput against this machine's bandwidth and sgemm rate\n"
     "\n"
@@ -60,6 +62,8 @@ int main(int argc, char** argv) {
   if (command == "generate") return GenerateCommand(sub_argc, sub_argv);
   if (command == "make-model") return MakeModelCommand(sub_argc, sub_argv);
   if (command == "kv-calc") return KvCalcCommand(sub_argc, sub_argv);
+  if (command == "tokenize") return TokenizeCommand(sub_argc, sub_argv);
+  if (command == "detokenize") return DetokenizeCommand(sub_argc, sub_argv);
   if (command == "bench-engine") return BenchEngineCommand(sub_argc, sub_argv);
   std::fprintf(stderr, "pdserve: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;

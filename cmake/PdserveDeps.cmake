@@ -8,6 +8,7 @@ find_package(OpenBLAS CONFIG REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET re2)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 
 # OpenBLAS' config gives variables, not a target: wrap them once.
 add_library(pdserve_openblas INTERFACE)

@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libre2-dev libopenblas-dev libxxhash-dev libcpp-httplib-dev
+  nlohmann-json3-dev libre2-dev libopenblas-dev libxxhash-dev libcpp-httplib-dev libicu-dev
   python3 python3-numpy
 )
 
@@ -17,6 +17,10 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+# Node.js and npm run the tokenizer oracle (tests/tokenizer); any install that provides them will do.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -1,10 +1,17 @@
 // A Hugging Face tokenizer.json (+ tokenizer_config.json): text <-> token ids.
 //
-// Supported now: the BPE model with the ByteLevel pre-tokenizer/decoder (GPT-2, Llama 3, Qwen),
-// Split pre-tokenizers with the model's own regex, added/special tokens, TemplateProcessing.
-// Anything else is refused at load time with an error naming the unsupported component.
+// Pipeline, as Hugging Face tokenizers runs it: added tokens are split out of the raw text first
+// (longest match at the leftmost position); each remaining section goes through the normalizer,
+// the pre-tokenizer and the BPE model; the post-processor (TemplateProcessing) adds BOS/EOS when
+// add_special_tokens is set. Decoding maps ids to token strings (dropping special tokens on
+// request) and runs the decoder chain.
 //
-// Immutable after load; Encode/Decode are thread-safe.
+// Families covered: byte-level BPE (GPT-2, Llama 3, Qwen2/3: ByteLevel + the model's Split regex,
+// NFC) and SentencePiece-style BPE (Llama 2, Mistral, Gemma: Prepend/Replace normalizers or
+// Metaspace, byte fallback, ByteFallback/Fuse/Strip decoders). Anything else is refused at load
+// time with an error naming the unsupported component.
+//
+// Immutable after load; Encode and Decode are thread-safe.
 #ifndef PDSERVE_COMMON_TOKENIZER_TOKENIZER_H_
 #define PDSERVE_COMMON_TOKENIZER_TOKENIZER_H_
 
@@ -19,6 +26,13 @@
 #include "absl/types/span.h"
 
 namespace pdserve {
+
+struct DecodeOptions {
+  bool skip_special_tokens = false;
+  // Hugging Face's clean_up_tokenization_spaces (" ." -> "." and friends); unset: the value in
+  // tokenizer_config.json (false when absent).
+  std::optional<bool> clean_up_tokenization_spaces;
+};
 
 class Tokenizer {
  public:
@@ -35,7 +49,11 @@ class Tokenizer {
                                               bool add_special_tokens) const;
   // InvalidArgument naming the first id outside the vocabulary.
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
-                                     bool skip_special_tokens) const;
+                                     const DecodeOptions& options) const;
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
+                                     bool skip_special_tokens) const {
+    return Decode(ids, DecodeOptions{skip_special_tokens, std::nullopt});
+  }
 
   int32_t vocab_size() const;
   std::optional<int32_t> bos_token_id() const;

@@ -1,6 +1,7 @@
 #include "common/tokenizer/tokenizer.h"
 
 #include "common/tokenizer/bpe_trainer.h"
+#include "common/tokenizer/split_regex.h"
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -67,6 +68,75 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
   EXPECT_NE(wordpiece.status().message().find("WordPiece"), std::string::npos);
   auto not_json = Tokenizer::FromJson("{", "", "t.json");
   EXPECT_EQ(not_json.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A SentencePiece-style BPE in the Llama 2 layout, small enough to reason about by hand.
+constexpr char kSentencePieceJson[] = R"({
+  "added_tokens": [
+    {"id": 0, "content": "<unk>", "special": true},
+    {"id": 1, "content": "<s>", "special": true},
+    {"id": 2, "content": "</s>", "special": true}],
+  "normalizer": {"type": "Sequence", "normalizers": [
+    {"type": "Prepend", "prepend": "\u2581"},
+    {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+  "pre_tokenizer": null,
+  "post_processor": {"type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+    "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+  "decoder": {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+    {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+  "model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": true, "fuse_unk": true,
+    "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "<0xE4>": 3, "<0xB8>": 4, "<0xAD>": 5,
+              "\u2581": 6, "h": 7, "i": 8, "\u2581h": 9, "\u2581hi": 10},
+    "merges": ["\u2581 h", "\u2581h i"]}})";
+
+TEST(TokenizerTest, SentencePieceStyleBpe) {
+  auto tok = Tokenizer::FromJson(kSentencePieceJson, R"({"bos_token": "<s>", "eos_token": "</s>"})", "sp");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  // "hi hi" -> "▁hi▁hi"; "中" (E4 B8 AD) is not in the vocab: byte fallback.
+  EXPECT_EQ(*(*tok)->Encode("hi hi", false), (std::vector<int32_t>{10, 10}));
+  EXPECT_EQ(*(*tok)->Encode("hi中", true), (std::vector<int32_t>{1, 10, 3, 4, 5}));
+  EXPECT_EQ(*(*tok)->Decode(std::vector<int32_t>{1, 10, 3, 4, 5}, true), "hi中");
+  EXPECT_EQ(*(*tok)->Decode(std::vector<int32_t>{10, 6, 10}, false), "hi  hi");
+  // Special tokens are split out first; the text after one is a new section (Prepend again).
+  EXPECT_EQ(*(*tok)->Encode("<s>hi</s>", false), (std::vector<int32_t>{1, 10, 2}));
+}
+
+TEST(TokenizerTest, LlamaConfigFlagsDecideBosAndEos) {
+  auto tok = Tokenizer::FromJson(
+      kSentencePieceJson,
+      R"({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+          "add_bos_token": false, "add_eos_token": true})", "sp");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ(*(*tok)->Encode("hi", true), (std::vector<int32_t>{10, 2}));
+}
+
+TEST(TokenizerTest, CleanUpTokenizationSpacesFollowsTheConfig) {
+  auto files = TrainByteLevelTokenizer(600);
+  ASSERT_TRUE(files.ok());
+  auto plain = Tokenizer::FromJson(files->tokenizer_json, "{}", "t");
+  auto clean = Tokenizer::FromJson(files->tokenizer_json, R"({"clean_up_tokenization_spaces": true})", "t");
+  const std::string text = "Hello , world . I 'm here";
+  auto ids = (*plain)->Encode(text, false);
+  EXPECT_EQ(*(*plain)->Decode(*ids, false), text);
+  EXPECT_EQ(*(*clean)->Decode(*ids, false), "Hello, world. I'm here");
+  DecodeOptions off;
+  off.clean_up_tokenization_spaces = false;
+  EXPECT_EQ(*(*clean)->Decode(*ids, off), text);
+}
+
+// U+0085 (NEL) is White_Space for Hugging Face tokenizers (Oniguruma) and tiktoken, U+FEFF is
+// not; JavaScript's \s says the opposite, which is why the oracle corpus leaves both out.
+TEST(TokenizerTest, NextLineIsWhitespaceAndBomIsNot) {
+  auto nel = SplitRegex::Create(kGpt2SplitPattern);
+  ASSERT_TRUE(nel.ok());
+  const std::string a = "x\u0085\u0085y";
+  EXPECT_EQ((*nel)->FindAll(a).size(), 4u);  // "x", NEL, NEL, "y": \s+(?!\S) keeps one back.
+  const std::string b = "x \uFEFFy";
+  // " \uFEFF" is one ` ?[^\s\p{L}\p{N}]+` piece: the BOM is not whitespace.
+  EXPECT_EQ((*nel)->FindAll(b).size(), 3u);
 }
 
 }  // namespace
