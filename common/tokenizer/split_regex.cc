@@ -1,5 +1,7 @@
 #include "common/tokenizer/split_regex.h"
 
+#include <vector>
+
 #include "common/base/strings.h"
 #include "common/tokenizer/unicode.h"
 #include "re2/re2.h"
@@ -12,17 +14,31 @@ constexpr std::string_view kWhitespaceMembers =
     R"(\t\n\x{0B}\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 constexpr std::string_view kLookahead = R"(\s+(?!\S))";
 
-absl::StatusOr<std::string> Translate(std::string_view p, bool* has_lookahead) {
+// Translates to RE2 syntax. *lookahead_alternative is the index of the top-level alternative
+// that was `\s+(?!\S)` (-1 if none); *alternatives receives the translated top-level
+// alternatives.
+absl::StatusOr<std::string> Translate(std::string_view p, int* lookahead_alternative,
+                                      std::vector<std::string>* alternatives) {
   std::string out;
   bool in_class = false;
-  *has_lookahead = false;
+  int depth = 0;
+  size_t alt_start = 0;
+  *lookahead_alternative = -1;
+  auto close_alternative = [&] {
+    alternatives->push_back(out.substr(alt_start));
+    alt_start = out.size() + 1;  // After the '|' about to be appended.
+  };
   for (size_t i = 0; i < p.size(); ++i) {
     if (!in_class && p.substr(i, kLookahead.size()) == kLookahead) {
-      if (*has_lookahead) {
-        return absl::UnimplementedError("pre-tokenizer regex uses `\\s+(?!\\S)` twice");
+      const bool whole_alternative =
+          depth == 0 && out.size() == alt_start &&
+          (i + kLookahead.size() == p.size() || p[i + kLookahead.size()] == '|');
+      if (*lookahead_alternative >= 0 || !whole_alternative) {
+        return absl::UnimplementedError(
+            "pre-tokenizer regex uses `\\s+(?!\\S)` other than as one top-level alternative");
       }
-      *has_lookahead = true;
-      StrAppendTo(&out, "(?P<ws_lookahead>[", kWhitespaceMembers, "]+)");
+      *lookahead_alternative = static_cast<int>(alternatives->size());
+      StrAppendTo(&out, "[", kWhitespaceMembers, "]+");
       i += kLookahead.size() - 1;
       continue;
     }
@@ -65,9 +81,16 @@ absl::StatusOr<std::string> Translate(std::string_view p, bool* has_lookahead) {
       in_class = true;
     } else if (c == ']' && in_class) {
       in_class = false;
+    } else if (!in_class && c == '(') {
+      ++depth;
+    } else if (!in_class && c == ')') {
+      --depth;
+    } else if (!in_class && depth == 0 && c == '|') {
+      close_alternative();
     }
     out.push_back(c);
   }
+  alternatives->push_back(out.substr(alt_start));
   return out;
 }
 
@@ -76,8 +99,9 @@ absl::StatusOr<std::string> Translate(std::string_view p, bool* has_lookahead) {
 SplitRegex::~SplitRegex() = default;
 
 absl::StatusOr<std::unique_ptr<SplitRegex>> SplitRegex::Create(std::string_view pattern) {
-  bool has_lookahead = false;
-  auto translated = Translate(pattern, &has_lookahead);
+  int lookahead_alternative = -1;
+  std::vector<std::string> alternatives;
+  auto translated = Translate(pattern, &lookahead_alternative, &alternatives);
   if (!translated.ok()) return translated.status();
   std::unique_ptr<SplitRegex> s(new SplitRegex());
   s->translated_ = *translated;
@@ -87,40 +111,52 @@ absl::StatusOr<std::unique_ptr<SplitRegex>> SplitRegex::Create(std::string_view 
   s->re_ = std::make_unique<re2::RE2>(s->translated_, options);
   if (!s->re_->ok()) {
     return absl::InvalidArgumentError(Str("pre-tokenizer regex '", pattern,
-                                                   "' does not compile: ", s->re_->error()));
+                                          "' does not compile: ", s->re_->error()));
   }
-  if (has_lookahead) {
-    const auto& names = s->re_->NamedCapturingGroups();
-    s->lookahead_group_ = names.at("ws_lookahead");
+  s->has_lookahead_ = lookahead_alternative >= 0;
+  if (lookahead_alternative > 0) {
+    std::string before;
+    for (int i = 0; i < lookahead_alternative; ++i) {
+      StrAppendTo(&before, i == 0 ? "" : "|", alternatives[i]);
+    }
+    s->before_lookahead_ = std::make_unique<re2::RE2>(Str("(?:", before, ")"), options);
+    if (!s->before_lookahead_->ok()) {
+      return absl::InternalError(Str("pre-tokenizer regex '", pattern,
+                                     "': cannot split its alternatives: ",
+                                     s->before_lookahead_->error()));
+    }
   }
   return s;
 }
 
 std::vector<std::pair<size_t, size_t>> SplitRegex::FindAll(std::string_view text) const {
   std::vector<std::pair<size_t, size_t>> out;
-  const int ngroups = lookahead_group_ > 0 ? lookahead_group_ + 1 : 1;
-  std::vector<re2::StringPiece> groups(ngroups);
+  re2::StringPiece match;
   size_t pos = 0;
   const re2::StringPiece input(text.data(), text.size());
   while (pos < text.size()) {
-    if (!re_->Match(input, pos, text.size(), RE2::UNANCHORED, groups.data(), ngroups)) break;
-    size_t begin = groups[0].data() - text.data();
-    size_t end = begin + groups[0].size();
-    if (lookahead_group_ > 0 && groups[lookahead_group_].data() != nullptr && end < text.size()) {
-      // `\s+(?!\S)` cannot end right before a non-space: give the last whitespace character back.
+    if (!re_->Match(input, pos, text.size(), RE2::UNANCHORED, &match, 1)) break;
+    size_t begin = match.data() - text.data();
+    size_t end = begin + match.size();
+    if (has_lookahead_ && end < text.size() && end - begin > 1) {
+      // Is this `\s+(?!\S)` stopping right before a non-space? Then it must give its last
+      // whitespace character back -- unless an earlier alternative produced the match.
       size_t next = end;
-      const uint32_t following = NextCodePoint(text, &next);
-      if (!IsUnicodeWhitespace(following)) {
-        size_t last = begin, p = begin;
-        while (p < end) {
+      if (!IsUnicodeWhitespace(NextCodePoint(text, &next))) {
+        bool all_space = true;
+        size_t last = begin;
+        for (size_t p = begin; p < end;) {
           last = p;
-          NextCodePoint(text, &p);
+          if (!IsUnicodeWhitespace(NextCodePoint(text, &p))) {
+            all_space = false;
+            break;
+          }
         }
-        if (last > begin) {
+        if (all_space && last > begin &&
+            !(before_lookahead_ &&
+              before_lookahead_->Match(input, begin, text.size(), RE2::ANCHOR_START, nullptr, 0))) {
           end = last;
         }
-        // A single whitespace before a non-space: the original alternative fails here and the
-        // next one (`\s+` in every pattern we know) matches the same character, so keep it.
       }
     }
     if (end == begin) {  // Empty match: step one character to make progress.

@@ -4,8 +4,12 @@
 //  - `\s` in RE2 is ASCII only; in these regexes it is Unicode White_Space. It is rewritten to an
 //    explicit class.
 //  - RE2 has no look-ahead. The one look-ahead these regexes use, `\s+(?!\S)` ("a run of
-//    whitespace, but leave the last one to prefix the next word"), is matched as `\s+` in a marked
-//    group and the match is shortened by one character when a non-space follows.
+//    whitespace, but leave the last one to prefix the next word"), is matched as `\s+`; when a
+//    match is all whitespace, longer than one character and followed by a non-space, and no
+//    earlier alternative of the pattern matches at its start (so it is that alternative's), it is
+//    shortened by one character.
+// Matching asks RE2 for the whole match only, so it runs on RE2's DFA (captures would force the
+// much slower NFA).
 // Immutable after Create; thread-safe.
 #ifndef PDSERVE_COMMON_TOKENIZER_SPLIT_REGEX_H_
 #define PDSERVE_COMMON_TOKENIZER_SPLIT_REGEX_H_
@@ -38,8 +42,10 @@ class SplitRegex {
  private:
   SplitRegex() = default;
   std::unique_ptr<re2::RE2> re_;
+  // The alternatives before the emulated `\s+(?!\S)`, anchored; null when there is none.
+  std::unique_ptr<re2::RE2> before_lookahead_;
+  bool has_lookahead_ = false;
   std::string translated_;
-  int lookahead_group_ = -1;  // 1-based capture group index of the emulated `\s+(?!\S)`.
 };
 
 // The GPT-2 pre-tokenizer pattern (what ByteLevel's use_regex means).
