@@ -11,6 +11,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/engine/llm_engine.h"
+#include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -117,13 +118,32 @@ int Run(const GenerateFlags& f, const FlagSet& flags) {
   }
   std::vector<TokenOutput> tokens;
   RequestOutput last;
+  // Text mode prints as tokens arrive, through the streaming detokenizer (never a broken
+  // character), with the prompt as context so the first token decodes as it would in place.
+  std::unique_ptr<IncrementalDetokenizer> stream;
+  if (f.format == "text" && tokenizer) {
+    stream = std::make_unique<IncrementalDetokenizer>(tokenizer.get(), true, prompt);
+  }
   while ((*engine)->HasUnfinished()) {
     std::vector<RequestOutput> outs;
     if (absl::Status s = (*engine)->Step(&outs); !s.ok()) return ReportError(cmd, s);
     for (RequestOutput& o : outs) {
-      for (TokenOutput& t : o.tokens) tokens.push_back(std::move(t));
+      for (TokenOutput& t : o.tokens) {
+        if (stream) {
+          auto delta = stream->Next(t.token);
+          if (delta.ok() && !delta->empty()) {
+            std::fputs(delta->c_str(), stdout);
+            std::fflush(stdout);
+          }
+        }
+        tokens.push_back(std::move(t));
+      }
       last = std::move(o);
     }
+  }
+  if (stream) {
+    std::fputs(stream->Finish().c_str(), stdout);
+    std::fputs("\n", stdout);
   }
   if (!f.dump_logits.empty()) {
     const int64_t rows = static_cast<int64_t>(dumped.size()) / vocab;
@@ -168,9 +188,7 @@ int Run(const GenerateFlags& f, const FlagSet& flags) {
     j["timing"] = {{"ttft_ms", ttft_ms}, {"tpot_ms", tpot_ms}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    if (tokenizer) {
-      std::printf("%s\n", text.c_str());
-    } else {
+    if (!tokenizer) {
       std::string line;
       for (int32_t id : ids) StrAppendTo(&line, line.empty() ? "" : " ", id);
       std::printf("%s\n", line.c_str());

@@ -140,6 +140,60 @@ class GenerateTest(unittest.TestCase):
         self.assertIn(b"UTF-8", invalid_utf8.stderr)
 
 
+class TokenizeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = os.path.join(WORKDIR, "tok_model")
+        ok("make-model", cls.model, "--vocab", "700", "--seed", "4")
+
+    def test_round_trip_and_formats(self):
+        text = "Hello, world: 12345 héllo 世界 🎉"
+        ids = json.loads(ok("tokenize", "--tokenizer", self.model, "--text", text, "--format", "json"))["token_ids"]
+        plain = ok("tokenize", "--tokenizer", os.path.join(self.model, "tokenizer.json"), "--text", text)
+        self.assertEqual(list(map(int, plain.split())), ids)
+        back = json.loads(ok("detokenize", "--tokenizer", self.model, "--ids", ",".join(map(str, ids)),
+                             "--stream", "--format", "json"))
+        self.assertEqual(back["text"], text)
+        self.assertEqual("".join(back["stream"]), text)
+        with_bos = json.loads(ok("tokenize", "--tokenizer", self.model, "--text", text,
+                                 "--add-special-tokens", "--format", "json"))["token_ids"]
+        self.assertEqual(with_bos[1:], ids)
+
+    def test_jsonl(self):
+        path = os.path.join(WORKDIR, "in.jsonl")
+        with open(path, "w") as f:
+            f.write('{"text": "a b"}\n{"text": ""}\n{"text": "<|end_of_text|>"}\n')
+        lines = [json.loads(l) for l in ok("tokenize", "--tokenizer", self.model, "--input-jsonl", path).splitlines()]
+        self.assertEqual(len(lines), 3)
+        self.assertEqual(lines[1]["token_ids"], [])
+        self.assertEqual(len(lines[2]["token_ids"]), 1)  # The special token is one id.
+        with open(path, "w") as f:
+            f.write('{"text": "fine"}\n{"txt": "typo"}\n')
+        bad = pdserve("tokenize", "--tokenizer", self.model, "--input-jsonl", path)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn(":2:", bad.stderr)
+        self.assertIn("text", bad.stderr)
+
+    def test_bad_input(self):
+        invalid = subprocess.run([PDSERVE, "tokenize", "--tokenizer", self.model, "--text", b"ok\xff"],
+                                 capture_output=True)
+        self.assertEqual(invalid.returncode, 1)
+        self.assertIn(b"UTF-8", invalid.stderr)
+        out_of_vocab = pdserve("detokenize", "--tokenizer", self.model, "--ids", "1,99999")
+        self.assertEqual(out_of_vocab.returncode, 1)
+        self.assertIn("99999", out_of_vocab.stderr)
+        wordpiece = os.path.join(WORKDIR, "wordpiece")
+        os.makedirs(wordpiece, exist_ok=True)
+        write_json(os.path.join(wordpiece, "tokenizer.json"),
+                   {"model": {"type": "WordPiece", "vocab": {"a": 0}}})
+        unsupported = pdserve("tokenize", "--tokenizer", wordpiece, "--text", "a")
+        self.assertEqual(unsupported.returncode, 1)
+        self.assertIn("WordPiece", unsupported.stderr)
+        missing = pdserve("tokenize", "--tokenizer", os.path.join(WORKDIR, "none"), "--text", "a")
+        self.assertEqual(missing.returncode, 1)
+        self.assertIn("none", missing.stderr)
+
+
 class BadModelTest(unittest.TestCase):
     """Every bad model input ends in an error naming the file and the tensor, never a crash."""
 

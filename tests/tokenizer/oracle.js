@@ -8,7 +8,7 @@ const fs = require("fs");
 const path = require("path");
 
 const [nodeModules, tokenizerDir, corpusPath] = process.argv.slice(2);
-const { TokenizerLoader } = require(path.join(nodeModules, "@lenml/tokenizers"));
+const { TokenizerLoader } = require(path.resolve(nodeModules, "@lenml/tokenizers"));
 const tokenizer = TokenizerLoader.fromPreTrained({
   tokenizerJSON: JSON.parse(fs.readFileSync(path.join(tokenizerDir, "tokenizer.json"), "utf8")),
   tokenizerConfig: JSON.parse(fs.readFileSync(path.join(tokenizerDir, "tokenizer_config.json"), "utf8")),
