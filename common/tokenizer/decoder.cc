@@ -1,5 +1,6 @@
 #include "common/tokenizer/decoder.h"
 
+#include "absl/strings/str_replace.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/tokenizer/byte_level.h"
@@ -42,17 +43,8 @@ class MetaspaceDecoder : public Decoder {
   void DecodeChain(std::vector<std::string>* tokens) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       std::string& t = (*tokens)[i];
-      std::string out;
-      size_t pos = 0;
-      while (true) {
-        const size_t hit = t.find(replacement_, pos);
-        out.append(t, pos, hit == std::string::npos ? std::string::npos : hit - pos);
-        if (hit == std::string::npos) break;
-        out.push_back(' ');
-        pos = hit + replacement_.size();
-      }
-      if (i == 0 && strip_first_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
-      t = std::move(out);
+      t = absl::StrReplaceAll(t, {{replacement_, " "}});
+      if (i == 0 && strip_first_ && !t.empty() && t[0] == ' ') t.erase(0, 1);
     }
   }
 
@@ -66,18 +58,7 @@ class ReplaceDecoder : public Decoder {
   ReplaceDecoder(std::string pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void DecodeChain(std::vector<std::string>* tokens) const override {
-    for (std::string& t : *tokens) {
-      std::string out;
-      size_t pos = 0;
-      while (true) {
-        const size_t hit = t.find(pattern_, pos);
-        out.append(t, pos, hit == std::string::npos ? std::string::npos : hit - pos);
-        if (hit == std::string::npos) break;
-        out += content_;
-        pos = hit + pattern_.size();
-      }
-      t = std::move(out);
-    }
+    for (std::string& t : *tokens) t = absl::StrReplaceAll(t, {{pattern_, content_}});
   }
 
  private:

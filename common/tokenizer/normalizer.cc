@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/tokenizer/unicode.h"
@@ -54,18 +55,7 @@ class ReplaceString : public Normalizer {
   ReplaceString(std::string pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   std::string Normalize(std::string_view text) const override {
-    std::string out;
-    out.reserve(text.size());
-    size_t pos = 0;
-    while (true) {
-      const size_t hit = text.find(pattern_, pos);
-      if (hit == std::string_view::npos) break;
-      out.append(text.substr(pos, hit - pos));
-      out += content_;
-      pos = hit + pattern_.size();
-    }
-    out.append(text.substr(pos));
-    return out;
+    return absl::StrReplaceAll(AsAbsl(text), {{pattern_, content_}});
   }
 
  private:

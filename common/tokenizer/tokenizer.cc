@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_replace.h"
 #include "common/base/file_util.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -42,19 +43,8 @@ std::string CleanUpTokenization(std::string text) {
   static const std::pair<const char*, const char*> kRules[] = {
       {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
       {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
-  for (const auto& [from, to] : kRules) {
-    const std::string_view f(from);
-    std::string out;
-    size_t pos = 0;
-    while (true) {
-      const size_t hit = text.find(f, pos);
-      out.append(text, pos, hit == std::string::npos ? std::string::npos : hit - pos);
-      if (hit == std::string::npos) break;
-      out += to;
-      pos = hit + f.size();
-    }
-    text = std::move(out);
-  }
+  // One rule after the other, as transformers applies them.
+  for (const auto& [from, to] : kRules) text = absl::StrReplaceAll(text, {{from, to}});
   return text;
 }
 
