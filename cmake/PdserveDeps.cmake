@@ -1,5 +1,7 @@
 # Third-party dependencies, all from Debian 12 packages (scripts/setup.sh installs them).
 find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
 find_package(absl CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
 find_package(GTest CONFIG REQUIRED)

@@ -1,0 +1,96 @@
+// Moving KV pages between workers' pools. One interface, one implementation per backend, picked
+// by name (CreateKvTransport); this header names no backend.
+//
+// Every worker registers its own KV pool once: it is where peers' pages land (receiver side) and
+// where pages to send are read from (sender side). A transfer is identified by a tag chosen by the
+// receiver. The receiver announces it (Expect, with the byte ranges the sender may write), the
+// sender submits page copies in order and then finishes; the finish carries the page count, byte
+// count and an XXH3-64 checksum of the payload, which the receiver compares with what arrived.
+// Pages outside the announced ranges, unknown tags, a checksum mismatch, an abort or a lost peer
+// fail the transfer; the receiver sees it through Poll and frees its blocks.
+//
+// Thread-safety: all methods are thread-safe. Finish's callback runs on a transport thread.
+#ifndef PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
+#define PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace pdserve {
+
+struct PageCopy {
+  uint64_t src_offset = 0;  // In the sender's registered pool.
+  uint64_t dst_offset = 0;  // In the receiver's registered pool.
+  uint64_t bytes = 0;
+};
+
+struct ByteRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+struct TransferStats {
+  int64_t pages = 0;
+  int64_t bytes = 0;
+  uint64_t checksum = 0;  // XXH3-64 over the payload, pages in submission order.
+};
+
+enum class TransferState { kPending, kDone, kFailed };
+
+struct TransferPoll {
+  TransferState state = TransferState::kPending;
+  TransferStats stats;   // What arrived so far (all of it when kDone).
+  absl::Status status;   // Why, when kFailed.
+};
+
+struct KvTransportOptions {
+  // Where the receiver listens (tcp: "host:port", port 0 picks one). Unused by `local`.
+  std::string listen_address = "127.0.0.1:0";
+  // The worker's KV layout as "key=value;..." (KvLayout fields). Peers with a different layout
+  // are refused at the handshake with a message naming the first differing key.
+  std::string layout;
+};
+
+class KvTransport {
+ public:
+  virtual ~KvTransport() = default;
+  virtual std::string_view name() const = 0;
+
+  // The local pool: destination of received pages and source of sent ones. Call once, first.
+  virtual absl::Status RegisterPool(uint8_t* base, size_t bytes) = 0;
+  // How peers reach this transport ("tcp://host:port", "local://N").
+  virtual std::string endpoint() const = 0;
+
+  // Receiver side.
+  // Announces transfer `tag`; pages may only land inside `allowed` (byte ranges of the pool).
+  virtual absl::Status Expect(uint64_t tag, std::vector<ByteRange> allowed) = 0;
+  virtual TransferPoll Poll(uint64_t tag) = 0;
+  // Forgets `tag` (done, failed or abandoned); later pages for it are dropped.
+  virtual void Release(uint64_t tag) = 0;
+
+  // Sender side.
+  // Queues page copies to `peer` (an endpoint string); they are sent in order, asynchronously,
+  // straight from the registered pool, which must not change until Finish's callback.
+  virtual absl::Status Submit(const std::string& peer, uint64_t tag,
+                              absl::Span<const PageCopy> pages) = 0;
+  // After the submitted pages, sends the end of `tag`; `done` gets what was sent, or why not.
+  virtual void Finish(const std::string& peer, uint64_t tag,
+                      std::function<void(absl::StatusOr<TransferStats>)> done) = 0;
+  // Tells the receiver to fail `tag` (best effort).
+  virtual void Abort(const std::string& peer, uint64_t tag) = 0;
+};
+
+// "local" (same process) or "tcp". InvalidArgument for another name.
+absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view backend,
+                                                               const KvTransportOptions& options);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_

@@ -1,0 +1,138 @@
+#include "common/transport/receive_tracker.h"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "common/base/strings.h"
+
+namespace pdserve {
+
+void ReceiveTracker::SetPool(uint8_t* base, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  base_ = base;
+  bytes_ = bytes;
+}
+
+absl::Status ReceiveTracker::Expect(uint64_t tag, std::vector<ByteRange> allowed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (base_ == nullptr) return absl::FailedPreconditionError("no pool registered");
+  for (const ByteRange& r : allowed) {
+    if (r.begin > r.end || r.end > bytes_) {
+      return absl::InvalidArgumentError(Str("range [", r.begin, ", ", r.end,
+                                            ") is outside the ", bytes_, "-byte pool"));
+    }
+  }
+  auto t = std::make_unique<Transfer>();
+  t->allowed = std::move(allowed);
+  XXH3_64bits_reset(&t->hash);
+  if (!transfers_.try_emplace(tag, std::move(t)).second) {
+    return absl::AlreadyExistsError(Str("transfer tag ", tag, " is already expected"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint8_t*> ReceiveTracker::PageDestination(uint64_t tag, uint64_t offset,
+                                                         uint64_t len, uint64_t source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = transfers_.find(tag);
+  if (it == transfers_.end()) {
+    return absl::NotFoundError(Str("page for unknown transfer tag ", tag));
+  }
+  Transfer& t = *it->second;
+  if (t.poll.state != TransferState::kPending) {
+    return absl::FailedPreconditionError(Str("page for finished transfer tag ", tag));
+  }
+  if (t.source == 0) t.source = source;
+  bool inside = false;
+  for (const ByteRange& r : t.allowed) {
+    if (offset >= r.begin && offset + len <= r.end && offset + len >= offset) {
+      inside = true;
+      break;
+    }
+  }
+  if (!inside) {
+    const absl::Status why = absl::PermissionDeniedError(
+        Str("transfer ", tag, ": page [", offset, ", ", offset + len,
+            ") is outside the blocks reserved for it"));
+    t.poll.state = TransferState::kFailed;
+    t.poll.status = why;
+    return why;
+  }
+  return base_ + offset;
+}
+
+void ReceiveTracker::PageArrived(uint64_t tag, const uint8_t* data, uint64_t len) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = transfers_.find(tag);
+  if (it == transfers_.end()) return;
+  Transfer& t = *it->second;
+  XXH3_64bits_update(&t.hash, data, len);
+  ++t.poll.stats.pages;
+  t.poll.stats.bytes += static_cast<int64_t>(len);
+}
+
+void ReceiveTracker::Finish(uint64_t tag, const TransferStats& sent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = transfers_.find(tag);
+  if (it == transfers_.end()) return;
+  Transfer& t = *it->second;
+  if (t.poll.state != TransferState::kPending) return;
+  t.poll.stats.checksum = XXH3_64bits_digest(&t.hash);
+  if (sent.pages != t.poll.stats.pages || sent.bytes != t.poll.stats.bytes) {
+    t.poll.state = TransferState::kFailed;
+    t.poll.status = absl::DataLossError(Str("transfer ", tag, ": sender sent ", sent.pages,
+                                            " pages / ", sent.bytes, " bytes, received ",
+                                            t.poll.stats.pages, " / ", t.poll.stats.bytes));
+  } else if (sent.checksum != t.poll.stats.checksum) {
+    t.poll.state = TransferState::kFailed;
+    t.poll.status = absl::DataLossError(
+        Str("transfer ", tag, ": checksum mismatch (corrupted in flight), pages refused"));
+  } else {
+    t.poll.state = TransferState::kDone;
+  }
+}
+
+void ReceiveTracker::Fail(uint64_t tag, const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = transfers_.find(tag);
+  if (it == transfers_.end() || it->second->poll.state != TransferState::kPending) return;
+  it->second->poll.state = TransferState::kFailed;
+  it->second->poll.status = why;
+}
+
+void ReceiveTracker::FailSource(uint64_t source, const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [tag, t] : transfers_) {
+    if (t->source == source && t->poll.state == TransferState::kPending) {
+      t->poll.state = TransferState::kFailed;
+      t->poll.status = why;
+    }
+  }
+}
+
+TransferPoll ReceiveTracker::Poll(uint64_t tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = transfers_.find(tag);
+  if (it == transfers_.end()) {
+    return TransferPoll{TransferState::kFailed, {},
+                        absl::NotFoundError(Str("transfer tag ", tag, " is not expected"))};
+  }
+  return it->second->poll;
+}
+
+void ReceiveTracker::Release(uint64_t tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  transfers_.erase(tag);
+}
+
+bool ShouldCorruptNextPage() {
+  static const int64_t target = [] {
+    const char* v = std::getenv("PDSERVE_FAULT_CORRUPT_KV_PAGE");
+    return v ? std::atoll(v) : 0;
+  }();
+  static std::atomic<int64_t> count{0};
+  if (target <= 0) return false;
+  return count.fetch_add(1) + 1 == target;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,496 @@
+#include "common/transport/tcp_transport.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/base/log.h"
+#include "common/base/strings.h"
+#include "common/transport/layout_check.h"
+#include "common/transport/receive_tracker.h"
+
+namespace pdserve {
+namespace {
+
+constexpr uint32_t kMagic = 0x564b4450;  // "PDKV"
+enum FrameType : uint32_t { kHello = 1, kPage = 2, kEnd = 3, kAbort = 4 };
+
+struct FrameHeader {
+  uint32_t magic;
+  uint32_t type;
+  uint64_t tag;
+  uint64_t offset;
+  uint64_t length;
+};
+static_assert(sizeof(FrameHeader) == 32);
+
+// A hello's layout and a page are both bounded; anything larger is a broken peer.
+constexpr uint64_t kMaxHello = 1 << 16;
+constexpr uint64_t kMaxPage = 1ull << 30;
+
+bool ReadFull(int fd, void* buf, size_t len) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (len > 0) {
+    const ssize_t n = ::recv(fd, p, len, 0);
+    if (n == 0) return false;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool Drain(int fd, uint64_t len) {
+  uint8_t scratch[1 << 16];
+  while (len > 0) {
+    const size_t chunk = std::min<uint64_t>(len, sizeof(scratch));
+    if (!ReadFull(fd, scratch, chunk)) return false;
+    len -= chunk;
+  }
+  return true;
+}
+
+bool WriteAll(int fd, struct iovec* iov, int count) {
+  while (count > 0) {
+    const ssize_t n = ::writev(fd, iov, count);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    size_t left = static_cast<size_t>(n);
+    while (count > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --count;
+    }
+    if (count > 0) {
+      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return true;
+}
+
+absl::Status SplitHostPort(std::string_view address, std::string* host, std::string* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == address.size()) {
+    return absl::InvalidArgumentError(Str("'", address, "' is not host:port"));
+  }
+  *host = std::string(address.substr(0, colon));
+  *port = std::string(address.substr(colon + 1));
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Connect(std::string_view endpoint) {
+  std::string_view address = endpoint;
+  if (address.rfind("tcp://", 0) == 0) address.remove_prefix(6);
+  std::string host, port;
+  if (absl::Status s = SplitHostPort(address, &host, &port); !s.ok()) return s;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    return absl::UnavailableError(Str("KV transport: cannot resolve ", endpoint, ": ",
+                                      gai_strerror(rc)));
+  }
+  int fd = -1;
+  int err = 0;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+    err = errno;
+    ::close(fd);
+    fd = -1;
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) {
+    return absl::UnavailableError(Str("KV transport: cannot connect to ", endpoint, ": ",
+                                      std::strerror(err)));
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+class TcpKvTransport : public KvTransport {
+ public:
+  explicit TcpKvTransport(const KvTransportOptions& options) : layout_(options.layout) {}
+  ~TcpKvTransport() override;
+
+  absl::Status Listen(const std::string& address);
+
+  std::string_view name() const override { return "tcp"; }
+  absl::Status RegisterPool(uint8_t* base, size_t bytes) override {
+    tracker_.SetPool(base, bytes);
+    return absl::OkStatus();
+  }
+  std::string endpoint() const override { return endpoint_; }
+  absl::Status Expect(uint64_t tag, std::vector<ByteRange> allowed) override {
+    return tracker_.Expect(tag, std::move(allowed));
+  }
+  TransferPoll Poll(uint64_t tag) override { return tracker_.Poll(tag); }
+  void Release(uint64_t tag) override { tracker_.Release(tag); }
+
+  absl::Status Submit(const std::string& peer, uint64_t tag,
+                      absl::Span<const PageCopy> pages) override;
+  void Finish(const std::string& peer, uint64_t tag,
+              std::function<void(absl::StatusOr<TransferStats>)> done) override;
+  void Abort(const std::string& peer, uint64_t tag) override;
+
+ private:
+  // One outgoing connection and the thread that writes to it.
+  struct Item {
+    FrameType type;
+    uint64_t tag;
+    std::vector<PageCopy> pages;
+    std::function<void(absl::StatusOr<TransferStats>)> done;
+  };
+  struct Peer {
+    int fd = -1;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Item> queue;
+    bool stop = false;
+    bool broken = false;
+    absl::Status error;
+    absl::flat_hash_map<uint64_t, std::pair<TransferStats, PayloadHash>> sent;
+    std::thread writer;
+  };
+
+  absl::StatusOr<std::shared_ptr<Peer>> GetPeer(const std::string& endpoint);
+  void WriterLoop(std::shared_ptr<Peer> peer);
+  void Enqueue(const std::shared_ptr<Peer>& peer, Item item);
+  void AcceptLoop();
+  void ReaderLoop(int fd, uint64_t source);
+
+  const std::string layout_;
+  std::string endpoint_;
+  ReceiveTracker tracker_;
+  int listen_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex readers_mu_;
+  std::list<std::pair<int, std::thread>> readers_;
+  std::atomic<uint64_t> next_source_{1};
+  std::mutex peers_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers_;
+};
+
+absl::Status TcpKvTransport::Listen(const std::string& address) {
+  std::string host, port;
+  if (absl::Status s = SplitHostPort(address, &host, &port); !s.ok()) return s;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
+      rc != 0) {
+    return absl::InvalidArgumentError(Str("KV transport listen address '", address,
+                                          "': ", gai_strerror(rc)));
+  }
+  int err = 0;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+      listen_fd_ = fd;
+      break;
+    }
+    err = errno;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (listen_fd_ < 0) {
+    return absl::UnavailableError(Str("KV transport cannot listen on ", address, ": ",
+                                      std::strerror(err)));
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  const int bound_port = bound.ss_family == AF_INET6
+                             ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                             : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  std::string advertised = host;
+  if (advertised.empty() || advertised == "0.0.0.0" || advertised == "::") {
+    char name[256] = {0};
+    ::gethostname(name, sizeof(name) - 1);
+    advertised = name;
+  }
+  endpoint_ = Str("tcp://", advertised, ":", bound_port);
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return absl::OkStatus();
+}
+
+TcpKvTransport::~TcpKvTransport() {
+  stopping_.store(true);
+  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
+  if (acceptor_.joinable()) acceptor_.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  {
+    std::lock_guard<std::mutex> lock(readers_mu_);
+    for (auto& [fd, t] : readers_) ::shutdown(fd, SHUT_RDWR);
+  }
+  for (auto& [fd, t] : readers_) {
+    if (t.joinable()) t.join();
+    ::close(fd);
+  }
+  absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers;
+  {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    peers.swap(peers_);
+  }
+  for (auto& [name, peer] : peers) {
+    {
+      std::lock_guard<std::mutex> lock(peer->mu);
+      peer->stop = true;
+    }
+    peer->cv.notify_all();
+    ::shutdown(peer->fd, SHUT_RDWR);
+    if (peer->writer.joinable()) peer->writer.join();
+    ::close(peer->fd);
+  }
+}
+
+void TcpKvTransport::AcceptLoop() {
+  while (!stopping_.load()) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      return;  // Shut down.
+    }
+    const uint64_t source = next_source_.fetch_add(1);
+    std::lock_guard<std::mutex> lock(readers_mu_);
+    readers_.emplace_back(fd, std::thread([this, fd, source] { ReaderLoop(fd, source); }));
+  }
+}
+
+void TcpKvTransport::ReaderLoop(int fd, uint64_t source) {
+  FrameHeader h;
+  // Handshake: the sender's layout must equal ours.
+  if (!ReadFull(fd, &h, sizeof(h)) || h.magic != kMagic || h.type != kHello ||
+      h.length > kMaxHello) {
+    return;
+  }
+  std::string theirs(h.length, '\0');
+  if (!ReadFull(fd, theirs.data(), theirs.size())) return;
+  const absl::Status check = CheckLayouts(layout_, theirs);
+  const std::string message(check.message());
+  uint32_t reply[2] = {check.ok() ? 0u : 1u, static_cast<uint32_t>(message.size())};
+  iovec iov[2] = {{reply, sizeof(reply)}, {const_cast<char*>(message.data()), message.size()}};
+  if (!WriteAll(fd, iov, 2) || !check.ok()) return;
+
+  while (!stopping_.load()) {
+    if (!ReadFull(fd, &h, sizeof(h)) || h.magic != kMagic) break;
+    if (h.type == kPage) {
+      if (h.length > kMaxPage) break;
+      auto where = tracker_.PageDestination(h.tag, h.offset, h.length, source);
+      if (!where.ok()) {
+        if (!Drain(fd, h.length)) break;
+        continue;
+      }
+      if (!ReadFull(fd, *where, h.length)) break;
+      tracker_.PageArrived(h.tag, *where, h.length);
+    } else if (h.type == kEnd) {
+      uint64_t v[3];
+      if (h.length != sizeof(v) || !ReadFull(fd, v, sizeof(v))) break;
+      tracker_.Finish(h.tag, TransferStats{static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1]), v[2]});
+    } else if (h.type == kAbort) {
+      tracker_.Fail(h.tag, absl::AbortedError(Str("transfer ", h.tag, " aborted by sender")));
+    } else {
+      break;
+    }
+  }
+  tracker_.FailSource(source, absl::UnavailableError("KV transport peer disconnected"));
+}
+
+absl::StatusOr<std::shared_ptr<TcpKvTransport::Peer>> TcpKvTransport::GetPeer(
+    const std::string& endpoint) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  auto it = peers_.find(endpoint);
+  if (it != peers_.end()) {
+    std::lock_guard<std::mutex> plock(it->second->mu);
+    if (!it->second->broken) return it->second;
+  }
+  auto fd = Connect(endpoint);
+  if (!fd.ok()) return fd.status();
+  FrameHeader h{kMagic, kHello, 0, 0, layout_.size()};
+  iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(layout_.data()), layout_.size()}};
+  uint32_t reply[2];
+  if (!WriteAll(*fd, iov, 2) || !ReadFull(*fd, reply, sizeof(reply))) {
+    ::close(*fd);
+    return absl::UnavailableError(Str("KV transport handshake with ", endpoint, " failed"));
+  }
+  std::string message(reply[1], '\0');
+  if (reply[1] > kMaxHello || !ReadFull(*fd, message.data(), message.size()) || reply[0] != 0) {
+    ::close(*fd);
+    return absl::FailedPreconditionError(Str("KV transport peer ", endpoint, " refused: ", message));
+  }
+  auto peer = std::make_shared<Peer>();
+  peer->fd = *fd;
+  peer->writer = std::thread([this, peer] { WriterLoop(peer); });
+  if (it != peers_.end()) {
+    // Replace a broken connection; its writer already stopped.
+    std::shared_ptr<Peer> old = it->second;
+    if (old->writer.joinable()) old->writer.join();
+    ::close(old->fd);
+    it->second = peer;
+  } else {
+    peers_.emplace(endpoint, peer);
+  }
+  return peer;
+}
+
+void TcpKvTransport::Enqueue(const std::shared_ptr<Peer>& peer, Item item) {
+  {
+    std::lock_guard<std::mutex> lock(peer->mu);
+    if (peer->broken) {
+      if (item.done) item.done(peer->error);
+      return;
+    }
+    peer->queue.push_back(std::move(item));
+  }
+  peer->cv.notify_one();
+}
+
+void TcpKvTransport::WriterLoop(std::shared_ptr<Peer> peer) {
+  std::vector<uint8_t> corrupted;
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(peer->mu);
+      peer->cv.wait(lock, [&] { return peer->stop || !peer->queue.empty(); });
+      if (peer->stop) return;
+      item = std::move(peer->queue.front());
+      peer->queue.pop_front();
+    }
+    bool ok = true;
+    if (item.type == kPage) {
+      for (const PageCopy& p : item.pages) {
+        const uint8_t* src = tracker_.pool() + p.src_offset;
+        {
+          std::lock_guard<std::mutex> lock(peer->mu);
+          auto& [stats, hash] = peer->sent[item.tag];
+          ++stats.pages;
+          stats.bytes += static_cast<int64_t>(p.bytes);
+          hash.Update(src, p.bytes);
+        }
+        if (ShouldCorruptNextPage()) {  // Fault injection for tests (see receive_tracker.h).
+          corrupted.assign(src, src + p.bytes);
+          corrupted[p.bytes / 2] ^= 0x5a;
+          src = corrupted.data();
+        }
+        FrameHeader h{kMagic, kPage, item.tag, p.dst_offset, p.bytes};
+        iovec iov[2] = {{&h, sizeof(h)}, {const_cast<uint8_t*>(src), p.bytes}};
+        if (!WriteAll(peer->fd, iov, 2)) {
+          ok = false;
+          break;
+        }
+      }
+    } else if (item.type == kEnd) {
+      TransferStats stats;
+      {
+        std::lock_guard<std::mutex> lock(peer->mu);
+        auto it = peer->sent.find(item.tag);
+        if (it != peer->sent.end()) {
+          stats = it->second.first;
+          stats.checksum = it->second.second.Digest();
+          peer->sent.erase(it);
+        } else {
+          stats.checksum = PayloadHash().Digest();
+        }
+      }
+      uint64_t v[3] = {static_cast<uint64_t>(stats.pages), static_cast<uint64_t>(stats.bytes),
+                       stats.checksum};
+      FrameHeader h{kMagic, kEnd, item.tag, 0, sizeof(v)};
+      iovec iov[2] = {{&h, sizeof(h)}, {v, sizeof(v)}};
+      ok = WriteAll(peer->fd, iov, 2);
+      if (ok && item.done) item.done(stats);
+    } else if (item.type == kAbort) {
+      {
+        std::lock_guard<std::mutex> lock(peer->mu);
+        peer->sent.erase(item.tag);
+      }
+      FrameHeader h{kMagic, kAbort, item.tag, 0, 0};
+      iovec iov[1] = {{&h, sizeof(h)}};
+      ok = WriteAll(peer->fd, iov, 1);
+    }
+    if (!ok) {
+      std::deque<Item> failed;
+      absl::Status error = absl::UnavailableError("KV transport connection lost while sending");
+      {
+        std::lock_guard<std::mutex> lock(peer->mu);
+        peer->broken = true;
+        peer->error = error;
+        failed.swap(peer->queue);
+      }
+      if (item.done) item.done(error);
+      for (Item& f : failed) {
+        if (f.done) f.done(error);
+      }
+      return;
+    }
+  }
+}
+
+absl::Status TcpKvTransport::Submit(const std::string& peer_endpoint, uint64_t tag,
+                                    absl::Span<const PageCopy> pages) {
+  for (const PageCopy& p : pages) {
+    if (p.src_offset + p.bytes > tracker_.pool_bytes()) {
+      return absl::OutOfRangeError(Str("page at ", p.src_offset, " is outside the local pool"));
+    }
+  }
+  auto peer = GetPeer(peer_endpoint);
+  if (!peer.ok()) return peer.status();
+  Enqueue(*peer, Item{kPage, tag, std::vector<PageCopy>(pages.begin(), pages.end()), nullptr});
+  return absl::OkStatus();
+}
+
+void TcpKvTransport::Finish(const std::string& peer_endpoint, uint64_t tag,
+                            std::function<void(absl::StatusOr<TransferStats>)> done) {
+  auto peer = GetPeer(peer_endpoint);
+  if (!peer.ok()) {
+    done(peer.status());
+    return;
+  }
+  Enqueue(*peer, Item{kEnd, tag, {}, std::move(done)});
+}
+
+void TcpKvTransport::Abort(const std::string& peer_endpoint, uint64_t tag) {
+  auto peer = GetPeer(peer_endpoint);
+  if (peer.ok()) Enqueue(*peer, Item{kAbort, tag, {}, nullptr});
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvTransport>> CreateTcpKvTransport(
+    const KvTransportOptions& options) {
+  auto t = std::make_unique<TcpKvTransport>(options);
+  if (absl::Status s = t->Listen(options.listen_address); !s.ok()) return s;
+  return std::unique_ptr<KvTransport>(std::move(t));
+}
+
+}  // namespace pdserve
