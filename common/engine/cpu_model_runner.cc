@@ -202,6 +202,8 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
     }
   });
 
+  if (layer_callback_) layer_callback_(layer);
+
   // Every row's KV is stored before any row attends (a chunk attends to its own earlier rows).
   // Items (row, head) are dealt round-robin: a prefill chunk's later rows attend to more keys, so
   // contiguous ranges would leave one thread with most of the work.

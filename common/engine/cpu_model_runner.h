@@ -27,6 +27,7 @@ class CpuModelRunner : public ModelRunner {
                                                                 KvPool* pool);
   absl::Status Forward(const ForwardBatch& batch, float* logits) override;
   std::string_view backend() const override { return "cpu"; }
+  void SetLayerCallback(LayerCallback callback) override { layer_callback_ = std::move(callback); }
   int threads() const { return pool_threads_.num_threads(); }
 
  private:
@@ -43,6 +44,7 @@ class CpuModelRunner : public ModelRunner {
   };
 
   const ModelRunnerOptions options_;
+  LayerCallback layer_callback_;
   const ModelWeights* weights_;
   const ModelConfig& config_;
   KvPool* kv_;

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <cstring>
 #include <map>
 
 #include "common/base/file_util.h"
@@ -198,7 +199,7 @@ TEST_P(EngineFamilyTest, PreemptionRecomputesToTheSameTokens) {
       p.temperature = 1.0f;
       p.seed = i;
     }
-    requests.push_back({"p" + std::to_string(i), Prompt(20, 40 + i), p});
+    requests.push_back({std::string("p").append(std::to_string(i)), Prompt(20, 40 + i), p});
   }
   const auto roomy = RunEngine(dir, SmallOptions(), requests);
   EngineOptions tight = SmallOptions();
@@ -330,6 +331,71 @@ TEST(EngineTest, BadRequestsAreRejectedWithTheField) {
   EXPECT_EQ(outs.back().finish_reason, "abort");
   EXPECT_FALSE(e.HasUnfinished());
   EXPECT_EQ(e.Stats().kv.used_blocks, 0);
+}
+
+// The disaggregated flow at engine level: a "prefill" engine computes the prompt (holding its
+// blocks), its pages are copied into the blocks a "decode" engine reserved, and the decode engine
+// continues. The tokens and logits must be bitwise those of one engine doing everything.
+TEST(EngineTest, RemotePrefillThroughCopiedPagesEqualsLocalBitwise) {
+  const std::string dir = ModelDir("qwen3");
+  SamplingParams params = Greedy(12);
+  params.temperature = 0.7f;
+  params.seed = 1234;
+  const std::vector<int32_t> prompt = Prompt(45, 77);
+  const auto local = RunEngine(dir, SmallOptions(), {{"r", prompt, params}});
+
+  auto prefill = *LLMEngine::Create(dir, SmallOptions());
+  auto decode = *LLMEngine::Create(dir, SmallOptions());
+  // Warm the decode engine's prefix cache with the first 2 blocks so only the rest is sent.
+  std::vector<int32_t> head(prompt.begin(), prompt.begin() + 9);
+  ASSERT_TRUE(decode->AddRequest("warm", head, Greedy(1)).ok());
+  std::vector<RequestOutput> outs;
+  while (decode->HasUnfinished()) ASSERT_TRUE(decode->Step(&outs).ok());
+
+  auto plan = decode->ReserveForRemotePrefill("r", prompt, params);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->cached_tokens, 8);
+  SamplingParams first_only = params;
+  first_only.max_tokens = 1;
+  ASSERT_TRUE(prefill->AddRequest("r", prompt, first_only, RequestOptions{true}).ok());
+  std::vector<RequestOutput> pouts;
+  while (prefill->HasUnfinished()) ASSERT_TRUE(prefill->Step(&pouts).ok());
+  ASSERT_EQ(pouts.size(), 1u);
+  const auto src = prefill->BlockTable("r");
+  ASSERT_EQ(src.size(), plan->blocks.size());
+  const KvCacheSpec& spec = prefill->kv_spec();
+  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
+    for (size_t b = plan->cached_tokens / spec.block_size; b < src.size(); ++b) {
+      std::memcpy(decode->kv_pool().data() + decode->kv_pool().PageOffset(layer, plan->blocks[b]),
+                  prefill->kv_pool().data() + prefill->kv_pool().PageOffset(layer, src[b]),
+                  spec.PageBytes());
+    }
+  }
+  prefill->ReleaseHeld("r");
+  EXPECT_EQ(prefill->Stats().kv.used_blocks, 0);
+  SampledToken first{pouts[0].tokens[0].token, pouts[0].tokens[0].logprob, {}};
+  outs.clear();
+  ASSERT_TRUE(decode->CompleteRemotePrefill("r", first, &outs).ok());
+  std::vector<int32_t> tokens = {outs[0].tokens[0].token};
+  while (decode->HasUnfinished()) {
+    outs.clear();
+    ASSERT_TRUE(decode->Step(&outs).ok());
+    for (const auto& o : outs) {
+      for (const auto& t : o.tokens) tokens.push_back(t.token);
+    }
+  }
+  EXPECT_EQ(tokens, local.at("r").tokens);
+  EXPECT_EQ(decode->Stats().kv.used_blocks, 0);
+}
+
+TEST(EngineTest, RemoteReservationAbortFreesBlocks) {
+  auto engine = *LLMEngine::Create(ModelDir("llama"), SmallOptions());
+  auto plan = engine->ReserveForRemotePrefill("x", Prompt(30, 1), Greedy(4));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_GT(engine->Stats().kv.used_blocks, 0);
+  EXPECT_TRUE(engine->Abort("x", nullptr));
+  EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
+  EXPECT_FALSE(engine->HasUnfinished());
 }
 
 TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {

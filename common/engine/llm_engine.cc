@@ -104,8 +104,9 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
   return e;
 }
 
-absl::Status LLMEngine::AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
-                                   const SamplingParams& params) {
+absl::Status LLMEngine::ValidateRequest(const std::string& request_id,
+                                        const std::vector<int32_t>& prompt,
+                                        const SamplingParams& params) const {
   const ModelConfig& c = config();
   if (sequences_.contains(request_id)) {
     return absl::AlreadyExistsError(Str("request_id '", request_id, "' is already running"));
@@ -122,7 +123,12 @@ absl::Status LLMEngine::AddRequest(const std::string& request_id, std::vector<in
                                           " tokens leave no room to generate within "
                                           "max_model_len ", max_model_len_));
   }
-  PD_RETURN_IF_ERROR(params.Validate(c.vocab_size));
+  return params.Validate(c.vocab_size);
+}
+
+std::unique_ptr<Sequence> LLMEngine::NewSequence(const std::string& request_id,
+                                                 std::vector<int32_t> prompt,
+                                                 const SamplingParams& params) {
   auto seq = std::make_unique<Sequence>();
   seq->id = next_seq_id_++;
   seq->request_id = request_id;
@@ -132,9 +138,95 @@ absl::Status LLMEngine::AddRequest(const std::string& request_id, std::vector<in
   seq->sampler.Init(seed, prompt);
   seq->tokens = std::move(prompt);
   seq->arrival = Clock::now();
+  return seq;
+}
+
+absl::Status LLMEngine::AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                                   const SamplingParams& params, const RequestOptions& options) {
+  PD_RETURN_IF_ERROR(ValidateRequest(request_id, prompt, params));
+  std::unique_ptr<Sequence> seq = NewSequence(request_id, std::move(prompt), params);
   scheduler_->AddWaiting(seq.get());
+  if (options.hold_blocks_after_finish) options_by_request_[request_id] = options;
   sequences_.emplace(request_id, std::move(seq));
   return absl::OkStatus();
+}
+
+absl::StatusOr<RemotePrefillPlan> LLMEngine::ReserveForRemotePrefill(
+    const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params) {
+  PD_RETURN_IF_ERROR(ValidateRequest(request_id, prompt, params));
+  std::unique_ptr<Sequence> seq = NewSequence(request_id, std::move(prompt), params);
+  const int64_t bs = blocks_->block_size();
+  const int64_t len = seq->num_prompt_tokens;
+  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+  PD_ASSIGN_OR_RETURN(BlockManager::AdmitPlan plan,
+                      blocks_->PlanAdmit(seq->block_hashes, (len - 1) / bs, len, len));
+  blocks_->CommitAdmit(seq->id, plan);
+  seq->num_computed = plan.num_cached_tokens;
+  seq->num_cached_prompt_tokens = plan.num_cached_tokens;
+  seq->admitted_before = true;
+  seq->first_scheduled = Clock::now();
+  RemotePrefillPlan out;
+  const auto table = blocks_->BlockTable(seq->id);
+  out.blocks.assign(table.begin(), table.end());
+  out.cached_tokens = plan.num_cached_tokens;
+  sequences_.emplace(request_id, std::move(seq));
+  return out;
+}
+
+absl::Status LLMEngine::CompleteRemotePrefill(const std::string& request_id,
+                                              const SampledToken& first,
+                                              std::vector<RequestOutput>* outputs) {
+  auto it = sequences_.find(request_id);
+  if (it == sequences_.end()) {
+    return absl::NotFoundError(Str("no reservation for request '", request_id, "'"));
+  }
+  Sequence* seq = it->second.get();
+  if (seq->num_generated() != 0 || first.token < 0 || first.token >= config().vocab_size) {
+    return absl::InvalidArgumentError(Str("bad first token ", first.token, " for '", request_id, "'"));
+  }
+  seq->num_computed = seq->num_prompt_tokens;
+  blocks_->Publish(seq->id, seq->block_hashes);
+  stats_.prompt_tokens_computed += seq->num_prompt_tokens - seq->num_cached_prompt_tokens;
+  RequestOutput out = MakeOutput(*seq);
+  const std::optional<std::string> reason = Append(seq, first, &out);
+  out.completion_tokens = seq->num_generated();
+  out.ttft_seconds = Seconds(seq->first_token - seq->arrival);
+  if (reason) {
+    out.finished = true;
+    out.finish_reason = *reason;
+    Finish(seq);
+  } else {
+    scheduler_->AddWaiting(seq);  // Joins without a new allocation (it holds its blocks).
+  }
+  outputs->push_back(std::move(out));
+  return absl::OkStatus();
+}
+
+bool LLMEngine::HasScheduledWork() const {
+  return scheduler_->num_running() > 0 || scheduler_->num_waiting() > 0;
+}
+
+absl::Span<const BlockId> LLMEngine::BlockTable(const std::string& request_id) const {
+  auto it = sequences_.find(request_id);
+  if (it == sequences_.end()) return {};
+  return blocks_->BlockTable(it->second->id);
+}
+
+void LLMEngine::ReleaseHeld(const std::string& request_id) {
+  auto it = sequences_.find(request_id);
+  if (it == sequences_.end() || !it->second->held) return;
+  blocks_->Free(it->second->id);
+  --held_;
+  sequences_.erase(it);
+}
+
+void LLMEngine::SetLayerObserver(LayerObserver observer) {
+  layer_observer_ = std::move(observer);
+  if (layer_observer_) {
+    runner_->SetLayerCallback([this](int64_t layer) { layer_observer_(layer, schedule_); });
+  } else {
+    runner_->SetLayerCallback(nullptr);
+  }
 }
 
 absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
@@ -224,6 +316,17 @@ std::optional<std::string> LLMEngine::Append(Sequence* seq, const SampledToken& 
 }
 
 void LLMEngine::Finish(Sequence* seq) {
+  auto opt = options_by_request_.find(seq->request_id);
+  if (opt != options_by_request_.end()) {
+    const bool hold = opt->second.hold_blocks_after_finish;
+    options_by_request_.erase(opt);
+    if (hold) {
+      scheduler_->RemoveKeepBlocks(seq);
+      seq->held = true;
+      ++held_;
+      return;
+    }
+  }
   scheduler_->Remove(seq);
   sequences_.erase(seq->request_id);
 }
@@ -231,6 +334,11 @@ void LLMEngine::Finish(Sequence* seq) {
 bool LLMEngine::Abort(const std::string& request_id, std::vector<RequestOutput>* outputs) {
   auto it = sequences_.find(request_id);
   if (it == sequences_.end()) return false;
+  if (it->second->held) {
+    ReleaseHeld(request_id);
+    return true;
+  }
+  options_by_request_.erase(request_id);
   RequestOutput out = MakeOutput(*it->second);
   out.finished = true;
   out.finish_reason = "abort";

@@ -46,6 +46,19 @@ struct RequestOutput {
   double e2e_seconds = 0;           // Arrival to now.
 };
 
+// Per-request choices beyond sampling.
+struct RequestOptions {
+  // Keep the blocks of a finished request until ReleaseHeld (a prefill worker still sending its
+  // pages).
+  bool hold_blocks_after_finish = false;
+};
+
+// A decode worker's reservation for a prompt whose KV a prefill worker will write.
+struct RemotePrefillPlan {
+  std::vector<BlockId> blocks;  // The whole prompt's block table.
+  int64_t cached_tokens = 0;    // Leading tokens already in this pool (their blocks come first).
+};
+
 struct EngineStats {
   int64_t steps = 0;
   int64_t running = 0;
@@ -65,12 +78,35 @@ class LLMEngine {
   // InvalidArgument naming the field (empty prompt, token id outside the vocabulary, prompt
   // longer than max_model_len, bad sampling parameters); AlreadyExists for a duplicate id.
   absl::Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
-                          const SamplingParams& params);
+                          const SamplingParams& params, const RequestOptions& options = {});
   // Runs one scheduling step and appends what it produced to *outputs.
   absl::Status Step(std::vector<RequestOutput>* outputs);
   // Frees the request's blocks now; its final output (finish_reason "abort") is appended.
   bool Abort(const std::string& request_id, std::vector<RequestOutput>* outputs);
-  bool HasUnfinished() const { return !sequences_.empty(); }
+  // True while any request is waiting, running or awaiting its remote prefill.
+  bool HasUnfinished() const { return sequences_.size() > held_; }
+  // True when a Step would do work.
+  bool HasScheduledWork() const;
+
+  // Remote prefill, decode side. Reserve: validates like AddRequest, reuses this pool's cached
+  // prefix, allocates the rest of the prompt's blocks (ResourceExhausted, nothing changed, when
+  // they are not free now). Complete: the prompt's pages have arrived; `first` is the token the
+  // prefill worker sampled; the request joins the running batch. Abort frees a reservation.
+  absl::StatusOr<RemotePrefillPlan> ReserveForRemotePrefill(const std::string& request_id,
+                                                            std::vector<int32_t> prompt,
+                                                            const SamplingParams& params);
+  absl::Status CompleteRemotePrefill(const std::string& request_id, const SampledToken& first,
+                                     std::vector<RequestOutput>* outputs);
+
+  // Blocks of a running, reserved or held request (empty if unknown).
+  absl::Span<const BlockId> BlockTable(const std::string& request_id) const;
+  // Frees a held request's blocks.
+  void ReleaseHeld(const std::string& request_id);
+
+  // Called during Step after each layer's KV is in the pool, with the step's schedule (sequences'
+  // num_computed is still the value before the step).
+  using LayerObserver = std::function<void(int64_t layer, const SchedulerOutput& schedule)>;
+  void SetLayerObserver(LayerObserver observer);
 
   // Called with each sampled row's raw logits before sampling (tests and debugging).
   using LogitsObserver = std::function<void(const std::string& request_id, const float* logits,
@@ -82,6 +118,8 @@ class LLMEngine {
   const std::vector<int32_t>& eos_token_ids() const { return eos_ids_; }
   int64_t max_model_len() const { return max_model_len_; }
   const KvCacheSpec& kv_spec() const { return pool_->spec(); }
+  // The KV pool, for the KV transport to register (pages are read and written in place).
+  KvPool& kv_pool() { return *pool_; }
   int64_t num_kv_blocks() const { return pool_->num_blocks(); }
   EngineStats Stats() const;
 
@@ -91,6 +129,10 @@ class LLMEngine {
   // Appends a sampled token; returns the finish reason, or nullopt to continue.
   std::optional<std::string> Append(Sequence* seq, const SampledToken& t, RequestOutput* out);
   void Finish(Sequence* seq);
+  absl::Status ValidateRequest(const std::string& request_id, const std::vector<int32_t>& prompt,
+                               const SamplingParams& params) const;
+  std::unique_ptr<Sequence> NewSequence(const std::string& request_id, std::vector<int32_t> prompt,
+                                        const SamplingParams& params);
 
   EngineOptions options_;
   std::unique_ptr<ModelWeights> weights_;
@@ -103,6 +145,9 @@ class LLMEngine {
   Sampler sampler_;
   LogitsObserver logits_observer_;
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
+  absl::flat_hash_map<std::string, RequestOptions> options_by_request_;
+  size_t held_ = 0;  // Finished requests whose blocks are kept (still in sequences_).
+  LayerObserver layer_observer_;
   SeqId next_seq_id_ = 1;
   EngineStats stats_;
   // Per-step buffers, reused so a steady decode step does not allocate.

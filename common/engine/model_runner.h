@@ -4,6 +4,7 @@
 #define PDSERVE_COMMON_ENGINE_MODEL_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -38,6 +39,10 @@ class ModelRunner {
   // InvalidArgument if the batch exceeds the sizes the runner was built for.
   virtual absl::Status Forward(const ForwardBatch& batch, float* logits) = 0;
   virtual std::string_view backend() const = 0;
+  // Called during Forward, on the calling thread, as soon as layer `layer`'s K and V of every
+  // token in the batch are in the pool (so those pages can be sent while later layers compute).
+  using LayerCallback = std::function<void(int64_t layer)>;
+  virtual void SetLayerCallback(LayerCallback callback) = 0;
 };
 
 // `backend`: "cpu". `weights` and `pool` must outlive the runner.

@@ -66,6 +66,12 @@ void Scheduler::Schedule(SchedulerOutput* out) {
 bool Scheduler::Admit(Sequence* seq, int64_t budget, SchedulerOutput* out) {
   const int64_t bs = blocks_->block_size();
   const int64_t len = static_cast<int64_t>(seq->tokens.size());
+  if (blocks_->Has(seq->id)) {  // Prefilled elsewhere: its blocks are reserved already.
+    const int64_t n = std::min(seq->num_uncomputed(), budget);
+    if (n <= 0 || !blocks_->Reserve(seq->id, seq->num_computed + n).ok()) return false;
+    out->chunks.push_back({seq, n});
+    return true;
+  }
   ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
   // At least one token is always computed: its logits produce the next token.
   const int64_t max_cached_blocks = (len - 1) / bs;
@@ -91,6 +97,10 @@ bool Scheduler::Admit(Sequence* seq, int64_t budget, SchedulerOutput* out) {
 
 void Scheduler::Remove(Sequence* seq) {
   blocks_->Free(seq->id);
+  RemoveKeepBlocks(seq);
+}
+
+void Scheduler::RemoveKeepBlocks(Sequence* seq) {
   auto it = std::find(running_.begin(), running_.end(), seq);
   if (it != running_.end()) {
     running_.erase(it);

@@ -6,7 +6,8 @@
 // blocks are freed and it goes back to the front of the queue, to be recomputed later (its
 // published blocks usually survive in the prefix cache). Nothing is ever dropped. New sequences
 // are admitted first-come-first-served while budget, sequence slots and blocks last, and never in
-// a step that had to preempt.
+// a step that had to preempt. A waiting sequence that already holds blocks (its prompt's KV was
+// written by a prefill worker) joins without a new allocation.
 //
 // Not thread-safe: owned by the engine's scheduler thread.
 #ifndef PDSERVE_COMMON_ENGINE_SCHEDULER_H_
@@ -47,6 +48,8 @@ class Scheduler {
   void Schedule(SchedulerOutput* out);
   // Removes a finished or aborted sequence and frees its blocks.
   void Remove(Sequence* seq);
+  // Removes a finished sequence but leaves its blocks allocated (the caller frees them later).
+  void RemoveKeepBlocks(Sequence* seq);
 
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }

@@ -24,6 +24,7 @@ struct Sequence {
   int64_t num_computed = 0;     // Tokens whose KV is in the pool.
   int64_t num_cached_prompt_tokens = 0;  // Prefix-cache hits at first admission (usage).
   bool admitted_before = false;
+  bool held = false;  // Finished, blocks kept for a transfer still in flight.
   int64_t num_preemptions = 0;
   std::vector<BlockHash> block_hashes;  // Of the full blocks of `tokens`.
   SamplingParams params;
