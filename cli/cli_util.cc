@@ -31,7 +31,8 @@ void EngineFlags::Register(FlagSet& flags) {
   flags.Int("threads", &threads, "compute threads (0: all cores)");
   flags.Int("block-size", &block_size, "KV cache block size in tokens");
   flags.String("kv-dtype", &kv_dtype, "KV cache dtype: f32 or bf16");
-  flags.Double("kv-cache-gib", &kv_cache_gib, "KV cache memory in GiB");
+  flags.Double("kv-memory-gib", &kv_cache_gib, "KV cache memory in GiB");
+  flags.Int("kv-blocks", &kv_blocks, "KV cache size in blocks (overrides --kv-memory-gib)");
   flags.Int("max-model-len", &max_model_len,
             "longest sequence (0: the model's, capped to what the KV cache holds)");
   flags.Int("max-num-seqs", &max_num_seqs, "sequences per step");
@@ -51,8 +52,10 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   } else {
     return absl::InvalidArgumentError(Str("--kv-dtype: '", kv_dtype, "' is not f32 or bf16"));
   }
-  if (!(kv_cache_gib > 0)) return absl::InvalidArgumentError("--kv-cache-gib: must be positive");
+  if (!(kv_cache_gib > 0)) return absl::InvalidArgumentError("--kv-memory-gib: must be positive");
+  if (kv_blocks < 0) return absl::InvalidArgumentError("--kv-blocks: must be >= 0");
   o->kv_cache_gib = kv_cache_gib;
+  o->num_kv_blocks = kv_blocks;
   o->max_model_len = max_model_len;
   o->max_num_seqs = max_num_seqs;
   o->max_num_batched_tokens = max_num_batched_tokens;

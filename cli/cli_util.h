@@ -29,6 +29,7 @@ struct EngineFlags {
   int64_t block_size = 16;
   std::string kv_dtype = "f32";
   double kv_cache_gib = 4.0;
+  int64_t kv_blocks = 0;
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;

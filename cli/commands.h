@@ -11,6 +11,14 @@ int KvCalcCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);
 int TokenizeCommand(int argc, char** argv);
 int DetokenizeCommand(int argc, char** argv);
+int PrefillCommand(int argc, char** argv);
+int DecodeCommand(int argc, char** argv);
+int RouterCommand(int argc, char** argv);
+int ServeCommand(int argc, char** argv);
+
+// Blocks SIGTERM/SIGINT in the calling thread (and threads it starts later) so the tier commands
+// can collect them with sigwait. main() calls it first.
+void BlockStopSignals();
 
 }  // namespace pdserve::cli
 

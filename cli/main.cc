@@ -16,6 +16,10 @@ constexpr char kUsage[] =
     "usage: pdserve <command> [flags]\n"
     "\n"
     "commands:\n"
+    "  serve         router, prefill and decode in one process (the embedded default)\n"
+    "  router        the public gRPC endpoint over prefill and decode workers\n"
+    "  prefill       a prefill worker\n"
+    "  decode        a decode worker\n"
     "  generate      generate a completion for one prompt on the local CPU engine\n"
     "  make-model    write a random model in the Hugging Face layout\n"
     "  tokenize      encode text with a model's tokenizer.json\n"
@@ -46,6 +50,7 @@ void FixOpenBlasCoreType(char** argv) {
 
 int main(int argc, char** argv) {
   FixOpenBlasCoreType(argv);
+  pdserve::cli::BlockStopSignals();
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
       std::strcmp(argv[1], "help") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -60,6 +65,10 @@ int main(int argc, char** argv) {
   char** sub_argv = argv + 2;
   using namespace pdserve::cli;
   if (command == "generate") return GenerateCommand(sub_argc, sub_argv);
+  if (command == "serve") return ServeCommand(sub_argc, sub_argv);
+  if (command == "router") return RouterCommand(sub_argc, sub_argv);
+  if (command == "prefill") return PrefillCommand(sub_argc, sub_argv);
+  if (command == "decode") return DecodeCommand(sub_argc, sub_argv);
   if (command == "make-model") return MakeModelCommand(sub_argc, sub_argv);
   if (command == "kv-calc") return KvCalcCommand(sub_argc, sub_argv);
   if (command == "tokenize") return TokenizeCommand(sub_argc, sub_argv);

@@ -18,4 +18,4 @@ if [ ! -f "$MODEL/config.json" ]; then
 fi
 echo "pdserve generate on $MODEL (random weights: the text is gibberish, the tokens are real)" >&2
 exec "$BUILD_DIR/pdserve" generate --model "$MODEL" --prompt "The quick brown fox" \
-  --max-tokens 24 --temperature 0 --ignore-eos --format json --kv-cache-gib 0.25
+  --max-tokens 24 --temperature 0 --ignore-eos --format json --kv-memory-gib 0.25

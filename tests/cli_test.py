@@ -90,7 +90,7 @@ class GenerateTest(unittest.TestCase):
 
     def generate(self, *flags):
         return json.loads(ok("generate", "--model", self.model, "--format", "json",
-                             "--kv-cache-gib", "0.05", *flags))
+                             "--kv-memory-gib", "0.05", *flags))
 
     def test_json_contract(self):
         out = self.generate("--prompt", "The quick brown fox", "--max-tokens", "7", "--logprobs", "3",

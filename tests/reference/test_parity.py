@@ -65,7 +65,7 @@ class ParityTest(unittest.TestCase):
         out = json.loads(run([PDSERVE, "generate", "--model", model, "--prompt-ids",
                               ",".join(map(str, PROMPT)), "--max-tokens", str(STEPS),
                               "--temperature", "0", "--ignore-eos", "--format", "json",
-                              "--threads", "2", "--kv-cache-gib", "0.05",
+                              "--threads", "2", "--kv-memory-gib", "0.05",
                               "--dump-logits", dump] + gen_flags))
         engine_tokens = out["token_ids"]
         self.assertEqual(len(engine_tokens), STEPS)

@@ -1,0 +1,235 @@
+// pdserve prefill | decode | router | serve: the tiers as processes.
+//
+// Each prints one line when it is ready, e.g.
+//   pdserve decode ready: grpc=127.0.0.1:8200 transport=tcp://host:40123
+// and on SIGTERM or SIGINT stops taking requests, lets running ones finish (up to
+// --drain-seconds), and exits 0.
+#include <signal.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_split.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "common/base/log.h"
+#include "common/base/strings.h"
+#include "common/rpc/server_builder.h"
+#include "decode_service/decode_grpc_service.h"
+#include "prefill_service/prefill_grpc_service.h"
+#include "router/router_grpc_service.h"
+
+namespace pdserve::cli {
+namespace {
+
+// Blocks until SIGTERM or SIGINT. The signals are blocked in every thread (BlockStopSignals runs
+// in main before any thread starts) and collected here with sigwait.
+int WaitForStopSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+void Ready(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) out.emplace_back(part);
+  return out;
+}
+
+struct TierFlags {
+  std::string listen;
+  std::string model;
+  std::string transport = "tcp";
+  std::string transport_listen = "127.0.0.1:0";
+  int64_t local_prefill_tokens = 32;
+  int64_t lease_ms = 60000;
+  double drain_seconds = 30;
+  EngineFlags engine;
+
+  void Register(FlagSet& flags, bool decode) {
+    flags.String("listen", &listen, "gRPC address, host:port (port 0 picks one)");
+    flags.String("model", &model, "Hugging Face model directory");
+    flags.String("transport", &transport, "KV transport: tcp or local");
+    flags.String("transport-listen", &transport_listen, "where the KV transport listens (tcp)");
+    if (decode) {
+      flags.Int("local-prefill-tokens", &local_prefill_tokens,
+                "prefill prompts of at most this many tokens here, not on a prefill worker");
+      flags.Int("lease-ms", &lease_ms, "how long a remote prefill may take before it is redone here");
+    }
+    flags.Double("drain-seconds", &drain_seconds, "on SIGTERM, how long running requests may finish");
+    engine.Register(flags);
+  }
+};
+
+int RunPrefill(const TierFlags& f) {
+  const char* cmd = "prefill";
+  PrefillWorkerOptions o;
+  o.model_dir = f.model;
+  o.transport = f.transport;
+  o.transport_listen = f.transport_listen;
+  if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  auto worker = PrefillWorker::Create(o);
+  if (!worker.ok()) return ReportError(cmd, worker.status());
+  PrefillGrpcService service(worker->get());
+  auto server = StartGrpcServer(f.listen, {&service});
+  if (!server.ok()) return ReportError(cmd, server.status());
+  Ready(Str("pdserve prefill ready: grpc=", server->address, " transport=",
+            (*worker)->Info().transport_endpoint()));
+  WaitForStopSignal();
+  PD_LOG(Info) << "prefill: draining";
+  (*worker)->Drain(absl::Seconds(f.drain_seconds));
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return kExitOk;
+}
+
+int RunDecode(const TierFlags& f) {
+  const char* cmd = "decode";
+  DecodeWorkerOptions o;
+  o.model_dir = f.model;
+  o.transport = f.transport;
+  o.transport_listen = f.transport_listen;
+  o.local_prefill_tokens = f.local_prefill_tokens;
+  o.lease_ms = f.lease_ms;
+  if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  auto worker = DecodeWorker::Create(o);
+  if (!worker.ok()) return ReportError(cmd, worker.status());
+  DecodeGrpcService service(worker->get());
+  auto server = StartGrpcServer(f.listen, {&service});
+  if (!server.ok()) return ReportError(cmd, server.status());
+  Ready(Str("pdserve decode ready: grpc=", server->address, " transport=",
+            (*worker)->Info().transport_endpoint()));
+  WaitForStopSignal();
+  PD_LOG(Info) << "decode: draining";
+  (*worker)->Drain(absl::Seconds(f.drain_seconds));
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return kExitOk;
+}
+
+}  // namespace
+
+void BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int PrefillCommand(int argc, char** argv) {
+  TierFlags f;
+  f.listen = "0.0.0.0:8100";
+  FlagSet flags("prefill", "Runs a prefill worker: computes prompts' KV and sends the pages to "
+                           "decode workers.");
+  f.Register(flags, false);
+  int code;
+  if (!ParseFlagsOrExit(flags, "prefill", argc, argv, &code)) return code;
+  if (f.model.empty()) return ReportError("prefill", absl::InvalidArgumentError("--model is required"), kExitUsage);
+  return RunPrefill(f);
+}
+
+int DecodeCommand(int argc, char** argv) {
+  TierFlags f;
+  f.listen = "0.0.0.0:8200";
+  FlagSet flags("decode", "Runs a decode worker: owns a KV pool, generates with continuous batching.");
+  f.Register(flags, true);
+  int code;
+  if (!ParseFlagsOrExit(flags, "decode", argc, argv, &code)) return code;
+  if (f.model.empty()) return ReportError("decode", absl::InvalidArgumentError("--model is required"), kExitUsage);
+  return RunDecode(f);
+}
+
+int RouterCommand(int argc, char** argv) {
+  const char* cmd = "router";
+  std::string listen = "0.0.0.0:8000", model, prefill, decode;
+  double worker_wait = 60;
+  FlagSet flags("router", "Runs the router: the public pdserve.v1.Generation API over the tiers.");
+  flags.String("listen", &listen, "public gRPC address, host:port");
+  flags.String("model", &model, "the model directory (config.json and tokenizer; no weights)");
+  flags.String("prefill", &prefill, "prefill workers, host:port,host:port (may be empty)");
+  flags.String("decode", &decode, "decode workers, host:port,host:port");
+  flags.Double("worker-wait-seconds", &worker_wait, "how long to wait for the workers at start");
+  int code;
+  if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
+  if (model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
+  RouterOptions o;
+  o.model_dir = model;
+  o.prefill = SplitList(prefill);
+  o.decode = SplitList(decode);
+  o.worker_wait = absl::Seconds(worker_wait);
+  auto router = Router::Create(o);
+  if (!router.ok()) return ReportError(cmd, router.status());
+  GenerationService service(router->get());
+  auto server = StartGrpcServer(listen, {&service});
+  if (!server.ok()) return ReportError(cmd, server.status());
+  Ready(Str("pdserve router ready: grpc=", server->address));
+  WaitForStopSignal();
+  PD_LOG(Info) << "router: shutting down";
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return kExitOk;
+}
+
+int ServeCommand(int argc, char** argv) {
+  const char* cmd = "serve";
+  TierFlags f;
+  f.listen = "127.0.0.1:8000";
+  f.transport = "local";
+  double worker_wait = 60;
+  FlagSet flags("serve", "Runs router, prefill and decode in one process (local KV transport).");
+  f.Register(flags, true);
+  flags.Double("worker-wait-seconds", &worker_wait, "how long the router waits for the workers");
+  int code;
+  if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
+  if (f.model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
+
+  PrefillWorkerOptions po;
+  po.model_dir = f.model;
+  po.transport = f.transport;
+  po.transport_listen = f.transport_listen;
+  DecodeWorkerOptions dopts;
+  dopts.model_dir = f.model;
+  dopts.transport = f.transport;
+  dopts.transport_listen = f.transport_listen;
+  dopts.local_prefill_tokens = f.local_prefill_tokens;
+  dopts.lease_ms = f.lease_ms;
+  if (absl::Status s = f.engine.ToOptions(&po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  dopts.engine = po.engine;
+  auto prefill = PrefillWorker::Create(po);
+  if (!prefill.ok()) return ReportError(cmd, prefill.status());
+  auto decode = DecodeWorker::Create(dopts);
+  if (!decode.ok()) return ReportError(cmd, decode.status());
+  PrefillGrpcService prefill_service(prefill->get());
+  DecodeGrpcService decode_service(decode->get());
+  auto prefill_server = StartGrpcServer("127.0.0.1:0", {&prefill_service});
+  if (!prefill_server.ok()) return ReportError(cmd, prefill_server.status());
+  auto decode_server = StartGrpcServer("127.0.0.1:0", {&decode_service});
+  if (!decode_server.ok()) return ReportError(cmd, decode_server.status());
+  RouterOptions ro;
+  ro.model_dir = f.model;
+  ro.prefill = {prefill_server->address};
+  ro.decode = {decode_server->address};
+  ro.worker_wait = absl::Seconds(worker_wait);
+  auto router = Router::Create(ro);
+  if (!router.ok()) return ReportError(cmd, router.status());
+  GenerationService service(router->get());
+  auto server = StartGrpcServer(f.listen, {&service});
+  if (!server.ok()) return ReportError(cmd, server.status());
+  Ready(Str("pdserve serve ready: grpc=", server->address));
+  WaitForStopSignal();
+  PD_LOG(Info) << "serve: draining";
+  (*decode)->Drain(absl::Seconds(f.drain_seconds));
+  (*prefill)->Drain(absl::Seconds(1));
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  decode_server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  prefill_server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return kExitOk;
+}
+
+}  // namespace pdserve::cli

@@ -1,0 +1,32 @@
+// Conversions between the wire messages and the engine's types, shared by the tiers.
+#ifndef PDSERVE_COMMON_RPC_PROTO_CONVERT_H_
+#define PDSERVE_COMMON_RPC_PROTO_CONVERT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/engine/llm_engine.h"
+#include "common/sampling/sampling_params.h"
+#include "pdserve/internal/v1/worker.pb.h"
+#include "pdserve/v1/generation.pb.h"
+
+namespace pdserve {
+
+// Wire sampling parameters to the sampler's, with vLLM's defaults for unset fields. `seed`
+// overrides the message's (the router resolves one per request). Stop strings are the router's
+// business and are not copied.
+SamplingParams FromProto(const v1::SamplingParams& p, std::optional<uint64_t> seed);
+
+// The worker's KV layout, as a message and as the transport's handshake string.
+internal::v1::KvLayout MakeKvLayout(const LLMEngine& engine, const std::string& fingerprint);
+std::string LayoutString(const internal::v1::KvLayout& layout);
+
+// A fingerprint of the model: XXH3-64 of config.json and of every safetensors header (names,
+// shapes, dtypes, offsets), hex. Two workers serving different weights disagree.
+absl::StatusOr<std::string> ModelFingerprint(const std::string& model_dir);
+
+void FillTopLogprobs(const TokenOutput& t, v1::TokenLogprobs* out);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_RPC_PROTO_CONVERT_H_

@@ -1,0 +1,35 @@
+// Starting a gRPC server the same way everywhere: health checking (grpc.health.v1) and server
+// reflection on, message size limits, the listening port reported back.
+#ifndef PDSERVE_COMMON_RPC_SERVER_BUILDER_H_
+#define PDSERVE_COMMON_RPC_SERVER_BUILDER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/server.h>
+
+#include "absl/status/statusor.h"
+
+namespace grpc {
+class Service;
+}
+
+namespace pdserve {
+
+struct StartedServer {
+  std::unique_ptr<grpc::Server> server;
+  std::string address;  // host:port actually bound (port resolved when 0 was asked).
+};
+
+// `listen` is host:port (port 0 picks a free one). Services are not owned and must outlive the
+// server. Unavailable when the address cannot be bound.
+absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
+                                              const std::vector<grpc::Service*>& services);
+
+// Message size limit for requests and responses (a prompt of a million tokens fits).
+inline constexpr int kMaxMessageBytes = 64 << 20;
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_RPC_SERVER_BUILDER_H_

@@ -1,0 +1,114 @@
+// A server-streaming reactor that can be fed from any thread: Push queues a message (written one
+// at a time, as the callback API requires), Close finishes the call after the queued messages.
+// Subclasses handle OnCancel/OnDone specifics through the hooks. gRPC deletes nothing: the
+// reactor deletes itself in OnDone once `references` reach zero.
+#ifndef PDSERVE_COMMON_RPC_STREAM_WRITER_H_
+#define PDSERVE_COMMON_RPC_STREAM_WRITER_H_
+
+#include <deque>
+#include <mutex>
+
+#include <grpcpp/support/server_callback.h>
+#include <grpcpp/support/status.h>
+
+namespace pdserve {
+
+template <typename Response>
+class StreamWriter : public grpc::ServerWriteReactor<Response> {
+ public:
+  // Thread-safe. Returns false once the call is finished or cancelled (the message is dropped).
+  bool Push(Response message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closing_ || done_) return false;
+    queue_.push_back(std::move(message));
+    MaybeWriteLocked();
+    return true;
+  }
+
+  // Thread-safe. Finishes after the queued messages; later calls are ignored.
+  void Close(const grpc::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closing_ || done_) return;
+    closing_ = true;
+    final_status_ = status;
+    if (!writing_) FinishLocked();
+  }
+
+  bool closed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closing_ || done_;
+  }
+
+ protected:
+  // Called once when the client goes away (cancel, deadline) before Close.
+  virtual void OnClientGone() {}
+  // Called once after gRPC is done with the call; the default deletes the reactor.
+  virtual void OnFinished() { delete this; }
+
+ private:
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      queue_.clear();
+      if (!closing_) {
+        closing_ = true;
+        final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
+      }
+    }
+    if (!queue_.empty() && ok) {
+      MaybeWriteLocked();
+    } else if (closing_ && !finished_) {
+      FinishLocked();
+    }
+  }
+
+  void OnCancel() override {
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      first = !closing_;
+      closing_ = true;
+      queue_.clear();
+      if (!writing_ && !finished_) {
+        final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+        FinishLocked();
+      }
+    }
+    if (first) OnClientGone();
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    OnFinished();
+  }
+
+  void MaybeWriteLocked() {
+    if (writing_ || queue_.empty()) return;
+    writing_ = true;
+    current_ = std::move(queue_.front());
+    queue_.pop_front();
+    this->StartWrite(&current_);
+  }
+
+  void FinishLocked() {
+    finished_ = true;
+    this->Finish(final_status_);
+  }
+
+  std::mutex mu_;
+  std::deque<Response> queue_;
+  Response current_;
+  bool writing_ = false;
+  bool closing_ = false;
+  bool finished_ = false;
+  bool done_ = false;
+  grpc::Status final_status_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_RPC_STREAM_WRITER_H_

@@ -1,0 +1,92 @@
+#include "decode_service/decode_grpc_service.h"
+
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/proto_convert.h"
+#include "common/rpc/stream_writer.h"
+
+namespace pdserve {
+namespace {
+
+class GenerateCall;
+
+// Bridges the worker's scheduler thread to the reactor; detached when the call is over.
+class Sink : public DecodeSink {
+ public:
+  explicit Sink(GenerateCall* call) : call_(call) {}
+  void OnOutput(const RequestOutput& output) override;
+  void OnError(const absl::Status& status) override;
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    call_ = nullptr;
+  }
+
+ private:
+  std::mutex mu_;
+  GenerateCall* call_;
+};
+
+class GenerateCall : public StreamWriter<internal::v1::DecodeResponse> {
+ public:
+  GenerateCall(DecodeWorker* worker, const internal::v1::DecodeRequest& request)
+      : worker_(worker), request_id_(request.request_id()), sink_(std::make_shared<Sink>(this)) {
+    DecodeJob job;
+    job.request_id = request.request_id();
+    job.prompt.assign(request.prompt_ids().begin(), request.prompt_ids().end());
+    job.params = FromProto(request.sampling(), request.seed());
+    job.prefill_address = request.prefill_address();
+    worker_->Submit(std::move(job), sink_);
+  }
+
+ private:
+  void OnClientGone() override { worker_->Cancel(request_id_); }
+  void OnFinished() override {
+    sink_->Detach();
+    delete this;
+  }
+
+  DecodeWorker* worker_;
+  const std::string request_id_;
+  std::shared_ptr<Sink> sink_;
+};
+
+void Sink::OnOutput(const RequestOutput& output) {
+  internal::v1::DecodeResponse r;
+  for (const TokenOutput& t : output.tokens) {
+    r.add_token_ids(t.token);
+    r.add_logprobs(t.logprob);
+    FillTopLogprobs(t, r.add_top_logprobs());
+  }
+  if (output.finished) {
+    r.set_finish_reason(output.finish_reason);
+    r.mutable_usage()->set_prompt_tokens(static_cast<int32_t>(output.prompt_tokens));
+    r.mutable_usage()->set_completion_tokens(static_cast<int32_t>(output.completion_tokens));
+    r.mutable_usage()->set_cached_tokens(static_cast<int32_t>(output.cached_tokens));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (call_ == nullptr) return;
+  call_->Push(std::move(r));
+  if (output.finished) call_->Close(grpc::Status::OK);
+}
+
+void Sink::OnError(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (call_ != nullptr) call_->Close(ToGrpcStatus(status));
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<internal::v1::DecodeResponse>* DecodeGrpcService::Generate(
+    grpc::CallbackServerContext* context, const internal::v1::DecodeRequest* request) {
+  return new GenerateCall(worker_, *request);
+}
+
+grpc::ServerUnaryReactor* DecodeGrpcService::GetWorkerInfo(
+    grpc::CallbackServerContext* context, const internal::v1::GetWorkerInfoRequest* request,
+    internal::v1::WorkerInfo* response) {
+  *response = worker_->Info();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,26 @@
+// The decode tier's gRPC service: a thin callback-API layer over DecodeWorker.
+#ifndef PDSERVE_DECODE_SERVICE_DECODE_GRPC_SERVICE_H_
+#define PDSERVE_DECODE_SERVICE_DECODE_GRPC_SERVICE_H_
+
+#include "decode_service/decode_worker.h"
+#include "pdserve/internal/v1/worker.grpc.pb.h"
+
+namespace pdserve {
+
+class DecodeGrpcService : public internal::v1::DecodeWorker::CallbackService {
+ public:
+  explicit DecodeGrpcService(DecodeWorker* worker) : worker_(worker) {}
+
+  grpc::ServerWriteReactor<internal::v1::DecodeResponse>* Generate(
+      grpc::CallbackServerContext* context, const internal::v1::DecodeRequest* request) override;
+  grpc::ServerUnaryReactor* GetWorkerInfo(grpc::CallbackServerContext* context,
+                                          const internal::v1::GetWorkerInfoRequest* request,
+                                          internal::v1::WorkerInfo* response) override;
+
+ private:
+  DecodeWorker* worker_;  // Not owned.
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_DECODE_SERVICE_DECODE_GRPC_SERVICE_H_

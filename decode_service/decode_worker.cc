@@ -1,0 +1,360 @@
+#include "decode_service/decode_worker.h"
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <chrono>
+
+#include "common/base/log.h"
+#include "common/base/status_macros.h"
+#include "common/base/strings.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/proto_convert.h"
+#include "common/rpc/server_builder.h"
+
+namespace pdserve {
+
+// A remote prefill in flight: the RPC's state lives here until its callback has run.
+struct DecodeWorker::Remote {
+  uint64_t tag = 0;
+  std::vector<int32_t> prompt;  // To prefill here if the remote path fails.
+  SamplingParams params;
+  std::chrono::steady_clock::time_point deadline;
+  grpc::ClientContext context;
+  internal::v1::PrefillRequest request;
+  internal::v1::PrefillResponse response;
+  grpc::Status rpc_status;
+  bool replied = false;  // The RPC finished (set on the scheduler thread).
+};
+
+absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
+    const DecodeWorkerOptions& options) {
+  std::unique_ptr<DecodeWorker> w(new DecodeWorker(options));
+  PD_ASSIGN_OR_RETURN(w->engine_, LLMEngine::Create(options.model_dir, options.engine));
+  PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(options.model_dir));
+  w->layout_ = MakeKvLayout(*w->engine_, fingerprint);
+  KvTransportOptions t;
+  t.listen_address = options.transport_listen;
+  t.layout = LayoutString(w->layout_);
+  PD_ASSIGN_OR_RETURN(w->transport_, CreateKvTransport(options.transport, t));
+  KvPool& pool = w->engine_->kv_pool();
+  PD_RETURN_IF_ERROR(w->transport_->RegisterPool(pool.data(), pool.size_bytes()));
+  w->PublishInfo();
+  w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });
+  return w;
+}
+
+DecodeWorker::~DecodeWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void DecodeWorker::Post(std::function<void()> command) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back(std::move(command));
+  }
+  cv_.notify_one();
+}
+
+void DecodeWorker::Submit(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_ || stop_) {
+      sink->OnError(absl::UnavailableError("decode worker is shutting down"));
+      return;
+    }
+  }
+  Post([this, job = std::move(job), sink = std::move(sink)]() mutable {
+    Start(std::move(job), std::move(sink));
+  });
+}
+
+void DecodeWorker::Cancel(const std::string& request_id) {
+  Post([this, request_id] {
+    auto it = active_.find(request_id);
+    if (it == active_.end()) return;
+    if (it->second.remote) {
+      it->second.remote->context.TryCancel();
+      transport_->Release(it->second.remote->tag);
+    }
+    engine_->Abort(request_id, nullptr);
+    active_.erase(it);
+  });
+}
+
+internal::v1::WorkerInfo DecodeWorker::Info() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return info_;
+}
+
+void DecodeWorker::Drain(absl::Duration timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Info().running() + Info().waiting() == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Post([this] {
+    for (auto& [id, active] : active_) {
+      if (active.remote) active.remote->context.TryCancel();
+      engine_->Abort(id, nullptr);
+      active.sink->OnError(absl::UnavailableError("decode worker shut down"));
+    }
+    active_.clear();
+  });
+}
+
+void DecodeWorker::Start(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
+  const std::string id = job.request_id;
+  if (active_.contains(id)) {
+    sink->OnError(absl::AlreadyExistsError(Str("request_id '", id, "' is already running")));
+    return;
+  }
+  Active& active = active_[id];
+  active.sink = std::move(sink);
+  if (!job.prefill_address.empty() &&
+      static_cast<int64_t>(job.prompt.size()) > options_.local_prefill_tokens) {
+    StartRemote(std::move(job), active);
+    return;
+  }
+  if (absl::Status s = engine_->AddRequest(id, std::move(job.prompt), job.params); !s.ok()) {
+    active.sink->OnError(s);
+    active_.erase(id);
+    return;
+  }
+  ++local_prefills_;
+}
+
+void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
+  const std::string id = job.request_id;
+  auto plan = engine_->ReserveForRemotePrefill(id, job.prompt, job.params);
+  if (!plan.ok()) {
+    if (plan.status().code() == absl::StatusCode::kResourceExhausted) {
+      // No room to reserve now: queue it here; the scheduler admits it when blocks free up.
+      if (absl::Status s = engine_->AddRequest(id, std::move(job.prompt), job.params); !s.ok()) {
+        active.sink->OnError(s);
+        active_.erase(id);
+      } else {
+        ++local_prefills_;
+      }
+      return;
+    }
+    active.sink->OnError(plan.status());
+    active_.erase(id);
+    return;
+  }
+  const KvCacheSpec& spec = engine_->kv_spec();
+  KvPool& pool = engine_->kv_pool();
+  const int64_t first_block = plan->cached_tokens / spec.block_size;
+  std::vector<ByteRange> ranges;
+  auto remote = std::make_shared<Remote>();
+  remote->tag = next_tag_++;
+  remote->prompt = job.prompt;
+  remote->params = job.params;
+  remote->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.lease_ms);
+  internal::v1::PrefillRequest& r = remote->request;
+  r.set_request_id(id);
+  r.mutable_prompt_ids()->Assign(job.prompt.begin(), job.prompt.end());
+  r.set_seed(*job.params.seed);
+  v1::SamplingParams* sp = r.mutable_sampling();
+  sp->set_temperature(job.params.temperature);
+  sp->set_top_p(job.params.top_p);
+  sp->set_top_k(job.params.top_k);
+  sp->set_min_p(job.params.min_p);
+  sp->set_repetition_penalty(job.params.repetition_penalty);
+  sp->set_frequency_penalty(job.params.frequency_penalty);
+  sp->set_presence_penalty(job.params.presence_penalty);
+  sp->set_logprobs(job.params.logprobs);
+  *r.mutable_layout() = layout_;
+  r.set_transport_endpoint(transport_->endpoint());
+  r.set_transfer_tag(remote->tag);
+  r.set_first_block(static_cast<int32_t>(first_block));
+  r.set_dst_pool_blocks(pool.num_blocks());
+  for (size_t b = first_block; b < plan->blocks.size(); ++b) {
+    r.add_dst_blocks(plan->blocks[b]);
+    for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
+      const uint64_t off = pool.PageOffset(layer, plan->blocks[b]);
+      ranges.push_back({off, off + spec.PageBytes()});
+    }
+  }
+  if (absl::Status s = transport_->Expect(remote->tag, std::move(ranges)); !s.ok()) {
+    engine_->Abort(id, nullptr);
+    active.sink->OnError(s);
+    active_.erase(id);
+    return;
+  }
+  active.remote = remote;
+  remote->context.set_deadline(std::chrono::system_clock::now() +
+                               std::chrono::milliseconds(options_.lease_ms));
+  internal::v1::PrefillWorker::Stub* stub = PrefillStub(job.prefill_address);
+  stub->async()->Prefill(&remote->context, &remote->request, &remote->response,
+                         [this, id, remote](grpc::Status status) {
+                           remote->rpc_status = std::move(status);
+                           Post([this, id, remote] { OnPrefillReply(id, remote); });
+                         });
+  ++remote_prefills_;
+}
+
+internal::v1::PrefillWorker::Stub* DecodeWorker::PrefillStub(const std::string& address) {
+  auto it = stubs_.find(address);
+  if (it != stubs_.end()) return it->second.get();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto stub = internal::v1::PrefillWorker::NewStub(channel);
+  return stubs_.emplace(address, std::move(stub)).first->second.get();
+}
+
+void DecodeWorker::OnPrefillReply(const std::string& request_id,
+                                  const std::shared_ptr<Remote>& remote) {
+  auto it = active_.find(request_id);
+  if (it == active_.end() || it->second.remote != remote) return;  // Cancelled meanwhile.
+  remote->replied = true;
+  if (!remote->rpc_status.ok()) {
+    FallBackToLocal(request_id, FromGrpcStatus(remote->rpc_status));
+    return;
+  }
+  CheckRemotes();
+}
+
+void DecodeWorker::CheckRemotes() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::pair<std::string, absl::Status>> failed;
+  std::vector<std::string> ready;
+  for (auto& [id, active] : active_) {
+    const std::shared_ptr<Remote>& remote = active.remote;
+    if (!remote) continue;
+    const TransferPoll poll = transport_->Poll(remote->tag);
+    if (poll.state == TransferState::kFailed) {
+      failed.emplace_back(id, poll.status);
+    } else if (remote->replied && poll.state == TransferState::kDone) {
+      const internal::v1::TransferSummary& sent = remote->response.transfer();
+      if (sent.pages() != poll.stats.pages || sent.bytes() != poll.stats.bytes ||
+          sent.checksum() != poll.stats.checksum) {
+        failed.emplace_back(id, absl::DataLossError("transfer summary does not match the pages "
+                                                    "received"));
+      } else {
+        ready.push_back(id);
+      }
+    } else if (now > remote->deadline) {
+      failed.emplace_back(id, absl::DeadlineExceededError("remote prefill lease expired"));
+    }
+  }
+  for (const auto& [id, why] : failed) FallBackToLocal(id, why);
+  for (const std::string& id : ready) {
+    Active& active = active_[id];
+    std::shared_ptr<Remote> remote = std::move(active.remote);
+    const TransferPoll poll = transport_->Poll(remote->tag);
+    transport_->Release(remote->tag);
+    ++transfers_completed_;
+    transfer_pages_ += poll.stats.pages;
+    transfer_bytes_ += poll.stats.bytes;
+    const internal::v1::PrefillResponse& p = remote->response;
+    SampledToken first;
+    first.token = p.first_token();
+    first.logprob = p.logprob();
+    for (const auto& top : p.top_logprobs().top()) {
+      first.top_logprobs.emplace_back(top.token_id(), top.logprob());
+    }
+    if (absl::Status s = engine_->CompleteRemotePrefill(id, first, &outputs_); !s.ok()) {
+      FallBackToLocal(id, s);
+    }
+  }
+}
+
+void DecodeWorker::FallBackToLocal(const std::string& request_id, const absl::Status& why) {
+  auto it = active_.find(request_id);
+  if (it == active_.end()) return;
+  std::shared_ptr<Remote> remote = std::move(it->second.remote);
+  ++transfer_failures_;
+  PD_LOG(Warning) << "request " << request_id << ": remote prefill failed (" << why
+                  << "); prefilling locally";
+  remote->context.TryCancel();
+  transport_->Release(remote->tag);
+  engine_->Abort(request_id, nullptr);  // Frees the reservation.
+  if (absl::Status s = engine_->AddRequest(request_id, remote->prompt, remote->params); !s.ok()) {
+    it->second.sink->OnError(s);
+    active_.erase(it);
+    return;
+  }
+  ++local_prefills_;
+}
+
+void DecodeWorker::Dispatch(std::vector<RequestOutput>& outputs) {
+  for (RequestOutput& out : outputs) {
+    auto it = active_.find(out.request_id);
+    if (it == active_.end()) continue;
+    it->second.sink->OnOutput(out);
+    if (out.finished) active_.erase(it);
+  }
+  outputs.clear();
+}
+
+void DecodeWorker::PublishInfo() {
+  internal::v1::WorkerInfo info;
+  info.set_role("decode");
+  *info.mutable_layout() = layout_;
+  info.set_transport_endpoint(transport_->endpoint());
+  const EngineStats s = engine_->Stats();
+  info.set_total_blocks(s.kv.total_blocks);
+  info.set_free_blocks(s.kv.free_blocks);
+  info.set_cached_blocks(s.kv.cached_blocks);
+  info.set_used_blocks(s.kv.used_blocks);
+  info.set_running(static_cast<int32_t>(s.running));
+  int64_t remote_pending = 0;
+  for (const auto& [id, a] : active_) remote_pending += a.remote != nullptr;
+  info.set_waiting(static_cast<int32_t>(s.waiting + remote_pending));
+  info.set_transfers_completed(transfers_completed_);
+  info.set_transfer_failures(transfer_failures_);
+  info.set_transfer_pages(transfer_pages_);
+  info.set_transfer_bytes(transfer_bytes_);
+  info.set_remote_prefills(remote_prefills_);
+  info.set_local_prefills(local_prefills_);
+  info.set_preemptions(s.preemptions);
+  info.set_max_model_len(static_cast<int32_t>(engine_->max_model_len()));
+  info.set_vocab_size(static_cast<int32_t>(engine_->config().vocab_size));
+  info.set_page_bytes(static_cast<int64_t>(engine_->kv_spec().PageBytes()));
+  std::lock_guard<std::mutex> lock(mu_);
+  info_ = std::move(info);
+}
+
+void DecodeWorker::Loop() {
+  for (;;) {
+    std::deque<std::function<void()>> commands;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      bool remotes = false;
+      for (const auto& [id, a] : active_) remotes |= a.remote != nullptr;
+      if (commands_.empty() && !stop_ && !engine_->HasScheduledWork()) {
+        if (remotes) {
+          cv_.wait_for(lock, std::chrono::milliseconds(1));
+        } else {
+          cv_.wait(lock, [&] { return stop_ || !commands_.empty(); });
+        }
+      }
+      if (stop_) return;
+      commands.swap(commands_);
+    }
+    for (auto& c : commands) c();
+    CheckRemotes();
+    if (engine_->HasScheduledWork()) {
+      if (absl::Status s = engine_->Step(&outputs_); !s.ok()) {
+        PD_LOG(Error) << "decode step failed: " << s;
+      }
+    }
+    Dispatch(outputs_);
+    PublishInfo();
+  }
+}
+
+}  // namespace pdserve

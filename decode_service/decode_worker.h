@@ -1,0 +1,118 @@
+// The decode tier's handler: owns the KV pool (through an LLMEngine), reserves blocks for
+// prompts a prefill worker computes, runs continuous batching and hands tokens to per-request
+// sinks. Speaks absl::Status; decode_grpc_service.h is the thin gRPC layer over it.
+//
+// Life of a request: a short prompt, or one without a prefill worker, is prefilled here. Otherwise
+// the worker reserves the prompt's blocks (reusing its own cached prefix), announces the transfer
+// to its KV transport, and asks the prefill worker to write the missing pages into those blocks.
+// When the prefill worker answers and every page has arrived with a matching checksum, the
+// sequence joins the running batch with the first token the prefill worker sampled. A failed,
+// corrupted or late transfer frees the reservation and the prompt is prefilled here instead: the
+// request still completes.
+//
+// Threading: one scheduler thread owns the engine and all request state; public methods post to it
+// and are thread-safe. Sinks are called on the scheduler thread.
+#ifndef PDSERVE_DECODE_SERVICE_DECODE_WORKER_H_
+#define PDSERVE_DECODE_SERVICE_DECODE_WORKER_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/engine/llm_engine.h"
+#include "common/transport/kv_transport.h"
+#include "pdserve/internal/v1/worker.grpc.pb.h"
+
+namespace pdserve {
+
+struct DecodeWorkerOptions {
+  std::string model_dir;
+  EngineOptions engine;
+  std::string transport = "tcp";
+  std::string transport_listen = "127.0.0.1:0";
+  // Prompts of at most this many tokens are prefilled here even when a prefill worker is given.
+  int64_t local_prefill_tokens = 32;
+  // How long a remote prefill may take, RPC and pages included, before the reservation is
+  // dropped and the prompt prefilled here.
+  int64_t lease_ms = 60000;
+};
+
+// Receives one request's outputs, on the worker's scheduler thread.
+class DecodeSink {
+ public:
+  virtual ~DecodeSink() = default;
+  virtual void OnOutput(const RequestOutput& output) = 0;  // The last one has finished set.
+  virtual void OnError(const absl::Status& status) = 0;    // No further calls.
+};
+
+struct DecodeJob {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  std::string prefill_address;  // Empty: prefill here.
+};
+
+class DecodeWorker {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeWorker>> Create(const DecodeWorkerOptions& options);
+  ~DecodeWorker();
+
+  void Submit(DecodeJob job, std::shared_ptr<DecodeSink> sink);
+  void Cancel(const std::string& request_id);
+  internal::v1::WorkerInfo Info();
+  // Stops taking requests (new ones fail with Unavailable) and waits up to `timeout` for the
+  // running ones; what is left is cancelled.
+  void Drain(absl::Duration timeout);
+
+ private:
+  struct Remote;
+  struct Active {
+    std::shared_ptr<DecodeSink> sink;
+    std::shared_ptr<Remote> remote;  // Set while a remote prefill is in flight.
+  };
+
+  explicit DecodeWorker(const DecodeWorkerOptions& options) : options_(options) {}
+  void Post(std::function<void()> command);
+  void Loop();
+  void Start(DecodeJob job, std::shared_ptr<DecodeSink> sink);
+  void StartRemote(DecodeJob job, Active& active);
+  void OnPrefillReply(const std::string& request_id, const std::shared_ptr<Remote>& remote);
+  void CheckRemotes();
+  void FallBackToLocal(const std::string& request_id, const absl::Status& why);
+  void Dispatch(std::vector<RequestOutput>& outputs);
+  void PublishInfo();
+  internal::v1::PrefillWorker::Stub* PrefillStub(const std::string& address);
+
+  const DecodeWorkerOptions options_;
+  std::unique_ptr<LLMEngine> engine_;
+  std::unique_ptr<KvTransport> transport_;
+  internal::v1::KvLayout layout_;
+
+  // Scheduler-thread state.
+  absl::flat_hash_map<std::string, Active> active_;
+  absl::flat_hash_map<std::string, std::unique_ptr<internal::v1::PrefillWorker::Stub>> stubs_;
+  uint64_t next_tag_ = 1;
+  std::vector<RequestOutput> outputs_;
+  int64_t transfers_completed_ = 0, transfer_failures_ = 0, transfer_pages_ = 0,
+          transfer_bytes_ = 0, remote_prefills_ = 0, local_prefills_ = 0;
+
+  // Shared with other threads.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> commands_;
+  bool stop_ = false;
+  bool draining_ = false;
+  internal::v1::WorkerInfo info_;
+  std::thread thread_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_DECODE_SERVICE_DECODE_WORKER_H_

@@ -1,0 +1,261 @@
+#include "prefill_service/prefill_worker.h"
+
+#include "common/base/log.h"
+#include "common/base/status_macros.h"
+#include "common/base/strings.h"
+#include "common/rpc/proto_convert.h"
+#include "common/transport/layout_check.h"
+
+namespace pdserve {
+
+absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
+    const PrefillWorkerOptions& options) {
+  std::unique_ptr<PrefillWorker> w(new PrefillWorker(options));
+  PD_ASSIGN_OR_RETURN(w->engine_, LLMEngine::Create(options.model_dir, options.engine));
+  PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(options.model_dir));
+  w->layout_ = MakeKvLayout(*w->engine_, fingerprint);
+  w->layout_string_ = LayoutString(w->layout_);
+  KvTransportOptions t;
+  t.listen_address = options.transport_listen;
+  t.layout = w->layout_string_;
+  PD_ASSIGN_OR_RETURN(w->transport_, CreateKvTransport(options.transport, t));
+  KvPool& pool = w->engine_->kv_pool();
+  PD_RETURN_IF_ERROR(w->transport_->RegisterPool(pool.data(), pool.size_bytes()));
+  w->engine_->SetLayerObserver(
+      [raw = w.get()](int64_t layer, const SchedulerOutput& schedule) { raw->OnLayer(layer, schedule); });
+  w->PublishInfo();
+  w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });
+  return w;
+}
+
+PrefillWorker::~PrefillWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void PrefillWorker::Post(std::function<void()> command) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back(std::move(command));
+  }
+  cv_.notify_one();
+}
+
+void PrefillWorker::Submit(const internal::v1::PrefillRequest& request, Done done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_ || stop_) {
+      done(absl::UnavailableError("prefill worker is shutting down"));
+      return;
+    }
+    ++in_flight_;
+  }
+  Post([this, request, done = std::move(done)]() mutable { Start(request, std::move(done)); });
+}
+
+internal::v1::WorkerInfo PrefillWorker::Info() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return info_;
+}
+
+void PrefillWorker::Drain(absl::Duration timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (in_flight_ == 0) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void PrefillWorker::Start(const internal::v1::PrefillRequest& request, Done done) {
+  auto fail = [&](const absl::Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+    }
+    done(s);
+  };
+  if (absl::Status s = CheckLayouts(layout_string_, LayoutString(request.layout())); !s.ok()) {
+    return fail(s);
+  }
+  const KvCacheSpec& spec = engine_->kv_spec();
+  const int64_t blocks = (request.prompt_ids_size() + spec.block_size - 1) / spec.block_size;
+  if (request.first_block() < 0 || request.first_block() >= blocks ||
+      request.dst_blocks_size() != blocks - request.first_block() ||
+      request.dst_pool_blocks() <= 0) {
+    return fail(absl::InvalidArgumentError(Str(
+        "prefill request '", request.request_id(), "': ", request.dst_blocks_size(),
+        " destination blocks from block ", request.first_block(), " do not cover a ",
+        request.prompt_ids_size(), "-token prompt of ", blocks, " blocks")));
+  }
+  for (int32_t b : request.dst_blocks()) {
+    if (b < 0 || b >= request.dst_pool_blocks()) {
+      return fail(absl::InvalidArgumentError(Str("destination block ", b, " is outside the ",
+                                                 request.dst_pool_blocks(), "-block pool")));
+    }
+  }
+  Job job;
+  job.request = request;
+  job.done = std::move(done);
+  job.engine_id = Str(request.request_id(), "#", next_job_++);
+  job.sent_upto.assign(spec.num_layers, request.first_block());
+  job.start = std::chrono::steady_clock::now();
+  SamplingParams params = FromProto(request.sampling(), request.seed());
+  params.max_tokens = 1;  // The decode worker samples the rest.
+  params.ignore_eos = true;
+  params.stop_token_ids.clear();
+  std::vector<int32_t> prompt(request.prompt_ids().begin(), request.prompt_ids().end());
+  if (absl::Status s = engine_->AddRequest(job.engine_id, std::move(prompt), params,
+                                           RequestOptions{/*hold_blocks_after_finish=*/true});
+      !s.ok()) {
+    return fail(s);
+  }
+  jobs_.emplace(job.engine_id, std::move(job));
+}
+
+// Runs inside Step, after `layer`'s KV of the whole batch is stored: send every page of that
+// layer whose block is now final (all its tokens computed, or the prompt's last block once the
+// prompt is done), from the first block the decode worker lacks.
+void PrefillWorker::OnLayer(int64_t layer, const SchedulerOutput& schedule) {
+  const KvCacheSpec& spec = engine_->kv_spec();
+  KvPool& pool = engine_->kv_pool();
+  std::vector<PageCopy> pages;
+  for (const ScheduledChunk& chunk : schedule.chunks) {
+    auto it = jobs_.find(chunk.seq->request_id);
+    if (it == jobs_.end()) continue;
+    Job& job = it->second;
+    if (!job.error.ok()) continue;
+    const int64_t total = job.request.prompt_ids_size();
+    const int64_t computed = chunk.seq->num_computed + chunk.num_tokens;
+    const int64_t final_blocks = computed >= total ? (total + spec.block_size - 1) / spec.block_size
+                                                   : computed / spec.block_size;
+    const auto table = engine_->BlockTable(job.engine_id);
+    pages.clear();
+    for (int64_t b = job.sent_upto[layer]; b < final_blocks; ++b) {
+      const int64_t dst_block = job.request.dst_blocks(static_cast<int>(b - job.request.first_block()));
+      pages.push_back(PageCopy{
+          pool.PageOffset(layer, table[b]),
+          static_cast<uint64_t>(layer * job.request.dst_pool_blocks() + dst_block) * spec.PageBytes(),
+          spec.PageBytes()});
+    }
+    if (pages.empty()) continue;
+    job.sent_upto[layer] = final_blocks;
+    if (absl::Status s = transport_->Submit(job.request.transport_endpoint(),
+                                            job.request.transfer_tag(), pages);
+        !s.ok()) {
+      job.error = s;
+    }
+  }
+}
+
+void PrefillWorker::Complete(const RequestOutput& output) {
+  auto it = jobs_.find(output.request_id);
+  if (it == jobs_.end()) return;
+  Job job = std::move(it->second);
+  jobs_.erase(it);
+  auto finish = [this](Done& done, absl::StatusOr<internal::v1::PrefillResponse> r) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+    }
+    done(std::move(r));
+  };
+  if (!job.error.ok() || output.tokens.empty()) {
+    transport_->Abort(job.request.transport_endpoint(), job.request.transfer_tag());
+    engine_->ReleaseHeld(job.engine_id);
+    ++transfer_failures_;
+    finish(job.done, job.error.ok() ? absl::InternalError("prefill produced no token") : job.error);
+    return;
+  }
+  internal::v1::PrefillResponse response;
+  response.set_first_token(output.tokens[0].token);
+  response.set_logprob(output.tokens[0].logprob);
+  FillTopLogprobs(output.tokens[0], response.mutable_top_logprobs());
+  response.set_cached_tokens(static_cast<int32_t>(output.cached_tokens));
+  const std::string engine_id = job.engine_id;
+  const auto start = job.start;
+  auto shared = std::make_shared<Job>(std::move(job));
+  // The blocks stay held until the transport has sent every page.
+  transport_->Finish(
+      shared->request.transport_endpoint(), shared->request.transfer_tag(),
+      [this, shared, response, engine_id, start, finish](absl::StatusOr<TransferStats> sent) mutable {
+        Post([this, shared, response, engine_id, start, sent = std::move(sent), finish]() mutable {
+          engine_->ReleaseHeld(engine_id);
+          if (!sent.ok()) {
+            ++transfer_failures_;
+            finish(shared->done, sent.status());
+            return;
+          }
+          ++transfers_completed_;
+          transfer_pages_ += sent->pages;
+          transfer_bytes_ += sent->bytes;
+          internal::v1::TransferSummary* t = response.mutable_transfer();
+          t->set_pages(sent->pages);
+          t->set_bytes(sent->bytes);
+          t->set_checksum(sent->checksum);
+          t->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          finish(shared->done, std::move(response));
+        });
+      });
+}
+
+void PrefillWorker::PublishInfo() {
+  internal::v1::WorkerInfo info;
+  info.set_role("prefill");
+  *info.mutable_layout() = layout_;
+  info.set_transport_endpoint(transport_->endpoint());
+  const EngineStats s = engine_->Stats();
+  info.set_total_blocks(s.kv.total_blocks);
+  info.set_free_blocks(s.kv.free_blocks);
+  info.set_cached_blocks(s.kv.cached_blocks);
+  info.set_used_blocks(s.kv.used_blocks);
+  info.set_running(static_cast<int32_t>(s.running));
+  info.set_waiting(static_cast<int32_t>(s.waiting));
+  info.set_transfers_completed(transfers_completed_);
+  info.set_transfer_failures(transfer_failures_);
+  info.set_transfer_pages(transfer_pages_);
+  info.set_transfer_bytes(transfer_bytes_);
+  info.set_preemptions(s.preemptions);
+  info.set_max_model_len(static_cast<int32_t>(engine_->max_model_len()));
+  info.set_vocab_size(static_cast<int32_t>(engine_->config().vocab_size));
+  info.set_page_bytes(static_cast<int64_t>(engine_->kv_spec().PageBytes()));
+  std::lock_guard<std::mutex> lock(mu_);
+  info_ = std::move(info);
+}
+
+void PrefillWorker::Loop() {
+  for (;;) {
+    std::deque<std::function<void()>> commands;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (commands_.empty() && !stop_ && !engine_->HasScheduledWork()) {
+        cv_.wait(lock, [&] { return stop_ || !commands_.empty(); });
+      }
+      if (stop_) return;
+      commands.swap(commands_);
+    }
+    for (auto& c : commands) c();
+    if (engine_->HasScheduledWork()) {
+      if (absl::Status s = engine_->Step(&outputs_); !s.ok()) {
+        PD_LOG(Error) << "prefill step failed: " << s;
+      }
+      for (const RequestOutput& out : outputs_) {
+        if (out.finished) Complete(out);
+      }
+      outputs_.clear();
+    }
+    PublishInfo();
+  }
+}
+
+}  // namespace pdserve

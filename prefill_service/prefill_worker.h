@@ -1,0 +1,88 @@
+// The prefill tier's handler: computes prompts' KV on its own engine (batched, chunked under a
+// token budget, reusing its own prefix cache) and writes the pages the decode worker lacks into
+// the blocks it reserved, layer by layer as each layer of a chunk completes, so the transfer
+// overlaps the compute. Answers with the first token (sampled with the request's seed, so it is
+// the token the decode worker would have sampled) and a transfer summary.
+//
+// Threading: one scheduler thread owns the engine; public methods are thread-safe; `done`
+// callbacks run on that thread or on a transport thread.
+#ifndef PDSERVE_PREFILL_SERVICE_PREFILL_WORKER_H_
+#define PDSERVE_PREFILL_SERVICE_PREFILL_WORKER_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/engine/llm_engine.h"
+#include "common/transport/kv_transport.h"
+#include "pdserve/internal/v1/worker.pb.h"
+
+namespace pdserve {
+
+struct PrefillWorkerOptions {
+  std::string model_dir;
+  EngineOptions engine;
+  std::string transport = "tcp";
+  std::string transport_listen = "127.0.0.1:0";
+};
+
+class PrefillWorker {
+ public:
+  using Done = std::function<void(absl::StatusOr<internal::v1::PrefillResponse>)>;
+
+  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(const PrefillWorkerOptions& options);
+  ~PrefillWorker();
+
+  void Submit(const internal::v1::PrefillRequest& request, Done done);
+  internal::v1::WorkerInfo Info();
+  void Drain(absl::Duration timeout);
+
+ private:
+  struct Job {
+    internal::v1::PrefillRequest request;
+    Done done;
+    std::string engine_id;           // Unique per job (request id + tag).
+    std::vector<int64_t> sent_upto;  // Per layer: blocks [first_block, sent_upto) submitted.
+    absl::Status error;              // A failed submit: finish with it.
+    std::chrono::steady_clock::time_point start;
+  };
+
+  explicit PrefillWorker(const PrefillWorkerOptions& options) : options_(options) {}
+  void Post(std::function<void()> command);
+  void Loop();
+  void Start(const internal::v1::PrefillRequest& request, Done done);
+  void OnLayer(int64_t layer, const SchedulerOutput& schedule);
+  void Complete(const RequestOutput& output);
+  void PublishInfo();
+
+  const PrefillWorkerOptions options_;
+  std::unique_ptr<LLMEngine> engine_;
+  std::unique_ptr<KvTransport> transport_;
+  internal::v1::KvLayout layout_;
+  std::string layout_string_;
+
+  // Scheduler-thread state.
+  absl::flat_hash_map<std::string, Job> jobs_;  // By engine id.
+  std::vector<RequestOutput> outputs_;
+  uint64_t next_job_ = 1;
+  int64_t transfers_completed_ = 0, transfer_failures_ = 0, transfer_pages_ = 0,
+          transfer_bytes_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> commands_;
+  bool stop_ = false;
+  bool draining_ = false;
+  int64_t in_flight_ = 0;  // Jobs not yet answered (guarded by mu_).
+  internal::v1::WorkerInfo info_;
+  std::thread thread_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_PREFILL_SERVICE_PREFILL_WORKER_H_

@@ -1,0 +1,171 @@
+#include "router/router_grpc_service.h"
+
+#include <grpcpp/client_context.h>
+
+#include <atomic>
+
+#include "common/base/strings.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/stream_writer.h"
+#include "common/tokenizer/incremental_detokenizer.h"
+
+namespace pdserve {
+namespace {
+
+// One public Generate call and the decode stream behind it. Lives until both gRPC sides are
+// done with it (two references).
+class GenerateCall : public StreamWriter<v1::GenerateResponse>,
+                     public grpc::ClientReadReactor<internal::v1::DecodeResponse> {
+ public:
+  GenerateCall(Router* router, grpc::CallbackServerContext* context,
+               const v1::GenerateRequest& request)
+      : router_(router) {
+    auto routed = router_->Prepare(request, context->deadline());
+    if (!routed.ok()) {
+      Close(ToGrpcStatus(routed.status()));
+      return;
+    }
+    routed_ = std::move(*routed);
+    detok_ = std::make_unique<IncrementalDetokenizer>(&router_->tokenizer(),
+                                                      routed_.skip_special_tokens, routed_.prompt);
+    for (const std::string& s : routed_.stop) max_stop_ = std::max(max_stop_, s.size());
+    internal::v1::DecodeRequest& d = downstream_request_;
+    d.set_request_id(routed_.request_id);
+    d.mutable_prompt_ids()->Assign(routed_.prompt.begin(), routed_.prompt.end());
+    *d.mutable_sampling() = request.sampling();
+    d.set_seed(*routed_.params.seed);
+    d.set_prefill_address(router_->PickPrefill());
+    client_context_.set_deadline(routed_.deadline);
+    refs_.fetch_add(1);
+    router_->PickDecode()->async()->Generate(&client_context_, &downstream_request_, this);
+    StartRead(&downstream_response_);
+    StartCall();
+  }
+
+ private:
+  // Downstream (decode worker) side.
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // The stream ended; OnDone follows.
+    if (!stopped_) Relay(downstream_response_);
+    StartRead(&downstream_response_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    if (!stopped_) {
+      if (status.ok() && finished_) {
+        Close(grpc::Status::OK);
+      } else if (status.ok()) {
+        Close(grpc::Status(grpc::StatusCode::INTERNAL, "decode worker ended the stream early"));
+      } else {
+        Close(status);
+      }
+    }
+    Unref();
+  }
+
+  // Client side.
+  void OnClientGone() override { client_context_.TryCancel(); }
+  void OnFinished() override { Unref(); }
+
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+  void Relay(const internal::v1::DecodeResponse& d) {
+    v1::GenerateResponse out;
+    out.set_request_id(routed_.request_id);
+    std::string text;
+    for (int i = 0; i < d.token_ids_size(); ++i) {
+      out.add_token_ids(d.token_ids(i));
+      out.add_logprobs(d.logprobs(i));
+      *out.add_top_logprobs() = d.top_logprobs(i);
+      auto delta = detok_->Next(d.token_ids(i));
+      if (delta.ok()) text += *delta;
+    }
+    completion_tokens_ += d.token_ids_size();
+    const bool last = !d.finish_reason().empty();
+    if (last) text += detok_->Finish();
+    pending_text_ += text;
+    std::string finish = d.finish_reason();
+    // Stop strings: cut at the first one, finish with "stop" and stop the decode worker.
+    size_t cut = std::string::npos;
+    for (const std::string& s : routed_.stop) cut = std::min(cut, pending_text_.find(s));
+    if (cut != std::string::npos) {
+      out.set_text(pending_text_.substr(0, cut));
+      pending_text_.clear();
+      finish = "stop";
+      stopped_ = true;
+    } else if (last || max_stop_ == 0) {
+      out.set_text(pending_text_);
+      pending_text_.clear();
+    } else {
+      // Hold back what could still be the start of a stop string (whole characters only).
+      size_t keep = std::min(pending_text_.size(), max_stop_ - 1);
+      size_t emit = pending_text_.size() - keep;
+      while (emit > 0 && emit < pending_text_.size() &&
+             (static_cast<uint8_t>(pending_text_[emit]) & 0xc0) == 0x80) {
+        --emit;
+      }
+      out.set_text(pending_text_.substr(0, emit));
+      pending_text_.erase(0, emit);
+    }
+    if (!finish.empty()) {
+      finished_ = true;
+      out.set_finish_reason(finish);
+      v1::Usage* u = out.mutable_usage();
+      u->set_prompt_tokens(static_cast<int32_t>(routed_.prompt.size()));
+      u->set_completion_tokens(completion_tokens_);
+      u->set_cached_tokens(last ? d.usage().cached_tokens() : 0);
+    }
+    Push(std::move(out));
+    if (stopped_) {
+      Close(grpc::Status::OK);
+      client_context_.TryCancel();
+    }
+  }
+
+  Router* router_;
+  RoutedRequest routed_;
+  std::unique_ptr<IncrementalDetokenizer> detok_;
+  grpc::ClientContext client_context_;
+  internal::v1::DecodeRequest downstream_request_;
+  internal::v1::DecodeResponse downstream_response_;
+  std::string pending_text_;
+  size_t max_stop_ = 0;
+  int32_t completion_tokens_ = 0;
+  bool finished_ = false;
+  bool stopped_ = false;
+  std::atomic<int> refs_{1};
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return new GenerateCall(router_, context, *request);
+}
+
+grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
+                                                      const v1::TokenizeRequest* request,
+                                                      v1::TokenizeResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto ids = router_->tokenizer().Encode(request->text(), request->add_special_tokens());
+  if (!ids.ok()) {
+    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(Str("text: ", ids.status().message()))));
+    return reactor;
+  }
+  response->mutable_token_ids()->Assign(ids->begin(), ids->end());
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                          const v1::GetModelInfoRequest* request,
+                                                          v1::ModelInfo* response) {
+  *response = router_->model_info();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace pdserve

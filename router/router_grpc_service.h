@@ -1,0 +1,32 @@
+// The public API (pdserve.v1.Generation), a thin callback-API layer over Router: each Generate
+// call validates and tokenizes, opens a stream to a decode worker, and relays its tokens with
+// their text (streaming detokenizer, stop strings applied) to the client. Cancellation and
+// deadlines travel down with the call.
+#ifndef PDSERVE_ROUTER_ROUTER_GRPC_SERVICE_H_
+#define PDSERVE_ROUTER_ROUTER_GRPC_SERVICE_H_
+
+#include "pdserve/v1/generation.grpc.pb.h"
+#include "router/router.h"
+
+namespace pdserve {
+
+class GenerationService : public v1::Generation::CallbackService {
+ public:
+  explicit GenerationService(Router* router) : router_(router) {}
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+
+ private:
+  Router* router_;  // Not owned.
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ROUTER_ROUTER_GRPC_SERVICE_H_
