@@ -16,9 +16,8 @@ int DecodeCommand(int argc, char** argv);
 int RouterCommand(int argc, char** argv);
 int ServeCommand(int argc, char** argv);
 
-// Blocks SIGTERM/SIGINT in the calling thread (and threads it starts later) so the tier commands
-// can collect them with sigwait. main() calls it first.
-void BlockStopSignals();
+// Routes SIGTERM/SIGINT to the tier commands' shutdown path. main() calls it first.
+void InstallStopSignalHandler();
 
 }  // namespace pdserve::cli
 

@@ -1,6 +1,12 @@
-// pdserve generate: one request through the engine, printed as text or JSON.
+// pdserve generate: one request on the local engine, or through a router with --server.
+// Both paths print the same JSON, so their outputs can be compared field by field.
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include "cli/cli_util.h"
@@ -11,15 +17,21 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/engine/llm_engine.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/server_builder.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "pdserve/v1/generation.grpc.pb.h"
 
 namespace pdserve::cli {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct GenerateFlags {
   std::string model;
+  std::string server;
   std::string prompt;
   std::string prompt_ids;
   int64_t max_tokens = 16;
@@ -34,16 +46,33 @@ struct GenerateFlags {
   bool ignore_eos = false;
   int64_t logprobs = 0;
   std::string stop_token_ids;
+  std::string stop;
   bool add_special_tokens = true;
   std::string format = "text";
   std::string dump_logits;
+  double timeout_seconds = 600;
   EngineFlags engine;
 };
 
+struct Completion {
+  std::vector<TokenOutput> tokens;
+  std::string text;
+  std::string finish_reason;
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  double ttft_ms = 0;
+  double tpot_ms = 0;
+};
+
+// Receives text as it is generated (text mode prints it).
+using TextSink = std::function<void(const std::string&)>;
+
 absl::StatusOr<SamplingParams> ToSampling(const GenerateFlags& f) {
   SamplingParams p;
-  p.max_tokens = static_cast<int32_t>(std::min<int64_t>(f.max_tokens, INT32_MAX));
-  if (f.max_tokens < 1) return absl::InvalidArgumentError("--max-tokens: must be >= 1");
+  if (f.max_tokens < 1 || f.max_tokens > INT32_MAX) {
+    return absl::InvalidArgumentError("--max-tokens: must be >= 1");
+  }
+  p.max_tokens = static_cast<int32_t>(f.max_tokens);
   p.temperature = static_cast<float>(f.temperature);
   p.top_p = static_cast<float>(f.top_p);
   p.top_k = static_cast<int32_t>(f.top_k);
@@ -58,25 +87,12 @@ absl::StatusOr<SamplingParams> ToSampling(const GenerateFlags& f) {
   return p;
 }
 
-int Run(const GenerateFlags& f, const FlagSet& flags) {
-  const char* cmd = "generate";
-  if (f.model.empty()) {
-    return ReportError(cmd, absl::InvalidArgumentError("--model DIR is required"), kExitUsage);
-  }
-  if (flags.WasSet("prompt") == flags.WasSet("prompt-ids")) {
-    return ReportError(cmd, absl::InvalidArgumentError("give exactly one of --prompt or "
-                                                       "--prompt-ids"), kExitUsage);
-  }
-  if (f.format != "text" && f.format != "json") {
-    return ReportError(cmd, absl::InvalidArgumentError("--format: text or json"), kExitUsage);
-  }
-  auto sampling = ToSampling(f);
-  if (!sampling.ok()) return ReportError(cmd, sampling.status(), kExitUsage);
-  EngineOptions options;
-  if (absl::Status s = f.engine.ToOptions(&options); !s.ok()) {
-    return ReportError(cmd, s, kExitUsage);
-  }
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+absl::StatusOr<Completion> RunLocal(const GenerateFlags& f, const FlagSet& flags,
+                                    const SamplingParams& sampling, const TextSink& sink) {
+  EngineOptions options;
+  PD_RETURN_IF_ERROR(f.engine.ToOptions(&options));
   // The tokenizer is needed for --prompt; for --prompt-ids it only turns output into text.
   std::unique_ptr<Tokenizer> tokenizer;
   absl::Status tokenizer_status = absl::NotFoundError("no tokenizer.json");
@@ -88,91 +104,156 @@ int Run(const GenerateFlags& f, const FlagSet& flags) {
   std::vector<int32_t> prompt;
   if (flags.WasSet("prompt")) {
     if (!tokenizer) {
-      return ReportError(cmd, absl::FailedPreconditionError(
-                                  Str("--prompt needs the model's tokenizer: ",
-                                      tokenizer_status.message(), " (use --prompt-ids)")));
+      return absl::FailedPreconditionError(Str("--prompt needs the model's tokenizer: ",
+                                               tokenizer_status.message(), " (use --prompt-ids)"));
     }
-    auto ids = tokenizer->Encode(f.prompt, f.add_special_tokens);
-    if (!ids.ok()) return ReportError(cmd, ids.status());
-    prompt = std::move(*ids);
+    PD_ASSIGN_OR_RETURN(prompt, tokenizer->Encode(f.prompt, f.add_special_tokens));
   } else {
-    if (absl::Status s = ParseIntList(f.prompt_ids, "--prompt-ids", &prompt); !s.ok()) {
-      return ReportError(cmd, s, kExitUsage);
-    }
+    PD_RETURN_IF_ERROR(ParseIntList(f.prompt_ids, "--prompt-ids", &prompt));
   }
   if (!tokenizer && tokenizer_status.code() != absl::StatusCode::kNotFound) {
     PD_LOG(Warning) << "output will have no text: " << tokenizer_status.message();
   }
+  const std::vector<std::string> stops = [&] {
+    std::vector<std::string> v;
+    if (!f.stop.empty()) v.push_back(f.stop);
+    return v;
+  }();
 
-  auto engine = LLMEngine::Create(f.model, options);
-  if (!engine.ok()) return ReportError(cmd, engine.status());
-  const int64_t vocab = (*engine)->config().vocab_size;
+  PD_ASSIGN_OR_RETURN(std::unique_ptr<LLMEngine> engine, LLMEngine::Create(f.model, options));
+  const int64_t vocab = engine->config().vocab_size;
   std::vector<float> dumped;
   if (!f.dump_logits.empty()) {
-    (*engine)->SetLogitsObserver([&](const std::string&, const float* l, int64_t v) {
+    engine->SetLogitsObserver([&](const std::string&, const float* l, int64_t v) {
       dumped.insert(dumped.end(), l, l + v);
     });
   }
-  if (absl::Status s = (*engine)->AddRequest("generate-0", prompt, *sampling); !s.ok()) {
-    return ReportError(cmd, s);
-  }
-  std::vector<TokenOutput> tokens;
-  RequestOutput last;
-  // Text mode prints as tokens arrive, through the streaming detokenizer (never a broken
-  // character), with the prompt as context so the first token decodes as it would in place.
-  std::unique_ptr<IncrementalDetokenizer> stream;
-  if (f.format == "text" && tokenizer) {
-    stream = std::make_unique<IncrementalDetokenizer>(tokenizer.get(), true, prompt);
-  }
-  while ((*engine)->HasUnfinished()) {
+  PD_RETURN_IF_ERROR(engine->AddRequest("generate-0", prompt, sampling));
+  Completion c;
+  c.prompt_tokens = static_cast<int64_t>(prompt.size());
+  // Text through the streaming detokenizer, with the prompt as context: exactly what a router
+  // streams, so local and served outputs compare equal.
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  if (tokenizer) detok = std::make_unique<IncrementalDetokenizer>(tokenizer.get(), true, prompt);
+  const auto start = Clock::now();
+  Clock::time_point first_token;
+  bool stopped = false;
+  while (engine->HasUnfinished() && !stopped) {
     std::vector<RequestOutput> outs;
-    if (absl::Status s = (*engine)->Step(&outs); !s.ok()) return ReportError(cmd, s);
+    PD_RETURN_IF_ERROR(engine->Step(&outs));
     for (RequestOutput& o : outs) {
       for (TokenOutput& t : o.tokens) {
-        if (stream) {
-          auto delta = stream->Next(t.token);
-          if (delta.ok() && !delta->empty()) {
-            std::fputs(delta->c_str(), stdout);
-            std::fflush(stdout);
+        if (c.tokens.empty()) first_token = Clock::now();
+        if (detok && !stopped) {
+          auto delta = detok->Next(t.token);
+          if (delta.ok()) {
+            c.text += *delta;
+            if (stops.empty()) sink(*delta);  // With stop strings the text is shown at the end.
           }
         }
-        tokens.push_back(std::move(t));
+        c.tokens.push_back(std::move(t));
       }
-      last = std::move(o);
+      if (o.finished) {
+        c.finish_reason = o.finish_reason;
+        c.cached_tokens = o.cached_tokens;
+        if (detok) {
+          const std::string rest = detok->Finish();
+          c.text += rest;
+          if (stops.empty()) sink(rest);
+        }
+      }
+      for (const std::string& s : stops) {
+        const size_t at = c.text.find(s);
+        if (at != std::string::npos) {
+          c.text.resize(at);
+          c.finish_reason = "stop";
+          stopped = true;
+          engine->Abort("generate-0", nullptr);
+        }
+      }
     }
   }
-  if (stream) {
-    std::fputs(stream->Finish().c_str(), stdout);
-    std::fputs("\n", stdout);
-  }
+  if (!stops.empty()) sink(c.text);
+  c.ttft_ms = Ms(first_token - start);
+  if (c.tokens.size() > 1) c.tpot_ms = Ms(Clock::now() - first_token) / (c.tokens.size() - 1);
   if (!f.dump_logits.empty()) {
     const int64_t rows = static_cast<int64_t>(dumped.size()) / vocab;
-    if (absl::Status s = WriteNpyFloat32(f.dump_logits, dumped, {rows, vocab}); !s.ok()) {
-      return ReportError(cmd, s);
+    PD_RETURN_IF_ERROR(WriteNpyFloat32(f.dump_logits, dumped, {rows, vocab}));
+  }
+  return c;
+}
+
+absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flags,
+                                     const SamplingParams& sampling, const TextSink& sink) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  auto channel = grpc::CreateCustomChannel(f.server, grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Generation::NewStub(channel);
+  v1::GenerateRequest req;
+  if (flags.WasSet("prompt")) {
+    req.set_text(f.prompt);
+  } else {
+    std::vector<int32_t> ids;
+    PD_RETURN_IF_ERROR(ParseIntList(f.prompt_ids, "--prompt-ids", &ids));
+    req.mutable_token_ids()->mutable_ids()->Assign(ids.begin(), ids.end());
+  }
+  req.set_add_special_tokens(f.add_special_tokens);
+  v1::SamplingParams* p = req.mutable_sampling();
+  p->set_temperature(sampling.temperature);
+  p->set_top_p(sampling.top_p);
+  p->set_top_k(sampling.top_k);
+  p->set_min_p(sampling.min_p);
+  p->set_repetition_penalty(sampling.repetition_penalty);
+  p->set_frequency_penalty(sampling.frequency_penalty);
+  p->set_presence_penalty(sampling.presence_penalty);
+  if (sampling.seed) p->set_seed(*sampling.seed);
+  p->set_max_tokens(sampling.max_tokens);
+  p->mutable_stop_token_ids()->Assign(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end());
+  if (!f.stop.empty()) p->add_stop(f.stop);
+  p->set_ignore_eos(sampling.ignore_eos);
+  p->set_logprobs(sampling.logprobs);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(f.timeout_seconds * 1000)));
+  Completion c;
+  const auto start = Clock::now();
+  Clock::time_point first_token;
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+    for (int i = 0; i < r.token_ids_size(); ++i) {
+      if (c.tokens.empty()) first_token = Clock::now();
+      TokenOutput t{r.token_ids(i), r.logprobs(i), {}};
+      for (const auto& top : r.top_logprobs(i).top()) t.top_logprobs.emplace_back(top.token_id(), top.logprob());
+      c.tokens.push_back(std::move(t));
+    }
+    c.text += r.text();
+    sink(r.text());
+    if (!r.finish_reason().empty()) {
+      c.finish_reason = r.finish_reason();
+      c.prompt_tokens = r.usage().prompt_tokens();
+      c.cached_tokens = r.usage().cached_tokens();
     }
   }
+  PD_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+  c.ttft_ms = Ms(first_token - start);
+  if (c.tokens.size() > 1) c.tpot_ms = Ms(Clock::now() - first_token) / (c.tokens.size() - 1);
+  return c;
+}
 
+void Print(const Completion& c, const GenerateFlags& f) {
   std::vector<int32_t> ids;
-  for (const TokenOutput& t : tokens) ids.push_back(t.token);
-  std::string text;
-  if (tokenizer) {
-    auto decoded = tokenizer->Decode(ids, /*skip_special_tokens=*/true);
-    if (decoded.ok()) text = *decoded;
-  }
-  const double ttft_ms = last.ttft_seconds * 1e3;
-  const double tpot_ms = ids.size() > 1 ? (last.e2e_seconds - last.ttft_seconds) * 1e3 /
-                                              static_cast<double>(ids.size() - 1)
-                                        : 0.0;
+  for (const TokenOutput& t : c.tokens) ids.push_back(t.token);
   if (f.format == "json") {
     nlohmann::ordered_json j;
     j["token_ids"] = ids;
-    j["text"] = text;
+    j["text"] = c.text;
     nlohmann::json lp = nlohmann::json::array();
-    for (const TokenOutput& t : tokens) lp.push_back(t.logprob);
+    for (const TokenOutput& t : c.tokens) lp.push_back(t.logprob);
     j["logprobs"] = lp;
     if (f.logprobs > 0) {
       nlohmann::json top = nlohmann::json::array();
-      for (const TokenOutput& t : tokens) {
+      for (const TokenOutput& t : c.tokens) {
         nlohmann::json step = nlohmann::json::array();
         for (const auto& [id, logprob] : t.top_logprobs) {
           step.push_back({{"token_id", id}, {"logprob", logprob}});
@@ -181,30 +262,33 @@ int Run(const GenerateFlags& f, const FlagSet& flags) {
       }
       j["top_logprobs"] = top;
     }
-    j["finish_reason"] = last.finish_reason;
-    j["usage"] = {{"prompt_tokens", last.prompt_tokens},
+    j["finish_reason"] = c.finish_reason;
+    j["usage"] = {{"prompt_tokens", c.prompt_tokens},
                   {"completion_tokens", static_cast<int64_t>(ids.size())},
-                  {"cached_tokens", last.cached_tokens}};
-    j["timing"] = {{"ttft_ms", ttft_ms}, {"tpot_ms", tpot_ms}};
+                  {"cached_tokens", c.cached_tokens}};
+    j["timing"] = {{"ttft_ms", c.ttft_ms}, {"tpot_ms", c.tpot_ms}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  } else {
-    if (!tokenizer) {
-      std::string line;
-      for (int32_t id : ids) StrAppendTo(&line, line.empty() ? "" : " ", id);
-      std::printf("%s\n", line.c_str());
-    }
-    std::fprintf(stderr, "[%zu tokens, finish_reason=%s, ttft %.1f ms, tpot %.2f ms]\n",
-                 ids.size(), last.finish_reason.c_str(), ttft_ms, tpot_ms);
+    return;
   }
-  return kExitOk;
+  if (c.text.empty() && !ids.empty()) {
+    std::string line;
+    for (int32_t id : ids) StrAppendTo(&line, line.empty() ? "" : " ", id);
+    std::printf("%s", line.c_str());
+  }
+  std::printf("\n");
+  std::fprintf(stderr, "[%zu tokens, finish_reason=%s, ttft %.1f ms, tpot %.2f ms]\n", ids.size(),
+               c.finish_reason.c_str(), c.ttft_ms, c.tpot_ms);
 }
 
 }  // namespace
 
 int GenerateCommand(int argc, char** argv) {
+  const char* cmd = "generate";
   GenerateFlags f;
-  FlagSet flags("generate", "Generates a completion for one prompt on the local CPU engine.");
-  flags.String("model", &f.model, "Hugging Face model directory");
+  FlagSet flags("generate", "Generates a completion on the local CPU engine, or through a "
+                            "router with --server.");
+  flags.String("model", &f.model, "Hugging Face model directory (local engine)");
+  flags.String("server", &f.server, "host:port of a router or `pdserve serve` instead of --model");
   flags.String("prompt", &f.prompt, "prompt text (needs the model's tokenizer)");
   flags.String("prompt-ids", &f.prompt_ids, "prompt as token ids, e.g. 1,2,3");
   flags.Int("max-tokens", &f.max_tokens, "tokens to generate");
@@ -219,18 +303,48 @@ int GenerateCommand(int argc, char** argv) {
   flags.Bool("ignore-eos", &f.ignore_eos, "keep generating after EOS");
   flags.Int("logprobs", &f.logprobs, "also report the top N alternatives per token");
   flags.String("stop-token-ids", &f.stop_token_ids, "extra stop token ids, e.g. 13,29");
+  flags.String("stop", &f.stop, "a stop string (not included in the text)");
   flags.Bool("add-special-tokens", &f.add_special_tokens, "add BOS etc. when encoding --prompt");
   flags.String("format", &f.format, "text or json");
   flags.String("dump-logits", &f.dump_logits, "write each step's raw logits to this .npy file");
+  flags.Double("timeout-seconds", &f.timeout_seconds, "deadline of a --server request");
   f.engine.Register(flags);
   int code;
-  if (!ParseFlagsOrExit(flags, "generate", argc, argv, &code)) return code;
+  if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (!flags.positional().empty()) {
-    return ReportError("generate", absl::InvalidArgumentError(
-                                       Str("unexpected argument '", flags.positional()[0], "'")),
+    return ReportError(cmd, absl::InvalidArgumentError(
+                                Str("unexpected argument '", flags.positional()[0], "'")),
                        kExitUsage);
   }
-  return Run(f, flags);
+  if (f.model.empty() == f.server.empty()) {
+    return ReportError(cmd, absl::InvalidArgumentError("give exactly one of --model or --server"),
+                       kExitUsage);
+  }
+  if (flags.WasSet("prompt") == flags.WasSet("prompt-ids")) {
+    return ReportError(cmd, absl::InvalidArgumentError("give exactly one of --prompt or --prompt-ids"),
+                       kExitUsage);
+  }
+  if (f.format != "text" && f.format != "json") {
+    return ReportError(cmd, absl::InvalidArgumentError("--format: text or json"), kExitUsage);
+  }
+  if (!f.server.empty() && !f.dump_logits.empty()) {
+    return ReportError(cmd, absl::InvalidArgumentError("--dump-logits needs the local engine (--model)"),
+                       kExitUsage);
+  }
+  auto sampling = ToSampling(f);
+  if (!sampling.ok()) return ReportError(cmd, sampling.status(), kExitUsage);
+  // Text mode shows the completion as it streams.
+  const TextSink sink = [&f](const std::string& text) {
+    if (f.format == "text" && !text.empty()) {
+      std::fputs(text.c_str(), stdout);
+      std::fflush(stdout);
+    }
+  };
+  auto completion = f.server.empty() ? RunLocal(f, flags, *sampling, sink)
+                                     : RunRemote(f, flags, *sampling, sink);
+  if (!completion.ok()) return ReportError(cmd, completion.status());
+  Print(*completion, f);
+  return kExitOk;
 }
 
 }  // namespace pdserve::cli

@@ -50,7 +50,7 @@ void FixOpenBlasCoreType(char** argv) {
 
 int main(int argc, char** argv) {
   FixOpenBlasCoreType(argv);
-  pdserve::cli::BlockStopSignals();
+  pdserve::cli::InstallStopSignalHandler();
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
       std::strcmp(argv[1], "help") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);

@@ -4,7 +4,11 @@
 //   pdserve decode ready: grpc=127.0.0.1:8200 transport=tcp://host:40123
 // and on SIGTERM or SIGINT stops taking requests, lets running ones finish (up to
 // --drain-seconds), and exits 0.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 
@@ -21,16 +25,21 @@
 namespace pdserve::cli {
 namespace {
 
-// Blocks until SIGTERM or SIGINT. The signals are blocked in every thread (BlockStopSignals runs
-// in main before any thread starts) and collected here with sigwait.
-int WaitForStopSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  int sig = 0;
-  sigwait(&set, &sig);
-  return sig;
+// SIGTERM/SIGINT write a byte to this pipe (the only async-signal-safe thing the handler does);
+// the command's main thread blocks reading it. A handler rather than sigwait, because threads
+// started before main (OpenBLAS starts its pool from a library constructor) would otherwise take
+// the signal with its default action and kill the process.
+int g_stop_pipe[2] = {-1, -1};
+
+void OnStopSignal(int) {
+  const char b = 1;
+  [[maybe_unused]] ssize_t n = ::write(g_stop_pipe[1], &b, 1);
+}
+
+void WaitForStopSignal() {
+  char b;
+  while (::read(g_stop_pipe[0], &b, 1) < 0 && errno == EINTR) {
+  }
 }
 
 void Ready(const std::string& line) {
@@ -115,12 +124,14 @@ int RunDecode(const TierFlags& f) {
 
 }  // namespace
 
-void BlockStopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+void InstallStopSignalHandler() {
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) return;
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
 }
 
 int PrefillCommand(int argc, char** argv) {

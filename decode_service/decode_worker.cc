@@ -136,7 +136,15 @@ void DecodeWorker::Start(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
 
 void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
   const std::string id = job.request_id;
-  auto plan = engine_->ReserveForRemotePrefill(id, job.prompt, job.params);
+  // A reservation holds its blocks until the pages arrive, and cannot be preempted meanwhile:
+  // keep a block per running sequence free so they can grow, else queue the request here.
+  const EngineStats stats = engine_->Stats();
+  const int64_t bs = engine_->kv_spec().block_size;
+  const int64_t needed = (static_cast<int64_t>(job.prompt.size()) + bs - 1) / bs;
+  absl::StatusOr<RemotePrefillPlan> plan =
+      stats.kv.free_blocks + stats.kv.cached_blocks - needed < stats.running
+          ? absl::StatusOr<RemotePrefillPlan>(absl::ResourceExhaustedError("pool is busy"))
+          : engine_->ReserveForRemotePrefill(id, job.prompt, job.params);
   if (!plan.ok()) {
     if (plan.status().code() == absl::StatusCode::kResourceExhausted) {
       // No room to reserve now: queue it here; the scheduler admits it when blocks free up.

@@ -1,6 +1,7 @@
 #include "router/router_grpc_service.h"
 
 #include <grpcpp/client_context.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include <atomic>
 
@@ -8,18 +9,39 @@
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/stream_writer.h"
 #include "common/tokenizer/incremental_detokenizer.h"
+#include "router/lenient_request.h"
 
 namespace pdserve {
 namespace {
 
 // One public Generate call and the decode stream behind it. Lives until both gRPC sides are
 // done with it (two references).
-class GenerateCall : public StreamWriter<v1::GenerateResponse>,
+std::string ToString(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+grpc::ByteBuffer ToByteBuffer(const google::protobuf::Message& message) {
+  const std::string bytes = message.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
                      public grpc::ClientReadReactor<internal::v1::DecodeResponse> {
  public:
   GenerateCall(Router* router, grpc::CallbackServerContext* context,
-               const v1::GenerateRequest& request)
+               const grpc::ByteBuffer& raw)
       : router_(router) {
+    auto parsed = ParseGenerateRequest(ToString(raw));
+    if (!parsed.ok()) {
+      Close(ToGrpcStatus(parsed.status()));
+      return;
+    }
+    const v1::GenerateRequest& request = *parsed;
     auto routed = router_->Prepare(request, context->deadline());
     if (!routed.ok()) {
       Close(ToGrpcStatus(routed.status()));
@@ -117,7 +139,7 @@ class GenerateCall : public StreamWriter<v1::GenerateResponse>,
       u->set_completion_tokens(completion_tokens_);
       u->set_cached_tokens(last ? d.usage().cached_tokens() : 0);
     }
-    Push(std::move(out));
+    Push(ToByteBuffer(out));
     if (stopped_) {
       Close(grpc::Status::OK);
       client_context_.TryCancel();
@@ -140,21 +162,28 @@ class GenerateCall : public StreamWriter<v1::GenerateResponse>,
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return new GenerateCall(router_, context, *request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
-                                                      const v1::TokenizeRequest* request,
-                                                      v1::TokenizeResponse* response) {
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto ids = router_->tokenizer().Encode(request->text(), request->add_special_tokens());
+  auto parsed = ParseTokenizeRequest(ToString(*request));
+  if (!parsed.ok()) {
+    reactor->Finish(ToGrpcStatus(parsed.status()));
+    return reactor;
+  }
+  auto ids = router_->tokenizer().Encode(parsed->text(), parsed->add_special_tokens());
   if (!ids.ok()) {
     reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(Str("text: ", ids.status().message()))));
     return reactor;
   }
-  response->mutable_token_ids()->Assign(ids->begin(), ids->end());
+  v1::TokenizeResponse out;
+  out.mutable_token_ids()->Assign(ids->begin(), ids->end());
+  *response = ToByteBuffer(out);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -10,15 +10,19 @@
 
 namespace pdserve {
 
-class GenerationService : public v1::Generation::CallbackService {
+// Generate and Tokenize take raw bytes: requests are parsed leniently (lenient_request.h) so that
+// a string that is not UTF-8 is answered with INVALID_ARGUMENT naming the field.
+class GenerationService
+    : public v1::Generation::WithRawCallbackMethod_Generate<
+          v1::Generation::WithRawCallbackMethod_Tokenize<v1::Generation::CallbackService>> {
  public:
   explicit GenerationService(Router* router) : router_(router) {}
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
-                                     const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request,
                                          v1::ModelInfo* response) override;

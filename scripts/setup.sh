@@ -7,8 +7,8 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libre2-dev libopenblas-dev libxxhash-dev libcpp-httplib-dev libicu-dev
-  python3 python3-numpy
+  nlohmann-json3-dev libre2-dev libopenblas-dev libxxhash-dev libcpp-httplib-dev
+  python3 python3-numpy python3-grpcio python3-protobuf libicu-dev
 )
 
 missing=()

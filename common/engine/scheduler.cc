@@ -55,7 +55,14 @@ void Scheduler::Schedule(SchedulerOutput* out) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
     Sequence* seq = waiting_.front();
-    if (!Admit(seq, budget, out)) break;  // First come, first served: no overtaking.
+    if (!Admit(seq, budget, out)) {
+      // First come, first served: no overtaking. But with nothing running, no block will ever be
+      // freed except those that waiting sequences hold (prompts prefilled remotely): release the
+      // newest such holders, then the head's own blocks, until the head fits.
+      if (!running_.empty() || out->chunks.size() > 0 || !ReleaseWaitingHolders(seq, budget, out)) {
+        break;
+      }
+    }
     waiting_.pop_front();
     running_.push_back(seq);
     budget -= out->chunks.back().num_tokens;
@@ -93,6 +100,28 @@ bool Scheduler::Admit(Sequence* seq, int64_t budget, SchedulerOutput* out) {
   }
   out->chunks.push_back({seq, n});
   return true;
+}
+
+bool Scheduler::ReleaseWaitingHolders(Sequence* head, int64_t budget, SchedulerOutput* out) {
+  for (auto it = waiting_.rbegin(); it != waiting_.rend(); ++it) {
+    Sequence* victim = *it;
+    if (victim == head || !blocks_->Has(victim->id)) continue;
+    blocks_->Free(victim->id);
+    victim->num_computed = 0;
+    ++victim->num_preemptions;
+    ++num_preemptions_;
+    out->preempted.push_back(victim);
+    if (Admit(head, budget, out)) return true;
+  }
+  if (blocks_->Has(head->id)) {
+    blocks_->Free(head->id);
+    head->num_computed = 0;
+    ++head->num_preemptions;
+    ++num_preemptions_;
+    out->preempted.push_back(head);
+    return Admit(head, budget, out);
+  }
+  return false;
 }
 
 void Scheduler::Remove(Sequence* seq) {

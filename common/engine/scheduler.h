@@ -58,6 +58,8 @@ class Scheduler {
  private:
   void Preempt(Sequence* seq);
   bool Admit(Sequence* seq, int64_t budget, SchedulerOutput* out);
+  // Frees blocks of waiting sequences (newest first, the head last) until `head` is admitted.
+  bool ReleaseWaitingHolders(Sequence* head, int64_t budget, SchedulerOutput* out);
 
   const SchedulerOptions options_;
   BlockManager* blocks_;

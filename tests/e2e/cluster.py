@@ -1,0 +1,103 @@
+"""Starting pdserve's tiers as real processes on loopback, for the end-to-end tests.
+
+Each process prints one "ready" line with its addresses; the helpers parse it. Python stubs are
+generated from proto/ with Debian's protoc and grpc_python_plugin into a temporary directory.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROTO_DIR = os.path.join(ROOT, "proto")
+_STUBS = None
+
+
+def stubs_dir():
+    """Generates the Python stubs once per test process; returns their directory (on sys.path)."""
+    global _STUBS
+    if _STUBS is None:
+        out = tempfile.mkdtemp(prefix="pdserve_stubs_")
+        subprocess.run(["protoc", f"-I{PROTO_DIR}", f"--python_out={out}", f"--grpc_out={out}",
+                        "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
+                        "pdserve/v1/generation.proto", "pdserve/internal/v1/worker.proto"],
+                       check=True, cwd=PROTO_DIR)
+        sys.path.insert(0, out)
+        _STUBS = out
+    return _STUBS
+
+
+class Process:
+    """A pdserve subcommand; `addresses` holds what its ready line announced."""
+
+    def __init__(self, pdserve, args, env=None, timeout=60):
+        full_env = dict(os.environ)
+        full_env.setdefault("PDSERVE_LOG_LEVEL", "warning")
+        if env:
+            full_env.update(env)
+        self.args = args
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([pdserve] + args, stdout=subprocess.PIPE, stderr=self.log,
+                                     env=full_env, text=True)
+        deadline = time.time() + timeout
+        line = ""
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if "ready:" in line or self.proc.poll() is not None:
+                break
+        if "ready:" not in line:
+            self.log.seek(0)
+            raise RuntimeError(f"pdserve {' '.join(args)} did not start: {self.log.read().decode()[-2000:]}")
+        self.addresses = dict(re.findall(r"(\w+)=(\S+)", line))
+
+    @property
+    def grpc(self):
+        return self.addresses["grpc"]
+
+    def stop(self, timeout=30):
+        """SIGTERM; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.proc.stdout.close()
+        return code
+
+    def stderr(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def __del__(self):
+        self.log.close()
+
+
+class Cluster:
+    """n prefill workers, m decode workers and a router."""
+
+    def __init__(self, pdserve, model, prefill=2, decode=2, transport="tcp", decode_args=(),
+                 prefill_args=(), prefill_env=None, engine_args=("--threads", "1", "--kv-memory-gib", "0.05")):
+        self.prefill = [Process(pdserve, ["prefill", "--listen", "127.0.0.1:0", "--model", model,
+                                          "--transport", transport, *engine_args, *prefill_args],
+                                env=prefill_env) for _ in range(prefill)]
+        self.decode = [Process(pdserve, ["decode", "--listen", "127.0.0.1:0", "--model", model,
+                                         "--transport", transport, "--local-prefill-tokens", "4",
+                                         *engine_args, *decode_args]) for _ in range(decode)]
+        self.router = Process(pdserve, ["router", "--listen", "127.0.0.1:0", "--model", model,
+                                        "--prefill", ",".join(p.grpc for p in self.prefill),
+                                        "--decode", ",".join(d.grpc for d in self.decode)])
+
+    @property
+    def workers(self):
+        return self.prefill + self.decode
+
+    def stop(self):
+        codes = [self.router.stop()]
+        codes += [p.stop() for p in self.decode + self.prefill]
+        return codes
