@@ -62,6 +62,32 @@ TEST(SchedulerTest, PreemptsNewestAndNeverDrops) {
   EXPECT_EQ(sched.num_preemptions(), 1);
 }
 
+// Two sequences whose prompts were prefilled elsewhere hold every block while waiting, and each
+// needs one more block for its next token. Nothing runs, so nothing would ever free a block: the
+// scheduler must release the newer holder's blocks (it recomputes later) and run the older one.
+TEST(SchedulerTest, WaitingBlockHoldersCannotDeadlock) {
+  BlockManager bm(4, 4, false);
+  Scheduler sched({8, 64}, &bm);
+  Sequence a = MakeSeq(1, 8), b = MakeSeq(2, 8);
+  for (Sequence* s : {&a, &b}) {
+    bm.CommitAdmit(s->id, *bm.PlanAdmit({}, 0, 8, 8));  // As ReserveForRemotePrefill does.
+    s->num_computed = 8;
+    s->admitted_before = true;
+    s->tokens.push_back(0);  // The first token, sampled by the prefill worker.
+    sched.AddWaiting(s);
+  }
+  SchedulerOutput out;
+  sched.Schedule(&out);
+  ASSERT_EQ(out.chunks.size(), 1u);
+  EXPECT_EQ(out.chunks[0].seq, &a);
+  EXPECT_EQ(out.chunks[0].num_tokens, 1);
+  ASSERT_EQ(out.preempted.size(), 1u);
+  EXPECT_EQ(out.preempted[0], &b);
+  EXPECT_EQ(b.num_computed, 0);
+  EXPECT_FALSE(bm.Has(b.id));
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+}
+
 TEST(SchedulerTest, RespectsMaxNumSeqs) {
   BlockManager bm(100, 4, true);
   Scheduler sched({2, 100}, &bm);
