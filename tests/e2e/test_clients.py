@@ -83,6 +83,18 @@ class ClientsTest(unittest.TestCase):
         self.assertEqual(served["text"], local["text"])
         self.assertEqual(served["text"], text[:text.find(stop)])
 
+    def test_health_and_reflection(self):
+        # Raw bytes, so the test needs neither the health nor the reflection Python packages.
+        import grpc
+        channel = grpc.insecure_channel(self.serve.grpc)
+        check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                    request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        self.assertEqual(check(b"", timeout=10), b"\x08\x01")  # status: SERVING
+        reflect = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                        request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        replies = list(reflect(iter([b"\x3a\x00"]), timeout=10))  # list_services: ""
+        self.assertTrue(any(b"pdserve.v1.Generation" in r for r in replies))
+
     def test_deadline_reaches_the_tiers(self):
         out = subprocess.run([PDSERVE, "generate", "--server", self.serve.grpc, "--prompt", PROMPT,
                               "--max-tokens", "3000", "--ignore-eos", "--timeout-seconds", "0.3"],
