@@ -31,15 +31,10 @@ struct DecodeWorker::Remote {
 absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
     const DecodeWorkerOptions& options) {
   std::unique_ptr<DecodeWorker> w(new DecodeWorker(options));
-  PD_ASSIGN_OR_RETURN(w->engine_, LLMEngine::Create(options.model_dir, options.engine));
-  PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(options.model_dir));
-  w->layout_ = MakeKvLayout(*w->engine_, fingerprint);
-  KvTransportOptions t;
-  t.listen_address = options.transport_listen;
-  t.layout = LayoutString(w->layout_);
-  PD_ASSIGN_OR_RETURN(w->transport_, CreateKvTransport(options.transport, t));
-  KvPool& pool = w->engine_->kv_pool();
-  PD_RETURN_IF_ERROR(w->transport_->RegisterPool(pool.data(), pool.size_bytes()));
+  PD_ASSIGN_OR_RETURN(w->core_, WorkerCore::Create(options.model_dir, options.engine,
+                                                   options.transport, options.transport_listen));
+  w->engine_ = w->core_.engine.get();
+  w->transport_ = w->core_.transport.get();
   w->PublishInfo();
   w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });
   return w;
@@ -50,16 +45,8 @@ DecodeWorker::~DecodeWorker() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  commands_.Stop();
   if (thread_.joinable()) thread_.join();
-}
-
-void DecodeWorker::Post(std::function<void()> command) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    commands_.push_back(std::move(command));
-  }
-  cv_.notify_one();
 }
 
 void DecodeWorker::Submit(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
@@ -182,7 +169,7 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
   sp->set_frequency_penalty(job.params.frequency_penalty);
   sp->set_presence_penalty(job.params.presence_penalty);
   sp->set_logprobs(job.params.logprobs);
-  *r.mutable_layout() = layout_;
+  *r.mutable_layout() = core_.layout;
   r.set_transport_endpoint(transport_->endpoint());
   r.set_transfer_tag(remote->tag);
   r.set_first_block(static_cast<int32_t>(first_block));
@@ -264,9 +251,9 @@ void DecodeWorker::CheckRemotes() {
     std::shared_ptr<Remote> remote = std::move(active.remote);
     const TransferPoll poll = transport_->Poll(remote->tag);
     transport_->Release(remote->tag);
-    ++transfers_completed_;
-    transfer_pages_ += poll.stats.pages;
-    transfer_bytes_ += poll.stats.bytes;
+    ++transfers_.completed;
+    transfers_.pages += poll.stats.pages;
+    transfers_.bytes += poll.stats.bytes;
     const internal::v1::PrefillResponse& p = remote->response;
     SampledToken first;
     first.token = p.first_token();
@@ -284,7 +271,7 @@ void DecodeWorker::FallBackToLocal(const std::string& request_id, const absl::St
   auto it = active_.find(request_id);
   if (it == active_.end()) return;
   std::shared_ptr<Remote> remote = std::move(it->second.remote);
-  ++transfer_failures_;
+  ++transfers_.failures;
   PD_LOG(Warning) << "request " << request_id << ": remote prefill failed (" << why
                   << "); prefilling locally";
   remote->context.TryCancel();
@@ -309,50 +296,24 @@ void DecodeWorker::Dispatch(std::vector<RequestOutput>& outputs) {
 }
 
 void DecodeWorker::PublishInfo() {
-  internal::v1::WorkerInfo info;
-  info.set_role("decode");
-  *info.mutable_layout() = layout_;
-  info.set_transport_endpoint(transport_->endpoint());
-  const EngineStats s = engine_->Stats();
-  info.set_total_blocks(s.kv.total_blocks);
-  info.set_free_blocks(s.kv.free_blocks);
-  info.set_cached_blocks(s.kv.cached_blocks);
-  info.set_used_blocks(s.kv.used_blocks);
-  info.set_running(static_cast<int32_t>(s.running));
   int64_t remote_pending = 0;
   for (const auto& [id, a] : active_) remote_pending += a.remote != nullptr;
-  info.set_waiting(static_cast<int32_t>(s.waiting + remote_pending));
-  info.set_transfers_completed(transfers_completed_);
-  info.set_transfer_failures(transfer_failures_);
-  info.set_transfer_pages(transfer_pages_);
-  info.set_transfer_bytes(transfer_bytes_);
+  internal::v1::WorkerInfo info = MakeWorkerInfo("decode", core_, transfers_, remote_pending);
   info.set_remote_prefills(remote_prefills_);
   info.set_local_prefills(local_prefills_);
-  info.set_preemptions(s.preemptions);
-  info.set_max_model_len(static_cast<int32_t>(engine_->max_model_len()));
-  info.set_vocab_size(static_cast<int32_t>(engine_->config().vocab_size));
-  info.set_page_bytes(static_cast<int64_t>(engine_->kv_spec().PageBytes()));
   std::lock_guard<std::mutex> lock(mu_);
   info_ = std::move(info);
 }
 
 void DecodeWorker::Loop() {
   for (;;) {
-    std::deque<std::function<void()>> commands;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      bool remotes = false;
-      for (const auto& [id, a] : active_) remotes |= a.remote != nullptr;
-      if (commands_.empty() && !stop_ && !engine_->HasScheduledWork()) {
-        if (remotes) {
-          cv_.wait_for(lock, std::chrono::milliseconds(1));
-        } else {
-          cv_.wait(lock, [&] { return stop_ || !commands_.empty(); });
-        }
-      }
-      if (stop_) return;
-      commands.swap(commands_);
-    }
+    bool remotes = false;
+    for (const auto& [id, a] : active_) remotes |= a.remote != nullptr;
+    // Poll every millisecond while pages are on their way; otherwise sleep until a command.
+    bool stopped = false;
+    auto commands = commands_.Take(engine_->HasScheduledWork(),
+                                   std::chrono::milliseconds(remotes ? 1 : 0), &stopped);
+    if (stopped) return;
     for (auto& c : commands) c();
     CheckRemotes();
     if (engine_->HasScheduledWork()) {

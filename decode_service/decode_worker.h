@@ -27,7 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/engine/llm_engine.h"
-#include "common/transport/kv_transport.h"
+#include "common/rpc/worker_core.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 
 namespace pdserve {
@@ -79,7 +79,7 @@ class DecodeWorker {
   };
 
   explicit DecodeWorker(const DecodeWorkerOptions& options) : options_(options) {}
-  void Post(std::function<void()> command);
+  void Post(std::function<void()> command) { commands_.Post(std::move(command)); }
   void Loop();
   void Start(DecodeJob job, std::shared_ptr<DecodeSink> sink);
   void StartRemote(DecodeJob job, Active& active);
@@ -91,22 +91,21 @@ class DecodeWorker {
   internal::v1::PrefillWorker::Stub* PrefillStub(const std::string& address);
 
   const DecodeWorkerOptions options_;
-  std::unique_ptr<LLMEngine> engine_;
-  std::unique_ptr<KvTransport> transport_;
-  internal::v1::KvLayout layout_;
+  WorkerCore core_;
+  LLMEngine* engine_ = nullptr;       // core_.engine
+  KvTransport* transport_ = nullptr;  // core_.transport
 
   // Scheduler-thread state.
   absl::flat_hash_map<std::string, Active> active_;
   absl::flat_hash_map<std::string, std::unique_ptr<internal::v1::PrefillWorker::Stub>> stubs_;
   uint64_t next_tag_ = 1;
   std::vector<RequestOutput> outputs_;
-  int64_t transfers_completed_ = 0, transfer_failures_ = 0, transfer_pages_ = 0,
-          transfer_bytes_ = 0, remote_prefills_ = 0, local_prefills_ = 0;
+  TransferCounters transfers_;
+  int64_t remote_prefills_ = 0, local_prefills_ = 0;
 
   // Shared with other threads.
+  CommandQueue commands_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> commands_;
   bool stop_ = false;
   bool draining_ = false;
   internal::v1::WorkerInfo info_;

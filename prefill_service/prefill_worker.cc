@@ -11,16 +11,10 @@ namespace pdserve {
 absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
     const PrefillWorkerOptions& options) {
   std::unique_ptr<PrefillWorker> w(new PrefillWorker(options));
-  PD_ASSIGN_OR_RETURN(w->engine_, LLMEngine::Create(options.model_dir, options.engine));
-  PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(options.model_dir));
-  w->layout_ = MakeKvLayout(*w->engine_, fingerprint);
-  w->layout_string_ = LayoutString(w->layout_);
-  KvTransportOptions t;
-  t.listen_address = options.transport_listen;
-  t.layout = w->layout_string_;
-  PD_ASSIGN_OR_RETURN(w->transport_, CreateKvTransport(options.transport, t));
-  KvPool& pool = w->engine_->kv_pool();
-  PD_RETURN_IF_ERROR(w->transport_->RegisterPool(pool.data(), pool.size_bytes()));
+  PD_ASSIGN_OR_RETURN(w->core_, WorkerCore::Create(options.model_dir, options.engine,
+                                                   options.transport, options.transport_listen));
+  w->engine_ = w->core_.engine.get();
+  w->transport_ = w->core_.transport.get();
   w->engine_->SetLayerObserver(
       [raw = w.get()](int64_t layer, const SchedulerOutput& schedule) { raw->OnLayer(layer, schedule); });
   w->PublishInfo();
@@ -33,16 +27,8 @@ PrefillWorker::~PrefillWorker() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  commands_.Stop();
   if (thread_.joinable()) thread_.join();
-}
-
-void PrefillWorker::Post(std::function<void()> command) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    commands_.push_back(std::move(command));
-  }
-  cv_.notify_one();
 }
 
 void PrefillWorker::Submit(const internal::v1::PrefillRequest& request, Done done) {
@@ -85,7 +71,7 @@ void PrefillWorker::Start(const internal::v1::PrefillRequest& request, Done done
     }
     done(s);
   };
-  if (absl::Status s = CheckLayouts(layout_string_, LayoutString(request.layout())); !s.ok()) {
+  if (absl::Status s = CheckLayouts(core_.layout_string, LayoutString(request.layout())); !s.ok()) {
     return fail(s);
   }
   const KvCacheSpec& spec = engine_->kv_spec();
@@ -173,7 +159,7 @@ void PrefillWorker::Complete(const RequestOutput& output) {
   if (!job.error.ok() || output.tokens.empty()) {
     transport_->Abort(job.request.transport_endpoint(), job.request.transfer_tag());
     engine_->ReleaseHeld(job.engine_id);
-    ++transfer_failures_;
+    ++transfers_.failures;
     finish(job.done, job.error.ok() ? absl::InternalError("prefill produced no token") : job.error);
     return;
   }
@@ -192,13 +178,13 @@ void PrefillWorker::Complete(const RequestOutput& output) {
         Post([this, shared, response, engine_id, start, sent = std::move(sent), finish]() mutable {
           engine_->ReleaseHeld(engine_id);
           if (!sent.ok()) {
-            ++transfer_failures_;
+            ++transfers_.failures;
             finish(shared->done, sent.status());
             return;
           }
-          ++transfers_completed_;
-          transfer_pages_ += sent->pages;
-          transfer_bytes_ += sent->bytes;
+          ++transfers_.completed;
+          transfers_.pages += sent->pages;
+          transfers_.bytes += sent->bytes;
           internal::v1::TransferSummary* t = response.mutable_transfer();
           t->set_pages(sent->pages);
           t->set_bytes(sent->bytes);
@@ -210,40 +196,16 @@ void PrefillWorker::Complete(const RequestOutput& output) {
 }
 
 void PrefillWorker::PublishInfo() {
-  internal::v1::WorkerInfo info;
-  info.set_role("prefill");
-  *info.mutable_layout() = layout_;
-  info.set_transport_endpoint(transport_->endpoint());
-  const EngineStats s = engine_->Stats();
-  info.set_total_blocks(s.kv.total_blocks);
-  info.set_free_blocks(s.kv.free_blocks);
-  info.set_cached_blocks(s.kv.cached_blocks);
-  info.set_used_blocks(s.kv.used_blocks);
-  info.set_running(static_cast<int32_t>(s.running));
-  info.set_waiting(static_cast<int32_t>(s.waiting));
-  info.set_transfers_completed(transfers_completed_);
-  info.set_transfer_failures(transfer_failures_);
-  info.set_transfer_pages(transfer_pages_);
-  info.set_transfer_bytes(transfer_bytes_);
-  info.set_preemptions(s.preemptions);
-  info.set_max_model_len(static_cast<int32_t>(engine_->max_model_len()));
-  info.set_vocab_size(static_cast<int32_t>(engine_->config().vocab_size));
-  info.set_page_bytes(static_cast<int64_t>(engine_->kv_spec().PageBytes()));
+  internal::v1::WorkerInfo info = MakeWorkerInfo("prefill", core_, transfers_, 0);
   std::lock_guard<std::mutex> lock(mu_);
   info_ = std::move(info);
 }
 
 void PrefillWorker::Loop() {
   for (;;) {
-    std::deque<std::function<void()>> commands;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (commands_.empty() && !stop_ && !engine_->HasScheduledWork()) {
-        cv_.wait(lock, [&] { return stop_ || !commands_.empty(); });
-      }
-      if (stop_) return;
-      commands.swap(commands_);
-    }
+    bool stopped = false;
+    auto commands = commands_.Take(engine_->HasScheduledWork(), std::chrono::milliseconds(0), &stopped);
+    if (stopped) return;
     for (auto& c : commands) c();
     if (engine_->HasScheduledWork()) {
       if (absl::Status s = engine_->Step(&outputs_); !s.ok()) {

@@ -19,7 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/engine/llm_engine.h"
-#include "common/transport/kv_transport.h"
+#include "common/rpc/worker_core.h"
 #include "pdserve/internal/v1/worker.pb.h"
 
 namespace pdserve {
@@ -53,7 +53,7 @@ class PrefillWorker {
   };
 
   explicit PrefillWorker(const PrefillWorkerOptions& options) : options_(options) {}
-  void Post(std::function<void()> command);
+  void Post(std::function<void()> command) { commands_.Post(std::move(command)); }
   void Loop();
   void Start(const internal::v1::PrefillRequest& request, Done done);
   void OnLayer(int64_t layer, const SchedulerOutput& schedule);
@@ -61,21 +61,18 @@ class PrefillWorker {
   void PublishInfo();
 
   const PrefillWorkerOptions options_;
-  std::unique_ptr<LLMEngine> engine_;
-  std::unique_ptr<KvTransport> transport_;
-  internal::v1::KvLayout layout_;
-  std::string layout_string_;
+  WorkerCore core_;
+  LLMEngine* engine_ = nullptr;       // core_.engine
+  KvTransport* transport_ = nullptr;  // core_.transport
 
   // Scheduler-thread state.
   absl::flat_hash_map<std::string, Job> jobs_;  // By engine id.
   std::vector<RequestOutput> outputs_;
   uint64_t next_job_ = 1;
-  int64_t transfers_completed_ = 0, transfer_failures_ = 0, transfer_pages_ = 0,
-          transfer_bytes_ = 0;
+  TransferCounters transfers_;
 
+  CommandQueue commands_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> commands_;
   bool stop_ = false;
   bool draining_ = false;
   int64_t in_flight_ = 0;  // Jobs not yet answered (guarded by mu_).

@@ -1,0 +1,82 @@
+#include "common/rpc/worker_core.h"
+
+#include "common/base/status_macros.h"
+#include "common/rpc/proto_convert.h"
+
+namespace pdserve {
+
+absl::StatusOr<WorkerCore> WorkerCore::Create(const std::string& model_dir,
+                                              const EngineOptions& engine,
+                                              const std::string& transport,
+                                              const std::string& transport_listen) {
+  WorkerCore core;
+  PD_ASSIGN_OR_RETURN(core.engine, LLMEngine::Create(model_dir, engine));
+  PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(model_dir));
+  core.layout = MakeKvLayout(*core.engine, fingerprint);
+  core.layout_string = LayoutString(core.layout);
+  KvTransportOptions t;
+  t.listen_address = transport_listen;
+  t.layout = core.layout_string;
+  PD_ASSIGN_OR_RETURN(core.transport, CreateKvTransport(transport, t));
+  KvPool& pool = core.engine->kv_pool();
+  PD_RETURN_IF_ERROR(core.transport->RegisterPool(pool.data(), pool.size_bytes()));
+  return core;
+}
+
+internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCore& core,
+                                        const TransferCounters& transfers, int64_t waiting_extra) {
+  internal::v1::WorkerInfo info;
+  info.set_role(role);
+  *info.mutable_layout() = core.layout;
+  info.set_transport_endpoint(core.transport->endpoint());
+  const EngineStats s = core.engine->Stats();
+  info.set_total_blocks(s.kv.total_blocks);
+  info.set_free_blocks(s.kv.free_blocks);
+  info.set_cached_blocks(s.kv.cached_blocks);
+  info.set_used_blocks(s.kv.used_blocks);
+  info.set_running(static_cast<int32_t>(s.running));
+  info.set_waiting(static_cast<int32_t>(s.waiting + waiting_extra));
+  info.set_transfers_completed(transfers.completed);
+  info.set_transfer_failures(transfers.failures);
+  info.set_transfer_pages(transfers.pages);
+  info.set_transfer_bytes(transfers.bytes);
+  info.set_preemptions(s.preemptions);
+  info.set_max_model_len(static_cast<int32_t>(core.engine->max_model_len()));
+  info.set_vocab_size(static_cast<int32_t>(core.engine->config().vocab_size));
+  info.set_page_bytes(static_cast<int64_t>(core.engine->kv_spec().PageBytes()));
+  return info;
+}
+
+void CommandQueue::Post(std::function<void()> command) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back(std::move(command));
+  }
+  cv_.notify_one();
+}
+
+std::deque<std::function<void()>> CommandQueue::Take(bool busy, std::chrono::milliseconds poll,
+                                                      bool* stopped) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (commands_.empty() && !stop_ && !busy) {
+    if (poll.count() > 0) {
+      cv_.wait_for(lock, poll);
+    } else {
+      cv_.wait(lock, [&] { return stop_ || !commands_.empty(); });
+    }
+  }
+  *stopped = stop_;
+  std::deque<std::function<void()>> out;
+  out.swap(commands_);
+  return out;
+}
+
+void CommandQueue::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace pdserve
