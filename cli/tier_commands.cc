@@ -12,10 +12,10 @@
 
 #include <cstdio>
 
-#include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/base/log.h"
+#include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/rpc/server_builder.h"
 #include "decode_service/decode_grpc_service.h"
@@ -47,11 +47,62 @@ void Ready(const std::string& line) {
   std::fflush(stdout);
 }
 
-std::vector<std::string> SplitList(const std::string& s) {
-  std::vector<std::string> out;
-  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) out.emplace_back(part);
-  return out;
-}
+// The router's routing flags (router and serve).
+struct RouterFlags {
+  std::string policy = "kv_aware";
+  RouterOptions options;
+  double worker_wait = 60;
+  double discovery_interval = 5;
+  double approx_ttl = 120;
+
+  void Register(FlagSet& flags, bool standalone) {
+    flags.String("policy", &policy, "routing policy: kv_aware, least_loaded or round_robin");
+    flags.Double("w-prefix", &options.routing.w_prefix,
+                 "kv_aware: weight of the prompt blocks a worker would still have to prefill");
+    flags.Double("w-queue", &options.routing.w_queue, "kv_aware: weight of a worker's queue");
+    flags.Double("imbalance-ratio", &options.routing.imbalance_ratio,
+                 "kv_aware: above this max/min load ratio, route least-loaded");
+    flags.Double("routing-temperature", &options.routing.temperature,
+                 "> 0: sample workers by softmax of their scores (several routers)");
+    flags.Bool("kv-events", &options.kv_events,
+               "track workers' caches by their KV events (false: predict from own decisions)");
+    flags.Double("approx-ttl-seconds", &approx_ttl,
+                 "without events, how long a routed prompt is assumed cached");
+    flags.Int("prefill-max-waiting", &options.prefill_max_waiting,
+              "prefill on the decode worker when every prefill worker queues this many");
+    flags.Double("worker-wait-seconds", &worker_wait, "how long to wait for the workers at start");
+    if (standalone) {
+      flags.Int("block-size", &options.block_size, "KV block size the workers must use");
+      flags.Int("local-prefill-tokens", &options.local_prefill_tokens,
+                "prefill on the decode worker when its uncached part of the prompt is this short");
+      flags.Double("discovery-interval-seconds", &discovery_interval,
+                   "how often dns:/// worker names are re-resolved");
+    }
+  }
+
+  absl::Status ToOptions(RouterOptions* out) const {
+    *out = options;
+    PD_ASSIGN_OR_RETURN(out->routing.policy, ParseRoutingPolicy(policy));
+    if (options.routing.w_prefix < 0) return absl::InvalidArgumentError("--w-prefix: must be >= 0");
+    if (options.routing.w_queue < 0) return absl::InvalidArgumentError("--w-queue: must be >= 0");
+    if (!(options.routing.imbalance_ratio >= 1)) {
+      return absl::InvalidArgumentError("--imbalance-ratio: must be >= 1");
+    }
+    if (!(options.routing.temperature >= 0)) {
+      return absl::InvalidArgumentError("--routing-temperature: must be >= 0");
+    }
+    if (options.block_size < 1) return absl::InvalidArgumentError("--block-size: must be >= 1");
+    if (!(discovery_interval > 0)) {
+      return absl::InvalidArgumentError("--discovery-interval-seconds: must be > 0");
+    }
+    if (!(approx_ttl > 0)) return absl::InvalidArgumentError("--approx-ttl-seconds: must be > 0");
+    if (!(worker_wait >= 0)) return absl::InvalidArgumentError("--worker-wait-seconds: must be >= 0");
+    out->worker_wait = absl::Seconds(worker_wait);
+    out->discovery_interval = absl::Seconds(discovery_interval);
+    out->approx_ttl = absl::Seconds(approx_ttl);
+    return absl::OkStatus();
+  }
+};
 
 struct TierFlags {
   std::string listen;
@@ -160,25 +211,27 @@ int DecodeCommand(int argc, char** argv) {
 int RouterCommand(int argc, char** argv) {
   const char* cmd = "router";
   std::string listen = "0.0.0.0:8000", model, prefill, decode;
-  double worker_wait = 60;
+  RouterFlags rf;
   FlagSet flags("router", "Runs the router: the public pdserve.v1.Generation API over the tiers.");
   flags.String("listen", &listen, "public gRPC address, host:port");
   flags.String("model", &model, "the model directory (config.json and tokenizer; no weights)");
-  flags.String("prefill", &prefill, "prefill workers, host:port,host:port (may be empty)");
-  flags.String("decode", &decode, "decode workers, host:port,host:port");
-  flags.Double("worker-wait-seconds", &worker_wait, "how long to wait for the workers at start");
+  flags.String("prefill", &prefill,
+               "prefill workers: host:port or dns:///name:port, comma-separated (may be empty)");
+  flags.String("decode", &decode, "decode workers: host:port or dns:///name:port, comma-separated");
+  rf.Register(flags, true);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
   RouterOptions o;
+  if (absl::Status s = rf.ToOptions(&o); !s.ok()) return ReportError(cmd, s, kExitUsage);
   o.model_dir = model;
-  o.prefill = SplitList(prefill);
-  o.decode = SplitList(decode);
-  o.worker_wait = absl::Seconds(worker_wait);
+  o.prefill = prefill;
+  o.decode = decode;
   auto router = Router::Create(o);
   if (!router.ok()) return ReportError(cmd, router.status());
   GenerationService service(router->get());
-  auto server = StartGrpcServer(listen, {&service});
+  RouterAdminService admin(router->get());
+  auto server = StartGrpcServer(listen, {&service, &admin});
   if (!server.ok()) return ReportError(cmd, server.status());
   Ready(Str("pdserve router ready: grpc=", server->address));
   WaitForStopSignal();
@@ -192,10 +245,10 @@ int ServeCommand(int argc, char** argv) {
   TierFlags f;
   f.listen = "127.0.0.1:8000";
   f.transport = "local";
-  double worker_wait = 60;
+  RouterFlags rf;
   FlagSet flags("serve", "Runs router, prefill and decode in one process (local KV transport).");
   f.Register(flags, true);
-  flags.Double("worker-wait-seconds", &worker_wait, "how long the router waits for the workers");
+  rf.Register(flags, false);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
@@ -223,14 +276,17 @@ int ServeCommand(int argc, char** argv) {
   auto decode_server = StartGrpcServer("127.0.0.1:0", {&decode_service});
   if (!decode_server.ok()) return ReportError(cmd, decode_server.status());
   RouterOptions ro;
+  if (absl::Status s = rf.ToOptions(&ro); !s.ok()) return ReportError(cmd, s, kExitUsage);
   ro.model_dir = f.model;
-  ro.prefill = {prefill_server->address};
-  ro.decode = {decode_server->address};
-  ro.worker_wait = absl::Seconds(worker_wait);
+  ro.prefill = prefill_server->address;
+  ro.decode = decode_server->address;
+  ro.block_size = po.engine.block_size;
+  ro.local_prefill_tokens = f.local_prefill_tokens;
   auto router = Router::Create(ro);
   if (!router.ok()) return ReportError(cmd, router.status());
   GenerationService service(router->get());
-  auto server = StartGrpcServer(f.listen, {&service});
+  RouterAdminService admin(router->get());
+  auto server = StartGrpcServer(f.listen, {&service, &admin});
   if (!server.ok()) return ReportError(cmd, server.status());
   Ready(Str("pdserve serve ready: grpc=", server->address));
   WaitForStopSignal();

@@ -89,4 +89,9 @@ grpc::ServerUnaryReactor* DecodeGrpcService::GetWorkerInfo(
   return reactor;
 }
 
+grpc::ServerWriteReactor<internal::v1::LoadReport>* DecodeGrpcService::WatchLoad(
+    grpc::CallbackServerContext* context, const internal::v1::WatchLoadRequest* request) {
+  return worker_->publisher()->Watch(*request);
+}
+
 }  // namespace pdserve

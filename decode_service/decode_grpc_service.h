@@ -16,6 +16,8 @@ class DecodeGrpcService : public internal::v1::DecodeWorker::CallbackService {
   grpc::ServerUnaryReactor* GetWorkerInfo(grpc::CallbackServerContext* context,
                                           const internal::v1::GetWorkerInfoRequest* request,
                                           internal::v1::WorkerInfo* response) override;
+  grpc::ServerWriteReactor<internal::v1::LoadReport>* WatchLoad(
+      grpc::CallbackServerContext* context, const internal::v1::WatchLoadRequest* request) override;
 
  private:
   DecodeWorker* worker_;  // Not owned.

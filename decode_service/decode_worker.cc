@@ -85,6 +85,7 @@ void DecodeWorker::Drain(absl::Duration timeout) {
     std::lock_guard<std::mutex> lock(mu_);
     draining_ = true;
   }
+  publisher_.Shutdown();
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
   while (std::chrono::steady_clock::now() < deadline) {
     if (Info().running() + Info().waiting() == 0) return;
@@ -108,8 +109,11 @@ void DecodeWorker::Start(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
   }
   Active& active = active_[id];
   active.sink = std::move(sink);
+  // Conditional disaggregation: a prompt whose part this pool has not cached is short is cheaper
+  // to prefill here than to send across.
   if (!job.prefill_address.empty() &&
-      static_cast<int64_t>(job.prompt.size()) > options_.local_prefill_tokens) {
+      static_cast<int64_t>(job.prompt.size()) - engine_->CachedPrefixTokens(job.prompt) >
+          options_.local_prefill_tokens) {
     StartRemote(std::move(job), active);
     return;
   }
@@ -261,7 +265,7 @@ void DecodeWorker::CheckRemotes() {
     for (const auto& top : p.top_logprobs().top()) {
       first.top_logprobs.emplace_back(top.token_id(), top.logprob());
     }
-    if (absl::Status s = engine_->CompleteRemotePrefill(id, first, &outputs_); !s.ok()) {
+    if (absl::Status s = engine_->CompleteRemotePrefill(id, first, p.cached_tokens(), &outputs_); !s.ok()) {
       FallBackToLocal(id, s);
     }
   }
@@ -301,6 +305,9 @@ void DecodeWorker::PublishInfo() {
   internal::v1::WorkerInfo info = MakeWorkerInfo("decode", core_, transfers_, remote_pending);
   info.set_remote_prefills(remote_prefills_);
   info.set_local_prefills(local_prefills_);
+  events_.clear();
+  engine_->DrainKvEvents(&events_);
+  publisher_.Publish(info, events_);
   std::lock_guard<std::mutex> lock(mu_);
   info_ = std::move(info);
 }

@@ -27,6 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/engine/llm_engine.h"
+#include "common/rpc/load_publisher.h"
 #include "common/rpc/worker_core.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 
@@ -67,6 +68,8 @@ class DecodeWorker {
   void Submit(DecodeJob job, std::shared_ptr<DecodeSink> sink);
   void Cancel(const std::string& request_id);
   internal::v1::WorkerInfo Info();
+  // Load reports and KV events for routers (WatchLoad).
+  LoadPublisher* publisher() { return &publisher_; }
   // Stops taking requests (new ones fail with Unavailable) and waits up to `timeout` for the
   // running ones; what is left is cancelled.
   void Drain(absl::Duration timeout);
@@ -109,6 +112,8 @@ class DecodeWorker {
   bool stop_ = false;
   bool draining_ = false;
   internal::v1::WorkerInfo info_;
+  std::vector<KvEvent> events_;  // Scheduler thread: drained from the engine each loop.
+  LoadPublisher publisher_;
   std::thread thread_;
 };
 

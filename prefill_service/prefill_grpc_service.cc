@@ -29,4 +29,9 @@ grpc::ServerUnaryReactor* PrefillGrpcService::GetWorkerInfo(
   return reactor;
 }
 
+grpc::ServerWriteReactor<internal::v1::LoadReport>* PrefillGrpcService::WatchLoad(
+    grpc::CallbackServerContext* context, const internal::v1::WatchLoadRequest* request) {
+  return worker_->publisher()->Watch(*request);
+}
+
 }  // namespace pdserve

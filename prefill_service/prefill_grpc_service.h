@@ -17,6 +17,8 @@ class PrefillGrpcService : public internal::v1::PrefillWorker::CallbackService {
   grpc::ServerUnaryReactor* GetWorkerInfo(grpc::CallbackServerContext* context,
                                           const internal::v1::GetWorkerInfoRequest* request,
                                           internal::v1::WorkerInfo* response) override;
+  grpc::ServerWriteReactor<internal::v1::LoadReport>* WatchLoad(
+      grpc::CallbackServerContext* context, const internal::v1::WatchLoadRequest* request) override;
 
  private:
   PrefillWorker* worker_;  // Not owned.

@@ -53,6 +53,7 @@ void PrefillWorker::Drain(absl::Duration timeout) {
     std::lock_guard<std::mutex> lock(mu_);
     draining_ = true;
   }
+  publisher_.Shutdown();
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
   while (std::chrono::steady_clock::now() < deadline) {
     {
@@ -197,6 +198,9 @@ void PrefillWorker::Complete(const RequestOutput& output) {
 
 void PrefillWorker::PublishInfo() {
   internal::v1::WorkerInfo info = MakeWorkerInfo("prefill", core_, transfers_, 0);
+  events_.clear();
+  engine_->DrainKvEvents(&events_);
+  publisher_.Publish(info, events_);
   std::lock_guard<std::mutex> lock(mu_);
   info_ = std::move(info);
 }

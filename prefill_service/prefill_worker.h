@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/engine/llm_engine.h"
+#include "common/rpc/load_publisher.h"
 #include "common/rpc/worker_core.h"
 #include "pdserve/internal/v1/worker.pb.h"
 
@@ -40,6 +41,8 @@ class PrefillWorker {
 
   void Submit(const internal::v1::PrefillRequest& request, Done done);
   internal::v1::WorkerInfo Info();
+  // Load reports and KV events for routers (WatchLoad).
+  LoadPublisher* publisher() { return &publisher_; }
   void Drain(absl::Duration timeout);
 
  private:
@@ -77,6 +80,8 @@ class PrefillWorker {
   bool draining_ = false;
   int64_t in_flight_ = 0;  // Jobs not yet answered (guarded by mu_).
   internal::v1::WorkerInfo info_;
+  std::vector<KvEvent> events_;  // Scheduler thread: drained from the engine each loop.
+  LoadPublisher publisher_;
   std::thread thread_;
 };
 

@@ -1,11 +1,7 @@
 #include "router/router.h"
 
-#include <grpcpp/client_context.h>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-
+#include <algorithm>
 #include <random>
-#include <thread>
 
 #include "common/base/file_util.h"
 #include "common/base/log.h"
@@ -13,39 +9,11 @@
 #include "common/base/strings.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/proto_convert.h"
-#include "common/rpc/server_builder.h"
+#include "common/kvcache/block_hash.h"
 #include "common/tokenizer/unicode.h"
 
 namespace pdserve {
 namespace {
-
-std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-}
-
-absl::StatusOr<internal::v1::WorkerInfo> FetchInfo(const std::string& address, bool prefill,
-                                                   absl::Duration wait) {
-  auto channel = Channel(address);
-  const auto give_up = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(wait);
-  grpc::Status last;
-  do {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    internal::v1::WorkerInfo info;
-    if (prefill) {
-      last = internal::v1::PrefillWorker::NewStub(channel)->GetWorkerInfo(&ctx, {}, &info);
-    } else {
-      last = internal::v1::DecodeWorker::NewStub(channel)->GetWorkerInfo(&ctx, {}, &info);
-    }
-    if (last.ok()) return info;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  } while (std::chrono::steady_clock::now() < give_up);
-  return absl::UnavailableError(Str(prefill ? "prefill" : "decode", " worker ", address,
-                                    " did not answer: ", last.error_message()));
-}
 
 absl::Status Invalid(std::string_view field, std::string_view why) {
   return absl::InvalidArgumentError(Str(field, ": ", why));
@@ -63,44 +31,116 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   PD_ASSIGN_OR_RETURN(r->tokenizer_, Tokenizer::Load(options.model_dir));
   PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(options.model_dir));
 
-  // Every worker must serve this model with one KV layout.
-  std::string layout;
-  int32_t max_len = 0;
-  auto check = [&](const std::string& address, bool prefill) -> absl::Status {
-    PD_ASSIGN_OR_RETURN(internal::v1::WorkerInfo info, FetchInfo(address, prefill, options.worker_wait));
-    if (info.layout().model_fingerprint() != fingerprint) {
-      return absl::FailedPreconditionError(Str(
-          "worker ", address, " serves a different model (fingerprint ",
-          info.layout().model_fingerprint(), ", the router's model is ", fingerprint, ")"));
-    }
-    const std::string l = LayoutString(info.layout());
-    if (layout.empty()) layout = l;
-    if (l != layout) {
-      return absl::FailedPreconditionError(Str("worker ", address, " has KV layout '", l,
-                                               "', others have '", layout, "'"));
-    }
-    if (!prefill) max_len = max_len == 0 ? info.max_model_len() : std::min(max_len, info.max_model_len());
-    r->model_info_.set_block_size(info.layout().block_size());
-    r->model_info_.set_kv_dtype(info.layout().kv_dtype());
-    return absl::OkStatus();
-  };
-  for (const std::string& d : options.decode) {
-    PD_RETURN_IF_ERROR(check(d, false));
-    r->decode_.push_back(internal::v1::DecodeWorker::NewStub(Channel(d)));
+  WorkerPoolOptions po;
+  po.block_size = options.block_size;
+  po.use_events = options.kv_events;
+  po.approx_ttl = absl::ToChronoMilliseconds(options.approx_ttl);
+  po.model_fingerprint = fingerprint;
+  r->decode_ = std::make_unique<WorkerPool>(po);
+  po.prefill_tier = true;
+  r->prefill_ = std::make_unique<WorkerPool>(po);
+  const auto interval = absl::ToChronoMilliseconds(options.discovery_interval);
+  WorkerPool* decode = r->decode_.get();
+  WorkerPool* prefill = r->prefill_.get();
+  r->decode_discovery_ = std::make_unique<Discovery>(
+      options.decode, interval, [decode](const std::vector<std::string>& a) { decode->SetAddresses(a); });
+  r->prefill_discovery_ = std::make_unique<Discovery>(
+      options.prefill, interval, [prefill](const std::vector<std::string>& a) { prefill->SetAddresses(a); });
+  const auto wait = absl::ToChronoMilliseconds(options.worker_wait);
+  r->decode_->WaitForReports(wait);
+  r->prefill_->WaitForReports(wait);
+  if (r->decode_->usable() == 0) {
+    return absl::UnavailableError(Str("no decode worker of '", options.decode,
+                                      "' answered with this model and layout within ",
+                                      absl::FormatDuration(options.worker_wait)));
   }
-  for (const std::string& p : options.prefill) PD_RETURN_IF_ERROR(check(p, true));
-
   const ModelConfig& c = r->config_;
   const size_t slash = options.model_dir.find_last_not_of('/');
   const std::string trimmed = options.model_dir.substr(0, slash + 1);
   r->model_info_.set_name(trimmed.substr(trimmed.rfind('/') + 1));
   r->model_info_.set_architecture(c.architecture);
   r->model_info_.set_family(std::string(ModelFamilyName(c.family)));
-  r->model_info_.set_context_length(max_len);
   r->model_info_.set_vocab_size(static_cast<int32_t>(c.vocab_size));
+  r->model_info_.set_block_size(static_cast<int32_t>(options.block_size));
+  for (const auto& w : r->decode_->Stats()) {
+    if (w.healthy) r->model_info_.set_kv_dtype(w.info.layout().kv_dtype());
+  }
   const int64_t elem = r->model_info_.kv_dtype() == "f32" ? 4 : 2;
   r->model_info_.set_kv_bytes_per_token(2 * c.num_layers * c.num_kv_heads * c.head_dim * elem);
   return r;
+}
+
+Router::~Router() {
+  // Discovery threads call into the pools: stop them first.
+  decode_discovery_.reset();
+  prefill_discovery_.reset();
+}
+
+int64_t Router::ContextLength() const {
+  int64_t len = 0;
+  for (const auto& w : decode_->Stats()) {
+    if (!w.healthy || w.refused) continue;
+    len = len == 0 ? w.info.max_model_len() : std::min<int64_t>(len, w.info.max_model_len());
+  }
+  return len > 0 ? len : config_.max_position_embeddings;
+}
+
+v1::ModelInfo Router::model_info() const {
+  v1::ModelInfo info = model_info_;
+  info.set_context_length(static_cast<int32_t>(ContextLength()));
+  return info;
+}
+
+absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt) {
+  const int64_t bs = options_.block_size;
+  std::vector<BlockHash> hashes;
+  ExtendBlockHashes(prompt, bs, &hashes);
+  const int64_t prompt_blocks = (static_cast<int64_t>(prompt.size()) + bs - 1) / bs;
+  auto decode = decode_->Choose(options_.routing, hashes, prompt_blocks);
+  if (!decode) return absl::UnavailableError("no decode worker is available");
+  ++requests_;
+  if (decode->fell_back) ++fallbacks_;
+  Route route{*decode, std::nullopt};
+  const int64_t uncached = static_cast<int64_t>(prompt.size()) - decode->cached_prefix_blocks * bs;
+  if (uncached > options_.local_prefill_tokens && prefill_->usable() > 0 &&
+      !prefill_->Saturated(options_.prefill_max_waiting)) {
+    route.prefill = prefill_->Choose(options_.routing, hashes, prompt_blocks);
+    if (route.prefill && route.prefill->fell_back) ++fallbacks_;
+  }
+  if (route.prefill) {
+    ++remote_prefills_;
+  } else {
+    ++local_prefills_;
+  }
+  return route;
+}
+
+void Router::Done(const Route& route) {
+  decode_->Done(route.decode.worker);
+  if (route.prefill) prefill_->Done(route.prefill->worker);
+}
+
+internal::v1::RouterStats Router::Stats() const {
+  internal::v1::RouterStats s;
+  s.set_policy(std::string(RoutingPolicyName(options_.routing.policy)));
+  s.set_requests(requests_.load());
+  s.set_local_prefills(local_prefills_.load());
+  s.set_remote_prefills(remote_prefills_.load());
+  s.set_guard_fallbacks(fallbacks_.load());
+  s.set_refused_workers(decode_->refusals() + prefill_->refusals());
+  for (const auto& [pool, out] : {std::pair{decode_.get(), s.mutable_decode()},
+                                  std::pair{prefill_.get(), s.mutable_prefill()}}) {
+    for (const auto& w : pool->Stats()) {
+      internal::v1::RoutedWorker* rw = out->Add();
+      rw->set_address(w.address);
+      rw->set_healthy(w.healthy);
+      rw->set_refused(w.refused);
+      rw->set_decisions(w.decisions);
+      rw->set_inflight(w.inflight);
+      *rw->mutable_info() = w.info;
+    }
+  }
+  return s;
 }
 
 absl::StatusOr<RoutedRequest> Router::Prepare(const v1::GenerateRequest& request,
@@ -138,7 +178,7 @@ absl::StatusOr<RoutedRequest> Router::Prepare(const v1::GenerateRequest& request
       return Invalid("prompt", "is missing (set text or token_ids)");
   }
   if (out.prompt.empty()) return Invalid("prompt", "is empty");
-  const int64_t context = model_info_.context_length();
+  const int64_t context = ContextLength();
   if (static_cast<int64_t>(out.prompt.size()) >= context) {
     return Invalid("prompt", Str(out.prompt.size(), " tokens do not fit the context length of ",
                                  context, " (at least one token must be generated)"));
@@ -177,15 +217,6 @@ absl::StatusOr<RoutedRequest> Router::Prepare(const v1::GenerateRequest& request
                                           std::chrono::milliseconds(request.timeout_ms()));
   }
   return out;
-}
-
-internal::v1::DecodeWorker::Stub* Router::PickDecode() {
-  return decode_[next_decode_.fetch_add(1) % decode_.size()].get();
-}
-
-std::string Router::PickPrefill() {
-  if (options_.prefill.empty()) return "";
-  return options_.prefill[next_prefill_.fetch_add(1) % options_.prefill.size()];
 }
 
 }  // namespace pdserve

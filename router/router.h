@@ -1,11 +1,13 @@
-// The router's handler: the worker registry (static lists for now), worker choice (round-robin
-// for now), request validation and tokenization. router_grpc_service.h serves the public API
-// over it. Thread-safe after Create.
+// The router's handler: the worker registry (static lists or DNS), the choice of workers
+// (routing_policy.h over each tier's WorkerPool), conditional disaggregation, request
+// validation and tokenization. router_grpc_service.h serves the public API over it.
+// Thread-safe after Create.
 #ifndef PDSERVE_ROUTER_ROUTER_H_
 #define PDSERVE_ROUTER_ROUTER_H_
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,16 +18,36 @@
 #include "common/tokenizer/tokenizer.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 #include "pdserve/v1/generation.pb.h"
+#include "router/discovery.h"
+#include "router/routing_policy.h"
+#include "router/worker_pool.h"
 
 namespace pdserve {
 
 struct RouterOptions {
   std::string model_dir;  // config.json and tokenizer files; no weights are read.
-  std::vector<std::string> prefill;  // host:port of prefill workers (may be empty).
-  std::vector<std::string> decode;   // host:port of decode workers (at least one).
-  absl::Duration worker_wait = absl::Seconds(60);  // How long Create waits for workers.
+  // Comma-separated host:port or dns:///name:port entries (discovery.h).
+  std::string prefill;    // May be empty: decode workers prefill.
+  std::string decode;     // At least one worker.
+  absl::Duration worker_wait = absl::Seconds(60);  // How long Create waits for decode workers.
+  absl::Duration discovery_interval = absl::Seconds(5);
+  RoutingOptions routing;          // Both tiers.
+  int64_t block_size = 16;         // Must equal the workers' (others are refused).
+  bool kv_events = true;           // false: predict caches from this router's decisions.
+  absl::Duration approx_ttl = absl::Seconds(120);
+  // Conditional disaggregation: prefill on the decode worker when the prompt's part that the
+  // chosen decode worker has not cached is at most this many tokens, or when every prefill
+  // worker has at least `prefill_max_waiting` requests queued.
+  int64_t local_prefill_tokens = 32;
+  int64_t prefill_max_waiting = 8;
   size_t max_stop_strings = 16;
   size_t max_stop_string_bytes = 256;
+};
+
+// Where one request goes.
+struct Route {
+  WorkerPool::Pick decode;
+  std::optional<WorkerPool::Pick> prefill;  // Unset: the decode worker prefills.
 };
 
 // What the router sends down for one validated request.
@@ -47,23 +69,31 @@ class Router {
   // Checks every field and tokenizes; InvalidArgument naming the field and the reason.
   absl::StatusOr<RoutedRequest> Prepare(const v1::GenerateRequest& request,
                                         std::chrono::system_clock::time_point deadline) const;
-  // Round-robin choices.
-  internal::v1::DecodeWorker::Stub* PickDecode();
-  std::string PickPrefill();  // Empty when there is no prefill tier.
+  // Chooses the decode worker and, unless the prompt is better prefilled there, the prefill
+  // worker (the tier's policy on both). Unavailable when no decode worker is usable.
+  absl::StatusOr<Route> RouteRequest(const std::vector<int32_t>& prompt);
+  // The request routed by RouteRequest has ended.
+  void Done(const Route& route);
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
-  const v1::ModelInfo& model_info() const { return model_info_; }
+  v1::ModelInfo model_info() const;
+  internal::v1::RouterStats Stats() const;
+  ~Router();
 
  private:
   Router() = default;
+  int64_t ContextLength() const;
+
   RouterOptions options_;
   ModelConfig config_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<std::unique_ptr<internal::v1::DecodeWorker::Stub>> decode_;
+  std::unique_ptr<WorkerPool> decode_;
+  std::unique_ptr<WorkerPool> prefill_;
+  std::unique_ptr<Discovery> decode_discovery_;
+  std::unique_ptr<Discovery> prefill_discovery_;
   v1::ModelInfo model_info_;
-  std::atomic<uint64_t> next_decode_{0};
-  std::atomic<uint64_t> next_prefill_{0};
   std::atomic<uint64_t> next_request_{1};
+  std::atomic<int64_t> requests_{0}, local_prefills_{0}, remote_prefills_{0}, fallbacks_{0};
 };
 
 }  // namespace pdserve

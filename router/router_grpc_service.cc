@@ -4,6 +4,7 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include <atomic>
+#include <optional>
 
 #include "common/base/strings.h"
 #include "common/rpc/grpc_status.h"
@@ -56,10 +57,18 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
     d.mutable_prompt_ids()->Assign(routed_.prompt.begin(), routed_.prompt.end());
     *d.mutable_sampling() = request.sampling();
     d.set_seed(*routed_.params.seed);
-    d.set_prefill_address(router_->PickPrefill());
+    auto route = router_->RouteRequest(routed_.prompt);
+    if (!route.ok()) {
+      Close(ToGrpcStatus(route.status()));
+      return;
+    }
+    route_ = std::move(*route);
+    if (route_->prefill) d.set_prefill_address(WorkerPool::Address(*route_->prefill->worker));
     client_context_.set_deadline(routed_.deadline);
     refs_.fetch_add(1);
-    router_->PickDecode()->async()->Generate(&client_context_, &downstream_request_, this);
+    WorkerPool::DecodeStub(*route_->decode.worker)
+        ->async()
+        ->Generate(&client_context_, &downstream_request_, this);
     StartRead(&downstream_response_);
     StartCall();
   }
@@ -73,6 +82,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
   }
 
   void OnDone(const grpc::Status& status) override {
+    router_->Done(*route_);
     if (!stopped_) {
       if (status.ok() && finished_) {
         Close(grpc::Status::OK);
@@ -148,6 +158,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
 
   Router* router_;
   RoutedRequest routed_;
+  std::optional<Route> route_;  // Set once the call goes down.
   std::unique_ptr<IncrementalDetokenizer> detok_;
   grpc::ClientContext client_context_;
   internal::v1::DecodeRequest downstream_request_;
@@ -192,6 +203,19 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
                                                           const v1::GetModelInfoRequest* request,
                                                           v1::ModelInfo* response) {
   *response = router_->model_info();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace pdserve
+
+namespace pdserve {
+
+grpc::ServerUnaryReactor* RouterAdminService::GetRouterStats(
+    grpc::CallbackServerContext* context, const internal::v1::GetRouterStatsRequest* request,
+    internal::v1::RouterStats* response) {
+  *response = router_->Stats();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -31,6 +31,19 @@ class GenerationService
   Router* router_;  // Not owned.
 };
 
+// The router's own view (internal.v1.RouterAdmin): per-worker decisions and load, policy
+// counters. For operators, `pdserve bench` and tests.
+class RouterAdminService : public internal::v1::RouterAdmin::CallbackService {
+ public:
+  explicit RouterAdminService(Router* router) : router_(router) {}
+  grpc::ServerUnaryReactor* GetRouterStats(grpc::CallbackServerContext* context,
+                                           const internal::v1::GetRouterStatsRequest* request,
+                                           internal::v1::RouterStats* response) override;
+
+ private:
+  Router* router_;  // Not owned.
+};
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_ROUTER_ROUTER_GRPC_SERVICE_H_

@@ -23,6 +23,7 @@ struct EngineOptions {
   int64_t max_model_len = 0;           // 0: the model's max_position_embeddings, capped to what
                                        // the KV pool holds.
   bool enable_prefix_caching = true;
+  bool enable_kv_events = false;       // Log prefix-cache changes for routers (workers drain them).
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
 };
 

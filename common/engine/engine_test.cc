@@ -352,6 +352,16 @@ TEST(EngineTest, RemotePrefillThroughCopiedPagesEqualsLocalBitwise) {
   std::vector<RequestOutput> outs;
   while (decode->HasUnfinished()) ASSERT_TRUE(decode->Step(&outs).ok());
 
+  // Block size 4: the 9-token head left two full blocks cached.
+  EXPECT_EQ(decode->CachedPrefixTokens(prompt), 8);
+  EXPECT_EQ(decode->CachedPrefixTokens(Prompt(45, 78)), 0);
+  EXPECT_EQ(decode->Stats().kv.used_blocks, 0);  // The probe took nothing.
+  // The prefill engine has a cached prefix of its own (3 blocks): usage reports that reuse.
+  std::vector<int32_t> phead(prompt.begin(), prompt.begin() + 13);
+  ASSERT_TRUE(prefill->AddRequest("pwarm", phead, Greedy(1)).ok());
+  std::vector<RequestOutput> pwarm;
+  while (prefill->HasUnfinished()) ASSERT_TRUE(prefill->Step(&pwarm).ok());
+
   auto plan = decode->ReserveForRemotePrefill("r", prompt, params);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->cached_tokens, 8);
@@ -375,7 +385,9 @@ TEST(EngineTest, RemotePrefillThroughCopiedPagesEqualsLocalBitwise) {
   EXPECT_EQ(prefill->Stats().kv.used_blocks, 0);
   SampledToken first{pouts[0].tokens[0].token, pouts[0].tokens[0].logprob, {}};
   outs.clear();
-  ASSERT_TRUE(decode->CompleteRemotePrefill("r", first, &outs).ok());
+  EXPECT_EQ(pouts[0].cached_tokens, 12);
+  ASSERT_TRUE(decode->CompleteRemotePrefill("r", first, pouts[0].cached_tokens, &outs).ok());
+  EXPECT_EQ(outs[0].cached_tokens, 12);
   std::vector<int32_t> tokens = {outs[0].tokens[0].token};
   while (decode->HasUnfinished()) {
     outs.clear();

@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
   PD_ASSIGN_OR_RETURN(e->pool_, KvPool::Create(spec, num_blocks));
   e->blocks_ = std::make_unique<BlockManager>(num_blocks, options.block_size,
                                               options.enable_prefix_caching);
+  e->blocks_->EnableEvents(options.enable_kv_events);
   e->scheduler_ = std::make_unique<Scheduler>(
       SchedulerOptions{options.max_num_seqs, options.max_num_batched_tokens}, e->blocks_.get());
   ModelRunnerOptions ro;
@@ -173,8 +174,19 @@ absl::StatusOr<RemotePrefillPlan> LLMEngine::ReserveForRemotePrefill(
   return out;
 }
 
+int64_t LLMEngine::CachedPrefixTokens(const std::vector<int32_t>& prompt) const {
+  const int64_t bs = blocks_->block_size();
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  if (len == 0) return 0;
+  std::vector<BlockHash> hashes;
+  ExtendBlockHashes(prompt, bs, &hashes);
+  auto probe = blocks_->PlanAdmit(hashes, (len - 1) / bs, 0, 0);
+  return probe.ok() ? probe->num_cached_tokens : 0;
+}
+
 absl::Status LLMEngine::CompleteRemotePrefill(const std::string& request_id,
                                               const SampledToken& first,
+                                              int64_t prefill_cached_tokens,
                                               std::vector<RequestOutput>* outputs) {
   auto it = sequences_.find(request_id);
   if (it == sequences_.end()) {
@@ -187,6 +199,8 @@ absl::Status LLMEngine::CompleteRemotePrefill(const std::string& request_id,
   seq->num_computed = seq->num_prompt_tokens;
   blocks_->Publish(seq->id, seq->block_hashes);
   stats_.prompt_tokens_computed += seq->num_prompt_tokens - seq->num_cached_prompt_tokens;
+  seq->num_cached_prompt_tokens =
+      std::clamp<int64_t>(prefill_cached_tokens, 0, seq->num_prompt_tokens);
   RequestOutput out = MakeOutput(*seq);
   const std::optional<std::string> reason = Append(seq, first, &out);
   out.completion_tokens = seq->num_generated();

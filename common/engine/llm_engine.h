@@ -91,12 +91,17 @@ class LLMEngine {
   // Remote prefill, decode side. Reserve: validates like AddRequest, reuses this pool's cached
   // prefix, allocates the rest of the prompt's blocks (ResourceExhausted, nothing changed, when
   // they are not free now). Complete: the prompt's pages have arrived; `first` is the token the
-  // prefill worker sampled; the request joins the running batch. Abort frees a reservation.
+  // prefill worker sampled and `prefill_cached_tokens` how many prompt tokens it took from its own
+  // prefix cache (usage reports those as cached: they were not computed for this request); the
+  // request joins the running batch. Abort frees a reservation.
   absl::StatusOr<RemotePrefillPlan> ReserveForRemotePrefill(const std::string& request_id,
                                                             std::vector<int32_t> prompt,
                                                             const SamplingParams& params);
   absl::Status CompleteRemotePrefill(const std::string& request_id, const SampledToken& first,
+                                     int64_t prefill_cached_tokens,
                                      std::vector<RequestOutput>* outputs);
+  // Leading prompt tokens this pool's prefix cache holds now (a probe: nothing changes).
+  int64_t CachedPrefixTokens(const std::vector<int32_t>& prompt) const;
 
   // Blocks of a running, reserved or held request (empty if unknown).
   absl::Span<const BlockId> BlockTable(const std::string& request_id) const;
@@ -122,6 +127,9 @@ class LLMEngine {
   KvPool& kv_pool() { return *pool_; }
   int64_t num_kv_blocks() const { return pool_->num_blocks(); }
   EngineStats Stats() const;
+  // Prefix-cache changes since the last call (EngineOptions::enable_kv_events), and the full set.
+  void DrainKvEvents(std::vector<KvEvent>* out) { blocks_->DrainEvents(out); }
+  std::vector<BlockHash> IndexedBlockHashes() const { return blocks_->IndexedHashes(); }
 
  private:
   LLMEngine() = default;

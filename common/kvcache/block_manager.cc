@@ -96,6 +96,7 @@ void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes) {
     if (index_.try_emplace(hashes[i], s.table[i]).second) {
       m.hashed = true;
       m.hash = hashes[i];
+      if (events_on_) events_.push_back({KvEvent::Type::kStored, hashes[i]});
     }
   }
   s.published = std::max(s.published, n);
@@ -140,6 +141,7 @@ BlockId BlockManager::TakeBlock() {
     --num_cached_;
     BlockMeta& m = blocks_[b];
     index_.erase(m.hash);
+    if (events_on_) events_.push_back({KvEvent::Type::kRemoved, m.hash});
     m.hashed = false;
     ++evictions_;
   }
@@ -173,6 +175,18 @@ void BlockManager::LruPushNewest(BlockId b) {
   m.lru_next = -1;
   if (lru_newest_ >= 0) blocks_[lru_newest_].lru_next = b; else lru_oldest_ = b;
   lru_newest_ = b;
+}
+
+void BlockManager::DrainEvents(std::vector<KvEvent>* out) {
+  out->insert(out->end(), events_.begin(), events_.end());
+  events_.clear();
+}
+
+std::vector<BlockHash> BlockManager::IndexedHashes() const {
+  std::vector<BlockHash> out;
+  out.reserve(index_.size());
+  for (const auto& [hash, block] : index_) out.push_back(hash);
+  return out;
 }
 
 absl::Status BlockManager::CheckInvariants() const {

@@ -46,6 +46,13 @@ struct KvCacheStats {
   }
 };
 
+// A change to the set of reusable prefix blocks, for routers that track workers' caches.
+struct KvEvent {
+  enum class Type { kStored, kRemoved };
+  Type type;
+  BlockHash hash;
+};
+
 class BlockManager {
  public:
   BlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching);
@@ -86,6 +93,13 @@ class BlockManager {
   int64_t num_blocks() const { return num_blocks_; }
   KvCacheStats Stats() const;
 
+  // Event log of the prefix index (a hash published, a cached block evicted). Off by default;
+  // when on, the owner drains it regularly.
+  void EnableEvents(bool on) { events_on_ = on; }
+  void DrainEvents(std::vector<KvEvent>* out);
+  // Every hash a new sequence could reuse now.
+  std::vector<BlockHash> IndexedHashes() const;
+
   // Verifies every invariant (ref counts equal table occurrences, each block in exactly one
   // state, index and hashes agree). For tests; O(num_blocks + table sizes).
   absl::Status CheckInvariants() const;
@@ -120,6 +134,8 @@ class BlockManager {
   BlockId lru_newest_ = -1;
   absl::flat_hash_map<BlockHash, BlockId> index_;
   absl::flat_hash_map<SeqId, SeqBlocks> seqs_;
+  bool events_on_ = false;
+  std::vector<KvEvent> events_;
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
   int64_t evictions_ = 0;

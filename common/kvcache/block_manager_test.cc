@@ -3,6 +3,8 @@
 #include <map>
 #include <random>
 
+#include "absl/container/flat_hash_set.h"
+
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -120,6 +122,33 @@ TEST(BlockManagerTest, PlanReusingEvictableBlocksDoesNotCountThemAsFree) {
   ASSERT_TRUE(ok.ok());
   bm.CommitAdmit(2, *ok);
   EXPECT_TRUE(bm.CheckInvariants().ok());
+}
+
+TEST(BlockManagerTest, EventsTrackTheReusableSet) {
+  BlockManager bm(3, 2, true);
+  bm.EnableEvents(true);
+  const auto a = Tokens(4, 1), b = Tokens(4, 50);
+  auto pa = bm.PlanAdmit(Hashes(a, 2), 2, 4, 4);
+  bm.CommitAdmit(1, *pa);
+  bm.Publish(1, Hashes(a, 2));
+  bm.Free(1);
+  auto pb = bm.PlanAdmit(Hashes(b, 2), 2, 4, 4);  // Needs 2: 1 free + evicts 1 of a's.
+  bm.CommitAdmit(2, *pb);
+  std::vector<KvEvent> events;
+  bm.DrainEvents(&events);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].type, KvEvent::Type::kStored);
+  EXPECT_EQ(events[1].type, KvEvent::Type::kStored);
+  EXPECT_EQ(events[2].type, KvEvent::Type::kRemoved);
+  // Replaying the events gives the index.
+  absl::flat_hash_set<BlockHash> replay;
+  for (const KvEvent& e : events) {
+    if (e.type == KvEvent::Type::kStored) replay.insert(e.hash); else replay.erase(e.hash);
+  }
+  const auto indexed = bm.IndexedHashes();
+  EXPECT_EQ(replay, absl::flat_hash_set<BlockHash>(indexed.begin(), indexed.end()));
+  bm.DrainEvents(&events);
+  EXPECT_EQ(events.size(), 3u);  // Drained: nothing new.
 }
 
 // Random admit / share / grow / publish / free sequences: the invariants hold after every

@@ -10,7 +10,9 @@ absl::StatusOr<WorkerCore> WorkerCore::Create(const std::string& model_dir,
                                               const std::string& transport,
                                               const std::string& transport_listen) {
   WorkerCore core;
-  PD_ASSIGN_OR_RETURN(core.engine, LLMEngine::Create(model_dir, engine));
+  EngineOptions with_events = engine;
+  with_events.enable_kv_events = true;  // Routers watch the prefix cache.
+  PD_ASSIGN_OR_RETURN(core.engine, LLMEngine::Create(model_dir, with_events));
   PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(model_dir));
   core.layout = MakeKvLayout(*core.engine, fingerprint);
   core.layout_string = LayoutString(core.layout);
@@ -44,6 +46,8 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
   info.set_max_model_len(static_cast<int32_t>(core.engine->max_model_len()));
   info.set_vocab_size(static_cast<int32_t>(core.engine->config().vocab_size));
   info.set_page_bytes(static_cast<int64_t>(core.engine->kv_spec().PageBytes()));
+  info.set_prefix_query_tokens(s.kv.prefix_query_tokens);
+  info.set_prefix_hit_tokens(s.kv.prefix_hit_tokens);
   return info;
 }
 

@@ -82,7 +82,8 @@ class Cluster:
     """n prefill workers, m decode workers and a router."""
 
     def __init__(self, pdserve, model, prefill=2, decode=2, transport="tcp", decode_args=(),
-                 prefill_args=(), prefill_env=None, engine_args=("--threads", "1", "--kv-memory-gib", "0.05")):
+                 prefill_args=(), prefill_env=None, engine_args=("--threads", "1", "--kv-memory-gib", "0.05"),
+                 router_args=()):
         self.prefill = [Process(pdserve, ["prefill", "--listen", "127.0.0.1:0", "--model", model,
                                           "--transport", transport, *engine_args, *prefill_args],
                                 env=prefill_env) for _ in range(prefill)]
@@ -91,7 +92,8 @@ class Cluster:
                                          *engine_args, *decode_args]) for _ in range(decode)]
         self.router = Process(pdserve, ["router", "--listen", "127.0.0.1:0", "--model", model,
                                         "--prefill", ",".join(p.grpc for p in self.prefill),
-                                        "--decode", ",".join(d.grpc for d in self.decode)])
+                                        "--decode", ",".join(d.grpc for d in self.decode),
+                                        "--local-prefill-tokens", "4", *router_args])
 
     @property
     def workers(self):

@@ -132,12 +132,49 @@ class TiersTest(unittest.TestCase):
             self.assertEqual(after.transfer_bytes - before.transfer_bytes, blocks * LAYERS * after.page_bytes)
             sent = info(c.prefill[0], True)
             self.assertEqual(sent.transfer_bytes, blocks * LAYERS * after.page_bytes)
-            # The same prompt again: the decode worker holds its full blocks, only the last moves.
-            same_as_local(self, collect(stub, request(ids)), local(ids))
+            # The same prompt again: the decode worker holds its full blocks, only the last moves;
+            # the prefill worker computed only the last block too, and usage says so.
+            got = collect(stub, request(ids))
+            same_as_local(self, got, local(ids))
             again = info(c.decode[0], False)
             self.assertEqual(again.transfer_pages - after.transfer_pages, LAYERS)
+            self.assertEqual(got["usage"].cached_tokens, (len(ids) // BLOCK) * BLOCK)
+            self.assertEqual(again.remote_prefills - after.remote_prefills, 1)
         finally:
             c.stop()
+
+    def test_short_uncached_part_is_prefilled_on_the_decode_worker(self):
+        # Conditional disaggregation: the router sends a prompt whose uncached part (on the chosen
+        # decode worker) is at most --local-prefill-tokens straight to decode, without a transfer.
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1,
+                            router_args=("--local-prefill-tokens", "8"),
+                            decode_args=("--local-prefill-tokens", "8"))
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(c.router.grpc))
+            ids = prompts(1, 7, 100, 101)[0]
+            same_as_local(self, collect(stub, request(ids)), local(ids))
+            first = info(c.decode[0], False)
+            self.assertEqual(first.remote_prefills, 1)
+            # Wait until the router has seen the decode worker's KV events for those blocks.
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+                if stats.decode[0].info.cached_blocks >= len(ids) // BLOCK:
+                    break
+                time.sleep(0.05)
+            got = collect(stub, request(ids))
+            same_as_local(self, got, local(ids))
+            second = info(c.decode[0], False)
+            self.assertEqual(second.remote_prefills, 1)
+            self.assertEqual(second.local_prefills - first.local_prefills, 1)
+            self.assertEqual(second.transfer_pages, first.transfer_pages)
+            self.assertEqual(got["usage"].cached_tokens, (len(ids) // BLOCK) * BLOCK)
+            stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+            self.assertEqual((stats.requests, stats.remote_prefills, stats.local_prefills), (2, 1, 1))
+            self.assertEqual(stats.policy, "kv_aware")
+        finally:
+            self.assertEqual(c.stop(), [0] * 3)
 
     def test_corrupted_page_is_refused_and_the_request_still_completes(self):
         # Fault injection: the prefill worker flips a byte of the 3rd page it sends.

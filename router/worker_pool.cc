@@ -1,0 +1,321 @@
+#include "router/worker_pool.h"
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include "common/base/log.h"
+#include "common/base/rng.h"
+#include "common/rpc/load_publisher.h"
+#include "common/rpc/server_builder.h"
+
+namespace pdserve {
+
+using Clock = std::chrono::steady_clock;
+
+struct WorkerPool::Worker {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<internal::v1::DecodeWorker::Stub> decode_stub;
+  std::unique_ptr<internal::v1::PrefillWorker::Stub> prefill_stub;
+
+  // Guarded by the pool's mutex.
+  bool removed = false;
+  bool reported = false;   // At least one report since joining.
+  bool healthy = false;
+  bool refused = false;
+  bool events = false;     // Its hash set is live (else: approximate).
+  uint64_t last_seq = 0;
+  absl::flat_hash_set<BlockHash> hashes;
+  absl::flat_hash_map<BlockHash, Clock::time_point> predicted;  // Approximate mode: -> expiry.
+  internal::v1::WorkerInfo info;
+  int64_t pending_blocks = 0;  // Routed since its last report.
+  int64_t inflight = 0;
+  int64_t decisions = 0;
+  Clock::time_point last_report;
+  Clock::time_point reconnect_at;
+  Watch* watch = nullptr;
+};
+
+// A WatchLoad stream; deletes itself when done.
+class WorkerPool::Watch : public grpc::ClientReadReactor<internal::v1::LoadReport> {
+ public:
+  Watch(WorkerPool* pool, std::shared_ptr<Worker> worker, uint64_t after_seq)
+      : pool_(pool), worker_(std::move(worker)) {
+    request_.set_after_seq(after_seq);
+    if (pool_->options_.prefill_tier) {
+      worker_->prefill_stub->async()->WatchLoad(&context_, &request_, this);
+    } else {
+      worker_->decode_stub->async()->WatchLoad(&context_, &request_, this);
+    }
+    StartRead(&report_);
+    StartCall();
+  }
+  void Cancel() { context_.TryCancel(); }
+
+ private:
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    pool_->Apply(worker_, report_);
+    StartRead(&report_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    pool_->WatchEnded(worker_, this);
+    delete this;
+  }
+
+  WorkerPool* pool_;
+  std::shared_ptr<Worker> worker_;
+  grpc::ClientContext context_;
+  internal::v1::WatchLoadRequest request_;
+  internal::v1::LoadReport report_;
+};
+
+WorkerPool::WorkerPool(const WorkerPoolOptions& options) : options_(options) {
+  maintainer_ = std::thread([this] { Maintain(); });
+}
+
+WorkerPool::~WorkerPool() {
+  std::unique_lock<std::mutex> lock(mu_);
+  stop_ = true;
+  for (auto& [address, w] : workers_) {
+    if (w->watch != nullptr) w->watch->Cancel();
+  }
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return live_watches_ == 0; });
+  lock.unlock();
+  if (maintainer_.joinable()) maintainer_.join();
+}
+
+internal::v1::DecodeWorker::Stub* WorkerPool::DecodeStub(const Worker& w) {
+  return w.decode_stub.get();
+}
+const std::string& WorkerPool::Address(const Worker& w) { return w.address; }
+
+void WorkerPool::SetAddresses(const std::vector<std::string>& addresses) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::flat_hash_set<std::string> wanted(addresses.begin(), addresses.end());
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (wanted.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    PD_LOG(Info) << (options_.prefill_tier ? "prefill" : "decode") << " worker " << it->first
+                 << " left";
+    it->second->removed = true;
+    if (it->second->watch != nullptr) it->second->watch->Cancel();
+    order_.erase(std::find(order_.begin(), order_.end(), it->second));
+    workers_.erase(it++);
+  }
+  for (const std::string& address : addresses) {
+    if (workers_.contains(address)) continue;
+    auto w = std::make_shared<Worker>();
+    w->address = address;
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    args.SetMaxSendMessageSize(kMaxMessageBytes);
+    w->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    if (options_.prefill_tier) {
+      w->prefill_stub = internal::v1::PrefillWorker::NewStub(w->channel);
+    } else {
+      w->decode_stub = internal::v1::DecodeWorker::NewStub(w->channel);
+    }
+    workers_[address] = w;
+    order_.push_back(w);
+    PD_LOG(Info) << (options_.prefill_tier ? "prefill" : "decode") << " worker " << address
+                 << " joined";
+    StartWatch(w);
+  }
+}
+
+// Under mu_.
+void WorkerPool::StartWatch(const std::shared_ptr<Worker>& w) {
+  if (stop_ || w->removed || w->refused || w->watch != nullptr) return;
+  ++live_watches_;
+  w->watch = new Watch(this, w, w->last_seq);
+}
+
+void WorkerPool::Apply(const std::shared_ptr<Worker>& w, const internal::v1::LoadReport& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (w->removed || w->refused) return;
+  const auto& layout = r.info().layout();
+  if (!options_.model_fingerprint.empty() &&
+      layout.model_fingerprint() != options_.model_fingerprint) {
+    w->refused = true;
+    w->healthy = false;
+    refusals_.fetch_add(1);
+    PD_LOG(Error) << "refusing worker " << w->address << ": it serves model "
+                  << layout.model_fingerprint() << ", this router's model is "
+                  << options_.model_fingerprint;
+    if (w->watch != nullptr) w->watch->Cancel();
+    cv_.notify_all();
+    return;
+  }
+  if (layout.block_size() != options_.block_size || layout.hash_scheme() != kBlockHashScheme) {
+    w->refused = true;
+    w->healthy = false;
+    refusals_.fetch_add(1);
+    PD_LOG(Error) << "refusing " << (options_.prefill_tier ? "prefill" : "decode") << " worker "
+                  << w->address << ": block size " << layout.block_size() << ", hash scheme '"
+                  << layout.hash_scheme() << "'; this router uses block size "
+                  << options_.block_size << " and '" << kBlockHashScheme
+                  << "' (its cache would never match the router's view)";
+    if (w->watch != nullptr) w->watch->Cancel();
+    cv_.notify_all();
+    return;
+  }
+  if (r.snapshot()) {
+    w->hashes.clear();
+    BlockHash h;
+    for (const std::string& s : r.stored()) {
+      if (DecodeBlockHash(s, &h)) w->hashes.insert(h);
+    }
+  } else if (r.first_seq() != w->last_seq + 1 && r.last_seq() >= r.first_seq()) {
+    // A gap: what we know is no longer the worker's cache. Resubscribe for a snapshot.
+    PD_LOG(Warning) << "KV event gap from " << w->address << " (expected " << w->last_seq + 1
+                    << ", got " << r.first_seq() << "): resyncing";
+    w->last_seq = 0;
+    w->events = false;
+    if (w->watch != nullptr) w->watch->Cancel();
+    return;
+  } else {
+    BlockHash h;
+    for (const std::string& s : r.stored()) {
+      if (DecodeBlockHash(s, &h)) w->hashes.insert(h);
+    }
+    for (const std::string& s : r.removed()) {
+      if (DecodeBlockHash(s, &h)) w->hashes.erase(h);
+    }
+  }
+  w->last_seq = r.last_seq();
+  w->events = options_.use_events;
+  w->info = r.info();
+  w->pending_blocks = 0;
+  w->reported = true;
+  w->healthy = true;
+  w->last_report = Clock::now();
+  cv_.notify_all();
+}
+
+void WorkerPool::WatchEnded(const std::shared_ptr<Worker>& w, Watch* watch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (w->watch == watch) w->watch = nullptr;
+  w->reconnect_at = Clock::now() + options_.reconnect_every;
+  // A lost stream means a worker we cannot see: leave it out until it reports again (a gap resync
+  // reconnects right away and reports within milliseconds).
+  if (w->last_seq != 0) w->healthy = false;
+  if (w->last_seq == 0) w->reconnect_at = Clock::now();
+  --live_watches_;
+  cv_.notify_all();
+}
+
+void WorkerPool::Maintain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(50));
+    if (stop_) break;
+    const auto now = Clock::now();
+    for (auto& w : order_) {
+      if (w->watch == nullptr && !w->refused && now >= w->reconnect_at) StartWatch(w);
+      if (w->healthy && now - w->last_report > options_.stale_after) {
+        PD_LOG(Warning) << "worker " << w->address << " stopped reporting";
+        w->healthy = false;
+        if (w->watch != nullptr) w->watch->Cancel();
+      }
+    }
+  }
+}
+
+std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing,
+                                                   absl::Span<const BlockHash> prompt_hashes,
+                                                   int64_t prompt_blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<Worker>> usable;
+  std::vector<WorkerCandidate> candidates;
+  const auto now = Clock::now();
+  for (auto& w : order_) {
+    if (!w->healthy || w->refused) continue;
+    WorkerCandidate c;
+    c.active_blocks = w->info.used_blocks() + w->pending_blocks;
+    c.waiting = w->info.waiting();
+    for (const BlockHash& h : prompt_hashes) {
+      bool held;
+      if (w->events) {
+        held = w->hashes.contains(h);
+      } else {
+        auto it = w->predicted.find(h);
+        held = it != w->predicted.end() && it->second > now;
+      }
+      if (!held) break;
+      ++c.cached_prefix_blocks;
+    }
+    usable.push_back(w);
+    candidates.push_back(c);
+  }
+  if (usable.empty()) return std::nullopt;
+  rng_state_ = Mix64(rng_state_);
+  const RoutingDecision d = ChooseWorker(routing, candidates, prompt_blocks,
+                                         round_robin_.fetch_add(1),
+                                         static_cast<double>(rng_state_ >> 11) * 0x1.0p-53);
+  Pick pick{usable[d.index], candidates[d.index].cached_prefix_blocks, d.fell_back};
+  Worker& w = *pick.worker;
+  w.pending_blocks += prompt_blocks;
+  ++w.inflight;
+  ++w.decisions;
+  const auto expiry = now + options_.approx_ttl;
+  for (const BlockHash& h : prompt_hashes) w.predicted[h] = expiry;
+  if (w.predicted.size() > 4 * (prompt_hashes.size() + 1024)) {
+    for (auto it = w.predicted.begin(); it != w.predicted.end();) {
+      if (it->second <= now) {
+        w.predicted.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return pick;
+}
+
+void WorkerPool::Done(const std::shared_ptr<Worker>& worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  --worker->inflight;
+}
+
+bool WorkerPool::Saturated(int64_t waiting) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool any = false;
+  for (const auto& w : order_) {
+    if (!w->healthy || w->refused) continue;
+    any = true;
+    if (w->info.waiting() < waiting) return false;
+  }
+  return any;
+}
+
+size_t WorkerPool::usable() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& w : order_) n += w->healthy && !w->refused;
+  return n;
+}
+
+std::vector<WorkerPool::WorkerStats> WorkerPool::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<WorkerStats> out;
+  for (const auto& w : order_) {
+    out.push_back({w->address, w->healthy, w->refused, w->decisions, w->inflight, w->info});
+  }
+  return out;
+}
+
+bool WorkerPool::WaitForReports(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] {
+    for (const auto& w : order_) {
+      if (!w->reported && !w->refused) return false;
+    }
+    return true;
+  });
+}
+
+}  // namespace pdserve

@@ -1,0 +1,109 @@
+// One tier's workers as the router sees them: membership (static list or DNS, applied with
+// SetAddresses), a WatchLoad stream per worker keeping its block counts, queue and the set of
+// prefix-block hashes it can reuse, and the choice of a worker for a prompt.
+//
+// Events carry sequence numbers: a gap makes the router resubscribe for a snapshot. A worker whose
+// block size or hash scheme differs from the router's is refused (logged, counted, never chosen).
+// A worker that stops reporting for `stale_after` is left out until it reports again. In
+// approximate mode (or for a worker that has not reported events yet) the router predicts a
+// worker's cache from its own decisions, each prompt's blocks remembered for `approx_ttl`.
+//
+// Thread-safe.
+#ifndef PDSERVE_ROUTER_WORKER_POOL_H_
+#define PDSERVE_ROUTER_WORKER_POOL_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/channel.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/types/span.h"
+#include "common/kvcache/block_hash.h"
+#include "pdserve/internal/v1/worker.grpc.pb.h"
+#include "router/routing_policy.h"
+
+namespace pdserve {
+
+struct WorkerPoolOptions {
+  bool prefill_tier = false;
+  int64_t block_size = 16;
+  std::string model_fingerprint;  // Workers serving another model are refused.
+  bool use_events = true;  // false: approximate mode for every worker.
+  std::chrono::milliseconds approx_ttl{120000};
+  std::chrono::milliseconds stale_after{5000};
+  std::chrono::milliseconds reconnect_every{500};
+};
+
+class WorkerPool {
+ public:
+  struct Worker;
+  struct Pick {
+    std::shared_ptr<Worker> worker;
+    int64_t cached_prefix_blocks = 0;
+    bool fell_back = false;
+  };
+  struct WorkerStats {
+    std::string address;
+    bool healthy = false;
+    bool refused = false;
+    int64_t decisions = 0;
+    int64_t inflight = 0;
+    internal::v1::WorkerInfo info;
+  };
+
+  explicit WorkerPool(const WorkerPoolOptions& options);
+  ~WorkerPool();
+
+  // Joins new addresses, drops vanished ones (their in-flight requests keep their channel).
+  void SetAddresses(const std::vector<std::string>& addresses);
+  // The worker for a prompt whose full blocks hash to `prompt_hashes` (prompt_blocks counts the
+  // partial last block too); nullopt when no worker is usable.
+  std::optional<Pick> Choose(const RoutingOptions& options,
+                             absl::Span<const BlockHash> prompt_hashes, int64_t prompt_blocks);
+  // The request routed by Choose has ended.
+  void Done(const std::shared_ptr<Worker>& worker);
+  // True when every usable worker has at least `waiting` requests queued.
+  bool Saturated(int64_t waiting) const;
+  size_t usable() const;
+  std::vector<WorkerStats> Stats() const;
+  int64_t refusals() const { return refusals_.load(); }
+  // Blocks until every listed worker has reported once or refused, or `timeout` passes.
+  bool WaitForReports(std::chrono::milliseconds timeout) const;
+
+  // Stub of the worker's service (the pool's tier decides which one is set).
+  static internal::v1::DecodeWorker::Stub* DecodeStub(const Worker& w);
+  static const std::string& Address(const Worker& w);
+
+ private:
+  class Watch;
+  friend class Watch;
+  void Apply(const std::shared_ptr<Worker>& w, const internal::v1::LoadReport& report);
+  void WatchEnded(const std::shared_ptr<Worker>& w, Watch* watch);
+  void StartWatch(const std::shared_ptr<Worker>& w);
+  void Maintain();
+
+  const WorkerPoolOptions options_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Worker>> workers_;
+  std::vector<std::shared_ptr<Worker>> order_;  // Stable order for round-robin and ties.
+  std::atomic<uint64_t> round_robin_{0};
+  std::atomic<int64_t> refusals_{0};
+  uint64_t rng_state_ = 0x9e3779b97f4a7c15ull;
+  int live_watches_ = 0;
+  bool stop_ = false;
+  std::thread maintainer_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ROUTER_WORKER_POOL_H_
