@@ -25,6 +25,7 @@ constexpr char kUsage[] =
     "  tokenize      encode text with a model's tokenizer.json\n"
     "  detokenize    decode token ids (optionally as a stream)\n"
     "  kv-calc       KV cache memory math for a config.json\n"
+    "  bench         serving benchmark: routing policies, hit rate, TTFT/TPOT\n"
     "  bench-engine  engine throughput against this machine's bandwidth and sgemm rate\n"
     "\n"
     "`pdserve <command> --help` lists a command's flags.\n";
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
   if (command == "tokenize") return TokenizeCommand(sub_argc, sub_argv);
   if (command == "detokenize") return DetokenizeCommand(sub_argc, sub_argv);
   if (command == "bench-engine") return BenchEngineCommand(sub_argc, sub_argv);
+  if (command == "bench") return BenchCommand(sub_argc, sub_argv);
   std::fprintf(stderr, "pdserve: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

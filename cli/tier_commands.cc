@@ -11,6 +11,7 @@
 #include <cerrno>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -42,6 +43,16 @@ void WaitForStopSignal() {
   }
 }
 
+// Ends a tier process after its orderly shutdown (drained, servers shut down, its objects
+// destroyed). gRPC's callback threads can still be unwinding the last reactions when main
+// returns, and exit handlers tearing the library down under them abort the process (seen as
+// SIGABRT in grpc_cq_internal_unref after a router's load watches were cancelled): nothing is
+// left to clean up, so leave without running them.
+[[noreturn]] void ExitAfterShutdown(int code) {
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 void Ready(const std::string& line) {
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
@@ -54,12 +65,17 @@ struct RouterFlags {
   double worker_wait = 60;
   double discovery_interval = 5;
   double approx_ttl = 120;
+  double recent_half_life = 2;
 
   void Register(FlagSet& flags, bool standalone) {
     flags.String("policy", &policy, "routing policy: kv_aware, least_loaded or round_robin");
     flags.Double("w-prefix", &options.routing.w_prefix,
                  "kv_aware: weight of the prompt blocks a worker would still have to prefill");
     flags.Double("w-queue", &options.routing.w_queue, "kv_aware: weight of a worker's queue");
+    flags.Double("w-recent", &options.routing.w_recent,
+                 "kv_aware: weight of the prompt blocks this router sent a worker lately");
+    flags.Double("recent-half-life-seconds", &recent_half_life,
+                 "half-life of that recent load");
     flags.Double("imbalance-ratio", &options.routing.imbalance_ratio,
                  "kv_aware: above this max/min load ratio, route least-loaded");
     flags.Double("routing-temperature", &options.routing.temperature,
@@ -85,6 +101,10 @@ struct RouterFlags {
     PD_ASSIGN_OR_RETURN(out->routing.policy, ParseRoutingPolicy(policy));
     if (options.routing.w_prefix < 0) return absl::InvalidArgumentError("--w-prefix: must be >= 0");
     if (options.routing.w_queue < 0) return absl::InvalidArgumentError("--w-queue: must be >= 0");
+    if (options.routing.w_recent < 0) return absl::InvalidArgumentError("--w-recent: must be >= 0");
+    if (!(recent_half_life > 0)) {
+      return absl::InvalidArgumentError("--recent-half-life-seconds: must be > 0");
+    }
     if (!(options.routing.imbalance_ratio >= 1)) {
       return absl::InvalidArgumentError("--imbalance-ratio: must be >= 1");
     }
@@ -100,6 +120,7 @@ struct RouterFlags {
     out->worker_wait = absl::Seconds(worker_wait);
     out->discovery_interval = absl::Seconds(discovery_interval);
     out->approx_ttl = absl::Seconds(approx_ttl);
+    out->recent_half_life = absl::Seconds(recent_half_life);
     return absl::OkStatus();
   }
 };
@@ -147,7 +168,9 @@ int RunPrefill(const TierFlags& f) {
   PD_LOG(Info) << "prefill: draining";
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  return kExitOk;
+  server->server.reset();
+  worker->reset();
+  ExitAfterShutdown(kExitOk);
 }
 
 int RunDecode(const TierFlags& f) {
@@ -170,7 +193,9 @@ int RunDecode(const TierFlags& f) {
   PD_LOG(Info) << "decode: draining";
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  return kExitOk;
+  server->server.reset();
+  worker->reset();
+  ExitAfterShutdown(kExitOk);
 }
 
 }  // namespace
@@ -237,7 +262,9 @@ int RouterCommand(int argc, char** argv) {
   WaitForStopSignal();
   PD_LOG(Info) << "router: shutting down";
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  return kExitOk;
+  server->server.reset();
+  router->reset();
+  ExitAfterShutdown(kExitOk);
 }
 
 int ServeCommand(int argc, char** argv) {
@@ -296,7 +323,13 @@ int ServeCommand(int argc, char** argv) {
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   decode_server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   prefill_server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  return kExitOk;
+  server->server.reset();
+  router->reset();
+  decode_server->server.reset();
+  prefill_server->server.reset();
+  decode->reset();
+  prefill->reset();
+  ExitAfterShutdown(kExitOk);
 }
 
 }  // namespace pdserve::cli

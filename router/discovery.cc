@@ -17,10 +17,12 @@ constexpr std::string_view kDns = "dns:///";
 
 }  // namespace
 
-Discovery::Discovery(const std::string& spec, std::chrono::milliseconds interval, Update update)
-    : interval_(interval), update_(std::move(update)) {
+Discovery::Discovery(const std::string& spec, std::chrono::milliseconds interval, Update update,
+                     Resolver resolver)
+    : interval_(interval), update_(std::move(update)), resolver_(std::move(resolver)) {
   for (absl::string_view e : absl::StrSplit(spec, ',', absl::SkipEmpty())) entries_.emplace_back(e);
-  last_ = Resolve(entries_);
+  bool all_resolved = true;
+  last_ = resolver_(entries_, &all_resolved);
   update_(last_);
   const bool dynamic = std::any_of(entries_.begin(), entries_.end(), [](const std::string& e) {
     return e.rfind(kDns, 0) == 0;
@@ -37,7 +39,9 @@ Discovery::~Discovery() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::vector<std::string> Discovery::Resolve(const std::vector<std::string>& entries) {
+std::vector<std::string> Discovery::Resolve(const std::vector<std::string>& entries,
+                                            bool* all_resolved) {
+  *all_resolved = true;
   std::vector<std::string> out;
   for (const std::string& e : entries) {
     if (e.rfind(kDns, 0) != 0) {
@@ -48,6 +52,7 @@ std::vector<std::string> Discovery::Resolve(const std::vector<std::string>& entr
     const size_t colon = target.rfind(':');
     if (colon == std::string::npos) {
       PD_LOG(Error) << "discovery: '" << e << "' needs a port (dns:///name:port)";
+      *all_resolved = false;
       continue;
     }
     const std::string host = target.substr(0, colon), port = target.substr(colon + 1);
@@ -57,6 +62,7 @@ std::vector<std::string> Discovery::Resolve(const std::vector<std::string>& entr
     addrinfo* res = nullptr;
     if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
       PD_LOG(Warning) << "discovery: cannot resolve " << host << ": " << gai_strerror(rc);
+      *all_resolved = false;
       continue;
     }
     for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
@@ -80,8 +86,9 @@ void Discovery::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, interval_, [&] { return stop_; })) {
     lock.unlock();
-    std::vector<std::string> now = Resolve(entries_);
-    if (now != last_) {
+    bool all_resolved = true;
+    std::vector<std::string> now = resolver_(entries_, &all_resolved);
+    if (all_resolved && now != last_) {
       last_ = now;
       update_(now);
     }

@@ -35,6 +35,8 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   po.block_size = options.block_size;
   po.use_events = options.kv_events;
   po.approx_ttl = absl::ToChronoMilliseconds(options.approx_ttl);
+  po.recent_half_life = std::max(std::chrono::milliseconds(1),
+                                 absl::ToChronoMilliseconds(options.recent_half_life));
   po.model_fingerprint = fingerprint;
   r->decode_ = std::make_unique<WorkerPool>(po);
   po.prefill_tier = true;

@@ -35,6 +35,7 @@ struct RouterOptions {
   int64_t block_size = 16;         // Must equal the workers' (others are refused).
   bool kv_events = true;           // false: predict caches from this router's decisions.
   absl::Duration approx_ttl = absl::Seconds(120);
+  absl::Duration recent_half_life = absl::Seconds(2);  // Of the load this router just sent.
   // Conditional disaggregation: prefill on the decode worker when the prompt's part that the
   // chosen decode worker has not cached is at most this many tokens, or when every prefill
   // worker has at least `prefill_max_waiting` requests queued.

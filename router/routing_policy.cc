@@ -27,12 +27,19 @@ std::string_view RoutingPolicyName(RoutingPolicy policy) {
 namespace {
 
 double Load(const RoutingOptions& o, const WorkerCandidate& c) {
-  return static_cast<double>(c.active_blocks) + o.w_queue * static_cast<double>(c.waiting) + 1.0;
+  return static_cast<double>(c.active_blocks) + o.w_queue * static_cast<double>(c.waiting) +
+         o.w_recent * c.recent_blocks + 1.0;
 }
 
-// Lowest value wins; ties go to the lower index (deterministic).
-size_t ArgMin(const std::vector<double>& v) {
-  return static_cast<size_t>(std::min_element(v.begin(), v.end()) - v.begin());
+// Lowest value wins; of exact ties, the first at or after `start` (cyclically).
+size_t ArgMin(const std::vector<double>& v, uint64_t start) {
+  const size_t n = v.size();
+  size_t best = start % n;
+  for (size_t k = 1; k < n; ++k) {
+    const size_t i = (start + k) % n;
+    if (v[i] < v[best]) best = i;
+  }
+  return best;
 }
 
 }  // namespace
@@ -59,7 +66,7 @@ RoutingDecision ChooseWorker(const RoutingOptions& o, const std::vector<WorkerCa
       }
     }
   }
-  d.index = ArgMin(scores);
+  d.index = ArgMin(scores, round_robin_counter);
   if (o.temperature > 0 && c.size() > 1) {
     // Softmax over scores, scaled by their spread so the temperature is unit-free.
     const double best = scores[d.index];

@@ -4,6 +4,9 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <cmath>
+#include <random>
+
 #include "common/base/log.h"
 #include "common/base/rng.h"
 #include "common/rpc/load_publisher.h"
@@ -27,9 +30,11 @@ struct WorkerPool::Worker {
   bool events = false;     // Its hash set is live (else: approximate).
   uint64_t last_seq = 0;
   absl::flat_hash_set<BlockHash> hashes;
-  absl::flat_hash_map<BlockHash, Clock::time_point> predicted;  // Approximate mode: -> expiry.
+  absl::flat_hash_map<BlockHash, Clock::time_point> predicted;  // Routed here -> when.
   internal::v1::WorkerInfo info;
   int64_t pending_blocks = 0;  // Routed since its last report.
+  double recent = 0;           // Decayed prompt blocks routed here, as of recent_at.
+  Clock::time_point recent_at;
   int64_t inflight = 0;
   int64_t decisions = 0;
   Clock::time_point last_report;
@@ -72,6 +77,10 @@ class WorkerPool::Watch : public grpc::ClientReadReactor<internal::v1::LoadRepor
 };
 
 WorkerPool::WorkerPool(const WorkerPoolOptions& options) : options_(options) {
+  // Routers started together must not break ties, or sample, in lockstep.
+  std::random_device entropy;
+  round_robin_ = (static_cast<uint64_t>(entropy()) << 32) | entropy();
+  rng_state_ = (static_cast<uint64_t>(entropy()) << 32) | entropy();
   maintainer_ = std::thread([this] { Maintain(); });
 }
 
@@ -238,13 +247,17 @@ std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing
     WorkerCandidate c;
     c.active_blocks = w->info.used_blocks() + w->pending_blocks;
     c.waiting = w->info.waiting();
+    const double half_lives = std::chrono::duration<double>(now - w->recent_at).count() /
+                              std::chrono::duration<double>(options_.recent_half_life).count();
+    w->recent *= std::exp2(-half_lives);
+    w->recent_at = now;
+    c.recent_blocks = w->recent;
     for (const BlockHash& h : prompt_hashes) {
-      bool held;
-      if (w->events) {
-        held = w->hashes.contains(h);
-      } else {
+      bool held = w->events && w->hashes.contains(h);
+      if (!held) {
         auto it = w->predicted.find(h);
-        held = it != w->predicted.end() && it->second > now;
+        held = it != w->predicted.end() &&
+               now - it->second < (w->events ? options_.event_grace : options_.approx_ttl);
       }
       if (!held) break;
       ++c.cached_prefix_blocks;
@@ -260,13 +273,14 @@ std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing
   Pick pick{usable[d.index], candidates[d.index].cached_prefix_blocks, d.fell_back};
   Worker& w = *pick.worker;
   w.pending_blocks += prompt_blocks;
+  w.recent += static_cast<double>(prompt_blocks);
   ++w.inflight;
   ++w.decisions;
-  const auto expiry = now + options_.approx_ttl;
-  for (const BlockHash& h : prompt_hashes) w.predicted[h] = expiry;
+  for (const BlockHash& h : prompt_hashes) w.predicted[h] = now;
   if (w.predicted.size() > 4 * (prompt_hashes.size() + 1024)) {
+    const auto keep = w.events ? options_.event_grace : options_.approx_ttl;
     for (auto it = w.predicted.begin(); it != w.predicted.end();) {
-      if (it->second <= now) {
+      if (now - it->second >= keep) {
         w.predicted.erase(it++);
       } else {
         ++it;

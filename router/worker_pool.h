@@ -6,7 +6,8 @@
 // block size or hash scheme differs from the router's is refused (logged, counted, never chosen).
 // A worker that stops reporting for `stale_after` is left out until it reports again. In
 // approximate mode (or for a worker that has not reported events yet) the router predicts a
-// worker's cache from its own decisions, each prompt's blocks remembered for `approx_ttl`.
+// worker's cache from its own decisions, each prompt's blocks remembered for `approx_ttl`; with
+// events, its decisions of the last `event_grace` count too.
 //
 // Thread-safe.
 #ifndef PDSERVE_ROUTER_WORKER_POOL_H_
@@ -39,6 +40,10 @@ struct WorkerPoolOptions {
   std::string model_fingerprint;  // Workers serving another model are refused.
   bool use_events = true;  // false: approximate mode for every worker.
   std::chrono::milliseconds approx_ttl{120000};
+  // With events, the router's own recent decisions still count for this long: a worker's events
+  // for a prompt come only after it ran, and a burst of one group should not scatter meanwhile.
+  std::chrono::milliseconds event_grace{2000};
+  std::chrono::milliseconds recent_half_life{2000};  // Of WorkerCandidate::recent_blocks.
   std::chrono::milliseconds stale_after{5000};
   std::chrono::milliseconds reconnect_every{500};
 };

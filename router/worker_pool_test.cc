@@ -1,0 +1,297 @@
+// WorkerPool against scripted workers: real gRPC servers whose WatchLoad streams the reports a
+// test pushes (a fake standing in for a worker, to inject event gaps, wrong layouts and silence).
+#include "router/worker_pool.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "common/rpc/load_publisher.h"
+#include "common/rpc/server_builder.h"
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+using internal::v1::LoadReport;
+using std::chrono::milliseconds;
+
+class ScriptedWorker final : public internal::v1::DecodeWorker::Service {
+ public:
+  ScriptedWorker() {
+    auto server = StartGrpcServer("127.0.0.1:0", {this});
+    EXPECT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+  ~ScriptedWorker() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    server_.server->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
+  }
+  const std::string& address() const { return server_.address; }
+
+  // Queues a report for the subscription numbered `subscription` (0 = the first WatchLoad).
+  void Push(int subscription, LoadReport report) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_.emplace_back(subscription, std::move(report));
+    cv_.notify_all();
+  }
+  // Ends the given subscription's stream from the worker's side.
+  void EndStream(int subscription) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended_.push_back(subscription);
+    cv_.notify_all();
+  }
+  // after_seq of each WatchLoad so far; waits until there are at least `n`.
+  std::vector<uint64_t> Subscriptions(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return after_seqs_.size() >= n; });
+    return after_seqs_;
+  }
+
+  grpc::Status WatchLoad(grpc::ServerContext* ctx, const internal::v1::WatchLoadRequest* request,
+                         grpc::ServerWriter<LoadReport>* writer) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int me = static_cast<int>(after_seqs_.size());
+    after_seqs_.push_back(request->after_seq());
+    cv_.notify_all();
+    while (!stop_ && !ctx->IsCancelled()) {
+      if (std::find(ended_.begin(), ended_.end(), me) != ended_.end()) return grpc::Status::OK;
+      auto it = std::find_if(queued_.begin(), queued_.end(), [&](auto& q) { return q.first == me; });
+      if (it == queued_.end()) {
+        cv_.wait_for(lock, milliseconds(5));
+        continue;
+      }
+      LoadReport r = std::move(it->second);
+      queued_.erase(it);
+      lock.unlock();
+      writer->Write(r);
+      lock.lock();
+    }
+    return grpc::Status::CANCELLED;
+  }
+
+ private:
+  StartedServer server_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<int, LoadReport>> queued_;
+  std::vector<int> ended_;
+  std::vector<uint64_t> after_seqs_;
+  bool stop_ = false;
+};
+
+constexpr int64_t kBlock = 4;
+
+LoadReport Report(bool snapshot, uint64_t first, uint64_t last,
+                  const std::vector<BlockHash>& stored, const std::vector<BlockHash>& removed = {},
+                  int64_t used_blocks = 0) {
+  LoadReport r;
+  auto* layout = r.mutable_info()->mutable_layout();
+  layout->set_block_size(kBlock);
+  layout->set_hash_scheme(kBlockHashScheme);
+  layout->set_model_fingerprint("model-a");
+  r.mutable_info()->set_used_blocks(used_blocks);
+  r.mutable_info()->set_total_blocks(100);
+  r.set_snapshot(snapshot);
+  r.set_first_seq(first);
+  r.set_last_seq(last);
+  for (const BlockHash& h : stored) r.add_stored(EncodeBlockHash(h));
+  for (const BlockHash& h : removed) r.add_removed(EncodeBlockHash(h));
+  return r;
+}
+
+std::vector<BlockHash> Hashes(int32_t seed, int64_t blocks) {
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < blocks * kBlock; ++i) tokens.push_back(seed * 1000 + static_cast<int32_t>(i));
+  std::vector<BlockHash> out;
+  ExtendBlockHashes(tokens, kBlock, &out);
+  return out;
+}
+
+WorkerPoolOptions Options() {
+  WorkerPoolOptions o;
+  o.block_size = kBlock;
+  o.model_fingerprint = "model-a";
+  o.reconnect_every = milliseconds(50);
+  o.event_grace = milliseconds(1);  // These tests look at what the events say.
+  return o;
+}
+
+// Polls until `pred` holds (the pool applies reports on gRPC's threads).
+template <typename Pred>
+bool Eventually(Pred pred) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < give_up) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return pred();
+}
+
+int64_t CachedPrefix(WorkerPool& pool, const std::vector<BlockHash>& prompt) {
+  std::this_thread::sleep_for(milliseconds(2));  // Past event_grace of earlier picks.
+  auto pick = pool.Choose(RoutingOptions{}, prompt, static_cast<int64_t>(prompt.size()));
+  if (!pick) return -1;
+  pool.Done(pick->worker);
+  return pick->cached_prefix_blocks;
+}
+
+TEST(WorkerPoolTest, AppliesStoredAndRemovedEvents) {
+  ScriptedWorker worker;
+  WorkerPool pool(Options());
+  pool.SetAddresses({worker.address()});
+  const std::vector<BlockHash> p = Hashes(1, 4);
+  worker.Push(0, Report(true, 1, 0, {p[0], p[1]}));
+  ASSERT_TRUE(pool.WaitForReports(std::chrono::seconds(10)));
+  EXPECT_EQ(CachedPrefix(pool, p), 2);
+  worker.Push(0, Report(false, 1, 2, {p[2], p[3]}));
+  ASSERT_TRUE(Eventually([&] { return CachedPrefix(pool, p) == 4; }));
+  worker.Push(0, Report(false, 3, 3, {}, {p[1]}));
+  // Block 1 was evicted: only block 0 is still a usable prefix.
+  ASSERT_TRUE(Eventually([&] { return CachedPrefix(pool, p) == 1; }));
+  EXPECT_EQ(worker.Subscriptions(1), std::vector<uint64_t>{0});
+}
+
+TEST(WorkerPoolTest, EventGapResubscribesForASnapshot) {
+  ScriptedWorker worker;
+  WorkerPool pool(Options());
+  pool.SetAddresses({worker.address()});
+  const std::vector<BlockHash> p = Hashes(2, 3);
+  worker.Push(0, Report(true, 6, 5, {p[0]}));
+  worker.Push(0, Report(false, 6, 6, {p[1]}));
+  ASSERT_TRUE(Eventually([&] { return CachedPrefix(pool, p) == 2; }));
+  // Events 7 and 8 are lost; 9 arrives. The router must not apply it on a stale view.
+  worker.Push(0, Report(false, 9, 9, {p[2]}));
+  const std::vector<uint64_t> subs = worker.Subscriptions(2);
+  ASSERT_EQ(subs.size(), 2u);
+  EXPECT_EQ(subs[1], 0u);  // From 0: a snapshot.
+  // The snapshot says the worker now holds only block 0.
+  worker.Push(1, Report(true, 10, 9, {p[0]}));
+  ASSERT_TRUE(Eventually([&] { return CachedPrefix(pool, p) == 1; }));
+  // Deltas continue from the snapshot's sequence number.
+  worker.Push(1, Report(false, 10, 10, {p[1], p[2]}));
+  ASSERT_TRUE(Eventually([&] { return CachedPrefix(pool, p) == 3; }));
+  EXPECT_EQ(worker.Subscriptions(2).size(), 2u);
+}
+
+TEST(WorkerPoolTest, ALostStreamResumesAfterTheLastAppliedEvent) {
+  ScriptedWorker worker;
+  WorkerPool pool(Options());
+  pool.SetAddresses({worker.address()});
+  const std::vector<BlockHash> p = Hashes(3, 2);
+  worker.Push(0, Report(true, 1, 0, {p[0]}));
+  worker.Push(0, Report(false, 1, 4, {p[1]}));
+  ASSERT_TRUE(Eventually([&] { return CachedPrefix(pool, p) == 2; }));
+  worker.EndStream(0);
+  const std::vector<uint64_t> subs = worker.Subscriptions(2);
+  ASSERT_EQ(subs.size(), 2u);
+  EXPECT_EQ(subs[1], 4u);
+  // Until it reports again the worker is left out.
+  worker.Push(1, Report(false, 5, 5, {}));
+  ASSERT_TRUE(Eventually([&] { return pool.usable() == 1; }));
+  EXPECT_EQ(CachedPrefix(pool, p), 2);
+}
+
+TEST(WorkerPoolTest, RefusesAWorkerWithAnotherBlockSizeHashSchemeOrModel) {
+  for (int which = 0; which < 3; ++which) {
+    ScriptedWorker good, bad;
+    WorkerPool pool(Options());
+    pool.SetAddresses({bad.address(), good.address()});
+    LoadReport r = Report(true, 1, 0, {});
+    auto* layout = r.mutable_info()->mutable_layout();
+    if (which == 0) layout->set_block_size(16);
+    if (which == 1) layout->set_hash_scheme("sha256-v0");
+    if (which == 2) layout->set_model_fingerprint("model-b");
+    bad.Push(0, r);
+    good.Push(0, Report(true, 1, 0, {}));
+    ASSERT_TRUE(pool.WaitForReports(std::chrono::seconds(10)));
+    EXPECT_EQ(pool.refusals(), 1) << which;
+    EXPECT_EQ(pool.usable(), 1u) << which;
+    for (const auto& w : pool.Stats()) {
+      EXPECT_EQ(w.refused, w.address == bad.address()) << which;
+    }
+    for (int i = 0; i < 5; ++i) {
+      auto pick = pool.Choose(RoutingOptions{}, {}, 1);
+      ASSERT_TRUE(pick.has_value());
+      EXPECT_EQ(WorkerPool::Address(*pick->worker), good.address());
+      pool.Done(pick->worker);
+    }
+    // Refused for good: it is not resubscribed.
+    std::this_thread::sleep_for(milliseconds(200));
+    EXPECT_EQ(bad.Subscriptions(1).size(), 1u);
+  }
+}
+
+TEST(WorkerPoolTest, ASilentWorkerIsLeftOutUntilItReportsAgain) {
+  ScriptedWorker worker;
+  WorkerPoolOptions o = Options();
+  o.stale_after = milliseconds(200);
+  WorkerPool pool(o);
+  pool.SetAddresses({worker.address()});
+  worker.Push(0, Report(true, 1, 0, {}));
+  ASSERT_TRUE(pool.WaitForReports(std::chrono::seconds(10)));
+  EXPECT_EQ(pool.usable(), 1u);
+  ASSERT_TRUE(Eventually([&] { return pool.usable() == 0; }));
+  EXPECT_FALSE(pool.Choose(RoutingOptions{}, {}, 1).has_value());
+  // The pool cut the silent stream and subscribes again; a report brings the worker back.
+  ASSERT_GE(worker.Subscriptions(2).size(), 2u);
+  worker.Push(1, Report(false, 1, 0, {}));
+  ASSERT_TRUE(Eventually([&] { return pool.usable() == 1; }));
+}
+
+TEST(WorkerPoolTest, ApproximateModePredictsFromDecisionsUntilTheTtl) {
+  ScriptedWorker a, b;
+  WorkerPoolOptions o = Options();
+  o.use_events = false;
+  o.approx_ttl = milliseconds(300);
+  WorkerPool pool(o);
+  pool.SetAddresses({a.address(), b.address()});
+  a.Push(0, Report(true, 1, 0, {}));
+  b.Push(0, Report(true, 1, 0, {}));
+  ASSERT_TRUE(pool.WaitForReports(std::chrono::seconds(10)));
+  const std::vector<BlockHash> p = Hashes(4, 6);
+  RoutingOptions r;
+  r.w_prefix = 3;  // The prefix outweighs the load just sent to that worker (6 + 6 recent)
+  r.imbalance_ratio = 100;  // and the guard stays off.
+  auto first = pool.Choose(r, p, 6);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->cached_prefix_blocks, 0);
+  pool.Done(first->worker);
+  // The same prompt again goes where the router sent it, predicted as cached.
+  auto second = pool.Choose(r, p, 6);
+  EXPECT_EQ(second->worker, first->worker);
+  EXPECT_EQ(second->cached_prefix_blocks, 6);
+  pool.Done(second->worker);
+  // After the TTL the prediction is gone.
+  std::this_thread::sleep_for(milliseconds(400));
+  auto third = pool.Choose(r, p, 6);
+  EXPECT_EQ(third->cached_prefix_blocks, 0);
+  pool.Done(third->worker);
+}
+
+TEST(WorkerPoolTest, WorkersJoinAndLeaveWithTheAddressList) {
+  ScriptedWorker a, b;
+  WorkerPool pool(Options());
+  pool.SetAddresses({a.address()});
+  a.Push(0, Report(true, 1, 0, {}));
+  ASSERT_TRUE(pool.WaitForReports(std::chrono::seconds(10)));
+  EXPECT_EQ(pool.usable(), 1u);
+  pool.SetAddresses({a.address(), b.address()});
+  b.Push(0, Report(true, 1, 0, {}));
+  ASSERT_TRUE(Eventually([&] { return pool.usable() == 2; }));
+  auto held = pool.Choose(RoutingOptions{}, {}, 1);  // In flight across the removal.
+  pool.SetAddresses({b.address()});
+  EXPECT_EQ(pool.usable(), 1u);
+  ASSERT_EQ(pool.Stats().size(), 1u);
+  EXPECT_EQ(pool.Stats()[0].address, b.address());
+  pool.Done(held->worker);  // Safe after the worker left.
+}
+
+}  // namespace
+}  // namespace pdserve

@@ -1,0 +1,133 @@
+"""The router's policies on real processes: kv_aware against round_robin on a shared-prefix
+workload (through `pdserve bench`, which starts a fresh cluster per policy), one shared system
+prompt spread over every decode worker, and a worker with another KV layout refused."""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster  # noqa: E402
+
+cluster.stubs_dir()
+import grpc  # noqa: E402
+from pdserve.internal.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
+from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pbg  # noqa: E402
+
+PDSERVE = None
+MODEL = None
+WORKDIR = None
+
+# Per-worker caches of 24 blocks (16 tokens each) against 8 system prompts of 4 blocks: one worker
+# cannot hold them all, the tier can. round_robin shows every worker every prompt; kv_aware keeps
+# each prompt on the workers that hold it.
+BENCH = ["--prefill", "2", "--decode", "3", "--worker-flags", "--threads 1 --kv-blocks 24",
+         "--system-tokens", "64", "--suffix-tokens", "8", "--output-tokens", "4",
+         "--rate", "25", "--format", "json"]
+
+
+def bench(*args):
+    out = subprocess.run([PDSERVE, "bench", "--model", MODEL, *BENCH, *args],
+                         capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise AssertionError(f"pdserve bench failed ({out.returncode}): {out.stderr[-3000:]}")
+    return {r["policy"]: r for r in json.loads(out.stdout)}
+
+
+class RoutingTest(unittest.TestCase):
+    def test_kv_aware_beats_round_robin_on_shared_prefixes(self):
+        got = bench("--compare-policies", "round_robin,kv_aware", "--groups", "8",
+                    "--requests", "96", "--seed", "5")
+        rr, kv = got["round_robin"], got["kv_aware"]
+        for r in (rr, kv):
+            self.assertEqual((r["ok"], r["failed"]), (96, 0), r)
+            self.assertEqual(sum(r["decode_decisions"]), 96)
+        # The hit rate cannot pass 64/72 (the user part is never cached).
+        self.assertLessEqual(kv["hit_rate"], 64 / 72)
+        self.assertGreater(kv["hit_rate"], rr["hit_rate"] + 0.1, got)
+        # round_robin spreads perfectly; kv_aware must stay near it.
+        self.assertEqual(rr["decode_max_over_mean"], 1.0)
+        self.assertLess(kv["decode_max_over_mean"], 1.5, got)
+
+    def test_one_shared_system_prompt_is_spread_over_every_worker(self):
+        got = bench("--compare-policies", "kv_aware", "--groups", "1", "--requests", "60",
+                    "--seed", "6")["kv_aware"]
+        self.assertEqual(got["failed"], 0)
+        self.assertTrue(all(d > 0 for d in got["decode_decisions"]), got)
+        self.assertLess(got["decode_max_over_mean"], 1.5, got)
+        self.assertLess(got["prefill_max_over_mean"], 1.5, got)
+        # And every worker still reuses the prompt it shares.
+        self.assertGreater(got["hit_rate"], 0.6, got)
+
+    def test_worker_with_another_block_size_is_refused(self):
+        good = cluster.Process(PDSERVE, ["decode", "--listen", "127.0.0.1:0", "--model", MODEL,
+                                         "--threads", "1", "--kv-blocks", "64"])
+        bad = cluster.Process(PDSERVE, ["decode", "--listen", "127.0.0.1:0", "--model", MODEL,
+                                        "--threads", "1", "--kv-blocks", "64", "--block-size", "32"])
+        router = cluster.Process(PDSERVE, ["router", "--listen", "127.0.0.1:0", "--model", MODEL,
+                                           "--decode", f"{bad.grpc},{good.grpc}"])
+        try:
+            admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(router.grpc))
+            stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+            by_address = {w.address: w for w in stats.decode}
+            self.assertTrue(by_address[bad.grpc].refused)
+            self.assertFalse(by_address[good.grpc].refused)
+            self.assertEqual(stats.refused_workers, 1)
+            stub = pbg.GenerationStub(grpc.insecure_channel(router.grpc))
+            for i in range(4):
+                req = pb.GenerateRequest(token_ids=pb.TokenIds(ids=list(range(5 + i, 40 + i))),
+                                         sampling=pb.SamplingParams(max_tokens=3, temperature=0))
+                self.assertEqual(sum(len(r.token_ids) for r in stub.Generate(req, timeout=60)), 3)
+            stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+            by_address = {w.address: w for w in stats.decode}
+            self.assertEqual((by_address[good.grpc].decisions, by_address[bad.grpc].decisions), (4, 0))
+        finally:
+            self.assertEqual(router.stop(), 0)
+            good.stop()
+            bad.stop()
+        log = router.stderr()
+        self.assertIn("refusing decode worker " + bad.grpc, log)
+        self.assertIn("block size 32", log)
+
+    def test_dns_discovery_finds_the_workers(self):
+        worker = cluster.Process(PDSERVE, ["decode", "--listen", "127.0.0.1:0", "--model", MODEL,
+                                           "--threads", "1", "--kv-blocks", "64"])
+        port = worker.grpc.rsplit(":", 1)[1]
+        # localhost may also resolve to ::1, where nothing listens: that address stays unusable.
+        router = cluster.Process(PDSERVE, ["router", "--listen", "127.0.0.1:0", "--model", MODEL,
+                                           "--decode", f"dns:///localhost:{port}",
+                                           "--worker-wait-seconds", "3"])
+        try:
+            admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(router.grpc))
+            stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+            healthy = [w.address for w in stats.decode if w.healthy]
+            self.assertEqual(healthy, [f"127.0.0.1:{port}"])
+            stub = pbg.GenerationStub(grpc.insecure_channel(router.grpc))
+            req = pb.GenerateRequest(token_ids=pb.TokenIds(ids=[5, 6, 7]),
+                                     sampling=pb.SamplingParams(max_tokens=2, temperature=0))
+            self.assertEqual(sum(len(r.token_ids) for r in stub.Generate(req, timeout=60)), 2)
+        finally:
+            self.assertEqual(router.stop(), 0)
+            worker.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pdserve", required=True)
+    args, rest = parser.parse_known_args()
+    PDSERVE = os.path.abspath(args.pdserve)
+    WORKDIR = tempfile.mkdtemp(prefix="pdserve_routing_")
+    MODEL = os.path.join(WORKDIR, "model")
+    subprocess.run([PDSERVE, "make-model", MODEL, "--arch", "llama", "--layers", "2",
+                    "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--vocab", "512", "--seed", "4"],
+                   check=True, capture_output=True)
+    try:
+        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    finally:
+        shutil.rmtree(WORKDIR, ignore_errors=True)
