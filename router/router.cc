@@ -1,6 +1,7 @@
 #include "router/router.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "common/base/file_util.h"
@@ -27,6 +28,12 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   }
   std::unique_ptr<Router> r(new Router());
   r->options_ = options;
+  {
+    std::random_device entropy;
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%08x%08x", entropy(), entropy());
+    r->instance_ = hex;
+  }
   PD_ASSIGN_OR_RETURN(r->config_, ModelConfig::FromFile(JoinPath(options.model_dir, "config.json")));
   PD_ASSIGN_OR_RETURN(r->tokenizer_, Tokenizer::Load(options.model_dir));
   PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(options.model_dir));
@@ -148,10 +155,13 @@ internal::v1::RouterStats Router::Stats() const {
 absl::StatusOr<RoutedRequest> Router::Prepare(const v1::GenerateRequest& request,
                                               std::chrono::system_clock::time_point deadline) const {
   RoutedRequest out;
-  out.request_id = request.request_id().empty()
-                       ? Str("req-", const_cast<Router*>(this)->next_request_.fetch_add(1))
-                       : request.request_id();
+  // Two routers, or two clients, may use the same id: the workers key requests by a
+  // downstream id that adds this router's instance and a counter.
+  const uint64_t n = const_cast<Router*>(this)->next_request_.fetch_add(1);
+  out.request_id = request.request_id().empty() ? Str("req-", instance_, "-", n) : request.request_id();
   if (out.request_id.size() > 256) return Invalid("request_id", "is longer than 256 bytes");
+  out.downstream_id = request.request_id().empty() ? out.request_id
+                                                   : Str(out.request_id, "#", instance_, "-", n);
   const int64_t vocab = config_.vocab_size;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {

@@ -53,7 +53,8 @@ struct Route {
 
 // What the router sends down for one validated request.
 struct RoutedRequest {
-  std::string request_id;
+  std::string request_id;     // The client's, or one the router made.
+  std::string downstream_id;  // Unique across routers and clients: the workers' id for it.
   std::vector<int32_t> prompt;
   SamplingParams params;  // seed resolved
   std::vector<std::string> stop;
@@ -93,6 +94,7 @@ class Router {
   std::unique_ptr<Discovery> decode_discovery_;
   std::unique_ptr<Discovery> prefill_discovery_;
   v1::ModelInfo model_info_;
+  std::string instance_;  // Random, per router process: part of every downstream id.
   std::atomic<uint64_t> next_request_{1};
   std::atomic<int64_t> requests_{0}, local_prefills_{0}, remote_prefills_{0}, fallbacks_{0};
 };

@@ -53,7 +53,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
                                                       routed_.skip_special_tokens, routed_.prompt);
     for (const std::string& s : routed_.stop) max_stop_ = std::max(max_stop_, s.size());
     internal::v1::DecodeRequest& d = downstream_request_;
-    d.set_request_id(routed_.request_id);
+    d.set_request_id(routed_.downstream_id);
     d.mutable_prompt_ids()->Assign(routed_.prompt.begin(), routed_.prompt.end());
     *d.mutable_sampling() = request.sampling();
     d.set_seed(*routed_.params.seed);
