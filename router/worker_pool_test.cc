@@ -275,6 +275,26 @@ TEST(WorkerPoolTest, ApproximateModePredictsFromDecisionsUntilTheTtl) {
   pool.Done(third->worker);
 }
 
+TEST(WorkerPoolTest, SaturatedWhenEveryWorkerQueuesTheThreshold) {
+  ScriptedWorker a, b;
+  WorkerPool pool(Options());
+  EXPECT_FALSE(pool.Saturated(8));  // No worker: nothing to be saturated (the caller checks usable).
+  pool.SetAddresses({a.address(), b.address()});
+  LoadReport busy = Report(true, 1, 0, {});
+  busy.mutable_info()->set_waiting(8);
+  LoadReport almost = busy;
+  almost.mutable_info()->set_waiting(7);
+  a.Push(0, busy);
+  b.Push(0, almost);
+  ASSERT_TRUE(pool.WaitForReports(std::chrono::seconds(10)));
+  EXPECT_FALSE(pool.Saturated(8));
+  EXPECT_TRUE(pool.Saturated(7));
+  LoadReport now_busy = Report(false, 1, 0, {});
+  now_busy.mutable_info()->set_waiting(9);
+  b.Push(0, now_busy);
+  ASSERT_TRUE(Eventually([&] { return pool.Saturated(8); }));
+}
+
 TEST(WorkerPoolTest, WorkersJoinAndLeaveWithTheAddressList) {
   ScriptedWorker a, b;
   WorkerPool pool(Options());
