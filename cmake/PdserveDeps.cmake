@@ -11,6 +11,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET re2)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
+# Debian builds cpp-httplib as a library; pkg-config adds the CPPHTTPLIB_* defines it was built with.
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 # OpenBLAS' config gives variables, not a target: wrap them once.
 add_library(pdserve_openblas INTERFACE)

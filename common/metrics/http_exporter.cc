@@ -1,0 +1,59 @@
+#include "common/metrics/http_exporter.h"
+
+#include <httplib.h>
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <thread>
+
+#include "common/base/strings.h"
+
+namespace pdserve::metrics {
+
+absl::StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& listen,
+                                                                  const Registry* registry,
+                                                                  RenderOptions options) {
+  const size_t colon = listen.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos) {
+    try {
+      port = std::stoi(listen.substr(colon + 1));
+    } catch (...) {
+      port = -1;
+    }
+  }
+  if (colon == std::string::npos || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(Str("--metrics-listen: '", listen, "' is not host:port"));
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  std::unique_ptr<HttpExporter> e(new HttpExporter());
+  e->server_ = std::make_unique<httplib::Server>();
+  // httplib's default adds SO_REUSEPORT, which lets a second process share a taken port silently.
+  e->server_->set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  e->server_->Get("/metrics", [registry, options](const httplib::Request&, httplib::Response& res) {
+    res.set_content(registry->Render(options), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  const int bound = port == 0 ? e->server_->bind_to_any_port(host)
+                              : (e->server_->bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    return absl::UnavailableError(Str("--metrics-listen: cannot listen on ", listen));
+  }
+  e->address_ = Str(listen.substr(0, colon), ":", bound);
+  httplib::Server* server = e->server_.get();
+  e->thread_ = std::thread([server] { server->listen_after_bind(); });
+  // stop() is a no-op until the accept loop runs; wait for it so that destruction cannot race.
+  while (!server->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return e;
+}
+
+HttpExporter::~HttpExporter() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace pdserve::metrics

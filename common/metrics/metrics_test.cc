@@ -1,0 +1,147 @@
+#include "common/metrics/metrics.h"
+
+#include <httplib.h>
+
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "common/metrics/buckets.h"
+#include "common/metrics/http_exporter.h"
+#include "gtest/gtest.h"
+
+namespace pdserve::metrics {
+namespace {
+
+TEST(MetricsTest, RendersTheTextFormat) {
+  Registry r;
+  r.AddCounter("pdserve:prompt_tokens_total", "Prompt tokens.", {"model_name", "role"})
+      .With({"m", "decode"})
+      .Inc(42);
+  r.AddGauge("pdserve:kv_cache_usage_perc", "KV usage, 0-1.", {"role"}).With({"decode"}).Set(0.25);
+  Histogram& h = r.AddHistogram("pdserve:ttft_seconds", "TTFT.", {"role"}, {0.1, 1.0})
+                     .With({"router"});
+  h.Observe(0.1);   // le is inclusive: the 0.1 bucket.
+  h.Observe(0.5);
+  h.Observe(30.0);  // Only +Inf.
+  EXPECT_EQ(r.Render(),
+            "# HELP pdserve:kv_cache_usage_perc KV usage, 0-1.\n"
+            "# TYPE pdserve:kv_cache_usage_perc gauge\n"
+            "pdserve:kv_cache_usage_perc{role=\"decode\"} 0.25\n"
+            "# HELP pdserve:prompt_tokens_total Prompt tokens.\n"
+            "# TYPE pdserve:prompt_tokens_total counter\n"
+            "pdserve:prompt_tokens_total{model_name=\"m\",role=\"decode\"} 42\n"
+            "# HELP pdserve:ttft_seconds TTFT.\n"
+            "# TYPE pdserve:ttft_seconds histogram\n"
+            "pdserve:ttft_seconds_bucket{role=\"router\",le=\"0.1\"} 1\n"
+            "pdserve:ttft_seconds_bucket{role=\"router\",le=\"1\"} 2\n"
+            "pdserve:ttft_seconds_bucket{role=\"router\",le=\"+Inf\"} 3\n"
+            "pdserve:ttft_seconds_sum{role=\"router\"} 30.6\n"
+            "pdserve:ttft_seconds_count{role=\"router\"} 3\n");
+}
+
+TEST(MetricsTest, EscapesLabelValuesAndFormatsSpecialValues) {
+  EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(FormatValue(std::numeric_limits<double>::infinity()), "+Inf");
+  EXPECT_EQ(FormatValue(-std::numeric_limits<double>::infinity()), "-Inf");
+  EXPECT_EQ(FormatValue(std::nan("")), "NaN");
+  EXPECT_EQ(FormatValue(3), "3");
+  EXPECT_EQ(FormatValue(0.1), "0.1");
+  EXPECT_EQ(std::stod(FormatValue(1.0 / 3)), 1.0 / 3);  // Round-trips.
+  Registry r;
+  r.AddGauge("g", "help with \\ and\nnewline", {"worker"}).With({"w\"1"}).Set(1);
+  EXPECT_EQ(r.Render(), "# HELP g help with \\\\ and\\nnewline\n# TYPE g gauge\ng{worker=\"w\\\"1\"} 1\n");
+}
+
+TEST(MetricsTest, CountersNeverGoBackwards) {
+  Counter c;
+  c.Inc(2);
+  c.Inc(-5);  // Ignored.
+  EXPECT_EQ(c.value(), 2);
+  c.SetTotal(10);
+  c.SetTotal(7);  // A stale total does not move it back.
+  EXPECT_EQ(c.value(), 10);
+}
+
+TEST(MetricsTest, ConcurrentUpdatesAreExact) {
+  Registry r;
+  auto& family = r.AddCounter("c_total", "c", {"t"});
+  auto& hist = r.AddHistogram("h", "h", {}, {0.5});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Counter& c = family.With({t % 2 ? "odd" : "even"});
+      Histogram& h = hist.With({});
+      for (int i = 0; i < 20000; ++i) {
+        c.Inc();
+        h.Observe(i % 2 ? 1.0 : 0.25);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(family.With({"odd"}).value(), 40000);
+  EXPECT_EQ(family.With({"even"}).value(), 40000);
+  const Histogram::Snapshot s = hist.With({}).snapshot();
+  EXPECT_EQ(s.count, 80000u);
+  EXPECT_EQ(s.cumulative[0], 40000u);
+  EXPECT_DOUBLE_EQ(s.sum, 40000 * 1.0 + 40000 * 0.25);
+}
+
+TEST(MetricsTest, CollectorsRunBeforeEachRenderAndVllmNamesAreOptional) {
+  Registry r;
+  Gauge& g = r.AddGauge("pdserve:num_requests_running", "Running.", {}, "vllm:num_requests_running")
+                 .With({});
+  int calls = 0;
+  {
+    CollectorHandle handle(&r, [&] { g.Set(++calls); });
+    EXPECT_NE(r.Render().find("pdserve:num_requests_running 1\n"), std::string::npos);
+    const std::string compat = r.Render({.vllm_compat = true});
+    EXPECT_NE(compat.find("pdserve:num_requests_running 2\n"), std::string::npos);
+    EXPECT_NE(compat.find("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 2\n"),
+              std::string::npos);
+  }
+  r.Render();  // The handle is gone: its collector no longer runs.
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(r.Render().find("vllm:"), std::string::npos);
+}
+
+TEST(MetricsTest, SameNameSameFamily) {
+  Registry r;
+  auto& a = r.AddCounter("x_total", "x", {"role"});
+  auto& b = r.AddCounter("x_total", "x", {"role"});
+  EXPECT_EQ(&a, &b);
+  EXPECT_EQ(&a.With({"decode"}), &b.With({"decode"}));
+  EXPECT_DEATH(r.AddGauge("x_total", "x", {"role"}), "x_total");
+}
+
+TEST(MetricsTest, BucketsSpanTheQuantities) {
+  for (const auto* b : {&TtftBuckets(), &TokenLatencyBuckets(), &RequestLatencyBuckets(),
+                        &TransferBuckets()}) {
+    EXPECT_TRUE(std::is_sorted(b->begin(), b->end()));
+    EXPECT_EQ(std::adjacent_find(b->begin(), b->end()), b->end());
+  }
+  EXPECT_LE(TokenLatencyBuckets().front(), 0.0001);  // Sub-millisecond ITL.
+  EXPECT_GE(RequestLatencyBuckets().back(), 600);    // Minutes of E2E.
+  EXPECT_LE(TtftBuckets().front(), 0.001);
+}
+
+TEST(HttpExporterTest, ServesMetricsOverHttp) {
+  Registry r;
+  r.AddCounter("pdserve:requests_total", "r", {}).With({}).Inc(3);
+  auto e = HttpExporter::Start("127.0.0.1:0", &r, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::string address = (*e)->address();
+  httplib::Client client("127.0.0.1", std::stoi(address.substr(address.rfind(':') + 1)));
+  auto res = client.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(res->body, "# HELP pdserve:requests_total r\n# TYPE pdserve:requests_total counter\n"
+                       "pdserve:requests_total 3\n");
+  EXPECT_EQ(client.Get("/other")->status, 404);
+  EXPECT_FALSE(HttpExporter::Start("127.0.0.1:notaport", &r, {}).ok());
+  EXPECT_FALSE(HttpExporter::Start(address, &r, {}).ok());  // Taken.
+}
+
+}  // namespace
+}  // namespace pdserve::metrics
