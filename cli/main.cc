@@ -76,6 +76,6 @@ int main(int argc, char** argv) {
   if (command == "detokenize") return DetokenizeCommand(sub_argc, sub_argv);
   if (command == "bench-engine") return BenchEngineCommand(sub_argc, sub_argv);
   if (command == "bench") return BenchCommand(sub_argc, sub_argv);
-  std::fprintf(stderr, "pdserve: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  std::fprintf(stderr, "pdserve_ unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

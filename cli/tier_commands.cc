@@ -15,6 +15,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/metrics_flags.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -51,6 +52,11 @@ void WaitForStopSignal() {
 [[noreturn]] void ExitAfterShutdown(int code) {
   std::fflush(nullptr);
   std::_Exit(code);
+}
+
+// A bad --metrics-* flag is a usage error; an address that cannot be bound is not.
+int ReportMetricsError(const char* cmd, const absl::Status& s) {
+  return ReportError(cmd, s, s.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitError);
 }
 
 void Ready(const std::string& line) {
@@ -134,6 +140,7 @@ struct TierFlags {
   int64_t lease_ms = 60000;
   double drain_seconds = 30;
   EngineFlags engine;
+  MetricsFlags metrics;
 
   void Register(FlagSet& flags, bool decode) {
     flags.String("listen", &listen, "gRPC address, host:port (port 0 picks one)");
@@ -147,12 +154,15 @@ struct TierFlags {
     }
     flags.Double("drain-seconds", &drain_seconds, "on SIGTERM, how long running requests may finish");
     engine.Register(flags);
+    metrics.Register(flags);
   }
 };
 
 int RunPrefill(const TierFlags& f) {
   const char* cmd = "prefill";
+  metrics::Registry registry;
   PrefillWorkerOptions o;
+  o.metrics = &registry;
   o.model_dir = f.model;
   o.transport = f.transport;
   o.transport_listen = f.transport_listen;
@@ -162,8 +172,10 @@ int RunPrefill(const TierFlags& f) {
   PrefillGrpcService service(worker->get());
   auto server = StartGrpcServer(f.listen, {&service});
   if (!server.ok()) return ReportError(cmd, server.status());
+  auto exporter = f.metrics.Start(&registry);
+  if (!exporter.ok()) return ReportMetricsError(cmd, exporter.status());
   Ready(Str("pdserve prefill ready: grpc=", server->address, " transport=",
-            (*worker)->Info().transport_endpoint()));
+            (*worker)->Info().transport_endpoint(), MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "prefill: draining";
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
@@ -175,7 +187,9 @@ int RunPrefill(const TierFlags& f) {
 
 int RunDecode(const TierFlags& f) {
   const char* cmd = "decode";
+  metrics::Registry registry;
   DecodeWorkerOptions o;
+  o.metrics = &registry;
   o.model_dir = f.model;
   o.transport = f.transport;
   o.transport_listen = f.transport_listen;
@@ -187,8 +201,10 @@ int RunDecode(const TierFlags& f) {
   DecodeGrpcService service(worker->get());
   auto server = StartGrpcServer(f.listen, {&service});
   if (!server.ok()) return ReportError(cmd, server.status());
+  auto exporter = f.metrics.Start(&registry);
+  if (!exporter.ok()) return ReportMetricsError(cmd, exporter.status());
   Ready(Str("pdserve decode ready: grpc=", server->address, " transport=",
-            (*worker)->Info().transport_endpoint()));
+            (*worker)->Info().transport_endpoint(), MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "decode: draining";
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
@@ -237,6 +253,7 @@ int RouterCommand(int argc, char** argv) {
   const char* cmd = "router";
   std::string listen = "0.0.0.0:8000", model, prefill, decode;
   RouterFlags rf;
+  MetricsFlags mf;
   FlagSet flags("router", "Runs the router: the public pdserve.v1.Generation API over the tiers.");
   flags.String("listen", &listen, "public gRPC address, host:port");
   flags.String("model", &model, "the model directory (config.json and tokenizer; no weights)");
@@ -244,21 +261,26 @@ int RouterCommand(int argc, char** argv) {
                "prefill workers: host:port or dns:///name:port, comma-separated (may be empty)");
   flags.String("decode", &decode, "decode workers: host:port or dns:///name:port, comma-separated");
   rf.Register(flags, true);
+  mf.Register(flags);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
+  metrics::Registry registry;
   RouterOptions o;
   if (absl::Status s = rf.ToOptions(&o); !s.ok()) return ReportError(cmd, s, kExitUsage);
   o.model_dir = model;
   o.prefill = prefill;
   o.decode = decode;
+  o.metrics = &registry;
   auto router = Router::Create(o);
   if (!router.ok()) return ReportError(cmd, router.status());
   GenerationService service(router->get());
   RouterAdminService admin(router->get());
   auto server = StartGrpcServer(listen, {&service, &admin});
   if (!server.ok()) return ReportError(cmd, server.status());
-  Ready(Str("pdserve router ready: grpc=", server->address));
+  auto exporter = mf.Start(&registry);
+  if (!exporter.ok()) return ReportMetricsError(cmd, exporter.status());
+  Ready(Str("pdserve router ready: grpc=", server->address, MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "router: shutting down";
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -280,11 +302,15 @@ int ServeCommand(int argc, char** argv) {
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
 
+  // One registry: the three components' series differ by their role label.
+  metrics::Registry registry;
   PrefillWorkerOptions po;
+  po.metrics = &registry;
   po.model_dir = f.model;
   po.transport = f.transport;
   po.transport_listen = f.transport_listen;
   DecodeWorkerOptions dopts;
+  dopts.metrics = &registry;
   dopts.model_dir = f.model;
   dopts.transport = f.transport;
   dopts.transport_listen = f.transport_listen;
@@ -309,13 +335,16 @@ int ServeCommand(int argc, char** argv) {
   ro.decode = decode_server->address;
   ro.block_size = po.engine.block_size;
   ro.local_prefill_tokens = f.local_prefill_tokens;
+  ro.metrics = &registry;
   auto router = Router::Create(ro);
   if (!router.ok()) return ReportError(cmd, router.status());
   GenerationService service(router->get());
   RouterAdminService admin(router->get());
   auto server = StartGrpcServer(f.listen, {&service, &admin});
   if (!server.ok()) return ReportError(cmd, server.status());
-  Ready(Str("pdserve serve ready: grpc=", server->address));
+  auto exporter = f.metrics.Start(&registry);
+  if (!exporter.ok()) return ReportMetricsError(cmd, exporter.status());
+  Ready(Str("pdserve serve ready: grpc=", server->address, MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "serve: draining";
   (*decode)->Drain(absl::Seconds(f.drain_seconds));

@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "common/base/file_util.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -20,7 +21,7 @@ struct DecodeWorker::Remote {
   uint64_t tag = 0;
   std::vector<int32_t> prompt;  // To prefill here if the remote path fails.
   SamplingParams params;
-  std::chrono::steady_clock::time_point deadline;
+  std::chrono::steady_clock::time_point start, deadline;
   grpc::ClientContext context;
   internal::v1::PrefillRequest request;
   internal::v1::PrefillResponse response;
@@ -35,6 +36,8 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
                                                    options.transport, options.transport_listen));
   w->engine_ = w->core_.engine.get();
   w->transport_ = w->core_.transport.get();
+  w->metrics_ = std::make_unique<WorkerMetrics>(options.metrics, BaseName(options.model_dir),
+                                                "decode", [raw = w.get()] { return raw->Info(); });
   w->PublishInfo();
   w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });
   return w;
@@ -70,7 +73,9 @@ void DecodeWorker::Cancel(const std::string& request_id) {
       it->second.remote->context.TryCancel();
       transport_->Release(it->second.remote->tag);
     }
-    engine_->Abort(request_id, nullptr);
+    std::vector<RequestOutput> aborted;
+    engine_->Abort(request_id, &aborted);
+    for (const RequestOutput& out : aborted) metrics_->Observe(out);
     active_.erase(it);
   });
 }
@@ -94,7 +99,9 @@ void DecodeWorker::Drain(absl::Duration timeout) {
   Post([this] {
     for (auto& [id, active] : active_) {
       if (active.remote) active.remote->context.TryCancel();
-      engine_->Abort(id, nullptr);
+      std::vector<RequestOutput> aborted;
+      engine_->Abort(id, &aborted);
+      for (const RequestOutput& out : aborted) metrics_->Observe(out);
       active.sink->OnError(absl::UnavailableError("decode worker shut down"));
     }
     active_.clear();
@@ -159,7 +166,8 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
   remote->tag = next_tag_++;
   remote->prompt = job.prompt;
   remote->params = job.params;
-  remote->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.lease_ms);
+  remote->start = std::chrono::steady_clock::now();
+  remote->deadline = remote->start + std::chrono::milliseconds(options_.lease_ms);
   internal::v1::PrefillRequest& r = remote->request;
   r.set_request_id(id);
   r.mutable_prompt_ids()->Assign(job.prompt.begin(), job.prompt.end());
@@ -220,7 +228,11 @@ void DecodeWorker::OnPrefillReply(const std::string& request_id,
   if (it == active_.end() || it->second.remote != remote) return;  // Cancelled meanwhile.
   remote->replied = true;
   if (!remote->rpc_status.ok()) {
-    FallBackToLocal(request_id, FromGrpcStatus(remote->rpc_status));
+    // The RPC's deadline is the lease.
+    FallBackToLocal(request_id, FromGrpcStatus(remote->rpc_status),
+                    remote->rpc_status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                        ? "lease_expired"
+                        : "prefill_rpc_error");
     return;
   }
   CheckRemotes();
@@ -228,28 +240,37 @@ void DecodeWorker::OnPrefillReply(const std::string& request_id,
 
 void DecodeWorker::CheckRemotes() {
   const auto now = std::chrono::steady_clock::now();
-  std::vector<std::pair<std::string, absl::Status>> failed;
+  struct Failed {
+    std::string id;
+    absl::Status why;
+    const char* reason;
+  };
+  std::vector<Failed> failed;
   std::vector<std::string> ready;
   for (auto& [id, active] : active_) {
     const std::shared_ptr<Remote>& remote = active.remote;
     if (!remote) continue;
     const TransferPoll poll = transport_->Poll(remote->tag);
     if (poll.state == TransferState::kFailed) {
-      failed.emplace_back(id, poll.status);
+      failed.push_back({id, poll.status,
+                        poll.status.code() == absl::StatusCode::kDataLoss ? "checksum_mismatch"
+                                                                          : "transport_error"});
     } else if (remote->replied && poll.state == TransferState::kDone) {
       const internal::v1::TransferSummary& sent = remote->response.transfer();
       if (sent.pages() != poll.stats.pages || sent.bytes() != poll.stats.bytes ||
           sent.checksum() != poll.stats.checksum) {
-        failed.emplace_back(id, absl::DataLossError("transfer summary does not match the pages "
-                                                    "received"));
+        failed.push_back({id,
+                          absl::DataLossError("transfer summary does not match the pages received"),
+                          "summary_mismatch"});
       } else {
         ready.push_back(id);
       }
     } else if (now > remote->deadline) {
-      failed.emplace_back(id, absl::DeadlineExceededError("remote prefill lease expired"));
+      failed.push_back({id, absl::DeadlineExceededError("remote prefill lease expired"),
+                        "lease_expired"});
     }
   }
-  for (const auto& [id, why] : failed) FallBackToLocal(id, why);
+  for (const Failed& f : failed) FallBackToLocal(f.id, f.why, f.reason);
   for (const std::string& id : ready) {
     Active& active = active_[id];
     std::shared_ptr<Remote> remote = std::move(active.remote);
@@ -258,6 +279,7 @@ void DecodeWorker::CheckRemotes() {
     ++transfers_.completed;
     transfers_.pages += poll.stats.pages;
     transfers_.bytes += poll.stats.bytes;
+    metrics_->TransferDone(std::chrono::duration<double>(now - remote->start).count());
     const internal::v1::PrefillResponse& p = remote->response;
     SampledToken first;
     first.token = p.first_token();
@@ -266,16 +288,18 @@ void DecodeWorker::CheckRemotes() {
       first.top_logprobs.emplace_back(top.token_id(), top.logprob());
     }
     if (absl::Status s = engine_->CompleteRemotePrefill(id, first, p.cached_tokens(), &outputs_); !s.ok()) {
-      FallBackToLocal(id, s);
+      FallBackToLocal(id, s, "bad_first_token");
     }
   }
 }
 
-void DecodeWorker::FallBackToLocal(const std::string& request_id, const absl::Status& why) {
+void DecodeWorker::FallBackToLocal(const std::string& request_id, const absl::Status& why,
+                                   const std::string& reason) {
   auto it = active_.find(request_id);
   if (it == active_.end()) return;
   std::shared_ptr<Remote> remote = std::move(it->second.remote);
   ++transfers_.failures;
+  metrics_->TransferFailed(reason);
   PD_LOG(Warning) << "request " << request_id << ": remote prefill failed (" << why
                   << "); prefilling locally";
   remote->context.TryCancel();
@@ -293,6 +317,7 @@ void DecodeWorker::Dispatch(std::vector<RequestOutput>& outputs) {
   for (RequestOutput& out : outputs) {
     auto it = active_.find(out.request_id);
     if (it == active_.end()) continue;
+    metrics_->Observe(out);
     it->second.sink->OnOutput(out);
     if (out.finished) active_.erase(it);
   }
@@ -303,6 +328,7 @@ void DecodeWorker::PublishInfo() {
   int64_t remote_pending = 0;
   for (const auto& [id, a] : active_) remote_pending += a.remote != nullptr;
   internal::v1::WorkerInfo info = MakeWorkerInfo("decode", core_, transfers_, remote_pending);
+  metrics_->SetReservations(remote_pending);
   info.set_remote_prefills(remote_prefills_);
   info.set_local_prefills(local_prefills_);
   events_.clear();

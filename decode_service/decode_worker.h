@@ -27,8 +27,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/engine/llm_engine.h"
+#include "common/metrics/metrics.h"
 #include "common/rpc/load_publisher.h"
 #include "common/rpc/worker_core.h"
+#include "common/rpc/worker_metrics.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 
 namespace pdserve {
@@ -43,6 +45,8 @@ struct DecodeWorkerOptions {
   // How long a remote prefill may take, RPC and pages included, before the reservation is
   // dropped and the prompt prefilled here.
   int64_t lease_ms = 60000;
+  // Where the worker's metrics go (role "decode"); null: a registry of its own, not exported.
+  metrics::Registry* metrics = nullptr;
 };
 
 // Receives one request's outputs, on the worker's scheduler thread.
@@ -88,7 +92,9 @@ class DecodeWorker {
   void StartRemote(DecodeJob job, Active& active);
   void OnPrefillReply(const std::string& request_id, const std::shared_ptr<Remote>& remote);
   void CheckRemotes();
-  void FallBackToLocal(const std::string& request_id, const absl::Status& why);
+  // `reason` labels kv_transfer_failures_total.
+  void FallBackToLocal(const std::string& request_id, const absl::Status& why,
+                       const std::string& reason);
   void Dispatch(std::vector<RequestOutput>& outputs);
   void PublishInfo();
   internal::v1::PrefillWorker::Stub* PrefillStub(const std::string& address);
@@ -114,6 +120,7 @@ class DecodeWorker {
   internal::v1::WorkerInfo info_;
   std::vector<KvEvent> events_;  // Scheduler thread: drained from the engine each loop.
   LoadPublisher publisher_;
+  std::unique_ptr<WorkerMetrics> metrics_;  // Reads Info() at scrape time.
   std::thread thread_;
 };
 

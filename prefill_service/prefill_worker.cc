@@ -1,5 +1,6 @@
 #include "prefill_service/prefill_worker.h"
 
+#include "common/base/file_util.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -15,6 +16,8 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
                                                    options.transport, options.transport_listen));
   w->engine_ = w->core_.engine.get();
   w->transport_ = w->core_.transport.get();
+  w->metrics_ = std::make_unique<WorkerMetrics>(options.metrics, BaseName(options.model_dir),
+                                                "prefill", [raw = w.get()] { return raw->Info(); });
   w->engine_->SetLayerObserver(
       [raw = w.get()](int64_t layer, const SchedulerOutput& schedule) { raw->OnLayer(layer, schedule); });
   w->PublishInfo();
@@ -161,6 +164,7 @@ void PrefillWorker::Complete(const RequestOutput& output) {
     transport_->Abort(job.request.transport_endpoint(), job.request.transfer_tag());
     engine_->ReleaseHeld(job.engine_id);
     ++transfers_.failures;
+    metrics_->TransferFailed(job.error.ok() ? "no_token" : "send_error");
     finish(job.done, job.error.ok() ? absl::InternalError("prefill produced no token") : job.error);
     return;
   }
@@ -180,17 +184,21 @@ void PrefillWorker::Complete(const RequestOutput& output) {
           engine_->ReleaseHeld(engine_id);
           if (!sent.ok()) {
             ++transfers_.failures;
+            metrics_->TransferFailed("send_error");
             finish(shared->done, sent.status());
             return;
           }
           ++transfers_.completed;
           transfers_.pages += sent->pages;
           transfers_.bytes += sent->bytes;
+          const double seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          metrics_->TransferDone(seconds);
           internal::v1::TransferSummary* t = response.mutable_transfer();
           t->set_pages(sent->pages);
           t->set_bytes(sent->bytes);
           t->set_checksum(sent->checksum);
-          t->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          t->set_seconds(seconds);
           finish(shared->done, std::move(response));
         });
       });
@@ -216,6 +224,7 @@ void PrefillWorker::Loop() {
         PD_LOG(Error) << "prefill step failed: " << s;
       }
       for (const RequestOutput& out : outputs_) {
+        metrics_->Observe(out);
         if (out.finished) Complete(out);
       }
       outputs_.clear();

@@ -19,8 +19,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/engine/llm_engine.h"
+#include "common/metrics/metrics.h"
 #include "common/rpc/load_publisher.h"
 #include "common/rpc/worker_core.h"
+#include "common/rpc/worker_metrics.h"
 #include "pdserve/internal/v1/worker.pb.h"
 
 namespace pdserve {
@@ -30,6 +32,8 @@ struct PrefillWorkerOptions {
   EngineOptions engine;
   std::string transport = "tcp";
   std::string transport_listen = "127.0.0.1:0";
+  // Where the worker's metrics go (role "prefill"); null: a registry of its own, not exported.
+  metrics::Registry* metrics = nullptr;
 };
 
 class PrefillWorker {
@@ -82,6 +86,7 @@ class PrefillWorker {
   internal::v1::WorkerInfo info_;
   std::vector<KvEvent> events_;  // Scheduler thread: drained from the engine each loop.
   LoadPublisher publisher_;
+  std::unique_ptr<WorkerMetrics> metrics_;  // Reads Info() at scrape time.
   std::thread thread_;
 };
 

@@ -64,9 +64,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
                                       absl::FormatDuration(options.worker_wait)));
   }
   const ModelConfig& c = r->config_;
-  const size_t slash = options.model_dir.find_last_not_of('/');
-  const std::string trimmed = options.model_dir.substr(0, slash + 1);
-  r->model_info_.set_name(trimmed.substr(trimmed.rfind('/') + 1));
+  r->model_info_.set_name(BaseName(options.model_dir));
   r->model_info_.set_architecture(c.architecture);
   r->model_info_.set_family(std::string(ModelFamilyName(c.family)));
   r->model_info_.set_vocab_size(static_cast<int32_t>(c.vocab_size));
@@ -76,6 +74,16 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   }
   const int64_t elem = r->model_info_.kv_dtype() == "f32" ? 4 : 2;
   r->model_info_.set_kv_bytes_per_token(2 * c.num_layers * c.num_kv_heads * c.head_dim * elem);
+  Router* raw = r.get();
+  r->metrics_ = std::make_unique<RouterMetrics>(
+      options.metrics, r->model_info_.name(),
+      std::string(RoutingPolicyName(options.routing.policy)), [raw] {
+        RouterMetrics::PoolSnapshot s;
+        s.tiers.emplace_back("decode", raw->decode_->Stats());
+        s.tiers.emplace_back("prefill", raw->prefill_->Stats());
+        s.refusals = raw->decode_->refusals() + raw->prefill_->refusals();
+        return s;
+      });
   return r;
 }
 
@@ -109,6 +117,7 @@ absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt) {
   if (!decode) return absl::UnavailableError("no decode worker is available");
   ++requests_;
   if (decode->fell_back) ++fallbacks_;
+  metrics_->Decision("decode", WorkerPool::Address(*decode->worker));
   Route route{*decode, std::nullopt};
   const int64_t uncached = static_cast<int64_t>(prompt.size()) - decode->cached_prefix_blocks * bs;
   if (uncached > options_.local_prefill_tokens && prefill_->usable() > 0 &&
@@ -118,9 +127,11 @@ absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt) {
   }
   if (route.prefill) {
     ++remote_prefills_;
+    metrics_->Decision("prefill", WorkerPool::Address(*route.prefill->worker));
   } else {
     ++local_prefills_;
   }
+  metrics_->Prefill(!route.prefill.has_value());
   return route;
 }
 

@@ -18,7 +18,9 @@
 #include "common/tokenizer/tokenizer.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 #include "pdserve/v1/generation.pb.h"
+#include "common/metrics/metrics.h"
 #include "router/discovery.h"
+#include "router/router_metrics.h"
 #include "router/routing_policy.h"
 #include "router/worker_pool.h"
 
@@ -43,6 +45,7 @@ struct RouterOptions {
   int64_t prefill_max_waiting = 8;
   size_t max_stop_strings = 16;
   size_t max_stop_string_bytes = 256;
+  metrics::Registry* metrics = nullptr;  // Role "router"; null: not exported.
 };
 
 // Where one request goes.
@@ -80,6 +83,7 @@ class Router {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   v1::ModelInfo model_info() const;
   internal::v1::RouterStats Stats() const;
+  RouterMetrics& metrics() { return *metrics_; }
   ~Router();
 
  private:
@@ -97,6 +101,7 @@ class Router {
   std::string instance_;  // Random, per router process: part of every downstream id.
   std::atomic<uint64_t> next_request_{1};
   std::atomic<int64_t> requests_{0}, local_prefills_{0}, remote_prefills_{0}, fallbacks_{0};
+  std::unique_ptr<RouterMetrics> metrics_;  // Last: reads the pools at scrape time.
 };
 
 }  // namespace pdserve

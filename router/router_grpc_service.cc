@@ -4,8 +4,10 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include <atomic>
+#include <chrono>
 #include <optional>
 
+#include "absl/status/status.h"
 #include "common/base/strings.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/stream_writer.h"
@@ -39,13 +41,13 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
       : router_(router) {
     auto parsed = ParseGenerateRequest(ToString(raw));
     if (!parsed.ok()) {
-      Close(ToGrpcStatus(parsed.status()));
+      End(ToGrpcStatus(parsed.status()));
       return;
     }
     const v1::GenerateRequest& request = *parsed;
     auto routed = router_->Prepare(request, context->deadline());
     if (!routed.ok()) {
-      Close(ToGrpcStatus(routed.status()));
+      End(ToGrpcStatus(routed.status()));
       return;
     }
     routed_ = std::move(*routed);
@@ -59,10 +61,11 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
     d.set_seed(*routed_.params.seed);
     auto route = router_->RouteRequest(routed_.prompt);
     if (!route.ok()) {
-      Close(ToGrpcStatus(route.status()));
+      End(ToGrpcStatus(route.status()));
       return;
     }
     route_ = std::move(*route);
+    router_->metrics().Running(1);
     if (route_->prefill) d.set_prefill_address(WorkerPool::Address(*route_->prefill->worker));
     client_context_.set_deadline(routed_.deadline);
     refs_.fetch_add(1);
@@ -83,21 +86,54 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
 
   void OnDone(const grpc::Status& status) override {
     router_->Done(*route_);
+    router_->metrics().Running(-1);
     if (!stopped_) {
       if (status.ok() && finished_) {
-        Close(grpc::Status::OK);
+        End(grpc::Status::OK);
       } else if (status.ok()) {
-        Close(grpc::Status(grpc::StatusCode::INTERNAL, "decode worker ended the stream early"));
+        End(grpc::Status(grpc::StatusCode::INTERNAL, "decode worker ended the stream early"));
       } else {
-        Close(status);
+        End(status);
       }
     }
     Unref();
   }
 
   // Client side.
-  void OnClientGone() override { client_context_.TryCancel(); }
+  void OnClientGone() override {
+    // A client that cancels (or whose deadline passes) ends the request as vLLM counts it:
+    // finished_reason "abort".
+    if (!recorded_.exchange(true)) Record("abort");
+    client_context_.TryCancel();
+  }
   void OnFinished() override { Unref(); }
+
+  // Closes the public stream; the first end of the request is what the metrics count.
+  void End(const grpc::Status& status) {
+    if (!recorded_.exchange(true)) {
+      if (status.ok() && finished_) {
+        Record(finish_reason_);
+      } else if (status.ok()) {
+        router_->metrics().Failed("INTERNAL");
+      } else {
+        router_->metrics().Failed(
+            absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
+      }
+    }
+    Close(status);
+  }
+
+  void Record(const std::string& finish_reason) {
+    metrics::FinishedRequest f;
+    f.finish_reason = finish_reason;
+    f.generation_tokens = completion_tokens_;
+    f.e2e_seconds = Seconds(Clock::now() - arrival_);
+    f.ttft_seconds = got_first_ ? Seconds(first_token_ - arrival_) : 0.0;
+    router_->metrics().requests().Finished(f);
+  }
+
+  using Clock = std::chrono::steady_clock;
+  static double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
   void Unref() {
     if (refs_.fetch_sub(1) == 1) delete this;
@@ -107,7 +143,17 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
     v1::GenerateResponse out;
     out.set_request_id(routed_.request_id);
     std::string text;
+    const Clock::time_point now = Clock::now();
     for (int i = 0; i < d.token_ids_size(); ++i) {
+      if (!got_first_) {
+        got_first_ = true;
+        first_token_ = now;
+        router_->metrics().requests().FirstToken(Seconds(now - arrival_),
+                                                 static_cast<int64_t>(routed_.prompt.size()));
+      } else {
+        router_->metrics().requests().NextToken(i == 0 ? Seconds(now - last_token_) : 0.0);
+      }
+      last_token_ = now;
       out.add_token_ids(d.token_ids(i));
       out.add_logprobs(d.logprobs(i));
       *out.add_top_logprobs() = d.top_logprobs(i);
@@ -143,6 +189,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
     }
     if (!finish.empty()) {
       finished_ = true;
+      finish_reason_ = finish;
       out.set_finish_reason(finish);
       v1::Usage* u = out.mutable_usage();
       u->set_prompt_tokens(static_cast<int32_t>(routed_.prompt.size()));
@@ -151,12 +198,17 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer>,
     }
     Push(ToByteBuffer(out));
     if (stopped_) {
-      Close(grpc::Status::OK);
+      End(grpc::Status::OK);
       client_context_.TryCancel();
     }
   }
 
   Router* router_;
+  const Clock::time_point arrival_ = Clock::now();
+  Clock::time_point first_token_, last_token_;
+  bool got_first_ = false;
+  std::string finish_reason_;
+  std::atomic<bool> recorded_{false};  // The request's end was counted.
   RoutedRequest routed_;
   std::optional<Route> route_;  // Set once the call goes down.
   std::unique_ptr<IncrementalDetokenizer> detok_;

@@ -63,4 +63,12 @@ std::string JoinPath(std::string_view dir, std::string_view name) {
   return Str(dir, "/", name);
 }
 
+std::string BaseName(std::string_view path) {
+  const size_t end = path.find_last_not_of('/');
+  if (end == std::string_view::npos) return std::string(path);
+  const std::string_view trimmed = path.substr(0, end + 1);
+  const size_t slash = trimmed.rfind('/');
+  return std::string(slash == std::string_view::npos ? trimmed : trimmed.substr(slash + 1));
+}
+
 }  // namespace pdserve

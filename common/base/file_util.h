@@ -17,6 +17,8 @@ bool FileExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 absl::Status MakeDirectories(const std::string& path);
 std::string JoinPath(std::string_view dir, std::string_view name);
+// The last component, ignoring trailing slashes ("models/llama/" -> "llama").
+std::string BaseName(std::string_view path);
 
 }  // namespace pdserve
 

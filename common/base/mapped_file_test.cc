@@ -13,6 +13,13 @@ std::string TempPath(const std::string& name) {
   return JoinPath(dir ? dir : "/tmp", name);
 }
 
+TEST(FileUtilTest, BaseNameIgnoresTrailingSlashes) {
+  EXPECT_EQ(BaseName("models/llama"), "llama");
+  EXPECT_EQ(BaseName("/srv/models/qwen3/"), "qwen3");
+  EXPECT_EQ(BaseName("plain"), "plain");
+  EXPECT_EQ(BaseName("/"), "/");
+}
+
 TEST(MappedFileTest, MapsContents) {
   const std::string path = TempPath("pdserve_mapped_file_test.bin");
   ASSERT_TRUE(WriteStringToFile(path, "hello mapping").ok());

@@ -410,6 +410,35 @@ TEST(EngineTest, RemoteReservationAbortFreesBlocks) {
   EXPECT_FALSE(engine->HasUnfinished());
 }
 
+TEST(EngineTest, OutputsCarryTokenGapsAndPhaseTimes) {
+  auto engine = *LLMEngine::Create(ModelDir("llama"), SmallOptions());
+  ASSERT_TRUE(engine->AddRequest("t", Prompt(20, 3), Greedy(4)).ok());
+  std::vector<RequestOutput> all;
+  while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step(&all).ok());
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[0].itl_seconds, 0.0);  // The first token has no predecessor.
+  double gaps = 0;
+  for (size_t i = 1; i < all.size(); ++i) {
+    EXPECT_GT(all[i].itl_seconds, 0.0);
+    gaps += all[i].itl_seconds;
+  }
+  const RequestOutput& last = all.back();
+  ASSERT_TRUE(last.finished);
+  EXPECT_GE(last.queue_seconds, 0.0);
+  EXPECT_GT(last.prefill_seconds, 0.0);
+  // The decode phase is exactly the sum of the gaps; the phases tile the request.
+  EXPECT_NEAR(last.decode_seconds, gaps, 1e-9);
+  EXPECT_NEAR(last.queue_seconds + last.prefill_seconds, last.ttft_seconds, 1e-9);
+  EXPECT_LE(last.ttft_seconds + last.decode_seconds, last.e2e_seconds + 1e-9);
+  // An abort before the first token is finished with reason "abort" and a prefill phase only.
+  ASSERT_TRUE(engine->AddRequest("a", Prompt(20, 4), Greedy(4)).ok());
+  std::vector<RequestOutput> aborted;
+  ASSERT_TRUE(engine->Abort("a", &aborted));
+  ASSERT_EQ(aborted.size(), 1u);
+  EXPECT_EQ(aborted[0].finish_reason, "abort");
+  EXPECT_EQ(aborted[0].decode_seconds, 0.0);
+}
+
 TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {
   EngineOptions o = SmallOptions();
   o.num_kv_blocks = 4;

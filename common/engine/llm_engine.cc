@@ -206,8 +206,7 @@ absl::Status LLMEngine::CompleteRemotePrefill(const std::string& request_id,
   out.completion_tokens = seq->num_generated();
   out.ttft_seconds = Seconds(seq->first_token - seq->arrival);
   if (reason) {
-    out.finished = true;
-    out.finish_reason = *reason;
+    SetFinished(*seq, *reason, &out);
     Finish(seq);
   } else {
     scheduler_->AddWaiting(seq);  // Joins without a new allocation (it holds its blocks).
@@ -288,8 +287,7 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
     out.completion_tokens = seq->num_generated();
     out.ttft_seconds = Seconds(seq->first_token - seq->arrival);
     if (reason) {
-      out.finished = true;
-      out.finish_reason = *reason;
+      SetFinished(*seq, *reason, &out);
       Finish(seq);  // Destroys seq.
     }
     outputs->push_back(std::move(out));
@@ -310,8 +308,13 @@ RequestOutput LLMEngine::MakeOutput(const Sequence& seq) const {
 std::optional<std::string> LLMEngine::Append(Sequence* seq, const SampledToken& t,
                                              RequestOutput* out) {
   const Clock::time_point now = Clock::now();
-  if (seq->num_generated() == 0) seq->first_token = now;
+  if (seq->num_generated() == 0) {
+    seq->first_token = now;
+  } else {
+    out->itl_seconds = Seconds(now - seq->last_token);
+  }
   seq->last_token = now;
+  out->e2e_seconds = Seconds(now - seq->arrival);
   seq->tokens.push_back(t.token);
   seq->sampler.Accept(t.token);
   ++stats_.generated_tokens;
@@ -327,6 +330,22 @@ std::optional<std::string> LLMEngine::Append(Sequence* seq, const SampledToken& 
   if (seq->num_generated() >= p.max_tokens) return "length";
   if (static_cast<int64_t>(seq->tokens.size()) >= max_model_len_) return "length";
   return std::nullopt;
+}
+
+void LLMEngine::SetFinished(const Sequence& seq, const std::string& reason,
+                            RequestOutput* out) const {
+  out->finished = true;
+  out->finish_reason = reason;
+  const Clock::time_point zero{};
+  const Clock::time_point now = Clock::now();
+  const Clock::time_point scheduled = seq.first_scheduled == zero ? now : seq.first_scheduled;
+  out->queue_seconds = Seconds(scheduled - seq.arrival);
+  if (seq.num_generated() > 0) {
+    out->prefill_seconds = Seconds(seq.first_token - scheduled);
+    out->decode_seconds = Seconds(seq.last_token - seq.first_token);
+  } else {
+    out->prefill_seconds = Seconds(now - scheduled);  // Aborted before its first token.
+  }
 }
 
 void LLMEngine::Finish(Sequence* seq) {
@@ -354,8 +373,7 @@ bool LLMEngine::Abort(const std::string& request_id, std::vector<RequestOutput>*
   }
   options_by_request_.erase(request_id);
   RequestOutput out = MakeOutput(*it->second);
-  out.finished = true;
-  out.finish_reason = "abort";
+  SetFinished(*it->second, "abort", &out);
   Finish(it->second.get());
   if (outputs != nullptr) outputs->push_back(std::move(out));
   return true;

@@ -44,6 +44,12 @@ struct RequestOutput {
   int64_t cached_tokens = 0;        // Prompt tokens served from the prefix cache.
   double ttft_seconds = 0;          // Arrival to first token (set from the first token on).
   double e2e_seconds = 0;           // Arrival to now.
+  double itl_seconds = 0;           // Since the previous token (0 for the first).
+  // Phases, set on the finished output (vLLM's definitions): arrival to first scheduled, first
+  // scheduled to first token, first to last token. A remote prefill is scheduled when reserved.
+  double queue_seconds = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
 };
 
 // Per-request choices beyond sampling.
@@ -137,6 +143,8 @@ class LLMEngine {
   // Appends a sampled token; returns the finish reason, or nullopt to continue.
   std::optional<std::string> Append(Sequence* seq, const SampledToken& t, RequestOutput* out);
   void Finish(Sequence* seq);
+  // Marks `out` finished with `reason` and sets its phase times.
+  void SetFinished(const Sequence& seq, const std::string& reason, RequestOutput* out) const;
   absl::Status ValidateRequest(const std::string& request_id, const std::vector<int32_t>& prompt,
                                const SamplingParams& params) const;
   std::unique_ptr<Sequence> NewSequence(const std::string& request_id, std::vector<int32_t> prompt,

@@ -144,6 +144,12 @@ T& Family<T>::With(const std::vector<std::string>& values) {
 }
 
 template <typename T>
+void Family<T>::Remove(const std::vector<std::string>& values) {
+  std::lock_guard<std::mutex> lock(mu_);
+  children_.erase(values);
+}
+
+template <typename T>
 void Family<T>::Render(const std::string& name, std::string* out) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (children_.empty()) return;  // Nothing observed yet: no HELP without samples.

@@ -101,6 +101,8 @@ class Family : public FamilyBase {
   // The child for these label values (one per label name, in order). The reference stays valid
   // for the registry's lifetime.
   T& With(const std::vector<std::string>& values);
+  // Drops a child (a worker that left): its series ends. References to it must be gone.
+  void Remove(const std::vector<std::string>& values);
   void Render(const std::string& name, std::string* out) const override;
 
  private:

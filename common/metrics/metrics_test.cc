@@ -15,29 +15,29 @@ namespace {
 
 TEST(MetricsTest, RendersTheTextFormat) {
   Registry r;
-  r.AddCounter("pdserve:prompt_tokens_total", "Prompt tokens.", {"model_name", "role"})
+  r.AddCounter("pdserve_prompt_tokens_total", "Prompt tokens.", {"model_name", "role"})
       .With({"m", "decode"})
       .Inc(42);
-  r.AddGauge("pdserve:kv_cache_usage_perc", "KV usage, 0-1.", {"role"}).With({"decode"}).Set(0.25);
-  Histogram& h = r.AddHistogram("pdserve:ttft_seconds", "TTFT.", {"role"}, {0.1, 1.0})
+  r.AddGauge("pdserve_kv_cache_usage_perc", "KV usage, 0-1.", {"role"}).With({"decode"}).Set(0.25);
+  Histogram& h = r.AddHistogram("pdserve_ttft_seconds", "TTFT.", {"role"}, {0.1, 1.0})
                      .With({"router"});
   h.Observe(0.1);   // le is inclusive: the 0.1 bucket.
   h.Observe(0.5);
   h.Observe(30.0);  // Only +Inf.
   EXPECT_EQ(r.Render(),
-            "# HELP pdserve:kv_cache_usage_perc KV usage, 0-1.\n"
-            "# TYPE pdserve:kv_cache_usage_perc gauge\n"
-            "pdserve:kv_cache_usage_perc{role=\"decode\"} 0.25\n"
-            "# HELP pdserve:prompt_tokens_total Prompt tokens.\n"
-            "# TYPE pdserve:prompt_tokens_total counter\n"
-            "pdserve:prompt_tokens_total{model_name=\"m\",role=\"decode\"} 42\n"
-            "# HELP pdserve:ttft_seconds TTFT.\n"
-            "# TYPE pdserve:ttft_seconds histogram\n"
-            "pdserve:ttft_seconds_bucket{role=\"router\",le=\"0.1\"} 1\n"
-            "pdserve:ttft_seconds_bucket{role=\"router\",le=\"1\"} 2\n"
-            "pdserve:ttft_seconds_bucket{role=\"router\",le=\"+Inf\"} 3\n"
-            "pdserve:ttft_seconds_sum{role=\"router\"} 30.6\n"
-            "pdserve:ttft_seconds_count{role=\"router\"} 3\n");
+            "# HELP pdserve_kv_cache_usage_perc KV usage, 0-1.\n"
+            "# TYPE pdserve_kv_cache_usage_perc gauge\n"
+            "pdserve_kv_cache_usage_perc{role=\"decode\"} 0.25\n"
+            "# HELP pdserve_prompt_tokens_total Prompt tokens.\n"
+            "# TYPE pdserve_prompt_tokens_total counter\n"
+            "pdserve_prompt_tokens_total{model_name=\"m\",role=\"decode\"} 42\n"
+            "# HELP pdserve_ttft_seconds TTFT.\n"
+            "# TYPE pdserve_ttft_seconds histogram\n"
+            "pdserve_ttft_seconds_bucket{role=\"router\",le=\"0.1\"} 1\n"
+            "pdserve_ttft_seconds_bucket{role=\"router\",le=\"1\"} 2\n"
+            "pdserve_ttft_seconds_bucket{role=\"router\",le=\"+Inf\"} 3\n"
+            "pdserve_ttft_seconds_sum{role=\"router\"} 30.6\n"
+            "pdserve_ttft_seconds_count{role=\"router\"} 3\n");
 }
 
 TEST(MetricsTest, EscapesLabelValuesAndFormatsSpecialValues) {
@@ -89,14 +89,14 @@ TEST(MetricsTest, ConcurrentUpdatesAreExact) {
 
 TEST(MetricsTest, CollectorsRunBeforeEachRenderAndVllmNamesAreOptional) {
   Registry r;
-  Gauge& g = r.AddGauge("pdserve:num_requests_running", "Running.", {}, "vllm:num_requests_running")
+  Gauge& g = r.AddGauge("pdserve_num_requests_running", "Running.", {}, "vllm:num_requests_running")
                  .With({});
   int calls = 0;
   {
     CollectorHandle handle(&r, [&] { g.Set(++calls); });
-    EXPECT_NE(r.Render().find("pdserve:num_requests_running 1\n"), std::string::npos);
+    EXPECT_NE(r.Render().find("pdserve_num_requests_running 1\n"), std::string::npos);
     const std::string compat = r.Render({.vllm_compat = true});
-    EXPECT_NE(compat.find("pdserve:num_requests_running 2\n"), std::string::npos);
+    EXPECT_NE(compat.find("pdserve_num_requests_running 2\n"), std::string::npos);
     EXPECT_NE(compat.find("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 2\n"),
               std::string::npos);
   }
@@ -127,7 +127,7 @@ TEST(MetricsTest, BucketsSpanTheQuantities) {
 
 TEST(HttpExporterTest, ServesMetricsOverHttp) {
   Registry r;
-  r.AddCounter("pdserve:requests_total", "r", {}).With({}).Inc(3);
+  r.AddCounter("pdserve_requests_total", "r", {}).With({}).Inc(3);
   auto e = HttpExporter::Start("127.0.0.1:0", &r, {});
   ASSERT_TRUE(e.ok()) << e.status();
   const std::string address = (*e)->address();
@@ -136,8 +136,8 @@ TEST(HttpExporterTest, ServesMetricsOverHttp) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
   EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
-  EXPECT_EQ(res->body, "# HELP pdserve:requests_total r\n# TYPE pdserve:requests_total counter\n"
-                       "pdserve:requests_total 3\n");
+  EXPECT_EQ(res->body, "# HELP pdserve_requests_total r\n# TYPE pdserve_requests_total counter\n"
+                       "pdserve_requests_total 3\n");
   EXPECT_EQ(client.Get("/other")->status, 404);
   EXPECT_FALSE(HttpExporter::Start("127.0.0.1:notaport", &r, {}).ok());
   EXPECT_FALSE(HttpExporter::Start(address, &r, {}).ok());  // Taken.

@@ -1,0 +1,125 @@
+#include "common/rpc/worker_metrics.h"
+
+#include "common/metrics/buckets.h"
+
+namespace pdserve {
+namespace {
+
+const std::vector<std::string> kLabels = {"model_name", "role"};
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics(metrics::Registry* registry, const std::string& model_name,
+                             const std::string& role,
+                             std::function<internal::v1::WorkerInfo()> info)
+    : own_registry_(registry == nullptr ? std::make_unique<metrics::Registry>() : nullptr),
+      registry_(registry == nullptr ? own_registry_.get() : registry),
+      model_name_(model_name),
+      role_(role),
+      requests_(registry_, model_name, role),
+      running_(registry_->AddGauge("pdserve_num_requests_running", "Requests in the running batch.",
+                           kLabels, "vllm:num_requests_running")
+                   .With({model_name, role})),
+      waiting_(registry_->AddGauge("pdserve_num_requests_waiting",
+                           "Requests waiting to be scheduled (incl. remote prefills in flight).",
+                           kLabels, "vllm:num_requests_waiting")
+                   .With({model_name, role})),
+      kv_usage_(registry_->AddGauge("pdserve_kv_cache_usage_perc",
+                            "Fraction of KV blocks held by requests (0-1).", kLabels,
+                            "vllm:kv_cache_usage_perc")
+                    .With({model_name, role})),
+      kv_blocks_total_(registry_->AddGauge("pdserve_kv_cache_blocks", "KV blocks in the pool.", kLabels)
+                           .With({model_name, role})),
+      prefix_queries_(registry_->AddCounter("pdserve_prefix_cache_queries_total",
+                                    "Prompt tokens looked up in the prefix cache.", kLabels,
+                                    "vllm:prefix_cache_queries_total")
+                          .With({model_name, role})),
+      prefix_hits_(registry_->AddCounter("pdserve_prefix_cache_hits_total",
+                                 "Prompt tokens found in the prefix cache.", kLabels,
+                                 "vllm:prefix_cache_hits_total")
+                       .With({model_name, role})),
+      preemptions_(registry_->AddCounter("pdserve_num_preemptions_total",
+                                 "Requests preempted (their KV recomputed later).", kLabels,
+                                 "vllm:num_preemptions_total")
+                       .With({model_name, role})),
+      transfer_bytes_(registry_->AddCounter("pdserve_kv_transfer_bytes_total",
+                                    "KV page bytes of completed transfers (sent by prefill, "
+                                    "received by decode).",
+                                    kLabels)
+                          .With({model_name, role})),
+      transfer_pages_(registry_->AddCounter("pdserve_kv_transfer_pages_total",
+                                    "KV pages (one block of one layer) of completed transfers.",
+                                    kLabels)
+                          .With({model_name, role})),
+      transfers_(registry_->AddCounter("pdserve_kv_transfers_total", "Completed KV transfers.", kLabels)
+                     .With({model_name, role})),
+      transfer_seconds_(registry_->AddHistogram("pdserve_kv_transfer_seconds",
+                                        "KV transfer time in seconds: decode, from reservation "
+                                        "to every page received and checked; prefill, from the "
+                                        "request to every page sent.",
+                                        kLabels, metrics::TransferBuckets())
+                            .With({model_name, role})),
+      reservations_(registry_->AddGauge("pdserve_kv_reservations_active",
+                                "Blocks reservations waiting for a remote prefill's pages.",
+                                kLabels)
+                        .With({model_name, role})),
+      lease_expired_(registry_->AddCounter("pdserve_kv_lease_expired_total",
+                                   "Reservations dropped because the prefill did not arrive "
+                                   "within the lease.",
+                                   kLabels)
+                         .With({model_name, role})),
+      collector_(registry_, [this, info = std::move(info)] { Collect(info()); }) {}
+
+void WorkerMetrics::Observe(const RequestOutput& out) {
+  if (!out.tokens.empty()) {
+    if (out.completion_tokens == static_cast<int64_t>(out.tokens.size())) {
+      requests_.FirstToken(out.ttft_seconds, out.prompt_tokens);
+    } else {
+      requests_.NextToken(out.itl_seconds);
+    }
+  }
+  if (out.finished) {
+    metrics::FinishedRequest f;
+    f.finish_reason = out.finish_reason;
+    f.generation_tokens = out.completion_tokens;
+    f.e2e_seconds = out.e2e_seconds;
+    f.ttft_seconds = out.ttft_seconds;
+    f.has_phases = true;
+    f.queue_seconds = out.queue_seconds;
+    f.prefill_seconds = out.prefill_seconds;
+    f.decode_seconds = out.decode_seconds;
+    requests_.Finished(f);
+  }
+}
+
+void WorkerMetrics::TransferDone(double seconds) { transfer_seconds_.Observe(seconds); }
+
+void WorkerMetrics::TransferFailed(const std::string& reason) {
+  registry_
+      ->AddCounter("pdserve_kv_transfer_failures_total", "KV transfers that failed, by reason.",
+                   {"model_name", "role", "reason"})
+      .With({model_name_, role_, reason})
+      .Inc();
+  if (reason == "lease_expired") lease_expired_.Inc();
+}
+
+void WorkerMetrics::SetReservations(int64_t active) {
+  reservations_.Set(static_cast<double>(active));
+}
+
+void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
+  running_.Set(info.running());
+  waiting_.Set(info.waiting());
+  kv_blocks_total_.Set(static_cast<double>(info.total_blocks()));
+  kv_usage_.Set(info.total_blocks() > 0
+                    ? static_cast<double>(info.used_blocks()) / info.total_blocks()
+                    : 0.0);
+  prefix_queries_.SetTotal(static_cast<double>(info.prefix_query_tokens()));
+  prefix_hits_.SetTotal(static_cast<double>(info.prefix_hit_tokens()));
+  preemptions_.SetTotal(static_cast<double>(info.preemptions()));
+  transfer_bytes_.SetTotal(static_cast<double>(info.transfer_bytes()));
+  transfer_pages_.SetTotal(static_cast<double>(info.transfer_pages()));
+  transfers_.SetTotal(static_cast<double>(info.transfers_completed()));
+}
+
+}  // namespace pdserve
