@@ -40,27 +40,34 @@ class StreamWriter : public grpc::ServerWriteReactor<Response> {
   }
 
  protected:
-  // Called once when the client goes away (cancel, deadline) before Close.
+  // Called once when the client goes away (cancel, deadline, a failed write) before Close.
   virtual void OnClientGone() {}
   // Called once after gRPC is done with the call; the default deletes the reactor.
   virtual void OnFinished() { delete this; }
 
  private:
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    if (!ok) {
-      queue_.clear();
-      if (!closing_) {
-        closing_ = true;
-        final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
+    bool gone = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) {
+        queue_.clear();
+        if (!closing_) {
+          // The client went away mid-write; OnCancel may follow, but it will find the call
+          // closing, so tell the subclass here (else the work behind the stream runs on).
+          closing_ = true;
+          gone = true;
+          final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
+        }
+      }
+      if (!queue_.empty() && ok) {
+        MaybeWriteLocked();
+      } else if (closing_ && !finished_) {
+        FinishLocked();
       }
     }
-    if (!queue_.empty() && ok) {
-      MaybeWriteLocked();
-    } else if (closing_ && !finished_) {
-      FinishLocked();
-    }
+    if (gone) OnClientGone();
   }
 
   void OnCancel() override {
