@@ -8,6 +8,7 @@
 
 #include "common/metrics/buckets.h"
 #include "common/metrics/http_exporter.h"
+#include "common/metrics/request_metrics.h"
 #include "gtest/gtest.h"
 
 namespace pdserve::metrics {
@@ -112,6 +113,55 @@ TEST(MetricsTest, SameNameSameFamily) {
   EXPECT_EQ(&a, &b);
   EXPECT_EQ(&a.With({"decode"}), &b.With({"decode"}));
   EXPECT_DEATH(r.AddGauge("x_total", "x", {"role"}), "x_total");
+}
+
+TEST(MetricsTest, RemovedChildrenEndTheirSeries) {
+  Registry r;
+  auto& up = r.AddGauge("pdserve_worker_up", "u", {"worker"});
+  up.With({"a:1"}).Set(1);
+  up.With({"b:2"}).Set(0);
+  up.Remove({"a:1"});
+  EXPECT_EQ(r.Render(), "# HELP pdserve_worker_up u\n# TYPE pdserve_worker_up gauge\n"
+                        "pdserve_worker_up{worker=\"b:2\"} 0\n");
+  up.Remove({"b:2"});
+  EXPECT_EQ(r.Render(), "");  // No series: no HELP or TYPE either.
+}
+
+TEST(RequestMetricsTest, ObservesWhatEachEventMeans) {
+  Registry r;
+  RequestMetrics m(&r, "llama", "decode");
+  m.FirstToken(0.25, 100);
+  m.NextToken(0.01);
+  m.NextToken(0.03);
+  // Workers: time per output token is the decode phase over the tokens after the first.
+  m.Finished({"length", 3, 0.5, 0.25, true, 0.05, 0.2, 0.04});
+  // The router has no phases: (e2e - ttft) over the tokens after the first.
+  RequestMetrics router(&r, "llama", "router");
+  router.Finished({"stop", 5, 1.0, 0.2, false, 0, 0, 0});
+  router.Finished({"abort", 1, 0.3, 0.3, false, 0, 0, 0});
+  const std::string text = r.Render();
+  auto has = [&](const std::string& line) {
+    return text.find(line + "\n") != std::string::npos;
+  };
+  const std::string d = "{model_name=\"llama\",role=\"decode\"}";
+  const std::string rt = "{model_name=\"llama\",role=\"router\"}";
+  EXPECT_TRUE(has("pdserve_time_to_first_token_seconds_sum" + d + " 0.25")) << text;
+  EXPECT_TRUE(has("pdserve_inter_token_latency_seconds_count" + d + " 2"));
+  EXPECT_TRUE(has("pdserve_inter_token_latency_seconds_sum" + d + " 0.04"));
+  EXPECT_TRUE(has("pdserve_prompt_tokens_total" + d + " 100"));
+  EXPECT_TRUE(has("pdserve_generation_tokens_total" + d + " 3"));
+  EXPECT_TRUE(has("pdserve_request_time_per_output_token_seconds_sum" + d + " 0.02"));
+  EXPECT_TRUE(has("pdserve_request_time_per_output_token_seconds_sum" + rt + " 0.2"));
+  EXPECT_TRUE(has("pdserve_request_time_per_output_token_seconds_count" + rt + " 1"));  // Not the 1-token one.
+  EXPECT_TRUE(has("pdserve_request_queue_time_seconds_sum" + d + " 0.05"));
+  EXPECT_TRUE(has("pdserve_request_queue_time_seconds_count" + rt + " 0"));
+  EXPECT_TRUE(has("pdserve_request_success_total{model_name=\"llama\",role=\"router\",finished_reason=\"abort\"} 1"));
+  EXPECT_TRUE(has("pdserve_request_success_total{model_name=\"llama\",role=\"decode\",finished_reason=\"length\"} 1"));
+  // The vLLM names only with the compat option.
+  EXPECT_EQ(text.find("vllm:"), std::string::npos);
+  RenderOptions compat;
+  compat.vllm_compat = true;
+  EXPECT_NE(r.Render(compat).find("vllm:time_to_first_token_seconds_count" + d + " 1\n"), std::string::npos);
 }
 
 TEST(MetricsTest, BucketsSpanTheQuantities) {
