@@ -93,6 +93,8 @@ struct RouterFlags {
     flags.Int("prefill-max-waiting", &options.prefill_max_waiting,
               "prefill on the decode worker when every prefill worker queues this many");
     flags.Double("worker-wait-seconds", &worker_wait, "how long to wait for the workers at start");
+    flags.Int("max-resumes", &options.max_resumes,
+              "how many times a request whose decode stream broke continues on another decode worker");
     if (standalone) {
       flags.Int("block-size", &options.block_size, "KV block size the workers must use");
       flags.Int("local-prefill-tokens", &options.local_prefill_tokens,
@@ -118,6 +120,7 @@ struct RouterFlags {
       return absl::InvalidArgumentError("--routing-temperature: must be >= 0");
     }
     if (options.block_size < 1) return absl::InvalidArgumentError("--block-size: must be >= 1");
+    if (options.max_resumes < 0) return absl::InvalidArgumentError("--max-resumes: must be >= 0");
     if (!(discovery_interval > 0)) {
       return absl::InvalidArgumentError("--discovery-interval-seconds: must be > 0");
     }

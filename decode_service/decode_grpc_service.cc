@@ -34,6 +34,7 @@ class GenerateCall : public StreamWriter<internal::v1::DecodeResponse> {
     job.prompt.assign(request.prompt_ids().begin(), request.prompt_ids().end());
     job.params = FromProto(request.sampling(), request.seed());
     job.prefill_address = request.prefill_address();
+    job.resume.assign(request.resume_output_ids().begin(), request.resume_output_ids().end());
     worker_->Submit(std::move(job), sink_);
   }
 

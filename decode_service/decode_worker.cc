@@ -118,13 +118,15 @@ void DecodeWorker::Start(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
   active.sink = std::move(sink);
   // Conditional disaggregation: a prompt whose part this pool has not cached is short is cheaper
   // to prefill here than to send across.
-  if (!job.prefill_address.empty() &&
+  if (!job.prefill_address.empty() && job.resume.empty() &&
       static_cast<int64_t>(job.prompt.size()) - engine_->CachedPrefixTokens(job.prompt) >
           options_.local_prefill_tokens) {
     StartRemote(std::move(job), active);
     return;
   }
-  if (absl::Status s = engine_->AddRequest(id, std::move(job.prompt), job.params); !s.ok()) {
+  RequestOptions options;
+  options.resume_output = std::move(job.resume);
+  if (absl::Status s = engine_->AddRequest(id, std::move(job.prompt), job.params, options); !s.ok()) {
     active.sink->OnError(s);
     active_.erase(id);
     return;

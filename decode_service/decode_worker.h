@@ -62,6 +62,9 @@ struct DecodeJob {
   std::vector<int32_t> prompt;
   SamplingParams params;
   std::string prefill_address;  // Empty: prefill here.
+  // Resumption (another decode worker died): output already delivered, recomputed here with the
+  // prompt. Always prefilled locally.
+  std::vector<int32_t> resume;
 };
 
 class DecodeWorker {

@@ -108,19 +108,20 @@ v1::ModelInfo Router::model_info() const {
   return info;
 }
 
-absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt) {
+absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt,
+                                           const RouteConstraints& constraints) {
   const int64_t bs = options_.block_size;
   std::vector<BlockHash> hashes;
   ExtendBlockHashes(prompt, bs, &hashes);
   const int64_t prompt_blocks = (static_cast<int64_t>(prompt.size()) + bs - 1) / bs;
-  auto decode = decode_->Choose(options_.routing, hashes, prompt_blocks);
+  auto decode = decode_->Choose(options_.routing, hashes, prompt_blocks, constraints.exclude_decode);
   if (!decode) return absl::UnavailableError("no decode worker is available");
-  ++requests_;
+  if (!constraints.retry) ++requests_;
   if (decode->fell_back) ++fallbacks_;
   metrics_->Decision("decode", WorkerPool::Address(*decode->worker));
   Route route{*decode, std::nullopt};
   const int64_t uncached = static_cast<int64_t>(prompt.size()) - decode->cached_prefix_blocks * bs;
-  if (uncached > options_.local_prefill_tokens && prefill_->usable() > 0 &&
+  if (!constraints.local_prefill && uncached > options_.local_prefill_tokens && prefill_->usable() > 0 &&
       !prefill_->Saturated(options_.prefill_max_waiting)) {
     route.prefill = prefill_->Choose(options_.routing, hashes, prompt_blocks);
     if (route.prefill && route.prefill->fell_back) ++fallbacks_;
@@ -148,6 +149,7 @@ internal::v1::RouterStats Router::Stats() const {
   s.set_remote_prefills(remote_prefills_.load());
   s.set_guard_fallbacks(fallbacks_.load());
   s.set_refused_workers(decode_->refusals() + prefill_->refusals());
+  s.set_resumes(metrics_->resumes());
   for (const auto& [pool, out] : {std::pair{decode_.get(), s.mutable_decode()},
                                   std::pair{prefill_.get(), s.mutable_prefill()}}) {
     for (const auto& w : pool->Stats()) {

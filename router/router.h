@@ -45,7 +45,17 @@ struct RouterOptions {
   int64_t prefill_max_waiting = 8;
   size_t max_stop_strings = 16;
   size_t max_stop_string_bytes = 256;
+  // How many times one request may continue on another decode worker after its stream broke.
+  int64_t max_resumes = 2;
   metrics::Registry* metrics = nullptr;  // Role "router"; null: not exported.
+};
+
+// Limits on a route: a resumed request avoids the decode workers that failed it and is
+// prefilled on the decode worker (it recomputes prompt + delivered tokens).
+struct RouteConstraints {
+  std::vector<const WorkerPool::Worker*> exclude_decode;
+  bool retry = false;         // Not a new request (RouterStats.requests counts it once).
+  bool local_prefill = false;  // Prefill on the decode worker.
 };
 
 // Where one request goes.
@@ -76,11 +86,13 @@ class Router {
                                         std::chrono::system_clock::time_point deadline) const;
   // Chooses the decode worker and, unless the prompt is better prefilled there, the prefill
   // worker (the tier's policy on both). Unavailable when no decode worker is usable.
-  absl::StatusOr<Route> RouteRequest(const std::vector<int32_t>& prompt);
+  absl::StatusOr<Route> RouteRequest(const std::vector<int32_t>& prompt,
+                                     const RouteConstraints& constraints = {});
   // The request routed by RouteRequest has ended.
   void Done(const Route& route);
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const RouterOptions& options() const { return options_; }
   v1::ModelInfo model_info() const;
   internal::v1::RouterStats Stats() const;
   RouterMetrics& metrics() { return *metrics_; }

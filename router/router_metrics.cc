@@ -36,6 +36,12 @@ RouterMetrics::RouterMetrics(metrics::Registry* registry, const std::string& mod
                                 "model.",
                                 kLabels)
                    .With({model_name, "router"})),
+      resumes_(registry_
+                   ->AddCounter("pdserve_router_resumes_total",
+                                "Requests continued on another decode worker (or retried) after "
+                                "their decode stream broke.",
+                                kLabels)
+                   .With({model_name, "router"})),
       decisions_(registry_->AddCounter("pdserve_router_decisions_total",
                                        "Routing decisions by policy, tier and worker.",
                                        {"model_name", "role", "policy", "tier", "worker"})),

@@ -35,6 +35,9 @@ class RouterMetrics {
   // A request that ended without finishing (validation, no worker, a worker's error).
   void Failed(const std::string& code);
   void Running(int delta) { running_.Inc(delta); }
+  // A request continued on another decode worker after its stream broke.
+  void Resumed() { resumes_.Inc(); }
+  int64_t resumes() const { return static_cast<int64_t>(resumes_.value()); }
 
  private:
   void Collect(const PoolSnapshot& snapshot);
@@ -47,6 +50,7 @@ class RouterMetrics {
   metrics::Counter& local_prefills_;
   metrics::Counter& remote_prefills_;
   metrics::Counter& refused_;
+  metrics::Counter& resumes_;
   metrics::Family<metrics::Counter>& decisions_;
   metrics::Family<metrics::Counter>& failures_;
   metrics::Family<metrics::Gauge>& worker_up_;

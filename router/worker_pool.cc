@@ -237,13 +237,15 @@ void WorkerPool::Maintain() {
 
 std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing,
                                                    absl::Span<const BlockHash> prompt_hashes,
-                                                   int64_t prompt_blocks) {
+                                                   int64_t prompt_blocks,
+                                                   absl::Span<const Worker* const> exclude) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<Worker>> usable;
   std::vector<WorkerCandidate> candidates;
   const auto now = Clock::now();
   for (auto& w : order_) {
     if (!w->healthy || w->refused) continue;
+    if (std::find(exclude.begin(), exclude.end(), w.get()) != exclude.end()) continue;
     WorkerCandidate c;
     c.active_blocks = w->info.used_blocks() + w->pending_blocks;
     c.waiting = w->info.waiting();

@@ -71,9 +71,10 @@ class WorkerPool {
   // Joins new addresses, drops vanished ones (their in-flight requests keep their channel).
   void SetAddresses(const std::vector<std::string>& addresses);
   // The worker for a prompt whose full blocks hash to `prompt_hashes` (prompt_blocks counts the
-  // partial last block too); nullopt when no worker is usable.
+  // partial last block too), never one of `exclude`; nullopt when no worker is usable.
   std::optional<Pick> Choose(const RoutingOptions& options,
-                             absl::Span<const BlockHash> prompt_hashes, int64_t prompt_blocks);
+                             absl::Span<const BlockHash> prompt_hashes, int64_t prompt_blocks,
+                             absl::Span<const Worker* const> exclude = {});
   // The request routed by Choose has ended.
   void Done(const std::shared_ptr<Worker>& worker);
   // True when every usable worker has at least `waiting` requests queued.

@@ -439,6 +439,48 @@ TEST(EngineTest, OutputsCarryTokenGapsAndPhaseTimes) {
   EXPECT_EQ(aborted[0].decode_seconds, 0.0);
 }
 
+TEST(EngineTest, ResumedRequestContinuesLikeAnUninterruptedRun) {
+  const std::string dir = ModelDir("llama");
+  SamplingParams seeded = Greedy(14);
+  seeded.temperature = 0.9f;
+  seeded.seed = 1234;
+  seeded.frequency_penalty = 0.5f;  // Output counts must include the resumed tokens.
+  seeded.repetition_penalty = 1.2f;
+  for (const SamplingParams& params : {Greedy(14), seeded}) {
+    const std::vector<int32_t> prompt = Prompt(21, 8);
+    const auto whole = RunEngine(dir, SmallOptions(), {{"w", prompt, params}}).at("w");
+    ASSERT_EQ(whole.tokens.size(), 14u);
+    for (size_t cut : {1u, 6u, 13u}) {
+      auto engine = *LLMEngine::Create(dir, SmallOptions());
+      RequestOptions resume;
+      resume.resume_output.assign(whole.tokens.begin(), whole.tokens.begin() + cut);
+      ASSERT_TRUE(engine->AddRequest("r", prompt, params, resume).ok());
+      std::vector<int32_t> rest;
+      std::vector<RequestOutput> outs;
+      while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step(&outs).ok());
+      for (const RequestOutput& o : outs) {
+        for (const TokenOutput& t : o.tokens) rest.push_back(t.token);
+      }
+      EXPECT_EQ(rest, std::vector<int32_t>(whole.tokens.begin() + cut, whole.tokens.end())) << cut;
+      EXPECT_TRUE(outs.front().first_token);
+      EXPECT_EQ(outs.back().finish_reason, "length");
+      EXPECT_EQ(outs.back().completion_tokens, 14);
+      EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
+    }
+  }
+  // Nothing left to generate, or a bad id: named errors.
+  auto engine = *LLMEngine::Create(dir, SmallOptions());
+  RequestOptions full;
+  full.resume_output.assign(4, 7);
+  absl::Status s = engine->AddRequest("f", Prompt(5, 1), Greedy(4), full);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("resume_output_ids"), absl::string_view::npos) << s;
+  RequestOptions bad;
+  bad.resume_output = {1, 100000};
+  s = engine->AddRequest("b", Prompt(5, 1), Greedy(4), bad);
+  EXPECT_NE(s.message().find("resume_output_ids: token id 100000 at position 1"), absl::string_view::npos) << s;
+}
+
 TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {
   EngineOptions o = SmallOptions();
   o.num_kv_blocks = 4;

@@ -145,7 +145,28 @@ std::unique_ptr<Sequence> LLMEngine::NewSequence(const std::string& request_id,
 absl::Status LLMEngine::AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
                                    const SamplingParams& params, const RequestOptions& options) {
   PD_RETURN_IF_ERROR(ValidateRequest(request_id, prompt, params));
+  const std::vector<int32_t>& resumed = options.resume_output;
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    if (resumed[i] < 0 || resumed[i] >= config().vocab_size) {
+      return absl::InvalidArgumentError(Str("resume_output_ids: token id ", resumed[i], " at position ",
+                                            i, " is outside the vocabulary of ", config().vocab_size));
+    }
+  }
+  if (static_cast<int64_t>(resumed.size()) >= params.max_tokens) {
+    return absl::InvalidArgumentError(Str("resume_output_ids: ", resumed.size(),
+                                          " tokens leave nothing to generate within max_tokens ",
+                                          params.max_tokens));
+  }
+  if (static_cast<int64_t>(prompt.size() + resumed.size()) >= max_model_len_) {
+    return absl::InvalidArgumentError(Str("resume_output_ids: prompt and ", resumed.size(),
+                                          " resumed tokens leave no room within max_model_len ",
+                                          max_model_len_));
+  }
   std::unique_ptr<Sequence> seq = NewSequence(request_id, std::move(prompt), params);
+  for (int32_t t : resumed) {  // As if sampled here; their KV is computed with the prompt's.
+    seq->tokens.push_back(t);
+    seq->sampler.Accept(t);
+  }
   scheduler_->AddWaiting(seq.get());
   if (options.hold_blocks_after_finish) options_by_request_[request_id] = options;
   sequences_.emplace(request_id, std::move(seq));
@@ -308,8 +329,9 @@ RequestOutput LLMEngine::MakeOutput(const Sequence& seq) const {
 std::optional<std::string> LLMEngine::Append(Sequence* seq, const SampledToken& t,
                                              RequestOutput* out) {
   const Clock::time_point now = Clock::now();
-  if (seq->num_generated() == 0) {
+  if (seq->first_token == Clock::time_point{}) {  // Resumed tokens came from elsewhere.
     seq->first_token = now;
+    out->first_token = true;
   } else {
     out->itl_seconds = Seconds(now - seq->last_token);
   }
@@ -340,7 +362,7 @@ void LLMEngine::SetFinished(const Sequence& seq, const std::string& reason,
   const Clock::time_point now = Clock::now();
   const Clock::time_point scheduled = seq.first_scheduled == zero ? now : seq.first_scheduled;
   out->queue_seconds = Seconds(scheduled - seq.arrival);
-  if (seq.num_generated() > 0) {
+  if (seq.first_token != zero) {
     out->prefill_seconds = Seconds(seq.first_token - scheduled);
     out->decode_seconds = Seconds(seq.last_token - seq.first_token);
   } else {

@@ -42,6 +42,7 @@ struct RequestOutput {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;        // Prompt tokens served from the prefix cache.
+  bool first_token = false;         // tokens[0] is the first this engine produced for it.
   double ttft_seconds = 0;          // Arrival to first token (set from the first token on).
   double e2e_seconds = 0;           // Arrival to now.
   double itl_seconds = 0;           // Since the previous token (0 for the first).
@@ -57,6 +58,10 @@ struct RequestOptions {
   // Keep the blocks of a finished request until ReleaseHeld (a prefill worker still sending its
   // pages).
   bool hold_blocks_after_finish = false;
+  // Output tokens generated before (elsewhere) for this request: recomputed with the prompt and
+  // counted as output (max_tokens, penalties, the seeded sampler's position), never returned
+  // again. The continuation equals an uninterrupted run.
+  std::vector<int32_t> resume_output;
 };
 
 // A decode worker's reservation for a prompt whose KV a prefill worker will write.

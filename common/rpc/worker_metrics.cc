@@ -72,7 +72,7 @@ WorkerMetrics::WorkerMetrics(metrics::Registry* registry, const std::string& mod
 
 void WorkerMetrics::Observe(const RequestOutput& out) {
   if (!out.tokens.empty()) {
-    if (out.completion_tokens == static_cast<int64_t>(out.tokens.size())) {
+    if (out.first_token) {
       requests_.FirstToken(out.ttft_seconds, out.prompt_tokens);
     } else {
       requests_.NextToken(out.itl_seconds);

@@ -1,0 +1,318 @@
+#include "router/generate_call.h"
+
+#include <grpcpp/client_context.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "common/base/log.h"
+#include "common/base/strings.h"
+#include "common/rpc/byte_buffer.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/stream_writer.h"
+#include "common/tokenizer/incremental_detokenizer.h"
+#include "router/lenient_request.h"
+
+namespace pdserve {
+namespace {
+
+class GenerateCall;
+
+// One try on a decode worker: the downstream stream. Deletes itself after telling the call
+// that it ended.
+class DecodeAttempt : public grpc::ClientReadReactor<internal::v1::DecodeResponse> {
+ public:
+  DecodeAttempt(GenerateCall* call, Route route) : call_(call), route_(std::move(route)) {}
+
+  void Start(internal::v1::DecodeRequest request, std::chrono::system_clock::time_point deadline) {
+    request_ = std::move(request);
+    context_.set_deadline(deadline);
+    WorkerPool::DecodeStub(*route_.decode.worker)->async()->Generate(&context_, &request_, this);
+    StartRead(&response_);
+    StartCall();
+  }
+  void Cancel() { context_.TryCancel(); }
+  const Route& route() const { return route_; }
+
+ private:
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+  GenerateCall* const call_;
+  const Route route_;
+  grpc::ClientContext context_;
+  internal::v1::DecodeRequest request_;
+  internal::v1::DecodeResponse response_;
+};
+
+// Lives until gRPC is done with the public call and with the current attempt (a reference each).
+class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
+ public:
+  GenerateCall(Router* router, grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw)
+      : router_(router) {
+    auto parsed = ParseGenerateRequest(ByteBufferToString(raw));
+    if (!parsed.ok()) {
+      End(ToGrpcStatus(parsed.status()));
+      return;
+    }
+    const v1::GenerateRequest& request = *parsed;
+    auto routed = router_->Prepare(request, context->deadline());
+    if (!routed.ok()) {
+      End(ToGrpcStatus(routed.status()));
+      return;
+    }
+    routed_ = std::move(*routed);
+    detok_ = std::make_unique<IncrementalDetokenizer>(&router_->tokenizer(),
+                                                      routed_.skip_special_tokens, routed_.prompt);
+    for (const std::string& s : routed_.stop) max_stop_ = std::max(max_stop_, s.size());
+    internal::v1::DecodeRequest& d = downstream_request_;
+    d.set_request_id(routed_.downstream_id);
+    d.mutable_prompt_ids()->Assign(routed_.prompt.begin(), routed_.prompt.end());
+    *d.mutable_sampling() = request.sampling();
+    d.set_seed(*routed_.params.seed);
+    auto route = router_->RouteRequest(routed_.prompt);
+    if (!route.ok()) {
+      End(ToGrpcStatus(route.status()));
+      return;
+    }
+    router_->metrics().Running(1);
+    StartAttempt(std::move(*route));
+  }
+
+  // From the current attempt (its callbacks are serialized, and attempts do not overlap).
+  void OnResponse(const internal::v1::DecodeResponse& d) {
+    if (!stopped_) Relay(d);
+  }
+  void OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& status);
+
+ private:
+  void StartAttempt(Route route) {
+    internal::v1::DecodeRequest request = downstream_request_;
+    // A retry gets its own id on the workers (the old one may still be winding down).
+    if (attempts_ > 0) request.set_request_id(Str(routed_.downstream_id, "~", attempts_));
+    if (route.prefill) request.set_prefill_address(WorkerPool::Address(*route.prefill->worker));
+    request.mutable_resume_output_ids()->Assign(generated_.begin(), generated_.end());
+    ++attempts_;
+    auto* attempt = new DecodeAttempt(this, std::move(route));
+    refs_.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      attempt_ = attempt;
+      if (client_gone_) attempt->Cancel();  // Ends at once: OnAttemptDone winds up.
+    }
+    attempt->Start(std::move(request), routed_.deadline);
+  }
+
+  void CancelAttempt() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (attempt_ != nullptr) attempt_->Cancel();
+  }
+
+  // Whether a broken decode stream is worth continuing elsewhere: the worker died or went away,
+  // not the request's own deadline or a cancel of ours.
+  static bool Resumable(const grpc::Status& status) {
+    switch (status.error_code()) {
+      case grpc::StatusCode::OK:  // Ended without finishing.
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::UNKNOWN:
+      case grpc::StatusCode::ABORTED:
+      case grpc::StatusCode::INTERNAL:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  void OnClientGone() override {
+    // A client that cancels (or whose deadline passes) ends the request as vLLM counts it:
+    // finished_reason "abort".
+    if (!recorded_.exchange(true)) Record("abort");
+    std::lock_guard<std::mutex> lock(mu_);
+    client_gone_ = true;
+    if (attempt_ != nullptr) attempt_->Cancel();
+  }
+  void OnFinished() override { Unref(); }
+
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+  // Closes the public stream; the first end of the request is what the metrics count.
+  void End(const grpc::Status& status) {
+    if (!recorded_.exchange(true)) {
+      if (status.ok() && finished_) {
+        Record(finish_reason_);
+      } else if (status.ok()) {
+        router_->metrics().Failed("INTERNAL");
+      } else {
+        router_->metrics().Failed(
+            absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
+      }
+    }
+    Close(status);
+  }
+
+  void Record(const std::string& finish_reason) {
+    metrics::FinishedRequest f;
+    f.finish_reason = finish_reason;
+    f.generation_tokens = completion_tokens_;
+    f.e2e_seconds = Seconds(Clock::now() - arrival_);
+    f.ttft_seconds = got_first_ ? Seconds(first_token_ - arrival_) : 0.0;
+    router_->metrics().requests().Finished(f);
+  }
+
+  using Clock = std::chrono::steady_clock;
+  static double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+  void Relay(const internal::v1::DecodeResponse& d) {
+    v1::GenerateResponse out;
+    out.set_request_id(routed_.request_id);
+    std::string text;
+    const Clock::time_point now = Clock::now();
+    for (int i = 0; i < d.token_ids_size(); ++i) {
+      if (!got_first_) {
+        got_first_ = true;
+        first_token_ = now;
+        router_->metrics().requests().FirstToken(Seconds(now - arrival_),
+                                                 static_cast<int64_t>(routed_.prompt.size()));
+      } else {
+        router_->metrics().requests().NextToken(i == 0 ? Seconds(now - last_token_) : 0.0);
+      }
+      last_token_ = now;
+      generated_.push_back(d.token_ids(i));
+      out.add_token_ids(d.token_ids(i));
+      out.add_logprobs(d.logprobs(i));
+      *out.add_top_logprobs() = d.top_logprobs(i);
+      auto delta = detok_->Next(d.token_ids(i));
+      if (delta.ok()) text += *delta;
+    }
+    completion_tokens_ += d.token_ids_size();
+    const bool last = !d.finish_reason().empty();
+    if (last) text += detok_->Finish();
+    pending_text_ += text;
+    std::string finish = d.finish_reason();
+    // Stop strings: cut at the first one, finish with "stop" and stop the decode worker.
+    size_t cut = std::string::npos;
+    for (const std::string& s : routed_.stop) cut = std::min(cut, pending_text_.find(s));
+    if (cut != std::string::npos) {
+      out.set_text(pending_text_.substr(0, cut));
+      pending_text_.clear();
+      finish = "stop";
+      stopped_ = true;
+    } else if (last || max_stop_ == 0) {
+      out.set_text(pending_text_);
+      pending_text_.clear();
+    } else {
+      // Hold back what could still be the start of a stop string (whole characters only).
+      size_t keep = std::min(pending_text_.size(), max_stop_ - 1);
+      size_t emit = pending_text_.size() - keep;
+      while (emit > 0 && emit < pending_text_.size() &&
+             (static_cast<uint8_t>(pending_text_[emit]) & 0xc0) == 0x80) {
+        --emit;
+      }
+      out.set_text(pending_text_.substr(0, emit));
+      pending_text_.erase(0, emit);
+    }
+    if (!finish.empty()) {
+      finished_ = true;
+      finish_reason_ = finish;
+      out.set_finish_reason(finish);
+      v1::Usage* u = out.mutable_usage();
+      u->set_prompt_tokens(static_cast<int32_t>(routed_.prompt.size()));
+      u->set_completion_tokens(completion_tokens_);
+      u->set_cached_tokens(last ? d.usage().cached_tokens() : 0);
+    }
+    Push(MessageToByteBuffer(out));
+    if (stopped_) {
+      End(grpc::Status::OK);
+      CancelAttempt();  // The decode worker stops generating.
+    }
+  }
+
+  Router* router_;
+  const Clock::time_point arrival_ = Clock::now();
+  Clock::time_point first_token_, last_token_;
+  bool got_first_ = false;
+  std::string finish_reason_;
+  std::atomic<bool> recorded_{false};  // The request's end was counted.
+  RoutedRequest routed_;
+  std::unique_ptr<IncrementalDetokenizer> detok_;
+  internal::v1::DecodeRequest downstream_request_;  // The first attempt's request.
+  std::vector<int32_t> generated_;  // Token ids relayed to the client.
+  std::string pending_text_;
+  size_t max_stop_ = 0;
+  int32_t completion_tokens_ = 0;
+  bool finished_ = false;
+  bool stopped_ = false;
+  int attempts_ = 0;
+  std::vector<std::shared_ptr<WorkerPool::Worker>> failed_;  // Decode workers that broke it.
+  std::mutex mu_;
+  DecodeAttempt* attempt_ = nullptr;  // Guarded by mu_.
+  bool client_gone_ = false;          // Guarded by mu_.
+  std::atomic<int> refs_{1};
+};
+
+void GenerateCall::OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& status) {
+  router_->Done(attempt->route());
+  bool gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (attempt_ == attempt) attempt_ = nullptr;
+    gone = client_gone_;
+  }
+  if (stopped_ || finished_) {
+    End(grpc::Status::OK);  // Ended by a stop string, or the last message is out.
+  } else if (!gone && Resumable(status) && attempts_ <= router_->options().max_resumes &&
+             std::chrono::system_clock::now() < routed_.deadline) {
+    failed_.push_back(attempt->route().decode.worker);
+    RouteConstraints c;
+    for (const auto& w : failed_) c.exclude_decode.push_back(w.get());
+    c.retry = true;
+    c.local_prefill = !generated_.empty();
+    auto route = router_->RouteRequest(routed_.prompt, c);
+    if (route.ok()) {
+      PD_LOG(Warning) << "request " << routed_.request_id << ": decode stream broke after "
+                      << generated_.size() << " tokens (" << status.error_message()
+                      << "); continuing on " << WorkerPool::Address(*route->decode.worker);
+      router_->metrics().Resumed();
+      StartAttempt(std::move(*route));
+      Unref();  // The ended attempt's reference.
+      return;
+    }
+    End(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                     Str("the decode worker failed (", status.error_message(),
+                         ") and no other decode worker is available")));
+  } else if (status.ok()) {
+    End(grpc::Status(grpc::StatusCode::INTERNAL, "decode worker ended the stream early"));
+  } else {
+    End(status);
+  }
+  router_->metrics().Running(-1);
+  Unref();
+}
+
+void DecodeAttempt::OnReadDone(bool ok) {
+  if (!ok) return;  // The stream ended; OnDone follows.
+  call_->OnResponse(response_);
+  StartRead(&response_);
+}
+
+void DecodeAttempt::OnDone(const grpc::Status& status) {
+  call_->OnAttemptDone(this, status);
+  delete this;
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGenerateCall(Router* router,
+                                                              grpc::CallbackServerContext* context,
+                                                              const grpc::ByteBuffer& request) {
+  return new GenerateCall(router, context, request);
+}
+
+}  // namespace pdserve
