@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
+#include <utility>
 
 #include "common/base/strings.h"
 
@@ -133,6 +135,18 @@ bool ShouldCorruptNextPage() {
   static std::atomic<int64_t> count{0};
   if (target <= 0) return false;
   return count.fetch_add(1) + 1 == target;
+}
+
+int64_t StallBeforeNextPageMs() {
+  static const std::pair<int64_t, int64_t> target = [] {
+    const char* v = std::getenv("PDSERVE_FAULT_STALL_KV_PAGE");
+    if (v == nullptr) return std::pair<int64_t, int64_t>{0, 0};
+    const char* colon = std::strchr(v, ':');
+    return std::pair<int64_t, int64_t>{std::atoll(v), colon ? std::atoll(colon + 1) : 0};
+  }();
+  static std::atomic<int64_t> count{0};
+  if (target.first <= 0) return 0;
+  return count.fetch_add(1) + 1 == target.first ? target.second : 0;
 }
 
 }  // namespace pdserve

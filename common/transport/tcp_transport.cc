@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -390,6 +391,9 @@ void TcpKvTransport::WriterLoop(std::shared_ptr<Peer> peer) {
     bool ok = true;
     if (item.type == kPage) {
       for (const PageCopy& p : item.pages) {
+        if (const int64_t stall = StallBeforeNextPageMs(); stall > 0) {  // Tests only.
+          std::this_thread::sleep_for(std::chrono::milliseconds(stall));
+        }
         const uint8_t* src = tracker_.pool() + p.src_offset;
         {
           std::lock_guard<std::mutex> lock(peer->mu);

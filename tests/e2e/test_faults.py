@@ -1,0 +1,234 @@
+"""Faults end to end, as real processes on loopback: a decode worker killed mid-stream, a prefill
+worker killed mid-transfer, a transfer that stalls past its lease. Every request completes with
+the output of a fault-free run, and no KV block stays in use.
+
+Fault injection: kill -9 (SIGKILL) of a worker process; PDSERVE_FAULT_STALL_KV_PAGE=N:MS makes a
+prefill worker's KV sender wait MS ms before its N-th page (a stalled transfer, test hook).
+
+Run: /usr/bin/python3 tests/e2e/test_faults.py --pdserve build/pdserve
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster  # noqa: E402
+
+cluster.stubs_dir()
+import grpc  # noqa: E402
+from pdserve.internal.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
+from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pbg  # noqa: E402
+
+PDSERVE = None
+WORKDIR = None
+MODEL = None
+METRICS = ("--metrics-listen", "127.0.0.1:0")
+
+
+def prompts(n, seed, lo, hi):
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 500) for _ in range(rng.randrange(lo, hi))] for _ in range(n)]
+
+
+def request(ids, max_tokens, seed=None):
+    if seed is None:
+        sp = pb.SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, logprobs=1)
+    else:  # Seeded sampling with penalties: the continuation must keep the sampler's state.
+        sp = pb.SamplingParams(temperature=0.9, seed=seed, max_tokens=max_tokens, ignore_eos=True,
+                               logprobs=1, frequency_penalty=0.3, top_k=50)
+    return pb.GenerateRequest(token_ids=pb.TokenIds(ids=ids), sampling=sp)
+
+
+def collect(stub, req, on_token=None, timeout=120):
+    out = {"token_ids": [], "logprobs": [], "text": "", "finish_reason": ""}
+    for r in stub.Generate(req, timeout=timeout):
+        out["token_ids"] += list(r.token_ids)
+        out["logprobs"] += list(r.logprobs)
+        out["text"] += r.text
+        if r.finish_reason:
+            out["finish_reason"] = r.finish_reason
+        if on_token and r.token_ids:
+            on_token(len(out["token_ids"]))
+    return out
+
+
+def local(ids, max_tokens):
+    out = subprocess.run([PDSERVE, "generate", "--model", MODEL, "--prompt-ids", ",".join(map(str, ids)),
+                          "--max-tokens", str(max_tokens), "--temperature", "0", "--ignore-eos",
+                          "--logprobs", "1", "--format", "json", "--threads", "1",
+                          "--kv-memory-gib", "0.05"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def info(address, prefill):
+    channel = grpc.insecure_channel(address)
+    stub = worker_pb2_grpc.PrefillWorkerStub(channel) if prefill else worker_pb2_grpc.DecodeWorkerStub(channel)
+    return stub.GetWorkerInfo(worker_pb2.GetWorkerInfoRequest(), timeout=10)
+
+
+def wait_idle(test, workers, timeout=20):
+    """Every (process, is_prefill) worker holds no block and runs nothing."""
+    deadline = time.time() + timeout
+    while True:
+        infos = [info(p.grpc, prefill) for p, prefill in workers]
+        if all(i.used_blocks == 0 and i.running == 0 and i.waiting == 0 for i in infos):
+            for i in infos:
+                test.assertEqual(i.free_blocks + i.cached_blocks, i.total_blocks)
+            return infos
+        if time.time() > deadline:
+            test.fail(f"blocks still in use: {[(i.role, i.used_blocks, i.running, i.waiting) for i in infos]}")
+        time.sleep(0.05)
+
+
+def metric(process, name, **labels):
+    with urllib.request.urlopen(f"http://{process.addresses['metrics']}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def same(test, got, want, what):
+    test.assertEqual(got["token_ids"], want["token_ids"], what)
+    test.assertEqual(got["logprobs"], want["logprobs"], what)
+    test.assertEqual(got["text"], want["text"], what)
+    test.assertEqual(got["finish_reason"], want["finish_reason"], what)
+
+
+class FaultTest(unittest.TestCase):
+    def test_decode_worker_killed_mid_stream_streams_complete_elsewhere(self):
+        # 32 streams (half greedy, half seeded with penalties) through 2 decode workers; one is
+        # killed with SIGKILL while they run. The router continues each broken stream on the
+        # other worker with the tokens already sent: no gap, no duplicate, same tokens and
+        # logprobs as the fault-free run.
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=2, router_args=METRICS)
+        victim = c.decode[0]
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            ps = prompts(32, 41, 20, 90)
+            reqs = [request(p, 160, seed=None if i % 2 == 0 else 1000 + i) for i, p in enumerate(ps)]
+            with concurrent.futures.ThreadPoolExecutor(32) as pool:
+                want = list(pool.map(lambda r: collect(stub, r), reqs))
+            for w in want:
+                self.assertEqual(len(w["token_ids"]), 160)
+            wait_idle(self, [(p, True) for p in c.prefill] + [(d, False) for d in c.decode])
+
+            started = threading.Event()
+            progress = [0] * len(reqs)
+
+            def run(i):
+                def on_token(n):
+                    progress[i] = n
+                    if sum(1 for k in progress if k >= 4) >= 16:
+                        started.set()
+                return collect(stub, reqs[i], on_token)
+
+            with concurrent.futures.ThreadPoolExecutor(32) as pool:
+                futures = [pool.submit(run, i) for i in range(len(reqs))]
+                self.assertTrue(started.wait(60))
+                running_on_victim = info(victim.grpc, False).running
+                victim.proc.kill()  # SIGKILL: no drain, no goodbye.
+                got = [f.result(timeout=120) for f in futures]
+            self.assertGreater(running_on_victim, 0)
+            for i, (g, w) in enumerate(zip(got, want)):
+                same(self, g, w, f"stream {i}")
+            admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(c.router.grpc))
+            stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+            self.assertGreater(stats.resumes, 0)
+            self.assertEqual(metric(c.router, "pdserve_router_resumes_total"), stats.resumes)
+            self.assertEqual(metric(c.router, "pdserve_request_success_total", finished_reason="length"),
+                             2 * len(reqs))
+            self.assertEqual(metric(c.router, "pdserve_request_failures_total"), 0)
+            wait_idle(self, [(c.prefill[0], True), (c.decode[1], False)])
+        finally:
+            codes = c.stop()
+        self.assertEqual(codes, [0, -9, 0, 0])  # router, decode 0 (killed), decode 1, prefill
+
+    def test_prefill_worker_killed_mid_transfer(self):
+        # The prefill worker stalls before the 3rd page of its first transfer and is killed
+        # meanwhile: the decode worker sees the connection and the RPC fail, frees the reservation
+        # and prefills the prompt itself long before the lease. With no prefill worker left, the
+        # next request is prefilled on the decode worker.
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, decode_args=METRICS,
+                            prefill_env={"PDSERVE_FAULT_STALL_KV_PAGE": "3:20000"})
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            ids = prompts(1, 51, 100, 101)[0]
+            result = {}
+            t = threading.Thread(target=lambda: result.update(collect(stub, request(ids, 12))))
+            start = time.time()
+            t.start()
+            deadline = time.time() + 10
+            while info(c.decode[0].grpc, False).remote_prefills == 0 and time.time() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.3)  # The transfer is stalled now (2 pages in).
+            c.prefill[0].proc.kill()
+            t.join(60)
+            self.assertLess(time.time() - start, 10)  # Not the 20 s stall, nor the 60 s lease.
+            same(self, result, local(ids, 12), "after the prefill worker died")
+            d = info(c.decode[0].grpc, False)
+            self.assertEqual((d.transfer_failures, d.transfers_completed), (1, 0))
+            self.assertEqual(metric(c.decode[0], "pdserve_kv_transfer_failures_total"), 1)
+            wait_idle(self, [(c.decode[0], False)])
+            other = prompts(1, 52, 100, 101)[0]
+            same(self, collect(stub, request(other, 12)), local(other, 12), "without a prefill worker")
+            self.assertEqual(info(c.decode[0].grpc, False).local_prefills, d.local_prefills + 1)
+            wait_idle(self, [(c.decode[0], False)])
+        finally:
+            self.assertEqual(c.stop(), [0, 0, -9])  # router, decode, prefill (killed)
+
+    def test_transfer_that_stalls_past_its_lease(self):
+        # A 3 s stall before the 2nd page and a 1 s lease: the decode worker drops the reservation
+        # at the lease, prefills itself and answers in ~1 s; the late pages are discarded, and the
+        # same prefill worker serves the next request normally.
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1,
+                            decode_args=METRICS + ("--lease-ms", "1000"),
+                            prefill_env={"PDSERVE_FAULT_STALL_KV_PAGE": "2:3000"})
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            first, second = prompts(2, 61, 100, 101)
+            start = time.time()
+            same(self, collect(stub, request(first, 10)), local(first, 10), "stalled")
+            elapsed = time.time() - start
+            self.assertGreater(elapsed, 0.9)
+            self.assertLess(elapsed, 2.9)
+            self.assertEqual(metric(c.decode[0], "pdserve_kv_lease_expired_total"), 1)
+            self.assertEqual(metric(c.decode[0], "pdserve_kv_transfer_failures_total", reason="lease_expired"), 1)
+            wait_idle(self, [(c.decode[0], False)])
+            time.sleep(2.5)  # The stall ends; its pages arrive for a transfer nobody expects.
+            same(self, collect(stub, request(second, 10)), local(second, 10), "after the stall")
+            d = info(c.decode[0].grpc, False)
+            self.assertEqual((d.transfers_completed, d.transfer_failures), (1, 1))
+            wait_idle(self, [(c.prefill[0], True), (c.decode[0], False)])
+        finally:
+            self.assertEqual(c.stop(), [0] * 3)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pdserve", required=True)
+    args, rest = parser.parse_known_args()
+    PDSERVE = os.path.abspath(args.pdserve)
+    WORKDIR = tempfile.mkdtemp(prefix="pdserve_faults_")
+    MODEL = os.path.join(WORKDIR, "model")
+    subprocess.run([PDSERVE, "make-model", MODEL, "--arch", "llama", "--layers", "2", "--hidden", "64",
+                    "--heads", "4", "--kv-heads", "2", "--vocab", "512", "--seed", "3"],
+                   check=True, capture_output=True)
+    try:
+        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    finally:
+        shutil.rmtree(WORKDIR, ignore_errors=True)
