@@ -93,6 +93,8 @@ struct RouterFlags {
     flags.Int("prefill-max-waiting", &options.prefill_max_waiting,
               "prefill on the decode worker when every prefill worker queues this many");
     flags.Double("worker-wait-seconds", &worker_wait, "how long to wait for the workers at start");
+    flags.Int("max-inflight-requests", &options.max_inflight,
+              "refuse new requests (RESOURCE_EXHAUSTED, retry hint) beyond this many in flight (0: no limit)");
     flags.Int("max-resumes", &options.max_resumes,
               "how many times a request whose decode stream broke continues on another decode worker");
     if (standalone) {
@@ -121,6 +123,9 @@ struct RouterFlags {
     }
     if (options.block_size < 1) return absl::InvalidArgumentError("--block-size: must be >= 1");
     if (options.max_resumes < 0) return absl::InvalidArgumentError("--max-resumes: must be >= 0");
+    if (options.max_inflight < 0) {
+      return absl::InvalidArgumentError("--max-inflight-requests: must be >= 0");
+    }
     if (!(discovery_interval > 0)) {
       return absl::InvalidArgumentError("--discovery-interval-seconds: must be > 0");
     }
@@ -141,6 +146,7 @@ struct TierFlags {
   std::string transport_listen = "127.0.0.1:0";
   int64_t local_prefill_tokens = 32;
   int64_t lease_ms = 60000;
+  int64_t max_waiting = 512;
   double drain_seconds = 30;
   EngineFlags engine;
   MetricsFlags metrics;
@@ -154,6 +160,8 @@ struct TierFlags {
       flags.Int("local-prefill-tokens", &local_prefill_tokens,
                 "prefill prompts of at most this many tokens here, not on a prefill worker");
       flags.Int("lease-ms", &lease_ms, "how long a remote prefill may take before it is redone here");
+      flags.Int("max-waiting", &max_waiting,
+                "refuse requests (RESOURCE_EXHAUSTED) when this many wait here (0: no limit)");
     }
     flags.Double("drain-seconds", &drain_seconds, "on SIGTERM, how long running requests may finish");
     engine.Register(flags);
@@ -198,6 +206,10 @@ int RunDecode(const TierFlags& f) {
   o.transport_listen = f.transport_listen;
   o.local_prefill_tokens = f.local_prefill_tokens;
   o.lease_ms = f.lease_ms;
+  o.max_waiting = f.max_waiting;
+  if (f.max_waiting < 0) {
+    return ReportError(cmd, absl::InvalidArgumentError("--max-waiting: must be >= 0"), kExitUsage);
+  }
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto worker = DecodeWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
@@ -319,6 +331,7 @@ int ServeCommand(int argc, char** argv) {
   dopts.transport_listen = f.transport_listen;
   dopts.local_prefill_tokens = f.local_prefill_tokens;
   dopts.lease_ms = f.lease_ms;
+  dopts.max_waiting = f.max_waiting;
   if (absl::Status s = f.engine.ToOptions(&po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   dopts.engine = po.engine;
   auto prefill = PrefillWorker::Create(po);

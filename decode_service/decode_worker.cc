@@ -114,6 +114,16 @@ void DecodeWorker::Start(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
     sink->OnError(absl::AlreadyExistsError(Str("request_id '", id, "' is already running")));
     return;
   }
+  if (options_.max_waiting > 0) {
+    int64_t waiting = engine_->Stats().waiting;
+    for (const auto& [other, a] : active_) waiting += a.remote != nullptr;
+    if (waiting >= options_.max_waiting) {
+      sink->OnError(absl::ResourceExhaustedError(
+          Str("decode worker is full: ", waiting, " requests waiting (--max-waiting ",
+              options_.max_waiting, "); retry later")));
+      return;
+    }
+  }
   Active& active = active_[id];
   active.sink = std::move(sink);
   // Conditional disaggregation: a prompt whose part this pool has not cached is short is cheaper

@@ -45,6 +45,9 @@ struct DecodeWorkerOptions {
   // How long a remote prefill may take, RPC and pages included, before the reservation is
   // dropped and the prompt prefilled here.
   int64_t lease_ms = 60000;
+  // Backpressure: a request that finds this many waiting (queued, or awaiting a remote prefill)
+  // is refused with ResourceExhausted instead of queueing without limit. 0: no limit.
+  int64_t max_waiting = 512;
   // Where the worker's metrics go (role "decode"); null: a registry of its own, not exported.
   metrics::Registry* metrics = nullptr;
 };

@@ -54,7 +54,7 @@ class DecodeAttempt : public grpc::ClientReadReactor<internal::v1::DecodeRespons
 class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
  public:
   GenerateCall(Router* router, grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw)
-      : router_(router) {
+      : router_(router), context_(context) {
     auto parsed = ParseGenerateRequest(ByteBufferToString(raw));
     if (!parsed.ok()) {
       End(ToGrpcStatus(parsed.status()));
@@ -75,8 +75,13 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
     d.mutable_prompt_ids()->Assign(routed_.prompt.begin(), routed_.prompt.end());
     *d.mutable_sampling() = request.sampling();
     d.set_seed(*routed_.params.seed);
+    if (absl::Status admitted = router_->Admit(); !admitted.ok()) {
+      End(ToGrpcStatus(admitted));
+      return;
+    }
     auto route = router_->RouteRequest(routed_.prompt);
     if (!route.ok()) {
+      router_->Release();
       End(ToGrpcStatus(route.status()));
       return;
     }
@@ -113,8 +118,8 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
     if (attempt_ != nullptr) attempt_->Cancel();
   }
 
-  // Whether a broken decode stream is worth continuing elsewhere: the worker died or went away,
-  // not the request's own deadline or a cancel of ours.
+  // Whether a broken decode stream is worth continuing elsewhere: the worker died, went away or
+  // was full, not the request's own deadline or a cancel of ours.
   static bool Resumable(const grpc::Status& status) {
     switch (status.error_code()) {
       case grpc::StatusCode::OK:  // Ended without finishing.
@@ -122,6 +127,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       case grpc::StatusCode::UNKNOWN:
       case grpc::StatusCode::ABORTED:
       case grpc::StatusCode::INTERNAL:
+      case grpc::StatusCode::RESOURCE_EXHAUSTED:  // That worker's queue is full: try another.
         return true;
       default:
         return false;
@@ -142,8 +148,13 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
     if (refs_.fetch_sub(1) == 1) delete this;
   }
 
-  // Closes the public stream; the first end of the request is what the metrics count.
+  // Closes the public stream; the first end of the request is what the metrics count. A full
+  // router or worker answers RESOURCE_EXHAUSTED with gRPC's retry pushback trailer.
   void End(const grpc::Status& status) {
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && !ended_.exchange(true)) {
+      context_->AddTrailingMetadata("grpc-retry-pushback-ms",
+                                    std::to_string(router_->options().retry_after_ms));
+    }
     if (!recorded_.exchange(true)) {
       if (status.ok() && finished_) {
         Record(finish_reason_);
@@ -235,6 +246,8 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
   }
 
   Router* router_;
+  grpc::CallbackServerContext* const context_;
+  std::atomic<bool> ended_{false};  // The retry hint was added.
   const Clock::time_point arrival_ = Clock::now();
   Clock::time_point first_token_, last_token_;
   bool got_first_ = false;
@@ -284,15 +297,18 @@ void GenerateCall::OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& sta
       Unref();  // The ended attempt's reference.
       return;
     }
-    End(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                     Str("the decode worker failed (", status.error_message(),
-                         ") and no other decode worker is available")));
+    End(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED
+            ? status
+            : grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           Str("the decode worker failed (", status.error_message(),
+                               ") and no other decode worker is available")));
   } else if (status.ok()) {
     End(grpc::Status(grpc::StatusCode::INTERNAL, "decode worker ended the stream early"));
   } else {
     End(status);
   }
   router_->metrics().Running(-1);
+  router_->Release();
   Unref();
 }
 

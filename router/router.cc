@@ -136,6 +136,17 @@ absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt,
   return route;
 }
 
+absl::Status Router::Admit() {
+  const int64_t n = inflight_.fetch_add(1) + 1;
+  if (options_.max_inflight > 0 && n > options_.max_inflight) {
+    inflight_.fetch_sub(1);
+    return absl::ResourceExhaustedError(Str("router is full: ", options_.max_inflight,
+                                            " requests in flight (--max-inflight-requests); "
+                                            "retry later"));
+  }
+  return absl::OkStatus();
+}
+
 void Router::Done(const Route& route) {
   decode_->Done(route.decode.worker);
   if (route.prefill) prefill_->Done(route.prefill->worker);

@@ -47,6 +47,10 @@ struct RouterOptions {
   size_t max_stop_string_bytes = 256;
   // How many times one request may continue on another decode worker after its stream broke.
   int64_t max_resumes = 2;
+  // Backpressure: requests in flight through this router beyond which new ones are refused with
+  // RESOURCE_EXHAUSTED (and a retry hint) instead of queued. 0: no limit.
+  int64_t max_inflight = 1024;
+  int64_t retry_after_ms = 1000;  // The hint: trailer grpc-retry-pushback-ms.
   metrics::Registry* metrics = nullptr;  // Role "router"; null: not exported.
 };
 
@@ -90,6 +94,10 @@ class Router {
                                      const RouteConstraints& constraints = {});
   // The request routed by RouteRequest has ended.
   void Done(const Route& route);
+  // Admission of a request into the router (Release when it ends): ResourceExhausted when
+  // max_inflight are in flight.
+  absl::Status Admit();
+  void Release() { inflight_.fetch_sub(1); }
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const RouterOptions& options() const { return options_; }
@@ -113,6 +121,7 @@ class Router {
   std::string instance_;  // Random, per router process: part of every downstream id.
   std::atomic<uint64_t> next_request_{1};
   std::atomic<int64_t> requests_{0}, local_prefills_{0}, remote_prefills_{0}, fallbacks_{0};
+  std::atomic<int64_t> inflight_{0};
   std::unique_ptr<RouterMetrics> metrics_;  // Last: reads the pools at scrape time.
 };
 

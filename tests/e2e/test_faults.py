@@ -218,6 +218,61 @@ class FaultTest(unittest.TestCase):
             self.assertEqual(c.stop(), [0] * 3)
 
 
+class BackpressureTest(unittest.TestCase):
+    def run_burst(self, stub, n, max_tokens):
+        def one(i):
+            try:
+                return collect(stub, request(prompts(1, 80 + i, 20, 40)[0], max_tokens))
+            except grpc.RpcError as e:
+                return e
+
+        with concurrent.futures.ThreadPoolExecutor(n) as pool:
+            return list(pool.map(one, range(n)))
+
+    def check_refusals(self, results, limit_flag):
+        refused = [r for r in results if isinstance(r, grpc.RpcError)]
+        for e in refused:
+            self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.details())
+            self.assertIn(limit_flag, e.details())
+            self.assertIn(("grpc-retry-pushback-ms", "1000"), tuple(e.trailing_metadata()))
+        return refused
+
+    def test_full_router_refuses_with_a_retry_hint(self):
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1,
+                            router_args=("--max-inflight-requests", "3"))
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            results = self.run_burst(stub, 12, 400)
+            refused = self.check_refusals(results, "--max-inflight-requests")
+            done = [r for r in results if isinstance(r, dict)]
+            self.assertGreater(len(refused), 0)
+            self.assertGreaterEqual(len(done), 3)
+            for r in done:
+                self.assertEqual(len(r["token_ids"]), 400)
+            wait_idle(self, [(c.prefill[0], True), (c.decode[0], False)])
+            self.assertEqual(len(collect(stub, request([5, 6, 7], 4))["token_ids"]), 4)  # Room again.
+        finally:
+            self.assertEqual(c.stop(), [0] * 3)
+
+    def test_full_decode_worker_refuses_and_never_drops_a_running_request(self):
+        # One sequence at a time and two waiting: the rest of a burst is refused at once; what
+        # was admitted completes.
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1,
+                            decode_args=("--max-waiting", "2", "--max-num-seqs", "1"))
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            results = self.run_burst(stub, 8, 200)
+            refused = self.check_refusals(results, "--max-waiting")
+            done = [r for r in results if isinstance(r, dict)]
+            self.assertGreater(len(refused), 0)
+            self.assertGreaterEqual(len(done), 2)
+            for r in done:
+                self.assertEqual(len(r["token_ids"]), 200)
+            wait_idle(self, [(c.prefill[0], True), (c.decode[0], False)])
+        finally:
+            self.assertEqual(c.stop(), [0] * 3)
+
+
 def process_usage(process):
     """Open file descriptors and threads of a worker process (from /proc)."""
     pid = process.proc.pid
