@@ -32,6 +32,8 @@ using Clock = std::chrono::steady_clock;
 struct GenerateFlags {
   std::string model;
   std::string server;
+  std::string server_ca;  // Verify the router's TLS certificate with this CA.
+  std::string api_key;
   std::string prompt;
   std::string prompt_ids;
   int64_t max_tokens = 16;
@@ -187,7 +189,17 @@ absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flag
                                      const SamplingParams& sampling, const TextSink& sink) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  auto channel = grpc::CreateCustomChannel(f.server, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!f.server_ca.empty()) {
+    grpc::SslCredentialsOptions tls;
+    auto ca = ReadFileToString(f.server_ca);
+    if (!ca.ok()) {
+      return absl::InvalidArgumentError(Str("--server-ca: cannot read '", f.server_ca, "'"));
+    }
+    tls.pem_root_certs = *ca;
+    credentials = grpc::SslCredentials(tls);
+  }
+  auto channel = grpc::CreateCustomChannel(f.server, credentials, args);
   auto stub = v1::Generation::NewStub(channel);
   v1::GenerateRequest req;
   if (flags.WasSet("prompt")) {
@@ -213,6 +225,7 @@ absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flag
   p->set_ignore_eos(sampling.ignore_eos);
   p->set_logprobs(sampling.logprobs);
   grpc::ClientContext ctx;
+  if (!f.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + f.api_key);
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(f.timeout_seconds * 1000)));
   Completion c;
@@ -289,6 +302,8 @@ int GenerateCommand(int argc, char** argv) {
                             "router with --server.");
   flags.String("model", &f.model, "Hugging Face model directory (local engine)");
   flags.String("server", &f.server, "host:port of a router or `pdserve serve` instead of --model");
+  flags.String("server-ca", &f.server_ca, "with --server: PEM CA to verify the router's TLS certificate");
+  flags.String("api-key", &f.api_key, "with --server: API key (better: PDSERVE_API_KEY in the environment)");
   flags.String("prompt", &f.prompt, "prompt text (needs the model's tokenizer)");
   flags.String("prompt-ids", &f.prompt_ids, "prompt as token ids, e.g. 1,2,3");
   flags.Int("max-tokens", &f.max_tokens, "tokens to generate");

@@ -16,6 +16,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/metrics_flags.h"
+#include "cli/security_flags.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -55,7 +56,7 @@ void WaitForStopSignal() {
 }
 
 // A bad --metrics-* flag is a usage error; an address that cannot be bound is not.
-int ReportMetricsError(const char* cmd, const absl::Status& s) {
+int ReportFlagError(const char* cmd, const absl::Status& s) {
   return ReportError(cmd, s, s.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitError);
 }
 
@@ -150,6 +151,7 @@ struct TierFlags {
   double drain_seconds = 30;
   EngineFlags engine;
   MetricsFlags metrics;
+  SecurityFlags security;
 
   void Register(FlagSet& flags, bool decode) {
     flags.String("listen", &listen, "gRPC address, host:port (port 0 picks one)");
@@ -166,6 +168,7 @@ struct TierFlags {
     flags.Double("drain-seconds", &drain_seconds, "on SIGTERM, how long running requests may finish");
     engine.Register(flags);
     metrics.Register(flags);
+    security.RegisterTls(flags);
   }
 };
 
@@ -178,13 +181,15 @@ int RunPrefill(const TierFlags& f) {
   o.transport = f.transport;
   o.transport_listen = f.transport_listen;
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  auto server_options = f.security.InternalServer();
+  if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
   auto worker = PrefillWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
   PrefillGrpcService service(worker->get());
-  auto server = StartGrpcServer(f.listen, {&service});
+  auto server = StartGrpcServer(f.listen, {&service}, *server_options);
   if (!server.ok()) return ReportError(cmd, server.status());
   auto exporter = f.metrics.Start(&registry);
-  if (!exporter.ok()) return ReportMetricsError(cmd, exporter.status());
+  if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   Ready(Str("pdserve prefill ready: grpc=", server->address, " transport=",
             (*worker)->Info().transport_endpoint(), MetricsReadyField(exporter->get())));
   WaitForStopSignal();
@@ -211,13 +216,18 @@ int RunDecode(const TierFlags& f) {
     return ReportError(cmd, absl::InvalidArgumentError("--max-waiting: must be >= 0"), kExitUsage);
   }
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  auto server_options = f.security.InternalServer();
+  if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
+  auto prefill_credentials = f.security.InternalChannel();
+  if (!prefill_credentials.ok()) return ReportError(cmd, prefill_credentials.status(), kExitUsage);
+  o.prefill_credentials = *prefill_credentials;
   auto worker = DecodeWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
   DecodeGrpcService service(worker->get());
-  auto server = StartGrpcServer(f.listen, {&service});
+  auto server = StartGrpcServer(f.listen, {&service}, *server_options);
   if (!server.ok()) return ReportError(cmd, server.status());
   auto exporter = f.metrics.Start(&registry);
-  if (!exporter.ok()) return ReportMetricsError(cmd, exporter.status());
+  if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   Ready(Str("pdserve decode ready: grpc=", server->address, " transport=",
             (*worker)->Info().transport_endpoint(), MetricsReadyField(exporter->get())));
   WaitForStopSignal();
@@ -269,6 +279,7 @@ int RouterCommand(int argc, char** argv) {
   std::string listen = "0.0.0.0:8000", model, prefill, decode;
   RouterFlags rf;
   MetricsFlags mf;
+  SecurityFlags sf;
   FlagSet flags("router", "Runs the router: the public pdserve.v1.Generation API over the tiers.");
   flags.String("listen", &listen, "public gRPC address, host:port");
   flags.String("model", &model, "the model directory (config.json and tokenizer; no weights)");
@@ -277,6 +288,8 @@ int RouterCommand(int argc, char** argv) {
   flags.String("decode", &decode, "decode workers: host:port or dns:///name:port, comma-separated");
   rf.Register(flags, true);
   mf.Register(flags);
+  sf.RegisterTls(flags);
+  sf.RegisterPublic(flags);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
@@ -287,14 +300,22 @@ int RouterCommand(int argc, char** argv) {
   o.prefill = prefill;
   o.decode = decode;
   o.metrics = &registry;
+  auto server_options = sf.PublicServer();
+  if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
+  auto worker_credentials = sf.InternalChannel();
+  if (!worker_credentials.ok()) return ReportError(cmd, worker_credentials.status(), kExitUsage);
+  o.worker_credentials = *worker_credentials;
+  auto keys = sf.Keys();
+  if (!keys.ok()) return ReportError(cmd, keys.status(), kExitUsage);
+  o.api_keys = *keys;
   auto router = Router::Create(o);
   if (!router.ok()) return ReportError(cmd, router.status());
   GenerationService service(router->get());
   RouterAdminService admin(router->get());
-  auto server = StartGrpcServer(listen, {&service, &admin});
+  auto server = StartGrpcServer(listen, {&service, &admin}, *server_options);
   if (!server.ok()) return ReportError(cmd, server.status());
   auto exporter = mf.Start(&registry);
-  if (!exporter.ok()) return ReportMetricsError(cmd, exporter.status());
+  if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   Ready(Str("pdserve router ready: grpc=", server->address, MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "router: shutting down";
@@ -313,6 +334,7 @@ int ServeCommand(int argc, char** argv) {
   FlagSet flags("serve", "Runs router, prefill and decode in one process (local KV transport).");
   f.Register(flags, true);
   rf.Register(flags, false);
+  f.security.RegisterPublic(flags);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
@@ -352,14 +374,20 @@ int ServeCommand(int argc, char** argv) {
   ro.block_size = po.engine.block_size;
   ro.local_prefill_tokens = f.local_prefill_tokens;
   ro.metrics = &registry;
+  // The tiers talk over loopback inside this process; TLS and API keys guard the public port.
+  auto server_options = f.security.PublicServer();
+  if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
+  auto keys = f.security.Keys();
+  if (!keys.ok()) return ReportError(cmd, keys.status(), kExitUsage);
+  ro.api_keys = *keys;
   auto router = Router::Create(ro);
   if (!router.ok()) return ReportError(cmd, router.status());
   GenerationService service(router->get());
   RouterAdminService admin(router->get());
-  auto server = StartGrpcServer(f.listen, {&service, &admin});
+  auto server = StartGrpcServer(f.listen, {&service, &admin}, *server_options);
   if (!server.ok()) return ReportError(cmd, server.status());
   auto exporter = f.metrics.Start(&registry);
-  if (!exporter.ok()) return ReportMetricsError(cmd, exporter.status());
+  if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   Ready(Str("pdserve serve ready: grpc=", server->address, MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "serve: draining";

@@ -229,7 +229,10 @@ internal::v1::PrefillWorker::Stub* DecodeWorker::PrefillStub(const std::string& 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(
+      address,
+      options_.prefill_credentials ? options_.prefill_credentials : grpc::InsecureChannelCredentials(),
+      args);
   auto stub = internal::v1::PrefillWorker::NewStub(channel);
   return stubs_.emplace(address, std::move(stub)).first->second.get();
 }

@@ -31,6 +31,8 @@
 #include "common/rpc/load_publisher.h"
 #include "common/rpc/worker_core.h"
 #include "common/rpc/worker_metrics.h"
+#include <grpcpp/security/credentials.h>
+
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 
 namespace pdserve {
@@ -50,6 +52,8 @@ struct DecodeWorkerOptions {
   int64_t max_waiting = 512;
   // Where the worker's metrics go (role "decode"); null: a registry of its own, not exported.
   metrics::Registry* metrics = nullptr;
+  // Calls to prefill workers (mutual TLS); null: insecure.
+  std::shared_ptr<grpc::ChannelCredentials> prefill_credentials;
 };
 
 // Receives one request's outputs, on the worker's scheduler thread.

@@ -55,6 +55,10 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
  public:
   GenerateCall(Router* router, grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw)
       : router_(router), context_(context) {
+    if (absl::Status auth = router_->api_keys().Check(*context); !auth.ok()) {
+      End(ToGrpcStatus(auth));
+      return;
+    }
     auto parsed = ParseGenerateRequest(ByteBufferToString(raw));
     if (!parsed.ok()) {
       End(ToGrpcStatus(parsed.status()));

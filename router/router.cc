@@ -45,6 +45,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   po.recent_half_life = std::max(std::chrono::milliseconds(1),
                                  absl::ToChronoMilliseconds(options.recent_half_life));
   po.model_fingerprint = fingerprint;
+  po.credentials = options.worker_credentials;
   r->decode_ = std::make_unique<WorkerPool>(po);
   po.prefill_tier = true;
   r->prefill_ = std::make_unique<WorkerPool>(po);

@@ -19,6 +19,7 @@
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 #include "pdserve/v1/generation.pb.h"
 #include "common/metrics/metrics.h"
+#include "common/rpc/api_keys.h"
 #include "router/discovery.h"
 #include "router/router_metrics.h"
 #include "router/routing_policy.h"
@@ -52,6 +53,9 @@ struct RouterOptions {
   int64_t max_inflight = 1024;
   int64_t retry_after_ms = 1000;  // The hint: trailer grpc-retry-pushback-ms.
   metrics::Registry* metrics = nullptr;  // Role "router"; null: not exported.
+  // Calls to the workers (mutual TLS); null: insecure.
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
+  ApiKeys api_keys;  // Required on the public API when set.
 };
 
 // Limits on a route: a resumed request avoids the decode workers that failed it and is
@@ -101,6 +105,7 @@ class Router {
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const RouterOptions& options() const { return options_; }
+  const ApiKeys& api_keys() const { return options_.api_keys; }
   v1::ModelInfo model_info() const;
   internal::v1::RouterStats Stats() const;
   RouterMetrics& metrics() { return *metrics_; }

@@ -17,6 +17,10 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* request,
                                                       grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = router_->api_keys().Check(*context); !auth.ok()) {
+    reactor->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
   auto parsed = ParseTokenizeRequest(ByteBufferToString(*request));
   if (!parsed.ok()) {
     reactor->Finish(ToGrpcStatus(parsed.status()));
@@ -37,8 +41,12 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
                                                           const v1::GetModelInfoRequest* request,
                                                           v1::ModelInfo* response) {
-  *response = router_->model_info();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = router_->api_keys().Check(*context); !auth.ok()) {
+    reactor->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
+  *response = router_->model_info();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -50,8 +58,12 @@ namespace pdserve {
 grpc::ServerUnaryReactor* RouterAdminService::GetRouterStats(
     grpc::CallbackServerContext* context, const internal::v1::GetRouterStatsRequest* request,
     internal::v1::RouterStats* response) {
-  *response = router_->Stats();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = router_->api_keys().Check(*context); !auth.ok()) {
+    reactor->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
+  *response = router_->Stats();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

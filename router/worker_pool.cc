@@ -123,7 +123,9 @@ void WorkerPool::SetAddresses(const std::vector<std::string>& addresses) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
-    w->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    w->channel = grpc::CreateCustomChannel(
+        address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(),
+        args);
     if (options_.prefill_tier) {
       w->prefill_stub = internal::v1::PrefillWorker::NewStub(w->channel);
     } else {

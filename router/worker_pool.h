@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -46,6 +47,8 @@ struct WorkerPoolOptions {
   std::chrono::milliseconds recent_half_life{2000};  // Of WorkerCandidate::recent_blocks.
   std::chrono::milliseconds stale_after{5000};
   std::chrono::milliseconds reconnect_every{500};
+  // For the channels to the workers (mutual TLS); null: insecure.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 class WorkerPool {

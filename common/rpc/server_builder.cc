@@ -10,7 +10,8 @@
 namespace pdserve {
 
 absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
-                                              const std::vector<grpc::Service*>& services) {
+                                              const std::vector<grpc::Service*>& services,
+                                              const ServerOptions& options) {
   static const bool once = [] {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -19,8 +20,9 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
   (void)once;
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.AddListeningPort(
+      listen, options.credentials ? options.credentials : grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(options.max_receive_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   for (grpc::Service* s : services) builder.RegisterService(s);
   StartedServer out;

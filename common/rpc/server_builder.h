@@ -13,9 +13,18 @@
 
 namespace grpc {
 class Service;
-}
+class ServerCredentials;
+}  // namespace grpc
 
 namespace pdserve {
+
+// Message size limit for requests and responses between tiers (a prompt of a million tokens fits).
+inline constexpr int kMaxMessageBytes = 64 << 20;
+
+struct ServerOptions {
+  std::shared_ptr<grpc::ServerCredentials> credentials;  // Null: insecure.
+  int max_receive_bytes = kMaxMessageBytes;  // Larger requests fail with RESOURCE_EXHAUSTED.
+};
 
 struct StartedServer {
   std::unique_ptr<grpc::Server> server;
@@ -25,10 +34,8 @@ struct StartedServer {
 // `listen` is host:port (port 0 picks a free one). Services are not owned and must outlive the
 // server. Unavailable when the address cannot be bound.
 absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
-                                              const std::vector<grpc::Service*>& services);
-
-// Message size limit for requests and responses (a prompt of a million tokens fits).
-inline constexpr int kMaxMessageBytes = 64 << 20;
+                                              const std::vector<grpc::Service*>& services,
+                                              const ServerOptions& options = {});
 
 }  // namespace pdserve
 
