@@ -20,27 +20,20 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/base/log.h"
 #include "common/base/strings.h"
+#include "common/transport/frame_reader.h"
 #include "common/transport/layout_check.h"
 #include "common/transport/receive_tracker.h"
 
 namespace pdserve {
 namespace {
 
-constexpr uint32_t kMagic = 0x564b4450;  // "PDKV"
-enum FrameType : uint32_t { kHello = 1, kPage = 2, kEnd = 3, kAbort = 4 };
-
-struct FrameHeader {
-  uint32_t magic;
-  uint32_t type;
-  uint64_t tag;
-  uint64_t offset;
-  uint64_t length;
-};
-static_assert(sizeof(FrameHeader) == 32);
-
-// A hello's layout and a page are both bounded; anything larger is a broken peer.
-constexpr uint64_t kMaxHello = 1 << 16;
-constexpr uint64_t kMaxPage = 1ull << 30;
+using kv_wire::FrameHeader;
+using kv_wire::FrameType;
+using kv_wire::kAbort;
+using kv_wire::kEnd;
+using kv_wire::kHello;
+using kv_wire::kMagic;
+using kv_wire::kPage;
 
 bool ReadFull(int fd, void* buf, size_t len) {
   auto* p = static_cast<uint8_t*>(buf);
@@ -57,15 +50,14 @@ bool ReadFull(int fd, void* buf, size_t len) {
   return true;
 }
 
-bool Drain(int fd, uint64_t len) {
-  uint8_t scratch[1 << 16];
-  while (len > 0) {
-    const size_t chunk = std::min<uint64_t>(len, sizeof(scratch));
-    if (!ReadFull(fd, scratch, chunk)) return false;
-    len -= chunk;
-  }
-  return true;
-}
+class FdSource : public kv_wire::ByteSource {
+ public:
+  explicit FdSource(int fd) : fd_(fd) {}
+  bool Read(void* buf, size_t len) override { return ReadFull(fd_, buf, len); }
+
+ private:
+  const int fd_;
+};
 
 bool WriteAll(int fd, struct iovec* iov, int count) {
   while (count > 0) {
@@ -290,41 +282,16 @@ void TcpKvTransport::AcceptLoop() {
 }
 
 void TcpKvTransport::ReaderLoop(int fd, uint64_t source) {
-  FrameHeader h;
+  FdSource in(fd);
   // Handshake: the sender's layout must equal ours.
-  if (!ReadFull(fd, &h, sizeof(h)) || h.magic != kMagic || h.type != kHello ||
-      h.length > kMaxHello) {
-    return;
-  }
-  std::string theirs(h.length, '\0');
-  if (!ReadFull(fd, theirs.data(), theirs.size())) return;
-  const absl::Status check = CheckLayouts(layout_, theirs);
+  auto theirs = kv_wire::ReadHello(in);
+  if (!theirs.ok()) return;
+  const absl::Status check = CheckLayouts(layout_, *theirs);
   const std::string message(check.message());
   uint32_t reply[2] = {check.ok() ? 0u : 1u, static_cast<uint32_t>(message.size())};
   iovec iov[2] = {{reply, sizeof(reply)}, {const_cast<char*>(message.data()), message.size()}};
   if (!WriteAll(fd, iov, 2) || !check.ok()) return;
-
-  while (!stopping_.load()) {
-    if (!ReadFull(fd, &h, sizeof(h)) || h.magic != kMagic) break;
-    if (h.type == kPage) {
-      if (h.length > kMaxPage) break;
-      auto where = tracker_.PageDestination(h.tag, h.offset, h.length, source);
-      if (!where.ok()) {
-        if (!Drain(fd, h.length)) break;
-        continue;
-      }
-      if (!ReadFull(fd, *where, h.length)) break;
-      tracker_.PageArrived(h.tag, *where, h.length);
-    } else if (h.type == kEnd) {
-      uint64_t v[3];
-      if (h.length != sizeof(v) || !ReadFull(fd, v, sizeof(v))) break;
-      tracker_.Finish(h.tag, TransferStats{static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1]), v[2]});
-    } else if (h.type == kAbort) {
-      tracker_.Fail(h.tag, absl::AbortedError(Str("transfer ", h.tag, " aborted by sender")));
-    } else {
-      break;
-    }
-  }
+  kv_wire::ReceiveFrames(in, tracker_, source, stopping_);
   tracker_.FailSource(source, absl::UnavailableError("KV transport peer disconnected"));
 }
 
@@ -346,7 +313,7 @@ absl::StatusOr<std::shared_ptr<TcpKvTransport::Peer>> TcpKvTransport::GetPeer(
     return absl::UnavailableError(Str("KV transport handshake with ", endpoint, " failed"));
   }
   std::string message(reply[1], '\0');
-  if (reply[1] > kMaxHello || !ReadFull(*fd, message.data(), message.size()) || reply[0] != 0) {
+  if (reply[1] > kv_wire::kMaxHello || !ReadFull(*fd, message.data(), message.size()) || reply[0] != 0) {
     ::close(*fd);
     return absl::FailedPreconditionError(Str("KV transport peer ", endpoint, " refused: ", message));
   }
