@@ -105,8 +105,9 @@ void PrefillWorker::Start(const internal::v1::PrefillRequest& request, Done done
   params.ignore_eos = true;
   params.stop_token_ids.clear();
   std::vector<int32_t> prompt(request.prompt_ids().begin(), request.prompt_ids().end());
-  if (absl::Status s = engine_->AddRequest(job.engine_id, std::move(prompt), params,
-                                           RequestOptions{/*hold_blocks_after_finish=*/true});
+  RequestOptions hold;
+  hold.hold_blocks_after_finish = true;  // Until every page is sent.
+  if (absl::Status s = engine_->AddRequest(job.engine_id, std::move(prompt), params, hold);
       !s.ok()) {
     return fail(s);
   }

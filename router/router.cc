@@ -14,13 +14,6 @@
 #include "common/tokenizer/unicode.h"
 
 namespace pdserve {
-namespace {
-
-absl::Status Invalid(std::string_view field, std::string_view why) {
-  return absl::InvalidArgumentError(Str(field, ": ", why));
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& options) {
   if (options.decode.empty()) {
@@ -179,80 +172,21 @@ internal::v1::RouterStats Router::Stats() const {
 
 absl::StatusOr<RoutedRequest> Router::Prepare(const v1::GenerateRequest& request,
                                               std::chrono::system_clock::time_point deadline) const {
-  RoutedRequest out;
+  RequestLimits limits;
+  limits.vocab_size = config_.vocab_size;
+  limits.context_length = ContextLength();
+  limits.max_stop_strings = options_.max_stop_strings;
+  limits.max_stop_string_bytes = options_.max_stop_string_bytes;
+  const uint64_t fallback_seed =
+      std::random_device{}() * 0x9e3779b97f4a7c15ull + std::random_device{}();
+  PD_ASSIGN_OR_RETURN(RoutedRequest out,
+                      ValidateGenerateRequest(request, *tokenizer_, limits, deadline, fallback_seed));
   // Two routers, or two clients, may use the same id: the workers key requests by a
   // downstream id that adds this router's instance and a counter.
   const uint64_t n = const_cast<Router*>(this)->next_request_.fetch_add(1);
   out.request_id = request.request_id().empty() ? Str("req-", instance_, "-", n) : request.request_id();
-  if (out.request_id.size() > 256) return Invalid("request_id", "is longer than 256 bytes");
   out.downstream_id = request.request_id().empty() ? out.request_id
                                                    : Str(out.request_id, "#", instance_, "-", n);
-  const int64_t vocab = config_.vocab_size;
-  switch (request.prompt_case()) {
-    case v1::GenerateRequest::kText: {
-      if (request.text().empty()) return Invalid("prompt.text", "is empty");
-      size_t bad = 0;
-      if (!IsValidUtf8(request.text(), &bad)) {
-        return Invalid("prompt.text", Str("is not valid UTF-8 (first bad byte at offset ", bad, ")"));
-      }
-      auto ids = tokenizer_->Encode(request.text(),
-                                    request.has_add_special_tokens() ? request.add_special_tokens() : true);
-      if (!ids.ok()) return Invalid("prompt.text", std::string(ids.status().message()));
-      out.prompt = std::move(*ids);
-      break;
-    }
-    case v1::GenerateRequest::kTokenIds:
-      out.prompt.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
-      if (out.prompt.empty()) return Invalid("prompt.token_ids", "is empty");
-      for (size_t i = 0; i < out.prompt.size(); ++i) {
-        if (out.prompt[i] < 0 || out.prompt[i] >= vocab) {
-          return Invalid("prompt.token_ids", Str("id ", out.prompt[i], " at position ", i,
-                                                 " is outside the vocabulary of ", vocab));
-        }
-      }
-      break;
-    default:
-      return Invalid("prompt", "is missing (set text or token_ids)");
-  }
-  if (out.prompt.empty()) return Invalid("prompt", "is empty");
-  const int64_t context = ContextLength();
-  if (static_cast<int64_t>(out.prompt.size()) >= context) {
-    return Invalid("prompt", Str(out.prompt.size(), " tokens do not fit the context length of ",
-                                 context, " (at least one token must be generated)"));
-  }
-  const v1::SamplingParams& sp = request.sampling();
-  if (sp.has_max_tokens() && sp.max_tokens() < 1) {
-    return Invalid("sampling.max_tokens", Str("must be >= 1, got ", sp.max_tokens()));
-  }
-  if (sp.has_max_tokens() && static_cast<int64_t>(out.prompt.size()) + sp.max_tokens() > context) {
-    return Invalid("sampling.max_tokens",
-                   Str(sp.max_tokens(), " plus the ", out.prompt.size(),
-                       "-token prompt exceed the context length of ", context));
-  }
-  std::optional<uint64_t> seed;
-  if (sp.has_seed()) seed = sp.seed();
-  if (!seed) seed = std::random_device{}() * 0x9e3779b97f4a7c15ull + std::random_device{}();
-  out.params = FromProto(sp, seed);
-  if (absl::Status s = out.params.Validate(vocab); !s.ok()) {
-    return absl::InvalidArgumentError(Str("sampling.", s.message()));
-  }
-  if (static_cast<size_t>(sp.stop_size()) > options_.max_stop_strings) {
-    return Invalid("sampling.stop", Str("has ", sp.stop_size(), " strings; at most ",
-                                        options_.max_stop_strings));
-  }
-  for (const std::string& s : sp.stop()) {
-    if (s.empty() || s.size() > options_.max_stop_string_bytes || !IsValidUtf8(s)) {
-      return Invalid("sampling.stop", Str("each stop string must be 1..",
-                                          options_.max_stop_string_bytes, " bytes of UTF-8"));
-    }
-    out.stop.push_back(s);
-  }
-  out.skip_special_tokens = sp.has_skip_special_tokens() ? sp.skip_special_tokens() : true;
-  out.deadline = deadline;
-  if (request.timeout_ms() > 0) {
-    out.deadline = std::min(deadline, std::chrono::system_clock::now() +
-                                          std::chrono::milliseconds(request.timeout_ms()));
-  }
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include "common/metrics/metrics.h"
 #include "common/rpc/api_keys.h"
 #include "router/discovery.h"
+#include "router/request_validator.h"
 #include "router/router_metrics.h"
 #include "router/routing_policy.h"
 #include "router/worker_pool.h"
@@ -70,17 +71,6 @@ struct RouteConstraints {
 struct Route {
   WorkerPool::Pick decode;
   std::optional<WorkerPool::Pick> prefill;  // Unset: the decode worker prefills.
-};
-
-// What the router sends down for one validated request.
-struct RoutedRequest {
-  std::string request_id;     // The client's, or one the router made.
-  std::string downstream_id;  // Unique across routers and clients: the workers' id for it.
-  std::vector<int32_t> prompt;
-  SamplingParams params;  // seed resolved
-  std::vector<std::string> stop;
-  bool skip_special_tokens = true;
-  std::chrono::system_clock::time_point deadline;
 };
 
 class Router {

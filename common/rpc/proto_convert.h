@@ -6,16 +6,12 @@
 
 #include "absl/status/statusor.h"
 #include "common/engine/llm_engine.h"
+#include "common/rpc/sampling_proto.h"
 #include "common/sampling/sampling_params.h"
 #include "pdserve/internal/v1/worker.pb.h"
 #include "pdserve/v1/generation.pb.h"
 
 namespace pdserve {
-
-// Wire sampling parameters to the sampler's, with vLLM's defaults for unset fields. `seed`
-// overrides the message's (the router resolves one per request). Stop strings are the router's
-// business and are not copied.
-SamplingParams FromProto(const v1::SamplingParams& p, std::optional<uint64_t> seed);
 
 // The worker's KV layout, as a message and as the transport's handshake string.
 internal::v1::KvLayout MakeKvLayout(const LLMEngine& engine, const std::string& fingerprint);
