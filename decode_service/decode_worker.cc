@@ -11,6 +11,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/grpc_workarounds.h"
 #include "common/rpc/proto_convert.h"
 #include "common/rpc/server_builder.h"
 
@@ -226,6 +227,7 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
 internal::v1::PrefillWorker::Stub* DecodeWorker::PrefillStub(const std::string& address) {
   auto it = stubs_.find(address);
   if (it != stubs_.end()) return it->second.get();
+  PinGrpcCallbackQueue();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);

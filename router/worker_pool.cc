@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/base/log.h"
+#include "common/rpc/grpc_workarounds.h"
 #include "common/base/rng.h"
 #include "common/rpc/load_publisher.h"
 #include "common/rpc/server_builder.h"
@@ -120,6 +121,7 @@ void WorkerPool::SetAddresses(const std::vector<std::string>& addresses) {
     if (workers_.contains(address)) continue;
     auto w = std::make_shared<Worker>();
     w->address = address;
+    PinGrpcCallbackQueue();
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);

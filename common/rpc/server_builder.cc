@@ -6,6 +6,7 @@
 #include <grpcpp/server_builder.h>
 
 #include "common/base/strings.h"
+#include "common/rpc/grpc_workarounds.h"
 
 namespace pdserve {
 
@@ -13,6 +14,7 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
                                               const std::vector<grpc::Service*>& services,
                                               const ServerOptions& options) {
   static const bool once = [] {
+    PinGrpcCallbackQueue();
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     return true;

@@ -1,0 +1,2 @@
+Hello there*333?fff?HZ
+ZENDh

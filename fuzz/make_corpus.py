@@ -1,0 +1,84 @@
+"""Writes the fuzzers' seed corpora into fuzz/corpus/<target>/ (committed; rerun to refresh).
+
+Run: /usr/bin/python3 fuzz/make_corpus.py --pdserve build/pdserve
+"""
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
+import cluster  # noqa: E402
+
+cluster.stubs_dir()
+from pdserve.v1 import generation_pb2 as pb  # noqa: E402
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def safetensors(tensors):
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, b"", 0
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        blobs += raw
+        offset += len(raw)
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + blobs
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pdserve", required=True)
+    args = parser.parse_args()
+    tmp = tempfile.mkdtemp()
+    for arch in ("llama", "qwen3", "mistral"):
+        model = os.path.join(tmp, arch)
+        subprocess.run([args.pdserve, "make-model", model, "--arch", arch, "--layers", "1", "--hidden", "32",
+                        "--heads", "2", "--kv-heads", "1", "--vocab", "300"], check=True, capture_output=True)
+        with open(os.path.join(model, "config.json")) as f:
+            write("model_config_fuzz", f"{arch}.json", f.read())
+    with open(os.path.join(tmp, "llama", "tokenizer.json")) as f:
+        write("tokenizer_json_fuzz", "trained_bpe.json", f.read())
+    write("tokenizer_json_fuzz", "tiny_bpe.json", json.dumps({
+        "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
+        "pre_tokenizer": {"type": "Whitespace"}, "decoder": {"type": "BPEDecoder"}}))
+    write("safetensors_fuzz", "two_tensors.safetensors", safetensors({
+        "w": ("F32", [2, 2], struct.pack("<4f", 1, 2, 3, 4)), "b": ("BF16", [2], b"\x80\x3f\x00\x40")}))
+    write("safetensors_fuzz", "empty.safetensors", safetensors({}))
+    for i, text in enumerate(["Hello, world!", "def f(x):\n    return x ** 2  # ok", "Ünïcödé — 漢字 🙂🙃",
+                              "   spaces\t\ttabs\n\nnewlines", "<|begin_of_text|>special", "1234567890 3.14159"]):
+        write("tokenizer_encode_fuzz", f"text{i}.txt", text)
+    # A KV stream: HELLO, two pages for transfer 1, its END; a page outside transfer 2's ranges.
+    def frame(kind, tag, offset, payload):
+        return struct.pack("<IIQQQ", 0x564b4450, kind, tag, offset, len(payload)) + payload
+    page = bytes(range(256)) * 2
+    stream = frame(1, 0, 0, b"layout") + frame(2, 1, 0, page) + frame(2, 1, 512, page) + \
+        frame(3, 1, 0, struct.pack("<QQQ", 2, 1024, 0)) + frame(2, 2, 1024, page) + frame(4, 2, 0, b"")
+    # The first byte says whether the connection starts with its HELLO (bit 0).
+    write("frame_reader_fuzz", "stream.bin", b"\x01" + stream)
+    write("frame_reader_fuzz", "pages_only.bin", b"\x00" + frame(2, 2, 2048, page) + frame(2, 2, 3072, page))
+    reqs = [
+        pb.GenerateRequest(text="Hello there", sampling=pb.SamplingParams(max_tokens=8, temperature=0.7, top_p=0.9,
+                                                                         stop=["\n", "END"], logprobs=2)),
+        pb.GenerateRequest(token_ids=pb.TokenIds(ids=[1, 2, 3, 300]), request_id="r-1",
+                           sampling=pb.SamplingParams(max_tokens=4, seed=3, top_k=5, stop_token_ids=[7])),
+        pb.GenerateRequest(text="x", add_special_tokens=False, timeout_ms=100,
+                           sampling=pb.SamplingParams(repetition_penalty=1.1, frequency_penalty=0.5,
+                                                      presence_penalty=-0.5, min_p=0.1, ignore_eos=True)),
+    ]
+    for i, r in enumerate(reqs):
+        write("request_validator_fuzz", f"request{i}.pb", r.SerializeToString())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The sanitizer build: clang with AddressSanitizer + UndefinedBehaviorSanitizer into build-fuzz/,
+# runs every GoogleTest binary (ctest label `unit`) there, then each libFuzzer target in fuzz/
+# for PDSERVE_FUZZ_SECONDS (default 60) on its committed seed corpus. Exits non-zero on a test
+# failure, a sanitizer report or a fuzzer crash (the crashing input is kept in build-fuzz/crashes/).
+#   scripts/fuzz.sh                      # what CI runs (scripts/test.sh calls it)
+#   PDSERVE_FUZZ_SECONDS=600 scripts/fuzz.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${PDSERVE_SKIP_SETUP:-0}" != "1" ]; then
+  scripts/setup.sh
+fi
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+BUILD_DIR=build-fuzz
+SECONDS_EACH="${PDSERVE_FUZZ_SECONDS:-60}"
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DPDSERVE_FUZZ=ON -DPDSERVE_SANITIZE=address,undefined -DPDSERVE_CUDA=OFF >/dev/null
+ninja -C "$BUILD_DIR" -j "$(nproc)" unit_tests fuzzers
+
+# Any UBSan finding is an error; leak checking stays on (ASan's default).
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export ASAN_OPTIONS="detect_stack_use_after_return=0:strict_string_checks=1"
+export PDSERVE_LOG_LEVEL="${PDSERVE_LOG_LEVEL:-warning}"
+(cd "$BUILD_DIR" && ctest -L unit --output-on-failure -j "$(nproc)" --timeout 900)
+
+mkdir -p "$BUILD_DIR/crashes"
+for target in $(ls fuzz/corpus); do
+  work="$BUILD_DIR/corpus/$target"
+  mkdir -p "$work"
+  echo "fuzz.sh: $target for ${SECONDS_EACH}s"
+  if ! "$BUILD_DIR/fuzz/$target" -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 \
+      -print_final_stats=1 -artifact_prefix="$BUILD_DIR/crashes/$target-" \
+      "$work" "fuzz/corpus/$target" >"$BUILD_DIR/$target.log" 2>&1; then
+    tail -n 60 "$BUILD_DIR/$target.log"
+    echo "fuzz.sh: $target failed; reproducer in $BUILD_DIR/crashes/" >&2
+    exit 1
+  fi
+  grep -E "^stat::number_of_executed_units|^stat::new_units_added" "$BUILD_DIR/$target.log" | tr '\n' ' '
+  echo
+done
+echo "fuzz.sh: unit tests and fuzzers clean"
