@@ -34,16 +34,44 @@ PrefillWorker::~PrefillWorker() {
   if (thread_.joinable()) thread_.join();
 }
 
-void PrefillWorker::Submit(const internal::v1::PrefillRequest& request, Done done) {
+uint64_t PrefillWorker::Submit(const internal::v1::PrefillRequest& request, Done done) {
+  const uint64_t ticket = next_ticket_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_ || stop_) {
       done(absl::UnavailableError("prefill worker is shutting down"));
-      return;
+      return ticket;
     }
     ++in_flight_;
   }
-  Post([this, request, done = std::move(done)]() mutable { Start(request, std::move(done)); });
+  Post([this, request, ticket, done = std::move(done)]() mutable {
+    Start(request, std::move(done), ticket);
+  });
+  return ticket;
+}
+
+void PrefillWorker::Cancel(uint64_t ticket) {
+  Post([this, ticket] {
+    auto t = tickets_.find(ticket);
+    if (t == tickets_.end()) return;  // Answered, or already sending its pages.
+    auto it = jobs_.find(t->second);
+    if (it == jobs_.end()) return;
+    const int64_t first = it->second.request.first_block();
+    for (int64_t sent : it->second.sent_upto) {
+      if (sent > first) return;  // Pages are queued on the transport: let it finish.
+    }
+    Job job = std::move(it->second);
+    jobs_.erase(it);
+    tickets_.erase(t);
+    std::vector<RequestOutput> aborted;
+    engine_->Abort(job.engine_id, &aborted);  // Frees its blocks.
+    for (const RequestOutput& out : aborted) metrics_->Observe(out);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+    }
+    job.done(absl::CancelledError("prefill cancelled by its caller"));
+  });
 }
 
 internal::v1::WorkerInfo PrefillWorker::Info() {
@@ -67,7 +95,8 @@ void PrefillWorker::Drain(absl::Duration timeout) {
   }
 }
 
-void PrefillWorker::Start(const internal::v1::PrefillRequest& request, Done done) {
+void PrefillWorker::Start(const internal::v1::PrefillRequest& request, Done done,
+                          uint64_t ticket) {
   auto fail = [&](const absl::Status& s) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -95,6 +124,7 @@ void PrefillWorker::Start(const internal::v1::PrefillRequest& request, Done done
     }
   }
   Job job;
+  job.ticket = ticket;
   job.request = request;
   job.done = std::move(done);
   job.engine_id = Str(request.request_id(), "#", next_job_++);
@@ -111,6 +141,7 @@ void PrefillWorker::Start(const internal::v1::PrefillRequest& request, Done done
       !s.ok()) {
     return fail(s);
   }
+  tickets_[ticket] = job.engine_id;
   jobs_.emplace(job.engine_id, std::move(job));
 }
 
@@ -154,6 +185,7 @@ void PrefillWorker::Complete(const RequestOutput& output) {
   if (it == jobs_.end()) return;
   Job job = std::move(it->second);
   jobs_.erase(it);
+  tickets_.erase(job.ticket);
   auto finish = [this](Done& done, absl::StatusOr<internal::v1::PrefillResponse> r) {
     {
       std::lock_guard<std::mutex> lock(mu_);

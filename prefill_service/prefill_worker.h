@@ -9,6 +9,7 @@
 #ifndef PDSERVE_PREFILL_SERVICE_PREFILL_WORKER_H_
 #define PDSERVE_PREFILL_SERVICE_PREFILL_WORKER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -43,7 +44,13 @@ class PrefillWorker {
   static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(const PrefillWorkerOptions& options);
   ~PrefillWorker();
 
-  void Submit(const internal::v1::PrefillRequest& request, Done done);
+  // Returns a ticket for Cancel. `done` is called exactly once.
+  uint64_t Submit(const internal::v1::PrefillRequest& request, Done done);
+  // The caller no longer wants the answer (its RPC was cancelled: the client left or the decode
+  // worker's lease ran out). A job that has not sent a page yet is dropped, its blocks freed and
+  // `done` called with Cancelled; one already sending finishes (its blocks must stay valid until
+  // the transport has read them).
+  void Cancel(uint64_t ticket);
   internal::v1::WorkerInfo Info();
   // Load reports and KV events for routers (WatchLoad).
   LoadPublisher* publisher() { return &publisher_; }
@@ -51,6 +58,7 @@ class PrefillWorker {
 
  private:
   struct Job {
+    uint64_t ticket = 0;
     internal::v1::PrefillRequest request;
     Done done;
     std::string engine_id;           // Unique per job (request id + tag).
@@ -62,7 +70,7 @@ class PrefillWorker {
   explicit PrefillWorker(const PrefillWorkerOptions& options) : options_(options) {}
   void Post(std::function<void()> command) { commands_.Post(std::move(command)); }
   void Loop();
-  void Start(const internal::v1::PrefillRequest& request, Done done);
+  void Start(const internal::v1::PrefillRequest& request, Done done, uint64_t ticket);
   void OnLayer(int64_t layer, const SchedulerOutput& schedule);
   void Complete(const RequestOutput& output);
   void PublishInfo();
@@ -74,6 +82,7 @@ class PrefillWorker {
 
   // Scheduler-thread state.
   absl::flat_hash_map<std::string, Job> jobs_;  // By engine id.
+  absl::flat_hash_map<uint64_t, std::string> tickets_;  // Jobs in jobs_: ticket -> engine id.
   std::vector<RequestOutput> outputs_;
   uint64_t next_job_ = 1;
   TransferCounters transfers_;
@@ -87,6 +96,7 @@ class PrefillWorker {
   std::vector<KvEvent> events_;  // Scheduler thread: drained from the engine each loop.
   LoadPublisher publisher_;
   std::unique_ptr<WorkerMetrics> metrics_;  // Reads Info() at scrape time.
+  std::atomic<uint64_t> next_ticket_{1};
   std::thread thread_;
 };
 

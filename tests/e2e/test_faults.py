@@ -218,6 +218,47 @@ class FaultTest(unittest.TestCase):
             self.assertEqual(c.stop(), [0] * 3)
 
 
+class PrefillCancelTest(unittest.TestCase):
+    def test_a_cancelled_request_leaves_the_prefill_queue_uncomputed(self):
+        # One prefill sequence at a time in chunks of 32 tokens, and a 1,500-token first prompt on
+        # a larger model: the second request waits in the prefill worker's queue. Its client
+        # cancels; the cancel travels router -> decode -> the Prefill RPC, and the prefill worker
+        # drops the job without computing it, while the first request completes.
+        model = os.path.join(WORKDIR, "wide")
+        subprocess.run([PDSERVE, "make-model", model, "--arch", "llama", "--layers", "8", "--hidden", "512",
+                        "--heads", "8", "--kv-heads", "2", "--vocab", "512", "--seed", "5"],
+                       check=True, capture_output=True)
+        c = cluster.Cluster(PDSERVE, model, prefill=1, decode=1,
+                            prefill_args=METRICS + ("--max-num-seqs", "1", "--max-num-batched-tokens", "32"),
+                            engine_args=("--threads", "1", "--kv-memory-gib", "0.2"))
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            first, second = prompts(2, 91, 1500, 1501)[0], prompts(1, 92, 300, 301)[0]
+            result = {}
+            a = threading.Thread(target=lambda: result.update(collect(stub, request(first, 2))))
+            a.start()
+            deadline = time.time() + 30
+            while info(c.prefill[0].grpc, True).running == 0 and time.time() < deadline:
+                time.sleep(0.005)
+            call = stub.Generate(request(second, 2), timeout=60)
+            while info(c.prefill[0].grpc, True).waiting == 0 and time.time() < deadline:
+                time.sleep(0.005)
+            self.assertEqual(info(c.prefill[0].grpc, True).running, 1)  # The first is still computing.
+            call.cancel()
+            while metric(c.prefill[0], "pdserve_request_success_total", finished_reason="abort") == 0 \
+                    and time.time() < deadline:
+                time.sleep(0.01)
+            self.assertEqual(metric(c.prefill[0], "pdserve_request_success_total", finished_reason="abort"), 1)
+            a.join(60)
+            self.assertEqual(len(result["token_ids"]), 2)
+            # Only the first prompt was computed there.
+            self.assertEqual(metric(c.prefill[0], "pdserve_prompt_tokens_total"), len(first))
+            self.assertEqual(metric(c.prefill[0], "pdserve_request_success_total", finished_reason="length"), 1)
+            wait_idle(self, [(c.prefill[0], True), (c.decode[0], False)])
+        finally:
+            self.assertEqual(c.stop(), [0] * 3)
+
+
 class BackpressureTest(unittest.TestCase):
     def run_burst(self, stub, n, max_tokens):
         def one(i):
