@@ -184,6 +184,7 @@ int RunPrefill(const TierFlags& f) {
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
+  if (f.security.tls.mutual()) o.transport_tls = {f.security.tls.cert, f.security.tls.key, f.security.tls.ca};
   auto worker = PrefillWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
   PrefillGrpcService service(worker->get());
@@ -220,6 +221,7 @@ int RunDecode(const TierFlags& f) {
   auto prefill_credentials = f.security.InternalChannel();
   if (!prefill_credentials.ok()) return ReportError(cmd, prefill_credentials.status(), kExitUsage);
   o.prefill_credentials = *prefill_credentials;
+  if (f.security.tls.mutual()) o.transport_tls = {f.security.tls.cert, f.security.tls.key, f.security.tls.ca};
   auto worker = DecodeWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
   DecodeGrpcService service(worker->get());

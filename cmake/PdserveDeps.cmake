@@ -13,6 +13,8 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 # Debian builds cpp-httplib as a library; pkg-config adds the CPPHTTPLIB_* defines it was built with.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# The tcp KV transport's mutual TLS.
+find_package(OpenSSL REQUIRED)
 
 # OpenBLAS' config gives variables, not a target: wrap them once.
 add_library(pdserve_openblas INTERFACE)

@@ -42,6 +42,7 @@ struct DecodeWorkerOptions {
   EngineOptions engine;
   std::string transport = "tcp";
   std::string transport_listen = "127.0.0.1:0";
+  KvTransportTls transport_tls;  // tcp: mutual TLS on KV connections (--tls-*)
   // Prompts of at most this many tokens are prefilled here even when a prefill worker is given.
   int64_t local_prefill_tokens = 32;
   // How long a remote prefill may take, RPC and pages included, before the reservation is

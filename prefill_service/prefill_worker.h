@@ -33,6 +33,7 @@ struct PrefillWorkerOptions {
   EngineOptions engine;
   std::string transport = "tcp";
   std::string transport_listen = "127.0.0.1:0";
+  KvTransportTls transport_tls;  // tcp: mutual TLS on KV connections (--tls-*)
   // Where the worker's metrics go (role "prefill"); null: a registry of its own, not exported.
   metrics::Registry* metrics = nullptr;
 };

@@ -28,7 +28,8 @@ struct WorkerCore {
   static absl::StatusOr<WorkerCore> Create(const std::string& model_dir,
                                            const EngineOptions& engine,
                                            const std::string& transport,
-                                           const std::string& transport_listen);
+                                           const std::string& transport_listen,
+                                           const KvTransportTls& transport_tls = {});
 };
 
 struct TransferCounters {

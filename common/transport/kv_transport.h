@@ -50,12 +50,18 @@ struct TransferPoll {
   absl::Status status;   // Why, when kFailed.
 };
 
+// PEM files for mutual TLS on the tcp transport's connections (all three, or none).
+struct KvTransportTls {
+  std::string cert, key, ca;
+};
+
 struct KvTransportOptions {
   // Where the receiver listens (tcp: "host:port", port 0 picks one). Unused by `local`.
   std::string listen_address = "127.0.0.1:0";
   // The worker's KV layout as "key=value;..." (KvLayout fields). Peers with a different layout
   // are refused at the handshake with a message naming the first differing key.
   std::string layout;
+  KvTransportTls tls;  // tcp: mutual TLS when tls.ca is set.
 };
 
 class KvTransport {

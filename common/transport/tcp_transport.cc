@@ -23,6 +23,7 @@
 #include "common/transport/frame_reader.h"
 #include "common/transport/layout_check.h"
 #include "common/transport/receive_tracker.h"
+#include "common/transport/tls_stream.h"
 
 namespace pdserve {
 namespace {
@@ -35,49 +36,22 @@ using kv_wire::kHello;
 using kv_wire::kMagic;
 using kv_wire::kPage;
 
-bool ReadFull(int fd, void* buf, size_t len) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (len > 0) {
-    const ssize_t n = ::recv(fd, p, len, 0);
-    if (n == 0) return false;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-class FdSource : public kv_wire::ByteSource {
+// Frames come from the connection's stream (in the clear or TLS).
+class StreamSource : public kv_wire::ByteSource {
  public:
-  explicit FdSource(int fd) : fd_(fd) {}
-  bool Read(void* buf, size_t len) override { return ReadFull(fd_, buf, len); }
+  explicit StreamSource(Stream* stream) : stream_(stream) {}
+  bool Read(void* buf, size_t len) override { return stream_->Read(buf, len); }
 
  private:
-  const int fd_;
+  Stream* const stream_;
 };
 
-bool WriteAll(int fd, struct iovec* iov, int count) {
-  while (count > 0) {
-    const ssize_t n = ::writev(fd, iov, count);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    size_t left = static_cast<size_t>(n);
-    while (count > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --count;
-    }
-    if (count > 0) {
-      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
-  }
-  return true;
+// "tcp://host:port" -> host.
+std::string EndpointHost(std::string_view endpoint) {
+  if (endpoint.rfind("tcp://", 0) == 0) endpoint.remove_prefix(6);
+  std::string host(endpoint.substr(0, endpoint.rfind(':')));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
 }
 
 absl::Status SplitHostPort(std::string_view address, std::string* host, std::string* port) {
@@ -129,6 +103,14 @@ absl::StatusOr<int> Connect(std::string_view endpoint) {
 class TcpKvTransport : public KvTransport {
  public:
   explicit TcpKvTransport(const KvTransportOptions& options) : layout_(options.layout) {}
+  // Mutual TLS on every KV connection when the options name a CA.
+  absl::Status InitTls(const KvTransportOptions& options) {
+    if (options.tls.ca.empty()) return absl::OkStatus();
+    auto tls = KvTls::Create(options.tls.cert, options.tls.key, options.tls.ca);
+    if (!tls.ok()) return tls.status();
+    tls_ = std::move(*tls);
+    return absl::OkStatus();
+  }
   ~TcpKvTransport() override;
 
   absl::Status Listen(const std::string& address);
@@ -161,6 +143,7 @@ class TcpKvTransport : public KvTransport {
   };
   struct Peer {
     int fd = -1;
+    std::unique_ptr<Stream> stream;
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Item> queue;
@@ -178,13 +161,19 @@ class TcpKvTransport : public KvTransport {
   void ReaderLoop(int fd, uint64_t source);
 
   const std::string layout_;
+  std::unique_ptr<KvTls> tls_;  // Null: in the clear.
   std::string endpoint_;
   ReceiveTracker tracker_;
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
   std::mutex readers_mu_;
-  std::list<std::pair<int, std::thread>> readers_;
+  struct Reader {
+    int fd;
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
+  };
+  std::list<Reader> readers_;  // Finished ones are reaped at the next accept.
   std::atomic<uint64_t> next_source_{1};
   std::mutex peers_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers_;
@@ -245,9 +234,9 @@ TcpKvTransport::~TcpKvTransport() {
   if (listen_fd_ >= 0) ::close(listen_fd_);
   {
     std::lock_guard<std::mutex> lock(readers_mu_);
-    for (auto& [fd, t] : readers_) ::shutdown(fd, SHUT_RDWR);
+    for (Reader& r : readers_) ::shutdown(r.fd, SHUT_RDWR);
   }
-  for (auto& [fd, t] : readers_) {
+  for (auto& [fd, t, done] : readers_) {
     if (t.joinable()) t.join();
     ::close(fd);
   }
@@ -277,12 +266,38 @@ void TcpKvTransport::AcceptLoop() {
     }
     const uint64_t source = next_source_.fetch_add(1);
     std::lock_guard<std::mutex> lock(readers_mu_);
-    readers_.emplace_back(fd, std::thread([this, fd, source] { ReaderLoop(fd, source); }));
+    for (auto it = readers_.begin(); it != readers_.end();) {  // Connections that ended.
+      if (it->done->load()) {
+        it->thread.join();
+        ::close(it->fd);
+        it = readers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    Reader& r = readers_.emplace_back(Reader{fd, std::thread()});
+    r.thread = std::thread([this, fd, source, done = r.done] {
+      ReaderLoop(fd, source);
+      // Let the peer see the end (a refused handshake included); the fd is closed when reaped.
+      ::shutdown(fd, SHUT_RDWR);
+      done->store(true);
+    });
   }
 }
 
 void TcpKvTransport::ReaderLoop(int fd, uint64_t source) {
-  FdSource in(fd);
+  std::unique_ptr<Stream> stream;
+  if (tls_) {
+    auto accepted = tls_->Accept(fd);
+    if (!accepted.ok()) {
+      PD_LOG(Warning) << accepted.status();  // A peer without the tiers' certificate.
+      return;
+    }
+    stream = std::move(*accepted);
+  } else {
+    stream = std::make_unique<Stream>(fd, nullptr);
+  }
+  StreamSource in(stream.get());
   // Handshake: the sender's layout must equal ours.
   auto theirs = kv_wire::ReadHello(in);
   if (!theirs.ok()) return;
@@ -290,7 +305,7 @@ void TcpKvTransport::ReaderLoop(int fd, uint64_t source) {
   const std::string message(check.message());
   uint32_t reply[2] = {check.ok() ? 0u : 1u, static_cast<uint32_t>(message.size())};
   iovec iov[2] = {{reply, sizeof(reply)}, {const_cast<char*>(message.data()), message.size()}};
-  if (!WriteAll(fd, iov, 2) || !check.ok()) return;
+  if (!stream->Write(iov, 2) || !check.ok()) return;
   kv_wire::ReceiveFrames(in, tracker_, source, stopping_);
   tracker_.FailSource(source, absl::UnavailableError("KV transport peer disconnected"));
 }
@@ -305,20 +320,34 @@ absl::StatusOr<std::shared_ptr<TcpKvTransport::Peer>> TcpKvTransport::GetPeer(
   }
   auto fd = Connect(endpoint);
   if (!fd.ok()) return fd.status();
+  std::unique_ptr<Stream> stream;
+  if (tls_) {
+    auto connected = tls_->Connect(*fd, EndpointHost(endpoint));
+    if (!connected.ok()) {
+      ::close(*fd);
+      return connected.status();
+    }
+    stream = std::move(*connected);
+  } else {
+    stream = std::make_unique<Stream>(*fd, nullptr);
+  }
   FrameHeader h{kMagic, kHello, 0, 0, layout_.size()};
   iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(layout_.data()), layout_.size()}};
   uint32_t reply[2];
-  if (!WriteAll(*fd, iov, 2) || !ReadFull(*fd, reply, sizeof(reply))) {
+  if (!stream->Write(iov, 2) || !stream->Read(reply, sizeof(reply))) {
+    stream.reset();
     ::close(*fd);
     return absl::UnavailableError(Str("KV transport handshake with ", endpoint, " failed"));
   }
-  std::string message(reply[1], '\0');
-  if (reply[1] > kv_wire::kMaxHello || !ReadFull(*fd, message.data(), message.size()) || reply[0] != 0) {
+  std::string message(reply[1] <= kv_wire::kMaxHello ? reply[1] : 0, '\0');
+  if (reply[1] > kv_wire::kMaxHello || !stream->Read(message.data(), message.size()) || reply[0] != 0) {
+    stream.reset();
     ::close(*fd);
     return absl::FailedPreconditionError(Str("KV transport peer ", endpoint, " refused: ", message));
   }
   auto peer = std::make_shared<Peer>();
   peer->fd = *fd;
+  peer->stream = std::move(stream);
   peer->writer = std::thread([this, peer] { WriterLoop(peer); });
   if (it != peers_.end()) {
     // Replace a broken connection; its writer already stopped.
@@ -376,7 +405,7 @@ void TcpKvTransport::WriterLoop(std::shared_ptr<Peer> peer) {
         }
         FrameHeader h{kMagic, kPage, item.tag, p.dst_offset, p.bytes};
         iovec iov[2] = {{&h, sizeof(h)}, {const_cast<uint8_t*>(src), p.bytes}};
-        if (!WriteAll(peer->fd, iov, 2)) {
+        if (!peer->stream->Write(iov, 2)) {
           ok = false;
           break;
         }
@@ -398,7 +427,7 @@ void TcpKvTransport::WriterLoop(std::shared_ptr<Peer> peer) {
                        stats.checksum};
       FrameHeader h{kMagic, kEnd, item.tag, 0, sizeof(v)};
       iovec iov[2] = {{&h, sizeof(h)}, {v, sizeof(v)}};
-      ok = WriteAll(peer->fd, iov, 2);
+      ok = peer->stream->Write(iov, 2);
       if (ok && item.done) item.done(stats);
     } else if (item.type == kAbort) {
       {
@@ -407,7 +436,7 @@ void TcpKvTransport::WriterLoop(std::shared_ptr<Peer> peer) {
       }
       FrameHeader h{kMagic, kAbort, item.tag, 0, 0};
       iovec iov[1] = {{&h, sizeof(h)}};
-      ok = WriteAll(peer->fd, iov, 1);
+      ok = peer->stream->Write(iov, 1);
     }
     if (!ok) {
       std::deque<Item> failed;
@@ -460,6 +489,7 @@ void TcpKvTransport::Abort(const std::string& peer_endpoint, uint64_t tag) {
 absl::StatusOr<std::unique_ptr<KvTransport>> CreateTcpKvTransport(
     const KvTransportOptions& options) {
   auto t = std::make_unique<TcpKvTransport>(options);
+  if (absl::Status s = t->InitTls(options); !s.ok()) return s;
   if (absl::Status s = t->Listen(options.listen_address); !s.ok()) return s;
   return std::unique_ptr<KvTransport>(std::move(t));
 }

@@ -9,6 +9,9 @@ import json
 import os
 import random
 import shutil
+import socket
+import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -156,6 +159,35 @@ class SecurityTest(unittest.TestCase):
                                        grpc.StatusCode.UNAVAILABLE)
                 ok = stub_type(secure(worker.grpc, leaf="node"))
                 self.assertEqual(ok.GetWorkerInfo(worker_pb2.GetWorkerInfoRequest(), timeout=10).vocab_size, 512)
+
+            # The KV transport is mutual TLS too: a plaintext peer, or one with another CA's
+            # certificate, gets nothing; one with the tiers' certificate completes the handshake
+            # (Python's own TLS stack) and is answered (here: a layout refusal naming the key).
+            host, port = info.transport_endpoint[len("tcp://"):].rsplit(":", 1)
+            hello = struct.pack("<IIQQQ", 0x564b4450, 1, 0, 0, 9) + b"block=999"
+            with socket.create_connection((host, int(port)), timeout=10) as raw:
+                raw.sendall(hello)
+                self.assertEqual(raw.recv(64), b"")  # Closed: no TLS handshake.
+            for leaf, accepted in (("intruder", False), ("node", True)):
+                ctx = ssl.create_default_context(cafile=path("ca.pem"))
+                ctx.load_cert_chain(path(f"{leaf}.pem"), path(f"{leaf}.key"))
+                with socket.create_connection((host, int(port)), timeout=10) as raw:
+                    try:
+                        with ctx.wrap_socket(raw, server_hostname=host) as tls:
+                            tls.sendall(hello)
+                            reply = tls.recv(8)
+                            while len(reply) < 8:
+                                more = tls.recv(8 - len(reply))
+                                if not more:
+                                    break
+                                reply += more
+                    except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+                        reply = b""
+                if accepted:
+                    self.assertEqual(len(reply), 8)
+                    self.assertEqual(struct.unpack("<II", reply)[0], 1)  # Refused layout, over TLS.
+                else:
+                    self.assertEqual(reply, b"")
 
             # A router without the tiers' certificate cannot use them.
             r = subprocess.run([PDSERVE, "router", "--listen", "127.0.0.1:0", "--model", MODEL,
