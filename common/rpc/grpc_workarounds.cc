@@ -9,6 +9,10 @@
 #include <chrono>
 #include <memory>
 
+#include <google/protobuf/stubs/logging.h>
+
+#include "common/base/log.h"
+
 namespace pdserve {
 
 namespace {
@@ -38,6 +42,21 @@ void PinGrpcCallbackQueue() {
     return p;
   }();
   (void)pin;
+}
+
+void RouteProtobufLogs() {
+  static const bool routed = [] {
+    google::protobuf::SetLogHandler([](google::protobuf::LogLevel level, const char* file, int line,
+                                       const std::string& message) {
+      if (level >= google::protobuf::LOGLEVEL_FATAL) {
+        PD_LOG(Error) << "protobuf " << file << ":" << line << ": " << message;
+      } else {
+        PD_LOG(Debug) << "protobuf " << file << ":" << line << ": " << message;
+      }
+    });
+    return true;
+  }();
+  (void)routed;
 }
 
 }  // namespace pdserve

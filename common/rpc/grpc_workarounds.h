@@ -12,6 +12,11 @@ namespace pdserve {
 // ever being torn down. Idempotent and cheap; called before any server or channel is made.
 void PinGrpcCallbackQueue();
 
+// Protobuf prints parse complaints (e.g. a string field that is not UTF-8 in a message a client
+// crafted) straight to stderr: one line per bad request, for anyone to trigger. Route them to our
+// log at debug level (fatal ones at error). Idempotent.
+void RouteProtobufLogs();
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_COMMON_RPC_GRPC_WORKAROUNDS_H_

@@ -15,6 +15,7 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
                                               const ServerOptions& options) {
   static const bool once = [] {
     PinGrpcCallbackQueue();
+    RouteProtobufLogs();
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     return true;
