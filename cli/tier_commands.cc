@@ -149,6 +149,7 @@ struct TierFlags {
   int64_t local_prefill_tokens = 32;
   int64_t lease_ms = 60000;
   int64_t max_waiting = 512;
+  int64_t kv_send_timeout_ms = 30000;
   double drain_seconds = 30;
   EngineFlags engine;
   MetricsFlags metrics;
@@ -159,6 +160,8 @@ struct TierFlags {
     flags.String("model", &model, "Hugging Face model directory");
     flags.String("transport", &transport, "KV transport: tcp or local");
     flags.String("transport-listen", &transport_listen, "where the KV transport listens (tcp)");
+    flags.Int("kv-send-timeout-ms", &kv_send_timeout_ms,
+              "tcp: give up a KV peer that accepts nothing for this long (its transfers fail)");
     if (decode) {
       flags.Int("local-prefill-tokens", &local_prefill_tokens,
                 "prefill prompts of at most this many tokens here, not on a prefill worker");
@@ -185,6 +188,10 @@ int RunPrefill(const TierFlags& f) {
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
   if (f.security.tls.mutual()) o.transport_tls = {f.security.tls.cert, f.security.tls.key, f.security.tls.ca};
+  o.kv_send_timeout_ms = f.kv_send_timeout_ms;
+  if (f.kv_send_timeout_ms < 0) {
+    return ReportError(cmd, absl::InvalidArgumentError("--kv-send-timeout-ms: must be >= 0"), kExitUsage);
+  }
   auto worker = PrefillWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
   PrefillGrpcService service(worker->get());
@@ -222,6 +229,10 @@ int RunDecode(const TierFlags& f) {
   if (!prefill_credentials.ok()) return ReportError(cmd, prefill_credentials.status(), kExitUsage);
   o.prefill_credentials = *prefill_credentials;
   if (f.security.tls.mutual()) o.transport_tls = {f.security.tls.cert, f.security.tls.key, f.security.tls.ca};
+  o.kv_send_timeout_ms = f.kv_send_timeout_ms;
+  if (f.kv_send_timeout_ms < 0) {
+    return ReportError(cmd, absl::InvalidArgumentError("--kv-send-timeout-ms: must be >= 0"), kExitUsage);
+  }
   auto worker = DecodeWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
   DecodeGrpcService service(worker->get());

@@ -43,6 +43,7 @@ struct DecodeWorkerOptions {
   std::string transport = "tcp";
   std::string transport_listen = "127.0.0.1:0";
   KvTransportTls transport_tls;  // tcp: mutual TLS on KV connections (--tls-*)
+  int64_t kv_send_timeout_ms = 30000;  // tcp: give up a peer that takes nothing this long
   // Prompts of at most this many tokens are prefilled here even when a prefill worker is given.
   int64_t local_prefill_tokens = 32;
   // How long a remote prefill may take, RPC and pages included, before the reservation is

@@ -34,6 +34,7 @@ struct PrefillWorkerOptions {
   std::string transport = "tcp";
   std::string transport_listen = "127.0.0.1:0";
   KvTransportTls transport_tls;  // tcp: mutual TLS on KV connections (--tls-*)
+  int64_t kv_send_timeout_ms = 30000;  // tcp: give up a peer that takes nothing this long
   // Where the worker's metrics go (role "prefill"); null: a registry of its own, not exported.
   metrics::Registry* metrics = nullptr;
 };

@@ -29,7 +29,8 @@ struct WorkerCore {
                                            const EngineOptions& engine,
                                            const std::string& transport,
                                            const std::string& transport_listen,
-                                           const KvTransportTls& transport_tls = {});
+                                           const KvTransportTls& transport_tls = {},
+                                           int64_t send_timeout_ms = 30000);
 };
 
 struct TransferCounters {

@@ -62,6 +62,9 @@ struct KvTransportOptions {
   // are refused at the handshake with a message naming the first differing key.
   std::string layout;
   KvTransportTls tls;  // tcp: mutual TLS when tls.ca is set.
+  // tcp: a peer that accepts nothing (or does not answer the handshake) for this long is given up
+  // and its transfers fail, so a hung host cannot pin the sender's blocks.
+  int64_t send_timeout_ms = 30000;
 };
 
 class KvTransport {

@@ -67,7 +67,7 @@ absl::Status SplitHostPort(std::string_view address, std::string* host, std::str
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> Connect(std::string_view endpoint) {
+absl::StatusOr<int> Connect(std::string_view endpoint, int64_t timeout_ms) {
   std::string_view address = endpoint;
   if (address.rfind("tcp://", 0) == 0) address.remove_prefix(6);
   std::string host, port;
@@ -97,12 +97,20 @@ absl::StatusOr<int> Connect(std::string_view endpoint) {
   }
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // This side only writes pages (and reads the handshake's answer): a peer that takes nothing
+  // for `timeout_ms` fails the write, and the connection with its transfers.
+  if (timeout_ms > 0) {
+    timeval tv{static_cast<time_t>(timeout_ms / 1000), static_cast<suseconds_t>((timeout_ms % 1000) * 1000)};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
   return fd;
 }
 
 class TcpKvTransport : public KvTransport {
  public:
-  explicit TcpKvTransport(const KvTransportOptions& options) : layout_(options.layout) {}
+  explicit TcpKvTransport(const KvTransportOptions& options)
+      : layout_(options.layout), send_timeout_ms_(options.send_timeout_ms) {}
   // Mutual TLS on every KV connection when the options name a CA.
   absl::Status InitTls(const KvTransportOptions& options) {
     if (options.tls.ca.empty()) return absl::OkStatus();
@@ -161,6 +169,7 @@ class TcpKvTransport : public KvTransport {
   void ReaderLoop(int fd, uint64_t source);
 
   const std::string layout_;
+  const int64_t send_timeout_ms_;
   std::unique_ptr<KvTls> tls_;  // Null: in the clear.
   std::string endpoint_;
   ReceiveTracker tracker_;
@@ -318,7 +327,7 @@ absl::StatusOr<std::shared_ptr<TcpKvTransport::Peer>> TcpKvTransport::GetPeer(
     std::lock_guard<std::mutex> plock(it->second->mu);
     if (!it->second->broken) return it->second;
   }
-  auto fd = Connect(endpoint);
+  auto fd = Connect(endpoint, send_timeout_ms_);
   if (!fd.ok()) return fd.status();
   std::unique_ptr<Stream> stream;
   if (tls_) {

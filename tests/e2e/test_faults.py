@@ -14,6 +14,8 @@ import json
 import os
 import random
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -257,6 +259,61 @@ class PrefillCancelTest(unittest.TestCase):
             wait_idle(self, [(c.prefill[0], True), (c.decode[0], False)])
         finally:
             self.assertEqual(c.stop(), [0] * 3)
+
+
+class HungPeerTest(unittest.TestCase):
+    def test_a_kv_peer_that_stops_reading_cannot_pin_the_prefill_workers_blocks(self):
+        # A fake decode-side KV receiver (a Python socket) answers the handshake, then never reads
+        # again; or never answers at all. The prefill worker's sends time out
+        # (--kv-send-timeout-ms 1000), the Prefill RPC fails, and its blocks are freed, instead of
+        # waiting for the RPC's deadline with 16 MB of pages pinned.
+        model = os.path.join(WORKDIR, "wide_hung")
+        subprocess.run([PDSERVE, "make-model", model, "--arch", "llama", "--layers", "8", "--hidden", "512",
+                        "--heads", "8", "--kv-heads", "2", "--vocab", "512", "--seed", "6"],
+                       check=True, capture_output=True)
+        prefill = cluster.Process(PDSERVE, ["prefill", "--listen", "127.0.0.1:0", "--model", model, "--threads", "1",
+                                            "--kv-memory-gib", "0.2", "--kv-send-timeout-ms", "1000", *METRICS])
+        try:
+            stub = worker_pb2_grpc.PrefillWorkerStub(grpc.insecure_channel(prefill.grpc))
+            layout = info(prefill.grpc, True).layout
+            ids = prompts(1, 93, 2000, 2001)[0]
+            blocks = (len(ids) + 15) // 16  # 125 blocks x 8 layers x 16 KiB: more than socket buffers hold.
+            for answer_hello in (True, False):
+                listener = socket.socket()
+                listener.bind(("127.0.0.1", 0))
+                listener.listen(1)
+                accepted = []
+
+                def fake_receiver():
+                    conn, _ = listener.accept()
+                    accepted.append(conn)
+                    header = conn.recv(32, socket.MSG_WAITALL)
+                    length = struct.unpack("<IIQQQ", header)[4]
+                    conn.recv(length, socket.MSG_WAITALL)
+                    if answer_hello:
+                        conn.sendall(struct.pack("<II", 0, 0))
+                    # Then never read again (the connection stays open).
+
+                t = threading.Thread(target=fake_receiver)
+                t.start()
+                req = worker_pb2.PrefillRequest(
+                    request_id=f"hung-{answer_hello}", prompt_ids=ids, sampling=pb.SamplingParams(max_tokens=4),
+                    seed=1, layout=layout, transport_endpoint=f"tcp://127.0.0.1:{listener.getsockname()[1]}",
+                    transfer_tag=1, first_block=0, dst_blocks=list(range(blocks)), dst_pool_blocks=blocks)
+                start = time.time()
+                with self.assertRaises(grpc.RpcError) as e:
+                    stub.Prefill(req, timeout=60)
+                self.assertLess(time.time() - start, 30, "the send did not time out")
+                self.assertIn(e.exception.code(), (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION),
+                              e.exception.details())
+                t.join(10)
+                wait_idle(self, [(prefill, True)])  # Its blocks are free again.
+                for conn in accepted:
+                    conn.close()
+                listener.close()
+            self.assertEqual(metric(prefill, "pdserve_kv_transfer_failures_total", reason="send_error"), 2)
+        finally:
+            self.assertEqual(prefill.stop(), 0)
 
 
 class BackpressureTest(unittest.TestCase):
