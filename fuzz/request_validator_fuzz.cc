@@ -3,28 +3,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 
-#include "common/tokenizer/bpe_trainer.h"
 #include "common/tokenizer/tokenizer.h"
+#include "fuzz/trained_tokenizer.h"
 #include "router/lenient_request.h"
 #include "router/request_validator.h"
-
-namespace {
-
-const pdserve::Tokenizer& TheTokenizer() {
-  static const std::unique_ptr<pdserve::Tokenizer> t = [] {
-    auto files = pdserve::TrainByteLevelTokenizer(1024, 512);
-    if (!files.ok()) __builtin_trap();
-    auto tok = pdserve::Tokenizer::FromJson(files->tokenizer_json, files->tokenizer_config_json, "trained");
-    if (!tok.ok()) __builtin_trap();
-    return std::move(*tok);
-  }();
-  return *t;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto request = pdserve::ParseGenerateRequest(std::string(reinterpret_cast<const char*>(data), size));
@@ -32,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pdserve::RequestLimits limits;
   limits.vocab_size = 1024;
   limits.context_length = 512;
-  auto routed = pdserve::ValidateGenerateRequest(*request, TheTokenizer(), limits,
+  auto routed = pdserve::ValidateGenerateRequest(*request, pdserve::FuzzTokenizer(), limits,
                                                  std::chrono::system_clock::now(), 7);
   if (routed.ok()) {
     if (routed->prompt.empty() || static_cast<int64_t>(routed->prompt.size()) >= limits.context_length) {

@@ -2,31 +2,15 @@
 // trained by pdserve make-model's trainer), then decoding: valid UTF-8 must come back unchanged.
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string_view>
 
-#include "common/tokenizer/bpe_trainer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/unicode.h"
-
-namespace {
-
-const pdserve::Tokenizer& TheTokenizer() {
-  static const std::unique_ptr<pdserve::Tokenizer> t = [] {
-    auto files = pdserve::TrainByteLevelTokenizer(1024, 512);
-    if (!files.ok()) __builtin_trap();
-    auto tok = pdserve::Tokenizer::FromJson(files->tokenizer_json, files->tokenizer_config_json, "trained");
-    if (!tok.ok()) __builtin_trap();
-    return std::move(*tok);
-  }();
-  return *t;
-}
-
-}  // namespace
+#include "fuzz/trained_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const pdserve::Tokenizer& t = TheTokenizer();
+  const pdserve::Tokenizer& t = pdserve::FuzzTokenizer();
   auto ids = t.Encode(text, /*add_special_tokens=*/false);
   if (!ids.ok()) {
     if (pdserve::IsValidUtf8(text)) __builtin_trap();  // Only invalid UTF-8 may be refused.

@@ -103,3 +103,48 @@ class Cluster:
         codes = [self.router.stop()]
         codes += [p.stop() for p in self.decode + self.prefill]
         return codes
+
+
+# Helpers the end-to-end tests share.
+
+def prompts(n, seed, lo, hi):
+    """n random token-id prompts of lo..hi-1 tokens (ids 3..499)."""
+    import random
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 500) for _ in range(rng.randrange(lo, hi))] for _ in range(n)]
+
+
+def worker_info(address, prefill):
+    """GetWorkerInfo of a prefill or decode worker."""
+    import grpc
+    from pdserve.internal.v1 import worker_pb2, worker_pb2_grpc
+    channel = grpc.insecure_channel(address)
+    stub = worker_pb2_grpc.PrefillWorkerStub(channel) if prefill else worker_pb2_grpc.DecodeWorkerStub(channel)
+    return stub.GetWorkerInfo(worker_pb2.GetWorkerInfoRequest(), timeout=10)
+
+
+def wait_idle(test, workers, timeout=20):
+    """Waits until every (process, is_prefill) worker holds no block and runs nothing; returns their infos."""
+    deadline = time.time() + timeout
+    while True:
+        infos = [worker_info(p.grpc, prefill) for p, prefill in workers]
+        if all(i.used_blocks == 0 and i.running == 0 and i.waiting == 0 for i in infos):
+            for i in infos:
+                test.assertEqual(i.free_blocks + i.cached_blocks, i.total_blocks)
+            return infos
+        if time.time() > deadline:
+            test.fail(f"blocks still in use: {[(i.role, i.used_blocks, i.running, i.waiting) for i in infos]}")
+        time.sleep(0.05)
+
+
+def metric(process, name, **labels):
+    """Sum of the series `name` (with these labels) on a process's /metrics."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://{process.addresses['metrics']}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+    return total

@@ -22,7 +22,6 @@ import tempfile
 import threading
 import time
 import unittest
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster  # noqa: E402
@@ -38,9 +37,7 @@ MODEL = None
 METRICS = ("--metrics-listen", "127.0.0.1:0")
 
 
-def prompts(n, seed, lo, hi):
-    rng = random.Random(seed)
-    return [[rng.randrange(3, 500) for _ in range(rng.randrange(lo, hi))] for _ in range(n)]
+prompts, info, wait_idle, metric = cluster.prompts, cluster.worker_info, cluster.wait_idle, cluster.metric
 
 
 def request(ids, max_tokens, seed=None):
@@ -73,35 +70,14 @@ def local(ids, max_tokens):
     return json.loads(out.stdout)
 
 
-def info(address, prefill):
-    channel = grpc.insecure_channel(address)
-    stub = worker_pb2_grpc.PrefillWorkerStub(channel) if prefill else worker_pb2_grpc.DecodeWorkerStub(channel)
-    return stub.GetWorkerInfo(worker_pb2.GetWorkerInfoRequest(), timeout=10)
-
-
-def wait_idle(test, workers, timeout=20):
-    """Every (process, is_prefill) worker holds no block and runs nothing."""
-    deadline = time.time() + timeout
-    while True:
-        infos = [info(p.grpc, prefill) for p, prefill in workers]
-        if all(i.used_blocks == 0 and i.running == 0 and i.waiting == 0 for i in infos):
-            for i in infos:
-                test.assertEqual(i.free_blocks + i.cached_blocks, i.total_blocks)
-            return infos
-        if time.time() > deadline:
-            test.fail(f"blocks still in use: {[(i.role, i.used_blocks, i.running, i.waiting) for i in infos]}")
-        time.sleep(0.05)
-
-
-def metric(process, name, **labels):
-    with urllib.request.urlopen(f"http://{process.addresses['metrics']}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
+def wide_model():
+    """An 8-layer, 512-wide model (made once): prefill slow enough to queue behind, 16 KiB pages."""
+    model = os.path.join(WORKDIR, "wide")
+    if not os.path.exists(model):
+        subprocess.run([PDSERVE, "make-model", model, "--arch", "llama", "--layers", "8", "--hidden", "512",
+                        "--heads", "8", "--kv-heads", "2", "--vocab", "512", "--seed", "5"],
+                       check=True, capture_output=True)
+    return model
 
 
 def same(test, got, want, what):
@@ -226,10 +202,7 @@ class PrefillCancelTest(unittest.TestCase):
         # a larger model: the second request waits in the prefill worker's queue. Its client
         # cancels; the cancel travels router -> decode -> the Prefill RPC, and the prefill worker
         # drops the job without computing it, while the first request completes.
-        model = os.path.join(WORKDIR, "wide")
-        subprocess.run([PDSERVE, "make-model", model, "--arch", "llama", "--layers", "8", "--hidden", "512",
-                        "--heads", "8", "--kv-heads", "2", "--vocab", "512", "--seed", "5"],
-                       check=True, capture_output=True)
+        model = wide_model()
         c = cluster.Cluster(PDSERVE, model, prefill=1, decode=1,
                             prefill_args=METRICS + ("--max-num-seqs", "1", "--max-num-batched-tokens", "32"),
                             engine_args=("--threads", "1", "--kv-memory-gib", "0.2"))
@@ -267,10 +240,7 @@ class HungPeerTest(unittest.TestCase):
         # again; or never answers at all. The prefill worker's sends time out
         # (--kv-send-timeout-ms 1000), the Prefill RPC fails, and its blocks are freed, instead of
         # waiting for the RPC's deadline with 16 MB of pages pinned.
-        model = os.path.join(WORKDIR, "wide_hung")
-        subprocess.run([PDSERVE, "make-model", model, "--arch", "llama", "--layers", "8", "--hidden", "512",
-                        "--heads", "8", "--kv-heads", "2", "--vocab", "512", "--seed", "6"],
-                       check=True, capture_output=True)
+        model = wide_model()
         prefill = cluster.Process(PDSERVE, ["prefill", "--listen", "127.0.0.1:0", "--model", model, "--threads", "1",
                                             "--kv-memory-gib", "0.2", "--kv-send-timeout-ms", "1000", *METRICS])
         try:

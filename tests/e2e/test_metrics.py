@@ -9,7 +9,6 @@ import argparse
 import json
 import math
 import os
-import random
 import re
 import shutil
 import socket
@@ -45,9 +44,7 @@ ALERTS_TEST = os.path.join(DEPLOY, "prometheus", "pdserve-alerts_test.yaml")
 METRICS = ("--metrics-listen", "127.0.0.1:0")
 
 
-def prompts(n, seed, lo, hi):
-    rng = random.Random(seed)
-    return [[rng.randrange(3, 500) for _ in range(rng.randrange(lo, hi))] for _ in range(n)]
+prompts, info = cluster.prompts, cluster.worker_info
 
 
 def request(ids, max_tokens):
@@ -112,22 +109,6 @@ class Exposition:
 def promtool_check(text):
     r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     return r.returncode, (r.stdout + r.stderr).strip()
-
-
-def info(address, prefill):
-    channel = grpc.insecure_channel(address)
-    stub = worker_pb2_grpc.PrefillWorkerStub(channel) if prefill else worker_pb2_grpc.DecodeWorkerStub(channel)
-    return stub.GetWorkerInfo(worker_pb2.GetWorkerInfoRequest(), timeout=10)
-
-
-def wait_idle(c, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        infos = [info(p.grpc, True) for p in c.prefill] + [info(d.grpc, False) for d in c.decode]
-        if all(i.used_blocks == 0 and i.running == 0 and i.waiting == 0 for i in infos):
-            return
-        time.sleep(0.05)
-    raise AssertionError("workers did not go idle")
 
 
 def check_histograms(test, page):
@@ -203,7 +184,7 @@ class MetricsTest(unittest.TestCase):
             with self.assertRaises(grpc.RpcError) as bad:
                 generate(stub, [1, 2, 100000], 4)
             self.assertEqual(bad.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-            wait_idle(c)
+            cluster.wait_idle(self, [(p, True) for p in c.prefill] + [(d, False) for d in c.decode])
             pages = {name: Exposition(scrape(p.addresses["metrics"]))
                      for name, p in (("router", c.router), ("prefill", c.prefill[0]), ("decode", c.decode[0]))}
             for name, page in pages.items():
@@ -275,7 +256,7 @@ class MetricsTest(unittest.TestCase):
             call = stub.Generate(request(prompts(1, 22, 50, 51)[0], 3000), timeout=60)
             next(call)
             call.cancel()
-            wait_idle(c)
+            cluster.wait_idle(self, [(p, True) for p in c.prefill] + [(d, False) for d in c.decode])
             deadline = time.time() + 10
             while True:
                 later = {name: Exposition(scrape(proc.addresses["metrics"]))

@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -32,8 +31,7 @@ LAYERS = 2
 
 
 def prompts(n, seed, lo=5, hi=200):
-    rng = random.Random(seed)
-    return [[rng.randrange(3, 500) for _ in range(rng.randrange(lo, hi))] for _ in range(n)]
+    return cluster.prompts(n, seed, lo, hi)
 
 
 def local(ids, max_tokens=16, extra=()):
@@ -72,22 +70,11 @@ def same_as_local(test, got, want):
 
 
 def info(process, prefill):
-    channel = grpc.insecure_channel(process.grpc)
-    stub = worker_pb2_grpc.PrefillWorkerStub(channel) if prefill else worker_pb2_grpc.DecodeWorkerStub(channel)
-    return stub.GetWorkerInfo(worker_pb2.GetWorkerInfoRequest(), timeout=10)
+    return cluster.worker_info(process.grpc, prefill)
 
 
 def wait_no_blocks_in_use(test, c, timeout=20):
-    deadline = time.time() + timeout
-    while True:
-        infos = [info(p, True) for p in c.prefill] + [info(d, False) for d in c.decode]
-        if all(i.used_blocks == 0 and i.running == 0 and i.waiting == 0 for i in infos):
-            for i in infos:
-                test.assertEqual(i.free_blocks + i.cached_blocks, i.total_blocks)
-            return infos
-        if time.time() > deadline:
-            test.fail(f"blocks still in use: {[(i.role, i.used_blocks, i.running, i.waiting) for i in infos]}")
-        time.sleep(0.1)
+    return cluster.wait_idle(test, [(p, True) for p in c.prefill] + [(d, False) for d in c.decode], timeout)
 
 
 class TiersTest(unittest.TestCase):
