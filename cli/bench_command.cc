@@ -1,14 +1,21 @@
 // pdserve bench: load against a router (--server), or the same workload against a fresh local
-// cluster per routing policy (--compare-policies), with the figures a serving team compares:
-// prefix-cache hit rate, TTFT and TPOT percentiles, requests per second, and how evenly the
-// router spread the requests (max/mean of per-worker decisions, from RouterAdmin).
+// cluster per routing policy (--compare-policies), in the spirit of `vllm bench serve`: TTFT,
+// TPOT, ITL and end-to-end latency (mean, p50, p90, p99), request and token throughput, goodput
+// under SLOs, the prefix-cache hit rate, and how evenly the router spread the requests (max/mean
+// of per-worker decisions, from RouterAdmin). --sweep runs several request rates; --csv feeds
+// bench/plot.sh.
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/serving/load_client.h"
 #include "bench/serving/local_cluster.h"
@@ -28,6 +35,7 @@ namespace {
 
 struct PolicyResult {
   std::string label;  // The policy, or the server's.
+  double rate = 0;    // Requests per second asked for (infinity: all at once).
   LoadSummary summary;
   internal::v1::RouterStats stats;
   bool have_stats = false;
@@ -51,6 +59,17 @@ std::vector<std::string> Words(const std::string& s) {
   return out;
 }
 
+// "inf" or a positive number of requests per second.
+absl::StatusOr<double> ParseRate(absl::string_view text, const char* flag) {
+  double rate = 0;
+  if (text == "inf") return std::numeric_limits<double>::infinity();
+  if (!absl::SimpleAtod(text, &rate) || !(rate > 0) || std::isinf(rate)) {
+    return absl::InvalidArgumentError(
+        Str(flag, ": '", text, "' is not a positive number of requests per second or inf"));
+  }
+  return rate;
+}
+
 absl::StatusOr<v1::ModelInfo> ModelInfo(const std::string& server) {
   auto stub = v1::Generation::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -61,13 +80,37 @@ absl::StatusOr<v1::ModelInfo> ModelInfo(const std::string& server) {
   return info;
 }
 
-absl::StatusOr<PolicyResult> Measure(const std::string& server, WorkloadOptions workload,
-                                     double timeout_seconds) {
+// The workload for this server's model: its vocabulary, and prompts that fit its context.
+absl::StatusOr<std::vector<BenchRequest>> WorkloadFor(const v1::ModelInfo& info, WorkloadOptions w) {
+  w.vocab_size = info.vocab_size();
+  const int64_t context = info.context_length();
+  if (w.kind == "synthetic-chat") {
+    const int64_t room = context - 8 * w.output_len;
+    if (room < 4) {
+      return absl::InvalidArgumentError(Str("--output-len: replies of up to 8 x ", w.output_len,
+                                            " tokens leave no room for a prompt in the model's ",
+                                            context, "-token context"));
+    }
+    w.max_prompt_len = w.max_prompt_len > 0 ? std::min(w.max_prompt_len, room) : std::min(16 * w.input_len, room);
+  }
+  PD_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests, MakeWorkload(w));
+  for (const BenchRequest& r : requests) {
+    if (static_cast<int64_t>(r.prompt.size()) + r.output_tokens > context) {
+      return absl::InvalidArgumentError(
+          Str("--input-len/--output-len: a request of ", r.prompt.size(), " prompt + ",
+              r.output_tokens, " output tokens exceeds the model's ", context, "-token context"));
+    }
+  }
+  return requests;
+}
+
+absl::StatusOr<PolicyResult> Measure(const std::string& server, const WorkloadOptions& workload,
+                                     const LoadOptions& load, const Slo& slo) {
   PD_ASSIGN_OR_RETURN(const v1::ModelInfo info, ModelInfo(server));
-  workload.vocab_size = info.vocab_size();
-  PD_ASSIGN_OR_RETURN(const std::vector<BenchRequest> requests, MakeWorkload(workload));
+  PD_ASSIGN_OR_RETURN(const std::vector<BenchRequest> requests, WorkloadFor(info, workload));
   PolicyResult r;
-  r.summary = Summarize(RunLoad(server, requests, workload.output_tokens, timeout_seconds));
+  r.rate = workload.rate;
+  r.summary = Summarize(RunLoad(server, requests, load), slo);
   auto admin = internal::v1::RouterAdmin::NewStub(
       grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -82,19 +125,40 @@ absl::StatusOr<PolicyResult> Measure(const std::string& server, WorkloadOptions 
   return r;
 }
 
-nlohmann::json ToJson(const PolicyResult& r) {
+std::string RateText(double rate) { return std::isinf(rate) ? "inf" : Str(rate); }
+
+// Every figure of a result, by name: the json keys and the csv columns.
+std::vector<std::pair<std::string, double>> Figures(const PolicyResult& r) {
   const LoadSummary& s = r.summary;
-  nlohmann::json j = {{"policy", r.label},
-                      {"ok", s.ok},
-                      {"failed", s.failed},
-                      {"hit_rate", s.hit_rate},
-                      {"ttft_p50_ms", s.ttft_p50 * 1e3},
-                      {"ttft_p90_ms", s.ttft_p90 * 1e3},
-                      {"tpot_p50_ms", s.tpot_p50 * 1e3},
-                      {"tpot_p90_ms", s.tpot_p90 * 1e3},
-                      {"requests_per_second", s.requests_per_second},
-                      {"output_tokens_per_second", s.output_tokens_per_second}};
-  if (!s.first_error.empty()) j["first_error"] = s.first_error;
+  std::vector<std::pair<std::string, double>> f = {
+      {"request_rate", std::isinf(r.rate) ? -1 : r.rate},
+      {"ok", static_cast<double>(s.ok)},
+      {"failed", static_cast<double>(s.failed)},
+      {"duration_s", s.duration_seconds},
+      {"prompt_tokens", static_cast<double>(s.prompt_tokens)},
+      {"completion_tokens", static_cast<double>(s.completion_tokens)},
+      {"hit_rate", s.hit_rate},
+      {"requests_per_second", s.requests_per_second},
+      {"output_tokens_per_second", s.output_tokens_per_second},
+      {"total_tokens_per_second", s.total_tokens_per_second},
+      {"goodput", s.goodput},
+      {"good", static_cast<double>(s.good)}};
+  const std::pair<const char*, const Distribution*> dists[] = {
+      {"ttft", &s.ttft}, {"tpot", &s.tpot}, {"itl", &s.itl}, {"e2el", &s.e2e}};
+  for (const auto& [name, d] : dists) {
+    f.emplace_back(Str(name, "_mean_ms"), d->mean * 1e3);
+    f.emplace_back(Str(name, "_p50_ms"), d->p50 * 1e3);
+    f.emplace_back(Str(name, "_p90_ms"), d->p90 * 1e3);
+    f.emplace_back(Str(name, "_p99_ms"), d->p99 * 1e3);
+  }
+  return f;
+}
+
+nlohmann::json ToJson(const PolicyResult& r) {
+  nlohmann::json j = {{"policy", r.label}};
+  for (const auto& [name, value] : Figures(r)) j[name] = value;
+  j["request_rate"] = std::isinf(r.rate) ? nlohmann::json("inf") : nlohmann::json(r.rate);
+  if (!r.summary.first_error.empty()) j["first_error"] = r.summary.first_error;
   if (r.have_stats) {
     j["decode_max_over_mean"] = r.decode_max_mean;
     j["prefill_max_over_mean"] = r.prefill_max_mean;
@@ -106,21 +170,77 @@ nlohmann::json ToJson(const PolicyResult& r) {
   return j;
 }
 
+absl::Status WriteCsv(const std::string& path, const std::vector<PolicyResult>& results) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return absl::InvalidArgumentError(Str("--csv: cannot write '", path, "'"));
+  std::fprintf(f, "policy");
+  for (const auto& [name, value] : Figures(results.front())) std::fprintf(f, ",%s", name.c_str());
+  std::fprintf(f, "\n");
+  for (const PolicyResult& r : results) {
+    std::fprintf(f, "%s", r.label.c_str());
+    for (const auto& [name, value] : Figures(r)) {
+      if (name == "request_rate") {
+        std::fprintf(f, ",%s", RateText(r.rate).c_str());
+      } else {
+        std::fprintf(f, ",%.6g", value);
+      }
+    }
+    std::fprintf(f, "\n");
+  }
+  return std::fclose(f) == 0 ? absl::OkStatus()
+                             : absl::DataLossError(Str("--csv: writing '", path, "' failed"));
+}
+
+// One result the way `vllm bench serve` prints it.
+void PrintBlock(const PolicyResult& r, const Slo& slo) {
+  const LoadSummary& s = r.summary;
+  std::printf("============ Serving Benchmark Result: %s, rate %s ============\n", r.label.c_str(),
+              RateText(r.rate).c_str());
+  std::printf("%-40s %lld\n", "Successful requests:", static_cast<long long>(s.ok));
+  std::printf("%-40s %lld\n", "Failed requests:", static_cast<long long>(s.failed));
+  std::printf("%-40s %.2f\n", "Benchmark duration (s):", s.duration_seconds);
+  std::printf("%-40s %lld\n", "Total input tokens:", static_cast<long long>(s.prompt_tokens));
+  std::printf("%-40s %lld\n", "Total generated tokens:", static_cast<long long>(s.completion_tokens));
+  std::printf("%-40s %.3f\n", "Prefix cache hit rate:", s.hit_rate);
+  std::printf("%-40s %.2f\n", "Request throughput (req/s):", s.requests_per_second);
+  if (slo.any()) std::printf("%-40s %.2f\n", "Request goodput (req/s):", s.goodput);
+  std::printf("%-40s %.2f\n", "Output token throughput (tok/s):", s.output_tokens_per_second);
+  std::printf("%-40s %.2f\n", "Total token throughput (tok/s):", s.total_tokens_per_second);
+  const std::pair<const char*, const Distribution*> dists[] = {
+      {"Time to First Token", &s.ttft}, {"Time per Output Token (excl. 1st token)", &s.tpot},
+      {"Inter-token Latency", &s.itl}, {"End-to-end Latency", &s.e2e}};
+  for (const auto& [title, d] : dists) {
+    std::printf("---------------%s---------------\n", title);
+    std::printf("%-40s %.2f\n", "Mean (ms):", d->mean * 1e3);
+    std::printf("%-40s %.2f\n", "P50 (ms):", d->p50 * 1e3);
+    std::printf("%-40s %.2f\n", "P90 (ms):", d->p90 * 1e3);
+    std::printf("%-40s %.2f\n", "P99 (ms):", d->p99 * 1e3);
+  }
+  if (r.have_stats) {
+    std::printf("%-40s %.2f / %.2f\n", "Routing max/mean (decode / prefill):", r.decode_max_mean,
+                r.prefill_max_mean);
+    std::printf("%-40s %lld / %lld\n", "Local / remote prefills:",
+                static_cast<long long>(r.stats.local_prefills()),
+                static_cast<long long>(r.stats.remote_prefills()));
+  }
+  if (!s.first_error.empty()) std::printf("%-40s %s\n", "First error:", s.first_error.c_str());
+  std::printf("==================================================\n");
+}
+
+// Several results (policies, rates) side by side.
 void PrintTable(const std::vector<PolicyResult>& results) {
-  std::printf("| policy | ok/failed | hit rate | TTFT p50 ms | TTFT p90 ms | TPOT p50 ms | TPOT p90 ms "
-              "| req/s | decode max/mean | prefill max/mean | local/remote prefills |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf("| policy | rate | ok/failed | hit rate | TTFT p50/p99 ms | TPOT p50/p99 ms | ITL p99 ms "
+              "| E2E p50 ms | req/s | out tok/s | goodput | decode max/mean |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const PolicyResult& r : results) {
     const LoadSummary& s = r.summary;
-    std::printf("| %s | %lld/%lld | %.3f | %.1f | %.1f | %.1f | %.1f | %.2f | %s | %s | %s |\n",
-                r.label.c_str(), static_cast<long long>(s.ok), static_cast<long long>(s.failed),
-                s.hit_rate, s.ttft_p50 * 1e3, s.ttft_p90 * 1e3, s.tpot_p50 * 1e3, s.tpot_p90 * 1e3,
-                s.requests_per_second,
-                r.have_stats ? Str(r.decode_max_mean).c_str() : "-",
-                r.have_stats ? Str(r.prefill_max_mean).c_str() : "-",
-                r.have_stats ? Str(r.stats.local_prefills(), "/", r.stats.remote_prefills()).c_str()
-                             : "-");
-    if (!s.first_error.empty()) std::printf("  first error: %s\n", s.first_error.c_str());
+    std::printf("| %s | %s | %lld/%lld | %.3f | %.1f / %.1f | %.1f / %.1f | %.1f | %.1f | %.2f | %.1f "
+                "| %.2f | %s |\n",
+                r.label.c_str(), RateText(r.rate).c_str(), static_cast<long long>(s.ok),
+                static_cast<long long>(s.failed), s.hit_rate, s.ttft.p50 * 1e3, s.ttft.p99 * 1e3,
+                s.tpot.p50 * 1e3, s.tpot.p99 * 1e3, s.itl.p99 * 1e3, s.e2e.p50 * 1e3,
+                s.requests_per_second, s.output_tokens_per_second, s.goodput,
+                r.have_stats ? Str(r.decode_max_mean).c_str() : "-");
   }
 }
 
@@ -129,9 +249,10 @@ void PrintTable(const std::vector<PolicyResult>& results) {
 int BenchCommand(int argc, char** argv) {
   const char* cmd = "bench";
   std::string server, compare, model, format = "text", worker_flags, router_flags;
+  std::string rate_text = "inf", sweep, goodput, csv;
   int64_t prefill = 2, decode = 3, local_prefill_tokens = 32, seed = 1;
-  double timeout_seconds = 300;
   WorkloadOptions w;
+  LoadOptions load;
   FlagSet flags("bench", "Serving benchmark: a workload against a router (--server), or against a "
                          "fresh local cluster per routing policy (--compare-policies).");
   flags.String("server", &server, "a running router, host:port");
@@ -146,54 +267,96 @@ int BenchCommand(int argc, char** argv) {
   flags.String("router-flags", &router_flags, "--compare-policies: extra router flags");
   flags.Int("local-prefill-tokens", &local_prefill_tokens,
             "--compare-policies: router's and decode workers' --local-prefill-tokens");
-  flags.String("workload", &w.kind, "shared-prefix or random");
-  flags.Int("requests", &w.requests, "requests to send");
-  flags.Double("rate", &w.rate, "Poisson arrival rate, requests per second (<= 0: all at once)");
+  flags.String("workload", &w.kind, "random, shared-prefix or synthetic-chat");
+  flags.Int("num-prompts", &w.num_prompts, "requests to send");
+  flags.Int("input-len", &w.input_len,
+            "prompt tokens (shared-prefix: the user part; synthetic-chat: median user turn)");
+  flags.Int("output-len", &w.output_len,
+            "tokens generated per request, EOS ignored (synthetic-chat: median reply)");
+  flags.Double("range-ratio", &w.range_ratio,
+               "random, shared-prefix: lengths uniform in len x [1 - r, 1 + r]");
   flags.Int("groups", &w.groups, "shared-prefix: distinct system prompts");
-  flags.Int("system-tokens", &w.system_tokens, "shared-prefix: system prompt length");
-  flags.Int("suffix-tokens", &w.suffix_tokens, "user part length (random: added to system-tokens)");
-  flags.Int("output-tokens", &w.output_tokens, "tokens generated per request (EOS ignored)");
+  flags.Int("prefix-len", &w.prefix_len, "shared-prefix: system prompt tokens");
+  flags.Int("max-prompt-len", &w.max_prompt_len,
+            "synthetic-chat: longest prompt (default 16 x input-len, within the model's context)");
+  flags.String("request-rate", &rate_text, "requests per second, or inf (all at once)");
+  flags.Double("burstiness", &w.burstiness,
+               "shape of the Gamma arrival gaps: 1 Poisson, < 1 burstier, > 1 more regular");
+  flags.Int("max-concurrency", &load.max_concurrency, "streams open at once (0: no limit)");
+  flags.String("goodput", &goodput,
+               "SLOs for goodput, e.g. 'ttft:500 tpot:50' (ms; keys ttft, tpot, e2el)");
+  flags.String("sweep", &sweep, "comma-separated request rates to run in turn (overrides --request-rate)");
   flags.Int("seed", &seed, "workload seed");
-  flags.Double("timeout-seconds", &timeout_seconds, "deadline of each request");
-  flags.String("format", &format, "text (a markdown table) or json");
+  flags.Double("timeout-seconds", &load.timeout_seconds, "deadline of each request");
+  flags.String("format", &format, "text or json");
+  flags.String("csv", &csv, "also write one csv row per result here (for bench/plot.sh)");
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   w.seed = static_cast<uint64_t>(seed);
+  auto usage = [&](absl::Status s) { return ReportError(cmd, s, kExitUsage); };
   if (server.empty() == compare.empty()) {
-    return ReportError(cmd, absl::InvalidArgumentError(
-                                "give either --server or --compare-policies (with --model)"),
-                       kExitUsage);
+    return usage(absl::InvalidArgumentError("give either --server or --compare-policies (with --model)"));
   }
   if (format != "text" && format != "json") {
-    return ReportError(cmd, absl::InvalidArgumentError("--format: must be text or json"), kExitUsage);
+    return usage(absl::InvalidArgumentError("--format: must be text or json"));
   }
-  if (!(timeout_seconds > 0)) {
-    return ReportError(cmd, absl::InvalidArgumentError("--timeout-seconds: must be > 0"), kExitUsage);
+  if (!(load.timeout_seconds > 0)) {
+    return usage(absl::InvalidArgumentError("--timeout-seconds: must be > 0"));
+  }
+  if (load.max_concurrency < 0) {
+    return usage(absl::InvalidArgumentError("--max-concurrency: must be >= 0"));
+  }
+  Slo slo;
+  if (absl::Status s = ParseSlo(goodput, &slo); !s.ok()) return usage(s);
+  std::vector<double> rates;
+  if (sweep.empty()) {
+    auto rate = ParseRate(rate_text, "--request-rate");
+    if (!rate.ok()) return usage(rate.status());
+    rates.push_back(*rate);
+  } else {
+    for (absl::string_view item : absl::StrSplit(sweep, ',', absl::SkipEmpty())) {
+      auto rate = ParseRate(item, "--sweep");
+      if (!rate.ok()) return usage(rate.status());
+      rates.push_back(*rate);
+    }
+    if (rates.empty()) return usage(absl::InvalidArgumentError("--sweep: no rates"));
   }
   {
     WorkloadOptions check = w;
     check.vocab_size = 1 << 20;
-    if (absl::Status s = MakeWorkload(check).status(); !s.ok()) return ReportError(cmd, s, kExitUsage);
+    check.rate = rates.front();
+    if (absl::Status s = MakeWorkload(check).status(); !s.ok()) return usage(s);
   }
+  load.progress = isatty(STDERR_FILENO) != 0;
+
+  // Runs every rate against one server.
   std::vector<PolicyResult> results;
-  if (!server.empty()) {
-    auto r = Measure(server, w, timeout_seconds);
-    if (!r.ok()) return ReportError(cmd, r.status());
-    if (r->label.empty()) r->label = server;
-    results.push_back(std::move(*r));
-  } else {
-    if (model.empty()) {
-      return ReportError(cmd, absl::InvalidArgumentError("--compare-policies needs --model"), kExitUsage);
+  auto run_rates = [&](const std::string& address, const std::string& label) -> absl::Status {
+    for (double rate : rates) {
+      WorkloadOptions at = w;
+      at.rate = rate;
+      std::fprintf(stderr, "bench: %s: %lld requests at rate %s\n", label.c_str(),
+                   static_cast<long long>(w.num_prompts), RateText(rate).c_str());
+      PD_ASSIGN_OR_RETURN(PolicyResult r, Measure(address, at, load, slo));
+      if (!label.empty()) r.label = label;
+      if (r.label.empty()) r.label = address;
+      results.push_back(std::move(r));
     }
+    return absl::OkStatus();
+  };
+  if (!server.empty()) {
+    if (absl::Status s = run_rates(server, ""); !s.ok()) {
+      return ReportError(cmd, s, absl::IsInvalidArgument(s) ? kExitUsage : kExitError);
+    }
+  } else {
+    if (model.empty()) return usage(absl::InvalidArgumentError("--compare-policies needs --model"));
     if (prefill < 0 || decode < 1) {
-      return ReportError(cmd, absl::InvalidArgumentError("--prefill must be >= 0 and --decode >= 1"),
-                         kExitUsage);
+      return usage(absl::InvalidArgumentError("--prefill must be >= 0 and --decode >= 1"));
     }
     std::vector<std::string> policies;
     for (absl::string_view p : absl::StrSplit(compare, ',', absl::SkipEmpty())) {
       if (absl::Status s = ParseRoutingPolicy(std::string(p)).status(); !s.ok()) {
-        return ReportError(cmd, absl::InvalidArgumentError(Str("--compare-policies: '", p,
-                                                               "' is not a policy")), kExitUsage);
+        return usage(absl::InvalidArgumentError(Str("--compare-policies: '", p, "' is not a policy")));
       }
       policies.emplace_back(p);
     }
@@ -211,12 +374,10 @@ int BenchCommand(int argc, char** argv) {
                    policy.c_str(), static_cast<long long>(prefill), static_cast<long long>(decode));
       auto cluster = LocalCluster::Start(o);
       if (!cluster.ok()) return ReportError(cmd, cluster.status());
-      auto r = Measure((*cluster)->router(), w, timeout_seconds);
+      const absl::Status measured = run_rates((*cluster)->router(), policy);
       const absl::Status stopped = (*cluster)->Stop();
-      if (!r.ok()) return ReportError(cmd, r.status());
+      if (!measured.ok()) return ReportError(cmd, measured);
       if (!stopped.ok()) return ReportError(cmd, stopped);
-      r->label = policy;
-      results.push_back(std::move(*r));
     }
   }
   if (format == "json") {
@@ -224,7 +385,11 @@ int BenchCommand(int argc, char** argv) {
     for (const PolicyResult& r : results) out.push_back(ToJson(r));
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    PrintTable(results);
+    for (const PolicyResult& r : results) PrintBlock(r, slo);
+    if (results.size() > 1) PrintTable(results);
+  }
+  if (!csv.empty()) {
+    if (absl::Status s = WriteCsv(csv, results); !s.ok()) return ReportError(cmd, s);
   }
   for (const PolicyResult& r : results) {
     if (r.summary.failed > 0) return kExitError;

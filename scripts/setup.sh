@@ -9,7 +9,7 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libre2-dev libopenblas-dev libxxhash-dev libcpp-httplib-dev
   python3 python3-numpy python3-grpcio python3-protobuf libicu-dev
-  prometheus openssl libssl-dev clang libclang-rt-14-dev
+  prometheus openssl libssl-dev clang libclang-rt-14-dev gnuplot-nox
 )
 
 missing=()

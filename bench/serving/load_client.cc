@@ -3,12 +3,19 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
 #include <thread>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "common/base/strings.h"
 #include "common/rpc/grpc_status.h"
 #include "pdserve/v1/generation.grpc.pb.h"
@@ -23,51 +30,122 @@ double Since(Clock::time_point a, Clock::time_point b) {
 }
 
 RequestResult RunOne(v1::Generation::Stub* stub, const BenchRequest& request, int64_t index,
-                     int64_t output_tokens, double timeout_seconds) {
+                     double timeout_seconds) {
   RequestResult out;
   out.prompt_tokens = static_cast<int64_t>(request.prompt.size());
   v1::GenerateRequest r;
   r.set_request_id(Str("bench-", index));
   r.mutable_token_ids()->mutable_ids()->Assign(request.prompt.begin(), request.prompt.end());
   r.mutable_sampling()->set_temperature(0);
-  r.mutable_sampling()->set_max_tokens(static_cast<int32_t>(output_tokens));
+  r.mutable_sampling()->set_max_tokens(static_cast<int32_t>(request.output_tokens));
   r.mutable_sampling()->set_ignore_eos(true);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
   const auto start = Clock::now();
-  Clock::time_point first, last;
+  Clock::time_point last;
   auto reader = stub->Generate(&ctx, r);
   v1::GenerateResponse response;
   while (reader->Read(&response)) {
     if (response.token_ids_size() > 0) {
-      if (out.completion_tokens == 0) first = Clock::now();
-      last = Clock::now();
+      const auto now = Clock::now();
+      if (out.completion_tokens == 0) {
+        out.ttft_seconds = Since(start, now);
+      } else {
+        out.itl_seconds.push_back(Since(last, now));
+      }
+      last = now;
       out.completion_tokens += response.token_ids_size();
     }
     if (response.has_usage()) out.cached_tokens = response.usage().cached_tokens();
   }
   out.status = FromGrpcStatus(reader->Finish());
+  out.e2e_seconds = Since(start, Clock::now());
   if (out.status.ok() && out.completion_tokens == 0) {
     out.status = absl::InternalError("the stream ended without tokens");
-  }
-  if (out.status.ok()) {
-    out.ttft_seconds = Since(start, first);
-    if (out.completion_tokens > 1) {
-      out.tpot_seconds = Since(first, last) / static_cast<double>(out.completion_tokens - 1);
-    }
   }
   return out;
 }
 
+// At most `limit` holders at once (0: no limit).
+class Slots {
+ public:
+  explicit Slots(int64_t limit) : free_(limit), limited_(limit > 0) {}
+  void Acquire() {
+    if (!limited_) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return free_ > 0; });
+    --free_;
+  }
+  void Release() {
+    if (!limited_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    ++free_;
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t free_;
+  const bool limited_;
+};
+
+// Redraws "[#####     ] done/total" on stderr until Stop().
+class ProgressBar {
+ public:
+  ProgressBar(const std::atomic<int64_t>* done, int64_t total) : done_(done), total_(total) {
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_; })) Draw();
+      Draw();
+      std::fputc('\n', stderr);
+    });
+  }
+  ~ProgressBar() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  void Draw() const {
+    constexpr int kWidth = 40;
+    const int64_t done = done_->load();
+    const int filled = static_cast<int>(kWidth * done / std::max<int64_t>(total_, 1));
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld requests", std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, ' ').c_str(), static_cast<long long>(done),
+                 static_cast<long long>(total_));
+    std::fflush(stderr);
+  }
+  const std::atomic<int64_t>* done_;
+  const int64_t total_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
+double RequestResult::TpotSeconds() const {
+  if (completion_tokens <= 1) return 0;
+  return (e2e_seconds - ttft_seconds) / static_cast<double>(completion_tokens - 1);
+}
+
 LoadRun RunLoad(const std::string& server, const std::vector<BenchRequest>& requests,
-                int64_t output_tokens, double timeout_seconds) {
+                const LoadOptions& options) {
   auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
   auto stub = v1::Generation::NewStub(channel);
   LoadRun run;
   run.results.resize(requests.size());
+  Slots slots(options.max_concurrency);
+  std::atomic<int64_t> done{0};
+  std::unique_ptr<ProgressBar> bar;
+  if (options.progress) bar = std::make_unique<ProgressBar>(&done, requests.size());
   std::vector<std::thread> threads;
   threads.reserve(requests.size());
   const auto start = Clock::now();
@@ -75,8 +153,11 @@ LoadRun RunLoad(const std::string& server, const std::vector<BenchRequest>& requ
     std::this_thread::sleep_until(start + std::chrono::microseconds(static_cast<int64_t>(
                                               requests[i].arrival_seconds * 1e6)));
     threads.emplace_back([&, i] {
-      run.results[i] = RunOne(stub.get(), requests[i], static_cast<int64_t>(i), output_tokens,
-                              timeout_seconds);
+      slots.Acquire();
+      run.results[i] = RunOne(stub.get(), requests[i], static_cast<int64_t>(i),
+                              options.timeout_seconds);
+      slots.Release();
+      ++done;
     });
   }
   for (std::thread& t : threads) t.join();
@@ -92,10 +173,45 @@ double Percentile(std::vector<double> values, double p) {
   return values[index - 1];
 }
 
-LoadSummary Summarize(const LoadRun& run) {
+Distribution Describe(const std::vector<double>& values) {
+  Distribution d;
+  if (values.empty()) return d;
+  double sum = 0;
+  for (double v : values) sum += v;
+  d.mean = sum / static_cast<double>(values.size());
+  d.p50 = Percentile(values, 50);
+  d.p90 = Percentile(values, 90);
+  d.p99 = Percentile(values, 99);
+  return d;
+}
+
+absl::Status ParseSlo(const std::string& text, Slo* slo) {
+  *slo = Slo();
+  for (absl::string_view item : absl::StrSplit(text, absl::ByAnyChar(" ,"), absl::SkipEmpty())) {
+    const std::vector<absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits(':', 1));
+    double ms = 0;
+    if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &ms) || !(ms > 0) || std::isinf(ms)) {
+      return absl::InvalidArgumentError(
+          Str("--goodput: '", item, "' is not KEY:MILLISECONDS with a positive number"));
+    }
+    if (kv[0] == "ttft") {
+      slo->ttft_ms = ms;
+    } else if (kv[0] == "tpot") {
+      slo->tpot_ms = ms;
+    } else if (kv[0] == "e2el") {
+      slo->e2e_ms = ms;
+    } else {
+      return absl::InvalidArgumentError(
+          Str("--goodput: '", kv[0], "' is not ttft, tpot or e2el"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+LoadSummary Summarize(const LoadRun& run, const Slo& slo) {
   LoadSummary s;
-  std::vector<double> ttft, tpot;
-  int64_t prompt = 0, cached = 0, completion = 0;
+  std::vector<double> ttft, tpot, itl, e2e;
+  int64_t cached = 0;
   for (const RequestResult& r : run.results) {
     if (!r.status.ok()) {
       if (s.failed++ == 0) s.first_error = r.status.ToString();
@@ -103,19 +219,31 @@ LoadSummary Summarize(const LoadRun& run) {
     }
     ++s.ok;
     ttft.push_back(r.ttft_seconds);
-    if (r.completion_tokens > 1) tpot.push_back(r.tpot_seconds);
-    prompt += r.prompt_tokens;
+    if (r.completion_tokens > 1) tpot.push_back(r.TpotSeconds());
+    itl.insert(itl.end(), r.itl_seconds.begin(), r.itl_seconds.end());
+    e2e.push_back(r.e2e_seconds);
+    s.prompt_tokens += r.prompt_tokens;
     cached += r.cached_tokens;
-    completion += r.completion_tokens;
+    s.completion_tokens += r.completion_tokens;
+    const bool good = (slo.ttft_ms <= 0 || r.ttft_seconds * 1e3 <= slo.ttft_ms) &&
+                      (slo.tpot_ms <= 0 || r.TpotSeconds() * 1e3 <= slo.tpot_ms) &&
+                      (slo.e2e_ms <= 0 || r.e2e_seconds * 1e3 <= slo.e2e_ms);
+    if (good && slo.any()) ++s.good;
   }
-  s.hit_rate = prompt > 0 ? static_cast<double>(cached) / static_cast<double>(prompt) : 0;
-  s.ttft_p50 = Percentile(ttft, 50);
-  s.ttft_p90 = Percentile(ttft, 90);
-  s.tpot_p50 = Percentile(tpot, 50);
-  s.tpot_p90 = Percentile(tpot, 90);
+  s.hit_rate = s.prompt_tokens > 0
+                   ? static_cast<double>(cached) / static_cast<double>(s.prompt_tokens)
+                   : 0;
+  s.ttft = Describe(ttft);
+  s.tpot = Describe(tpot);
+  s.itl = Describe(itl);
+  s.e2e = Describe(e2e);
+  s.duration_seconds = run.wall_seconds;
   if (run.wall_seconds > 0) {
     s.requests_per_second = static_cast<double>(s.ok) / run.wall_seconds;
-    s.output_tokens_per_second = static_cast<double>(completion) / run.wall_seconds;
+    s.output_tokens_per_second = static_cast<double>(s.completion_tokens) / run.wall_seconds;
+    s.total_tokens_per_second =
+        static_cast<double>(s.prompt_tokens + s.completion_tokens) / run.wall_seconds;
+    s.goodput = static_cast<double>(s.good) / run.wall_seconds;
   }
   return s;
 }

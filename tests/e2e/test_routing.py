@@ -29,8 +29,8 @@ WORKDIR = None
 # cannot hold them all, the tier can. round_robin shows every worker every prompt; kv_aware keeps
 # each prompt on the workers that hold it.
 BENCH = ["--prefill", "2", "--decode", "3", "--worker-flags", "--threads 1 --kv-blocks 24",
-         "--system-tokens", "64", "--suffix-tokens", "8", "--output-tokens", "4",
-         "--rate", "25", "--format", "json"]
+         "--workload", "shared-prefix", "--prefix-len", "64", "--input-len", "8", "--output-len", "4",
+         "--request-rate", "25", "--format", "json"]
 
 
 def bench(*args):
@@ -44,7 +44,7 @@ def bench(*args):
 class RoutingTest(unittest.TestCase):
     def test_kv_aware_beats_round_robin_on_shared_prefixes(self):
         got = bench("--compare-policies", "round_robin,kv_aware", "--groups", "12",
-                    "--requests", "120", "--seed", "5")
+                    "--num-prompts", "120", "--seed", "5")
         rr, kv = got["round_robin"], got["kv_aware"]
         for r in (rr, kv):
             self.assertEqual((r["ok"], r["failed"]), (120, 0), r)
@@ -58,7 +58,7 @@ class RoutingTest(unittest.TestCase):
         self.assertLess(kv["decode_max_over_mean"], 1.5, got)
 
     def test_one_shared_system_prompt_is_spread_over_every_worker(self):
-        got = bench("--compare-policies", "kv_aware", "--groups", "1", "--requests", "60",
+        got = bench("--compare-policies", "kv_aware", "--groups", "1", "--num-prompts", "60",
                     "--seed", "6")["kv_aware"]
         self.assertEqual(got["failed"], 0)
         self.assertTrue(all(d > 0 for d in got["decode_decisions"]), got)
