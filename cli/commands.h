@@ -10,6 +10,7 @@ int GenerateCommand(int argc, char** argv);
 int KvCalcCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
+int BenchTransportCommand(int argc, char** argv);
 int TokenizeCommand(int argc, char** argv);
 int DetokenizeCommand(int argc, char** argv);
 int PrefillCommand(int argc, char** argv);

@@ -25,8 +25,9 @@ constexpr char kUsage[] =
     "  tokenize      encode text with a model's tokenizer.json\n"
     "  detokenize    decode token ids (optionally as a stream)\n"
     "  kv-calc       KV cache memory math for a config.json\n"
-    "  bench         serving benchmark: routing policies, hit rate, TTFT/TPOT\n"
+    "  bench         serving benchmark against a router: TTFT/TPOT/ITL/E2E, throughput, goodput\n"
     "  bench-engine  engine throughput against this machine's bandwidth and sgemm rate\n"
+    "  bench-transport KV page transfer bandwidth against a loopback TCP stream and memcpy\n"
     "\n"
     "`pdserve <command> --help` lists a command's flags.\n";
 
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   if (command == "tokenize") return TokenizeCommand(sub_argc, sub_argv);
   if (command == "detokenize") return DetokenizeCommand(sub_argc, sub_argv);
   if (command == "bench-engine") return BenchEngineCommand(sub_argc, sub_argv);
+  if (command == "bench-transport") return BenchTransportCommand(sub_argc, sub_argv);
   if (command == "bench") return BenchCommand(sub_argc, sub_argv);
   std::fprintf(stderr, "pdserve_ unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;

@@ -73,6 +73,21 @@ bool Stream::Read(void* buf, size_t len) {
   return true;
 }
 
+ssize_t Stream::ReadSome(struct iovec* iov, int count) {
+  if (ssl_ != nullptr) {  // TLS: one record's worth into the first buffer.
+    for (int i = 0; i < count; ++i) {
+      if (iov[i].iov_len == 0) continue;
+      return SSL_read(ssl_, iov[i].iov_base, static_cast<int>(std::min<size_t>(iov[i].iov_len, 1 << 30)));
+    }
+    return 0;
+  }
+  for (;;) {
+    const ssize_t n = ::readv(fd_, iov, count);
+    if (n < 0 && errno == EINTR) continue;
+    return n;
+  }
+}
+
 bool Stream::Write(struct iovec* iov, int count) {
   if (ssl_ != nullptr) {
     for (int i = 0; i < count; ++i) {

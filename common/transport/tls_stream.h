@@ -29,6 +29,10 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
 
   bool Read(void* buf, size_t len);
+  // Reads what is available (at least one byte, blocking until then) into `iov` in order; the
+  // byte count, or <= 0 at the end or on an error. Lets a reader take a page and the frames
+  // behind it in one call.
+  ssize_t ReadSome(struct iovec* iov, int count);
   bool Write(struct iovec* iov, int count);
   int fd() const { return fd_; }
 
