@@ -81,6 +81,7 @@ int BenchEngineCommand(int argc, char** argv) {
     return ReportError(cmd, absl::InternalError("prefill did not finish in one step"));
   }
   int64_t decode_steps = 0;
+  const EngineStats before = engine.Stats();
   t0 = Clock::now();
   while (engine.HasUnfinished()) {
     outs.clear();
@@ -88,6 +89,10 @@ int BenchEngineCommand(int argc, char** argv) {
     ++decode_steps;
   }
   const double decode_s = SecondsSince(t0);
+  const EngineStats after = engine.Stats();
+  const double step_s = after.step_seconds - before.step_seconds;
+  const double forward_share = (after.forward_seconds - before.forward_seconds) / step_s;
+  const double sample_share = (after.sample_seconds - before.sample_seconds) / step_s;
 
   // What the runs moved and computed.
   const double weight_bytes = static_cast<double>(engine.weights().DecodeWeightBytes());
@@ -128,6 +133,10 @@ int BenchEngineCommand(int argc, char** argv) {
   j["prefill_gflops"] = prefill_flops / prefill_s / 1e9;
   j["sgemm_gflops"] = sgemm / 1e9;
   j["prefill_flops_ratio"] = prefill_flops / prefill_s / sgemm;
+  // Decode steps: the model's forward pass, sampling + outputs, and the scheduler's own work.
+  j["decode_forward_share"] = forward_share;
+  j["decode_sampling_share"] = sample_share;
+  j["decode_scheduler_share"] = 1.0 - forward_share - sample_share;
   j["cpu"] = bench::CpuModel();
   if (format == "json") {
     std::printf("%s\n", j.dump().c_str());
@@ -142,6 +151,8 @@ int BenchEngineCommand(int argc, char** argv) {
               sgemm / 1e9);
   std::printf("decode:  %9.1f tok/s  %7.2f GB/s  = %5.1f%% of read bandwidth (%.2f GB/s)\n",
               decode_tok_s, effective_bw / 1e9, 100 * effective_bw / read_bw, read_bw / 1e9);
+  std::printf("decode step: %.1f%% forward, %.2f%% sampling, %.2f%% scheduler\n", 100 * forward_share,
+              100 * sample_share, 100 * (1.0 - forward_share - sample_share));
   return kExitOk;
 }
 

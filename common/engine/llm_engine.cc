@@ -136,8 +136,12 @@ std::unique_ptr<Sequence> LLMEngine::NewSequence(const std::string& request_id,
   seq->num_prompt_tokens = static_cast<int64_t>(prompt.size());
   seq->params = params;
   const uint64_t seed = params.seed ? *params.seed : std::random_device{}();
-  seq->sampler.Init(seed, prompt);
+  seq->sampler.Init(seed, prompt, params.max_tokens);
   seq->tokens = std::move(prompt);
+  // Room for every token it may reach, so the decode loop never grows these.
+  const int64_t most = std::min<int64_t>(seq->num_prompt_tokens + params.max_tokens, max_model_len_);
+  seq->tokens.reserve(static_cast<size_t>(std::max<int64_t>(most, seq->num_prompt_tokens)));
+  seq->block_hashes.reserve(static_cast<size_t>((most + blocks_->block_size() - 1) / blocks_->block_size()));
   seq->arrival = Clock::now();
   return seq;
 }
@@ -182,7 +186,7 @@ absl::StatusOr<RemotePrefillPlan> LLMEngine::ReserveForRemotePrefill(
   ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
   PD_ASSIGN_OR_RETURN(BlockManager::AdmitPlan plan,
                       blocks_->PlanAdmit(seq->block_hashes, (len - 1) / bs, len, len));
-  blocks_->CommitAdmit(seq->id, plan);
+  blocks_->CommitAdmit(seq->id, plan, static_cast<int64_t>(seq->tokens.capacity()));
   seq->num_computed = plan.num_cached_tokens;
   seq->num_cached_prompt_tokens = plan.num_cached_tokens;
   seq->admitted_before = true;
@@ -264,6 +268,7 @@ void LLMEngine::SetLayerObserver(LayerObserver observer) {
 }
 
 absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
+  const Clock::time_point step_start = Clock::now();
   scheduler_->Schedule(&schedule_);
   if (schedule_.chunks.empty()) return absl::OkStatus();
   ++stats_.steps;
@@ -286,7 +291,10 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
           seq->num_computed;
     }
   }
+  const Clock::time_point forward_start = Clock::now();
   PD_RETURN_IF_ERROR(runner_->Forward(batch_, logits_.data()));
+  const Clock::time_point forward_end = Clock::now();
+  stats_.forward_seconds += Seconds(forward_end - forward_start);
 
   const int64_t bs = blocks_->block_size();
   for (const ScheduledChunk& chunk : schedule_.chunks) {
@@ -298,6 +306,7 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
                                                                seq->num_computed / bs)));
   }
   const int64_t vocab = config().vocab_size;
+  const Clock::time_point sample_start = Clock::now();
   for (size_t i = 0; i < sampled_.size(); ++i) {
     Sequence* seq = sampled_[i];
     const float* row = &logits_[i * vocab];
@@ -313,6 +322,9 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
     }
     outputs->push_back(std::move(out));
   }
+  const Clock::time_point step_end = Clock::now();
+  stats_.sample_seconds += Seconds(step_end - sample_start);
+  stats_.step_seconds += Seconds(step_end - step_start);
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "common/engine/engine_options.h"
 #include "common/engine/model_runner.h"
@@ -36,7 +37,8 @@ struct TokenOutput {
 // What one step produced for one request.
 struct RequestOutput {
   std::string request_id;
-  std::vector<TokenOutput> tokens;  // New this step (0 or 1 for now).
+  // New this step (0 or 1 for now); inline, so an output costs no allocation.
+  absl::InlinedVector<TokenOutput, 1> tokens;
   bool finished = false;
   std::string finish_reason;        // "stop", "length" or "abort" when finished.
   int64_t prompt_tokens = 0;
@@ -77,6 +79,10 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t prompt_tokens_computed = 0;
   int64_t generated_tokens = 0;
+  // Where the steps' time went (cumulative): the whole of Step, the model's forward pass, and
+  // sampling + output records. The rest is the scheduler's own work (batch building, block
+  // reservation, prefix-cache publishing).
+  double step_seconds = 0, forward_seconds = 0, sample_seconds = 0;
   KvCacheStats kv;
 };
 

@@ -91,7 +91,7 @@ bool Scheduler::Admit(Sequence* seq, int64_t budget, SchedulerOutput* out) {
   auto plan = blocks_->PlanAdmit(seq->block_hashes, max_cached_blocks, cached + n, query);
   if (!plan.ok()) return false;
   PD_CHECK(plan->num_cached_tokens == cached);
-  blocks_->CommitAdmit(seq->id, *plan);
+  blocks_->CommitAdmit(seq->id, *plan, static_cast<int64_t>(seq->tokens.capacity()));
   seq->num_computed = cached;
   if (!seq->admitted_before) {
     seq->num_cached_prompt_tokens = std::min(cached, seq->num_prompt_tokens);

@@ -1,5 +1,7 @@
 #include "common/kvcache/block_manager.h"
 
+#include <algorithm>
+
 #include "common/base/check.h"
 #include "common/base/strings.h"
 
@@ -12,6 +14,7 @@ BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_p
       blocks_(num_blocks) {
   PD_CHECK(num_blocks > 0 && block_size > 0);
   free_list_.reserve(num_blocks);
+  index_.reserve(num_blocks);  // Never more entries than blocks: publishing never rehashes.
   // Lowest ids on top of the stack: allocation order is 0, 1, 2, ... on a fresh pool.
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<BlockId>(b));
   num_free_ = num_blocks;
@@ -43,11 +46,12 @@ absl::StatusOr<BlockManager::AdmitPlan> BlockManager::PlanAdmit(
   return plan;
 }
 
-void BlockManager::CommitAdmit(SeqId seq, const AdmitPlan& plan) {
+void BlockManager::CommitAdmit(SeqId seq, const AdmitPlan& plan, int64_t max_tokens) {
   auto [it, inserted] = seqs_.try_emplace(seq);
   PD_CHECK_MSG(inserted, "CommitAdmit: sequence already has blocks");
   SeqBlocks& s = it->second;
-  s.table.reserve(plan.cached_blocks.size() + plan.num_new_blocks);
+  s.table.reserve(std::max<size_t>(plan.cached_blocks.size() + plan.num_new_blocks,
+                                   static_cast<size_t>((max_tokens + block_size_ - 1) / block_size_)));
   for (BlockId b : plan.cached_blocks) {
     BlockMeta& m = blocks_[b];
     PD_CHECK(m.hashed);

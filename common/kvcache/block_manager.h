@@ -71,7 +71,9 @@ class BlockManager {
                                       int64_t max_cached_blocks, int64_t num_tokens,
                                       int64_t num_query_tokens) const;
   // Applies a plan made by PlanAdmit against the current state. `seq` must be new.
-  void CommitAdmit(SeqId seq, const AdmitPlan& plan);
+  // `max_tokens` (optional): the most tokens the sequence may reach, so its block table is sized
+  // once and decode never grows it.
+  void CommitAdmit(SeqId seq, const AdmitPlan& plan, int64_t max_tokens = 0);
 
   // Grows `seq`'s block table to hold `num_tokens`. ResourceExhausted, with nothing changed, when
   // there are not enough free + evictable blocks.

@@ -8,11 +8,18 @@
 
 namespace pdserve {
 
-void SamplerState::Init(uint64_t seed_value, absl::Span<const int32_t> prompt) {
+void SamplerState::Init(uint64_t seed_value, absl::Span<const int32_t> prompt,
+                        int64_t max_new_tokens) {
   seed = seed_value;
   num_generated = 0;
   output_counts.clear();
   seen.clear();
+  // Distinct output tokens: at most max_new_tokens; beyond kReserved the tables grow (rarely:
+  // they double), which keeps a long max_tokens from pinning memory up front.
+  constexpr int64_t kReserved = 1024;
+  const size_t room = static_cast<size_t>(std::clamp<int64_t>(max_new_tokens, 0, kReserved));
+  output_counts.reserve(room);
+  seen.reserve(prompt.size() + room);
   for (int32_t t : prompt) seen[t] = true;
 }
 

@@ -27,7 +27,8 @@ struct SamplerState {
   absl::flat_hash_map<int32_t, int32_t> output_counts;  // For frequency/presence penalties.
   absl::flat_hash_map<int32_t, bool> seen;              // Prompt + output (repetition penalty).
 
-  void Init(uint64_t seed_value, absl::Span<const int32_t> prompt);
+  // `max_new_tokens` sizes the tables so that Accept never grows them.
+  void Init(uint64_t seed_value, absl::Span<const int32_t> prompt, int64_t max_new_tokens = 0);
   void Accept(int32_t token);
 };
 
