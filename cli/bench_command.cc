@@ -332,10 +332,15 @@ int BenchCommand(int argc, char** argv) {
   // Runs every rate against one server.
   std::vector<PolicyResult> results;
   auto run_rates = [&](const std::string& address, const std::string& label) -> absl::Status {
-    for (double rate : rates) {
+    for (size_t k = 0; k < rates.size(); ++k) {
+      const double rate = rates[k];
       WorkloadOptions at = w;
       at.rate = rate;
-      std::fprintf(stderr, "bench: %s: %lld requests at rate %s\n", label.c_str(),
+      // Each rate of a sweep gets its own prompts: the server's prefix cache still holds the
+      // previous rate's, which would turn later runs into cache hits.
+      at.seed = w.seed + k;
+      std::fprintf(stderr, "bench: %s: %lld requests at rate %s\n",
+                   (label.empty() ? address : label).c_str(),
                    static_cast<long long>(w.num_prompts), RateText(rate).c_str());
       PD_ASSIGN_OR_RETURN(PolicyResult r, Measure(address, at, load, slo));
       if (!label.empty()) r.label = label;

@@ -43,19 +43,25 @@ def bench(*args):
 
 class RoutingTest(unittest.TestCase):
     def test_kv_aware_beats_round_robin_on_shared_prefixes(self):
-        got = bench("--compare-policies", "round_robin,kv_aware", "--groups", "12",
-                    "--num-prompts", "120", "--seed", "5")
-        rr, kv = got["round_robin"], got["kv_aware"]
-        for r in (rr, kv):
-            self.assertEqual((r["ok"], r["failed"]), (120, 0), r)
-            self.assertEqual(sum(r["decode_decisions"]), 120)
-        # The hit rate cannot pass 64/72 (the user part is never cached). Measured on the 2-core
-        # machine over three seeds: round_robin 0.41-0.48, kv_aware 0.60-0.66.
-        self.assertLessEqual(kv["hit_rate"], 64 / 72)
-        self.assertGreater(kv["hit_rate"], rr["hit_rate"] + 0.05, got)
-        # round_robin spreads perfectly; kv_aware must stay near it.
-        self.assertEqual(rr["decode_max_over_mean"], 1.0)
-        self.assertLess(kv["decode_max_over_mean"], 1.5, got)
+        # Two seeds, averaged: one run's hit rate depends on how arrivals race the workers
+        # (kv_aware on one seed ranged 0.52-0.65 over repeated runs), their mean much less.
+        hits = {"round_robin": [], "kv_aware": []}
+        for seed in ("5", "6"):
+            got = bench("--compare-policies", "round_robin,kv_aware", "--groups", "12",
+                        "--num-prompts", "120", "--seed", seed)
+            rr, kv = got["round_robin"], got["kv_aware"]
+            for r in (rr, kv):
+                self.assertEqual((r["ok"], r["failed"]), (120, 0), r)
+                self.assertEqual(sum(r["decode_decisions"]), 120)
+                hits[r["policy"]].append(r["hit_rate"])
+            # The hit rate cannot pass 64/72 (the user part is never cached).
+            self.assertLessEqual(kv["hit_rate"], 64 / 72)
+            # round_robin spreads perfectly; kv_aware must stay near it.
+            self.assertEqual(rr["decode_max_over_mean"], 1.0)
+            self.assertLess(kv["decode_max_over_mean"], 1.5, got)
+        # Measured on the 2-core machine: round_robin 0.47-0.50 per run, kv_aware 0.52-0.74.
+        rr_mean, kv_mean = (sum(hits[p]) / 2 for p in ("round_robin", "kv_aware"))
+        self.assertGreater(kv_mean, rr_mean + 0.05, hits)
 
     def test_one_shared_system_prompt_is_spread_over_every_worker(self):
         got = bench("--compare-policies", "kv_aware", "--groups", "1", "--num-prompts", "60",

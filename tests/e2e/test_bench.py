@@ -1,0 +1,136 @@
+"""Smoke runs of the benchmark commands (tiny model, few requests; no timing is asserted): the
+output parses, the counts equal what was sent, the rates are positive, plot.sh draws a PNG, and
+bad flags exit 2 naming the flag. Benchmarks are never timed in CI; bench/RESULTS.md has figures.
+
+Run: /usr/bin/python3 tests/e2e/test_bench.py --pdserve build/pdserve
+"""
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster  # noqa: E402
+
+PDSERVE = None
+MODEL = None
+WORKDIR = None
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(*args, check=True):
+    out = subprocess.run([PDSERVE, *args], capture_output=True, text=True, timeout=300)
+    if check and out.returncode != 0:
+        raise AssertionError(f"pdserve {' '.join(args)} exited {out.returncode}: {out.stderr[-3000:]}")
+    return out
+
+
+class BenchTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.serve = cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0",
+                                              "--threads", "1", "--kv-blocks", "256"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.serve.stop()
+
+    def test_serving_bench_sweep_json_csv_and_plot(self):
+        path = os.path.join(WORKDIR, "sweep.csv")
+        out = run("bench", "--server", self.serve.grpc, "--workload", "random", "--num-prompts", "6",
+                  "--input-len", "16", "--output-len", "4", "--sweep", "8,inf",
+                  "--goodput", "ttft:60000 tpot:60000", "--csv", path, "--format", "json")
+        rows = json.loads(out.stdout)
+        self.assertEqual([r["request_rate"] for r in rows], [8, "inf"])
+        for r in rows:
+            self.assertEqual((r["ok"], r["failed"]), (6, 0), r)
+            self.assertEqual(r["prompt_tokens"], 6 * 16)
+            self.assertEqual(r["completion_tokens"], 6 * 4)
+            self.assertEqual(r["good"], 6)  # SLOs of a minute: every request meets them.
+            for key in ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "itl_p50_ms",
+                        "e2el_p99_ms", "requests_per_second", "output_tokens_per_second",
+                        "total_tokens_per_second", "goodput", "duration_s"):
+                self.assertGreater(r[key], 0, key)
+            self.assertLessEqual(r["ttft_p50_ms"], r["ttft_p99_ms"])
+            self.assertLessEqual(r["ttft_p99_ms"], r["e2el_p99_ms"])
+            self.assertAlmostEqual(r["total_tokens_per_second"] / r["output_tokens_per_second"],
+                                   (16 + 4) / 4, places=6)
+        with open(path) as f:
+            table = list(csv.DictReader(f))
+        self.assertEqual([t["request_rate"] for t in table], ["8", "inf"])
+        self.assertEqual(float(table[0]["completion_tokens"]), 24)
+        if shutil.which("gnuplot"):
+            png = os.path.join(WORKDIR, "sweep.png")
+            subprocess.run([os.path.join(ROOT, "bench", "plot.sh"), png, path], check=True,
+                           capture_output=True, timeout=120)
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_serving_bench_text_chat_and_concurrency(self):
+        out = run("bench", "--server", self.serve.grpc, "--workload", "synthetic-chat",
+                  "--num-prompts", "8", "--input-len", "12", "--output-len", "3",
+                  "--request-rate", "50", "--burstiness", "0.5", "--max-concurrency", "2")
+        self.assertIn("Serving Benchmark Result", out.stdout)
+        self.assertIn("Successful requests:                     8", out.stdout)
+        self.assertIn("Time to First Token", out.stdout)
+
+    def test_engine_bench_json(self):
+        out = run("bench-engine", "--model", MODEL, "--batch", "2", "--input-len", "16",
+                  "--output-len", "4", "--threads", "1", "--kv-blocks", "64", "--bw-gib", "0.125",
+                  "--sgemm-n", "128", "--format", "json")
+        j = json.loads(out.stdout)
+        for key in ("decode_tok_s", "prefill_tok_s", "decode_bw_ratio", "prefill_flops_ratio",
+                    "read_bw_gbs", "sgemm_gflops", "decode_forward_share"):
+            self.assertGreater(j[key], 0, key)
+        self.assertAlmostEqual(j["decode_forward_share"] + j["decode_sampling_share"]
+                               + j["decode_scheduler_share"], 1.0, places=9)
+
+    def test_transport_bench_json(self):
+        for transport in ("tcp", "local"):
+            out = run("bench-transport", "--transport", transport, "--bytes", str(4 << 20),
+                      "--page-bytes", "4096", "--repeats", "1", "--format", "json")
+            j = json.loads(out.stdout)
+            self.assertEqual(j["pages"], 1024)
+            for key in ("kv_gb_s", "socket_gb_s", "memcpy_gb_s", "kv_socket_ratio"):
+                self.assertGreater(j[key], 0, key)
+
+    def test_bad_flags_name_the_flag(self):
+        cases = [
+            (["bench", "--server", "127.0.0.1:1", "--goodput", "itl:5"], "--goodput"),
+            (["bench", "--server", "127.0.0.1:1", "--request-rate", "0"], "--request-rate"),
+            (["bench", "--server", "127.0.0.1:1", "--sweep", "1,x"], "--sweep"),
+            (["bench", "--server", "127.0.0.1:1", "--workload", "sharegpt"], "--workload"),
+            (["bench", "--server", "127.0.0.1:1", "--range-ratio", "1.5"], "--range-ratio"),
+            (["bench-transport", "--transport", "ucx"], "--transport"),
+            (["bench-transport", "--bytes", "10"], "--bytes"),
+        ]
+        for args, flag in cases:
+            out = run(*args, check=False)
+            self.assertEqual(out.returncode, 2, (args, out.stderr))
+            self.assertIn(flag, out.stderr, args)
+        # A prompt that cannot fit the model's context is refused before anything is sent.
+        out = run("bench", "--server", self.serve.grpc, "--input-len", "100000", check=False)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("context", out.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pdserve", required=True)
+    args, rest = parser.parse_known_args()
+    PDSERVE = os.path.abspath(args.pdserve)
+    WORKDIR = tempfile.mkdtemp(prefix="pdserve_bench_")
+    MODEL = os.path.join(WORKDIR, "model")
+    subprocess.run([PDSERVE, "make-model", MODEL, "--arch", "llama", "--layers", "2",
+                    "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--vocab", "512",
+                    "--seed", "3"], check=True, capture_output=True)
+    try:
+        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    finally:
+        shutil.rmtree(WORKDIR, ignore_errors=True)
