@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "common/base/rng.h"
+#include "kernels/cpu/ops.h"
 
 namespace pdserve {
 
@@ -32,12 +33,9 @@ void SamplerState::Accept(int32_t token) {
 SampledToken Sampler::Sample(const float* logits, int64_t vocab, const SamplingParams& params,
                              const SamplerState& state) {
   SampledToken out;
-  // Log-softmax of the raw logits (for the reported logprobs).
-  float raw_max = -INFINITY;
-  for (int64_t i = 0; i < vocab; ++i) raw_max = std::max(raw_max, logits[i]);
-  double raw_sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) raw_sum += std::exp(static_cast<double>(logits[i]) - raw_max);
-  const double lse = raw_max + std::log(raw_sum);
+  // Log-softmax of the raw logits (for the reported logprobs). Vectorised: a double-precision
+  // exp per logit was 10% of a batch-16 decode step on a 49K vocabulary.
+  const double lse = kernels::LogSumExp(logits, vocab);
 
   work_.assign(logits, logits + vocab);
   if (params.repetition_penalty != 1.0f) {

@@ -5,6 +5,7 @@
 
 #include "common/base/check.h"
 #include "common/base/thread_pool.h"
+#include "kernels/cpu/linear_avx512.h"
 #include "kernels/cpu/simd.h"
 
 namespace pdserve::kernels {
@@ -157,6 +158,11 @@ void ColumnsScalar(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, f
 
 #endif  // PDSERVE_AVX2
 
+// Rows of x from which the AVX-512 path is used. Measured (decode tok/s, bf16 SmolLM shape,
+// 2 threads, AVX2 vs AVX-512 in one session): batch 4 113-154 vs 74-145; batch 8 122-132 vs
+// 140-178; batch 16 143 vs 192-221; 128-token prefill 202-242 vs 308-313 tok/s.
+constexpr int64_t kAvx512MinRows = 8;
+
 // Column ranges handed to threads are multiples of this (keeps micro-tiles whole).
 constexpr int64_t kColumnGrain = 16;
 
@@ -166,6 +172,12 @@ void LinearColumns(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, f
                    int64_t ldy, int64_t n_begin, int64_t n_end) {
   if (m <= 0 || n_begin >= n_end) return;
 #if PDSERVE_AVX2
+  // AVX-512 from 8 rows of x up: below that the kernel streams weights and the AVX2 path's
+  // fewer, wider-per-row loads are faster (bench/RESULTS.md). Both give the same bits.
+  if (m >= kAvx512MinRows && Avx512Enabled()) {
+    LinearColumnsAvx512(x, m, ldx, w, y, ldy, n_begin, n_end);
+    return;
+  }
   switch (w.dtype) {
     case DType::kF32: Columns<F32Rows>(x, m, ldx, w, y, ldy, n_begin, n_end); break;
     case DType::kBF16: Columns<Bf16Rows>(x, m, ldx, w, y, ldy, n_begin, n_end); break;

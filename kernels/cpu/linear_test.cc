@@ -6,6 +6,7 @@
 #include "common/base/rng.h"
 #include "common/base/thread_pool.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/linear_avx512.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -90,6 +91,31 @@ TEST_P(LinearTest, BitwiseBatchAndThreadInvariant) {
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t j = 0; j < 40; ++j) ASSERT_EQ(y_top[t * 40 + j], batched[t * n + j]);
     for (int64_t j = 0; j < 60; ++j) ASSERT_EQ(y_bottom[t * 60 + j], batched[t * n + 40 + j]);
+  }
+}
+
+// The AVX-512 path packs two outputs per register but performs each output's operations in the
+// AVX2 path's order: every element bitwise equal, for every tile shape and remainder.
+TEST_P(LinearTest, Avx512PathIsBitwiseTheAvx2Path) {
+  SetAvx512Enabled(true);
+  if (!Avx512Enabled()) GTEST_SKIP() << "this CPU has no AVX-512 (F, BW, DQ, VL)";
+  ThreadPool pool(2);
+  for (int64_t k : {8, 13, 64, 576, 1000}) {
+    for (int64_t n : {1, 2, 7, 9, 37, 100}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 10, 11, 23}) {
+        Weights w = MakeWeights(GetParam(), n, k, 5 + k + n);
+        std::vector<float> x = RandomRows(m, k, 6 + m);
+        std::vector<float> wide(m * n), narrow(m * n);
+        SetAvx512Enabled(true);
+        Linear(x.data(), m, k, w.ref, wide.data(), n, &pool);
+        SetAvx512Enabled(false);
+        Linear(x.data(), m, k, w.ref, narrow.data(), n, &pool);
+        SetAvx512Enabled(true);
+        for (int64_t i = 0; i < m * n; ++i) {
+          ASSERT_EQ(wide[i], narrow[i]) << "m=" << m << " n=" << n << " k=" << k << " i=" << i;
+        }
+      }
+    }
   }
 }
 

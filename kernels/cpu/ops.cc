@@ -1,5 +1,6 @@
 #include "kernels/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -8,6 +9,33 @@
 namespace pdserve::kernels {
 
 float Dot(const float* a, const float* b, int64_t n) { return DotF32(a, b, n); }
+
+double LogSumExp(const float* x, int64_t n) {
+  int64_t i = 0;
+  float max = -INFINITY;
+#if PDSERVE_AVX2
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+  max = HorizontalMax(vmax);
+#endif
+  for (; i < n; ++i) max = std::max(max, x[i]);
+  double sum = 0;
+  i = 0;
+#if PDSERVE_AVX2
+  const __m256 vm = _mm256_set1_ps(max);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(lo, hi));
+  sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+  for (; i < n; ++i) sum += ExpScalar(x[i] - max);
+  return max + std::log(sum);
+}
 
 void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out) {
   const float mean_sq = Dot(x, x, n) / static_cast<float>(n);

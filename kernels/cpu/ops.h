@@ -44,6 +44,10 @@ void EmbeddingRow(const MatrixRef& table, int64_t id, float* out);
 // Dot product with the 8-lane order of linear.h.
 float Dot(const float* a, const float* b, int64_t n);
 
+// log(sum(exp(x[i]))) over n > 0 values: the maximum, then exp(x - max) (Exp8, < 2 ulp) summed in
+// double. Within ~1e-7 of the exact value; the sampler's logprob normaliser.
+double LogSumExp(const float* x, int64_t n);
+
 }  // namespace pdserve::kernels
 
 #endif  // PDSERVE_KERNELS_CPU_OPS_H_

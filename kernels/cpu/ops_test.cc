@@ -1,5 +1,6 @@
 #include "kernels/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -112,6 +113,25 @@ TEST(OpsTest, SiluMul) {
   SiluMul(g.data(), u.data(), 19, out.data());
   for (int i = 0; i < 19; ++i) {
     EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5 * (1 + std::abs(out[i])));
+  }
+}
+
+// Against a double-precision log-sum-exp, over a vocabulary-sized row with a wide spread (the
+// largest logit dominates, tiny ones underflow), and short rows that are all tail.
+TEST(OpsTest, LogSumExpMatchesDouble) {
+  for (int64_t n : {1, 7, 8, 9, 49152}) {
+    std::vector<float> x(n);
+    uint64_t state = 12345;
+    for (float& v : x) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      v = static_cast<float>(static_cast<int64_t>(state >> 40) % 4000) / 100.0f - 20.0f;
+    }
+    double max = -1e300;
+    for (float v : x) max = std::max(max, static_cast<double>(v));
+    double sum = 0;
+    for (float v : x) sum += std::exp(static_cast<double>(v) - max);
+    const double want = max + std::log(sum);
+    EXPECT_NEAR(LogSumExp(x.data(), n), want, 2e-7 * std::abs(want) + 1e-7) << n;
   }
 }
 
