@@ -26,7 +26,6 @@ absl::Status ReceiveTracker::Expect(uint64_t tag, std::vector<ByteRange> allowed
   }
   auto t = std::make_unique<Transfer>();
   t->allowed = std::move(allowed);
-  XXH3_64bits_reset(&t->hash);
   if (!transfers_.try_emplace(tag, std::move(t)).second) {
     return absl::AlreadyExistsError(Str("transfer tag ", tag, " is already expected"));
   }
@@ -68,7 +67,7 @@ void ReceiveTracker::PageArrived(uint64_t tag, const uint8_t* data, uint64_t len
   auto it = transfers_.find(tag);
   if (it == transfers_.end()) return;
   Transfer& t = *it->second;
-  XXH3_64bits_update(&t.hash, data, len);
+  t.hash.Update(data, len);
   ++t.poll.stats.pages;
   t.poll.stats.bytes += static_cast<int64_t>(len);
 }
@@ -79,7 +78,7 @@ void ReceiveTracker::Finish(uint64_t tag, const TransferStats& sent) {
   if (it == transfers_.end()) return;
   Transfer& t = *it->second;
   if (t.poll.state != TransferState::kPending) return;
-  t.poll.stats.checksum = XXH3_64bits_digest(&t.hash);
+  t.poll.stats.checksum = t.hash.Digest();
   if (sent.pages != t.poll.stats.pages || sent.bytes != t.poll.stats.bytes) {
     t.poll.state = TransferState::kFailed;
     t.poll.status = absl::DataLossError(Str("transfer ", tag, ": sender sent ", sent.pages,

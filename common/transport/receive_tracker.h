@@ -4,14 +4,12 @@
 #ifndef PDSERVE_COMMON_TRANSPORT_RECEIVE_TRACKER_H_
 #define PDSERVE_COMMON_TRANSPORT_RECEIVE_TRACKER_H_
 
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
-
 #include <mutex>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "common/transport/kv_transport.h"
+#include "common/transport/payload_hash.h"
 
 namespace pdserve {
 
@@ -40,7 +38,7 @@ class ReceiveTracker {
   struct Transfer {
     std::vector<ByteRange> allowed;
     TransferPoll poll;
-    XXH3_state_t hash;
+    PayloadHash hash;
     uint64_t source = 0;  // 0 until the first page.
   };
   std::mutex mu_;
@@ -57,17 +55,6 @@ bool ShouldCorruptNextPage();
 // MS milliseconds before sending the N-th page (1-based): a transfer that stalls. Returns the
 // wait for the next page (0 for all but that one).
 int64_t StallBeforeNextPageMs();
-
-// XXH3-64 streaming helpers for senders.
-class PayloadHash {
- public:
-  PayloadHash() { XXH3_64bits_reset(&state_); }
-  void Update(const uint8_t* data, uint64_t len) { XXH3_64bits_update(&state_, data, len); }
-  uint64_t Digest() { return XXH3_64bits_digest(&state_); }
-
- private:
-  XXH3_state_t state_;
-};
 
 }  // namespace pdserve
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/simd.h"
 
@@ -140,9 +141,123 @@ PD_AVX512 inline void TokenTile(bool first, const float* x, int64_t ldx, const u
   }
 }
 
+// Packed path for many rows of x (prefill): a block of weight rows is widened once into f32, two
+// rows interleaved per 8-wide k chunk ([row 2p, k..k+8 | row 2p+1, k..k+8], one 512-bit load),
+// and every 8-token tile then reuses it from L2 with no conversion in the inner loop. Widening
+// bf16/f16 to f32 is exact, so the products, sums and their order are the unpacked path's.
+constexpr int64_t kPackMinRows = 32;
+
+// Pair p's chunk c: packed + (p * chunks + c) * 16.
+template <typename W>
+PD_AVX512 void PackBlock(const uint8_t* wb, size_t w_stride, int64_t rows, int64_t k,
+                         float* packed) {
+  const int64_t chunks = k / 8;
+  for (int64_t p = 0; p * 2 < rows; ++p) {
+    const uint8_t* a = wb + 2 * p * w_stride;
+    const uint8_t* b = 2 * p + 1 < rows ? a + w_stride : a;  // Odd last row: itself again.
+    float* out = packed + p * chunks * 16;
+    for (int64_t c = 0; c < chunks; ++c) {
+      _mm_prefetch(reinterpret_cast<const char*>(a + c * 8 * W::kSize) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b + c * 8 * W::kSize) + kPrefetchBytes, _MM_HINT_T0);
+      _mm512_storeu_ps(out + c * 16, W::Load(a, b, c * 8));
+    }
+  }
+}
+
+// T tokens x P packed pairs; `outputs` of the 2P rows are written (the rest are padding).
+template <typename W, int T, int P>
+PD_AVX512 inline void PackedKernel(const float* x, int64_t ldx, const float* packed,
+                                   int64_t chunks, const uint8_t* w0, size_t w_stride, int64_t k,
+                                   float* y, int64_t ldy, int outputs) {
+  __m512 acc[T][P];
+  for (int t = 0; t < T; ++t)
+    for (int p = 0; p < P; ++p) acc[t][p] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c) {
+    __m512 wv[P];
+    for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_ps(packed + (p * chunks + c) * 16);
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * ldx + c * 8));
+      for (int p = 0; p < P; ++p) acc[t][p] = _mm512_fmadd_ps(xv, wv[p], acc[t][p]);
+    }
+  }
+  const int64_t k8 = chunks * 8;
+  for (int t = 0; t < T; ++t) {
+    for (int p = 0; p < P; ++p) {
+      for (int half = 0; half < 2; ++half) {
+        const int r = 2 * p + half;
+        if (r >= outputs) break;
+        float s = HalfSum(half == 0 ? _mm512_castps512_ps256(acc[t][p])
+                                    : _mm512_extractf32x8_ps(acc[t][p], 1));
+        const uint8_t* row = w0 + r * w_stride;
+        for (int64_t kk = k8; kk < k; ++kk) s = std::fma(x[t * ldx + kk], W::At(row, kk), s);
+        y[t * ldy + r] = s;
+      }
+    }
+  }
+}
+
+// Tokens [0, T) of x against every packed pair of a block (3 pairs = 6 rows per tile).
+template <typename W, int T>
+PD_AVX512 inline void PackedTokens(const float* x, int64_t ldx, const float* packed,
+                                   int64_t chunks, const uint8_t* wb, size_t w_stride, int64_t k,
+                                   float* y, int64_t ldy, int64_t rows) {
+  constexpr int P = 3;
+  int64_t r = 0;
+  for (; r + 2 * P <= rows; r += 2 * P) {
+    PackedKernel<W, T, P>(x, ldx, packed + (r / 2) * chunks * 16, chunks, wb + r * w_stride,
+                          w_stride, k, y + r, ldy, 2 * P);
+  }
+  for (; r < rows; r += 2) {
+    const int outputs = r + 1 < rows ? 2 : 1;
+    PackedKernel<W, T, 1>(x, ldx, packed + (r / 2) * chunks * 16, chunks, wb + r * w_stride,
+                          w_stride, k, y + r, ldy, outputs);
+  }
+}
+
+template <typename W>
+PD_AVX512 void PackedColumns(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
+                             int64_t ldy, int64_t n_begin, int64_t n_end) {
+  const int64_t k = w.cols;
+  const int64_t chunks = k / 8;
+  const size_t w_stride = static_cast<size_t>(k) * W::kSize;
+  // Packed rows stay in L2 (~192 KiB of f32) while the token tiles pass over them.
+  int64_t block = (kBlockBytes * 2) / (k * 4) & ~int64_t{1};
+  if (block < 8) block = 8;
+  thread_local std::vector<float> packed;
+  const size_t need = static_cast<size_t>((block + 1) / 2 * chunks * 16);
+  if (packed.size() < need) packed.resize(need);
+  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t nb = n_begin; nb < n_end; nb += block) {
+    const int64_t rows = block < n_end - nb ? block : n_end - nb;
+    const uint8_t* wb = base + nb * w_stride;
+    PackBlock<W>(wb, w_stride, rows, k, packed.data());
+    int64_t t = 0;
+    for (; t + 8 <= m; t += 8) {
+      PackedTokens<W, 8>(x + t * ldx, ldx, packed.data(), chunks, wb, w_stride, k,
+                         y + t * ldy + nb, ldy, rows);
+    }
+    const float* xt = x + t * ldx;
+    float* yt = y + t * ldy + nb;
+    switch (m - t) {
+      case 7: PackedTokens<W, 7>(xt, ldx, packed.data(), chunks, wb, w_stride, k, yt, ldy, rows); break;
+      case 6: PackedTokens<W, 6>(xt, ldx, packed.data(), chunks, wb, w_stride, k, yt, ldy, rows); break;
+      case 5: PackedTokens<W, 5>(xt, ldx, packed.data(), chunks, wb, w_stride, k, yt, ldy, rows); break;
+      case 4: PackedTokens<W, 4>(xt, ldx, packed.data(), chunks, wb, w_stride, k, yt, ldy, rows); break;
+      case 3: PackedTokens<W, 3>(xt, ldx, packed.data(), chunks, wb, w_stride, k, yt, ldy, rows); break;
+      case 2: PackedTokens<W, 2>(xt, ldx, packed.data(), chunks, wb, w_stride, k, yt, ldy, rows); break;
+      case 1: PackedTokens<W, 1>(xt, ldx, packed.data(), chunks, wb, w_stride, k, yt, ldy, rows); break;
+      default: break;
+    }
+  }
+}
+
 template <typename W>
 PD_AVX512 void Columns(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                        int64_t ldy, int64_t n_begin, int64_t n_end) {
+  if (m >= kPackMinRows && w.cols >= 8) {
+    PackedColumns<W>(x, m, ldx, w, y, ldy, n_begin, n_end);
+    return;
+  }
   const int64_t k = w.cols;
   const size_t w_stride = static_cast<size_t>(k) * W::kSize;
   int64_t block = kBlockBytes / static_cast<int64_t>(w_stride);

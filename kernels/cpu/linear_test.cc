@@ -65,7 +65,7 @@ TEST_P(LinearTest, MatchesDoubleReference) {
 // A row's result is bitwise identical whatever the batch size, its position in the batch, the
 // other rows, the thread count, and how outputs are grouped into one parallel region.
 TEST_P(LinearTest, BitwiseBatchAndThreadInvariant) {
-  const int64_t n = 100, k = 200, m = 23;
+  const int64_t n = 100, k = 200, m = 45;  // Covers the packed AVX-512 path (m >= 32) too.
   Weights w = MakeWeights(GetParam(), n, k, 3);
   std::vector<float> x = RandomRows(m, k, 4);
   ThreadPool one(1), three(3);
@@ -102,7 +102,7 @@ TEST_P(LinearTest, Avx512PathIsBitwiseTheAvx2Path) {
   ThreadPool pool(2);
   for (int64_t k : {8, 13, 64, 576, 1000}) {
     for (int64_t n : {1, 2, 7, 9, 37, 100}) {
-      for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 10, 11, 23}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 10, 11, 23, 32, 33, 45}) {
         Weights w = MakeWeights(GetParam(), n, k, 5 + k + n);
         std::vector<float> x = RandomRows(m, k, 6 + m);
         std::vector<float> wide(m * n), narrow(m * n);
