@@ -21,6 +21,7 @@
 #include "bench/serving/local_cluster.h"
 #include "bench/serving/workload.h"
 #include "cli/cli_util.h"
+#include "cli/client_channel.h"
 #include "cli/commands.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -70,9 +71,11 @@ absl::StatusOr<double> ParseRate(absl::string_view text, const char* flag) {
   return rate;
 }
 
-absl::StatusOr<v1::ModelInfo> ModelInfo(const std::string& server) {
-  auto stub = v1::Generation::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+absl::StatusOr<v1::ModelInfo> ModelInfo(const std::shared_ptr<grpc::Channel>& channel,
+                                        const std::string& api_key) {
+  auto stub = v1::Generation::NewStub(channel);
   grpc::ClientContext ctx;
+  AddApiKey(&ctx, api_key);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   v1::ModelInfo info;
   grpc::Status s = stub->GetModelInfo(&ctx, {}, &info);
@@ -104,16 +107,17 @@ absl::StatusOr<std::vector<BenchRequest>> WorkloadFor(const v1::ModelInfo& info,
   return requests;
 }
 
-absl::StatusOr<PolicyResult> Measure(const std::string& server, const WorkloadOptions& workload,
-                                     const LoadOptions& load, const Slo& slo) {
-  PD_ASSIGN_OR_RETURN(const v1::ModelInfo info, ModelInfo(server));
+absl::StatusOr<PolicyResult> Measure(const std::shared_ptr<grpc::Channel>& channel,
+                                     const WorkloadOptions& workload, const LoadOptions& load,
+                                     const Slo& slo) {
+  PD_ASSIGN_OR_RETURN(const v1::ModelInfo info, ModelInfo(channel, load.api_key));
   PD_ASSIGN_OR_RETURN(const std::vector<BenchRequest> requests, WorkloadFor(info, workload));
   PolicyResult r;
   r.rate = workload.rate;
-  r.summary = Summarize(RunLoad(server, requests, load), slo);
-  auto admin = internal::v1::RouterAdmin::NewStub(
-      grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  r.summary = Summarize(RunLoad(channel, requests, load), slo);
+  auto admin = internal::v1::RouterAdmin::NewStub(channel);
   grpc::ClientContext ctx;
+  AddApiKey(&ctx, load.api_key);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   if (admin->GetRouterStats(&ctx, {}, &r.stats).ok()) {
     r.have_stats = true;
@@ -249,13 +253,16 @@ void PrintTable(const std::vector<PolicyResult>& results) {
 int BenchCommand(int argc, char** argv) {
   const char* cmd = "bench";
   std::string server, compare, model, format = "text", worker_flags, router_flags;
-  std::string rate_text = "inf", sweep, goodput, csv;
+  std::string rate_text = "inf", sweep, goodput, csv, server_ca;
   int64_t prefill = 2, decode = 3, local_prefill_tokens = 32, seed = 1;
   WorkloadOptions w;
   LoadOptions load;
   FlagSet flags("bench", "Serving benchmark: a workload against a router (--server), or against a "
                          "fresh local cluster per routing policy (--compare-policies).");
   flags.String("server", &server, "a running router, host:port");
+  flags.String("server-ca", &server_ca, "with --server: PEM CA to verify the router's TLS certificate");
+  flags.String("api-key", &load.api_key,
+               "with --server: API key (better: PDSERVE_API_KEY in the environment)");
   flags.String("compare-policies", &compare,
                "comma-separated policies to compare on local clusters (e.g. round_robin,kv_aware)");
   flags.String("model", &model, "--compare-policies: the model directory");
@@ -342,7 +349,8 @@ int BenchCommand(int argc, char** argv) {
       std::fprintf(stderr, "bench: %s: %lld requests at rate %s\n",
                    (label.empty() ? address : label).c_str(),
                    static_cast<long long>(w.num_prompts), RateText(rate).c_str());
-      PD_ASSIGN_OR_RETURN(PolicyResult r, Measure(address, at, load, slo));
+      PD_ASSIGN_OR_RETURN(auto channel, PublicChannel(address, server_ca));
+      PD_ASSIGN_OR_RETURN(PolicyResult r, Measure(channel, at, load, slo));
       if (!label.empty()) r.label = label;
       if (r.label.empty()) r.label = address;
       results.push_back(std::move(r));

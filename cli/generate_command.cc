@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cli/cli_util.h"
+#include "cli/client_channel.h"
 #include "cli/commands.h"
 #include "cli/npy_writer.h"
 #include "common/base/file_util.h"
@@ -187,19 +188,7 @@ absl::StatusOr<Completion> RunLocal(const GenerateFlags& f, const FlagSet& flags
 
 absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flags,
                                      const SamplingParams& sampling, const TextSink& sink) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!f.server_ca.empty()) {
-    grpc::SslCredentialsOptions tls;
-    auto ca = ReadFileToString(f.server_ca);
-    if (!ca.ok()) {
-      return absl::InvalidArgumentError(Str("--server-ca: cannot read '", f.server_ca, "'"));
-    }
-    tls.pem_root_certs = *ca;
-    credentials = grpc::SslCredentials(tls);
-  }
-  auto channel = grpc::CreateCustomChannel(f.server, credentials, args);
+  PD_ASSIGN_OR_RETURN(auto channel, PublicChannel(f.server, f.server_ca));
   auto stub = v1::Generation::NewStub(channel);
   v1::GenerateRequest req;
   if (flags.WasSet("prompt")) {
@@ -225,7 +214,7 @@ absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flag
   p->set_ignore_eos(sampling.ignore_eos);
   p->set_logprobs(sampling.logprobs);
   grpc::ClientContext ctx;
-  if (!f.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + f.api_key);
+  AddApiKey(&ctx, f.api_key);
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(f.timeout_seconds * 1000)));
   Completion c;

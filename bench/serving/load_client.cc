@@ -30,7 +30,7 @@ double Since(Clock::time_point a, Clock::time_point b) {
 }
 
 RequestResult RunOne(v1::Generation::Stub* stub, const BenchRequest& request, int64_t index,
-                     double timeout_seconds) {
+                     const LoadOptions& options) {
   RequestResult out;
   out.prompt_tokens = static_cast<int64_t>(request.prompt.size());
   v1::GenerateRequest r;
@@ -41,7 +41,8 @@ RequestResult RunOne(v1::Generation::Stub* stub, const BenchRequest& request, in
   r.mutable_sampling()->set_ignore_eos(true);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+                   std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
+  if (!options.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + options.api_key);
   const auto start = Clock::now();
   Clock::time_point last;
   auto reader = stub->Generate(&ctx, r);
@@ -136,9 +137,8 @@ double RequestResult::TpotSeconds() const {
   return (e2e_seconds - ttft_seconds) / static_cast<double>(completion_tokens - 1);
 }
 
-LoadRun RunLoad(const std::string& server, const std::vector<BenchRequest>& requests,
-                const LoadOptions& options) {
-  auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+LoadRun RunLoad(const std::shared_ptr<grpc::Channel>& channel,
+                const std::vector<BenchRequest>& requests, const LoadOptions& options) {
   auto stub = v1::Generation::NewStub(channel);
   LoadRun run;
   run.results.resize(requests.size());
@@ -154,8 +154,7 @@ LoadRun RunLoad(const std::string& server, const std::vector<BenchRequest>& requ
                                               requests[i].arrival_seconds * 1e6)));
     threads.emplace_back([&, i] {
       slots.Acquire();
-      run.results[i] = RunOne(stub.get(), requests[i], static_cast<int64_t>(i),
-                              options.timeout_seconds);
+      run.results[i] = RunOne(stub.get(), requests[i], static_cast<int64_t>(i), options);
       slots.Release();
       ++done;
     });

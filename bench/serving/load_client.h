@@ -9,11 +9,16 @@
 #define PDSERVE_BENCH_SERVING_LOAD_CLIENT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "bench/serving/workload.h"
+
+namespace grpc {
+class Channel;
+}
 
 namespace pdserve {
 
@@ -29,6 +34,7 @@ struct RequestResult {
 };
 
 struct LoadOptions {
+  std::string api_key;           // Sent as "authorization: Bearer KEY" when set.
   double timeout_seconds = 300;  // Deadline of each request.
   int64_t max_concurrency = 0;   // Streams open at once; 0 = unbounded. Waiting ones queue here.
   bool progress = false;         // A progress bar on stderr.
@@ -39,9 +45,9 @@ struct LoadRun {
   double wall_seconds = 0;  // First send to last completion.
 };
 
-// Blocks until every request has ended (or failed).
-LoadRun RunLoad(const std::string& server, const std::vector<BenchRequest>& requests,
-                const LoadOptions& options);
+// Blocks until every request has ended (or failed). `channel`: the router's public port.
+LoadRun RunLoad(const std::shared_ptr<grpc::Channel>& channel,
+                const std::vector<BenchRequest>& requests, const LoadOptions& options);
 
 // Nearest-rank percentile of `values` (p in [0, 100]); 0 when empty.
 double Percentile(std::vector<double> values, double p);

@@ -204,6 +204,17 @@ class SecurityTest(unittest.TestCase):
                                  capture_output=True, text=True, env=env, timeout=60)
             self.assertEqual(out.returncode, 0, out.stderr)
             self.assertEqual(json.loads(out.stdout)["token_ids"], want["token_ids"])
+
+            # `pdserve bench` through TLS with the key; without it every request is refused.
+            bench = [PDSERVE, "bench", "--server", c.router.grpc, "--server-ca", path("ca.pem"),
+                     "--num-prompts", "3", "--input-len", "8", "--output-len", "2", "--format", "json"]
+            out = subprocess.run(bench, capture_output=True, text=True, env=env, timeout=120)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(json.loads(out.stdout)[0]["ok"], 3)
+            out = subprocess.run(bench, capture_output=True, text=True, timeout=120,
+                                 env={k: v for k, v in os.environ.items() if k != "PDSERVE_API_KEY"})
+            self.assertEqual(out.returncode, 1, out.stderr)
+            self.assertIn("missing API key", out.stderr)
         finally:
             logs = [p.stderr() for p in [c.router] + c.workers]
             self.assertEqual(c.stop(), [0] * 3)
