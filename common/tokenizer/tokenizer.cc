@@ -125,6 +125,10 @@ absl::Status Tokenizer::Impl::ParsePostProcessor(const Json& pp) {
       if (item.contains("Sequence")) {
         template_ids.push_back(kSequence);
       } else if (item.contains("SpecialToken") && item["SpecialToken"].contains("id")) {
+        if (!item["SpecialToken"]["id"].is_string()) {
+          return absl::InvalidArgumentError(
+              Str(source, ": post_processor: a SpecialToken's id must be a string"));
+        }
         const std::string name = item["SpecialToken"]["id"].get<std::string>();
         if (specials.contains(name) && specials[name].contains("ids")) {
           for (const Json& id : specials[name]["ids"]) template_ids.push_back(id.get<int32_t>());
@@ -143,6 +147,18 @@ absl::Status Tokenizer::Impl::ParsePostProcessor(const Json& pp) {
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenizer_json,
                                                                std::string_view config_json,
                                                                std::string_view source) {
+  // The parsers check the shapes they rely on; nlohmann's typed accessors throw on the ones they
+  // miss (a special token's id given as a number, found by tokenizer_json_fuzz). A malformed file
+  // is the caller's error, never a crash.
+  try {
+    return FromJsonUnchecked(tokenizer_json, config_json, source);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(Str(source, ": malformed tokenizer file: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonUnchecked(
+    std::string_view tokenizer_json, std::string_view config_json, std::string_view source) {
   auto impl = std::make_unique<Impl>();
   impl->source = std::string(source);
   auto error = [&](std::string_view what) {

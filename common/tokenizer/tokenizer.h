@@ -64,6 +64,9 @@ class Tokenizer {
   std::optional<int32_t> TokenToId(std::string_view token) const;
 
  private:
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJsonUnchecked(std::string_view tokenizer_json,
+                                                                      std::string_view config_json,
+                                                                      std::string_view source);
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -92,6 +92,28 @@ constexpr char kSentencePieceJson[] = R"({
               "\u2581": 6, "h": 7, "i": 8, "\u2581h": 9, "\u2581hi": 10},
     "merges": ["\u2581 h", "\u2581h i"]}})";
 
+// Wrong JSON types inside a component are refused with the file named, never thrown out of
+// FromJson (tokenizer_json_fuzz found a special token whose id was a number).
+TEST(TokenizerTest, WrongTypesInsideComponentsAreErrors) {
+  const std::string good = kSentencePieceJson;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return Tokenizer::FromJson(text.replace(at, from.size(), to), "", "t.json");
+  };
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"SpecialToken": {"id": "<s>", "type_id": 0}})", R"({"SpecialToken": {"id": 1}})"},
+           {R"("ids": [1])", R"("ids": ["one"])"},
+           {R"("merges": [)", R"("merges": [7, )"}}) {
+    auto t = with(from, to);
+    ASSERT_FALSE(t.ok()) << to;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+    EXPECT_NE(t.status().message().find("t.json"), std::string::npos) << t.status();
+  }
+  ASSERT_TRUE(Tokenizer::FromJson(good, "", "t.json").ok());
+}
+
 TEST(TokenizerTest, SentencePieceStyleBpe) {
   auto tok = Tokenizer::FromJson(kSentencePieceJson, R"({"bos_token": "<s>", "eos_token": "</s>"})", "sp");
   ASSERT_TRUE(tok.ok()) << tok.status();
