@@ -76,6 +76,26 @@ PD_AVX512 inline float HalfSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Writes a tile's outputs: each 256-bit half of acc[t][p] is output (t, 2p + half), reduced by the
+// fixed tree and finished with the sequential tail over k8..k (row(r) is weight row r's bytes).
+template <typename W, int T, int P, typename RowFn>
+PD_AVX512 inline void StoreOutputs(__m512 (&acc)[T][P], const float* x, int64_t ldx, int64_t k8,
+                                   int64_t k, float* y, int64_t ldy, int outputs, RowFn row) {
+  for (int t = 0; t < T; ++t) {
+    for (int p = 0; p < P; ++p) {
+      for (int half = 0; half < 2; ++half) {
+        const int r = 2 * p + half;
+        if (r >= outputs) break;
+        float s = HalfSum(half == 0 ? _mm512_castps512_ps256(acc[t][p])
+                                    : _mm512_extractf32x8_ps(acc[t][p], 1));
+        const uint8_t* w = row(r);
+        for (int64_t kk = k8; kk < k; ++kk) s = std::fma(x[t * ldx + kk], W::At(w, kk), s);
+        y[t * ldy + r] = s;
+      }
+    }
+  }
+}
+
 // T tokens x P row pairs (rows 2p and 2p + 1 of `rows`; the pointers may repeat a row for an odd
 // count, whose duplicate result is not written). acc[t][p] holds two outputs' 8-lane sums.
 template <typename W, int T, int P, bool Prefetch>
@@ -99,18 +119,7 @@ PD_AVX512 inline void MicroKernel(const float* x, int64_t ldx, const uint8_t* co
       for (int p = 0; p < P; ++p) acc[t][p] = _mm512_fmadd_ps(xv, wv[p], acc[t][p]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    for (int p = 0; p < P; ++p) {
-      for (int half = 0; half < 2; ++half) {
-        const int r = 2 * p + half;
-        if (r >= outputs) break;
-        float s = HalfSum(half == 0 ? _mm512_castps512_ps256(acc[t][p])
-                                    : _mm512_extractf32x8_ps(acc[t][p], 1));
-        for (int64_t kk = k8; kk < k; ++kk) s = std::fma(x[t * ldx + kk], W::At(rows[r], kk), s);
-        y[t * ldy + r] = s;
-      }
-    }
-  }
+  StoreOutputs<W>(acc, x, ldx, k8, k, y, ldy, outputs, [rows](int r) { return rows[r]; });
 }
 
 template <typename W, int T, bool Prefetch>
@@ -180,20 +189,8 @@ PD_AVX512 inline void PackedKernel(const float* x, int64_t ldx, const float* pac
       for (int p = 0; p < P; ++p) acc[t][p] = _mm512_fmadd_ps(xv, wv[p], acc[t][p]);
     }
   }
-  const int64_t k8 = chunks * 8;
-  for (int t = 0; t < T; ++t) {
-    for (int p = 0; p < P; ++p) {
-      for (int half = 0; half < 2; ++half) {
-        const int r = 2 * p + half;
-        if (r >= outputs) break;
-        float s = HalfSum(half == 0 ? _mm512_castps512_ps256(acc[t][p])
-                                    : _mm512_extractf32x8_ps(acc[t][p], 1));
-        const uint8_t* row = w0 + r * w_stride;
-        for (int64_t kk = k8; kk < k; ++kk) s = std::fma(x[t * ldx + kk], W::At(row, kk), s);
-        y[t * ldy + r] = s;
-      }
-    }
-  }
+  StoreOutputs<W>(acc, x, ldx, chunks * 8, k, y, ldy, outputs,
+                  [w0, w_stride](int r) { return w0 + r * w_stride; });
 }
 
 // Tokens [0, T) of x against every packed pair of a block (3 pairs = 6 rows per tile).
