@@ -1,5 +1,6 @@
 #include "common/base/thread_pool.h"
 
+#include <algorithm>
 #include <chrono>
 
 #if defined(__x86_64__)
@@ -78,6 +79,27 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     const int64_t begin = std::min(n, (units * t / parts) * grain);
     const int64_t end = std::min(n, (units * (t + 1) / parts) * grain);
     if (begin < end) fn(begin, end);
+  });
+}
+
+void ThreadPool::ParallelForDynamic(int64_t n, int64_t grain,
+                                    absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  const int64_t units = (n + grain - 1) / grain;
+  if (units <= 1 || num_threads_ == 1) {
+    fn(0, n);
+    return;
+  }
+  const int64_t chunk_units = std::max<int64_t>(1, units / (8 * num_threads_));
+  const int64_t chunk = chunk_units * grain;
+  std::atomic<int64_t> next{0};
+  Run([&](int) {
+    for (;;) {
+      const int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (begin >= n) return;
+      fn(begin, std::min(n, begin + chunk));
+    }
   });
 }
 

@@ -37,6 +37,12 @@ class ThreadPool {
   // `grain` (except the last), and runs fn(begin, end) for each non-empty range.
   void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
 
+  // As ParallelFor, but threads take chunks of about n / (8 x threads) (multiples of `grain`) from
+  // a shared counter until none is left, so a thread slowed by the machine does not hold the
+  // others at the barrier. fn may run many times per thread: only for loops whose ranges are
+  // independent and need no per-call set-up.
+  void ParallelForDynamic(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
+
  private:
   void WorkerLoop(int index);
 

@@ -13,12 +13,22 @@ TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
     ThreadPool pool(threads);
     for (int64_t n : {0, 1, 5, 64, 1000, 1001}) {
       for (int64_t grain : {1, 4, 16}) {
-        std::vector<std::atomic<int>> hits(n);
-        pool.ParallelFor(n, grain, [&](int64_t b, int64_t e) {
-          if (e < n) EXPECT_EQ(e % grain, 0);
-          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
-        });
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << threads << " " << n;
+        for (bool dynamic : {false, true}) {
+          std::vector<std::atomic<int>> hits(n);
+          auto fn = [&](int64_t b, int64_t e) {
+            if (e < n) EXPECT_EQ(e % grain, 0);
+            EXPECT_EQ(b % grain, 0);
+            for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+          };
+          if (dynamic) {
+            pool.ParallelForDynamic(n, grain, fn);
+          } else {
+            pool.ParallelFor(n, grain, fn);
+          }
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(hits[i].load(), 1) << threads << " " << n << " " << dynamic;
+          }
+        }
       }
     }
   }

@@ -198,8 +198,10 @@ void LinearMulti(const float* x, int64_t m, int64_t ldx, const LinearOutput* out
                  int num_outputs, ThreadPool* pool) {
   int64_t total = 0;
   for (int i = 0; i < num_outputs; ++i) total += outputs[i].w->rows;
-  // Threads take contiguous ranges of the concatenated output columns.
-  pool->ParallelFor(total, kColumnGrain, [&](int64_t begin, int64_t end) {
+  // Threads take chunks of the concatenated output columns from a shared counter (a static
+  // split left one thread waiting at the barrier: perf put Run + WorkerLoop at 9.8% of a bf16
+  // batch-1 step, 5.7% with chunks). Columns are independent, so results do not change.
+  pool->ParallelForDynamic(total, kColumnGrain, [&](int64_t begin, int64_t end) {
     int64_t offset = 0;
     for (int i = 0; i < num_outputs; ++i) {
       const LinearOutput& o = outputs[i];
