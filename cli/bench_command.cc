@@ -310,8 +310,15 @@ int BenchCommand(int argc, char** argv) {
   if (!(load.timeout_seconds > 0)) {
     return usage(absl::InvalidArgumentError("--timeout-seconds: must be > 0"));
   }
-  if (load.max_concurrency < 0) {
-    return usage(absl::InvalidArgumentError("--max-concurrency: must be >= 0"));
+  // The load client holds a thread per open stream.
+  constexpr int64_t kMaxStreams = 10000;
+  if (load.max_concurrency < 0 || load.max_concurrency > kMaxStreams) {
+    return usage(absl::InvalidArgumentError(Str("--max-concurrency: must be in [0, ", kMaxStreams, "]")));
+  }
+  if (load.max_concurrency == 0 && w.num_prompts > kMaxStreams) {
+    return usage(absl::InvalidArgumentError(
+        Str("--num-prompts: more than ", kMaxStreams, " requests need --max-concurrency (the load "
+            "client holds a thread per open stream)")));
   }
   Slo slo;
   if (absl::Status s = ParseSlo(goodput, &slo); !s.ok()) return usage(s);

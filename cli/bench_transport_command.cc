@@ -96,8 +96,8 @@ int BenchTransportCommand(int argc, char** argv) {
   if (transport != "tcp" && transport != "local") return usage("--transport: must be tcp or local");
   if (format != "text" && format != "json") return usage("--format: must be text or json");
   if (page_bytes < 64 || page_bytes > (64 << 20)) return usage("--page-bytes: must be in [64, 64 MiB]");
-  if (bytes < page_bytes || bytes > (int64_t{16} << 30)) {
-    return usage("--bytes: must be at least --page-bytes and at most 16 GiB");
+  if (bytes < page_bytes || bytes > (int64_t{4} << 30)) {  // Two pools of this size are allocated.
+    return usage("--bytes: must be at least --page-bytes and at most 4 GiB");
   }
   if (pages_per_submit < 1) return usage("--pages-per-submit: must be >= 1");
   if (socket_chunk < 4096) return usage("--socket-chunk: must be >= 4096");

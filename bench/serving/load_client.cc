@@ -68,30 +68,6 @@ RequestResult RunOne(v1::Generation::Stub* stub, const BenchRequest& request, in
   return out;
 }
 
-// At most `limit` holders at once (0: no limit).
-class Slots {
- public:
-  explicit Slots(int64_t limit) : free_(limit), limited_(limit > 0) {}
-  void Acquire() {
-    if (!limited_) return;
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return free_ > 0; });
-    --free_;
-  }
-  void Release() {
-    if (!limited_) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    ++free_;
-    cv_.notify_one();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t free_;
-  const bool limited_;
-};
-
 // Redraws "[#####     ] done/total" on stderr until Stop().
 class ProgressBar {
  public:
@@ -142,22 +118,38 @@ LoadRun RunLoad(const std::shared_ptr<grpc::Channel>& channel,
   auto stub = v1::Generation::NewStub(channel);
   LoadRun run;
   run.results.resize(requests.size());
-  Slots slots(options.max_concurrency);
   std::atomic<int64_t> done{0};
   std::unique_ptr<ProgressBar> bar;
   if (options.progress) bar = std::make_unique<ProgressBar>(&done, requests.size());
   std::vector<std::thread> threads;
-  threads.reserve(requests.size());
+  std::atomic<size_t> next{0};  // With max_concurrency: the next request a stream takes.
   const auto start = Clock::now();
-  for (size_t i = 0; i < requests.size(); ++i) {
-    std::this_thread::sleep_until(start + std::chrono::microseconds(static_cast<int64_t>(
-                                              requests[i].arrival_seconds * 1e6)));
-    threads.emplace_back([&, i] {
-      slots.Acquire();
-      run.results[i] = RunOne(stub.get(), requests[i], static_cast<int64_t>(i), options);
-      slots.Release();
-      ++done;
-    });
+  auto arrival = [&](size_t i) {
+    return start + std::chrono::microseconds(static_cast<int64_t>(requests[i].arrival_seconds * 1e6));
+  };
+  if (options.max_concurrency > 0) {
+    // max_concurrency streams: each takes the next request in arrival order, waits for its
+    // arrival time if it is early, and runs it (a late request starts as soon as a stream frees).
+    const size_t streams = std::min<size_t>(options.max_concurrency, requests.size());
+    threads.reserve(streams);
+    for (size_t s = 0; s < streams; ++s) {
+      threads.emplace_back([&] {
+        for (size_t i; (i = next.fetch_add(1)) < requests.size();) {
+          std::this_thread::sleep_until(arrival(i));
+          run.results[i] = RunOne(stub.get(), requests[i], static_cast<int64_t>(i), options);
+          ++done;
+        }
+      });
+    }
+  } else {
+    threads.reserve(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      std::this_thread::sleep_until(arrival(i));
+      threads.emplace_back([&, i] {
+        run.results[i] = RunOne(stub.get(), requests[i], static_cast<int64_t>(i), options);
+        ++done;
+      });
+    }
   }
   for (std::thread& t : threads) t.join();
   run.wall_seconds = Since(start, Clock::now());

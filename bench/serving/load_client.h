@@ -36,7 +36,9 @@ struct RequestResult {
 struct LoadOptions {
   std::string api_key;           // Sent as "authorization: Bearer KEY" when set.
   double timeout_seconds = 300;  // Deadline of each request.
-  int64_t max_concurrency = 0;   // Streams open at once; 0 = unbounded. Waiting ones queue here.
+  // Streams open at once: that many threads take requests in arrival order (a request that finds
+  // them all busy starts late, as in vLLM). 0 = unbounded: a thread per request.
+  int64_t max_concurrency = 0;
   bool progress = false;         // A progress bar on stderr.
 };
 

@@ -80,6 +80,14 @@ class BenchTest(unittest.TestCase):
         self.assertIn("Successful requests:                     8", out.stdout)
         self.assertIn("Time to First Token", out.stdout)
 
+    def test_max_concurrency_one_runs_requests_one_after_another(self):
+        out = run("bench", "--server", self.serve.grpc, "--num-prompts", "4", "--input-len", "8",
+                  "--output-len", "3", "--max-concurrency", "1", "--format", "json")
+        r = json.loads(out.stdout)[0]
+        self.assertEqual(r["ok"], 4)
+        # One stream: the run lasts at least the sum of the requests' latencies.
+        self.assertGreaterEqual(r["duration_s"] * 1000, 4 * r["e2el_mean_ms"] * 0.999)
+
     def test_engine_bench_json(self):
         out = run("bench-engine", "--model", MODEL, "--batch", "2", "--input-len", "16",
                   "--output-len", "4", "--threads", "1", "--kv-blocks", "64", "--bw-gib", "0.125",
@@ -109,6 +117,8 @@ class BenchTest(unittest.TestCase):
             (["bench", "--server", "127.0.0.1:1", "--range-ratio", "1.5"], "--range-ratio"),
             (["bench-transport", "--transport", "ucx"], "--transport"),
             (["bench-transport", "--bytes", "10"], "--bytes"),
+            (["bench-transport", "--bytes", str(64 << 30)], "--bytes"),
+            (["bench", "--server", "127.0.0.1:1", "--num-prompts", "20000"], "--max-concurrency"),
         ]
         for args, flag in cases:
             out = run(*args, check=False)
