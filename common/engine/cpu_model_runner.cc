@@ -55,7 +55,9 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
   gate_.resize(t * c.intermediate_size);
   up_.resize(t * c.intermediate_size);
   rope_cs_.resize(t * c.head_dim);
-  attn_scratch_.resize(static_cast<size_t>(pool_threads_.num_threads()) * options.max_model_len);
+  // Per thread: scores of one KV head's query heads over the longest context.
+  attn_scratch_per_thread_ = static_cast<size_t>(c.num_heads / c.num_kv_heads) * options.max_model_len;
+  attn_scratch_.resize(static_cast<size_t>(pool_threads_.num_threads()) * attn_scratch_per_thread_);
   logit_in_.resize(options.max_logit_rows * c.hidden_size);
   if (options.prefill_gemm == PrefillGemm::kOpenBlas) {
     kernels::SetBlasThreads(pool_threads_.num_threads());
@@ -207,16 +209,26 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   // Every row's KV is stored before any row attends (a chunk attends to its own earlier rows).
   // Items (row, head) are dealt round-robin: a prefill chunk's later rows attend to more keys, so
   // contiguous ranges would leave one thread with most of the work.
-  const int64_t items = rows * c.num_heads;
+  // With enough rows, an item is (row, KV head): its query heads read each key and value once
+  // (PagedAttentionKvGroup; same bits). A few rows keep per-head items so both threads have work.
   const int threads = pool_threads_.num_threads();
+  const bool grouped = rows * c.num_kv_heads >= 4 * threads;
+  const int64_t per_row = grouped ? c.num_kv_heads : c.num_heads;
+  const int64_t items = rows * per_row;
   pool_threads_.Run([&](int t) {
-    float* scratch = &attn_scratch_[static_cast<size_t>(t) * options_.max_model_len];
+    float* scratch = &attn_scratch_[static_cast<size_t>(t) * attn_scratch_per_thread_];
     for (int64_t i = t; i < items; i += threads) {
-      const int64_t r = i / c.num_heads, h = i % c.num_heads;
+      const int64_t r = i / per_row, h = i % per_row;
       const SequenceChunk& chunk = batch.sequences[rows_[r].seq];
-      kernels::PagedAttention(view, chunk.block_table.data(), rows_[r].position, c.sliding_window,
-                              &q_[r * qs], c.num_heads, attn_scale_, h, h + 1, &attn_[r * qs],
-                              scratch);
+      if (grouped) {
+        kernels::PagedAttentionKvGroup(view, chunk.block_table.data(), rows_[r].position,
+                                       c.sliding_window, &q_[r * qs], c.num_heads, attn_scale_, h,
+                                       &attn_[r * qs], scratch);
+      } else {
+        kernels::PagedAttention(view, chunk.block_table.data(), rows_[r].position,
+                                c.sliding_window, &q_[r * qs], c.num_heads, attn_scale_, h, h + 1,
+                                &attn_[r * qs], scratch);
+      }
     }
   });
 

@@ -55,7 +55,8 @@ class CpuModelRunner : public ModelRunner {
   // Scratch, sized at construction so a step allocates nothing.
   std::vector<Row> rows_;
   std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, rope_cs_;
-  std::vector<float> attn_scratch_;  // [threads][max_model_len]
+  std::vector<float> attn_scratch_;  // [threads][heads per KV head][max_model_len]
+  size_t attn_scratch_per_thread_ = 0;
   std::vector<float> logit_in_;      // [max_logit_rows][hidden]
   std::vector<float> blas_scratch_;
 };

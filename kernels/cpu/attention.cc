@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/attention_avx512.h"
+#include "kernels/cpu/linear_avx512.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/simd.h"
 
@@ -35,6 +37,25 @@ float ExpAndSum(float* s, int64_t n, float max) {
     sum += s[i];
   }
   return sum;
+}
+
+// scores[j] = dot(q, K[start + j]) * scale for j in [from, n), one key at a time.
+void ScoresOneByOne(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t start,
+                    int64_t from, int64_t n, const float* q, float scale, float* scores) {
+  const bool f32 = view.dtype == DType::kF32;
+  for (int64_t j = from; j < n; ++j) {
+    const int64_t p = start + j;
+    const uint8_t* key = view.Key(table[p / view.block_size], kvh, p % view.block_size);
+    scores[j] = (f32 ? DotF32(q, reinterpret_cast<const float*>(key), view.head_dim)
+                     : DotF32(q, reinterpret_cast<const uint16_t*>(key), view.head_dim)) * scale;
+  }
+}
+
+// In place: s = exp(s - max(s)); returns 1 / sum.
+float Softmax(float* s, int64_t n) {
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, s[i]);
+  return 1.0f / ExpAndSum(s, n, max);
 }
 
 }  // namespace
@@ -125,15 +146,8 @@ void PagedAttention(const KvPagesView& view, const int32_t* block_table, int64_t
       for (; j + 8 <= n; j += 8) Scores8(view, block_table, kvh, start + j, qh, scale, scratch + j);
     }
 #endif
-    for (; j < n; ++j) {
-      const int64_t p = start + j;
-      const uint8_t* key = view.Key(block_table[p / bs], kvh, p % bs);
-      scratch[j] = (f32 ? DotF32(qh, reinterpret_cast<const float*>(key), d)
-                        : DotF32(qh, reinterpret_cast<const uint16_t*>(key), d)) * scale;
-    }
-    float max = -INFINITY;
-    for (int64_t i = 0; i < n; ++i) max = std::max(max, scratch[i]);
-    const float inv_sum = 1.0f / ExpAndSum(scratch, n, max);
+    ScoresOneByOne(view, block_table, kvh, start, j, n, qh, scale, scratch);
+    const float inv_sum = Softmax(scratch, n);
     float* oh = out + h * d;
     int64_t d0 = 0;
 #if PDSERVE_AVX2
@@ -153,6 +167,41 @@ void PagedAttention(const KvPagesView& view, const int32_t* block_table, int64_t
       }
     }
     for (int64_t i = 0; i < d; ++i) oh[i] *= inv_sum;
+  }
+}
+
+void PagedAttentionKvGroup(const KvPagesView& view, const int32_t* block_table, int64_t position,
+                           int64_t window, const float* q, int64_t num_heads, float scale,
+                           int64_t kv_head, float* out, float* scratch) {
+  const int64_t d = view.head_dim;
+  const int64_t group = num_heads / view.num_kv_heads;
+  const int64_t h0 = kv_head * group;
+  if (group > kMaxGroupAvx512 || d % 64 != 0 || !Avx512Enabled()) {
+    PagedAttention(view, block_table, position, window, q, num_heads, scale, h0, h0 + group, out,
+                   scratch);
+    return;
+  }
+  const int64_t start = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+  const int64_t n = position + 1 - start;
+  const int64_t n8 = n & ~int64_t{7};
+  const float* qs[kMaxGroupAvx512];
+  float* scores[kMaxGroupAvx512];
+  float* outs[kMaxGroupAvx512];
+  for (int64_t g = 0; g < group; ++g) {
+    qs[g] = q + (h0 + g) * d;
+    scores[g] = scratch + g * n;
+    outs[g] = out + (h0 + g) * d;
+  }
+  const int g_count = static_cast<int>(group);
+  ScoresGroupAvx512(view, block_table, kv_head, start, n8, qs, g_count, scale, scores);
+  float inv_sum[kMaxGroupAvx512];
+  for (int64_t g = 0; g < group; ++g) {
+    ScoresOneByOne(view, block_table, kv_head, start, n8, n, qs[g], scale, scores[g]);
+    inv_sum[g] = Softmax(scores[g], n);
+  }
+  WeightedValuesGroupAvx512(view, block_table, kv_head, start, n, scores, g_count, outs);
+  for (int64_t g = 0; g < group; ++g) {
+    for (int64_t i = 0; i < d; ++i) outs[g][i] *= inv_sum[g];
   }
 }
 

@@ -47,6 +47,14 @@ void PagedAttention(const KvPagesView& view, const int32_t* block_table, int64_t
                     int64_t window, const float* q, int64_t num_heads, float scale,
                     int64_t head_begin, int64_t head_end, float* out, float* scratch);
 
+// The same for every query head that shares KV head `kv_head` (num_heads / num_kv_heads of them),
+// bitwise equal to PagedAttention over those heads. Where the CPU has AVX-512 and head_dim is a
+// multiple of 64, each key and value is read once for the group instead of once per head.
+// scratch holds at least (num_heads / num_kv_heads) * (position + 1) floats.
+void PagedAttentionKvGroup(const KvPagesView& view, const int32_t* block_table, int64_t position,
+                           int64_t window, const float* q, int64_t num_heads, float scale,
+                           int64_t kv_head, float* out, float* scratch);
+
 }  // namespace pdserve::kernels
 
 #endif  // PDSERVE_KERNELS_CPU_ATTENTION_H_

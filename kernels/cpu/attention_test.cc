@@ -7,6 +7,7 @@
 
 #include "common/base/rng.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/linear_avx512.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -82,6 +83,51 @@ void RunCase(DType dtype, int64_t window) {
 TEST(AttentionTest, PagedEqualsContiguousF32) { RunCase(DType::kF32, 0); }
 TEST(AttentionTest, PagedEqualsContiguousBf16Pool) { RunCase(DType::kBF16, 0); }
 TEST(AttentionTest, SlidingWindow) { RunCase(DType::kF32, 7); }
+
+// The grouped path (a KV head's query heads together, AVX-512 where the CPU has it) gives the
+// per-head path's bits for every group size, head size (64 and 128 grouped; 16 falls back),
+// pool dtype, window and context length, including tails of fewer than 8 keys.
+TEST(AttentionTest, KvGroupIsBitwiseThePerHeadPath) {
+  SetAvx512Enabled(true);
+  if (!Avx512Enabled()) GTEST_SKIP() << "no AVX-512: the grouped path is the per-head path";
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t d : {16, 64, 128}) {
+      for (int64_t group : {1, 2, 3, 4, 5}) {
+        const int64_t bs = 16, kvh = 2, heads = kvh * group, num_blocks = 6, ctx = 83;
+        const size_t page = 2 * kvh * bs * d * DTypeSize(dtype);
+        std::vector<uint8_t> pool(num_blocks * page);
+        KvPagesView view{pool.data(), page, bs, kvh, d, dtype};
+        std::vector<int32_t> table = {4, 1, 5, 0, 3, 2};
+        SplitMix64 rng(static_cast<uint64_t>(d * 10 + group));
+        for (int64_t p = 0; p < ctx; ++p) {
+          std::vector<float> k(kvh * d), v(kvh * d);
+          for (float& x : k) x = static_cast<float>(rng.Normal());
+          for (float& x : v) x = static_cast<float>(rng.Normal());
+          StoreKv(view, table.data(), p, k.data(), v.data());
+        }
+        std::vector<float> q(heads * d);
+        for (float& x : q) x = static_cast<float>(rng.Normal());
+        std::vector<float> scratch(group * ctx);
+        for (int64_t window : {0, 21}) {
+          for (int64_t pos : {0, 6, 7, 8, 40, 82}) {
+            std::vector<float> grouped(heads * d, -1.0f), per_head(heads * d, -2.0f);
+            for (int64_t h = 0; h < kvh; ++h) {
+              PagedAttentionKvGroup(view, table.data(), pos, window, q.data(), heads, 0.125f, h,
+                                    grouped.data(), scratch.data());
+            }
+            PagedAttention(view, table.data(), pos, window, q.data(), heads, 0.125f, 0, heads,
+                           per_head.data(), scratch.data());
+            for (int64_t i = 0; i < heads * d; ++i) {
+              ASSERT_EQ(grouped[i], per_head[i]) << DTypeName(dtype) << " d=" << d << " group="
+                                                 << group << " pos=" << pos << " window=" << window
+                                                 << " i=" << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace pdserve::kernels
