@@ -129,24 +129,23 @@ absl::StatusOr<PolicyResult> Measure(const std::shared_ptr<grpc::Channel>& chann
   return r;
 }
 
-std::string RateText(double rate) { return std::isinf(rate) ? "inf" : Str(rate); }
-
-// Every figure of a result, by name: the json keys and the csv columns.
-std::vector<std::pair<std::string, double>> Figures(const PolicyResult& r) {
+// Every figure of a result, by name: the json keys and the csv columns (counts as integers, the
+// rate as a number or "inf").
+std::vector<std::pair<std::string, nlohmann::json>> Figures(const PolicyResult& r) {
   const LoadSummary& s = r.summary;
-  std::vector<std::pair<std::string, double>> f = {
-      {"request_rate", std::isinf(r.rate) ? -1 : r.rate},
-      {"ok", static_cast<double>(s.ok)},
-      {"failed", static_cast<double>(s.failed)},
+  std::vector<std::pair<std::string, nlohmann::json>> f = {
+      {"request_rate", std::isinf(r.rate) ? nlohmann::json("inf") : nlohmann::json(r.rate)},
+      {"ok", s.ok},
+      {"failed", s.failed},
       {"duration_s", s.duration_seconds},
-      {"prompt_tokens", static_cast<double>(s.prompt_tokens)},
-      {"completion_tokens", static_cast<double>(s.completion_tokens)},
+      {"prompt_tokens", s.prompt_tokens},
+      {"completion_tokens", s.completion_tokens},
       {"hit_rate", s.hit_rate},
       {"requests_per_second", s.requests_per_second},
       {"output_tokens_per_second", s.output_tokens_per_second},
       {"total_tokens_per_second", s.total_tokens_per_second},
       {"goodput", s.goodput},
-      {"good", static_cast<double>(s.good)}};
+      {"good", s.good}};
   const std::pair<const char*, const Distribution*> dists[] = {
       {"ttft", &s.ttft}, {"tpot", &s.tpot}, {"itl", &s.itl}, {"e2el", &s.e2e}};
   for (const auto& [name, d] : dists) {
@@ -161,7 +160,6 @@ std::vector<std::pair<std::string, double>> Figures(const PolicyResult& r) {
 nlohmann::json ToJson(const PolicyResult& r) {
   nlohmann::json j = {{"policy", r.label}};
   for (const auto& [name, value] : Figures(r)) j[name] = value;
-  j["request_rate"] = std::isinf(r.rate) ? nlohmann::json("inf") : nlohmann::json(r.rate);
   if (!r.summary.first_error.empty()) j["first_error"] = r.summary.first_error;
   if (r.have_stats) {
     j["decode_max_over_mean"] = r.decode_max_mean;
@@ -183,10 +181,10 @@ absl::Status WriteCsv(const std::string& path, const std::vector<PolicyResult>& 
   for (const PolicyResult& r : results) {
     std::fprintf(f, "%s", r.label.c_str());
     for (const auto& [name, value] : Figures(r)) {
-      if (name == "request_rate") {
-        std::fprintf(f, ",%s", RateText(r.rate).c_str());
+      if (value.is_number_float()) {
+        std::fprintf(f, ",%.6g", value.get<double>());
       } else {
-        std::fprintf(f, ",%.6g", value);
+        std::fprintf(f, ",%s", value.is_string() ? value.get<std::string>().c_str() : value.dump().c_str());
       }
     }
     std::fprintf(f, "\n");
@@ -194,6 +192,8 @@ absl::Status WriteCsv(const std::string& path, const std::vector<PolicyResult>& 
   return std::fclose(f) == 0 ? absl::OkStatus()
                              : absl::DataLossError(Str("--csv: writing '", path, "' failed"));
 }
+
+std::string RateText(double rate) { return std::isinf(rate) ? "inf" : Str(rate); }
 
 // One result the way `vllm bench serve` prints it.
 void PrintBlock(const PolicyResult& r, const Slo& slo) {
@@ -342,6 +342,11 @@ int BenchCommand(int argc, char** argv) {
     if (absl::Status s = MakeWorkload(check).status(); !s.ok()) return usage(s);
   }
   load.progress = isatty(STDERR_FILENO) != 0;
+  if (!csv.empty()) {  // Before a long run, not after it.
+    std::FILE* f = std::fopen(csv.c_str(), "w");
+    if (f == nullptr) return usage(absl::InvalidArgumentError(Str("--csv: cannot write '", csv, "'")));
+    std::fclose(f);
+  }
 
   // Runs every rate against one server.
   std::vector<PolicyResult> results;

@@ -1,9 +1,7 @@
 #include "bench/serving/load_client.h"
 
+#include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>

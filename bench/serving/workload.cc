@@ -33,6 +33,7 @@ int64_t LogNormalLength(SplitMix64& rng, int64_t median, double sigma, int64_t l
 constexpr double kChatInputSigma = 1.0;
 constexpr double kChatOutputSigma = 0.8;
 constexpr int64_t kChatMaxTurns = 4;
+constexpr int64_t kChatMinTurn = 4;  // Shortest user turn, in tokens.
 
 absl::Status Validate(const WorkloadOptions& o) {
   if (o.kind != "shared-prefix" && o.kind != "random" && o.kind != "synthetic-chat") {
@@ -51,7 +52,10 @@ absl::Status Validate(const WorkloadOptions& o) {
   if (!(o.burstiness > 0) || std::isinf(o.burstiness)) {
     return absl::InvalidArgumentError("--burstiness: must be a finite number > 0");
   }
-  if (o.max_prompt_len < 0) return absl::InvalidArgumentError("--max-prompt-len: must be >= 0");
+  if (o.max_prompt_len < 0 || (o.max_prompt_len > 0 && o.max_prompt_len < kChatMinTurn)) {
+    return absl::InvalidArgumentError(
+        Str("--max-prompt-len: must be 0 (16 x --input-len) or at least ", kChatMinTurn));
+  }
   if (o.vocab_size <= o.first_token + 1) {
     return absl::InvalidArgumentError(Str("vocabulary of ", o.vocab_size, " is too small"));
   }
@@ -119,7 +123,7 @@ absl::StatusOr<std::vector<BenchRequest>> MakeWorkload(const WorkloadOptions& o)
       }
       const size_t pick = rng.Next() % open.size();
       Conversation& c = open[pick];
-      const int64_t user = LogNormalLength(rng, o.input_len, kChatInputSigma, 4, max_prompt);
+      const int64_t user = LogNormalLength(rng, o.input_len, kChatInputSigma, kChatMinTurn, max_prompt);
       const std::vector<int32_t> turn = RandomTokens(rng, user, o.first_token, o.vocab_size);
       c.history.insert(c.history.end(), turn.begin(), turn.end());
       if (static_cast<int64_t>(c.history.size()) > max_prompt) {

@@ -199,6 +199,10 @@ TEST(WorkloadTest, BadOptionsNameTheFlag) {
   o.rate = 0;
   EXPECT_NE(MakeWorkload(o).status().message().find("--request-rate"), std::string::npos);
   o = Small();
+  o.kind = "synthetic-chat";
+  o.max_prompt_len = 3;  // Shorter than the shortest user turn.
+  EXPECT_NE(MakeWorkload(o).status().message().find("--max-prompt-len"), std::string::npos);
+  o = Small();
   o.num_prompts = 0;
   EXPECT_NE(MakeWorkload(o).status().message().find("--num-prompts"), std::string::npos);
 }

@@ -423,11 +423,11 @@ void TcpKvTransport::Enqueue(const std::shared_ptr<Peer>& peer, Item item) {
   peer->cv.notify_one();
 }
 
-// Sends a page item's pages, up to kPagesPerWrite headers and payloads per writev (one system call
-// per 24 KB page cost a third of the loopback bandwidth). The checksum of a batch is taken right
-// after the kernel has copied it: the pages are then in cache, where hashing them first meant a
-// second trip to memory (XXH3 over cold memory runs at about twice the socket rate here, so the
-// hash alone took a quarter of the sender's time).
+// Sends a page item's pages, up to kPagesPerWrite headers and payloads per writev (a writev per
+// 24 KB page, with two reads per page on the receiver, held tcp to ~0.66 of a loopback stream).
+// A batch is hashed right after the kernel copied it, while its pages are likely still in cache;
+// measured alone that made no difference beyond the noise (bench/RESULTS.md): the gain came from
+// the inline AVX2 XXH3 (payload_hash.h).
 bool TcpKvTransport::WritePages(Peer& peer, const Item& item, std::vector<FrameHeader>& headers,
                                 std::vector<iovec>& iov,
                                 std::deque<std::vector<uint8_t>>& corrupted) {
