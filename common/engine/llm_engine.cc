@@ -138,8 +138,13 @@ std::unique_ptr<Sequence> LLMEngine::NewSequence(const std::string& request_id,
   const uint64_t seed = params.seed ? *params.seed : std::random_device{}();
   seq->sampler.Init(seed, prompt, params.max_tokens);
   seq->tokens = std::move(prompt);
-  // Room for every token it may reach, so the decode loop never grows these.
-  const int64_t most = std::min<int64_t>(seq->num_prompt_tokens + params.max_tokens, max_model_len_);
+  // Room for the tokens it will likely reach, so the decode loop does not grow these: the whole
+  // of max_tokens up to 4,096 output tokens (beyond, they double, rarely). A full reservation for
+  // a 128K max_tokens would pin 512 KiB per waiting request.
+  constexpr int64_t kReservedOutputTokens = 4096;
+  const int64_t most = std::min<int64_t>(
+      seq->num_prompt_tokens + std::min<int64_t>(params.max_tokens, kReservedOutputTokens),
+      max_model_len_);
   seq->tokens.reserve(static_cast<size_t>(std::max<int64_t>(most, seq->num_prompt_tokens)));
   seq->block_hashes.reserve(static_cast<size_t>((most + blocks_->block_size() - 1) / blocks_->block_size()));
   seq->arrival = Clock::now();
