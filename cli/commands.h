@@ -6,6 +6,7 @@
 namespace pdserve::cli {
 
 int MakeModelCommand(int argc, char** argv);
+int TrainTokenizerCommand(int argc, char** argv);
 int GenerateCommand(int argc, char** argv);
 int KvCalcCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);

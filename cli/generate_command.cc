@@ -22,6 +22,7 @@
 #include "common/rpc/server_builder.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/unicode.h"
 #include "nlohmann/json.hpp"
 #include "pdserve/v1/generation.grpc.pb.h"
 
@@ -222,11 +223,37 @@ absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flag
   Clock::time_point first_token;
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse r;
+  int messages = 0;
+  absl::Status malformed;
   while (reader->Read(&r)) {
+    ++messages;
+    // A server speaking the protocol sends a logprob per token, valid UTF-8 text and nothing
+    // after the message that carries finish_reason; anything else is a broken stream, which must
+    // not pass for a short completion.
+    if (malformed.ok() && !c.finish_reason.empty()) {
+      malformed = absl::DataLossError(Str("message ", messages, " arrived after the one that "
+                                          "carried finish_reason"));
+    }
+    if (malformed.ok() && (r.logprobs_size() != r.token_ids_size() ||
+                           (r.top_logprobs_size() != 0 &&
+                            r.top_logprobs_size() != r.token_ids_size()))) {
+      malformed = absl::DataLossError(
+          Str("message ", messages, " has ", r.token_ids_size(), " token ids, ",
+              r.logprobs_size(), " logprobs and ", r.top_logprobs_size(), " top_logprobs"));
+    }
+    if (size_t at = 0; malformed.ok() && !IsValidUtf8(r.text(), &at)) {
+      malformed = absl::DataLossError(Str("message ", messages, "'s text is not valid UTF-8 at "
+                                          "byte ", at));
+    }
+    if (!malformed.ok()) continue;  // Read to the end; the error is reported after Finish.
     for (int i = 0; i < r.token_ids_size(); ++i) {
       if (c.tokens.empty()) first_token = Clock::now();
       TokenOutput t{r.token_ids(i), r.logprobs(i), {}};
-      for (const auto& top : r.top_logprobs(i).top()) t.top_logprobs.emplace_back(top.token_id(), top.logprob());
+      if (i < r.top_logprobs_size()) {
+        for (const auto& top : r.top_logprobs(i).top()) {
+          t.top_logprobs.emplace_back(top.token_id(), top.logprob());
+        }
+      }
       c.tokens.push_back(std::move(t));
     }
     c.text += r.text();
@@ -237,7 +264,22 @@ absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flag
       c.cached_tokens = r.usage().cached_tokens();
     }
   }
-  PD_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+  // Read() also ends at a message gRPC could not parse (e.g. a string field that is not UTF-8),
+  // with the rest of the stream unread: cancel, or Finish() would wait for the deadline.
+  if (c.finish_reason.empty()) ctx.TryCancel();
+  const grpc::Status finished = reader->Finish();
+  if (!finished.ok() && finished.error_code() != grpc::StatusCode::CANCELLED) {
+    return FromGrpcStatus(finished);
+  }
+  PD_RETURN_IF_ERROR(malformed);
+  if (c.finish_reason.empty()) {
+    // A message gRPC could not parse is dropped, and the call may still end OK: the missing
+    // finish_reason is how such a loss shows.
+    return absl::DataLossError(Str("the server's stream ended after ", messages, " message",
+                                   messages == 1 ? "" : "s", " and ", c.tokens.size(),
+                                   " tokens without a finish_reason: a message was lost or "
+                                   "malformed"));
+  }
   c.ttft_ms = Ms(first_token - start);
   if (c.tokens.size() > 1) c.tpot_ms = Ms(Clock::now() - first_token) / (c.tokens.size() - 1);
   return c;

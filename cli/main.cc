@@ -22,6 +22,7 @@ constexpr char kUsage[] =
     "  decode        a decode worker\n"
     "  generate      generate a completion for one prompt on the local CPU engine\n"
     "  make-model    write a random model in the Hugging Face layout\n"
+    "  train-tokenizer train a byte-level BPE tokenizer on a text file\n"
     "  tokenize      encode text with a model's tokenizer.json\n"
     "  detokenize    decode token ids (optionally as a stream)\n"
     "  kv-calc       KV cache memory math for a config.json\n"
@@ -72,12 +73,13 @@ int main(int argc, char** argv) {
   if (command == "prefill") return PrefillCommand(sub_argc, sub_argv);
   if (command == "decode") return DecodeCommand(sub_argc, sub_argv);
   if (command == "make-model") return MakeModelCommand(sub_argc, sub_argv);
+  if (command == "train-tokenizer") return TrainTokenizerCommand(sub_argc, sub_argv);
   if (command == "kv-calc") return KvCalcCommand(sub_argc, sub_argv);
   if (command == "tokenize") return TokenizeCommand(sub_argc, sub_argv);
   if (command == "detokenize") return DetokenizeCommand(sub_argc, sub_argv);
   if (command == "bench-engine") return BenchEngineCommand(sub_argc, sub_argv);
   if (command == "bench-transport") return BenchTransportCommand(sub_argc, sub_argv);
   if (command == "bench") return BenchCommand(sub_argc, sub_argv);
-  std::fprintf(stderr, "pdserve_ unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  std::fprintf(stderr, "pdserve: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

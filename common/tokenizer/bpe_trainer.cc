@@ -1,6 +1,7 @@
 #include "common/tokenizer/bpe_trainer.h"
 
-#include <map>
+#include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -34,78 +35,106 @@ In the beginning the server was empty, and then the first request arrived with a
 Throughput, latency, and goodput are measured for every configuration of the deployment.
 )";
 
-using Pair = std::pair<std::string, std::string>;
-
 }  // namespace
 
 absl::StatusOr<TrainedTokenizerFiles> TrainByteLevelTokenizer(int64_t vocab_size,
                                                               int64_t max_merges) {
-  if (vocab_size < 258) {
+  BpeTrainerOptions options;
+  options.vocab_size = vocab_size;
+  options.max_merges = max_merges;
+  return TrainByteLevelTokenizer(options);
+}
+
+absl::StatusOr<TrainedTokenizerFiles> TrainByteLevelTokenizer(const BpeTrainerOptions& options) {
+  const int64_t num_special = 2 + static_cast<int64_t>(options.extra_special_tokens.size());
+  const int64_t vocab_size = options.vocab_size;
+  if (vocab_size < 256 + num_special) {
     return absl::InvalidArgumentError(
-        Str("vocab size ", vocab_size, " is too small for a byte-level tokenizer "
-                                                "(needs 256 byte tokens and 2 special tokens)"));
+        Str("vocab size ", vocab_size, " is too small for a byte-level tokenizer (needs 256 byte "
+            "tokens and ", num_special, " special tokens)"));
   }
+  const std::string_view corpus = options.corpus.empty() ? kCorpus : options.corpus;
   PD_ASSIGN_OR_RETURN(std::unique_ptr<SplitRegex> split, SplitRegex::Create(kLlama3SplitPattern));
 
-  // Word frequencies, each word as a list of byte-level symbols.
-  std::map<std::string, int64_t> word_counts;
-  for (const auto& [b, e] : split->FindAll(kCorpus)) {
-    ++word_counts[BytesToByteLevel(kCorpus.substr(b, e - b))];
-  }
-  std::vector<std::pair<std::vector<std::string>, int64_t>> words;
-  for (const auto& [w, count] : word_counts) {
-    std::vector<std::string> symbols;
-    size_t pos = 0;
-    while (pos < w.size()) {
-      const size_t start = pos;
-      NextCodePoint(w, &pos);
-      symbols.push_back(w.substr(start, pos - start));
-    }
-    words.emplace_back(std::move(symbols), count);
-  }
-
+  // Symbols are ids into `symbols` (their byte-level strings); a word is a list of ids with its
+  // count in the corpus.
+  std::vector<std::string> symbols;
+  absl::flat_hash_map<std::string, int32_t> symbol_ids;
+  auto intern = [&](const std::string& s) {
+    auto [it, inserted] = symbol_ids.try_emplace(s, static_cast<int32_t>(symbols.size()));
+    if (inserted) symbols.push_back(s);
+    return it->second;
+  };
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   for (int b = 0; b < 256; ++b) {
     std::string s;
     AppendUtf8(ByteToCodePoint(static_cast<uint8_t>(b)), &s);
-    vocab[s] = b;
+    vocab[s] = intern(s);
   }
-  int32_t next_id = 256;
-  const int64_t merge_budget = std::min<int64_t>(max_merges, vocab_size - 258);
-  nlohmann::json merges = nlohmann::json::array();
-  while (static_cast<int64_t>(merges.size()) < merge_budget) {
-    // std::map keeps ties deterministic: the lexicographically smallest pair wins.
-    std::map<Pair, int64_t> pair_counts;
-    for (const auto& [symbols, count] : words) {
-      for (size_t i = 0; i + 1 < symbols.size(); ++i) pair_counts[{symbols[i], symbols[i + 1]}] += count;
+  absl::flat_hash_map<std::string, int64_t> word_counts;
+  for (const auto& [b, e] : split->FindAll(corpus)) {
+    ++word_counts[BytesToByteLevel(corpus.substr(b, e - b))];
+  }
+  std::vector<std::pair<std::vector<int32_t>, int64_t>> words;
+  words.reserve(word_counts.size());
+  for (const auto& [w, count] : word_counts) {
+    std::vector<int32_t> ids;
+    size_t pos = 0;
+    while (pos < w.size()) {
+      const size_t start = pos;
+      NextCodePoint(w, &pos);
+      ids.push_back(symbol_ids.at(w.substr(start, pos - start)));
     }
-    const Pair* best = nullptr;
+    words.emplace_back(std::move(ids), count);
+  }
+
+  auto key = [](int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  };
+  int32_t next_id = 256;
+  int64_t merge_budget = vocab_size - num_special - 256;
+  if (options.max_merges >= 0) merge_budget = std::min(merge_budget, options.max_merges);
+  nlohmann::json merges = nlohmann::json::array();
+  absl::flat_hash_map<uint64_t, int64_t> pair_counts;
+  while (static_cast<int64_t>(merges.size()) < merge_budget && next_id < vocab_size - num_special) {
+    pair_counts.clear();
+    for (const auto& [ids, count] : words) {
+      for (size_t i = 0; i + 1 < ids.size(); ++i) pair_counts[key(ids[i], ids[i + 1])] += count;
+    }
+    // The most frequent pair; ties go to the lexicographically smallest (first, second).
+    int32_t best_a = -1, best_b = -1;
     int64_t best_count = 0;
-    for (const auto& [pair, count] : pair_counts) {
-      if (count > best_count) {
-        best = &pair;
+    for (const auto& [k, count] : pair_counts) {
+      const int32_t a = static_cast<int32_t>(k >> 32), b = static_cast<int32_t>(k & 0xffffffffu);
+      if (count > best_count ||
+          (count == best_count && std::tie(symbols[a], symbols[b]) <
+                                      std::tie(symbols[best_a], symbols[best_b]))) {
+        best_a = a;
+        best_b = b;
         best_count = count;
       }
     }
-    if (best == nullptr) break;
-    const Pair chosen = *best;
-    const std::string merged = chosen.first + chosen.second;
-    if (vocab.contains(merged)) break;  // Cannot happen with a consistent merge order.
-    vocab[merged] = next_id++;
-    merges.push_back(nlohmann::json::array({chosen.first, chosen.second}));
-    for (auto& [symbols, count] : words) {
-      std::vector<std::string> out;
-      out.reserve(symbols.size());
-      for (size_t i = 0; i < symbols.size(); ++i) {
-        if (i + 1 < symbols.size() && symbols[i] == chosen.first &&
-            symbols[i + 1] == chosen.second) {
-          out.push_back(merged);
+    if (best_a < 0) break;
+    // Two different pairs can spell the same token ("t"+"he", "th"+"e"): as Hugging Face's
+    // trainer does, the second merge is recorded and reuses the token's id.
+    const std::string merged = symbols[best_a] + symbols[best_b];
+    const bool is_new = !symbol_ids.contains(merged);
+    const int32_t merged_id = intern(merged);
+    if (is_new) {
+      vocab[merged] = next_id++;
+    }
+    merges.push_back(nlohmann::json::array({symbols[best_a], symbols[best_b]}));
+    for (auto& [ids, count] : words) {
+      size_t out = 0;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (i + 1 < ids.size() && ids[i] == best_a && ids[i + 1] == best_b) {
+          ids[out++] = merged_id;
           ++i;
         } else {
-          out.push_back(symbols[i]);
+          ids[out++] = ids[i];
         }
       }
-      symbols = std::move(out);
+      ids.resize(out);
     }
   }
 
@@ -119,6 +148,7 @@ absl::StatusOr<TrainedTokenizerFiles> TrainByteLevelTokenizer(int64_t vocab_size
   };
   files.bos_token_id = add_special("<|begin_of_text|>");
   files.eos_token_id = add_special("<|end_of_text|>");
+  for (const std::string& token : options.extra_special_tokens) add_special(token);
   for (int64_t r = 0; next_id < vocab_size; ++r) {
     add_special(Str("<|reserved_special_token_", r, "|>"));
   }
@@ -167,10 +197,11 @@ absl::StatusOr<TrainedTokenizerFiles> TrainByteLevelTokenizer(int64_t vocab_size
 
   nlohmann::ordered_json config;
   config["bos_token"] = "<|begin_of_text|>";
-  config["eos_token"] = "<|end_of_text|>";
+  config["eos_token"] = options.eos_token.empty() ? "<|end_of_text|>" : options.eos_token;
   config["model_max_length"] = 131072;
   config["tokenizer_class"] = "PreTrainedTokenizerFast";
   config["clean_up_tokenization_spaces"] = true;
+  if (!options.chat_template.empty()) config["chat_template"] = options.chat_template;
   files.tokenizer_config_json = config.dump(2);
   return files;
 }

@@ -1,6 +1,8 @@
-// Streaming detokenization: fed one id at a time, emits text only once it is complete UTF-8, and
-// everything it emits (Next calls, then Finish) concatenates to Decode(context + ids) minus
-// Decode(context), for every supported tokenizer, spaces included.
+// Streaming detokenization: fed one id at a time, emits text as soon as it is decided. Every piece
+// is valid UTF-8 (an invalid byte sequence is U+FFFD, an unfinished one waits and becomes U+FFFD
+// at Finish), and everything it emits (Next calls, then Finish) concatenates to
+// Decode(context + ids) minus Decode(context), for every supported tokenizer, spaces included;
+// for byte-level tokenizers that is Decode(ids).
 //
 // Method (as vLLM's): decode a short window [prefix, end) and the same window without the newest
 // ids [prefix, read); the difference is the new text unless it ends in an incomplete character
@@ -25,7 +27,9 @@ namespace pdserve {
 class IncrementalDetokenizer {
  public:
   // `context`: ids already shown to the user (the prompt), used only so the first emitted token
-  // decodes as it would in context (e.g. keeps its leading space). Only its tail is kept.
+  // decodes as it would in context (e.g. keeps its leading space). Only its tail is kept, and
+  // only up to its last complete character: the output never completes a character the context
+  // left unfinished.
   IncrementalDetokenizer(const Tokenizer* tokenizer, bool skip_special_tokens,
                          absl::Span<const int32_t> context = {});
 

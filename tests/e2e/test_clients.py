@@ -5,8 +5,11 @@ Run: /usr/bin/python3 tests/e2e/test_clients.py --pdserve build/pdserve
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
+import random
+import struct
 import shutil
 import subprocess
 import sys
@@ -101,6 +104,148 @@ class ClientsTest(unittest.TestCase):
                              capture_output=True, text=True)
         self.assertNotEqual(out.returncode, 0)
         self.assertIn("eadline", out.stderr)
+
+
+    def test_streamed_text_is_utf8_and_equals_detokenize(self):
+        """Random prompts sampled at temperature 1 from a random model: ids 0..255 are single
+        bytes, so most completions are broken UTF-8, cut at every length by max_tokens. Each
+        message must parse (its text valid UTF-8), end with a finish_reason, and the texts
+        concatenated must equal `pdserve detokenize` of the ids."""
+        cluster.stubs_dir()
+        import grpc
+        from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pb_grpc
+        stub = pb_grpc.GenerationStub(grpc.insecure_channel(self.serve.grpc))
+        rng = random.Random(16)
+        # Prompts that end with a lead byte (0xC0-0xF4) as often as not: the reported case.
+        cases = []
+        for i in range(400):
+            prompt = [rng.randrange(768) for _ in range(rng.randrange(1, 6))]
+            if i % 2 == 0:
+                prompt.append(rng.randrange(0xC2, 0xF5))
+            cases.append((prompt, rng.randrange(1, 17), i))
+
+        def run(case):
+            prompt, max_tokens, seed = case
+            request = pb.GenerateRequest(token_ids=pb.TokenIds(ids=prompt), sampling=pb.SamplingParams(
+                max_tokens=max_tokens, temperature=1.0, seed=seed, ignore_eos=True))
+            ids, texts, finish = [], [], []
+            for r in stub.Generate(request, timeout=60):
+                self.assertEqual(finish, [], "a message after finish_reason")
+                ids += list(r.token_ids)
+                texts.append(r.text)
+                if r.finish_reason:
+                    finish.append(r.finish_reason)
+            return ids, texts, finish
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(run, cases))
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            for ids, _, _ in results:
+                f.write(json.dumps({"token_ids": ids}) + "\n")
+        decoded = subprocess.run([PDSERVE, "detokenize", "--tokenizer", MODEL, "--input-jsonl", f.name,
+                                  "--skip-special-tokens", "--clean-up-tokenization-spaces", "false"],
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
+        os.unlink(f.name)
+        broken = 0
+        for (prompt, max_tokens, _), (ids, texts, finish), line in zip(cases, results, decoded):
+            self.assertEqual(finish, ["length"], prompt)
+            self.assertEqual(len(ids), max_tokens, prompt)
+            want = json.loads(line)["text"]
+            self.assertEqual("".join(texts), want, f"prompt {prompt} ids {ids} pieces {texts}")
+            broken += "\ufffd" in want
+        # The test means something only if many completions were broken UTF-8.
+        self.assertGreater(broken, 100)
+
+    def test_reported_prompt_streams_the_whole_text(self):
+        """The report: `--prompt-ids 198` (byte 0xC6, a lead byte) on a small random model gave
+        empty text, a lost message and exit 0."""
+        model = os.path.join(os.path.dirname(MODEL), "small")
+        if not os.path.exists(model):
+            subprocess.run([PDSERVE, "make-model", model, "--layers", "2", "--hidden", "64", "--heads", "4",
+                            "--kv-heads", "2"], check=True, capture_output=True)
+        serve = cluster.Process(PDSERVE, ["serve", "--model", model, "--listen", "127.0.0.1:0",
+                                          "--threads", "1", "--kv-memory-gib", "0.05"])
+        try:
+            for prompt in ("198", "198,198", "240,159"):
+                out = subprocess.run([PDSERVE, "generate", "--server", serve.grpc, "--prompt-ids", prompt,
+                                      "--max-tokens", "12", "--temperature", "0", "--format", "json"],
+                                     capture_output=True, text=True)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                got = json.loads(out.stdout)
+                self.assertEqual(len(got["token_ids"]), 12)
+                self.assertEqual(got["finish_reason"], "length")
+                want = subprocess.run([PDSERVE, "detokenize", "--tokenizer", model, "--ids",
+                                       ",".join(map(str, got["token_ids"])), "--skip-special-tokens",
+                                       "--clean-up-tokenization-spaces", "false", "--format", "json"],
+                                      capture_output=True, text=True, check=True).stdout
+                self.assertEqual(got["text"], json.loads(want)["text"])
+        finally:
+            serve.stop()
+
+    def test_generate_client_refuses_a_broken_stream(self):
+        """A fault-injecting stand-in for the router (raw protobuf bytes): a message whose text is
+        not UTF-8, a stream that ends without finish_reason, a message with fewer logprobs than
+        ids. `pdserve generate --server` must exit non-zero and say why, every time."""
+        import grpc
+
+        def varint(n):
+            out = b""
+            while True:
+                byte, n = n & 0x7F, n >> 7
+                out += bytes([byte | (0x80 if n else 0)])
+                if not n:
+                    return out
+
+        def message(ids=(), text=b"", logprobs=None, finish=b""):
+            logprobs = [-1.0] * len(ids) if logprobs is None else logprobs
+            out = b""
+            if ids:
+                packed = b"".join(varint(i) for i in ids)
+                out += b"\x12" + varint(len(packed)) + packed
+            if text:
+                out += b"\x1a" + varint(len(text)) + text
+            if logprobs:
+                packed = b"".join(struct.pack("<f", x) for x in logprobs)
+                out += b"\x22" + varint(len(packed)) + packed
+            if finish:
+                out += b"\x32" + varint(len(finish)) + finish
+            return out
+
+        streams = {
+            "not_utf8": [message([65], b"A"), message([198], b"\xc6"), message([66], b"B", finish=b"length")],
+            "not_utf8_last": [message([65], b"A"), message([198], b"\xc6", finish=b"length")],
+            "no_finish": [message([65], b"A"), message([66], b"B")],
+            "logprobs": [message([65, 66], b"AB", logprobs=[-1.0]), message([67], b"C", finish=b"length")],
+            "after_finish": [message([65], b"A", finish=b"length"), message([66], b"B")],
+        }
+        current = []
+
+        def generate(request, context):
+            yield from current
+
+        handler = grpc.method_handlers_generic_handler("pdserve.v1.Generation", {
+            "Generate": grpc.unary_stream_rpc_method_handler(
+                generate, request_deserializer=lambda b: b, response_serializer=lambda b: b)})
+        server = grpc.server(concurrent.futures.ThreadPoolExecutor(2))
+        server.add_generic_rpc_handlers((handler,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        try:
+            for name, stream in streams.items():
+                current[:] = stream
+                out = subprocess.run([PDSERVE, "generate", "--server", f"127.0.0.1:{port}", "--prompt-ids", "1",
+                                      "--max-tokens", "3", "--format", "json"], capture_output=True, text=True,
+                                     timeout=60)
+                self.assertNotEqual(out.returncode, 0, f"{name}: {out.stdout}")
+                self.assertIn("error", out.stderr, name)
+            # The same stand-in with a well-formed stream: exit 0, so the refusals above are real.
+            current[:] = [message([65], b"A"), message([66], b"B", finish=b"length")]
+            out = subprocess.run([PDSERVE, "generate", "--server", f"127.0.0.1:{port}", "--prompt-ids", "1",
+                                  "--max-tokens", "2", "--format", "json"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(json.loads(out.stdout)["text"], "AB")
+        finally:
+            server.stop(0)
 
 
 if __name__ == "__main__":
