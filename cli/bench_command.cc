@@ -20,6 +20,7 @@
 #include "bench/serving/load_client.h"
 #include "bench/serving/local_cluster.h"
 #include "bench/serving/workload.h"
+#include "cli/address_flags.h"
 #include "cli/cli_util.h"
 #include "cli/client_channel.h"
 #include "cli/commands.h"
@@ -306,6 +307,9 @@ int BenchCommand(int argc, char** argv) {
   }
   if (format != "text" && format != "json") {
     return usage(absl::InvalidArgumentError("--format: must be text or json"));
+  }
+  if (!server.empty()) {
+    if (absl::Status s = AddressFlags().Peer(server, "--server").Check(); !s.ok()) return usage(s);
   }
   if (!(load.timeout_seconds > 0)) {
     return usage(absl::InvalidArgumentError("--timeout-seconds: must be > 0"));

@@ -63,12 +63,12 @@ absl::Status FlagSet::Assign(Flag& flag, const std::string& text, const char* so
       break;
     }
     case Kind::kBool:
-      if (text == "true" || text == "1" || text == "yes") {
+      if (text == "true" || text == "1") {
         *static_cast<bool*>(flag.value) = true;
-      } else if (text == "false" || text == "0" || text == "no") {
+      } else if (text == "false" || text == "0") {
         *static_cast<bool*>(flag.value) = false;
       } else {
-        return bad("true or false");
+        return bad("true, false, 1 or 0");
       }
       break;
   }
@@ -92,6 +92,10 @@ absl::Status FlagSet::Parse(int argc, char** argv) {
       continue;
     }
     if (arg.rfind("--", 0) != 0 || arg == "--") {
+      if (static_cast<int>(positional_.size()) >= max_positional_) {
+        return absl::InvalidArgumentError(
+            Str("unexpected argument '", arg, "' (see pdserve ", command_, " --help)"));
+      }
       positional_.push_back(arg);
       continue;
     }
@@ -116,7 +120,15 @@ absl::Status FlagSet::Parse(int argc, char** argv) {
     }
     if (!value) {
       if (f->kind == Kind::kBool) {
-        value = "true";
+        // `--flag false` as well as `--flag` and `--flag=false`; a following word that is not a
+        // boolean is an argument of its own (and refused when the command takes none).
+        const std::string next = i + 1 < argc ? argv[i + 1] : "";
+        if (next == "true" || next == "false" || next == "1" || next == "0") {
+          value = next;
+          ++i;
+        } else {
+          value = "true";
+        }
       } else if (i + 1 < argc) {
         value = argv[++i];
       } else {

@@ -22,6 +22,8 @@ class FlagSet {
   void Int(const char* name, int64_t* value, const char* help);
   void Double(const char* name, double* value, const char* help);
   void Bool(const char* name, bool* value, const char* help);
+  // How many positional arguments the command takes (default none: a stray word is an error).
+  void AllowPositional(int max) { max_positional_ = max; }
   // Records whether the flag was given (for "either --a or --b" checks).
   bool WasSet(const std::string& name) const;
 
@@ -49,6 +51,7 @@ class FlagSet {
   std::vector<Flag> flags_;
   std::vector<std::string> positional_;
   bool help_ = false;
+  int max_positional_ = 0;
 };
 
 // "1,2,3" -> {1,2,3}; InvalidArgument naming `what` on a bad element.

@@ -24,6 +24,7 @@ TEST(FlagsTest, ParsesEveryForm) {
   f.Double("ratio", &d, "");
   f.Bool("flag", &b, "");
   f.Bool("other", &c, "");
+  f.AllowPositional(1);
   ASSERT_TRUE(Parse(f, {"--name", "abc", "--count=7", "--ratio", "0.25", "--flag", "--no-other",
                         "pos"}).ok());
   EXPECT_EQ(s, "abc");
@@ -33,6 +34,26 @@ TEST(FlagsTest, ParsesEveryForm) {
   EXPECT_FALSE(c);
   EXPECT_TRUE(f.WasSet("count"));
   EXPECT_EQ(f.positional(), std::vector<std::string>{"pos"});
+}
+
+TEST(FlagsTest, BooleansAreTrueFalseOneOrZero) {
+  bool b = false;
+  FlagSet f("t", "test");
+  f.Bool("enable-prefix-caching", &b, "");
+  ASSERT_TRUE(Parse(f, {"--enable-prefix-caching", "false"}).ok());
+  EXPECT_FALSE(b);
+  ASSERT_TRUE(Parse(f, {"--enable-prefix-caching", "1"}).ok());
+  EXPECT_TRUE(b);
+  ASSERT_TRUE(Parse(f, {"--enable-prefix-caching=0"}).ok());
+  EXPECT_FALSE(b);
+  for (const char* bad : {"--enable-prefix-caching=maybe", "--enable-prefix-caching=yes"}) {
+    auto s = Parse(f, {bad});
+    EXPECT_NE(s.message().find("--enable-prefix-caching"), absl::string_view::npos) << bad;
+  }
+  // `--flag maybe`: "maybe" is not a boolean, so it is an argument, which this command refuses.
+  auto stray = Parse(f, {"--enable-prefix-caching", "maybe"});
+  EXPECT_EQ(stray.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(stray.message().find("'maybe'"), absl::string_view::npos) << stray;
 }
 
 TEST(FlagsTest, ErrorsNameTheFlag) {

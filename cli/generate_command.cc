@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 
+#include "cli/address_flags.h"
 #include "cli/cli_util.h"
 #include "cli/client_channel.h"
 #include "cli/commands.h"
@@ -357,11 +358,6 @@ int GenerateCommand(int argc, char** argv) {
   f.engine.Register(flags);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
-  if (!flags.positional().empty()) {
-    return ReportError(cmd, absl::InvalidArgumentError(
-                                Str("unexpected argument '", flags.positional()[0], "'")),
-                       kExitUsage);
-  }
   if (f.model.empty() == f.server.empty()) {
     return ReportError(cmd, absl::InvalidArgumentError("give exactly one of --model or --server"),
                        kExitUsage);
@@ -372,6 +368,15 @@ int GenerateCommand(int argc, char** argv) {
   }
   if (f.format != "text" && f.format != "json") {
     return ReportError(cmd, absl::InvalidArgumentError("--format: text or json"), kExitUsage);
+  }
+  if (!f.server.empty()) {
+    if (absl::Status s = AddressFlags().Peer(f.server, "--server").Check(); !s.ok()) {
+      return ReportError(cmd, s, kExitUsage);
+    }
+  }
+  if (!(f.timeout_seconds > 0)) {
+    return ReportError(cmd, absl::InvalidArgumentError("--timeout-seconds: must be > 0"),
+                       kExitUsage);
   }
   if (!f.server.empty() && !f.dump_logits.empty()) {
     return ReportError(cmd, absl::InvalidArgumentError("--dump-logits needs the local engine (--model)"),

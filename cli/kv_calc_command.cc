@@ -1,5 +1,6 @@
 // pdserve kv-calc: the KV cache memory math for any config.json (GQA-aware).
 #include <cmath>
+#include <initializer_list>
 #include <cstdio>
 
 #include "cli/cli_util.h"
@@ -34,10 +35,15 @@ int KvCalcCommand(int argc, char** argv) {
   if (format != "text" && format != "json") {
     return ReportError(cmd, absl::InvalidArgumentError("--format: text or json"), kExitUsage);
   }
-  if (batch < 1 || seq_len < 0 || memory_gib < 0 || block_size < 1) {
+  if (batch < 1 || seq_len < 0 || !(memory_gib >= 0) || block_size < 1) {
     return ReportError(cmd, absl::InvalidArgumentError(
                                 "--batch and --block-size must be positive, --seq-len and "
                                 "--memory-gib non-negative"),
+                       kExitUsage);
+  }
+  constexpr double kMaxMemoryGib = 1 << 20;  // 1 PiB.
+  if (memory_gib > kMaxMemoryGib) {
+    return ReportError(cmd, absl::InvalidArgumentError(Str("--memory-gib: at most ", kMaxMemoryGib)),
                        kExitUsage);
   }
   auto config = ModelConfig::FromFile(config_path.empty() ? JoinPath(model, "config.json")
@@ -57,14 +63,32 @@ int KvCalcCommand(int argc, char** argv) {
                        kExitUsage);
   }
   if (seq_len == 0) seq_len = c.max_position_embeddings;
+  // Every product is checked: --batch and --seq-len are the user's, and a total past 2^63 bytes
+  // is a usage error naming them, not a negative number.
+  std::string overflow;
+  auto mul = [&overflow](std::initializer_list<int64_t> factors, const char* what) {
+    int64_t out = 1;
+    for (int64_t f : factors) {
+      if (overflow.empty() && __builtin_mul_overflow(out, f, &out)) overflow = what;
+    }
+    return out;
+  };
   // K and V, every layer, every KV head (not attention head: GQA/MQA shrink this).
-  const int64_t bytes_per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * elem;
-  const int64_t tokens = batch * seq_len;
-  const int64_t total_bytes = tokens * bytes_per_token;
+  const int64_t bytes_per_token =
+      mul({2, c.num_layers, c.num_kv_heads, c.head_dim, elem}, "bytes per token");
+  const int64_t tokens = mul({batch, seq_len}, "--batch x --seq-len");
+  const int64_t total_bytes = mul({tokens, bytes_per_token}, "--batch x --seq-len x bytes per token");
   // int8 pools keep an f32 scale per (layer, block, K|V, kv head).
-  const int64_t scale_bytes_per_block = kv_dtype == "int8" ? 2 * c.num_layers * c.num_kv_heads * 4 : 0;
-  const int64_t blocks_per_seq = (seq_len + block_size - 1) / block_size;
-  const int64_t total_scale_bytes = batch * blocks_per_seq * scale_bytes_per_block;
+  const int64_t scale_bytes_per_block =
+      kv_dtype == "int8" ? mul({2, c.num_layers, c.num_kv_heads, 4}, "scale bytes") : 0;
+  const int64_t blocks_per_seq = seq_len / block_size + (seq_len % block_size != 0);
+  const int64_t total_scale_bytes =
+      mul({batch, blocks_per_seq, scale_bytes_per_block}, "--batch x blocks x scale bytes");
+  mul({block_size, bytes_per_token}, "--block-size x bytes per token");
+  if (!overflow.empty()) {
+    return ReportError(cmd, absl::InvalidArgumentError(Str(overflow, " exceeds 2^63 bytes")),
+                       kExitUsage);
+  }
   nlohmann::json max_tokens = nullptr, max_sequences = nullptr;
   if (memory_gib > 0) {
     const double budget = memory_gib * static_cast<double>(1ull << 30);

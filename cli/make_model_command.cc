@@ -29,6 +29,7 @@ int MakeModelCommand(int argc, char** argv) {
   flags.String("dtype", &dtype, "weight dtype: f32, bf16 or f16");
   flags.Int("shards", &shards, "number of safetensors shards");
   flags.Int("seed", &seed, "random seed");
+  flags.AllowPositional(1);
   int code;
   if (!ParseFlagsOrExit(flags, "make-model", argc, argv, &code)) return code;
   if (flags.positional().size() != 1) {

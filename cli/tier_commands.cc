@@ -9,10 +9,13 @@
 #include <unistd.h>
 
 #include <cerrno>
-
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 
+#include "cli/address_flags.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/metrics_flags.h"
@@ -29,9 +32,9 @@ namespace pdserve::cli {
 namespace {
 
 // SIGTERM/SIGINT write a byte to this pipe (the only async-signal-safe thing the handler does);
-// the command's main thread blocks reading it. A handler rather than sigwait, because threads
-// started before main (OpenBLAS starts its pool from a library constructor) would otherwise take
-// the signal with its default action and kill the process.
+// a watcher thread blocks reading it. A handler rather than sigwait, because threads started
+// before main (OpenBLAS starts its pool from a library constructor) would otherwise take the
+// signal with its default action and kill the process.
 int g_stop_pipe[2] = {-1, -1};
 
 void OnStopSignal(int) {
@@ -39,10 +42,35 @@ void OnStopSignal(int) {
   [[maybe_unused]] ssize_t n = ::write(g_stop_pipe[1], &b, 1);
 }
 
+// Before a tier's ready line nothing is serving (a router waiting for its workers, a worker
+// loading its model): a stop signal ends the process at once, exit 0. After it, the signal wakes
+// the command's main thread, which drains. Guarded by g_stop_mu.
+std::mutex g_stop_mu;
+std::condition_variable g_stop_cv;
+bool g_serving = false;
+bool g_stop_requested = false;
+
+[[noreturn]] void ExitAfterShutdown(int code);
+
+// Started by each tier command before it loads anything.
+void StartStopWatcher(const char* cmd) {
+  std::thread([cmd] {
+    char b;
+    while (::read(g_stop_pipe[0], &b, 1) < 0 && errno == EINTR) {
+    }
+    std::lock_guard<std::mutex> lock(g_stop_mu);
+    if (!g_serving) {
+      PD_LOG(Info) << cmd << ": stopped before it was ready";
+      ExitAfterShutdown(kExitOk);
+    }
+    g_stop_requested = true;
+    g_stop_cv.notify_all();
+  }).detach();
+}
+
 void WaitForStopSignal() {
-  char b;
-  while (::read(g_stop_pipe[0], &b, 1) < 0 && errno == EINTR) {
-  }
+  std::unique_lock<std::mutex> lock(g_stop_mu);
+  g_stop_cv.wait(lock, [] { return g_stop_requested; });
 }
 
 // Ends a tier process after its orderly shutdown: requests drained, servers shut down (every
@@ -62,6 +90,8 @@ int ReportFlagError(const char* cmd, const absl::Status& s) {
 }
 
 void Ready(const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_stop_mu);
+  g_serving = true;
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
@@ -174,6 +204,22 @@ struct TierFlags {
     metrics.Register(flags);
     security.RegisterTls(flags);
   }
+
+  // The checks that need no model: addresses (syntax, then free ports) and plain ranges. Returns
+  // the exit code, or -1 to go on.
+  int Check(const char* cmd) const {
+    if (!(drain_seconds >= 0)) {
+      return ReportError(cmd, absl::InvalidArgumentError("--drain-seconds: must be >= 0"),
+                         kExitUsage);
+    }
+    AddressFlags addresses;
+    addresses.Listen(listen, "--listen").Listen(metrics.listen, "--metrics-listen", true);
+    if (transport == "tcp") addresses.Listen(transport_listen, "--transport-listen");
+    if (absl::Status s = addresses.Check(); !s.ok()) {
+      return ReportError(cmd, s, AddressExitCode(s));
+    }
+    return -1;
+  }
 };
 
 int RunPrefill(const TierFlags& f) {
@@ -270,6 +316,8 @@ int PrefillCommand(int argc, char** argv) {
   int code;
   if (!ParseFlagsOrExit(flags, "prefill", argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError("prefill", absl::InvalidArgumentError("--model is required"), kExitUsage);
+  if (int checked = f.Check("prefill"); checked >= 0) return checked;
+  StartStopWatcher("prefill");
   return RunPrefill(f);
 }
 
@@ -281,6 +329,8 @@ int DecodeCommand(int argc, char** argv) {
   int code;
   if (!ParseFlagsOrExit(flags, "decode", argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError("decode", absl::InvalidArgumentError("--model is required"), kExitUsage);
+  if (int checked = f.Check("decode"); checked >= 0) return checked;
+  StartStopWatcher("decode");
   return RunDecode(f);
 }
 
@@ -303,6 +353,13 @@ int RouterCommand(int argc, char** argv) {
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
+  AddressFlags addresses;
+  addresses.Listen(listen, "--listen")
+      .Listen(mf.listen, "--metrics-listen", true)
+      .Peers(prefill, "--prefill", true)
+      .Peers(decode, "--decode", false);
+  if (absl::Status s = addresses.Check(); !s.ok()) return ReportError(cmd, s, AddressExitCode(s));
+  StartStopWatcher(cmd);
   metrics::Registry registry;
   RouterOptions o;
   if (absl::Status s = rf.ToOptions(&o); !s.ok()) return ReportError(cmd, s, kExitUsage);
@@ -346,6 +403,8 @@ int ServeCommand(int argc, char** argv) {
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
+  if (int checked = f.Check(cmd); checked >= 0) return checked;
+  StartStopWatcher(cmd);
 
   // One registry: the three components' series differ by their role label.
   metrics::Registry registry;

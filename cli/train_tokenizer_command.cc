@@ -24,6 +24,7 @@ int TrainTokenizerCommand(int argc, char** argv) {
   flags.String("chat-template", &chat_template_path,
                "file holding a Jinja chat template for tokenizer_config.json");
   flags.String("eos-token", &eos_token, "tokenizer_config.json's eos_token (default <|end_of_text|>)");
+  flags.AllowPositional(1);
   int code;
   if (!ParseFlagsOrExit(flags, "train-tokenizer", argc, argv, &code)) return code;
   if (flags.positional().size() != 1 || corpus_path.empty()) {

@@ -4,6 +4,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -30,6 +31,7 @@ struct WorkerPool::Worker {
   bool refused = false;
   bool events = false;     // Its hash set is live (else: approximate).
   uint64_t last_seq = 0;
+  int failed_watches = 0;  // Watch streams ended since the last report.
   absl::flat_hash_set<BlockHash> hashes;
   absl::flat_hash_map<BlockHash, Clock::time_point> predicted;  // Routed here -> when.
   internal::v1::WorkerInfo info;
@@ -151,6 +153,7 @@ void WorkerPool::StartWatch(const std::shared_ptr<Worker>& w) {
 void WorkerPool::Apply(const std::shared_ptr<Worker>& w, const internal::v1::LoadReport& r) {
   std::lock_guard<std::mutex> lock(mu_);
   if (w->removed || w->refused) return;
+  w->failed_watches = 0;
   const auto& layout = r.info().layout();
   if (!options_.model_fingerprint.empty() &&
       layout.model_fingerprint() != options_.model_fingerprint) {
@@ -213,11 +216,23 @@ void WorkerPool::Apply(const std::shared_ptr<Worker>& w, const internal::v1::Loa
 void WorkerPool::WatchEnded(const std::shared_ptr<Worker>& w, Watch* watch) {
   std::lock_guard<std::mutex> lock(mu_);
   if (w->watch == watch) w->watch = nullptr;
-  w->reconnect_at = Clock::now() + options_.reconnect_every;
-  // A lost stream means a worker we cannot see: leave it out until it reports again (a gap resync
-  // reconnects right away and reports within milliseconds).
-  if (w->last_seq != 0) w->healthy = false;
-  if (w->last_seq == 0) w->reconnect_at = Clock::now();
+  ++w->failed_watches;
+  // A lost stream means a worker we cannot see: leave it out until it reports again.
+  if (w->last_seq != 0) {
+    w->healthy = false;
+    w->reconnect_at = Clock::now() + options_.reconnect_every;
+  } else if (w->failed_watches == 1) {
+    // A gap resync (or the first try): reconnect at once, the worker reports within milliseconds.
+    w->reconnect_at = Clock::now();
+  } else {
+    // A worker that is not up yet or gone: back off from 50 ms to reconnect_every. Retrying at
+    // once spun a core (the stream to a closed port fails immediately) while a router waited
+    // for workers that had not started.
+    const int doublings = std::min(w->failed_watches - 2, 10);
+    w->reconnect_at = Clock::now() + std::min<std::chrono::milliseconds>(
+                                         options_.reconnect_every,
+                                         std::chrono::milliseconds(50) * (1 << doublings));
+  }
   --live_watches_;
   cv_.notify_all();
 }

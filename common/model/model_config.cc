@@ -36,9 +36,17 @@ class FieldReader {
     return it->get<int64_t>();
   }
 
-  absl::StatusOr<int64_t> PositiveIntOr(const char* field, int64_t fallback) const {
+  // A positive integer no larger than `max`: the bound no real model comes near, so that an absurd
+  // value is refused by name here instead of exhausting memory (or overflowing sizes) later.
+  absl::StatusOr<int64_t> PositiveInt(const char* field, int64_t max) const {
+    PD_ASSIGN_OR_RETURN(const int64_t v, PositiveInt(field));
+    if (v > max) return Error(field, Str("is ", v, "; at most ", max, " is supported"));
+    return v;
+  }
+
+  absl::StatusOr<int64_t> PositiveIntOr(const char* field, int64_t fallback, int64_t max) const {
     if (!Has(field)) return fallback;
-    return PositiveInt(field);
+    return PositiveInt(field, max);
   }
 
   absl::StatusOr<double> PositiveNumberOr(const char* field, double fallback) const {
@@ -121,7 +129,7 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const Json& j, std::string_view sou
     PD_ASSIGN_OR_RETURN(rs.low_freq_factor, r.PositiveNumberOr("low_freq_factor", 1.0));
     PD_ASSIGN_OR_RETURN(rs.high_freq_factor, r.PositiveNumberOr("high_freq_factor", 4.0));
     PD_ASSIGN_OR_RETURN(rs.original_max_position,
-                        r.PositiveInt("original_max_position_embeddings"));
+                        r.PositiveInt("original_max_position_embeddings", kMaxPositions));
     if (!(rs.high_freq_factor > rs.low_freq_factor)) {
       return err("needs high_freq_factor > low_freq_factor");
     }
@@ -158,12 +166,13 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(std::string_view json, std::st
   c.architecture = j["architectures"][0].get<std::string>();
   PD_ASSIGN_OR_RETURN(c.family, FamilyFromArchitecture(c.architecture, source));
 
-  PD_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
-  PD_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size"));
-  PD_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt("intermediate_size"));
-  PD_ASSIGN_OR_RETURN(c.num_layers, r.PositiveInt("num_hidden_layers"));
-  PD_ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("num_attention_heads"));
-  PD_ASSIGN_OR_RETURN(c.num_kv_heads, r.PositiveIntOr("num_key_value_heads", c.num_heads));
+  PD_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size", kMaxVocabSize));
+  PD_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size", kMaxHiddenSize));
+  PD_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt("intermediate_size", kMaxIntermediateSize));
+  PD_ASSIGN_OR_RETURN(c.num_layers, r.PositiveInt("num_hidden_layers", kMaxLayers));
+  PD_ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("num_attention_heads", kMaxHeads));
+  PD_ASSIGN_OR_RETURN(c.num_kv_heads,
+                      r.PositiveIntOr("num_key_value_heads", c.num_heads, kMaxHeads));
   if (c.num_heads % c.num_kv_heads != 0) {
     return r.Error("num_key_value_heads",
                    Str("(", c.num_kv_heads, ") must divide num_attention_heads (",
@@ -171,14 +180,14 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(std::string_view json, std::st
   }
   const int64_t default_head_dim =
       c.family == ModelFamily::kQwen3 && !r.Has("head_dim") ? 128 : c.hidden_size / c.num_heads;
-  PD_ASSIGN_OR_RETURN(c.head_dim, r.PositiveIntOr("head_dim", default_head_dim));
+  PD_ASSIGN_OR_RETURN(c.head_dim, r.PositiveIntOr("head_dim", default_head_dim, kMaxHeadDim));
   if (c.head_dim % 2 != 0) return r.Error("head_dim", "must be even (rotary embedding)");
   if (!r.Has("head_dim") && c.hidden_size % c.num_heads != 0) {
     return r.Error("hidden_size", "must be divisible by num_attention_heads when head_dim is unset");
   }
   PD_ASSIGN_OR_RETURN(c.rms_norm_eps, r.PositiveNumberOr("rms_norm_eps", 1e-6));
   PD_ASSIGN_OR_RETURN(c.max_position_embeddings,
-                      r.PositiveIntOr("max_position_embeddings", 4096));
+                      r.PositiveIntOr("max_position_embeddings", 4096, kMaxPositions));
 
   // Newer transformers write rope settings under "rope_parameters"; older under rope_theta and
   // rope_scaling.
@@ -216,7 +225,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(std::string_view json, std::st
       if (!j.contains("sliding_window")) {
         c.sliding_window = 4096;
       } else if (r.Has("sliding_window")) {
-        PD_ASSIGN_OR_RETURN(c.sliding_window, r.PositiveInt("sliding_window"));
+        PD_ASSIGN_OR_RETURN(c.sliding_window, r.PositiveInt("sliding_window", kMaxPositions));
       }
       break;
     case ModelFamily::kQwen2:

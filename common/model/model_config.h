@@ -26,6 +26,17 @@ struct RopeScaling {
   int64_t original_max_position = 0;   // llama3
 };
 
+// Upper bounds of config.json sizes, each far above any released model (largest seen: vocabulary
+// 262k, hidden 18k, MLP 53k, 126 layers, 128 heads, head_dim 256, 10M positions). A value beyond
+// one is refused by name at load; within them every size product fits in int64.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 22;
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 16;
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 18;
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxHeads = 1024;
+inline constexpr int64_t kMaxHeadDim = 1024;
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   ModelFamily family = ModelFamily::kLlama;

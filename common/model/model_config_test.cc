@@ -79,5 +79,33 @@ TEST(ModelConfigTest, ErrorsNameFileAndField) {
   EXPECT_FALSE(ModelConfig::FromJson("[1,2]", "c.json").ok());
 }
 
+// Sizes no model has are refused by name at load (they made `serve` die of std::bad_alloc and
+// kv-calc print negative byte counts).
+TEST(ModelConfigTest, AbsurdSizesAreRefusedByName) {
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"num_hidden_layers", "1000000000"},
+           {"num_hidden_layers", "100000000000000"},
+           {"hidden_size", "1048576"},
+           {"intermediate_size", "4000000000"},
+           {"vocab_size", "2147483648"},
+           {"num_attention_heads", "65536"},
+           {"num_key_value_heads", "4096"},
+           {"head_dim", "100000"},
+           {"max_position_embeddings", "1000000000000"}}) {
+    std::string json = kLlama31;
+    const std::string key = "\"" + field + "\": ";
+    if (const size_t at = json.find(key); at != std::string::npos) {
+      json.replace(at, json.find_first_of(",}", at) - at, key + value);
+    } else {
+      json.replace(json.size() - 1, 1, ", " + key + value + "}");
+    }
+    auto c = ModelConfig::FromJson(json, "c.json");
+    ASSERT_FALSE(c.ok()) << field << " " << value;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(field), std::string::npos) << c.status();
+  }
+  ASSERT_TRUE(ModelConfig::FromJson(kLlama31, "c.json").ok());
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -24,6 +24,7 @@ inline constexpr int kMaxMessageBytes = 64 << 20;
 struct ServerOptions {
   std::shared_ptr<grpc::ServerCredentials> credentials;  // Null: insecure.
   int max_receive_bytes = kMaxMessageBytes;  // Larger requests fail with RESOURCE_EXHAUSTED.
+  std::string flag = "--listen";  // Named in errors about the address.
 };
 
 struct StartedServer {
@@ -31,8 +32,10 @@ struct StartedServer {
   std::string address;  // host:port actually bound (port resolved when 0 was asked).
 };
 
-// `listen` is host:port (port 0 picks a free one). Services are not owned and must outlive the
-// server. Unavailable when the address cannot be bound.
+// `listen` is host:port (port 0 picks a free one; rules in common/base/host_port.h). Services are
+// not owned and must outlive the server. InvalidArgument for a malformed address; Unavailable
+// "address A is already in use (--listen)" when another process holds the port (gRPC's default
+// SO_REUSEPORT, which would let both processes share it, is off), or when it cannot be bound.
 absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
                                               const std::vector<grpc::Service*>& services,
                                               const ServerOptions& options = {});

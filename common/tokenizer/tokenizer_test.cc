@@ -31,6 +31,19 @@ TEST(TokenizerTest, TrainedTokenizerRoundTripsText) {
   }
 }
 
+// tokenizer_encode_fuzz's artifact (fuzz/corpus/tokenizer_encode_fuzz/b4e9bc7a...): runs of spaces
+// around punctuation and digits round-trip through the fuzzers' tokenizer.
+TEST(TokenizerTest, FuzzerArtifactRoundTrips) {
+  auto files = TrainByteLevelTokenizer(1024, 512);
+  ASSERT_TRUE(files.ok());
+  auto tok = Tokenizer::FromJson(files->tokenizer_json, files->tokenizer_config_json, "trained");
+  ASSERT_TRUE(tok.ok());
+  const std::string text = "def .f(xn  1** 2  # ok";
+  auto ids = (*tok)->Encode(text, false);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*(*tok)->Decode(*ids, DecodeOptions{false, false}), text);
+}
+
 TEST(TokenizerTest, MergesCompressKnownWords) {
   auto tok = Trained(1000);
   auto ids = tok->Encode("the server", false);
