@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/base/host_port.h"
 #include "common/base/strings.h"
 
 namespace pdserve::metrics {
@@ -14,20 +15,10 @@ namespace pdserve::metrics {
 absl::StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& listen,
                                                                   const Registry* registry,
                                                                   RenderOptions options) {
-  const size_t colon = listen.rfind(':');
-  int port = -1;
-  if (colon != std::string::npos) {
-    try {
-      port = std::stoi(listen.substr(colon + 1));
-    } catch (...) {
-      port = -1;
-    }
-  }
-  if (colon == std::string::npos || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(Str("--metrics-listen: '", listen, "' is not host:port"));
-  }
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  auto address = ParseHostPort(listen, "--metrics-listen", PortUse::kListen);
+  if (!address.ok()) return address.status();
+  const std::string& host = address->host;
+  const int port = address->port;
   std::unique_ptr<HttpExporter> e(new HttpExporter());
   e->server_ = std::make_unique<httplib::Server>();
   // httplib's default adds SO_REUSEPORT, which lets a second process share a taken port silently.
@@ -43,7 +34,7 @@ absl::StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::str
   if (bound <= 0) {
     return absl::UnavailableError(Str("--metrics-listen: cannot listen on ", listen));
   }
-  e->address_ = Str(listen.substr(0, colon), ":", bound);
+  e->address_ = HostPort{host, bound}.ToString();
   httplib::Server* server = e->server_.get();
   e->thread_ = std::thread([server] { server->listen_after_bind(); });
   // stop() is a no-op until the accept loop runs; wait for it so that destruction cannot race.
