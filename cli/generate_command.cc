@@ -25,6 +25,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/unicode.h"
 #include "nlohmann/json.hpp"
+#include "pdserve/internal/v1/lenient.pb.h"
 #include "pdserve/v1/generation.grpc.pb.h"
 
 namespace pdserve::cli {
@@ -191,7 +192,6 @@ absl::StatusOr<Completion> RunLocal(const GenerateFlags& f, const FlagSet& flags
 absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flags,
                                      const SamplingParams& sampling, const TextSink& sink) {
   PD_ASSIGN_OR_RETURN(auto channel, PublicChannel(f.server, f.server_ca));
-  auto stub = v1::Generation::NewStub(channel);
   v1::GenerateRequest req;
   if (flags.WasSet("prompt")) {
     req.set_text(f.prompt);
@@ -222,8 +222,16 @@ absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flag
   Completion c;
   const auto start = Clock::now();
   Clock::time_point first_token;
-  auto reader = stub->Generate(&ctx, req);
-  v1::GenerateResponse r;
+  // The public method, read as LenientGenerateResponse (text as bytes): with the generated stub a
+  // message whose text is not UTF-8 fails to parse, gRPC drops it, Read() ends the stream early
+  // and the call can still end OK. This is how the generated stub makes the call (gRPC 1.51).
+  static const grpc::internal::RpcMethod kGenerate("/pdserve.v1.Generation/Generate",
+                                                   grpc::internal::RpcMethod::SERVER_STREAMING,
+                                                   channel);
+  std::unique_ptr<grpc::ClientReader<internal::v1::LenientGenerateResponse>> reader(
+      grpc::internal::ClientReaderFactory<internal::v1::LenientGenerateResponse>::Create(
+          channel.get(), kGenerate, &ctx, req));
+  internal::v1::LenientGenerateResponse r;
   int messages = 0;
   absl::Status malformed;
   while (reader->Read(&r)) {
@@ -265,21 +273,12 @@ absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flag
       c.cached_tokens = r.usage().cached_tokens();
     }
   }
-  // Read() also ends at a message gRPC could not parse (e.g. a string field that is not UTF-8),
-  // with the rest of the stream unread: cancel, or Finish() would wait for the deadline.
-  if (c.finish_reason.empty()) ctx.TryCancel();
-  const grpc::Status finished = reader->Finish();
-  if (!finished.ok() && finished.error_code() != grpc::StatusCode::CANCELLED) {
-    return FromGrpcStatus(finished);
-  }
+  PD_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
   PD_RETURN_IF_ERROR(malformed);
   if (c.finish_reason.empty()) {
-    // A message gRPC could not parse is dropped, and the call may still end OK: the missing
-    // finish_reason is how such a loss shows.
     return absl::DataLossError(Str("the server's stream ended after ", messages, " message",
                                    messages == 1 ? "" : "s", " and ", c.tokens.size(),
-                                   " tokens without a finish_reason: a message was lost or "
-                                   "malformed"));
+                                   " tokens without a finish_reason"));
   }
   c.ttft_ms = Ms(first_token - start);
   if (c.tokens.size() > 1) c.tpot_ms = Ms(Clock::now() - first_token) / (c.tokens.size() - 1);

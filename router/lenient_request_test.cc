@@ -36,6 +36,7 @@ void ExpectMirror(const Descriptor* strict, const Descriptor* lenient) {
 TEST(LenientRequestTest, MirrorsThePublicMessages) {
   ExpectMirror(v1::GenerateRequest::descriptor(), internal::v1::LenientGenerateRequest::descriptor());
   ExpectMirror(v1::TokenizeRequest::descriptor(), internal::v1::LenientTokenizeRequest::descriptor());
+  ExpectMirror(v1::GenerateResponse::descriptor(), internal::v1::LenientGenerateResponse::descriptor());
 }
 
 TEST(LenientRequestTest, RoundTripsAValidRequest) {

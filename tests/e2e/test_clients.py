@@ -68,6 +68,11 @@ class ClientsTest(unittest.TestCase):
              "--temperature", "0", "--format", "json"], capture_output=True, text=True, check=True).stdout)
         self.check(out)
         self.assertEqual(out["logprobs"], self.want["logprobs"])
+        # The server's own error reaches the user by name.
+        bad = subprocess.run([PDSERVE, "generate", "--server", self.serve.grpc, "--prompt-ids", "99999"],
+                             capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("id 99999 at position 0 is outside the vocabulary", bad.stderr)
 
     def test_stop_string_matches_local(self):
         # A stop string taken from the middle of the greedy text: both paths cut there.
@@ -211,12 +216,16 @@ class ClientsTest(unittest.TestCase):
                 out += b"\x32" + varint(len(finish)) + finish
             return out
 
-        streams = {
-            "not_utf8": [message([65], b"A"), message([198], b"\xc6"), message([66], b"B", finish=b"length")],
-            "not_utf8_last": [message([65], b"A"), message([198], b"\xc6", finish=b"length")],
-            "no_finish": [message([65], b"A"), message([66], b"B")],
-            "logprobs": [message([65, 66], b"AB", logprobs=[-1.0]), message([67], b"C", finish=b"length")],
-            "after_finish": [message([65], b"A", finish=b"length"), message([66], b"B")],
+        streams = {  # name: (messages, what the error must say)
+            "not_utf8": ([message([65], b"A"), message([198], b"\xc6"), message([66], b"B", finish=b"length")],
+                         "message 2's text is not valid UTF-8"),
+            "not_utf8_last": ([message([65], b"A"), message([198], b"\xc6", finish=b"length")],
+                              "message 2's text is not valid UTF-8"),
+            "no_finish": ([message([65], b"A"), message([66], b"B")], "without a finish_reason"),
+            "logprobs": ([message([65, 66], b"AB", logprobs=[-1.0]), message([67], b"C", finish=b"length")],
+                         "2 token ids, 1 logprobs"),
+            "after_finish": ([message([65], b"A", finish=b"length"), message([66], b"B")],
+                             "after the one that carried finish_reason"),
         }
         current = []
 
@@ -231,13 +240,13 @@ class ClientsTest(unittest.TestCase):
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
         try:
-            for name, stream in streams.items():
+            for name, (stream, why) in streams.items():
                 current[:] = stream
                 out = subprocess.run([PDSERVE, "generate", "--server", f"127.0.0.1:{port}", "--prompt-ids", "1",
                                       "--max-tokens", "3", "--format", "json"], capture_output=True, text=True,
                                      timeout=60)
                 self.assertNotEqual(out.returncode, 0, f"{name}: {out.stdout}")
-                self.assertIn("error", out.stderr, name)
+                self.assertIn(why, out.stderr, name)
             # The same stand-in with a well-formed stream: exit 0, so the refusals above are real.
             current[:] = [message([65], b"A"), message([66], b"B", finish=b"length")]
             out = subprocess.run([PDSERVE, "generate", "--server", f"127.0.0.1:{port}", "--prompt-ids", "1",
