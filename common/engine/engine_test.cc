@@ -93,7 +93,8 @@ SamplingParams Greedy(int max_tokens) {
 // Runs requests through one engine; `arrivals[i]` is the step at which request i is added.
 std::map<std::string, Result> RunEngine(const std::string& dir, const EngineOptions& options,
                                         const std::vector<Request>& requests,
-                                  std::vector<int> arrivals = {}, LLMEngine** keep = nullptr) {
+                                        std::vector<int> arrivals = {},
+                                        EngineStats* stats = nullptr) {
   auto engine = LLMEngine::Create(dir, options);
   EXPECT_TRUE(engine.ok()) << engine.status();
   std::map<std::string, Result> results;
@@ -126,6 +127,7 @@ std::map<std::string, Result> RunEngine(const std::string& dir, const EngineOpti
   }
   const EngineStats s = (*engine)->Stats();
   EXPECT_EQ(s.kv.used_blocks, 0) << "blocks leaked";
+  if (stats != nullptr) *stats = s;
   return results;
 }
 
@@ -201,13 +203,14 @@ TEST_P(EngineFamilyTest, PreemptionRecomputesToTheSameTokens) {
     }
     requests.push_back({std::string("p").append(std::to_string(i)), Prompt(20, 40 + i), p});
   }
-  const auto roomy = RunEngine(dir, SmallOptions(), requests);
+  EngineStats roomy_stats, tight_stats;
+  const auto roomy = RunEngine(dir, SmallOptions(), requests, {}, &roomy_stats);
   EngineOptions tight = SmallOptions();
   tight.num_kv_blocks = 26;  // 6 sequences of up to 50 tokens need 78 blocks: preemption.
   tight.max_model_len = 100;
-  auto engine = LLMEngine::Create(dir, tight);
-  ASSERT_TRUE(engine.ok());
-  const auto squeezed = RunEngine(dir, tight, requests);
+  const auto squeezed = RunEngine(dir, tight, requests, {}, &tight_stats);
+  EXPECT_EQ(roomy_stats.preemptions, 0);
+  EXPECT_GT(tight_stats.preemptions, 0) << "the squeezed run must preempt, or it proves nothing";
   for (const Request& r : requests) {
     EXPECT_EQ(squeezed.at(r.id).tokens, roomy.at(r.id).tokens) << r.id;
     ExpectBitwiseEqual(squeezed.at(r.id), roomy.at(r.id), r.id);
@@ -346,6 +349,13 @@ TEST(EngineTest, RemotePrefillThroughCopiedPagesEqualsLocalBitwise) {
 
   auto prefill = *LLMEngine::Create(dir, SmallOptions());
   auto decode = *LLMEngine::Create(dir, SmallOptions());
+  // The logits that chose each token: the first on the prefill engine, the rest on the decode one.
+  std::vector<std::vector<float>> logits;
+  auto observe = [&logits](const std::string& id, const float* l, int64_t v) {
+    if (id == "r") logits.emplace_back(l, l + v);
+  };
+  prefill->SetLogitsObserver(observe);
+  decode->SetLogitsObserver(observe);
   // Warm the decode engine's prefix cache with the first 2 blocks so only the rest is sent.
   std::vector<int32_t> head(prompt.begin(), prompt.begin() + 9);
   ASSERT_TRUE(decode->AddRequest("warm", head, Greedy(1)).ok());
@@ -397,6 +407,10 @@ TEST(EngineTest, RemotePrefillThroughCopiedPagesEqualsLocalBitwise) {
     }
   }
   EXPECT_EQ(tokens, local.at("r").tokens);
+  Result disaggregated;
+  disaggregated.tokens = tokens;
+  disaggregated.logits = logits;
+  ExpectBitwiseEqual(disaggregated, local.at("r"), "prefill on one engine, decode on another");
   EXPECT_EQ(decode->Stats().kv.used_blocks, 0);
 }
 

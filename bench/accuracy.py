@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""How far a numeric mode moves pdserve's output from the f32 baseline, on one model.
+
+For each prompt: greedy generation in the baseline (f32 KV pool, batch-invariant GEMMs) and in
+each mode, with the logits of every step dumped. Reported per mode: prompts whose whole greedy
+continuation equals the baseline's, the mean position of the first differing token (the length
+when none differs), and the largest relative logit error at the steps before the first difference
+(same context in both runs). Prompts: verses of the model's heldout.txt when it has one (the demo
+model), otherwise random token ids (random models, whose near-uniform distributions make greedy
+agreement a matter of near-ties).
+
+    /usr/bin/python3 bench/accuracy.py --pdserve build/pdserve --model models/pdserve-demo
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import tempfile
+
+import numpy as np
+
+MODES = {
+    "bf16 KV pool": ["--kv-dtype", "bf16"],
+    "OpenBLAS prefill GEMM": ["--prefill-gemm", "openblas"],
+}
+
+
+def prompts_of(pdserve, model, count, length, seed):
+    held = os.path.join(model, "heldout.txt")
+    if os.path.exists(held):
+        with open(held) as f:
+            verses = [v for chunk in f.read().split("\n\n") for v in chunk.split("\n")[1:] if len(v) > 60]
+        rng = random.Random(seed)
+        out = []
+        for text in rng.sample(verses, count):
+            ids = subprocess.run([pdserve, "tokenize", "--tokenizer", model, "--text", text,
+                                  "--add-special-tokens"], capture_output=True, text=True, check=True).stdout
+            out.append([int(t) for t in ids.split()][:length])
+        return out
+    with open(os.path.join(model, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    rng = random.Random(seed)
+    return [[rng.randrange(min(vocab, 256), vocab) for _ in range(length)] for _ in range(count)]
+
+
+def generate(pdserve, model, prompt, tokens, extra, workdir):
+    dump = os.path.join(workdir, "logits.npy")
+    out = subprocess.run([pdserve, "generate", "--model", model, "--prompt-ids", ",".join(map(str, prompt)),
+                          "--max-tokens", str(tokens), "--temperature", "0", "--ignore-eos", "--format", "json",
+                          "--threads", "2", "--kv-memory-gib", "0.1", "--dump-logits", dump, *extra],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["token_ids"], np.load(dump).astype(np.float64)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pdserve", default="build/pdserve")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--prompt-len", type=int, default=48)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    workdir = tempfile.mkdtemp(prefix="pdserve_accuracy_")
+    prompts = prompts_of(args.pdserve, args.model, args.prompts, args.prompt_len, args.seed)
+    base = [generate(args.pdserve, args.model, p, args.tokens, [], workdir) for p in prompts]
+    print(f"| model | mode | identical greedy continuations | mean first difference (of {args.tokens}) "
+          f"| max relative logit error before it |")
+    print("| --- | --- | --- | --- | --- |")
+    for mode, extra in MODES.items():
+        same, first, worst = 0, [], 0.0
+        for prompt, (tokens, logits) in zip(prompts, base):
+            t2, l2 = generate(args.pdserve, args.model, prompt, args.tokens, extra, workdir)
+            diff = next((i for i, (a, b) in enumerate(zip(tokens, t2)) if a != b), len(tokens))
+            same += diff == len(tokens)
+            first.append(diff)
+            for step in range(min(diff + 1, len(tokens))):
+                err = np.max(np.abs(l2[step] - logits[step])) / np.max(np.abs(logits[step]))
+                worst = max(worst, err)
+        print(f"| {os.path.basename(os.path.normpath(args.model))} | {mode} | {same}/{len(prompts)} "
+              f"| {np.mean(first):.1f} | {worst:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
