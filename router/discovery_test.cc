@@ -40,7 +40,11 @@ TEST(DiscoveryTest, ReResolvesAndIgnoresAFailedResolution) {
     return failing ? std::vector<std::string>{} : answer;
   };
   auto wait_calls = [&](int n) {
-    while (calls.load() < n) std::this_thread::sleep_for(milliseconds(1));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (calls.load() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    ASSERT_GE(calls.load(), n) << "the resolver was not called again within 20 s";
   };
   Discovery d("dns:///workers:1", milliseconds(10),
               [&](const std::vector<std::string>& a) {

@@ -126,14 +126,35 @@ void ReceiveTracker::Release(uint64_t tag) {
   transfers_.erase(tag);
 }
 
-bool ShouldCorruptNextPage() {
-  static const int64_t target = [] {
+namespace {
+
+struct CorruptFault {
+  std::atomic<int64_t> target{[] {
     const char* v = std::getenv("PDSERVE_FAULT_CORRUPT_KV_PAGE");
-    return v ? std::atoll(v) : 0;
-  }();
-  static std::atomic<int64_t> count{0};
+    return v ? std::atoll(v) : int64_t{0};
+  }()};
+  std::atomic<int64_t> count{0};
+};
+
+CorruptFault& TheCorruptFault() {
+  static CorruptFault fault;
+  return fault;
+}
+
+}  // namespace
+
+bool ShouldCorruptNextPage() {
+  CorruptFault& f = TheCorruptFault();
+  const int64_t target = f.target.load();
   if (target <= 0) return false;
-  return count.fetch_add(1) + 1 == target;
+  return f.count.fetch_add(1) + 1 == target;
+}
+
+void SetCorruptKvPageForTesting(int64_t n) {
+  CorruptFault& f = TheCorruptFault();
+  f.target.store(0);
+  f.count.store(0);
+  f.target.store(n);
 }
 
 int64_t StallBeforeNextPageMs() {

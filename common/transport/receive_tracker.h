@@ -51,6 +51,8 @@ class ReceiveTracker {
 // one byte of the N-th page they send (1-based), after its checksum was taken, so a receiver's
 // integrity check can be shown to work. Returns true (once) for that page.
 bool ShouldCorruptNextPage();
+// Tests: corrupt the n-th page sent from now on (0: none), whatever the environment said.
+void SetCorruptKvPageForTesting(int64_t n);
 // Test-only fault injection: PDSERVE_FAULT_STALL_KV_PAGE=N:MS makes this process's senders wait
 // MS milliseconds before sending the N-th page (1-based): a transfer that stalls. Returns the
 // wait for the next page (0 for all but that one).

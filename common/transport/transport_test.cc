@@ -1,3 +1,4 @@
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -54,7 +55,12 @@ TEST_P(TransportTest, PagesLandWhereTheReceiverReserved) {
   ASSERT_EQ(p.state, TransferState::kDone) << p.status;
   EXPECT_EQ(p.stats.pages, 3);
   EXPECT_EQ(p.stats.bytes, 6144);
-  while (!finished) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Finish's callback runs on a transport thread; a lost callback fails here, not at ctest's limit.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!finished && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(finished) << "Finish's callback never ran";
   EXPECT_EQ(sent.checksum, p.stats.checksum);
   EXPECT_EQ(std::memcmp(&dst_pool_[4096], &src_pool_[0], 2048), 0);
   EXPECT_EQ(std::memcmp(&dst_pool_[16384], &src_pool_[30000], 4096), 0);
