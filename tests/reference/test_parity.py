@@ -57,13 +57,20 @@ def run(cmd):
     return proc.stdout
 
 
+# The trained demo model shipped in the repository (models/pdserve-demo), on a prompt of its own.
+DEMO_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "models", "pdserve-demo")
+DEMO_TEXT = "And God said unto Moses, Go in unto Pharaoh, and"
+
+
 class ParityTest(unittest.TestCase):
-    def check_case(self, name, make_flags, gen_flags, tol, kv_bf16):
-        model = os.path.join(WORKDIR, name)
-        run([PDSERVE, "make-model", model, "--layers", "2", "--vocab", "320"] + make_flags)
+    def check_case(self, name, make_flags, gen_flags, tol, kv_bf16, model=None, prompt=PROMPT):
+        if model is None:
+            model = os.path.join(WORKDIR, name)
+            run([PDSERVE, "make-model", model, "--layers", "2", "--vocab", "320"] + make_flags)
         dump = os.path.join(WORKDIR, name + ".npy")
         out = json.loads(run([PDSERVE, "generate", "--model", model, "--prompt-ids",
-                              ",".join(map(str, PROMPT)), "--max-tokens", str(STEPS),
+                              ",".join(map(str, prompt)), "--max-tokens", str(STEPS),
                               "--temperature", "0", "--ignore-eos", "--format", "json",
                               "--threads", "2", "--kv-memory-gib", "0.05",
                               "--dump-logits", dump] + gen_flags))
@@ -74,9 +81,9 @@ class ParityTest(unittest.TestCase):
 
         cfg = hf_reference.Config(model)
         weights = hf_reference.load_weights(model)
-        sequence = PROMPT + engine_tokens
+        sequence = list(prompt) + engine_tokens
         ref = hf_reference.forward(cfg, weights, sequence[:-1], kv_bf16=kv_bf16)
-        ref = ref[len(PROMPT) - 1:]  # Logits that chose each generated token.
+        ref = ref[len(prompt) - 1:]  # Logits that chose each generated token.
         self.assertEqual(ref.shape, engine_logits.shape)
         worst = 0.0
         for step in range(STEPS):
@@ -90,6 +97,18 @@ class ParityTest(unittest.TestCase):
         ref_logprob = row[engine_tokens[0]] - np.log(np.sum(np.exp(row)))
         self.assertAlmostEqual(out["logprobs"][0], ref_logprob, delta=1e-4)
         print(f"  {name:22s} max relative error {worst:.2e}", file=sys.stderr)
+
+
+def demo_test(name, gen_flags, kv_bf16):
+    def test(self):
+        ids = [int(t) for t in run([PDSERVE, "tokenize", "--tokenizer", DEMO_MODEL, "--text", DEMO_TEXT,
+                                    "--add-special-tokens"]).split()]
+        self.check_case(name, [], gen_flags, 1e-4, kv_bf16, model=DEMO_MODEL, prompt=ids)
+    return test
+
+
+ParityTest.test_demo_model = demo_test("demo", [], False)
+ParityTest.test_demo_model_kv_bf16 = demo_test("demo_kv_bf16", ["--kv-dtype", "bf16"], True)
 
 
 def make_test(case):
