@@ -83,17 +83,17 @@ class Cluster:
 
     def __init__(self, pdserve, model, prefill=2, decode=2, transport="tcp", decode_args=(),
                  prefill_args=(), prefill_env=None, engine_args=("--threads", "1", "--kv-memory-gib", "0.05"),
-                 router_args=()):
+                 router_args=(), env=None):
         self.prefill = [Process(pdserve, ["prefill", "--listen", "127.0.0.1:0", "--model", model,
                                           "--transport", transport, *engine_args, *prefill_args],
-                                env=prefill_env) for _ in range(prefill)]
+                                env={**(env or {}), **(prefill_env or {})}) for _ in range(prefill)]
         self.decode = [Process(pdserve, ["decode", "--listen", "127.0.0.1:0", "--model", model,
                                          "--transport", transport, "--local-prefill-tokens", "4",
-                                         *engine_args, *decode_args]) for _ in range(decode)]
+                                         *engine_args, *decode_args], env=env) for _ in range(decode)]
         self.router = Process(pdserve, ["router", "--listen", "127.0.0.1:0", "--model", model,
                                         "--prefill", ",".join(p.grpc for p in self.prefill),
                                         "--decode", ",".join(d.grpc for d in self.decode),
-                                        "--local-prefill-tokens", "4", *router_args])
+                                        "--local-prefill-tokens", "4", *router_args], env=env)
 
     @property
     def workers(self):

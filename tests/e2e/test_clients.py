@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -104,12 +105,41 @@ class ClientsTest(unittest.TestCase):
         self.assertTrue(any(b"pdserve.v1.Generation" in r for r in replies))
 
     def test_deadline_reaches_the_tiers(self):
-        out = subprocess.run([PDSERVE, "generate", "--server", self.serve.grpc, "--prompt", PROMPT,
-                              "--max-tokens", "3000", "--ignore-eos", "--timeout-seconds", "0.3"],
-                             capture_output=True, text=True)
-        self.assertNotEqual(out.returncode, 0)
-        self.assertIn("eadline", out.stderr)
-
+        """A deadline that ends a running generation: the client gets DEADLINE_EXCEEDED, and the
+        server side frees the request (the decode worker counts an abort and holds no block).
+        A wider model than the other tests' (about 1 ms a token here), so 4,000 tokens cannot
+        finish inside the 0.3 s deadline even on a machine many times faster."""
+        model = os.path.join(os.path.dirname(MODEL), "wide")
+        if not os.path.exists(model):
+            subprocess.run([PDSERVE, "make-model", model, "--layers", "4", "--hidden", "256", "--heads", "4",
+                            "--kv-heads", "2", "--vocab", "768", "--max-position", "8192"],
+                           check=True, capture_output=True)
+        serve = cluster.Process(PDSERVE, ["serve", "--model", model, "--listen", "127.0.0.1:0", "--threads", "1",
+                                          "--kv-memory-gib", "0.05", "--metrics-listen", "127.0.0.1:0"])
+        try:
+            out = subprocess.run([PDSERVE, "generate", "--server", serve.grpc, "--prompt", PROMPT,
+                                  "--max-tokens", "4000", "--ignore-eos", "--timeout-seconds", "0.3"],
+                                 capture_output=True, text=True)
+            self.assertEqual(out.returncode, 1)
+            self.assertIn("Deadline Exceeded", out.stderr)
+            deadline = time.time() + 20
+            while True:
+                aborted = cluster.metric(serve, "pdserve_request_success_total", role="decode", finished_reason="abort")
+                # The router ends it on its own deadline (a failure) or on the client's cancel (an
+                # abort), whichever comes first: counted once either way.
+                failed = (cluster.metric(serve, "pdserve_request_failures_total", role="router",
+                                         code="DEADLINE_EXCEEDED") +
+                          cluster.metric(serve, "pdserve_request_success_total", role="router",
+                                         finished_reason="abort"))
+                usage = cluster.metric(serve, "pdserve_kv_cache_usage_perc", role="decode")
+                running = cluster.metric(serve, "pdserve_num_requests_running", role="decode")
+                if (aborted, failed, usage, running) == (1, 1, 0, 0):
+                    break
+                self.assertLess(time.time(), deadline,
+                                f"abort {aborted}, router ends {failed}, KV usage {usage}, running {running}")
+                time.sleep(0.05)
+        finally:
+            self.assertEqual(serve.stop(), 0)
 
     def test_streamed_text_is_utf8_and_equals_detokenize(self):
         """Random prompts sampled at temperature 1 from a random model: ids 0..255 are single

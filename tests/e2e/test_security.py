@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -108,13 +109,25 @@ class SecurityTest(unittest.TestCase):
         self.assertNotIn(API_KEY, e.exception.details() or "")
         return e.exception
 
+    def idle_decode_info(self, stub, timeout=20):
+        """The decode worker's info once it runs and holds nothing (fails after `timeout`)."""
+        deadline = time.time() + timeout
+        while True:
+            info = stub.GetWorkerInfo(worker_pb2.GetWorkerInfoRequest(), timeout=10)
+            if info.used_blocks == 0 and info.running == 0 and info.waiting == 0:
+                self.assertEqual(info.free_blocks + info.cached_blocks, info.total_blocks)
+                return info
+            if time.time() > deadline:
+                self.fail(f"decode worker still holds {info.used_blocks} blocks, runs {info.running}")
+            time.sleep(0.05)
+
     def test_mtls_between_tiers_tls_and_api_keys_on_the_public_port(self):
         with open(path("keys.txt"), "w") as f:
             f.write(f"# API keys\n{API_KEY}\n\nsecond-key-xyz\n")
         c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, prefill_args=tls_args(),
                             decode_args=tls_args(),
                             router_args=tls_args() + ("--api-key-file", path("keys.txt")),
-                            prefill_env={"PDSERVE_LOG_LEVEL": "info"})
+                            env={"PDSERVE_LOG_LEVEL": "debug"})  # The most verbose: no key logged even so.
         try:
             ids = [random.Random(1).randrange(3, 500) for _ in range(60)]  # Remote prefill.
             want = local(ids)
@@ -141,6 +154,8 @@ class SecurityTest(unittest.TestCase):
             self.assertRefused(lambda: admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10),
                                grpc.StatusCode.UNAUTHENTICATED)
             self.assertEqual(stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10, metadata=AUTH).vocab_size, 512)
+            # The refused requests left nothing behind on the decode worker.
+            self.assertEqual(self.idle_decode_info(d).used_blocks, 0)
 
             # Plain text to the TLS port, or a client that trusts another CA: no connection.
             plain = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
@@ -234,6 +249,18 @@ class SecurityTest(unittest.TestCase):
             big = pb.GenerateRequest(text="x" * 8000, sampling=pb.SamplingParams(max_tokens=1))
             self.assertRefused(lambda: collect(stub, big, AUTH), grpc.StatusCode.RESOURCE_EXHAUSTED)
             self.assertEqual(len(collect(stub, request([5, 6, 7]), AUTH)["token_ids"]), 8)  # Still serving.
+            # The oversized and unauthenticated requests leaked no block: serve's decode worker,
+            # as the router's latest load report shows it, holds nothing once idle.
+            admin = worker_pb2_grpc.RouterAdminStub(secure(serve.grpc))
+            deadline = time.time() + 20
+            while True:
+                stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10, metadata=AUTH)
+                info = stats.decode[0].info
+                if info.used_blocks == 0 and info.running == 0:
+                    break
+                self.assertLess(time.time(), deadline, f"decode worker holds {info.used_blocks} blocks")
+                time.sleep(0.05)
+            self.assertEqual(info.free_blocks + info.cached_blocks, info.total_blocks)
         finally:
             self.assertEqual(serve.stop(), 0, serve.stderr()[-3000:])
 
