@@ -458,6 +458,9 @@ bool TcpKvTransport::WritePages(Peer& peer, const Item& item, std::vector<FrameH
       const PageCopy& p = item.pages[i];
       if (const int64_t stall = StallBeforeNextPageMs(); stall > 0) {  // Tests only.
         if (!flush()) return false;
+        // Tests wait for this line to know the transfer is under way and stalled.
+        PD_LOG(Warning) << "fault injection: KV transfer " << item.tag << " stalls " << stall
+                        << " ms after its first " << i << " pages";
         std::this_thread::sleep_for(std::chrono::milliseconds(stall));
       }
       const uint8_t* src = tracker_.pool() + p.src_offset;

@@ -150,11 +150,11 @@ class FaultTest(unittest.TestCase):
             t = threading.Thread(target=lambda: result.update(collect(stub, request(ids, 12))))
             start = time.time()
             t.start()
-            deadline = time.time() + 10
-            while info(c.decode[0].grpc, False).remote_prefills == 0 and time.time() < deadline:
+            deadline = time.time() + 20
+            while "fault injection: KV transfer" not in c.prefill[0].stderr():
+                self.assertLess(time.time(), deadline, "the transfer never stalled")
                 time.sleep(0.02)
-            time.sleep(0.3)  # The transfer is stalled now (2 pages in).
-            c.prefill[0].proc.kill()
+            c.prefill[0].proc.kill()  # Stalled with 2 pages sent.
             t.join(60)
             self.assertLess(time.time() - start, 10)  # Not the 20 s stall, nor the 60 s lease.
             same(self, result, local(ids, 12), "after the prefill worker died")
@@ -187,7 +187,9 @@ class FaultTest(unittest.TestCase):
             self.assertEqual(metric(c.decode[0], "pdserve_kv_lease_expired_total"), 1)
             self.assertEqual(metric(c.decode[0], "pdserve_kv_transfer_failures_total", reason="lease_expired"), 1)
             wait_idle(self, [(c.decode[0], False)])
-            time.sleep(2.5)  # The stall ends; its pages arrive for a transfer nobody expects.
+            # The prefill worker holds its blocks until the stalled pages are sent: once it is
+            # idle, they have arrived for a transfer nobody expects any more.
+            wait_idle(self, [(c.prefill[0], True)], timeout=20)
             same(self, collect(stub, request(second, 10)), local(second, 10), "after the stall")
             d = info(c.decode[0].grpc, False)
             self.assertEqual((d.transfers_completed, d.transfer_failures), (1, 1))
@@ -355,57 +357,92 @@ class ChurnTest(unittest.TestCase):
             stub = pbg.GenerationStub(channel)
             ps = prompts(64, 71, 3, 150)
 
+            def complete(got, n, what):
+                """A stream that ended by itself must be whole: n tokens and finish 'length'."""
+                if len(got["token_ids"]) != n or got["finish_reason"] != "length":
+                    return f"{what}: {len(got['token_ids'])} of {n} tokens, finish '{got['finish_reason']}'"
+                return "ok"
+
             def one(k):
                 rng = random.Random(k)
                 ids, n = ps[k % len(ps)], rng.randrange(1, 40)
                 kind = k % 4
-                try:
-                    if kind == 0:  # Runs to the end.
-                        got = collect(stub, request(ids, n))
-                        return "ok" if len(got["token_ids"]) == n else "short"
-                    if kind == 1:  # Cancelled after a random number of messages (0: at once).
-                        call = stub.Generate(request(ids, n + 20))
-                        after = rng.randrange(0, 6)
+                if kind == 0:  # Runs to the end: every token, finish "length".
+                    try:
+                        return complete(collect(stub, request(ids, n)), n, "full run")
+                    except grpc.RpcError as e:
+                        return f"full run: {e.code()}: {e.details()}"
+                if kind == 1:  # Cancelled after a random number of messages (0: at once).
+                    call = stub.Generate(request(ids, n + 20))
+                    after = rng.randrange(0, 6)
+                    got = {"token_ids": [], "finish_reason": ""}
+                    try:
                         if after == 0:
                             call.cancel()
-                        for i, _ in enumerate(call):
+                        for i, r in enumerate(call):
+                            got["token_ids"] += list(r.token_ids)
+                            got["finish_reason"] = r.finish_reason or got["finish_reason"]
                             if i + 1 >= after:
                                 call.cancel()
                                 break
+                    except grpc.RpcError:
+                        pass
+                    if call.code() == grpc.StatusCode.CANCELLED:
                         return "cancelled"
-                    if kind == 2:  # A deadline of 1..80 ms, met or not.
-                        collect(stub, request(ids, n), timeout=rng.randrange(1, 80) / 1000)
-                        return "ok"
-                    # The client's connection disappears mid-stream (a channel of its own, closed).
-                    own = grpc.insecure_channel(c.router.grpc)
+                    if call.code() == grpc.StatusCode.OK:  # Finished before the cancel.
+                        return complete(got, n + 20, "cancel that came late")
+                    return f"cancel: {call.code()}: {call.details()}"
+                if kind == 2:  # A deadline of 1..80 ms, met or not.
+                    try:
+                        return complete(collect(stub, request(ids, n), timeout=rng.randrange(1, 80) / 1000), n,
+                                        "deadline met")
+                    except grpc.RpcError as e:
+                        if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                            return "deadline"
+                        return f"deadline: {e.code()}: {e.details()}"
+                # The client's connection disappears mid-stream (a channel of its own, closed)
+                # after a first message that carries tokens.
+                own = grpc.insecure_channel(c.router.grpc)
+                try:
                     call = pbg.GenerationStub(own).Generate(request(ids, n + 20))
-                    next(call, None)
-                    own.close()
+                    first = next(call, None)
+                    if first is None or not first.token_ids:
+                        return f"disconnect: no first token ({call.code()})"
                     return "disconnected"
                 except grpc.RpcError as e:
-                    if e.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED):
-                        return "cancelled"
-                    return f"error {e.code()}: {e.details()}"
+                    return f"disconnect: {e.code()}: {e.details()}"
+                finally:
+                    own.close()
 
             with concurrent.futures.ThreadPoolExecutor(48) as pool:
-                list(pool.map(one, range(200)))  # Warm-up: gRPC's thread pools reach their size.
+                list(pool.map(one, range(400)))  # Warm-up: gRPC's thread pools reach their size.
             workers = [(p, True) for p in c.prefill] + [(d, False) for d in c.decode]
             wait_idle(self, workers)
             before = [process_usage(p) for p, _ in workers] + [process_usage(c.router)]
             with concurrent.futures.ThreadPoolExecutor(48) as pool:
-                outcomes = list(pool.map(one, range(200, 2200)))
-            errors = [o for o in outcomes if o not in ("ok", "cancelled", "disconnected")]
+                outcomes = list(pool.map(one, range(400, 2400)))
+            kinds = ("ok", "cancelled", "deadline", "disconnected")
+            errors = [o for o in outcomes if o not in kinds]
             self.assertEqual(errors, [])
-            self.assertEqual(outcomes.count("ok") + outcomes.count("cancelled") + outcomes.count("disconnected"), 2000)
+            self.assertEqual(sum(outcomes.count(o) for o in kinds), 2000)
             self.assertGreater(outcomes.count("ok"), 500)
+            self.assertGreater(outcomes.count("cancelled"), 300)
+            self.assertGreater(outcomes.count("disconnected"), 400)
+            print(f"\n  outcomes: { {o: outcomes.count(o) for o in kinds} }", file=sys.stderr)
             wait_idle(self, workers)  # Free blocks equal total on every worker.
-            time.sleep(1)
+
+            # Closed streams release their descriptors at once. gRPC's callback executor sizes
+            # its threads to the load and keeps a few (seen: up to +3 on the router after the
+            # 2,000 requests, none on the workers); a leak would grow with the 2,000 requests.
+            def settled(after):
+                return all(fd1 <= fd0 and th1 <= th0 + 4 for (fd0, th0), (fd1, th1) in zip(before, after))
+
+            deadline = time.time() + 20
             after = [process_usage(p) for p, _ in workers] + [process_usage(c.router)]
-            for (fd0, th0), (fd1, th1) in zip(before, after):
-                self.assertLessEqual(fd1, fd0, f"file descriptors grew: {before} -> {after}")
-                # gRPC's callback executor starts and reaps threads with the load (seen: +-1
-                # between identical rounds); a leak would grow with the 2,000 requests.
-                self.assertLessEqual(th1, th0 + 2, f"threads grew: {before} -> {after}")
+            while not settled(after) and time.time() < deadline:
+                time.sleep(0.1)
+                after = [process_usage(p) for p, _ in workers] + [process_usage(c.router)]
+            self.assertTrue(settled(after), f"file descriptors or threads grew: {before} -> {after}")
             self.assertEqual(metric(c.router, "pdserve_num_requests_running", role="router"), 0)
         finally:
             self.assertEqual(c.stop(), [0] * 4)
