@@ -222,8 +222,9 @@ TEST(WorkerPoolTest, RefusesAWorkerWithAnotherBlockSizeHashSchemeOrModel) {
       EXPECT_EQ(WorkerPool::Address(*pick->worker), good.address());
       pool.Done(pick->worker);
     }
-    // Refused for good: it is not resubscribed.
-    std::this_thread::sleep_for(milliseconds(200));
+    // Refused for good: it is not resubscribed. (A negative can only be watched for a while:
+    // ten reconnect periods, long enough for a resubscription to show, never a false failure.)
+    std::this_thread::sleep_for(10 * Options().reconnect_every);
     EXPECT_EQ(bad.Subscriptions(1).size(), 1u);
   }
 }
@@ -249,7 +250,8 @@ TEST(WorkerPoolTest, ApproximateModePredictsFromDecisionsUntilTheTtl) {
   ScriptedWorker a, b;
   WorkerPoolOptions o = Options();
   o.use_events = false;
-  o.approx_ttl = milliseconds(300);
+  // Long enough that a loaded machine cannot let it lapse between two consecutive calls below.
+  o.approx_ttl = milliseconds(2000);
   WorkerPool pool(o);
   pool.SetAddresses({a.address(), b.address()});
   a.Push(0, Report(true, 1, 0, {}));
@@ -268,8 +270,8 @@ TEST(WorkerPoolTest, ApproximateModePredictsFromDecisionsUntilTheTtl) {
   EXPECT_EQ(second->worker, first->worker);
   EXPECT_EQ(second->cached_prefix_blocks, 6);
   pool.Done(second->worker);
-  // After the TTL the prediction is gone.
-  std::this_thread::sleep_for(milliseconds(400));
+  // After the TTL the prediction is gone (sleep_for never returns early).
+  std::this_thread::sleep_for(o.approx_ttl + milliseconds(100));
   auto third = pool.Choose(r, p, 6);
   EXPECT_EQ(third->cached_prefix_blocks, 0);
   pool.Done(third->worker);
