@@ -43,10 +43,12 @@ def bench(*args):
 
 class RoutingTest(unittest.TestCase):
     def test_kv_aware_beats_round_robin_on_shared_prefixes(self):
-        # Two seeds, averaged: one run's hit rate depends on how arrivals race the workers
-        # (kv_aware on one seed ranged 0.52-0.65 over repeated runs), their mean much less.
+        # A paired design over three seeds: each seed's workload runs under both policies. One
+        # run's kv_aware hit rate depends on how arrivals race the workers' reports (0.52-0.74
+        # measured over repeated runs, round_robin 0.47-0.50), so each pair must favour kv_aware
+        # and the means must differ by a margin well inside the spread of a three-run mean.
         hits = {"round_robin": [], "kv_aware": []}
-        for seed in ("5", "6"):
+        for seed in ("5", "6", "7"):
             got = bench("--compare-policies", "round_robin,kv_aware", "--groups", "12",
                         "--num-prompts", "120", "--seed", seed)
             rr, kv = got["round_robin"], got["kv_aware"]
@@ -59,9 +61,10 @@ class RoutingTest(unittest.TestCase):
             # round_robin spreads perfectly; kv_aware must stay near it.
             self.assertEqual(rr["decode_max_over_mean"], 1.0)
             self.assertLess(kv["decode_max_over_mean"], 1.5, got)
-        # Measured on the 2-core machine: round_robin 0.47-0.50 per run, kv_aware 0.52-0.74.
-        rr_mean, kv_mean = (sum(hits[p]) / 2 for p in ("round_robin", "kv_aware"))
-        self.assertGreater(kv_mean, rr_mean + 0.05, hits)
+            self.assertGreater(kv["hit_rate"], rr["hit_rate"], got)
+        rr_mean, kv_mean = (sum(hits[p]) / len(hits[p]) for p in ("round_robin", "kv_aware"))
+        print(f"\n  hit rates: {hits}", file=sys.stderr)
+        self.assertGreater(kv_mean, rr_mean + 0.03, hits)
 
     def test_one_shared_system_prompt_is_spread_over_every_worker(self):
         got = bench("--compare-policies", "kv_aware", "--groups", "1", "--num-prompts", "60",
