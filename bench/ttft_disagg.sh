@@ -19,14 +19,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start() {  # start NAME ARGS...: runs pdserve ARGS in the background, waits for its ready line.
+# start NAME ARGS...: runs pdserve ARGS in the background, waits for its ready line and sets
+# `addr` to its gRPC address. It runs in this shell, not in $(...), so that its pid reaches
+# `pids` and the EXIT trap stops it (in a subshell the pid was lost and the processes outlived
+# the script).
+start() {
   local name=$1
   shift
   "$bin" "$@" >"$dir/$name.out" 2>"$dir/$name.err" &
   pids+=($!)
   for _ in $(seq 600); do
     if grep -q "ready:" "$dir/$name.out"; then
-      sed -n 's/.*grpc=\([^ ]*\).*/\1/p' "$dir/$name.out"
+      addr=$(sed -n 's/.*grpc=\([^ ]*\).*/\1/p' "$dir/$name.out")
       return
     fi
     sleep 0.1
@@ -41,15 +45,19 @@ bench=(--workload random --input-len "$input_len" --output-len 2 --num-prompts "
 # Disaggregated: every prompt is longer than --local-prefill-tokens, so each goes to the prefill
 # worker and its KV pages cross tcp. Prefix caching off on both tiers: every request is a fresh
 # prefill (the prompts are random anyway).
-prefill=$(start prefill prefill --listen 127.0.0.1:0 "${engine[@]}" --no-enable-prefix-caching)
-decode=$(start decode decode --listen 127.0.0.1:0 "${engine[@]}" --no-enable-prefix-caching)
-router=$(start router router --listen 127.0.0.1:0 --model "$model" --prefill "$prefill" --decode "$decode")
+start prefill prefill --listen 127.0.0.1:0 "${engine[@]}" --no-enable-prefix-caching
+prefill=$addr
+start decode decode --listen 127.0.0.1:0 "${engine[@]}" --no-enable-prefix-caching
+decode=$addr
+start router router --listen 127.0.0.1:0 --model "$model" --prefill "$prefill" --decode "$decode"
+router=$addr
 "$bin" bench --server "$router" "${bench[@]}" >"$dir/disagg.json"
 for p in "${pids[@]}"; do kill "$p"; done
 wait 2>/dev/null || true
 pids=()
 
-serve=$(start serve serve --listen 127.0.0.1:0 "${engine[@]}" --no-enable-prefix-caching)
+start serve serve --listen 127.0.0.1:0 "${engine[@]}" --no-enable-prefix-caching
+serve=$addr
 "$bin" bench --server "$serve" "${bench[@]}" >"$dir/serve.json"
 
 python3 - "$dir/disagg.json" "$dir/serve.json" <<'PY'

@@ -297,6 +297,7 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
     }
   }
   const Clock::time_point forward_start = Clock::now();
+  stats_.schedule_seconds += Seconds(forward_start - step_start);
   PD_RETURN_IF_ERROR(runner_->Forward(batch_, logits_.data()));
   const Clock::time_point forward_end = Clock::now();
   stats_.forward_seconds += Seconds(forward_end - forward_start);
@@ -312,6 +313,7 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   }
   const int64_t vocab = config().vocab_size;
   const Clock::time_point sample_start = Clock::now();
+  stats_.schedule_seconds += Seconds(sample_start - forward_end);
   for (size_t i = 0; i < sampled_.size(); ++i) {
     Sequence* seq = sampled_[i];
     const float* row = &logits_[i * vocab];

@@ -79,10 +79,11 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t prompt_tokens_computed = 0;
   int64_t generated_tokens = 0;
-  // Where the steps' time went (cumulative): the whole of Step, the model's forward pass, and
-  // sampling + output records. The rest is the scheduler's own work (batch building, block
-  // reservation, prefix-cache publishing).
-  double step_seconds = 0, forward_seconds = 0, sample_seconds = 0;
+  // Where the steps' time went (cumulative), each part timed on its own: the whole of Step; the
+  // model's forward pass; sampling + output records; and the scheduler's own work before the
+  // forward pass (choosing the batch, reserving blocks, building the batch) and after it
+  // (advancing sequences, hashing and publishing full blocks to the prefix cache).
+  double step_seconds = 0, forward_seconds = 0, sample_seconds = 0, schedule_seconds = 0;
   KvCacheStats kv;
 };
 

@@ -97,8 +97,13 @@ class BenchTest(unittest.TestCase):
         for key in ("decode_tok_s", "prefill_tok_s", "decode_bw_ratio", "prefill_flops_ratio",
                     "read_bw_gbs", "sgemm_gflops", "decode_forward_share"):
             self.assertGreater(j[key], 0, key)
-        self.assertAlmostEqual(j["decode_forward_share"] + j["decode_sampling_share"]
-                               + j["decode_scheduler_share"], 1.0, places=9)
+        # Each share is timed on its own (disjoint parts of a step): none can pass the whole, and
+        # the scheduler's own work must stay a small part of a step (it is ~0.01% at batch 16).
+        shares = [j[k] for k in ("decode_forward_share", "decode_sampling_share", "decode_scheduler_share")]
+        for share in shares:
+            self.assertGreater(share, 0)
+        self.assertLessEqual(sum(shares), 1.0 + 1e-9)
+        self.assertLess(j["decode_scheduler_share"], 0.25)
 
     def test_transport_bench_json(self):
         for transport in ("tcp", "local"):
