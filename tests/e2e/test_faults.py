@@ -343,6 +343,77 @@ class BackpressureTest(unittest.TestCase):
             self.assertEqual(c.stop(), [0] * 3)
 
 
+class RetryTest(unittest.TestCase):
+    """What the router does with a decode worker that cannot take or finish a request."""
+
+    def start(self, decode_args, router_args):
+        model = wide_model()
+        self.decode = [cluster.Process(PDSERVE, ["decode", "--listen", "127.0.0.1:0", "--model", model,
+                                                 "--threads", "1", "--kv-memory-gib", "0.05", *args])
+                       for args in decode_args]
+        self.router = cluster.Process(PDSERVE, ["router", "--listen", "127.0.0.1:0", "--model", model,
+                                                "--decode", ",".join(d.grpc for d in self.decode),
+                                                "--policy", "round_robin", *METRICS, *router_args])
+        self.admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(self.router.grpc))
+        return pbg.GenerationStub(grpc.insecure_channel(self.router.grpc))
+
+    def stop(self):
+        return [self.router.stop()] + [d.stop() for d in self.decode]
+
+    def test_a_full_decode_worker_is_retried_on_another_first(self):
+        # Worker 0 runs one sequence and queues one; worker 1 has room. round_robin sends half of
+        # a burst to worker 0, which refuses what it cannot queue: the router must take each
+        # refusal to worker 1 instead of passing RESOURCE_EXHAUSTED to the client.
+        stub = self.start([("--max-num-seqs", "1", "--max-waiting", "1"), ()], ())
+        try:
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                got = list(pool.map(lambda i: collect(stub, request(prompts(1, 90 + i, 10, 20)[0], 120)),
+                                    range(8)))
+            for g in got:
+                self.assertEqual((len(g["token_ids"]), g["finish_reason"]), (120, "length"))
+            stats = self.admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+            self.assertGreater(stats.resumes, 0, "worker 0 refused nothing: the test proved nothing")
+            self.assertEqual(metric(self.router, "pdserve_request_failures_total"), 0)
+            self.assertEqual(metric(self.router, "pdserve_router_resumes_total"), stats.resumes)
+        finally:
+            self.assertEqual(self.stop(), [0, 0, 0])
+
+    def test_max_resumes_limits_how_often_a_stream_moves(self):
+        # --max-resumes 1 and three decode workers: the stream survives the first worker's death
+        # on a second worker; when that one dies too, the client gets UNAVAILABLE although a third
+        # worker is up.
+        stub = self.start([(), (), ()], ("--max-resumes", "1"))
+        killed = []
+
+        def kill_serving_worker():
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                stats = self.admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+                for w in stats.decode:
+                    if w.inflight > 0 and w.address not in killed:
+                        victim = next(d for d in self.decode if d.grpc == w.address)
+                        victim.proc.kill()
+                        killed.append(w.address)
+                        return
+                time.sleep(0.01)
+            self.fail("no decode worker was serving the stream")
+
+        def on_token(n):
+            if n >= 10 and len(killed) == 0:
+                kill_serving_worker()
+            elif n >= 40 and len(killed) == 1:
+                kill_serving_worker()
+
+        with self.assertRaises(grpc.RpcError) as caught:
+            collect(stub, request(prompts(1, 99, 10, 20)[0], 3000), on_token)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAVAILABLE, caught.exception.details())
+        self.assertEqual(len(killed), 2)
+        self.assertEqual(metric(self.router, "pdserve_router_resumes_total"), 1)
+        codes = self.stop()
+        self.assertEqual(codes[0], 0)
+        self.assertEqual(sorted(codes[1:]), [-9, -9, 0])
+
+
 def process_usage(process):
     """Open file descriptors and threads of a worker process (from /proc)."""
     pid = process.proc.pid
