@@ -114,6 +114,29 @@ class BenchTest(unittest.TestCase):
             for key in ("kv_gb_s", "socket_gb_s", "memcpy_gb_s", "kv_socket_ratio"):
                 self.assertGreater(j[key], 0, key)
 
+    def test_ttft_disagg_script_leaves_no_process_behind(self):
+        """bench/ttft_disagg.sh on the tiny model: it prints both runs and the ratio, and when it
+        exits none of the four pdserve processes it started is still running (they outlived it
+        when their pids were collected in a subshell)."""
+        env = dict(os.environ, PDSERVE=PDSERVE)
+        out = subprocess.run([os.path.join(ROOT, "bench", "ttft_disagg.sh"), MODEL, "64", "2", "1"],
+                             capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        self.assertIn("TTFT ratio disaggregated / serve", out.stdout)
+        self.assertIn("ok 2/2", out.stdout)
+        # The processes it started carry this test's model path on their command line; the only
+        # other one is this class's own `serve`.
+        leftover = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if int(pid) != self.serve.proc.pid and argv[0].endswith(b"pdserve") and MODEL.encode() in argv:
+                leftover.append(b" ".join(argv).decode(errors="replace"))
+        self.assertEqual(leftover, [])
+
     def test_bad_flags_name_the_flag(self):
         cases = [
             (["bench", "--server", "127.0.0.1:1", "--goodput", "itl:5"], "--goodput"),
