@@ -16,19 +16,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// As far ahead as the linear kernel prefetches its weights (kernels/cpu/linear.cc): a reference
-// read without it was slower than the decode it measures (f32 batch-1 decode at 1.15x "read
-// bandwidth"), since software prefetch keeps more lines in flight than the hardware prefetcher.
+// As far ahead as the linear kernel prefetches its weights (kernels/cpu/linear.cc).
 constexpr int64_t kPrefetchFloats = 8192 / sizeof(float);
 
-float SumRange(const float* p, int64_t n) {
+float SumRange(const float* p, int64_t n, bool prefetch) {
 #if defined(__AVX2__)
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    // Two 64-byte lines per iteration, 8 KiB ahead (past the end is harmless: a hint).
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats + 16), _MM_HINT_T0);
+    if (prefetch) {  // Two 64-byte lines per iteration (past the end is harmless: a hint).
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats + 16), _MM_HINT_T0);
+    }
     a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
     a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
     a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
@@ -41,6 +40,7 @@ float SumRange(const float* p, int64_t n) {
   for (; i < n; ++i) s += p[i];
   return s;
 #else
+  (void)prefetch;
   float s = 0;
   for (int64_t i = 0; i < n; ++i) s += p[i];
   return s;
@@ -49,7 +49,7 @@ float SumRange(const float* p, int64_t n) {
 
 }  // namespace
 
-double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats) {
+double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats, bool prefetch) {
   const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{1023};
   float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
   // First touch by the threads that will read, so pages sit near them.
@@ -64,7 +64,7 @@ double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats) {
       const int64_t per = n / pool->num_threads() & ~int64_t{31};
       const int64_t b = per * t;
       const int64_t e = t == pool->num_threads() - 1 ? n : b + per;
-      sums[t] += SumRange(buf + b, e - b);
+      sums[t] += SumRange(buf + b, e - b, prefetch);
     });
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     best = std::max(best, static_cast<double>(n * sizeof(float)) / secs);

@@ -15,8 +15,10 @@ class ThreadPool;
 namespace pdserve::bench {
 
 // Bytes/s of a multi-threaded sum over a `bytes`-sized buffer (make it far larger than the last
-// level cache). Best of `repeats` passes.
-double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats);
+// level cache). Best of `repeats` passes. With `prefetch`, each thread also prefetches 8 KiB ahead
+// as the linear kernel does: software prefetch keeps more lines in flight than the hardware
+// prefetcher alone, so the plain read can be slower than the decode it is meant to bound.
+double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats, bool prefetch);
 
 // Flop/s of OpenBLAS sgemm on n x n x n with `threads` threads. Best of `repeats`.
 double SgemmFlops(int threads, int64_t n, int repeats);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages pdserve needs that this machine lacks. Idempotent: does
 # nothing (not even apt-get update) when everything is present.
+#   scripts/setup.sh          what building, running and testing need
+#   scripts/setup.sh --train  also what scripts/train_demo_model.py needs (torch, the KJV text)
 set -euo pipefail
 
 PACKAGES=(
@@ -11,6 +13,10 @@ PACKAGES=(
   python3 python3-numpy python3-grpcio python3-protobuf libicu-dev
   prometheus openssl libssl-dev clang libclang-rt-14-dev gnuplot-nox
 )
+
+if [ "${1:-}" = "--train" ]; then
+  PACKAGES+=(python3-torch bible-kjv bible-kjv-text)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
