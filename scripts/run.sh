@@ -29,5 +29,5 @@ ADDRESS=$(grep -o "grpc=[^ ]*" "$READY" | cut -d= -f2)
 echo "demo request:" >&2
 "$BIN" generate --server "$ADDRESS" --prompt "In the beginning God created" --max-tokens 32 \
   --temperature 0
-echo "serving on $ADDRESS -- try: $BIN generate --server $ADDRESS --prompt 'Hello'   (Ctrl-C to stop)" >&2
+echo "serving on $ADDRESS -- try: $BIN generate --server $ADDRESS --prompt 'And it came to pass'   (Ctrl-C to stop)" >&2
 wait $SERVER

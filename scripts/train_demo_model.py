@@ -334,7 +334,8 @@ def main():
         "held_out_every_nth_chapter": HELD_OUT_EVERY, "held_out_window": args.seq_len,
         "held_out_predicted_tokens": predicted, "held_out_perplexity": ppl,
         "final_train_loss": curve[-1][2], "train_seconds": round(train_seconds),
-        "torch": torch.__version__, "cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": "),
+        "torch": torch.__version__,
+        "cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].split(":", 1)[1].strip(),
     }
     json.dump(training, open(os.path.join(args.out, "training.json"), "w"), indent=2)
     sums = []
