@@ -18,7 +18,9 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/base/host_port.h"
 #include "common/base/log.h"
+#include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/transport/frame_reader.h"
 #include "common/transport/layout_check.h"
@@ -230,14 +232,17 @@ class TcpKvTransport : public KvTransport {
 };
 
 absl::Status TcpKvTransport::Listen(const std::string& address) {
-  std::string host, port;
-  if (absl::Status s = SplitHostPort(address, &host, &port); !s.ok()) return s;
+  // The rules of every address flag (common/base/host_port.h).
+  PD_ASSIGN_OR_RETURN(const HostPort parsed,
+                      ParseHostPort(address, "--transport-listen", PortUse::kListen));
+  const std::string& host = parsed.host;
+  const std::string port = std::to_string(parsed.port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
       rc != 0) {
     return absl::InvalidArgumentError(Str("KV transport listen address '", address,
                                           "': ", gai_strerror(rc)));
@@ -267,7 +272,7 @@ absl::Status TcpKvTransport::Listen(const std::string& address) {
                              ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                              : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   std::string advertised = host;
-  if (advertised.empty() || advertised == "0.0.0.0" || advertised == "::") {
+  if (advertised == "0.0.0.0" || advertised == "::") {
     char name[256] = {0};
     ::gethostname(name, sizeof(name) - 1);
     advertised = name;
