@@ -4,6 +4,7 @@
 //   pdserve decode ready: grpc=127.0.0.1:8200 transport=tcp://host:40123
 // and on SIGTERM or SIGINT stops taking requests, lets running ones finish (up to
 // --drain-seconds), and exits 0.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -15,11 +16,14 @@
 #include <mutex>
 #include <thread>
 
+#include <grpcpp/health_check_service_interface.h>
+
 #include "cli/address_flags.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/metrics_flags.h"
 #include "cli/security_flags.h"
+#include "common/base/host_port.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -171,11 +175,18 @@ struct RouterFlags {
   }
 };
 
+// From the stop signal on, the gRPC health service answers NOT_SERVING, so readiness probes (a
+// Kubernetes Service stops sending new connections) and health-checking clients see the drain.
+void MarkNotServing(const StartedServer& server) {
+  if (auto* health = server.server->GetHealthCheckService()) health->SetServingStatus(false);
+}
+
 struct TierFlags {
   std::string listen;
   std::string model;
   std::string transport = "tcp";
   std::string transport_listen = "127.0.0.1:0";
+  std::string transport_advertise;
   int64_t local_prefill_tokens = 32;
   int64_t lease_ms = 60000;
   int64_t max_waiting = 512;
@@ -190,6 +201,9 @@ struct TierFlags {
     flags.String("model", &model, "Hugging Face model directory");
     flags.String("transport", &transport, "KV transport: tcp or local");
     flags.String("transport-listen", &transport_listen, "where the KV transport listens (tcp)");
+    flags.String("transport-advertise", &transport_advertise,
+                 "host peers use to reach the KV transport (tcp; default: the listen host, or the "
+                 "hostname when listening on 0.0.0.0; in Kubernetes: the pod IP)");
     flags.Int("kv-send-timeout-ms", &kv_send_timeout_ms,
               "tcp: give up a KV peer that accepts nothing for this long (its transfers fail)");
     if (decode) {
@@ -205,6 +219,15 @@ struct TierFlags {
     security.RegisterTls(flags);
   }
 
+  KvTransportOptions TransportOptions() const {
+    KvTransportOptions t;
+    t.listen_address = transport_listen;
+    t.advertise_host = transport_advertise;
+    if (security.tls.mutual()) t.tls = {security.tls.cert, security.tls.key, security.tls.ca};
+    t.send_timeout_ms = kv_send_timeout_ms;
+    return t;
+  }
+
   // The checks that need no model: addresses (syntax, then free ports) and plain ranges. Returns
   // the exit code, or -1 to go on.
   int Check(const char* cmd) const {
@@ -215,6 +238,20 @@ struct TierFlags {
     AddressFlags addresses;
     addresses.Listen(listen, "--listen").Listen(metrics.listen, "--metrics-listen", true);
     if (transport == "tcp") addresses.Listen(transport_listen, "--transport-listen");
+    if (!transport_advertise.empty()) {
+      // A host alone: an IPv6 address, or a name / IPv4 address checked by the address parser
+      // with a placeholder port.
+      in6_addr v6;
+      const bool ok = transport_advertise.find(':') != std::string::npos
+                          ? ::inet_pton(AF_INET6, transport_advertise.c_str(), &v6) == 1
+                          : ParseHostPort(Str(transport_advertise, ":1"), "--transport-advertise",
+                                          PortUse::kPeer).ok();
+      if (!ok) {
+        return ReportError(cmd, absl::InvalidArgumentError(Str(
+            "--transport-advertise: '", transport_advertise, "' must be a host name or an IP "
+            "address, without a port")), kExitUsage);
+      }
+    }
     if (absl::Status s = addresses.Check(); !s.ok()) {
       return ReportError(cmd, s, AddressExitCode(s));
     }
@@ -229,12 +266,10 @@ int RunPrefill(const TierFlags& f) {
   o.metrics = &registry;
   o.model_dir = f.model;
   o.transport = f.transport;
-  o.transport_listen = f.transport_listen;
+  o.transport_options = f.TransportOptions();
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
-  if (f.security.tls.mutual()) o.transport_tls = {f.security.tls.cert, f.security.tls.key, f.security.tls.ca};
-  o.kv_send_timeout_ms = f.kv_send_timeout_ms;
   if (f.kv_send_timeout_ms < 0) {
     return ReportError(cmd, absl::InvalidArgumentError("--kv-send-timeout-ms: must be >= 0"), kExitUsage);
   }
@@ -249,6 +284,7 @@ int RunPrefill(const TierFlags& f) {
             (*worker)->Info().transport_endpoint(), MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "prefill: draining";
+  MarkNotServing(*server);
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   ExitAfterShutdown(kExitOk);
@@ -261,7 +297,7 @@ int RunDecode(const TierFlags& f) {
   o.metrics = &registry;
   o.model_dir = f.model;
   o.transport = f.transport;
-  o.transport_listen = f.transport_listen;
+  o.transport_options = f.TransportOptions();
   o.local_prefill_tokens = f.local_prefill_tokens;
   o.lease_ms = f.lease_ms;
   o.max_waiting = f.max_waiting;
@@ -274,8 +310,6 @@ int RunDecode(const TierFlags& f) {
   auto prefill_credentials = f.security.InternalChannel();
   if (!prefill_credentials.ok()) return ReportError(cmd, prefill_credentials.status(), kExitUsage);
   o.prefill_credentials = *prefill_credentials;
-  if (f.security.tls.mutual()) o.transport_tls = {f.security.tls.cert, f.security.tls.key, f.security.tls.ca};
-  o.kv_send_timeout_ms = f.kv_send_timeout_ms;
   if (f.kv_send_timeout_ms < 0) {
     return ReportError(cmd, absl::InvalidArgumentError("--kv-send-timeout-ms: must be >= 0"), kExitUsage);
   }
@@ -290,6 +324,7 @@ int RunDecode(const TierFlags& f) {
             (*worker)->Info().transport_endpoint(), MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "decode: draining";
+  MarkNotServing(*server);
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   ExitAfterShutdown(kExitOk);
@@ -386,6 +421,7 @@ int RouterCommand(int argc, char** argv) {
   Ready(Str("pdserve router ready: grpc=", server->address, MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "router: shutting down";
+  MarkNotServing(*server);
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
   ExitAfterShutdown(kExitOk);
 }
@@ -412,12 +448,12 @@ int ServeCommand(int argc, char** argv) {
   po.metrics = &registry;
   po.model_dir = f.model;
   po.transport = f.transport;
-  po.transport_listen = f.transport_listen;
+  po.transport_options = f.TransportOptions();
   DecodeWorkerOptions dopts;
   dopts.metrics = &registry;
   dopts.model_dir = f.model;
   dopts.transport = f.transport;
-  dopts.transport_listen = f.transport_listen;
+  dopts.transport_options = f.TransportOptions();
   dopts.local_prefill_tokens = f.local_prefill_tokens;
   dopts.lease_ms = f.lease_ms;
   dopts.max_waiting = f.max_waiting;
@@ -458,6 +494,7 @@ int ServeCommand(int argc, char** argv) {
   Ready(Str("pdserve serve ready: grpc=", server->address, MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "serve: draining";
+  MarkNotServing(*server);
   (*decode)->Drain(absl::Seconds(f.drain_seconds));
   (*prefill)->Drain(absl::Seconds(1));
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

@@ -41,9 +41,9 @@ struct DecodeWorkerOptions {
   std::string model_dir;
   EngineOptions engine;
   std::string transport = "tcp";
-  std::string transport_listen = "127.0.0.1:0";
-  KvTransportTls transport_tls;  // tcp: mutual TLS on KV connections (--tls-*)
-  int64_t kv_send_timeout_ms = 30000;  // tcp: give up a peer that takes nothing this long
+  // Listen and advertised addresses, TLS and send timeout of the KV transport (the layout is
+  // filled in from the engine).
+  KvTransportOptions transport_options;
   // Prompts of at most this many tokens are prefilled here even when a prefill worker is given.
   int64_t local_prefill_tokens = 32;
   // How long a remote prefill may take, RPC and pages included, before the reservation is

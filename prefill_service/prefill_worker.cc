@@ -13,8 +13,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
     const PrefillWorkerOptions& options) {
   std::unique_ptr<PrefillWorker> w(new PrefillWorker(options));
   PD_ASSIGN_OR_RETURN(w->core_, WorkerCore::Create(options.model_dir, options.engine,
-                                                   options.transport, options.transport_listen,
-                                                   options.transport_tls, options.kv_send_timeout_ms));
+                                                   options.transport, options.transport_options));
   w->engine_ = w->core_.engine.get();
   w->transport_ = w->core_.transport.get();
   w->metrics_ = std::make_unique<WorkerMetrics>(options.metrics, BaseName(options.model_dir),

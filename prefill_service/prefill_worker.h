@@ -32,9 +32,9 @@ struct PrefillWorkerOptions {
   std::string model_dir;
   EngineOptions engine;
   std::string transport = "tcp";
-  std::string transport_listen = "127.0.0.1:0";
-  KvTransportTls transport_tls;  // tcp: mutual TLS on KV connections (--tls-*)
-  int64_t kv_send_timeout_ms = 30000;  // tcp: give up a peer that takes nothing this long
+  // Listen and advertised addresses, TLS and send timeout of the KV transport (the layout is
+  // filled in from the engine).
+  KvTransportOptions transport_options;
   // Where the worker's metrics go (role "prefill"); null: a registry of its own, not exported.
   metrics::Registry* metrics = nullptr;
 };

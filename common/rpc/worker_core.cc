@@ -8,9 +8,7 @@ namespace pdserve {
 absl::StatusOr<WorkerCore> WorkerCore::Create(const std::string& model_dir,
                                               const EngineOptions& engine,
                                               const std::string& transport,
-                                              const std::string& transport_listen,
-                                              const KvTransportTls& transport_tls,
-                                              int64_t send_timeout_ms) {
+                                              KvTransportOptions transport_options) {
   WorkerCore core;
   EngineOptions with_events = engine;
   with_events.enable_kv_events = true;  // Routers watch the prefix cache.
@@ -18,12 +16,8 @@ absl::StatusOr<WorkerCore> WorkerCore::Create(const std::string& model_dir,
   PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(model_dir));
   core.layout = MakeKvLayout(*core.engine, fingerprint);
   core.layout_string = LayoutString(core.layout);
-  KvTransportOptions t;
-  t.listen_address = transport_listen;
-  t.layout = core.layout_string;
-  t.tls = transport_tls;
-  t.send_timeout_ms = send_timeout_ms;
-  PD_ASSIGN_OR_RETURN(core.transport, CreateKvTransport(transport, t));
+  transport_options.layout = core.layout_string;
+  PD_ASSIGN_OR_RETURN(core.transport, CreateKvTransport(transport, transport_options));
   KvPool& pool = core.engine->kv_pool();
   PD_RETURN_IF_ERROR(core.transport->RegisterPool(pool.data(), pool.size_bytes()));
   return core;

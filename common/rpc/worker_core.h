@@ -28,9 +28,7 @@ struct WorkerCore {
   static absl::StatusOr<WorkerCore> Create(const std::string& model_dir,
                                            const EngineOptions& engine,
                                            const std::string& transport,
-                                           const std::string& transport_listen,
-                                           const KvTransportTls& transport_tls = {},
-                                           int64_t send_timeout_ms = 30000);
+                                           KvTransportOptions transport_options = {});
 };
 
 struct TransferCounters {

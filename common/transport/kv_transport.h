@@ -58,6 +58,10 @@ struct KvTransportTls {
 struct KvTransportOptions {
   // Where the receiver listens (tcp: "host:port", port 0 picks one). Unused by `local`.
   std::string listen_address = "127.0.0.1:0";
+  // The host peers connect to (tcp). Empty: the listen host, or this machine's hostname when it
+  // listens on every interface. Behind NAT or in a Kubernetes pod (whose hostname other pods
+  // cannot resolve) set it to an address peers can reach, such as the pod IP.
+  std::string advertise_host;
   // The worker's KV layout as "key=value;..." (KvLayout fields). Peers with a different layout
   // are refused at the handshake with a message naming the first differing key.
   std::string layout;

@@ -151,7 +151,9 @@ absl::StatusOr<int> Connect(std::string_view endpoint, int64_t timeout_ms) {
 class TcpKvTransport : public KvTransport {
  public:
   explicit TcpKvTransport(const KvTransportOptions& options)
-      : layout_(options.layout), send_timeout_ms_(options.send_timeout_ms) {}
+      : layout_(options.layout),
+        advertise_host_(options.advertise_host),
+        send_timeout_ms_(options.send_timeout_ms) {}
   // Mutual TLS on every KV connection when the options name a CA.
   absl::Status InitTls(const KvTransportOptions& options) {
     if (options.tls.ca.empty()) return absl::OkStatus();
@@ -212,6 +214,7 @@ class TcpKvTransport : public KvTransport {
                   std::vector<iovec>& iov, std::deque<std::vector<uint8_t>>& corrupted);
 
   const std::string layout_;
+  const std::string advertise_host_;
   const int64_t send_timeout_ms_;
   std::unique_ptr<KvTls> tls_;  // Null: in the clear.
   std::string endpoint_;
@@ -271,13 +274,13 @@ absl::Status TcpKvTransport::Listen(const std::string& address) {
   const int bound_port = bound.ss_family == AF_INET6
                              ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                              : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  std::string advertised = host;
+  std::string advertised = advertise_host_.empty() ? host : advertise_host_;
   if (advertised == "0.0.0.0" || advertised == "::") {
     char name[256] = {0};
     ::gethostname(name, sizeof(name) - 1);
     advertised = name;
   }
-  endpoint_ = Str("tcp://", advertised, ":", bound_port);
+  endpoint_ = Str("tcp://", HostPort{advertised, bound_port}.ToString());
   acceptor_ = std::thread([this] { AcceptLoop(); });
   return absl::OkStatus();
 }

@@ -1,0 +1,678 @@
+"""The Helm chart (deploy/k8s/pdserve) as a cluster would meet it, without a cluster.
+
+- Real Helm 4 lints and renders every values file; every rendered object validates against the
+  Kubernetes and Prometheus Operator schemas (npm kubernetes-models); values.schema.json refuses
+  bad values with its message.
+- The rendered objects agree with each other: discovery names and Services, Service and container
+  ports, probes and the health port, the ServiceMonitor and --metrics-listen, NetworkPolicies and
+  the pods they mean, GPUs, grace periods, the alert rules and dashboard and their files.
+- The pods' commands are real: the containers of values-cpu.yaml are started as pdserve processes
+  with their rendered command, args and environment (only cluster addresses become loopback ones
+  and the image's model path the repository's copy), and requests go through the router.
+- The Dockerfiles build with scripts/build.sh and install the libraries the binary links.
+
+Tools: scripts/k8s_tools_setup.sh (Helm, kubectl and the schema packages into .cache/).
+Run: /usr/bin/python3 tests/k8s/test_chart.py --pdserve build/pdserve
+"""
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+import cluster  # noqa: E402
+
+CHART = os.path.join(ROOT, "deploy", "k8s", "pdserve")
+VALUES_FILES = [None, "values-cpu.yaml", "values-gpu-nccl.yaml", "values-gpu-rdma.yaml"]
+GPU_FILES = {"values-gpu-nccl.yaml", "values-gpu-rdma.yaml"}
+RELEASE = "pd"
+NAMESPACE = "serving"
+# What the GPU values files use that this binary does not have yet: each names the issue that
+# builds it. When it lands the test fails until the entry is removed.
+PENDING_FLAGS = {"--device": "issue 13 (the CUDA engine)"}
+PENDING_TRANSPORTS = {"nccl": "issue 13", "cuda_ipc": "issue 13", "ucx": "issue 18"}
+# Read by every command from the environment without being a flag (common/base/log.cc).
+PROCESS_ENV = {"PDSERVE_LOG_LEVEL"}
+# Where deploy/docker/Dockerfile puts the demo model in the image.
+IMAGE_MODEL_DIR = "/opt/pdserve/models/pdserve-demo"
+
+PDSERVE = None
+TOOLS = None
+HELM = None
+
+
+def helm(*args):
+    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120)
+
+
+def render(values=None, sets=()):
+    args = ["template", RELEASE, CHART, "--namespace", NAMESPACE]
+    if values:
+        args += ["-f", os.path.join(CHART, values)]
+    for s in sets:
+        args += ["--set", s]
+    return helm(*args)
+
+
+_RENDERED = {}
+
+
+def objects(values=None):
+    """The rendered objects of a values file (parsed once)."""
+    if values not in _RENDERED:
+        out = render(values)
+        if out.returncode != 0:
+            raise AssertionError(f"helm template {values}: {out.stderr}")
+        _RENDERED[values] = [d for d in yaml.safe_load_all(out.stdout) if d]
+    return _RENDERED[values]
+
+
+def find(docs, kind, name=None):
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    return found
+
+
+def one(docs, kind, name):
+    found = find(docs, kind, name)
+    assert len(found) == 1, f"{kind} {name}: {len(found)} objects"
+    return found[0]
+
+
+def tier_name(tier):
+    return f"{RELEASE}-pdserve-{tier}"
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def pod_labels(deployment):
+    return deployment["spec"]["template"]["metadata"]["labels"]
+
+
+def container(deployment):
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1, deployment["metadata"]["name"]
+    return containers[0]
+
+
+def flag_values(c):
+    """--flag=value pairs of a container's args (a flag without '=' maps to None)."""
+    out = {}
+    for a in c["args"][1:]:
+        assert a.startswith("--"), f"argument {a!r} is not a --flag"
+        name, _, value = a.partition("=")
+        out[name] = value if _ else None
+    return out
+
+
+def port_of(address):
+    return int(address.rsplit(":", 1)[1])
+
+
+def container_port(c, ref):
+    """A Service targetPort (name or number) resolved against a container's ports."""
+    for p in c.get("ports", []):
+        if p["name"] == ref or p["containerPort"] == ref:
+            return p["containerPort"]
+    raise AssertionError(f"container {c['name']} has no port {ref!r}")
+
+
+_HELP = {}
+
+
+def known_flags(tier):
+    """The flags and PDSERVE_* variables `pdserve <tier> --help` lists."""
+    if tier not in _HELP:
+        out = subprocess.run([PDSERVE, tier, "--help"], capture_output=True, text=True, timeout=30)
+        text = out.stdout + out.stderr
+        _HELP[tier] = (set(re.findall(r"^\s+(--[a-z0-9-]+)", text, re.M)),
+                       set(re.findall(r"\[\$(PDSERVE_[A-Z0-9_]+)\]", text)), text)
+    return _HELP[tier]
+
+
+class HelmChecks(unittest.TestCase):
+    def test_lint_strict_every_values_file(self):
+        for values in VALUES_FILES:
+            args = ["lint", "--strict", CHART] + (["-f", os.path.join(CHART, values)] if values else [])
+            out = helm(*args)
+            self.assertEqual(out.returncode, 0, f"{values}: {out.stdout}{out.stderr}")
+            self.assertIn("0 chart(s) failed", out.stdout)
+
+    def test_every_rendered_object_validates_against_the_schemas(self):
+        expected_kinds = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "NetworkPolicy",
+                          "PodDisruptionBudget"}
+        for values in VALUES_FILES + ["autoscaling"]:
+            docs = objects(values) if values != "autoscaling" else self.autoscaled()
+            kinds = {d["kind"] for d in docs}
+            self.assertTrue(expected_kinds <= kinds, f"{values}: {kinds}")
+            with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+                json.dump(docs, f)
+                f.flush()
+                with open(os.path.join(HERE, "validate_objects.mjs")) as script:
+                    out = subprocess.run(["node", "--input-type=module", "-", f.name], stdin=script,
+                                         capture_output=True, text=True, cwd=TOOLS, timeout=120)
+            self.assertEqual(out.returncode, 0, f"{values}: {out.stdout}{out.stderr}")
+            results = [json.loads(line) for line in out.stdout.splitlines()]
+            self.assertEqual(len(results), len(docs), out.stdout)
+            for r in results:
+                self.assertIsNone(r["error"], f"{values}: {r}")
+        # The validator can fail: a wrong type in a rendered object is caught.
+        broken = json.loads(json.dumps(objects("values-cpu.yaml")))
+        dep = find(broken, "Deployment")[0]
+        container(dep)["ports"][0]["containerPort"] = "eight thousand"
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump([dep], f)
+            f.flush()
+            with open(os.path.join(HERE, "validate_objects.mjs")) as script:
+                out = subprocess.run(["node", "--input-type=module", "-", f.name], stdin=script,
+                                     capture_output=True, text=True, cwd=TOOLS, timeout=120)
+        self.assertIn("containerPort must be integer", json.loads(out.stdout)["error"])
+
+    def autoscaled(self):
+        out = render("values-cpu.yaml", ["prefill.autoscaling.enabled=true",
+                                         "decode.autoscaling.enabled=true", "tls.enabled=true",
+                                         "tls.secretName=pdserve-tls", "tls.mutual=true",
+                                         "apiKeys.enabled=true", "apiKeys.secretName=pdserve-keys",
+                                         "model.source=download", "model.download.image=amazon/aws-cli",
+                                         "model.download.command={aws,s3,sync,s3://b/m,/models/m}",
+                                         "model.path=/models/m"])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+    def test_schema_refuses_bad_values_with_its_message(self):
+        cases = [
+            (None, ["prefill.replicas=-1"], "at '/prefill/replicas': minimum: got -1, want 0"),
+            (None, ["engine.transport=rdma"], "at '/engine/transport'"),
+            (None, ["engine.kvDtype=fp8"], "at '/engine/kvDtype'"),
+            ("values-gpu-nccl.yaml", ["decode.gpus=0"], "at '/decode/gpus': minimum: got 0, want 1"),
+            ("values-gpu-rdma.yaml", ["prefill.gpus=0"], "at '/prefill/gpus': minimum: got 0, want 1"),
+            (None, ["engine.transport=nccl"], "at '/engine/device'"),
+            (None, ["model.source=pvc"], "at '/model/pvc/claimName'"),
+            (None, ["router.replica=2"], "additional properties 'replica' not allowed"),
+            (None, ["ports.decode=70000"], "at '/ports/decode': maximum"),
+            (None, ["tls.enabled=true"], "at '/tls/secretName'"),
+        ]
+        for values, sets, message in cases:
+            out = render(values, sets)
+            self.assertNotEqual(out.returncode, 0, f"{values} {sets} rendered")
+            self.assertIn("values don't meet the specifications of the schema", out.stderr, sets)
+            self.assertIn(message, out.stderr, sets)
+            # helm install says the same before touching a cluster.
+            args = ["install", "--dry-run=client", RELEASE, CHART] + sum((["--set", s] for s in sets), [])
+            if values:
+                args += ["-f", os.path.join(CHART, values)]
+            out = helm(*args)
+            self.assertNotEqual(out.returncode, 0, sets)
+            self.assertIn(message, out.stderr, sets)
+
+
+class Consistency(unittest.TestCase):
+    def each(self):
+        """(values file, rendered objects) for each values file; messages name the file."""
+        return [(values, objects(values)) for values in VALUES_FILES]
+
+    def test_router_discovers_the_headless_services(self):
+        for values, docs in self.each():
+            router = container(one(docs, "Deployment", tier_name("router")))
+            flags = flag_values(router)
+            for tier in ("prefill", "decode"):
+                svc = one(docs, "Service", tier_name(tier))
+                self.assertEqual(svc["spec"]["clusterIP"], "None", "headless: DNS lists the pod IPs")
+                grpc_port = [p for p in svc["spec"]["ports"] if p["name"] == "grpc"][0]
+                self.assertEqual(
+                    flags[f"--{tier}"],
+                    f"dns:///{svc['metadata']['name']}.{NAMESPACE}.svc.cluster.local:{grpc_port['port']}")
+                dep = one(docs, "Deployment", tier_name(tier))
+                self.assertTrue(selects(svc["spec"]["selector"], pod_labels(dep)))
+                worker_flags = flag_values(container(dep))
+                self.assertEqual(port_of(worker_flags["--listen"]),
+                                 container_port(container(dep), grpc_port["targetPort"]))
+            self.assertEqual(flags["--local-prefill-tokens"],
+                             flag_values(container(one(docs, "Deployment", tier_name("decode"))))["--local-prefill-tokens"])
+
+    def test_service_ports_reach_container_ports_and_listen_flags(self):
+        listen_flag = {"grpc": "--listen", "metrics": "--metrics-listen", "kv-transport": "--transport-listen"}
+        for values, docs in self.each():
+            for svc in find(docs, "Service"):
+                deps = [d for d in find(docs, "Deployment") if selects(svc["spec"]["selector"], pod_labels(d))]
+                self.assertEqual(len(deps), 1, svc["metadata"]["name"])
+                c = container(deps[0])
+                flags = flag_values(c)
+                for p in svc["spec"]["ports"]:
+                    target = container_port(c, p["targetPort"])
+                    self.assertEqual(port_of(flags[listen_flag[p["name"]]]), target, (svc["metadata"]["name"], p))
+                    self.assertEqual(p["port"], target)
+                    self.assertTrue(flags[listen_flag[p["name"]]].startswith("0.0.0.0:"))
+            decode = container(one(docs, "Deployment", tier_name("decode")))
+            self.assertEqual(flag_values(decode)["--transport-advertise"], "$(POD_IP)")
+            pod_ip = [e for e in decode["env"] if e["name"] == "POD_IP"][0]
+            self.assertEqual(pod_ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP")
+
+    def test_probes_use_the_grpc_health_port(self):
+        for values, docs in self.each():
+            for dep in find(docs, "Deployment"):
+                c = container(dep)
+                grpc_port = container_port(c, "grpc")
+                self.assertEqual(port_of(flag_values(c)["--listen"]), grpc_port)
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    self.assertEqual(c[probe]["grpc"]["port"], grpc_port, (dep["metadata"]["name"], probe))
+        # With TLS on the port kubelet's gRPC probe cannot connect: a TCP connect instead.
+        out = render(None, ["tls.enabled=true", "tls.secretName=s"])
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        for dep in find(docs, "Deployment"):
+            c = container(dep)
+            self.assertEqual(c["readinessProbe"], {"tcpSocket": {"port": container_port(c, "grpc")},
+                                                   "periodSeconds": 5, "failureThreshold": 2})
+            self.assertIn("--tls-cert=/etc/pdserve/tls/tls.crt", c["args"])
+
+    def test_servicemonitor_scrapes_where_metrics_listen(self):
+        for values, docs in self.each():
+            monitors = find(docs, "ServiceMonitor")
+            if values is None:
+                self.assertEqual(monitors, [], "off by default (needs the operator's CRDs)")
+                continue
+            self.assertEqual(len(monitors), 1)
+            sm = monitors[0]
+            selected = [s for s in find(docs, "Service") if selects(sm["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])]
+            self.assertEqual(sorted(s["metadata"]["name"] for s in selected),
+                             sorted(tier_name(t) for t in ("router", "prefill", "decode")))
+            self.assertEqual(sm["spec"]["namespaceSelector"]["matchNames"], [NAMESPACE])
+            (endpoint,) = sm["spec"]["endpoints"]
+            self.assertEqual(endpoint["path"], "/metrics")
+            for svc in selected:
+                port = [p for p in svc["spec"]["ports"] if p["name"] == endpoint["port"]][0]
+                dep = [d for d in find(docs, "Deployment") if selects(svc["spec"]["selector"], pod_labels(d))][0]
+                c = container(dep)
+                self.assertEqual(container_port(c, port["targetPort"]), port_of(flag_values(c)["--metrics-listen"]))
+
+    def test_gpu_values_request_gpus_and_devices(self):
+        for values, docs in self.each():
+            for tier in ("prefill", "decode"):
+                limits = container(one(docs, "Deployment", tier_name(tier)))["resources"].get("limits", {})
+                if values in GPU_FILES:
+                    self.assertGreaterEqual(limits.get("nvidia.com/gpu", 0), 1, (values, tier))
+                else:
+                    self.assertNotIn("nvidia.com/gpu", limits)
+            router = container(one(docs, "Deployment", tier_name("router")))
+            self.assertNotIn("nvidia.com/gpu", router["resources"].get("limits", {}))
+        rdma = objects("values-gpu-rdma.yaml")
+        for tier in ("prefill", "decode"):
+            dep = one(rdma, "Deployment", tier_name(tier))
+            self.assertEqual(container(dep)["resources"]["limits"]["rdma/rdma_shared_device_a"], 1)
+            self.assertEqual(container(dep)["securityContext"]["capabilities"]["add"], ["IPC_LOCK"])
+            shm = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "shm"][0]
+            self.assertEqual(shm["emptyDir"]["medium"], "Memory")
+        nccl = one(objects("values-gpu-nccl.yaml"), "Deployment", tier_name("decode"))
+        self.assertTrue(nccl["spec"]["template"]["spec"]["hostIPC"])
+
+    def test_network_policies_select_the_pods_they_mean(self):
+        for values, docs in self.each():
+            deps = {t: one(docs, "Deployment", tier_name(t)) for t in ("router", "prefill", "decode")}
+
+            def tiers(selector):
+                return sorted(t for t, d in deps.items() if selects(selector["matchLabels"], pod_labels(d)))
+
+            def allowed(policy, port):
+                """The tiers allowed to reach `port` ("any" when a rule has no `from`)."""
+                out = set()
+                for rule in policy["spec"]["ingress"]:
+                    if "ports" in rule and port not in [p["port"] for p in rule["ports"]]:
+                        continue
+                    if "from" not in rule:
+                        return {"any"}
+                    for peer in rule["from"]:
+                        out.update(tiers(peer["podSelector"]))
+                return out
+
+            for tier, dep in deps.items():
+                pol = one(docs, "NetworkPolicy", tier_name(tier))
+                self.assertEqual(tiers(pol["spec"]["podSelector"]), [tier])
+                self.assertEqual(pol["spec"]["policyTypes"], ["Ingress"])
+                c = container(dep)
+                self.assertEqual(allowed(pol, container_port(c, "metrics")), {"any"})
+            p = {t: container(d) for t, d in deps.items()}
+            self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("router")), container_port(p["router"], "grpc")), {"any"})
+            # tcp: only the router. NCCL and UCX open ports of their own, so with them the prefill
+            # pods may reach every port of the decode pods (and the reverse).
+            tcp = one(docs, "ConfigMap", f"{RELEASE}-pdserve-config")["data"]["PDSERVE_TRANSPORT"] == "tcp"
+            self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("decode")), container_port(p["decode"], "grpc")),
+                             {"router"} if tcp else {"router", "prefill"}, values)
+            # A decode worker calls PrefillWorker/Prefill itself (it owns the destination blocks).
+            self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("prefill")), container_port(p["prefill"], "grpc")),
+                             {"router", "decode"})
+            self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("decode")), container_port(p["decode"], "kv-transport")),
+                             {"prefill"})
+            # A port no rule names is closed (the router's metrics port number is the same on
+            # every pod, so pick one that is not).
+            self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("router")), 1), set(), values)
+
+    def test_alert_rules_and_dashboard_are_the_files_under_deploy(self):
+        with open(os.path.join(ROOT, "deploy/k8s/prometheus/pdserve-alerts.yaml"), "rb") as f:
+            alerts = f.read()
+        with open(os.path.join(ROOT, "deploy/k8s/grafana/pdserve-dashboard.json"), "rb") as f:
+            dashboard = f.read()
+        # The chart's files/ are links to them: one source of truth.
+        with open(os.path.join(CHART, "files/pdserve-alerts.yaml"), "rb") as f:
+            self.assertEqual(f.read(), alerts)
+        with open(os.path.join(CHART, "files/pdserve-dashboard.json"), "rb") as f:
+            self.assertEqual(f.read(), dashboard)
+        docs = objects("values-cpu.yaml")
+        (rule,) = find(docs, "PrometheusRule")
+        self.assertEqual(rule["spec"], yaml.safe_load(alerts))
+        # Byte-equal: the rendered spec is the file's text indented by two spaces.
+        out = render("values-cpu.yaml").stdout
+        body = out.split("kind: PrometheusRule", 1)[1].split("\nspec:\n", 1)[1].split("\n---", 1)[0]
+        dedented = "\n".join(line[2:] for line in body.split("\n")).rstrip("\n")
+        self.assertEqual(dedented, alerts.decode().rstrip("\n"))
+        cm = one(docs, "ConfigMap", f"{RELEASE}-pdserve-dashboard")
+        self.assertEqual(cm["data"]["pdserve-dashboard.json"].encode(), dashboard)
+        self.assertEqual(cm["metadata"]["labels"]["grafana_dashboard"], "1")
+
+    def test_grace_periods_security_and_model_mounts(self):
+        for values, docs in self.each():
+            for dep in find(docs, "Deployment"):
+                spec = dep["spec"]["template"]["spec"]
+                c = container(dep)
+                flags = flag_values(c)
+                tier = c["args"][0]
+                if tier == "router":
+                    self.assertEqual(spec["terminationGracePeriodSeconds"], 45)  # 30 s for streams
+                else:
+                    self.assertEqual(spec["terminationGracePeriodSeconds"], int(flags["--drain-seconds"]) + 15)
+                self.assertTrue(spec["securityContext"]["runAsNonRoot"])
+                self.assertFalse(spec["automountServiceAccountToken"])
+                self.assertTrue(c["securityContext"]["readOnlyRootFilesystem"])
+                self.assertFalse(c["securityContext"]["allowPrivilegeEscalation"])
+                self.assertEqual(c["securityContext"]["capabilities"]["drop"], ["ALL"])
+                for m in c["volumeMounts"]:
+                    if m["name"] in ("model", "tls", "api-keys"):
+                        self.assertTrue(m.get("readOnly"), (values, m))
+                env = {e["name"]: e for e in c["env"]}
+                model = env["PDSERVE_MODEL"]["valueFrom"]["configMapKeyRef"]
+                cm = one(docs, "ConfigMap", model["name"])
+                model_dir = cm["data"][model["key"]]
+                mounts = [m["mountPath"] for m in c["volumeMounts"] if m["name"] == "model"]
+                if model_dir == IMAGE_MODEL_DIR:
+                    self.assertEqual(mounts, [])
+                else:
+                    self.assertEqual(len(mounts), 1)
+                    self.assertTrue(model_dir.startswith(mounts[0] + "/"), (model_dir, mounts))
+
+    def test_every_flag_and_variable_is_known_to_the_binary(self):
+        for values, docs in self.each():
+            for dep in find(docs, "Deployment"):
+                c = container(dep)
+                self.assertEqual(c["command"], ["pdserve"])
+                tier = c["args"][0]
+                flags, variables, help_text = known_flags(tier)
+                for flag in flag_values(c):
+                    if flag in flags:
+                        self.assertNotIn(flag, PENDING_FLAGS, f"{flag} exists now: drop it from PENDING_FLAGS")
+                        continue
+                    self.assertIn(values, GPU_FILES, f"pdserve {tier} has no flag {flag}")
+                    self.assertIn(flag, PENDING_FLAGS, f"pdserve {tier} has no flag {flag}")
+                for e in c["env"]:
+                    if e["name"].startswith("PDSERVE_"):
+                        self.assertTrue(e["name"] in variables or e["name"] in PROCESS_ENV,
+                                        f"pdserve {tier} reads no {e['name']}")
+                cm = one(docs, "ConfigMap", f"{RELEASE}-pdserve-config")
+                transport = cm["data"]["PDSERVE_TRANSPORT"]
+                if tier != "router":
+                    listed = re.search(r"--transport\s+KV transport: ([^(]*)", help_text).group(1)
+                    if transport in re.findall(r"[a-z_]+", listed):
+                        self.assertNotIn(transport, PENDING_TRANSPORTS)
+                    else:
+                        self.assertIn(values, GPU_FILES, transport)
+                        self.assertIn(transport, PENDING_TRANSPORTS, transport)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def health(address, timeout=5):
+    """grpc.health.v1.Health/Check for the whole server: 1 SERVING, 2 NOT_SERVING."""
+    import grpc
+    with grpc.insecure_channel(address) as ch:
+        reply = ch.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=timeout)
+    assert reply[:1] == b"\x08", reply
+    return reply[1]
+
+
+def expand(value, env):
+    """Kubernetes' $(VAR) expansion of command and args ($$ escapes; unknown names stay)."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
+
+
+class PodCommands(unittest.TestCase):
+    """values-cpu.yaml's containers as real processes. What changes: each container port becomes
+    a free loopback port (the pods share this host), a cluster address (0.0.0.0:P of a pod,
+    dns:///<service>...:P) the loopback address of the port it names, the downward API's pod IP
+    127.0.0.1, and the image's model directory the repository's models/pdserve-demo."""
+
+    @classmethod
+    def setUpClass(cls):
+        docs = objects("values-cpu.yaml")
+        cls.docs = docs
+        deps = {t: one(docs, "Deployment", tier_name(t)) for t in ("router", "prefill", "decode")}
+        loopback = {(t, p["containerPort"]): free_port() for t, d in deps.items() for p in container(d)["ports"]}
+
+        def pod_address(tier, address):
+            return f"127.0.0.1:{loopback[(tier, port_of(address))]}"
+
+        def service_address(address):
+            m = re.fullmatch(r"dns:///([a-z0-9-]+)\." + NAMESPACE + r"\.svc\.cluster\.local:(\d+)", address)
+            assert m, f"not a Service address of this namespace: {address}"
+            svc = one(docs, "Service", m.group(1))
+            port = [p for p in svc["spec"]["ports"] if p["port"] == int(m.group(2))][0]
+            (tier,) = [t for t, d in deps.items() if selects(svc["spec"]["selector"], pod_labels(d))]
+            return f"127.0.0.1:{loopback[(tier, container_port(container(deps[tier]), port['targetPort']))]}"
+
+        cls.commands = {}
+        for tier, dep in deps.items():
+            c = container(dep)
+            env = {}
+            for e in c.get("env", []):
+                if "value" in e:
+                    env[e["name"]] = e["value"]
+                    continue
+                ref = e["valueFrom"]
+                if "configMapKeyRef" in ref:
+                    cm = one(docs, "ConfigMap", ref["configMapKeyRef"]["name"])
+                    env[e["name"]] = cm["data"][ref["configMapKeyRef"]["key"]]
+                else:
+                    assert ref["fieldRef"]["fieldPath"] == "status.podIP", ref
+                    env[e["name"]] = "127.0.0.1"
+            if env.get("PDSERVE_MODEL") == IMAGE_MODEL_DIR:
+                env["PDSERVE_MODEL"] = os.path.join(ROOT, "models", "pdserve-demo")
+            args = []
+            for a in [expand(x, env) for x in c["command"] + c["args"]]:
+                name, eq, value = a.partition("=")
+                if eq and value.startswith("0.0.0.0:"):
+                    a = f"{name}={pod_address(tier, value)}"
+                elif eq and "svc.cluster.local" in value:
+                    a = f"{name}={','.join(service_address(v) for v in value.split(','))}"
+                assert "cluster.local" not in a and "0.0.0.0" not in a, a
+                args.append(a)
+            assert args[0] == "pdserve", args
+            cls.commands[tier] = (args[1:], env)
+        cls.procs = {}
+        try:
+            for tier in ("decode", "prefill", "router"):
+                args, env = cls.commands[tier]
+                cls.procs[tier] = cluster.Process(PDSERVE, args, env=env, timeout=120)
+        except Exception:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        for p in cls.procs.values():
+            p.stop()
+
+    def generate(self, *args):
+        out = subprocess.run([PDSERVE, "generate", *args, "--format", "json"], capture_output=True,
+                             text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout)
+
+    def test_requests_through_the_router_equal_the_local_engine(self):
+        router = self.procs["router"].grpc
+        env = self.commands["decode"][1]
+        # Longer than --local-prefill-tokens: prefilled on the prefill pod, pages over tcp to the
+        # decode pod's advertised address.
+        prompt = ("And God said, Let there be light: and there was light. And God saw the light, "
+                  "that it was good: and God divided the light from the darkness.")
+        remote = self.generate("--server", router, "--prompt", prompt, "--max-tokens", "24",
+                               "--temperature", "0")
+        local = self.generate("--model", env["PDSERVE_MODEL"], "--prompt", prompt, "--max-tokens", "24",
+                              "--temperature", "0", "--block-size", env["PDSERVE_BLOCK_SIZE"])
+        self.assertEqual(remote["token_ids"], local["token_ids"])
+        self.assertEqual(remote["text"], local["text"])
+        self.assertEqual(len(remote["token_ids"]), 24)
+        self.assertGreater(cluster.metric(self.procs["decode"], "pdserve_kv_transfers_total"), 0)
+        self.assertEqual(cluster.metric(self.procs["decode"], "pdserve_kv_transfer_failures_total"), 0)
+        # The decode pod advertised its pod IP (--transport-advertise=$(POD_IP)), not its hostname.
+        self.assertTrue(self.procs["decode"].addresses["transport"].startswith("tcp://127.0.0.1:"))
+
+    def test_probes_metrics_and_autoscaling_metrics_answer(self):
+        for tier, proc in self.procs.items():
+            dep = one(self.docs, "Deployment", tier_name(tier))
+            self.assertEqual(port_of(proc.grpc), port_of(dict(
+                a.split("=", 1) for a in self.commands[tier][0][1:] if "=" in a)["--listen"]))
+            self.assertEqual(health(proc.grpc), 1, tier)  # the probes' gRPC health check
+            with urllib.request.urlopen(f"http://{proc.addresses['metrics']}/metrics", timeout=10) as r:
+                text = r.read().decode()
+            self.assertIn(f'role="{tier}"', text)
+            spec = get_values("values-cpu.yaml")
+            if tier != "router":
+                metric = spec[tier]["autoscaling"]["metric"]
+                self.assertRegex(text, rf"(?m)^{metric}\{{[^}}]*role=\"{tier}\"", f"HPA metric of {tier}")
+            self.assertEqual(container(dep)["name"], tier)
+
+    def test_zz_sigterm_drains_and_turns_health_not_serving(self):
+        """Last (zz): stops the decode pod. Its health turns NOT_SERVING at once while a running
+        request finishes (the grace period covers --drain-seconds)."""
+        router = self.procs["router"].grpc
+        decode = self.procs["decode"]
+        result = {}
+
+        def long_request():
+            result["out"] = subprocess.run(
+                [PDSERVE, "generate", "--server", router, "--prompt", "In the beginning",
+                 "--max-tokens", "1500", "--ignore-eos", "--temperature", "0", "--format", "json"],
+                capture_output=True, text=True, timeout=300)
+
+        t = threading.Thread(target=long_request)
+        t.start()
+        deadline = time.time() + 60
+        while cluster.metric(decode, "pdserve_num_requests_running") < 1:
+            self.assertLess(time.time(), deadline, "the request never started")
+            time.sleep(0.02)
+        decode.proc.send_signal(15)
+        deadline = time.time() + 5
+        status = 1
+        while status != 2 and time.time() < deadline:
+            status = health(decode.grpc)
+        self.assertEqual(status, 2, "NOT_SERVING during the drain")
+        t.join(timeout=300)
+        out = result["out"]
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(len(json.loads(out.stdout)["token_ids"]), 1500)
+        self.assertEqual(decode.proc.wait(timeout=60), 0)
+
+
+_VALUES = {}
+
+
+def get_values(values):
+    """The chart's values merged with a values file, as Helm computes them."""
+    if values not in _VALUES:
+        out = helm("show", "values", CHART)
+        base = yaml.safe_load(out.stdout)
+        with open(os.path.join(CHART, values)) as f:
+            over = yaml.safe_load(f)
+
+        def merge(a, b):
+            for k, v in b.items():
+                a[k] = merge(a.get(k, {}), v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+            return a
+        _VALUES[values] = merge(base, over)
+    return _VALUES[values]
+
+
+class Dockerfiles(unittest.TestCase):
+    def read(self, name):
+        with open(os.path.join(ROOT, "deploy", "docker", name)) as f:
+            return f.read()
+
+    def stages(self, text):
+        """{stage name or index: its text}, split at FROM lines (continuations joined)."""
+        text = re.sub(r"\\\n\s*", " ", text)
+        parts = re.split(r"(?m)^FROM\s+", text)[1:]
+        out = {}
+        for i, part in enumerate(parts):
+            m = re.match(r"\S+(?:\s+AS\s+(\S+))?", part)
+            out[m.group(1) or f"#{i}"] = part
+        return out, parts[-1]
+
+    def linked_packages(self):
+        """The Debian packages of the shared libraries the pdserve binary links."""
+        out = subprocess.run(["ldd", PDSERVE], capture_output=True, text=True, check=True).stdout
+        packages = set()
+        for path in re.findall(r"=> (/\S+)", out):
+            real = os.path.realpath(path)
+            for candidate in (path, real, real.replace("/usr/lib/", "/lib/", 1)):
+                q = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)
+                if q.returncode == 0:
+                    packages.add(q.stdout.split(":", 1)[0])
+                    break
+            else:
+                self.fail(f"no Debian package owns {path}")
+        return packages - {"libc6", "libgcc-s1", "zlib1g"}  # in every Debian base image
+
+    def test_build_stage_runs_build_sh_and_runtime_has_every_library(self):
+        needed = self.linked_packages()
+        self.assertIn("libgrpc++1.51", needed)
+        for name in ("Dockerfile", "Dockerfile.cuda"):
+            stages, runtime = self.stages(self.read(name))
+            self.assertIn("build", stages, name)
+            self.assertRegex(stages["build"], r"(?m)^RUN scripts/build\.sh ", name)
+            self.assertIn("COPY --from=build /src/build/pdserve /usr/local/bin/pdserve", runtime)
+            installed = set(re.findall(r"[a-z0-9][a-z0-9+.-]+", runtime.split("apt-get install", 1)[1].split("&&", 1)[0]))
+            self.assertFalse(needed - installed, f"{name}: runtime stage lacks {sorted(needed - installed)}")
+            self.assertIn('ENTRYPOINT ["pdserve"]', runtime)
+            uid = get_values("values-cpu.yaml")["podSecurityContext"]["runAsUser"]
+            self.assertIn(f"USER {uid}:{uid}", runtime)
+        _, runtime = self.stages(self.read("Dockerfile"))
+        self.assertIn(f"COPY models/pdserve-demo {IMAGE_MODEL_DIR}", runtime)
+        self.assertIn("-DPDSERVE_CUDA=OFF", self.read("Dockerfile"))
+        self.assertIn("-DPDSERVE_CUDA=ON", self.read("Dockerfile.cuda"))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pdserve", required=True)
+    args, rest = parser.parse_known_args()
+    PDSERVE = os.path.abspath(args.pdserve)
+    TOOLS = subprocess.run([os.path.join(ROOT, "scripts", "k8s_tools_setup.sh")], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    HELM = os.path.join(TOOLS, "bin", "helm")
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
