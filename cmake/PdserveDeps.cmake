@@ -15,6 +15,19 @@ pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 # The tcp KV transport's mutual TLS.
 find_package(OpenSSL REQUIRED)
+# The ucx KV transport (libucx-dev): PDSERVE_UCX=AUTO builds it when found.
+set(PDSERVE_HAVE_UCX OFF)
+if(NOT PDSERVE_UCX STREQUAL "OFF")
+  if(PDSERVE_UCX STREQUAL "ON")
+    pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
+  else()
+    pkg_check_modules(UCX IMPORTED_TARGET ucx)
+  endif()
+  if(UCX_FOUND)
+    set(PDSERVE_HAVE_UCX ON)
+  endif()
+endif()
+message(STATUS "pdserve: ucx KV transport ${PDSERVE_HAVE_UCX}")
 
 # OpenBLAS' config gives variables, not a target: wrap them once.
 add_library(pdserve_openblas INTERFACE)

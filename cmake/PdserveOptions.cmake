@@ -1,6 +1,8 @@
 # Build options. Every option has one meaning and one place where it is read.
 set(PDSERVE_CUDA "AUTO" CACHE STRING "Build the CUDA backend: AUTO (when nvcc is found), ON, OFF")
 set_property(CACHE PDSERVE_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(PDSERVE_UCX "AUTO" CACHE STRING "Build the ucx KV transport: AUTO (when libucx-dev is found), ON, OFF")
+set_property(CACHE PDSERVE_UCX PROPERTY STRINGS AUTO ON OFF)
 # The CPU kernels are written for AVX2 + FMA + F16C (x86-64-v3): every machine we run on has them.
 # "native" tunes for the build machine; "portable" builds the scalar twins only.
 set(PDSERVE_CPU_ARCH "x86-64-v3" CACHE STRING "CPU target for kernels: x86-64-v3, native or portable")

@@ -87,6 +87,20 @@ class KvTransport {
   virtual TransferPoll Poll(uint64_t tag) = 0;
   // Forgets `tag` (done, failed or abandoned); later pages for it are dropped.
   virtual void Release(uint64_t tag) = 0;
+  // Forgets `tag` of a transfer that did not complete (lease expired, cancelled, failed).
+  // Returns true when no write for it can land in the pool any more: always for transports whose
+  // receiver does every write itself (tcp, local). A one-sided transport (ucx: the sender puts
+  // straight into the pool) returns false while the sender may still have writes in flight, and
+  // calls `quiesced` later, from one of its threads, once the sender acknowledged, finished or is
+  // gone; until then the tag's destination blocks must stay owned (quarantined), never reused.
+  virtual bool ReleaseUnfinished(uint64_t tag, std::function<void()> quiesced) {
+    (void)quiesced;
+    Release(tag);
+    return true;
+  }
+  // A line for logs and the ready line: the endpoint, or what a backend picked (ucx: its
+  // transports).
+  virtual std::string description() const { return endpoint(); }
 
   // Sender side.
   // Queues page copies to `peer` (an endpoint string); they are sent in order, asynchronously,
@@ -100,7 +114,8 @@ class KvTransport {
   virtual void Abort(const std::string& peer, uint64_t tag) = 0;
 };
 
-// "local" (same process) or "tcp". InvalidArgument for another name.
+// "local" (same process), "tcp", or "ucx" (when built with PDSERVE_UCX). InvalidArgument for
+// another name.
 absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view backend,
                                                                const KvTransportOptions& options);
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "common/base/strings.h"
@@ -157,16 +158,36 @@ void SetCorruptKvPageForTesting(int64_t n) {
   f.target.store(n);
 }
 
-int64_t StallBeforeNextPageMs() {
-  static const std::pair<int64_t, int64_t> target = [] {
+namespace {
+std::atomic<int64_t> g_stall_page{0};
+std::atomic<int64_t> g_stall_ms{0};
+std::atomic<int64_t> g_stall_count{0};
+
+void StallFromEnvironmentOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
     const char* v = std::getenv("PDSERVE_FAULT_STALL_KV_PAGE");
-    if (v == nullptr) return std::pair<int64_t, int64_t>{0, 0};
+    if (v == nullptr) return;
     const char* colon = std::strchr(v, ':');
-    return std::pair<int64_t, int64_t>{std::atoll(v), colon ? std::atoll(colon + 1) : 0};
-  }();
-  static std::atomic<int64_t> count{0};
-  if (target.first <= 0) return 0;
-  return count.fetch_add(1) + 1 == target.first ? target.second : 0;
+    g_stall_ms.store(colon ? std::atoll(colon + 1) : 0);
+    g_stall_page.store(std::atoll(v));
+  });
+}
+}  // namespace
+
+int64_t StallBeforeNextPageMs() {
+  StallFromEnvironmentOnce();
+  const int64_t target = g_stall_page.load();
+  if (target <= 0) return 0;
+  return g_stall_count.fetch_add(1) + 1 == target ? g_stall_ms.load() : 0;
+}
+
+void SetStallKvPageForTesting(int64_t n, int64_t ms) {
+  StallFromEnvironmentOnce();
+  g_stall_page.store(0);
+  g_stall_count.store(0);
+  g_stall_ms.store(ms);
+  g_stall_page.store(n);
 }
 
 }  // namespace pdserve

@@ -57,6 +57,8 @@ void SetCorruptKvPageForTesting(int64_t n);
 // MS milliseconds before sending the N-th page (1-based): a transfer that stalls. Returns the
 // wait for the next page (0 for all but that one).
 int64_t StallBeforeNextPageMs();
+// Tests: stall `ms` milliseconds before the n-th page sent from now on (0: none).
+void SetStallKvPageForTesting(int64_t n, int64_t ms);
 
 }  // namespace pdserve
 

@@ -4,6 +4,9 @@
 #include "common/transport/kv_transport.h"
 #include "common/transport/local_transport.h"
 #include "common/transport/tcp_transport.h"
+#ifdef PDSERVE_HAVE_UCX
+#include "common/transport/ucx_transport.h"
+#endif
 
 namespace pdserve {
 
@@ -11,8 +14,18 @@ absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view 
                                                                const KvTransportOptions& options) {
   if (backend == "local") return CreateLocalKvTransport(options);
   if (backend == "tcp") return CreateTcpKvTransport(options);
+#ifdef PDSERVE_HAVE_UCX
+  if (backend == "ucx") return CreateUcxKvTransport(options);
+  constexpr const char* kAvailable = "local, tcp, ucx";
+#else
+  if (backend == "ucx") {
+    return absl::InvalidArgumentError(
+        "KV transport 'ucx' is not built in (PDSERVE_UCX needs libucx-dev: scripts/setup.sh)");
+  }
+  constexpr const char* kAvailable = "local, tcp";
+#endif
   return absl::InvalidArgumentError(
-      Str("unknown KV transport '", backend, "' (available: local, tcp)"));
+      Str("unknown KV transport '", backend, "' (available: ", kAvailable, ")"));
 }
 
 }  // namespace pdserve

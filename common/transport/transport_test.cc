@@ -7,6 +7,8 @@
 #include "common/transport/kv_transport.h"
 #include "gtest/gtest.h"
 
+#include <cstdlib>
+
 namespace pdserve {
 namespace {
 
@@ -24,17 +26,27 @@ TransferPoll WaitDone(KvTransport& t, uint64_t tag) {
 class TransportTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    // "ucx-sm" / "ucx-tcp": the ucx backend over UCX's shared-memory or TCP transports.
+    std::string backend = GetParam();
+    if (backend.rfind("ucx-", 0) == 0) {
+      setenv("UCX_TLS", backend == "ucx-sm" ? "sm,self" : "tcp,self", 1);
+      backend = "ucx";
+    }
+    backend_ = backend;
     src_pool_.resize(1 << 16);
     dst_pool_.assign(1 << 16, 0);
     for (size_t i = 0; i < src_pool_.size(); ++i) src_pool_[i] = static_cast<uint8_t>(i * 7 + 3);
     KvTransportOptions o;
     o.layout = kLayout;
-    sender_ = *CreateKvTransport(GetParam(), o);
-    receiver_ = *CreateKvTransport(GetParam(), o);
+    auto sender = CreateKvTransport(backend_, o);
+    ASSERT_TRUE(sender.ok()) << sender.status();
+    sender_ = std::move(*sender);
+    receiver_ = *CreateKvTransport(backend_, o);
     ASSERT_TRUE(sender_->RegisterPool(src_pool_.data(), src_pool_.size()).ok());
     ASSERT_TRUE(receiver_->RegisterPool(dst_pool_.data(), dst_pool_.size()).ok());
   }
 
+  std::string backend_;
   std::vector<uint8_t> src_pool_, dst_pool_;
   std::unique_ptr<KvTransport> sender_, receiver_;
 };
@@ -92,7 +104,7 @@ TEST_P(TransportTest, AbortReachesTheReceiver) {
 TEST_P(TransportTest, LayoutMismatchIsRefusedNamingTheField) {
   KvTransportOptions other;
   other.layout = "model=m1;block_size=32;kv_dtype=f32;layout=layer,block,kv,head,slot,dim";
-  auto odd = *CreateKvTransport(GetParam(), other);
+  auto odd = *CreateKvTransport(backend_, other);
   ASSERT_TRUE(odd->RegisterPool(src_pool_.data(), src_pool_.size()).ok());
   ASSERT_TRUE(receiver_->Expect(13, {{0, 4096}}).ok());
   std::vector<PageCopy> pages = {{0, 0, 512}};
@@ -102,13 +114,23 @@ TEST_P(TransportTest, LayoutMismatchIsRefusedNamingTheField) {
   EXPECT_NE(s.message().find("block_size"), absl::string_view::npos) << s;
 }
 
-TEST_P(TransportTest, UnknownPeerIsUnavailable) {
+TEST_P(TransportTest, UnknownPeerIsRefused) {
   std::vector<PageCopy> pages = {{0, 0, 16}};
-  const std::string nowhere = GetParam() == "tcp" ? "tcp://127.0.0.1:1" : "local://999999";
+  if (backend_ == "ucx") {
+    // A ucx endpoint carries the peer's address and key: a malformed one is refused at once.
+    EXPECT_EQ(sender_->Submit("ucx:00ff", 1, pages).code(), absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  const std::string nowhere = backend_ == "tcp" ? "tcp://127.0.0.1:1" : "local://999999";
   EXPECT_EQ(sender_->Submit(nowhere, 1, pages).code(), absl::StatusCode::kUnavailable);
 }
 
+#ifdef PDSERVE_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Backends, TransportTest,
+                         ::testing::Values("local", "tcp", "ucx-sm", "ucx-tcp"));
+#else
 INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::Values("local", "tcp"));
+#endif
 
 TEST(TcpTransportTest, LostPeerFailsTheTransfer) {
   std::vector<uint8_t> src(8192, 1), dst(8192, 0);
