@@ -199,7 +199,7 @@ struct TierFlags {
   void Register(FlagSet& flags, bool decode) {
     flags.String("listen", &listen, "gRPC address, host:port (port 0 picks one)");
     flags.String("model", &model, "Hugging Face model directory");
-    flags.String("transport", &transport, "KV transport: tcp or local");
+    flags.String("transport", &transport, "KV transport: tcp, ucx or local");
     flags.String("transport-listen", &transport_listen, "where the KV transport listens (tcp)");
     flags.String("transport-advertise", &transport_advertise,
                  "host peers use to reach the KV transport (tcp; default: the listen host, or the "
@@ -281,7 +281,7 @@ int RunPrefill(const TierFlags& f) {
   auto exporter = f.metrics.Start(&registry);
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   Ready(Str("pdserve prefill ready: grpc=", server->address, " transport=",
-            (*worker)->Info().transport_endpoint(), MetricsReadyField(exporter->get())));
+            (*worker)->TransportDescription(), MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "prefill: draining";
   MarkNotServing(*server);
@@ -321,7 +321,7 @@ int RunDecode(const TierFlags& f) {
   auto exporter = f.metrics.Start(&registry);
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   Ready(Str("pdserve decode ready: grpc=", server->address, " transport=",
-            (*worker)->Info().transport_endpoint(), MetricsReadyField(exporter->get())));
+            (*worker)->TransportDescription(), MetricsReadyField(exporter->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "decode: draining";
   MarkNotServing(*server);

@@ -33,6 +33,7 @@ struct DecodeWorker::Remote {
 absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
     const DecodeWorkerOptions& options) {
   std::unique_ptr<DecodeWorker> w(new DecodeWorker(options));
+  w->mailbox_->worker = w.get();
   PD_ASSIGN_OR_RETURN(w->core_, WorkerCore::Create(options.model_dir, options.engine,
                                                    options.transport, options.transport_options));
   w->engine_ = w->core_.engine.get();
@@ -45,6 +46,10 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
 }
 
 DecodeWorker::~DecodeWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mailbox_->mu);
+    mailbox_->worker = nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -70,12 +75,13 @@ void DecodeWorker::Cancel(const std::string& request_id) {
   Post([this, request_id] {
     auto it = active_.find(request_id);
     if (it == active_.end()) return;
+    std::vector<RequestOutput> aborted;
     if (it->second.remote) {
       it->second.remote->context.TryCancel();
-      transport_->Release(it->second.remote->tag);
+      DropReservation(request_id, it->second.remote->tag, &aborted);
+    } else {
+      engine_->Abort(request_id, &aborted);
     }
-    std::vector<RequestOutput> aborted;
-    engine_->Abort(request_id, &aborted);
     for (const RequestOutput& out : aborted) metrics_->Observe(out);
     active_.erase(it);
   });
@@ -320,14 +326,40 @@ void DecodeWorker::FallBackToLocal(const std::string& request_id, const absl::St
   PD_LOG(Warning) << "request " << request_id << ": remote prefill failed (" << why
                   << "); prefilling locally";
   remote->context.TryCancel();
-  transport_->Release(remote->tag);
-  engine_->Abort(request_id, nullptr);  // Frees the reservation.
+  DropReservation(request_id, remote->tag, nullptr);
   if (absl::Status s = engine_->AddRequest(request_id, remote->prompt, remote->params); !s.ok()) {
     it->second.sink->OnError(s);
     active_.erase(it);
     return;
   }
   ++local_prefills_;
+}
+
+void DecodeWorker::DropReservation(const std::string& request_id, uint64_t tag,
+                                   std::vector<RequestOutput>* outputs) {
+  auto kept = std::make_shared<std::string>();
+  std::weak_ptr<Mailbox> mailbox = mailbox_;
+  const bool quiescent = transport_->ReleaseUnfinished(tag, [mailbox, kept] {
+    // On a transport thread: hand the blocks back on the scheduler thread (after this function
+    // returned there, so *kept is set).
+    auto box = mailbox.lock();
+    if (!box) return;
+    std::lock_guard<std::mutex> lock(box->mu);
+    if (box->worker == nullptr) return;
+    DecodeWorker* w = box->worker;
+    w->Post([w, kept] {
+      w->engine_->ReleaseHeld(*kept);
+      --w->quarantined_;
+    });
+  });
+  if (quiescent) {
+    engine_->Abort(request_id, outputs);  // Frees the reservation.
+    return;
+  }
+  *kept = engine_->AbortKeepingBlocks(request_id, outputs);
+  ++quarantined_;
+  PD_LOG(Debug) << "request " << request_id << ": reservation kept until transfer " << tag
+                << " is quiescent";
 }
 
 void DecodeWorker::Dispatch(std::vector<RequestOutput>& outputs) {

@@ -83,6 +83,8 @@ class DecodeWorker {
 
   void Submit(DecodeJob job, std::shared_ptr<DecodeSink> sink);
   void Cancel(const std::string& request_id);
+  // The KV transport for the ready line and logs (ucx: the UCX transports it may use).
+  std::string TransportDescription() const { return transport_->description(); }
   internal::v1::WorkerInfo Info();
   // Load reports and KV events for routers (WatchLoad).
   LoadPublisher* publisher() { return &publisher_; }
@@ -107,6 +109,11 @@ class DecodeWorker {
   // `reason` labels kv_transfer_failures_total.
   void FallBackToLocal(const std::string& request_id, const absl::Status& why,
                        const std::string& reason);
+  // Ends a remote prefill that did not complete: the transfer is released and the reservation
+  // freed, or, while a one-sided transport's sender may still write into it, kept (quarantined)
+  // until the transport reports it quiescent.
+  void DropReservation(const std::string& request_id, uint64_t tag,
+                       std::vector<RequestOutput>* outputs);
   void Dispatch(std::vector<RequestOutput>& outputs);
   void PublishInfo();
   internal::v1::PrefillWorker::Stub* PrefillStub(const std::string& address);
@@ -123,6 +130,14 @@ class DecodeWorker {
   std::vector<RequestOutput> outputs_;
   TransferCounters transfers_;
   int64_t remote_prefills_ = 0, local_prefills_ = 0;
+  int64_t quarantined_ = 0;  // Reservations kept until their transfer is quiescent.
+
+  // Lets transport callbacks reach the scheduler thread only while this worker exists.
+  struct Mailbox {
+    std::mutex mu;
+    DecodeWorker* worker = nullptr;
+  };
+  std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
 
   // Shared with other threads.
   CommandQueue commands_;

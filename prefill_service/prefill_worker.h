@@ -53,6 +53,8 @@ class PrefillWorker {
   // `done` called with Cancelled; one already sending finishes (its blocks must stay valid until
   // the transport has read them).
   void Cancel(uint64_t ticket);
+  // The KV transport for the ready line and logs (ucx: the UCX transports it may use).
+  std::string TransportDescription() const { return transport_->description(); }
   internal::v1::WorkerInfo Info();
   // Load reports and KV events for routers (WatchLoad).
   LoadPublisher* publisher() { return &publisher_; }

@@ -424,6 +424,36 @@ TEST(EngineTest, RemoteReservationAbortFreesBlocks) {
   EXPECT_FALSE(engine->HasUnfinished());
 }
 
+TEST(EngineTest, ReservationKeptAfterAbortUntilReleased) {
+  // A one-sided transport may still write into an abandoned reservation: its blocks stay taken
+  // under another name while the request id is free again at once.
+  auto engine = *LLMEngine::Create(ModelDir("llama"), SmallOptions());
+  auto plan = engine->ReserveForRemotePrefill("x", Prompt(30, 1), Greedy(4));
+  ASSERT_TRUE(plan.ok());
+  const std::vector<BlockId> reserved(plan->blocks.begin(), plan->blocks.end());
+  const int64_t used = engine->Stats().kv.used_blocks;
+  std::vector<RequestOutput> outs;
+  const std::string kept = engine->AbortKeepingBlocks("x", &outs);
+  ASSERT_FALSE(kept.empty());
+  ASSERT_EQ(outs.size(), 1u);
+  EXPECT_EQ(outs[0].finish_reason, "abort");
+  EXPECT_EQ(engine->Stats().kv.used_blocks, used);
+  EXPECT_FALSE(engine->HasUnfinished());
+  // The same id runs again, locally, on other blocks.
+  ASSERT_TRUE(engine->AddRequest("x", Prompt(30, 1), Greedy(4)).ok());
+  std::vector<RequestOutput> run;
+  while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step(&run).ok());
+  EXPECT_EQ(run.back().finish_reason, "length");
+  ASSERT_EQ(engine->BlockTable(kept).size(), reserved.size());
+  for (BlockId b : engine->BlockTable(kept)) {
+    EXPECT_NE(std::find(reserved.begin(), reserved.end(), b), reserved.end());
+  }
+  EXPECT_EQ(engine->Stats().kv.used_blocks, used);  // Only the kept reservation.
+  engine->ReleaseHeld(kept);
+  EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
+  EXPECT_EQ(engine->AbortKeepingBlocks("unknown"), "");
+}
+
 TEST(EngineTest, OutputsCarryTokenGapsAndPhaseTimes) {
   auto engine = *LLMEngine::Create(ModelDir("llama"), SmallOptions());
   ASSERT_TRUE(engine->AddRequest("t", Prompt(20, 3), Greedy(4)).ok());

@@ -263,6 +263,30 @@ void LLMEngine::ReleaseHeld(const std::string& request_id) {
   sequences_.erase(it);
 }
 
+std::string LLMEngine::AbortKeepingBlocks(const std::string& request_id,
+                                          std::vector<RequestOutput>* outputs) {
+  auto it = sequences_.find(request_id);
+  if (it == sequences_.end()) return "";
+  if (outputs != nullptr && !it->second->held) {
+    RequestOutput out = MakeOutput(*it->second);
+    SetFinished(*it->second, "abort", &out);
+    outputs->push_back(std::move(out));
+  }
+  std::unique_ptr<Sequence> seq = std::move(it->second);
+  sequences_.erase(it);
+  options_by_request_.erase(request_id);
+  if (!seq->held) {
+    scheduler_->RemoveKeepBlocks(seq.get());
+    seq->held = true;
+    ++held_;
+  }
+  // A name no request id can take (ids are printable; this has a NUL).
+  std::string name = Str(request_id, std::string_view("\0kept#", 6), ++next_kept_);
+  seq->request_id = name;
+  sequences_.emplace(name, std::move(seq));
+  return name;
+}
+
 void LLMEngine::SetLayerObserver(LayerObserver observer) {
   layer_observer_ = std::move(observer);
   if (layer_observer_) {

@@ -125,6 +125,11 @@ class LLMEngine {
   absl::Span<const BlockId> BlockTable(const std::string& request_id) const;
   // Frees a held request's blocks.
   void ReleaseHeld(const std::string& request_id);
+  // Ends the request like Abort (no output) but keeps its blocks, held under a new name that
+  // this returns ("" if unknown), so the request id can be used again at once. For a reservation
+  // a one-sided transport may still write into: ReleaseHeld(name) once it is quiescent.
+  std::string AbortKeepingBlocks(const std::string& request_id,
+                                 std::vector<RequestOutput>* outputs = nullptr);
 
   // Called during Step after each layer's KV is in the pool, with the step's schedule (sequences'
   // num_computed is still the value before the step).
@@ -175,6 +180,7 @@ class LLMEngine {
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
   absl::flat_hash_map<std::string, RequestOptions> options_by_request_;
   size_t held_ = 0;  // Finished requests whose blocks are kept (still in sequences_).
+  uint64_t next_kept_ = 0;  // Names of AbortKeepingBlocks' held sequences.
   LayerObserver layer_observer_;
   SeqId next_seq_id_ = 1;
   EngineStats stats_;

@@ -304,6 +304,7 @@ class UcxKvTransport : public KvTransport {
     bool cancel = false;   // The receiver gave it up.
     bool abort = false;    // Abort was called.
     bool posted = false;   // A put was posted.
+    int64_t stall_ms = 0;  // Fault injection: freeze before the next run of pages.
     absl::Status status;   // Why, when kFailed.
     Clock::time_point deadline = Clock::time_point::max();
   };
@@ -608,13 +609,26 @@ void UcxKvTransport::Loop() {
     if (++idle < 64) continue;
     // Nothing happened lately: sleep briefly (shorter while transfers are open), or until a
     // command arrives. UCX needs progress calls for its keepalive, so never sleep long.
-    bool busy = !outgoing_.empty();
-    if (!busy) {
+    // A sender with puts to post, a flush or a GO outstanding keeps progressing (UCX completes
+    // puts and flushes inside progress calls). A receiver with an open transfer naps 50 us (its
+    // acknowledgements pace the sender's flush); an idle transport naps 1 ms (UCX's keepalive
+    // needs progress calls now and then). Measured choices: bench/RESULTS.md.
+    bool sending = false;
+    for (const auto& [key, out] : outgoing_) {
+      sending |= out->state == Outgoing::kWaitGo || out->state == Outgoing::kFlushing ||
+                 (out->state == Outgoing::kSending && !out->queue.empty());
+    }
+    if (sending) {
+      if (idle % 256 == 0) std::this_thread::yield();
+      continue;
+    }
+    bool receiving = false;
+    {
       std::lock_guard<std::mutex> lock(recv_mu_);
-      for (const auto& [tag, in] : incoming_) busy |= in.begun;
+      for (const auto& [tag, in] : incoming_) receiving |= in.begun;
     }
     std::unique_lock<std::mutex> lock(cmd_mu_);
-    cmd_cv_.wait_for(lock, busy ? std::chrono::microseconds(50) : std::chrono::microseconds(1000),
+    cmd_cv_.wait_for(lock, std::chrono::microseconds(receiving ? 50 : 1000),
                      [&] { return !commands_.empty() || stop_.load(); });
   }
 }
@@ -907,6 +921,14 @@ void UcxKvTransport::Pump(Outgoing& out) {
       ++n;
     }
     std::vector<size_t> corrupted;
+    if (out.stall_ms > 0) {
+      // Tests only: the sending process freezes before this page (earlier puts were posted and
+      // still land). Tests wait for this line to know the transfer is under way and stalled.
+      PD_LOG(Warning) << "fault injection: KV transfer " << out.tag << " stalls " << out.stall_ms
+                      << " ms after its first " << out.stats.pages << " pages";
+      std::this_thread::sleep_for(std::chrono::milliseconds(out.stall_ms));
+      out.stall_ms = 0;
+    }
     for (size_t i = 0; i < n; ++i) {
       const PageCopy& page = out.queue[i];
       // The remote key covers the whole pool: refuse a copy outside the announced blocks before
@@ -920,9 +942,18 @@ void UcxKvTransport::Pump(Outgoing& out) {
         out.queue.clear();
         return StartFlush(out, kAbort);
       }
-      if (const int64_t stall = StallBeforeNextPageMs(); stall > 0) {
-        // Tests only: the sending process freezes (puts already posted still land).
+      if (const int64_t stall = StallBeforeNextPageMs(); stall > 0) {  // Tests only.
+        out.stall_ms = stall;
+        if (i > 0) {  // Post the pages before it first; stall before the next run.
+          n = i;
+          run = 0;
+          for (size_t k = 0; k < n; ++k) run += out.queue[k].bytes;
+          break;
+        }
+        PD_LOG(Warning) << "fault injection: KV transfer " << out.tag << " stalls " << stall
+                        << " ms after its first " << out.stats.pages << " pages";
         std::this_thread::sleep_for(std::chrono::milliseconds(stall));
+        out.stall_ms = 0;
       }
       out.hash.Update(pool_ + page.src_offset, page.bytes);
       ++out.stats.pages;

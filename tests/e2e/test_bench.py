@@ -106,10 +106,17 @@ class BenchTest(unittest.TestCase):
         self.assertLess(j["decode_scheduler_share"], 0.25)
 
     def test_transport_bench_json(self):
-        for transport in ("tcp", "local"):
-            out = run("bench-transport", "--transport", transport, "--bytes", str(4 << 20),
-                      "--page-bytes", "4096", "--repeats", "1", "--format", "json")
+        for transport, tls in (("tcp", None), ("local", None), ("ucx", "sm"), ("ucx", "tcp")):
+            args = [PDSERVE, "bench-transport", "--transport", transport, "--bytes", str(4 << 20),
+                    "--page-bytes", "4096", "--repeats", "1", "--format", "json"]
+            env = dict(os.environ, UCX_TLS=f"{tls},self") if tls else None
+            out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+            if transport == "ucx" and "not built in" in out.stderr:
+                continue  # A build without libucx-dev (PDSERVE_UCX=OFF).
+            self.assertEqual(out.returncode, 0, out.stderr)
             j = json.loads(out.stdout)
+            if transport == "ucx":
+                self.assertIn("memory" if tls == "sm" else "tcp/", j["transport_detail"])
             self.assertEqual(j["pages"], 1024)
             for key in ("kv_gb_s", "socket_gb_s", "memcpy_gb_s", "kv_socket_ratio"):
                 self.assertGreater(j[key], 0, key)
@@ -144,7 +151,7 @@ class BenchTest(unittest.TestCase):
             (["bench", "--server", "127.0.0.1:1", "--sweep", "1,x"], "--sweep"),
             (["bench", "--server", "127.0.0.1:1", "--workload", "sharegpt"], "--workload"),
             (["bench", "--server", "127.0.0.1:1", "--range-ratio", "1.5"], "--range-ratio"),
-            (["bench-transport", "--transport", "ucx"], "--transport"),
+            (["bench-transport", "--transport", "rdma"], "--transport"),
             (["bench-transport", "--bytes", "10"], "--bytes"),
             (["bench-transport", "--bytes", str(64 << 30)], "--bytes"),
             (["bench", "--server", "127.0.0.1:1", "--num-prompts", "20000"], "--max-concurrency"),

@@ -43,7 +43,7 @@ NAMESPACE = "serving"
 # What the GPU values files use that this binary does not have yet: each names the issue that
 # builds it. When it lands the test fails until the entry is removed.
 PENDING_FLAGS = {"--device": "issue 13 (the CUDA engine)"}
-PENDING_TRANSPORTS = {"nccl": "issue 13", "cuda_ipc": "issue 13", "ucx": "issue 18"}
+PENDING_TRANSPORTS = {"nccl": "issue 13", "cuda_ipc": "issue 13"}
 # Read by every command from the environment without being a flag (common/base/log.cc).
 PROCESS_ENV = {"PDSERVE_LOG_LEVEL"}
 # Where deploy/docker/Dockerfile puts the demo model in the image.
@@ -205,6 +205,7 @@ class HelmChecks(unittest.TestCase):
             (None, ["router.replica=2"], "additional properties 'replica' not allowed"),
             (None, ["ports.decode=70000"], "at '/ports/decode': maximum"),
             (None, ["tls.enabled=true"], "at '/tls/secretName'"),
+            (None, ["extraEnv[0].value=x"], "at '/extraEnv/0': missing property 'name'"),
         ]
         for values, sets, message in cases:
             out = render(values, sets)
@@ -425,6 +426,8 @@ class Consistency(unittest.TestCase):
                         continue
                     self.assertIn(values, GPU_FILES, f"pdserve {tier} has no flag {flag}")
                     self.assertIn(flag, PENDING_FLAGS, f"pdserve {tier} has no flag {flag}")
+                if values == "values-gpu-rdma.yaml":
+                    self.assertIn({"name": "UCX_TLS", "value": "rc,sm,self"}, c["env"])
                 for e in c["env"]:
                     if e["name"].startswith("PDSERVE_"):
                         self.assertTrue(e["name"] in variables or e["name"] in PROCESS_ENV,

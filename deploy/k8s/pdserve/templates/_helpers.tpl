@@ -89,6 +89,9 @@ app.kubernetes.io/component: {{ .tier }}
       name: {{ $cm }}
       key: PDSERVE_{{ . }}
 {{- end }}
+{{- with .root.Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "pdserve.containerSecurityContext" -}}
