@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # TTFT through the disaggregated path (router + prefill worker + decode worker, KV pages over
-# tcp) against `pdserve serve` (the same engines in one process), same model, same prompts,
-# one request at a time, measured in one run. Prints both `pdserve bench` summaries and the ratio.
+# tcp, or KV_TRANSPORT) against `pdserve serve` (the same engines in one process), same model,
+# same prompts, one request at a time, measured in one run. Prints both `pdserve bench`
+# summaries and the ratio.
 #
 #   bench/ttft_disagg.sh MODEL_DIR [INPUT_LEN] [NUM_PROMPTS] [THREADS]
+#   KV_TRANSPORT=ucx UCX_TLS=sm,self bench/ttft_disagg.sh MODEL_DIR 1024 6 2
 set -euo pipefail
 model=$1
 input_len=${2:-1024}
@@ -45,9 +47,10 @@ bench=(--workload random --input-len "$input_len" --output-len 2 --num-prompts "
 # Disaggregated: every prompt is longer than --local-prefill-tokens, so each goes to the prefill
 # worker and its KV pages cross tcp. Prefix caching off on both tiers: every request is a fresh
 # prefill (the prompts are random anyway).
-start prefill prefill --listen 127.0.0.1:0 "${engine[@]}" --no-enable-prefix-caching
+transport=(--transport "${KV_TRANSPORT:-tcp}")
+start prefill prefill --listen 127.0.0.1:0 "${engine[@]}" "${transport[@]}" --no-enable-prefix-caching
 prefill=$addr
-start decode decode --listen 127.0.0.1:0 "${engine[@]}" --no-enable-prefix-caching
+start decode decode --listen 127.0.0.1:0 "${engine[@]}" "${transport[@]}" --no-enable-prefix-caching
 decode=$addr
 start router router --listen 127.0.0.1:0 --model "$model" --prefill "$prefill" --decode "$decode"
 router=$addr
@@ -60,10 +63,10 @@ start serve serve --listen 127.0.0.1:0 "${engine[@]}" --no-enable-prefix-caching
 serve=$addr
 "$bin" bench --server "$serve" "${bench[@]}" >"$dir/serve.json"
 
-python3 - "$dir/disagg.json" "$dir/serve.json" <<'PY'
+python3 - "$dir/disagg.json" "$dir/serve.json" "${KV_TRANSPORT:-tcp}" <<'PY'
 import json, sys
 d, s = (json.load(open(p))[0] for p in sys.argv[1:3])
-for name, r in (("disaggregated (tcp)", d), ("serve (one process)", s)):
+for name, r in ((f"disaggregated ({sys.argv[3]})", d), ("serve (one process)", s)):
     print(f"{name:22s} TTFT mean {r['ttft_mean_ms']:8.1f} ms  p50 {r['ttft_p50_ms']:8.1f} ms  "
           f"p99 {r['ttft_p99_ms']:8.1f} ms  ok {int(r['ok'])}/{int(r['ok'] + r['failed'])}  "
           f"remote prefills {r.get('remote_prefills', '-')}")

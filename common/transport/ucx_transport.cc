@@ -42,6 +42,10 @@ enum MsgType : uint8_t {
   kAbort,       // S->R: sender id, tag, status code, message (after a flush)
   kCancel,      // R->S: receiver id, tag
   kCancelled,   // S->R: sender id, tag (after a flush)
+  kFlushing,    // S->R: sender id, tag; the sender's final flush follows (the receiver's
+                //   acknowledgements pace it, so the receiver polls hard until the end)
+  kPutting,     // S->R: sender id, tag; puts are being posted now (at most every millisecond):
+                //   the receiver polls hard for the next 2 ms, as their completion needs it
   kBye,         // either way: id, role (0 sender, 1 receiver), tag 0; the transport is closing
                 // (a sender's puts are flushed first)
 };
@@ -279,6 +283,8 @@ class UcxKvTransport : public KvTransport {
     uint64_t sender = 0;
     bool begun = false;
     bool released = false;
+    bool flushing = false;  // The sender announced its final flush: poll without napping.
+    Clock::time_point hurry_until{};  // The sender is putting: poll without napping until then.
     std::function<void()> quiesced;
   };
   // A receiver this transport sends to (progress thread only).
@@ -304,6 +310,7 @@ class UcxKvTransport : public KvTransport {
     bool cancel = false;   // The receiver gave it up.
     bool abort = false;    // Abort was called.
     bool posted = false;   // A put was posted.
+    Clock::time_point last_putting{};  // When the receiver was last told puts are coming.
     int64_t stall_ms = 0;  // Fault injection: freeze before the next run of pages.
     absl::Status status;   // Why, when kFailed.
     Clock::time_point deadline = Clock::time_point::max();
@@ -610,25 +617,28 @@ void UcxKvTransport::Loop() {
     // Nothing happened lately: sleep briefly (shorter while transfers are open), or until a
     // command arrives. UCX needs progress calls for its keepalive, so never sleep long.
     // A sender with puts to post, a flush or a GO outstanding keeps progressing (UCX completes
-    // puts and flushes inside progress calls). A receiver with an open transfer naps 50 us (its
-    // acknowledgements pace the sender's flush); an idle transport naps 1 ms (UCX's keepalive
-    // needs progress calls now and then). Measured choices: bench/RESULTS.md.
-    bool sending = false;
+    // puts and flushes inside progress calls), and so does a receiver whose sender announced its
+    // final flush (its acknowledgements pace that flush: 7.8 ms to flush 64 MiB over cma with a
+    // polling receiver, 15-33 ms with one that naps). Otherwise nap 1 ms, also while a transfer
+    // into this pool is open but its sender is still computing (waking every 50 us for the
+    // whole of a prefill took CPU from the engines on this host: TTFT 1.25x serve instead of
+    // 0.95x over tcp). UCX's keepalive needs progress calls now and then, so never longer.
+    bool busy = false;
     for (const auto& [key, out] : outgoing_) {
-      sending |= out->state == Outgoing::kWaitGo || out->state == Outgoing::kFlushing ||
-                 (out->state == Outgoing::kSending && !out->queue.empty());
+      busy |= out->state == Outgoing::kWaitGo || out->state == Outgoing::kFlushing ||
+              (out->state == Outgoing::kSending && !out->queue.empty());
     }
-    if (sending) {
+    if (!busy) {
+      std::lock_guard<std::mutex> lock(recv_mu_);
+      const auto now = Clock::now();
+      for (const auto& [tag, in] : incoming_) busy |= in.begun && (in.flushing || now < in.hurry_until);
+    }
+    if (busy) {
       if (idle % 256 == 0) std::this_thread::yield();
       continue;
     }
-    bool receiving = false;
-    {
-      std::lock_guard<std::mutex> lock(recv_mu_);
-      for (const auto& [tag, in] : incoming_) receiving |= in.begun;
-    }
     std::unique_lock<std::mutex> lock(cmd_mu_);
-    cmd_cv_.wait_for(lock, std::chrono::microseconds(receiving ? 50 : 1000),
+    cmd_cv_.wait_for(lock, std::chrono::microseconds(1000),
                      [&] { return !commands_.empty() || stop_.load(); });
   }
 }
@@ -768,6 +778,19 @@ void UcxKvTransport::Handle(std::string_view message) {
       if (remote->info.receiver_id == id) endpoint = e;
     }
     if (!endpoint.empty()) DropRemote(endpoint, absl::UnavailableError("KV peer closed"));
+    return;
+  }
+  if (type == kFlushing || type == kPutting) {
+    const uint64_t sender = r.U64();
+    const uint64_t tag = r.U64();
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    auto it = incoming_.find(tag);
+    if (!r.ok() || it == incoming_.end() || it->second.sender != sender) return;
+    if (type == kFlushing) {
+      it->second.flushing = true;
+    } else {
+      it->second.hurry_until = Clock::now() + std::chrono::milliseconds(2);
+    }
     return;
   }
   if (type == kBegin || type == kDone || type == kAbort || type == kCancelled) {
@@ -910,6 +933,13 @@ void UcxKvTransport::Pump(Outgoing& out) {
     return StartFlush(out, out.cancel ? kCancelled : kAbort);
   }
   RemotePeer* peer = remotes_[out.peer].get();
+  if (!out.queue.empty()) {
+    const auto now = Clock::now();
+    if (now - out.last_putting > std::chrono::milliseconds(1)) {
+      SendAm(peer->ep, Writer().U8(kPutting).U64(id_).U64(out.tag).Take());
+      out.last_putting = now;
+    }
+  }
   while (!out.queue.empty()) {
     // A run of pages contiguous on both sides becomes one put.
     size_t n = 1;
@@ -993,6 +1023,7 @@ void UcxKvTransport::Pump(Outgoing& out) {
 void UcxKvTransport::StartFlush(Outgoing& out, uint8_t then) {
   RemotePeer* peer = remotes_[out.peer].get();
   out.state = Outgoing::kFlushing;
+  SendAm(peer->ep, Writer().U8(kFlushing).U64(id_).U64(out.tag).Take());
   if (send_timeout_ms_ > 0) out.deadline = Clock::now() + std::chrono::milliseconds(send_timeout_ms_);
   auto* ctx = new FlushContext{this, {out.peer, out.tag}, then};
   ucp_request_param_t p{};

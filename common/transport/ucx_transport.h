@@ -12,7 +12,8 @@
 //   receiver -> GO(tag, the announced byte ranges) | REFUSE(tag, why)
 //   sender: checks every page against those ranges (the remote key covers the whole pool, so an
 //           out-of-range copy is refused before it is posted), puts them (contiguous pages in one
-//           put), flushes the endpoint, then -> DONE(tag, pages, bytes, XXH3-64, page list)
+//           put; PUTTING tells the receiver to poll meanwhile), -> FLUSHING, flushes the
+//           endpoint, then -> DONE(tag, pages, bytes, XXH3-64, page list)
 //   receiver: hashes the listed pages in its pool in that order (ReceiveTracker, as tcp) and
 //           compares with the summary.
 // The receiver can give a transfer up (ReleaseUnfinished): if the sender began and has not

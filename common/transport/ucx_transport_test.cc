@@ -101,6 +101,41 @@ TEST_P(UcxTransportTest, ThousandsOfPagesInOneTransfer) {
   }
 }
 
+TEST_P(UcxTransportTest, LongScatteredTransferLandsAndIsHashedInOrder) {
+  // 24 MiB in 1,024 pages of 24 KiB, destinations in a shuffled block order (no two pages
+  // coalesce): 1,024 puts, a 16 KiB page list fetched by rendezvous, hashed in the sender's order.
+  constexpr uint64_t kPage = 24576, kPages = 1024;
+  std::vector<uint8_t> src(kPage * kPages), dst(kPage * kPages, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>((i * 2654435761u) >> 11);
+  auto sender = Make(src);
+  auto receiver = Make(dst);
+  std::vector<PageCopy> pages;
+  for (uint64_t i = 0; i < kPages; ++i) {
+    const uint64_t block = (i * 389) % kPages;  // A permutation: 389 is prime to 1,024.
+    pages.push_back({i * kPage, block * kPage, kPage});
+  }
+  ASSERT_TRUE(receiver->Expect(12, {{0, kPage * kPages}}).ok());
+  for (size_t i = 0; i < pages.size(); i += 64) {
+    ASSERT_TRUE(sender->Submit(receiver->endpoint(), 12, {pages.data() + i, 64}).ok());
+  }
+  std::atomic<bool> finished{false};
+  TransferStats sent;
+  sender->Finish(receiver->endpoint(), 12, [&](absl::StatusOr<TransferStats> s) {
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (s.ok()) sent = *s;
+    finished = true;
+  });
+  WaitFor([&] { return receiver->Poll(12).state != TransferState::kPending; }, 60s);
+  const TransferPoll p = receiver->Poll(12);
+  ASSERT_EQ(p.state, TransferState::kDone) << p.status;
+  ASSERT_TRUE(WaitFor([&] { return finished.load(); }));
+  EXPECT_EQ(p.stats.pages, static_cast<int64_t>(kPages));
+  EXPECT_EQ(p.stats.checksum, sent.checksum);
+  for (const PageCopy& page : pages) {
+    ASSERT_EQ(std::memcmp(&dst[page.dst_offset], &src[page.src_offset], page.bytes), 0);
+  }
+}
+
 TEST_P(UcxTransportTest, CorruptedPageIsRefusedByTheChecksum) {
   ASSERT_TRUE(receiver_->Expect(4, {{0, 65536}}).ok());
   SetCorruptKvPageForTesting(2);
