@@ -255,6 +255,11 @@ struct TierFlags {
     if (absl::Status s = addresses.Check(); !s.ok()) {
       return ReportError(cmd, s, AddressExitCode(s));
     }
+    if (transport == "ucx" && security.tls.mutual()) {
+      // One-sided RDMA puts carry no TLS: say so rather than let --tls-ca suggest otherwise.
+      PD_LOG(Warning) << cmd << ": KV pages over ucx are not encrypted; --tls-ca protects the "
+                      << "gRPC calls between the tiers only (use tcp for encrypted KV pages)";
+    }
     return -1;
   }
 };

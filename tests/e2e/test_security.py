@@ -264,6 +264,26 @@ class SecurityTest(unittest.TestCase):
         finally:
             self.assertEqual(serve.stop(), 0, serve.stderr()[-3000:])
 
+    def test_ucx_with_mutual_tls_says_its_pages_are_not_encrypted(self):
+        ucx = subprocess.run([PDSERVE, "bench-transport", "--transport", "ucx", "--bytes", "65536",
+                              "--page-bytes", "4096", "--repeats", "1"], capture_output=True, text=True,
+                             timeout=60, env=dict(os.environ, UCX_TLS="sm,self"))
+        if "not built in" in ucx.stderr:
+            self.skipTest("built without libucx-dev")
+        p = cluster.Process(PDSERVE, ["decode", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
+                                      "--kv-memory-gib", "0.05", "--transport", "ucx", *tls_args()],
+                            env={"UCX_TLS": "sm,self", "PDSERVE_LOG_LEVEL": "warning"})
+        try:
+            self.assertIn("KV pages over ucx are not encrypted", p.stderr())
+        finally:
+            self.assertEqual(p.stop(), 0)
+        p = cluster.Process(PDSERVE, ["decode", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
+                                      "--kv-memory-gib", "0.05", *tls_args()])
+        try:
+            self.assertNotIn("not encrypted", p.stderr())  # tcp: the pages are encrypted.
+        finally:
+            self.assertEqual(p.stop(), 0)
+
     def test_bad_tls_and_key_flags_are_usage_errors(self):
         with open(path("empty-keys.txt"), "w") as f:
             f.write("# none\n\n")
