@@ -1,6 +1,7 @@
 #include "common/transport/ucx_transport.h"
 
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -133,10 +134,15 @@ absl::Status UcxError(std::string_view what, ucs_status_t status) {
 }
 
 // Who a peer process is, so that a peer on this host whose endpoint has no UCX failure detection
-// (shared memory: "no peer failure handler") can still be found dead: same boot, pid and start
-// time. A process that is gone can put nothing more into our pool.
+// (shared memory: "no peer failure handler") can still be found dead: same boot and pid
+// namespace, then pid and start time. A process that is gone can put nothing more into our
+// pool. Peers in another pid namespace (another container) are treated as another host: UCX's
+// own failure detection, which rules out its shared-memory transports between them.
 struct ProcessId {
   std::string boot_id;
+  // The pid namespace ("pid:[4026531836]"): two containers on one node share the boot id but
+  // not their pids, and cannot see each other's /proc.
+  std::string pid_ns;
   uint64_t pid = 0;
   uint64_t start_time = 0;
 };
@@ -175,6 +181,9 @@ const ProcessId& Self() {
   static const ProcessId self = [] {
     ProcessId p;
     p.boot_id = ReadSmallFile("/proc/sys/kernel/random/boot_id");
+    char ns[128] = {0};
+    const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+    if (n > 0) p.pid_ns.assign(ns, static_cast<size_t>(n));
     p.pid = static_cast<uint64_t>(::getpid());
     p.start_time = StartTime(p.pid, nullptr);
     return p;
@@ -182,19 +191,28 @@ const ProcessId& Self() {
   return self;
 }
 
+// This host and this pid namespace: its pid can be looked up in our /proc.
+bool SameProcessSpace(const ProcessId& p) {
+  return !p.boot_id.empty() && !p.pid_ns.empty() && p.boot_id == Self().boot_id &&
+         p.pid_ns == Self().pid_ns;
+}
+
 // False only when the process is known to be gone (same host, and no such live process).
 bool MaybeAlive(const ProcessId& p) {
-  if (p.boot_id.empty() || p.boot_id != Self().boot_id) return true;  // Another host: unknown.
+  if (!SameProcessSpace(p)) return true;  // Another host or pid namespace: unknown.
   bool zombie = false;
   const uint64_t start = StartTime(p.pid, &zombie);
   return start != 0 && start == p.start_time && !zombie;
 }
 
-void WriteProcess(Writer& w, const ProcessId& p) { w.Str(p.boot_id).U64(p.pid).U64(p.start_time); }
+void WriteProcess(Writer& w, const ProcessId& p) {
+  w.Str(p.boot_id).Str(p.pid_ns).U64(p.pid).U64(p.start_time);
+}
 
 ProcessId ReadProcess(Reader& r) {
   ProcessId p;
   p.boot_id = std::string(r.Bytes());
+  p.pid_ns = std::string(r.Bytes());
   p.pid = r.U64();
   p.start_time = r.U64();
   return p;
@@ -659,7 +677,7 @@ ucp_ep_h UcxKvTransport::Connect(std::string_view address, bool to_sender, uint6
   // On this host: no UCX failure detection, which would rule out the shared-memory transports
   // (UCX 1.13's have no peer-failure handler); the peer's process is watched instead
   // (WatchProcesses) and a closing transport says goodbye. On another host: UCX's own (PEER).
-  const bool same_host = !peer.boot_id.empty() && peer.boot_id == Self().boot_id;
+  const bool same_host = SameProcessSpace(peer);
   if (!same_host) st = ucp_ep_create(worker_, &p, &ep);
   *detects_failure = st == UCS_OK;
   if (st != UCS_OK) {
