@@ -10,6 +10,19 @@
 
 namespace pdserve {
 
+bool RangesContain(const std::vector<ByteRange>& allowed, uint64_t offset, uint64_t len) {
+  for (const ByteRange& r : allowed) {
+    if (offset >= r.begin && offset + len <= r.end && offset + len >= offset) return true;
+  }
+  return false;
+}
+
+std::vector<ByteRange> ReceiveTracker::Allowed(uint64_t tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = transfers_.find(tag);
+  return it == transfers_.end() ? std::vector<ByteRange>() : it->second->allowed;
+}
+
 void ReceiveTracker::SetPool(uint8_t* base, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   base_ = base;
@@ -45,14 +58,7 @@ absl::StatusOr<uint8_t*> ReceiveTracker::PageDestination(uint64_t tag, uint64_t 
     return absl::FailedPreconditionError(Str("page for finished transfer tag ", tag));
   }
   if (t.source == 0) t.source = source;
-  bool inside = false;
-  for (const ByteRange& r : t.allowed) {
-    if (offset >= r.begin && offset + len <= r.end && offset + len >= offset) {
-      inside = true;
-      break;
-    }
-  }
-  if (!inside) {
+  if (!RangesContain(t.allowed, offset, len)) {
     const absl::Status why = absl::PermissionDeniedError(
         Str("transfer ", tag, ": page [", offset, ", ", offset + len,
             ") is outside the blocks reserved for it"));

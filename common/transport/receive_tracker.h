@@ -13,6 +13,9 @@
 
 namespace pdserve {
 
+// Whether [offset, offset + len) lies inside one of `allowed` (no overflow).
+bool RangesContain(const std::vector<ByteRange>& allowed, uint64_t offset, uint64_t len);
+
 class ReceiveTracker {
  public:
   void SetPool(uint8_t* base, size_t bytes);
@@ -32,6 +35,8 @@ class ReceiveTracker {
   // Fails every unfinished transfer that `source` (a connection) was feeding.
   void FailSource(uint64_t source, const absl::Status& why);
   TransferPoll Poll(uint64_t tag);
+  // The ranges announced for `tag` (empty if unknown): what a one-sided sender may write.
+  std::vector<ByteRange> Allowed(uint64_t tag);
   void Release(uint64_t tag);
 
  private:

@@ -251,13 +251,6 @@ absl::StatusOr<PeerInfo> ParseEndpoint(std::string_view endpoint) {
   return p;
 }
 
-bool Inside(const std::vector<ByteRange>& allowed, uint64_t offset, uint64_t len) {
-  for (const ByteRange& r : allowed) {
-    if (offset >= r.begin && offset + len <= r.end && offset + len >= offset) return true;
-  }
-  return false;
-}
-
 class UcxKvTransport : public KvTransport {
  public:
   explicit UcxKvTransport(const KvTransportOptions& options)
@@ -276,12 +269,9 @@ class UcxKvTransport : public KvTransport {
   std::string description() const override { return description_; }
 
   absl::Status Expect(uint64_t tag, std::vector<ByteRange> allowed) override {
-    std::vector<ByteRange> copy = allowed;
     PD_RETURN_IF_ERROR(tracker_.Expect(tag, std::move(allowed)));
     std::lock_guard<std::mutex> lock(recv_mu_);
-    Incoming& in = incoming_[tag];
-    in = Incoming{};
-    in.allowed = std::move(copy);
+    incoming_[tag] = Incoming{};
     return absl::OkStatus();
   }
   TransferPoll Poll(uint64_t tag) override { return tracker_.Poll(tag); }
@@ -295,9 +285,8 @@ class UcxKvTransport : public KvTransport {
   void Abort(const std::string& peer, uint64_t tag) override;
 
  private:
-  // Receiver side, per expected tag (guarded by recv_mu_).
+  // Receiver side, per expected tag (guarded by recv_mu_; the announced ranges are tracker_'s).
   struct Incoming {
-    std::vector<ByteRange> allowed;
     uint64_t sender = 0;
     bool begun = false;
     bool released = false;
@@ -846,8 +835,9 @@ void UcxKvTransport::HandleAsReceiver(uint8_t type, Reader& r) {
       } else {
         it->second.begun = true;
         it->second.sender = sender;
-        reply.U8(kGo).U64(id_).U64(tag).U64(it->second.allowed.size());
-        for (const ByteRange& range : it->second.allowed) reply.U64(range.begin).U64(range.end);
+        const std::vector<ByteRange> allowed = tracker_.Allowed(tag);
+        reply.U8(kGo).U64(id_).U64(tag).U64(allowed.size());
+        for (const ByteRange& range : allowed) reply.U64(range.begin).U64(range.end);
       }
     }
     SendAm(peer.ep, reply.Take());
@@ -982,7 +972,7 @@ void UcxKvTransport::Pump(Outgoing& out) {
       // The remote key covers the whole pool: refuse a copy outside the announced blocks before
       // it is posted.
       if (page.src_offset + page.bytes > pool_bytes_ || page.src_offset + page.bytes < page.src_offset ||
-          page.dst_offset + page.bytes > peer->info.bytes || !Inside(out.allowed, page.dst_offset, page.bytes)) {
+          page.dst_offset + page.bytes > peer->info.bytes || !RangesContain(out.allowed, page.dst_offset, page.bytes)) {
         out.status = absl::PermissionDeniedError(
             Str("transfer ", out.tag, ": page [", page.dst_offset, ", ", page.dst_offset + page.bytes,
                 ") is outside the blocks reserved for it"));
