@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -28,6 +31,34 @@ bool WaitFor(Predicate done, std::chrono::milliseconds limit = 20s) {
     std::this_thread::sleep_for(1ms);
   }
   return true;
+}
+
+// Finish's outcome. Its callback runs on a transport thread, possibly after the test body gave up
+// waiting, so the slot is shared.
+struct Finished {
+  std::mutex mu;
+  std::optional<absl::StatusOr<TransferStats>> result;
+};
+
+std::shared_ptr<Finished> FinishWatched(KvTransport& sender, const std::string& endpoint,
+                                        uint64_t tag) {
+  auto f = std::make_shared<Finished>();
+  sender.Finish(endpoint, tag, [f](absl::StatusOr<TransferStats> s) {
+    std::lock_guard<std::mutex> lock(f->mu);
+    f->result = std::move(s);
+  });
+  return f;
+}
+
+// What Finish reported, or nullopt when its callback did not run within `limit`.
+std::optional<absl::StatusOr<TransferStats>> WaitFinished(Finished& f,
+                                                          std::chrono::milliseconds limit = 20s) {
+  WaitFor([&] {
+    std::lock_guard<std::mutex> lock(f.mu);
+    return f.result.has_value();
+  }, limit);
+  std::lock_guard<std::mutex> lock(f.mu);
+  return f.result;
 }
 
 class UcxTransportTest : public ::testing::TestWithParam<std::string> {
@@ -83,19 +114,15 @@ TEST_P(UcxTransportTest, ThousandsOfPagesInOneTransfer) {
   for (size_t i = 0; i < pages.size(); i += 512) {
     ASSERT_TRUE(sender_->Submit(receiver_->endpoint(), 3, {pages.data() + i, 512}).ok());
   }
-  std::atomic<bool> finished{false};
-  TransferStats sent;
-  sender_->Finish(receiver_->endpoint(), 3, [&](absl::StatusOr<TransferStats> s) {
-    EXPECT_TRUE(s.ok()) << s.status();
-    if (s.ok()) sent = *s;
-    finished = true;
-  });
+  auto finished = FinishWatched(*sender_, receiver_->endpoint(), 3);
   const TransferPoll p = WaitPoll(3);
   ASSERT_EQ(p.state, TransferState::kDone) << p.status;
-  ASSERT_TRUE(WaitFor([&] { return finished.load(); }));
+  const auto sent = WaitFinished(*finished);
+  ASSERT_TRUE(sent.has_value()) << "Finish's callback never ran";
+  ASSERT_TRUE(sent->ok()) << sent->status();
   EXPECT_EQ(p.stats.pages, 4096);
   EXPECT_EQ(p.stats.bytes, 4096 * 128);
-  EXPECT_EQ(p.stats.checksum, sent.checksum);
+  EXPECT_EQ(p.stats.checksum, (*sent)->checksum);
   for (const PageCopy& page : pages) {
     ASSERT_EQ(std::memcmp(&dst_[page.dst_offset], &src_[page.src_offset], page.bytes), 0);
   }
@@ -118,19 +145,15 @@ TEST_P(UcxTransportTest, LongScatteredTransferLandsAndIsHashedInOrder) {
   for (size_t i = 0; i < pages.size(); i += 64) {
     ASSERT_TRUE(sender->Submit(receiver->endpoint(), 12, {pages.data() + i, 64}).ok());
   }
-  std::atomic<bool> finished{false};
-  TransferStats sent;
-  sender->Finish(receiver->endpoint(), 12, [&](absl::StatusOr<TransferStats> s) {
-    EXPECT_TRUE(s.ok()) << s.status();
-    if (s.ok()) sent = *s;
-    finished = true;
-  });
+  auto finished = FinishWatched(*sender, receiver->endpoint(), 12);
   WaitFor([&] { return receiver->Poll(12).state != TransferState::kPending; }, 60s);
   const TransferPoll p = receiver->Poll(12);
   ASSERT_EQ(p.state, TransferState::kDone) << p.status;
-  ASSERT_TRUE(WaitFor([&] { return finished.load(); }));
+  const auto sent = WaitFinished(*finished);
+  ASSERT_TRUE(sent.has_value()) << "Finish's callback never ran";
+  ASSERT_TRUE(sent->ok()) << sent->status();
   EXPECT_EQ(p.stats.pages, static_cast<int64_t>(kPages));
-  EXPECT_EQ(p.stats.checksum, sent.checksum);
+  EXPECT_EQ(p.stats.checksum, (*sent)->checksum);
   for (const PageCopy& page : pages) {
     ASSERT_EQ(std::memcmp(&dst[page.dst_offset], &src[page.src_offset], page.bytes), 0);
   }
@@ -152,15 +175,13 @@ TEST_P(UcxTransportTest, OutOfRangeCopyIsNeverPosted) {
   ASSERT_TRUE(receiver_->Expect(5, {{0, 4096}}).ok());
   std::vector<PageCopy> pages = {{0, 0, 4096}, {4096, 65536, 4096}};
   ASSERT_TRUE(sender_->Submit(receiver_->endpoint(), 5, pages).ok());
-  std::atomic<int> code{-1};
-  sender_->Finish(receiver_->endpoint(), 5, [&](absl::StatusOr<TransferStats> s) {
-    code = static_cast<int>(s.status().code());
-  });
+  auto finished = FinishWatched(*sender_, receiver_->endpoint(), 5);
   const TransferPoll p = WaitPoll(5);
   EXPECT_EQ(p.state, TransferState::kFailed);
   EXPECT_EQ(p.status.code(), absl::StatusCode::kPermissionDenied) << p.status;
-  ASSERT_TRUE(WaitFor([&] { return code.load() >= 0; }));
-  EXPECT_EQ(code.load(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  const auto sent = WaitFinished(*finished);
+  ASSERT_TRUE(sent.has_value()) << "Finish's callback never ran";
+  EXPECT_EQ(sent->status().code(), absl::StatusCode::kPermissionDenied);
   for (size_t i = 65536; i < 65536 + 4096; ++i) ASSERT_EQ(dst_[i], 0) << i;
 }
 
@@ -171,12 +192,9 @@ TEST_P(UcxTransportTest, ReleasedBeforeTheSenderBeganIsQuiescentAtOnceAndRefused
   EXPECT_FALSE(called);
   std::vector<PageCopy> pages = {{0, 0, 4096}};
   ASSERT_TRUE(sender_->Submit(receiver_->endpoint(), 6, pages).ok());
-  std::atomic<int> code{-1};
-  sender_->Finish(receiver_->endpoint(), 6, [&](absl::StatusOr<TransferStats> s) {
-    code = static_cast<int>(s.status().code());
-  });
-  ASSERT_TRUE(WaitFor([&] { return code.load() >= 0; }));
-  EXPECT_EQ(code.load(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  const auto sent = WaitFinished(*FinishWatched(*sender_, receiver_->endpoint(), 6));
+  ASSERT_TRUE(sent.has_value()) << "Finish's callback never ran";
+  EXPECT_EQ(sent->status().code(), absl::StatusCode::kFailedPrecondition);
   for (size_t i = 0; i < 8192; ++i) ASSERT_EQ(dst_[i], 0) << i;
 }
 
@@ -187,10 +205,7 @@ TEST_P(UcxTransportTest, GivenUpTransferIsQuiescentOnlyAfterTheStalledSenderFlus
   SetStallKvPageForTesting(2, 600);
   std::vector<PageCopy> pages = {{0, 0, 4096}, {100000, 4096, 4096}};
   ASSERT_TRUE(sender_->Submit(receiver_->endpoint(), 7, pages).ok());
-  std::atomic<int> code{-1};
-  sender_->Finish(receiver_->endpoint(), 7, [&](absl::StatusOr<TransferStats> s) {
-    code = static_cast<int>(s.status().code());
-  });
+  auto finished = FinishWatched(*sender_, receiver_->endpoint(), 7);
   ASSERT_TRUE(WaitFor([&] { return dst_[0] != 0; }, 10s)) << "the first page never landed";
   std::atomic<bool> quiesced{false};
   std::atomic<bool> late_page_was_there{false};
@@ -203,12 +218,11 @@ TEST_P(UcxTransportTest, GivenUpTransferIsQuiescentOnlyAfterTheStalledSenderFlus
   EXPECT_FALSE(quiesced.load()) << "reported quiescent while the sender still had a page to put";
   ASSERT_TRUE(WaitFor([&] { return quiesced.load(); }, 10s));
   EXPECT_TRUE(late_page_was_there.load()) << "quiescent before the late put had landed";
-  ASSERT_TRUE(WaitFor([&] { return code.load() >= 0; }));
+  const auto sent = WaitFinished(*finished);
+  ASSERT_TRUE(sent.has_value()) << "Finish's callback never ran";
   // The sender either saw the CANCEL before its flush (Cancelled) or had already flushed and sent
   // its end (OK); both are quiescent for the receiver.
-  EXPECT_TRUE(code.load() == static_cast<int>(absl::StatusCode::kCancelled) ||
-              code.load() == static_cast<int>(absl::StatusCode::kOk))
-      << code.load();
+  EXPECT_TRUE(sent->ok() || sent->status().code() == absl::StatusCode::kCancelled) << sent->status();
 }
 
 TEST_P(UcxTransportTest, LostSenderFailsTheTransferAndQuiesces) {
@@ -241,12 +255,9 @@ TEST_P(UcxTransportTest, LostReceiverFailsTheSendersFinish) {
   auto sender = Make(src_, 2000);
   std::vector<PageCopy> pages = {{0, 0, 4096}};
   ASSERT_TRUE(sender->Submit(endpoint, 10, pages).ok());
-  std::atomic<int> code{-1};
-  sender->Finish(endpoint, 10, [&](absl::StatusOr<TransferStats> s) {
-    code = static_cast<int>(s.status().code());
-  });
-  ASSERT_TRUE(WaitFor([&] { return code.load() >= 0; }, 20s)) << "Finish never answered";
-  EXPECT_NE(code.load(), static_cast<int>(absl::StatusCode::kOk));
+  const auto sent = WaitFinished(*FinishWatched(*sender, endpoint, 10));
+  ASSERT_TRUE(sent.has_value()) << "Finish never answered";
+  EXPECT_FALSE(sent->ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, UcxTransportTest, ::testing::Values("sm", "tcp"),
