@@ -107,6 +107,17 @@ class Cluster:
 
 # Helpers the end-to-end tests share.
 
+def wide_model(pdserve, workdir):
+    """An 8-layer, 512-wide random model (made once per workdir): prefill slow enough to queue
+    behind and decode steps slow enough for requests to overlap a stalled transfer."""
+    model = os.path.join(workdir, "wide")
+    if not os.path.exists(model):
+        subprocess.run([pdserve, "make-model", model, "--arch", "llama", "--layers", "8", "--hidden", "512",
+                        "--heads", "8", "--kv-heads", "2", "--vocab", "512", "--seed", "5"],
+                       check=True, capture_output=True)
+    return model
+
+
 def prompts(n, seed, lo, hi):
     """n random token-id prompts of lo..hi-1 tokens (ids 3..499)."""
     import random

@@ -71,13 +71,7 @@ def local(ids, max_tokens):
 
 
 def wide_model():
-    """An 8-layer, 512-wide model (made once): prefill slow enough to queue behind, 16 KiB pages."""
-    model = os.path.join(WORKDIR, "wide")
-    if not os.path.exists(model):
-        subprocess.run([PDSERVE, "make-model", model, "--arch", "llama", "--layers", "8", "--hidden", "512",
-                        "--heads", "8", "--kv-heads", "2", "--vocab", "512", "--seed", "5"],
-                       check=True, capture_output=True)
-    return model
+    return cluster.wide_model(PDSERVE, WORKDIR)
 
 
 def same(test, got, want, what):

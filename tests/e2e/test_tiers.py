@@ -34,8 +34,8 @@ def prompts(n, seed, lo=5, hi=200):
     return cluster.prompts(n, seed, lo, hi)
 
 
-def local(ids, max_tokens=16, extra=()):
-    out = subprocess.run([PDSERVE, "generate", "--model", MODEL, "--prompt-ids", ",".join(map(str, ids)),
+def local(ids, max_tokens=16, extra=(), model=None):
+    out = subprocess.run([PDSERVE, "generate", "--model", model or MODEL, "--prompt-ids", ",".join(map(str, ids)),
                           "--max-tokens", str(max_tokens), "--temperature", "0", "--ignore-eos",
                           "--logprobs", "2", "--format", "json", "--threads", "1",
                           "--kv-memory-gib", "0.05", *extra], capture_output=True, text=True, check=True)

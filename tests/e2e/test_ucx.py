@@ -38,19 +38,13 @@ METRICS = ("--metrics-listen", "127.0.0.1:0")
 TLS = ("tcp", "sm")
 
 
-def ucx_cluster(tls, **kwargs):
+def ucx_cluster(tls, model=None, **kwargs):
     env = {**kwargs.pop("env", {}), "UCX_TLS": f"{tls},self"}
-    return cluster.Cluster(PDSERVE, test_tiers.MODEL, transport="ucx", env=env, **kwargs)
+    return cluster.Cluster(PDSERVE, model or test_tiers.MODEL, transport="ucx", env=env, **kwargs)
 
 
 def wide_model():
-    """8 layers, 512 wide (made once): decode steps slow enough for requests to overlap a stall."""
-    model = os.path.join(WORKDIR, "wide")
-    if not os.path.exists(model):
-        subprocess.run([PDSERVE, "make-model", model, "--arch", "llama", "--layers", "8", "--hidden", "512",
-                        "--heads", "8", "--kv-heads", "2", "--vocab", "512", "--seed", "5"],
-                       check=True, capture_output=True)
-    return model
+    return cluster.wide_model(PDSERVE, WORKDIR)
 
 
 def wide_prompts(n, seed, length):
@@ -59,12 +53,7 @@ def wide_prompts(n, seed, length):
 
 
 def wide_local(ids, max_tokens):
-    saved = test_tiers.MODEL
-    test_tiers.MODEL = wide_model()
-    try:
-        return test_tiers.local(ids, max_tokens, extra=("--max-model-len", "256"))
-    finally:
-        test_tiers.MODEL = saved
+    return test_tiers.local(ids, max_tokens, extra=("--max-model-len", "256"), model=wide_model())
 
 
 def info(process, prefill):
@@ -159,8 +148,8 @@ class UcxFaultTest(unittest.TestCase):
         model = wide_model()
         for tls in TLS:
             with self.subTest(tls=tls):
-                c = cluster.Cluster(
-                    PDSERVE, model, transport="ucx", prefill=1, decode=1, env={"UCX_TLS": f"{tls},self"},
+                c = ucx_cluster(
+                    tls, model, prefill=1, decode=1,
                     engine_args=("--threads", "1", "--kv-blocks", "40", "--max-model-len", "256"),
                     # No prefix cache: a freed block goes straight to the next request.
                     decode_args=METRICS + ("--lease-ms", "1000", "--local-prefill-tokens", "100",
