@@ -4,7 +4,6 @@
 //   pdserve decode ready: grpc=127.0.0.1:8200 transport=tcp://host:40123
 // and on SIGTERM or SIGINT stops taking requests, lets running ones finish (up to
 // --drain-seconds), and exits 0.
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -239,17 +238,8 @@ struct TierFlags {
     addresses.Listen(listen, "--listen").Listen(metrics.listen, "--metrics-listen", true);
     if (transport == "tcp") addresses.Listen(transport_listen, "--transport-listen");
     if (!transport_advertise.empty()) {
-      // A host alone: an IPv6 address, or a name / IPv4 address checked by the address parser
-      // with a placeholder port.
-      in6_addr v6;
-      const bool ok = transport_advertise.find(':') != std::string::npos
-                          ? ::inet_pton(AF_INET6, transport_advertise.c_str(), &v6) == 1
-                          : ParseHostPort(Str(transport_advertise, ":1"), "--transport-advertise",
-                                          PortUse::kPeer).ok();
-      if (!ok) {
-        return ReportError(cmd, absl::InvalidArgumentError(Str(
-            "--transport-advertise: '", transport_advertise, "' must be a host name or an IP "
-            "address, without a port")), kExitUsage);
+      if (absl::Status s = ValidateHost(transport_advertise, "--transport-advertise"); !s.ok()) {
+        return ReportError(cmd, s, kExitUsage);
       }
     }
     if (absl::Status s = addresses.Check(); !s.ok()) {

@@ -1,5 +1,6 @@
 #include "common/base/host_port.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -74,6 +75,16 @@ absl::StatusOr<HostPort> ParseHostPort(std::string_view text, std::string_view f
   }
   out.host = std::string(host);
   return out;
+}
+
+absl::Status ValidateHost(std::string_view host, std::string_view flag) {
+  in6_addr v6;
+  const bool ok = host.find(':') != std::string_view::npos
+                      ? ::inet_pton(AF_INET6, std::string(host).c_str(), &v6) == 1
+                      : !host.empty() && std::all_of(host.begin(), host.end(), IsHostChar);
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      Str(flag, ": '", host, "' must be a host name or an IP address, without a port"));
 }
 
 absl::Status ValidatePeerList(std::string_view text, std::string_view flag, bool allow_empty) {

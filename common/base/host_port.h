@@ -29,6 +29,11 @@ enum class PortUse {
 // port out of range or not a number, empty or malformed host). Pure, thread-safe.
 absl::StatusOr<HostPort> ParseHostPort(std::string_view text, std::string_view flag, PortUse use);
 
+// A host alone, as an address flag names one without a port (--transport-advertise): a name or
+// IPv4 address ([A-Za-z0-9._-]) or an IPv6 address without brackets. InvalidArgument naming
+// `flag` otherwise (empty, a port, a scheme, spaces).
+absl::Status ValidateHost(std::string_view host, std::string_view flag);
+
 // A comma-separated list of peers, each host:port or dns:///name:port (a name resolved to many
 // addresses). An empty list is allowed only when `allow_empty`. InvalidArgument naming `flag`.
 absl::Status ValidatePeerList(std::string_view text, std::string_view flag, bool allow_empty);

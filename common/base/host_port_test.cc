@@ -39,6 +39,17 @@ TEST(HostPortTest, RefusesWhatIsNotHostPortNamingTheFlag) {
   EXPECT_FALSE(ParseHostPort("127.0.0.1:0", "--server", PortUse::kPeer).ok());
 }
 
+TEST(HostPortTest, HostsAlone) {
+  for (const char* ok : {"10.0.0.7", "pdserve-decode-0.ns.svc", "::1", "fe80::1", "host_1"}) {
+    EXPECT_TRUE(ValidateHost(ok, "--transport-advertise").ok()) << ok;
+  }
+  for (const char* bad : {"", "10.0.0.7:8300", "$(POD_IP)", "tcp://host", "a b", "[::1]", "[::1]:80", "1:2:3:z"}) {
+    const absl::Status s = ValidateHost(bad, "--transport-advertise");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("--transport-advertise"), absl::string_view::npos) << s;
+  }
+}
+
 TEST(HostPortTest, PeerLists) {
   EXPECT_TRUE(ValidatePeerList("a:1,b:2,dns:///svc.ns:8200", "--decode", false).ok());
   EXPECT_TRUE(ValidatePeerList("", "--prefill", true).ok());
