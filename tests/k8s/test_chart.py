@@ -144,6 +144,20 @@ def known_flags(tier):
     return _HELP[tier]
 
 
+def validate_with_schemas(test, docs):
+    """validate_objects.mjs on `docs`: one {kind, name, error} per object (error None if valid)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(docs, f)
+        f.flush()
+        with open(os.path.join(HERE, "validate_objects.mjs")) as script:
+            out = subprocess.run(["node", "--input-type=module", "-", f.name], stdin=script,
+                                 capture_output=True, text=True, cwd=TOOLS, timeout=120)
+    test.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+    results = [json.loads(line) for line in out.stdout.splitlines()]
+    test.assertEqual(len(results), len(docs), out.stdout)
+    return results
+
+
 class HelmChecks(unittest.TestCase):
     def test_lint_strict_every_values_file(self):
         for values in VALUES_FILES:
@@ -159,28 +173,15 @@ class HelmChecks(unittest.TestCase):
             docs = objects(values) if values != "autoscaling" else self.autoscaled()
             kinds = {d["kind"] for d in docs}
             self.assertTrue(expected_kinds <= kinds, f"{values}: {kinds}")
-            with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
-                json.dump(docs, f)
-                f.flush()
-                with open(os.path.join(HERE, "validate_objects.mjs")) as script:
-                    out = subprocess.run(["node", "--input-type=module", "-", f.name], stdin=script,
-                                         capture_output=True, text=True, cwd=TOOLS, timeout=120)
-            self.assertEqual(out.returncode, 0, f"{values}: {out.stdout}{out.stderr}")
-            results = [json.loads(line) for line in out.stdout.splitlines()]
-            self.assertEqual(len(results), len(docs), out.stdout)
+            results = validate_with_schemas(self, docs)
             for r in results:
                 self.assertIsNone(r["error"], f"{values}: {r}")
         # The validator can fail: a wrong type in a rendered object is caught.
         broken = json.loads(json.dumps(objects("values-cpu.yaml")))
         dep = find(broken, "Deployment")[0]
         container(dep)["ports"][0]["containerPort"] = "eight thousand"
-        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
-            json.dump([dep], f)
-            f.flush()
-            with open(os.path.join(HERE, "validate_objects.mjs")) as script:
-                out = subprocess.run(["node", "--input-type=module", "-", f.name], stdin=script,
-                                     capture_output=True, text=True, cwd=TOOLS, timeout=120)
-        self.assertIn("containerPort must be integer", json.loads(out.stdout)["error"])
+        (result,) = validate_with_schemas(self, [dep])
+        self.assertIn("containerPort must be integer", result["error"])
 
     def autoscaled(self):
         out = render("values-cpu.yaml", ["prefill.autoscaling.enabled=true",
