@@ -192,8 +192,14 @@ const ProcessId& Self() {
 }
 
 // This host and this pid namespace: its pid can be looked up in our /proc.
+// Tests only: PDSERVE_FAULT_UCX_REMOTE_PEERS=1 treats every peer as on another host, so that the
+// cross-host path (UCX's own peer-failure detection, no process watch) runs on one machine.
 bool SameProcessSpace(const ProcessId& p) {
-  return !p.boot_id.empty() && !p.pid_ns.empty() && p.boot_id == Self().boot_id &&
+  static const bool all_remote = [] {
+    const char* v = std::getenv("PDSERVE_FAULT_UCX_REMOTE_PEERS");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return !all_remote && !p.boot_id.empty() && !p.pid_ns.empty() && p.boot_id == Self().boot_id &&
          p.pid_ns == Self().pid_ns;
 }
 

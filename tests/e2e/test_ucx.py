@@ -102,9 +102,12 @@ class UcxTiersTest(unittest.TestCase):
 
 class UcxFaultTest(unittest.TestCase):
     def test_prefill_worker_killed_mid_transfer(self):
-        for tls in TLS:
+        # "tcp-remote": every peer treated as on another host (test hook), so the dead sender is
+        # found by UCX's own peer-failure detection (keepalive), not by watching its pid.
+        for tls in TLS + ("tcp-remote",):
             with self.subTest(tls=tls):
-                c = ucx_cluster(tls, prefill=1, decode=1, decode_args=METRICS,
+                remote = {"PDSERVE_FAULT_UCX_REMOTE_PEERS": "1"} if tls == "tcp-remote" else {}
+                c = ucx_cluster(tls.split("-")[0], prefill=1, decode=1, decode_args=METRICS, env=remote,
                                 prefill_env={"PDSERVE_FAULT_STALL_KV_PAGE": "3:20000"})
                 try:
                     stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
