@@ -40,6 +40,10 @@ void EngineFlags::Register(FlagSet& flags) {
   flags.Bool("enable-prefix-caching", &prefix_caching, "reuse KV of shared prompt prefixes");
   flags.String("prefill-gemm", &prefill_gemm,
                "invariant (bitwise batch-invariant kernels) or openblas (faster prefill)");
+  flags.String("compute-dtype", &compute_dtype,
+               "linear layers in f32, bf16 (bf16 activations x bf16 weights, f32 sums; "
+               "batch-invariant too) or auto (bf16 when the weights are bf16 and the CPU has "
+               "AVX512-BF16)");
 }
 
 absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
@@ -67,6 +71,14 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   } else {
     return absl::InvalidArgumentError(
         Str("--prefill-gemm: '", prefill_gemm, "' is not invariant or openblas"));
+  }
+  auto compute = ParseComputeDType(compute_dtype);
+  if (!compute.ok()) return absl::InvalidArgumentError(Str("--compute-dtype: ", compute.status().message()));
+  o->compute_dtype = *compute;
+  if (o->compute_dtype == ComputeDType::kBF16 && o->prefill_gemm == PrefillGemm::kOpenBlas) {
+    return absl::InvalidArgumentError(
+        "--compute-dtype bf16 and --prefill-gemm openblas exclude each other (OpenBLAS computes in "
+        "f32)");
   }
   if (threads < 0) return absl::InvalidArgumentError("--threads: must be >= 0");
   if (block_size < 1) return absl::InvalidArgumentError("--block-size: must be positive");

@@ -35,6 +35,7 @@ struct EngineFlags {
   int64_t max_num_batched_tokens = 2048;
   bool prefix_caching = true;
   std::string prefill_gemm = "invariant";
+  std::string compute_dtype = "auto";
 
   void Register(FlagSet& flags);
   absl::Status ToOptions(EngineOptions* options) const;

@@ -1,10 +1,12 @@
 #include "common/engine/cpu_model_runner.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "kernels/cpu/blas_gemm.h"
+#include "kernels/cpu/linear_bf16.h"
 
 namespace pdserve {
 namespace {
@@ -24,6 +26,9 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
   }
   if (options.max_batch_tokens < 1 || options.max_logit_rows < 1 || options.max_model_len < 1) {
     return absl::InvalidArgumentError("runner sizes must be positive");
+  }
+  if (options.compute_dtype == ComputeDType::kAuto) {
+    return absl::InvalidArgumentError("compute dtype must be resolved (ResolveComputeDType)");
   }
   return std::unique_ptr<CpuModelRunner>(new CpuModelRunner(options, weights, pool));
 }
@@ -59,11 +64,40 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
   attn_scratch_per_thread_ = static_cast<size_t>(c.num_heads / c.num_kv_heads) * options.max_model_len;
   attn_scratch_.resize(static_cast<size_t>(pool_threads_.num_threads()) * attn_scratch_per_thread_);
   logit_in_.resize(options.max_logit_rows * c.hidden_size);
+  if (options.compute_dtype == ComputeDType::kBF16) {
+    const int64_t widest = std::max({c.hidden_size, c.q_size(), c.intermediate_size});
+    x_bf16_.resize(static_cast<size_t>(std::max(t, options.max_logit_rows) * widest));
+  }
+  PrepareMatrices();
   if (options.prefill_gemm == PrefillGemm::kOpenBlas) {
     kernels::SetBlasThreads(pool_threads_.num_threads());
     blas_scratch_.resize(std::max(c.intermediate_size, c.q_size()) *
                          std::max(c.hidden_size, c.q_size()));
   }
+}
+
+MatrixRef CpuModelRunner::Matrix(const MatrixRef& w) {
+  if (options_.compute_dtype != ComputeDType::kBF16 || w.dtype == DType::kBF16) return w;
+  // A checkpoint in f32 or f16 computed in bf16: rounded once here, as vLLM's --dtype bfloat16
+  // converts at load (costs a bf16 copy of the matrices; the mapping is then no longer read).
+  std::vector<uint16_t>& copy = converted_.emplace_back(static_cast<size_t>(w.rows * w.cols));
+  for (int64_t i = 0; i < w.rows * w.cols; ++i) {
+    const float f = w.dtype == DType::kF32 ? static_cast<const float*>(w.data)[i]
+                                           : F16ToF32(static_cast<const uint16_t*>(w.data)[i]);
+    copy[i] = F32ToBf16(f);
+  }
+  return MatrixRef{DType::kBF16, copy.data(), w.rows, w.cols};
+}
+
+void CpuModelRunner::PrepareMatrices() {
+  proj_.reserve(config_.num_layers);
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    const LayerWeights& w = weights_->layer(l);
+    proj_.push_back(Projections{Matrix(w.q_proj), Matrix(w.k_proj), Matrix(w.v_proj),
+                                Matrix(w.o_proj), Matrix(w.gate_proj), Matrix(w.up_proj),
+                                Matrix(w.down_proj)});
+  }
+  lm_head_ = Matrix(weights_->lm_head());
 }
 
 absl::Status CpuModelRunner::Validate(const ForwardBatch& batch) const {
@@ -113,6 +147,20 @@ void CpuModelRunner::Project(const float* x, int64_t rows, int64_t ldx,
     }
     return;
   }
+  if (options_.compute_dtype == ComputeDType::kBF16) {
+    // Each row rounded once for all the matrices that read it (q/k/v, gate/up).
+    const int64_t k = outputs[0].w->cols;
+    uint16_t* xb = x_bf16_.data();
+    if (rows >= 16) {
+      pool_threads_.ParallelFor(rows, 4, [&](int64_t b, int64_t e) {
+        kernels::RoundRowsToBf16(x + b * ldx, e - b, k, ldx, xb + b * k, k);
+      });
+    } else {
+      kernels::RoundRowsToBf16(x, rows, k, ldx, xb, k);
+    }
+    kernels::LinearBf16Multi(xb, rows, k, outputs, num_outputs, &pool_threads_);
+    return;
+  }
   kernels::LinearMulti(x, rows, ldx, outputs, num_outputs, &pool_threads_);
 }
 
@@ -150,8 +198,14 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
     ++m;
   }
   if (m > 0) {
-    kernels::Linear(logit_in_.data(), m, hidden, weights_->lm_head(), logits, c.vocab_size,
-                    &pool_threads_);
+    // Never OpenBLAS here: a sequence's logits must not depend on how many rows are sampled.
+    const kernels::LinearOutput out{&lm_head_, logits, c.vocab_size};
+    if (options_.compute_dtype == ComputeDType::kBF16) {
+      kernels::RoundRowsToBf16(logit_in_.data(), m, hidden, hidden, x_bf16_.data(), hidden);
+      kernels::LinearBf16Multi(x_bf16_.data(), m, hidden, &out, 1, &pool_threads_);
+    } else {
+      kernels::LinearMulti(logit_in_.data(), m, hidden, &out, 1, &pool_threads_);
+    }
   }
   return absl::OkStatus();
 }
@@ -159,6 +213,7 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
 void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t rows) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_->layer(layer);
+  const Projections& p = proj_[layer];
   const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), hd = c.head_dim;
   const int64_t inter = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -170,7 +225,7 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
     }
   });
   const kernels::LinearOutput qkv[3] = {
-      {&w.q_proj, q_.data(), qs}, {&w.k_proj, k_.data(), kvs}, {&w.v_proj, v_.data(), kvs}};
+      {&p.q, q_.data(), qs}, {&p.k, k_.data(), kvs}, {&p.v, v_.data(), kvs}};
   Project(h_.data(), rows, hidden, qkv, 3);
 
   kernels::KvPagesView view;
@@ -232,7 +287,7 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
     }
   });
 
-  const kernels::LinearOutput o[1] = {{&w.o_proj, tmp_.data(), hidden}};
+  const kernels::LinearOutput o[1] = {{&p.o, tmp_.data(), hidden}};
   Project(attn_.data(), rows, qs, o, 1);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -244,8 +299,8 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   });
 
   // MLP block.
-  const kernels::LinearOutput gate_up[2] = {{&w.gate_proj, gate_.data(), inter},
-                                            {&w.up_proj, up_.data(), inter}};
+  const kernels::LinearOutput gate_up[2] = {{&p.gate, gate_.data(), inter},
+                                            {&p.up, up_.data(), inter}};
   Project(h_.data(), rows, hidden, gate_up, 2);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -256,7 +311,7 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
       kernels::SiluMul(&gate_[r * inter], &up_[r * inter], inter, &gate_[r * inter]);
     }
   });
-  const kernels::LinearOutput down[1] = {{&w.down_proj, tmp_.data(), hidden}};
+  const kernels::LinearOutput down[1] = {{&p.down, tmp_.data(), hidden}};
   Project(gate_.data(), rows, inter, down, 1);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {

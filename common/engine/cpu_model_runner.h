@@ -1,5 +1,7 @@
 // The CPU forward pass (backend "cpu"): the reference implementation and the small-deployment
-// path. fp32 arithmetic over f32/bf16/f16 weights read in place; KV pool in f32 or bf16.
+// path. Linear layers in f32 over f32/bf16/f16 weights read in place, or (compute dtype bf16)
+// bf16 activations x bf16 weights with f32 sums (VDPBF16PS); attention, norms and activations
+// in f32; KV pool in f32 or bf16.
 //
 // Cost per step for T tokens: 2 * T * (parameters in the projections) flops plus attention
 // (4 * context * head_dim per query head per token); a decode step streams every weight once
@@ -34,9 +36,18 @@ class CpuModelRunner : public ModelRunner {
   CpuModelRunner(const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool);
   absl::Status Validate(const ForwardBatch& batch) const;
   void Layer(int64_t layer, const ForwardBatch& batch, int64_t rows);
-  // y = x W^T for `rows` rows, choosing the invariant kernel or OpenBLAS per the options.
+  // y = x W^T for `rows` rows (each of x's rows has the matrices' cols elements), choosing the
+  // invariant f32 kernel, the bf16 kernel or OpenBLAS per the options.
   void Project(const float* x, int64_t rows, int64_t ldx, const kernels::LinearOutput* outputs,
                int num_outputs);
+  // The matrices the linear layers read: the checkpoint's, or bf16 copies of those that are not
+  // bf16 when computing in bf16 (owned by converted_).
+  void PrepareMatrices();
+  MatrixRef Matrix(const MatrixRef& w);
+
+  struct Projections {
+    MatrixRef q, k, v, o, gate, up, down;
+  };
 
   struct Row {
     int32_t seq;       // Index into batch.sequences.
@@ -46,6 +57,9 @@ class CpuModelRunner : public ModelRunner {
   const ModelRunnerOptions options_;
   LayerCallback layer_callback_;
   const ModelWeights* weights_;
+  std::vector<Projections> proj_;  // Per layer.
+  MatrixRef lm_head_;
+  std::vector<std::vector<uint16_t>> converted_;
   const ModelConfig& config_;
   KvPool* kv_;
   ThreadPool pool_threads_;
@@ -59,6 +73,7 @@ class CpuModelRunner : public ModelRunner {
   size_t attn_scratch_per_thread_ = 0;
   std::vector<float> logit_in_;      // [max_logit_rows][hidden]
   std::vector<float> blas_scratch_;
+  std::vector<uint16_t> x_bf16_;     // [max_batch_tokens][widest input] (compute dtype bf16)
 };
 
 }  // namespace pdserve

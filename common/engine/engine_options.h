@@ -25,6 +25,7 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   bool enable_kv_events = false;       // Log prefix-cache changes for routers (workers drain them).
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
+  ComputeDType compute_dtype = ComputeDType::kAuto;  // Resolved in LLMEngine::Create.
 };
 
 }  // namespace pdserve

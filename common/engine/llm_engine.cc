@@ -98,6 +98,17 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
   ro.max_logit_rows = options.max_num_seqs;
   ro.max_model_len = e->max_model_len_;
   ro.prefill_gemm = options.prefill_gemm;
+  PD_ASSIGN_OR_RETURN(ro.compute_dtype,
+                      ResolveComputeDType(options.backend, options.compute_dtype,
+                                          e->weights_->dtype(), options.prefill_gemm));
+  e->compute_dtype_ = ro.compute_dtype;
+  if (options.compute_dtype == ComputeDType::kAuto) {
+    PD_LOG(Info) << "compute dtype " << ComputeDTypeName(ro.compute_dtype) << " (auto: "
+                 << DTypeName(e->weights_->dtype()) << " weights"
+                 << (ro.compute_dtype == ComputeDType::kF32 && e->weights_->dtype() == DType::kBF16
+                         ? ", no bf16 dot instructions on this CPU)"
+                         : ")");
+  }
   PD_ASSIGN_OR_RETURN(e->runner_,
                       CreateModelRunner(options.backend, ro, e->weights_.get(), e->pool_.get()));
   e->logits_.resize(static_cast<size_t>(options.max_num_seqs) * config.vocab_size);

@@ -146,6 +146,8 @@ class LLMEngine {
   const std::vector<int32_t>& eos_token_ids() const { return eos_ids_; }
   int64_t max_model_len() const { return max_model_len_; }
   const KvCacheSpec& kv_spec() const { return pool_->spec(); }
+  // The linear layers' arithmetic, resolved from EngineOptions::compute_dtype (never kAuto).
+  ComputeDType compute_dtype() const { return compute_dtype_; }
   // The KV pool, for the KV transport to register (pages are read and written in place).
   KvPool& kv_pool() { return *pool_; }
   int64_t num_kv_blocks() const { return pool_->num_blocks(); }
@@ -175,6 +177,7 @@ class LLMEngine {
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  ComputeDType compute_dtype_ = ComputeDType::kF32;
   Sampler sampler_;
   LogitsObserver logits_observer_;
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;

@@ -2,8 +2,42 @@
 
 #include "common/base/strings.h"
 #include "common/engine/cpu_model_runner.h"
+#include "kernels/cpu/linear_bf16.h"
 
 namespace pdserve {
+
+std::string_view ComputeDTypeName(ComputeDType d) {
+  switch (d) {
+    case ComputeDType::kAuto: return "auto";
+    case ComputeDType::kF32: return "f32";
+    case ComputeDType::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+absl::StatusOr<ComputeDType> ParseComputeDType(std::string_view name) {
+  if (name == "auto") return ComputeDType::kAuto;
+  if (name == "f32") return ComputeDType::kF32;
+  if (name == "bf16") return ComputeDType::kBF16;
+  return absl::InvalidArgumentError(Str("'", name, "' is not f32, bf16 or auto"));
+}
+
+absl::StatusOr<ComputeDType> ResolveComputeDType(std::string_view backend, ComputeDType requested,
+                                                 DType weights_dtype, PrefillGemm prefill_gemm) {
+  if (requested == ComputeDType::kBF16 && prefill_gemm == PrefillGemm::kOpenBlas) {
+    return absl::InvalidArgumentError(
+        "compute dtype bf16 and the OpenBLAS prefill GEMM exclude each other (OpenBLAS computes "
+        "in f32): choose --compute-dtype f32 or --prefill-gemm invariant");
+  }
+  if (requested != ComputeDType::kAuto) return requested;
+  // As vLLM's CPU backend: compute in the checkpoint's dtype where the CPU does so natively.
+  // (Where the bf16 instructions are switched off, PDSERVE_KERNEL_ISA=avx2, auto is f32: the
+  // AVX2 twin computes the same bits as VDPBF16PS but is no faster than f32.)
+  const bool native = backend == "cpu" && kernels::Bf16DotEnabled();
+  return weights_dtype == DType::kBF16 && native && prefill_gemm == PrefillGemm::kInvariant
+             ? ComputeDType::kBF16
+             : ComputeDType::kF32;
+}
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(std::string_view backend,
                                                                const ModelRunnerOptions& options,

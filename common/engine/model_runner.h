@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/base/dtype.h"
 #include "common/engine/forward_batch.h"
 
 namespace pdserve {
@@ -22,12 +23,25 @@ enum class PrefillGemm {
   kOpenBlas,   // OpenBLAS sgemm for prefill chunks of >= 32 tokens: faster prefill, not invariant.
 };
 
+// The arithmetic of the linear layers (projections and lm_head). Attention, norms and
+// activations stay f32 in both.
+enum class ComputeDType {
+  kAuto,  // Options only: bf16 when the weights are bf16 and the backend computes bf16 natively
+          // (the CPU has AVX512-BF16), f32 otherwise; ResolveComputeDType decides.
+  kF32,   // Activations f32, weights widened exactly: the reference path, pinned by the parity tests.
+  kBF16,  // Activations rounded to bf16, weights in bf16 (converted once at load if the checkpoint
+          // is not), f32 accumulation (kernels/cpu/linear_bf16.h). Still batch-invariant.
+};
+std::string_view ComputeDTypeName(ComputeDType d);  // "auto", "f32", "bf16"
+absl::StatusOr<ComputeDType> ParseComputeDType(std::string_view name);
+
 struct ModelRunnerOptions {
   int threads = 0;                      // <= 0: all cores.
   int64_t max_batch_tokens = 2048;      // Scratch is sized for this many tokens per step.
   int64_t max_logit_rows = 256;         // Sequences sampled per step.
   int64_t max_model_len = 4096;         // Longest context attention must handle.
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
+  ComputeDType compute_dtype = ComputeDType::kF32;  // Resolved: never kAuto.
 };
 
 // Not thread-safe: driven by one scheduler thread. Forward writes the KV of the batch's tokens
@@ -44,6 +58,11 @@ class ModelRunner {
   using LayerCallback = std::function<void(int64_t layer)>;
   virtual void SetLayerCallback(LayerCallback callback) = 0;
 };
+
+// kAuto -> kF32 or kBF16 for this backend, these weights and this CPU; an error for a combination
+// that does not exist (bf16 compute with OpenBLAS prefill).
+absl::StatusOr<ComputeDType> ResolveComputeDType(std::string_view backend, ComputeDType requested,
+                                                 DType weights_dtype, PrefillGemm prefill_gemm);
 
 // `backend`: "cpu". `weights` and `pool` must outlive the runner.
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(std::string_view backend,

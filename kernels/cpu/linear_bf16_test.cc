@@ -1,0 +1,173 @@
+#include "kernels/cpu/linear_bf16.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/base/rng.h"
+#include "common/base/thread_pool.h"
+#include "gtest/gtest.h"
+
+namespace pdserve::kernels {
+namespace {
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Values that exercise every rule of the sequence: denormal inputs (read as zero), products that
+// underflow (flushed), exact cancellation (signed zeros), large magnitudes, plain normals.
+enum class Values { kNormal, kAdversarial };
+
+std::vector<uint16_t> RandomBf16(int64_t n, uint64_t seed, Values kind) {
+  SplitMix64 rng(seed);
+  std::vector<uint16_t> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    float f = static_cast<float>(rng.Normal());
+    if (kind == Values::kAdversarial) {
+      switch (rng.Next() % 6) {
+        case 0: f *= 1e-20f; break;                                      // Products underflow.
+        case 1: v[i] = static_cast<uint16_t>(1 + rng.Next() % 0x7f); continue;  // Denormal.
+        case 2: f = i > 0 ? -Bf16ToF32(v[i - 1]) : 0.0f; break;          // Cancels its pair.
+        case 3: f *= 1e18f; break;
+        case 4: f = 0.0f; break;
+        default: break;
+      }
+    }
+    v[i] = F32ToBf16(f);
+  }
+  return v;
+}
+
+MatrixRef Ref(const std::vector<uint16_t>& w, int64_t n, int64_t k) {
+  return MatrixRef{DType::kBF16, w.data(), n, k};
+}
+
+void ExpectBitwise(const std::vector<float>& a, const std::vector<float>& b, const char* what,
+                   int64_t m, int64_t n, int64_t k) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(Bits(a[i]), Bits(b[i])) << what << " m=" << m << " n=" << n << " k=" << k
+                                      << " i=" << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+TEST(RoundRowsToBf16, EqualsScalarRounding) {
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, 1.00390625f /* tie, even */, 1.01171875f /* tie, odd */,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::denorm_min(), -1e-39f,
+                          std::numeric_limits<float>::max(), 3.3895314e38f, -65504.0f};
+  SplitMix64 rng(3);
+  for (int i = 0; i < 1000; ++i) x.push_back(static_cast<float>(rng.Normal() * std::exp2(int(rng.Next() % 60) - 30)));
+  for (int i = 0; i < 64; ++i) {  // Signalling NaN payloads must come back quiet.
+    const uint32_t u = 0x7f800001u + static_cast<uint32_t>(rng.Next() % 0x3fffff) + (i % 2 ? 0x80000000u : 0);
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  const int64_t k = static_cast<int64_t>(x.size());
+  std::vector<uint16_t> out(k);
+  RoundRowsToBf16(x.data(), 1, k, k, out.data(), k);
+  for (int64_t i = 0; i < k; ++i) ASSERT_EQ(out[i], F32ToBf16(x[i])) << "i=" << i << " x=" << x[i];
+  EXPECT_EQ(out[3], 0x3f80);  // 1 + 2^-8 rounds to 1 (even).
+  EXPECT_EQ(out[4], 0x3f82);  // 1 + 3 * 2^-8 rounds up to the even neighbour.
+  for (int64_t i = k - 64; i < k; ++i) EXPECT_TRUE(std::isnan(Bf16ToF32(out[i])));
+}
+
+// VDPBF16PS, the AVX2 twin and the scalar reference perform one sequence: bitwise equal for every
+// tile shape, remainder and tail, on normal and adversarial values.
+TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
+  const bool hardware = Bf16DotSupported();
+  for (Values kind : {Values::kNormal, Values::kAdversarial}) {
+    for (int64_t k : {1, 7, 31, 32, 33, 64, 100, 576}) {
+      for (int64_t n : {1, 2, 5, 7, 13, 40}) {
+        for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17}) {
+          const uint64_t seed = 100 * k + 10 * n + m;
+          std::vector<uint16_t> w = RandomBf16(n * k, seed, kind);
+          std::vector<uint16_t> x = RandomBf16(m * (k + 3), seed + 1, kind);
+          const int64_t ldx = k + 3, ldy = n + 2;  // Leading dimensions wider than the data.
+          std::vector<float> ref(m * ldy, -1), twin(m * ldy, -1), dot(m * ldy, -1);
+          LinearBf16Reference(x.data(), m, ldx, Ref(w, n, k), ref.data(), ldy, 0, n);
+          internal::LinearBf16ColumnsAvx2(x.data(), m, ldx, Ref(w, n, k), twin.data(), ldy, 0, n);
+          ExpectBitwise(ref, twin, "avx2 twin", m, n, k);
+          if (hardware) {
+            internal::LinearBf16ColumnsAvx512(x.data(), m, ldx, Ref(w, n, k), dot.data(), ldy, 0, n);
+            ExpectBitwise(ref, dot, "vdpbf16ps", m, n, k);
+          }
+        }
+      }
+    }
+  }
+  if (!hardware) GTEST_SKIP() << "this CPU has no AVX512-BF16: the twin and the reference were compared";
+}
+
+// A row's result does not depend on the batch, its position in it, the thread count, the column
+// range a thread took, or how outputs share a parallel region; on both vector paths.
+TEST(LinearBf16, BitwiseBatchAndThreadInvariant) {
+  const int64_t n = 100, k = 200, m = 45;
+  std::vector<uint16_t> w = RandomBf16(n * k, 7, Values::kNormal);
+  std::vector<uint16_t> x = RandomBf16(m * k, 8, Values::kNormal);
+  const MatrixRef ref = Ref(w, n, k);
+  ThreadPool one(1), three(3);
+  for (bool dot : {true, false}) {
+    SetBf16DotEnabled(dot);
+    LinearOutput all{&ref, nullptr, n};
+    std::vector<float> batched(m * n);
+    all.y = batched.data();
+    LinearBf16Multi(x.data(), m, k, &all, 1, &three);
+    for (int64_t t = 0; t < m; ++t) {
+      std::vector<float> alone(n);
+      LinearOutput o{&ref, alone.data(), n};
+      LinearBf16Multi(x.data() + t * k, 1, k, &o, 1, &one);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(Bits(alone[j]), Bits(batched[t * n + j])) << t << "," << j;
+    }
+    MatrixRef top = ref, bottom = ref;
+    top.rows = 40;
+    bottom.rows = 60;
+    bottom.data = ref.row(40);
+    std::vector<float> y_top(m * 40), y_bottom(m * 60);
+    LinearOutput outs[2] = {{&top, y_top.data(), 40}, {&bottom, y_bottom.data(), 60}};
+    LinearBf16Multi(x.data(), m, k, outs, 2, &three);
+    for (int64_t t = 0; t < m; ++t) {
+      for (int64_t j = 0; j < 40; ++j) ASSERT_EQ(Bits(y_top[t * 40 + j]), Bits(batched[t * n + j]));
+      for (int64_t j = 0; j < 60; ++j) ASSERT_EQ(Bits(y_bottom[t * 60 + j]), Bits(batched[t * n + 40 + j]));
+    }
+  }
+  SetBf16DotEnabled(true);
+}
+
+// Against float64 over the same bf16 inputs: only f32 accumulation error remains (products of two
+// bf16 values are exact in f32).
+TEST(LinearBf16, MatchesDoubleReferenceOfRoundedInputs) {
+  ThreadPool pool(2);
+  for (int64_t k : {8, 45, 576, 1536}) {
+    const int64_t n = 33, m = 5;
+    std::vector<uint16_t> w = RandomBf16(n * k, k, Values::kNormal);
+    SplitMix64 rng(k + 1);
+    std::vector<float> xf(m * k);
+    for (float& v : xf) v = static_cast<float>(rng.Normal());
+    std::vector<uint16_t> x(m * k);
+    RoundRowsToBf16(xf.data(), m, k, k, x.data(), k);
+    const MatrixRef ref = Ref(w, n, k);
+    std::vector<float> y(m * n);
+    LinearOutput o{&ref, y.data(), n};
+    LinearBf16Multi(x.data(), m, k, &o, 1, &pool);
+    for (int64_t t = 0; t < m; ++t) {
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t i = 0; i < k; ++i) s += double(Bf16ToF32(x[t * k + i])) * Bf16ToF32(w[j * k + i]);
+        EXPECT_NEAR(y[t * n + j], s, 2e-6 * k + 1e-5) << "k=" << k << " t=" << t << " j=" << j;
+      }
+      // And the rounding of x really happened: x as f32 against the same weights differs.
+    }
+    EXPECT_NE(Bf16ToF32(x[1]), xf[1]);
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::kernels
