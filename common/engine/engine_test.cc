@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "common/base/file_util.h"
 #include "common/base/rng.h"
 #include "common/model/random_model.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/linear_bf16.h"
 
 namespace pdserve {
 namespace {
@@ -141,15 +143,26 @@ void ExpectBitwiseEqual(const Result& a, const Result& b, const std::string& wha
   }
 }
 
-class EngineFamilyTest : public ::testing::TestWithParam<std::string> {};
+// Every family in both compute dtypes: the bf16 path (VDPBF16PS, or its AVX2 twin on a CPU
+// without it) must keep each equivalence bitwise, as the f32 path does.
+class EngineFamilyTest
+    : public ::testing::TestWithParam<std::tuple<std::string, ComputeDType>> {
+ protected:
+  std::string Dir() const { return ModelDir(std::get<0>(GetParam())); }
+  EngineOptions Opts() const {
+    EngineOptions o = SmallOptions();
+    o.compute_dtype = std::get<1>(GetParam());
+    return o;
+  }
+};
 
 TEST_P(EngineFamilyTest, ChunkedPrefillEqualsOneShotBitwise) {
-  const std::string dir = ModelDir(GetParam());
+  const std::string dir = Dir();
   const Request r{"r", Prompt(150, 1), Greedy(8)};
-  const auto one_shot = RunEngine(dir, SmallOptions(), {r});
+  const auto one_shot = RunEngine(dir, Opts(), {r});
   EXPECT_EQ(one_shot.at("r").tokens.size(), 8u);
   for (int chunk : {1, 7, 64}) {
-    EngineOptions o = SmallOptions();
+    EngineOptions o = Opts();
     o.max_num_batched_tokens = chunk;
     ExpectBitwiseEqual(RunEngine(dir, o, {r}).at("r"), one_shot.at("r"),
                        "chunk " + std::to_string(chunk));
@@ -157,7 +170,7 @@ TEST_P(EngineFamilyTest, ChunkedPrefillEqualsOneShotBitwise) {
 }
 
 TEST_P(EngineFamilyTest, BatchedEqualsAloneBitwise) {
-  const std::string dir = ModelDir(GetParam());
+  const std::string dir = Dir();
   std::vector<Request> requests;
   for (int i = 0; i < 8; ++i) {
     SamplingParams p = Greedy(6 + i);
@@ -169,31 +182,31 @@ TEST_P(EngineFamilyTest, BatchedEqualsAloneBitwise) {
     requests.push_back({"req" + std::to_string(i), Prompt(5 + 13 * i, 20 + i), p});
   }
   std::map<std::string, Result> alone;
-  for (const Request& r : requests) alone[r.id] = RunEngine(dir, SmallOptions(), {r}).at(r.id);
+  for (const Request& r : requests) alone[r.id] = RunEngine(dir, Opts(), {r}).at(r.id);
   // Staggered arrivals so prefill chunks and decode tokens share steps.
-  EngineOptions o = SmallOptions();
+  EngineOptions o = Opts();
   o.max_num_batched_tokens = 40;
   const auto batched = RunEngine(dir, o, requests, {0, 0, 1, 2, 3, 5, 8, 13});
   for (const Request& r : requests) ExpectBitwiseEqual(batched.at(r.id), alone.at(r.id), r.id);
 }
 
 TEST_P(EngineFamilyTest, PrefixReuseEqualsFreshBitwise) {
-  const std::string dir = ModelDir(GetParam());
+  const std::string dir = Dir();
   std::vector<int32_t> shared = Prompt(37, 5);
   std::vector<int32_t> b = shared;
   b.push_back(7);
   b.push_back(9);
   const Request first{"a", shared, Greedy(5)};
   const Request second{"b", b, Greedy(5)};
-  const auto fresh = RunEngine(dir, SmallOptions(), {second});
+  const auto fresh = RunEngine(dir, Opts(), {second});
   EXPECT_EQ(fresh.at("b").cached_tokens, 0);
-  const auto reused = RunEngine(dir, SmallOptions(), {first, second}, {0, 20});
+  const auto reused = RunEngine(dir, Opts(), {first, second}, {0, 20});
   EXPECT_EQ(reused.at("b").cached_tokens, 36);  // 9 full blocks of 4.
   ExpectBitwiseEqual(reused.at("b"), fresh.at("b"), "after prefix reuse");
 }
 
 TEST_P(EngineFamilyTest, PreemptionRecomputesToTheSameTokens) {
-  const std::string dir = ModelDir(GetParam());
+  const std::string dir = Dir();
   std::vector<Request> requests;
   for (int i = 0; i < 6; ++i) {
     SamplingParams p = Greedy(30);
@@ -204,8 +217,8 @@ TEST_P(EngineFamilyTest, PreemptionRecomputesToTheSameTokens) {
     requests.push_back({std::string("p").append(std::to_string(i)), Prompt(20, 40 + i), p});
   }
   EngineStats roomy_stats, tight_stats;
-  const auto roomy = RunEngine(dir, SmallOptions(), requests, {}, &roomy_stats);
-  EngineOptions tight = SmallOptions();
+  const auto roomy = RunEngine(dir, Opts(), requests, {}, &roomy_stats);
+  EngineOptions tight = Opts();
   tight.num_kv_blocks = 26;  // 6 sequences of up to 50 tokens need 78 blocks: preemption.
   tight.max_model_len = 100;
   const auto squeezed = RunEngine(dir, tight, requests, {}, &tight_stats);
@@ -218,19 +231,72 @@ TEST_P(EngineFamilyTest, PreemptionRecomputesToTheSameTokens) {
 }
 
 TEST_P(EngineFamilyTest, ThreadCountAndRepeatAreBitwiseIdentical) {
-  const std::string dir = ModelDir(GetParam());
+  const std::string dir = Dir();
   const Request r{"r", Prompt(33, 9), Greedy(10)};
-  EngineOptions one = SmallOptions();
+  EngineOptions one = Opts();
   one.threads = 1;
-  EngineOptions three = SmallOptions();
+  EngineOptions three = Opts();
   three.threads = 3;
   const auto a = RunEngine(dir, one, {r});
   ExpectBitwiseEqual(RunEngine(dir, three, {r}).at("r"), a.at("r"), "1 vs 3 threads");
   ExpectBitwiseEqual(RunEngine(dir, one, {r}).at("r"), a.at("r"), "run twice");
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, EngineFamilyTest,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(
+    Families, EngineFamilyTest,
+    ::testing::Combine(::testing::Values("llama", "mistral", "qwen2", "qwen3"),
+                       ::testing::Values(ComputeDType::kF32, ComputeDType::kBF16)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + std::string(ComputeDTypeName(std::get<1>(info.param)));
+    });
+
+// bf16 compute moves logits by about bf16's precision and no more; on a CPU with AVX512-BF16
+// the engine's output equals the AVX2 twin's bitwise, so any machine computes the same bits.
+TEST(EngineTest, Bf16ComputeAgreesWithF32AndWithItsTwin) {
+  for (DType weights : {DType::kBF16, DType::kF32}) {
+    const std::string dir = ModelDir("qwen2", weights);
+    const Request r{"r", Prompt(60, 4), Greedy(6)};
+    EngineOptions f32 = SmallOptions();
+    f32.compute_dtype = ComputeDType::kF32;
+    EngineOptions bf16 = SmallOptions();
+    bf16.compute_dtype = ComputeDType::kBF16;
+    const auto a = RunEngine(dir, f32, {r}).at("r");
+    const auto b = RunEngine(dir, bf16, {r}).at("r");
+    ASSERT_FALSE(a.logits.empty());
+    double max_abs = 0, max_diff = 0;
+    for (size_t i = 0; i < a.logits[0].size(); ++i) {
+      max_abs = std::max(max_abs, std::abs(double(a.logits[0][i])));
+      max_diff = std::max(max_diff, std::abs(double(a.logits[0][i]) - b.logits[0][i]));
+    }
+    EXPECT_GT(max_diff, 0.0) << "bf16 compute must really round the activations";
+    EXPECT_LT(max_diff / max_abs, 5e-2) << DTypeName(weights);
+    kernels::SetBf16DotEnabled(false);
+    const auto twin = RunEngine(dir, bf16, {r}).at("r");
+    kernels::SetBf16DotEnabled(true);
+    ExpectBitwiseEqual(twin, b, "AVX2 twin vs VDPBF16PS");
+  }
+}
+
+TEST(EngineTest, ComputeDTypeAutoAndConflicts) {
+  const std::string bf16_dir = ModelDir("llama", DType::kBF16);
+  EngineOptions o = SmallOptions();
+  o.compute_dtype = ComputeDType::kAuto;
+  auto e = LLMEngine::Create(bf16_dir, o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->compute_dtype(),
+            kernels::Bf16DotEnabled() ? ComputeDType::kBF16 : ComputeDType::kF32);
+  auto f32_model = LLMEngine::Create(ModelDir("llama"), o);
+  ASSERT_TRUE(f32_model.ok());
+  EXPECT_EQ((*f32_model)->compute_dtype(), ComputeDType::kF32);  // f32 weights: f32.
+  o.prefill_gemm = PrefillGemm::kOpenBlas;
+  auto blas = LLMEngine::Create(bf16_dir, o);
+  ASSERT_TRUE(blas.ok());
+  EXPECT_EQ((*blas)->compute_dtype(), ComputeDType::kF32);  // auto with OpenBLAS: f32.
+  o.compute_dtype = ComputeDType::kBF16;
+  auto conflict = LLMEngine::Create(bf16_dir, o);
+  ASSERT_FALSE(conflict.ok());
+  EXPECT_NE(conflict.status().message().find("OpenBLAS"), std::string::npos) << conflict.status();
+}
 
 TEST(EngineTest, Bf16WeightsAndBf16KvPool) {
   const std::string dir = ModelDir("llama", DType::kBF16);
@@ -339,16 +405,27 @@ TEST(EngineTest, BadRequestsAreRejectedWithTheField) {
 // The disaggregated flow at engine level: a "prefill" engine computes the prompt (holding its
 // blocks), its pages are copied into the blocks a "decode" engine reserved, and the decode engine
 // continues. The tokens and logits must be bitwise those of one engine doing everything.
-TEST(EngineTest, RemotePrefillThroughCopiedPagesEqualsLocalBitwise) {
+// In both compute dtypes: pages computed by one engine and decoded by another equal a colocated
+// run bitwise.
+class RemotePrefillTest : public ::testing::TestWithParam<ComputeDType> {
+ protected:
+  EngineOptions Opts() const {
+    EngineOptions o = SmallOptions();
+    o.compute_dtype = GetParam();
+    return o;
+  }
+};
+
+TEST_P(RemotePrefillTest, ThroughCopiedPagesEqualsLocalBitwise) {
   const std::string dir = ModelDir("qwen3");
   SamplingParams params = Greedy(12);
   params.temperature = 0.7f;
   params.seed = 1234;
   const std::vector<int32_t> prompt = Prompt(45, 77);
-  const auto local = RunEngine(dir, SmallOptions(), {{"r", prompt, params}});
+  const auto local = RunEngine(dir, Opts(), {{"r", prompt, params}});
 
-  auto prefill = *LLMEngine::Create(dir, SmallOptions());
-  auto decode = *LLMEngine::Create(dir, SmallOptions());
+  auto prefill = *LLMEngine::Create(dir, Opts());
+  auto decode = *LLMEngine::Create(dir, Opts());
   // The logits that chose each token: the first on the prefill engine, the rest on the decode one.
   std::vector<std::vector<float>> logits;
   auto observe = [&logits](const std::string& id, const float* l, int64_t v) {
@@ -413,6 +490,10 @@ TEST(EngineTest, RemotePrefillThroughCopiedPagesEqualsLocalBitwise) {
   ExpectBitwiseEqual(disaggregated, local.at("r"), "prefill on one engine, decode on another");
   EXPECT_EQ(decode->Stats().kv.used_blocks, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(ComputeDTypes, RemotePrefillTest,
+                         ::testing::Values(ComputeDType::kF32, ComputeDType::kBF16),
+                         [](const auto& info) { return std::string(ComputeDTypeName(info.param)); });
 
 TEST(EngineTest, RemoteReservationAbortFreesBlocks) {
   auto engine = *LLMEngine::Create(ModelDir("llama"), SmallOptions());

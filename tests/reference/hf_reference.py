@@ -121,8 +121,15 @@ def bf16_round(a):
     return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def forward(cfg, w, tokens, kv_bf16=False):
-    """Logits [len(tokens), vocab] in float64."""
+def forward(cfg, w, tokens, kv_bf16=False, compute_bf16=False):
+    """Logits [len(tokens), vocab] in float64. compute_bf16: every linear layer's input and
+    weights rounded to bf16 first (pdserve --compute-dtype bf16; the products and sums stay exact
+    here)."""
+    def lin(x, name):
+        if compute_bf16:
+            return bf16_round(x) @ bf16_round(w[name]).T
+        return x @ w[name].T
+
     tokens = np.asarray(tokens)
     t = len(tokens)
     nh, nkv, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
@@ -138,9 +145,9 @@ def forward(cfg, w, tokens, kv_bf16=False):
     for i in range(cfg.layers):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], cfg.eps)
-        q = h @ w[p + "self_attn.q_proj.weight"].T
-        k = h @ w[p + "self_attn.k_proj.weight"].T
-        v = h @ w[p + "self_attn.v_proj.weight"].T
+        q = lin(h, p + "self_attn.q_proj.weight")
+        k = lin(h, p + "self_attn.k_proj.weight")
+        v = lin(h, p + "self_attn.v_proj.weight")
         if cfg.qkv_bias:
             q = q + w[p + "self_attn.q_proj.bias"]
             k = k + w[p + "self_attn.k_proj.bias"]
@@ -165,21 +172,21 @@ def forward(cfg, w, tokens, kv_bf16=False):
         probs = np.exp(scores)
         probs /= probs.sum(axis=-1, keepdims=True)
         attn = np.einsum("hts,shd->thd", probs, v).reshape(t, nh * hd)
-        o = attn @ w[p + "self_attn.o_proj.weight"].T
+        o = lin(attn, p + "self_attn.o_proj.weight")
         if cfg.o_bias:
             o = o + w[p + "self_attn.o_proj.bias"]
         x = x + o
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.eps)
-        gate = h @ w[p + "mlp.gate_proj.weight"].T
-        up = h @ w[p + "mlp.up_proj.weight"].T
+        gate = lin(h, p + "mlp.gate_proj.weight")
+        up = lin(h, p + "mlp.up_proj.weight")
         if cfg.mlp_bias:
             gate = gate + w[p + "mlp.gate_proj.bias"]
             up = up + w[p + "mlp.up_proj.bias"]
         act = gate / (1.0 + np.exp(-gate)) * up
-        down = act @ w[p + "mlp.down_proj.weight"].T
+        down = lin(act, p + "mlp.down_proj.weight")
         if cfg.mlp_bias:
             down = down + w[p + "mlp.down_proj.bias"]
         x = x + down
     x = rms_norm(x, w["model.norm.weight"], cfg.eps)
     head = w["model.embed_tokens.weight"] if cfg.tie and "lm_head.weight" not in w else w["lm_head.weight"]
-    return x @ head.T
+    return bf16_round(x) @ bf16_round(head).T if compute_bf16 else x @ head.T
