@@ -9,6 +9,7 @@
 #include "common/base/thread_pool.h"
 #include "kernels/cpu/blas_gemm.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_bf16.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -67,6 +68,25 @@ void BM_BlasLinear(benchmark::State& state) {
       static_cast<double>(state.iterations()) * 2.0 * m * n * k / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_BlasLinear)->ArgsProduct({{128, 512}, {1, 2}})->ArgNames({"m", "threads"})->UseRealTime();
+
+// The bf16 compute path (--compute-dtype bf16) on the MLP shape: x rounded to bf16 once, as the
+// runner does per projection, then VDPBF16PS (or the AVX2 twin with PDSERVE_KERNEL_ISA=avx2).
+void BM_Bf16Gemm(benchmark::State& state) {
+  const int64_t m = state.range(0), n = 1536, k = 576;
+  Fixture f(DType::kBF16, n, k);
+  std::vector<float> x(m * k, 0.5f), y(m * n);
+  std::vector<uint16_t> xb(m * k);
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  const LinearOutput out{&f.w, y.data(), n};
+  for (auto _ : state) {
+    RoundRowsToBf16(x.data(), m, k, k, xb.data(), k);
+    LinearBf16Multi(xb.data(), m, k, &out, 1, &pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 2.0 * m * n * k / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Bf16Gemm)->ArgsProduct({{1, 16, 128, 512}, {1, 2}})->ArgNames({"m", "threads"})->UseRealTime();
 
 void BM_InvariantGemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = 1536, k = 576;

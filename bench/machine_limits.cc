@@ -6,6 +6,8 @@
 
 #include "common/base/thread_pool.h"
 #include "kernels/cpu/blas_gemm.h"
+#include "kernels/cpu/linear_avx512.h"
+#include "kernels/cpu/linear_bf16.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -47,7 +49,97 @@ float SumRange(const float* p, int64_t n, bool prefetch) {
 #endif
 }
 
+constexpr int64_t kPeakIterations = 1 << 20;
+
+// Each returns a sum of its accumulators so the work cannot be optimised away.
+#if defined(__AVX2__)
+float FmaAvx2Loop(int64_t iterations) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-4f);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  return _mm256_cvtss_f32(s);
+}
+
+__attribute__((target("avx512f"))) float FmaAvx512Loop(int64_t iterations) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-4f);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) float DpBf16Loop(int64_t iterations) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512i a = _mm512_set1_epi16(0x3f80), b = _mm512_set1_epi16(0x3a83);  // 1.0, ~1e-3
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)a, (__m512bh)b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+#endif
+
 }  // namespace
+
+const char* DotInstructionName(DotInstruction i) {
+  switch (i) {
+    case DotInstruction::kFmaF32Avx2: return "fma_f32_avx2";
+    case DotInstruction::kFmaF32Avx512: return "fma_f32_avx512";
+    case DotInstruction::kDpBf16: return "vdpbf16ps";
+  }
+  return "?";
+}
+
+double DotInstructionPeak(ThreadPool* pool, DotInstruction instruction, int repeats) {
+#if defined(__AVX2__)
+  double flops_per_iteration = 0;  // Per thread: 12 instructions.
+  float (*loop)(int64_t) = nullptr;
+  switch (instruction) {
+    case DotInstruction::kFmaF32Avx2:
+      loop = FmaAvx2Loop;
+      flops_per_iteration = 12 * 8 * 2;
+      break;
+    case DotInstruction::kFmaF32Avx512:
+      if (!kernels::Avx512Enabled()) return 0;
+      loop = FmaAvx512Loop;
+      flops_per_iteration = 12 * 16 * 2;
+      break;
+    case DotInstruction::kDpBf16:
+      if (!kernels::Bf16DotEnabled()) return 0;
+      loop = DpBf16Loop;
+      flops_per_iteration = 12 * 32 * 2;
+      break;
+  }
+  std::vector<float> sink(pool->num_threads());
+  pool->Run([&](int t) { sink[t] += loop(kPeakIterations / 16); });  // Warm up (clocks, caches).
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    pool->Run([&](int t) { sink[t] += loop(kPeakIterations); });
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    best = std::max(best, flops_per_iteration * kPeakIterations * pool->num_threads() / secs);
+  }
+  volatile float keep = sink[0];
+  (void)keep;
+  return best;
+#else
+  (void)pool;
+  (void)instruction;
+  (void)repeats;
+  return 0;
+#endif
+}
 
 double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats, bool prefetch) {
   const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{1023};

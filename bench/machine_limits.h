@@ -23,6 +23,17 @@ double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats, bool prefetch)
 // Flop/s of OpenBLAS sgemm on n x n x n with `threads` threads. Best of `repeats`.
 double SgemmFlops(int threads, int64_t n, int repeats);
 
+// Peak flop/s of one dot-product instruction over all of `pool`'s threads: 12 independent
+// accumulators per thread, operands in registers, best of `repeats`. A product-add counts 2 flops.
+// 0 where this CPU (or build) lacks the instruction.
+enum class DotInstruction {
+  kFmaF32Avx2,    // VFMADD231PS ymm: the f32 path below 8 rows, and the bf16 path's AVX2 twin
+  kFmaF32Avx512,  // VFMADD231PS zmm: the f32 path from 8 rows
+  kDpBf16,        // VDPBF16PS zmm (AVX512-BF16): the bf16 path
+};
+const char* DotInstructionName(DotInstruction i);
+double DotInstructionPeak(ThreadPool* pool, DotInstruction instruction, int repeats);
+
 // "AMD EPYC 7B13" etc. from /proc/cpuinfo.
 std::string CpuModel();
 

@@ -11,6 +11,8 @@
 #include "common/base/strings.h"
 #include "common/base/thread_pool.h"
 #include "common/engine/llm_engine.h"
+#include "kernels/cpu/linear_avx512.h"
+#include "kernels/cpu/linear_bf16.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve::cli {
@@ -95,8 +97,11 @@ int BenchEngineCommand(int argc, char** argv) {
   const double sample_share = (after.sample_seconds - before.sample_seconds) / step_s;
   const double schedule_share = (after.schedule_seconds - before.schedule_seconds) / step_s;
 
-  // What the runs moved and computed.
-  const double weight_bytes = static_cast<double>(engine.weights().DecodeWeightBytes());
+  // What the runs moved and computed. Computing in bf16 from a checkpoint in another dtype reads
+  // the runner's bf16 copies.
+  const bool bf16_compute = engine.compute_dtype() == ComputeDType::kBF16;
+  double weight_bytes = static_cast<double>(engine.weights().DecodeWeightBytes());
+  if (bf16_compute) weight_bytes *= 2.0 / static_cast<double>(DTypeSize(engine.weights().dtype()));
   const double kv_token_bytes = static_cast<double>(engine.kv_spec().BytesPerToken());
   double kv_read = 0;  // Each decode step reads every sequence's whole context of K and V.
   for (int64_t s = 1; s <= decode_steps; ++s) kv_read += batch * (input_len + s) * kv_token_bytes;
@@ -119,12 +124,25 @@ int BenchEngineCommand(int argc, char** argv) {
   const double read_bw_prefetch = bench::ReadBandwidth(&pool, bw_bytes, 3, /*prefetch=*/true);
   const double read_bw = std::max(read_bw_plain, read_bw_prefetch);
   const double sgemm = bench::SgemmFlops(threads, sgemm_n, 3);
+  // The instruction a prefill of this length spends its time in, and that instruction's peak.
+  const bench::DotInstruction used =
+      bf16_compute ? (kernels::Bf16DotEnabled() ? bench::DotInstruction::kDpBf16
+                                                : bench::DotInstruction::kFmaF32Avx2)
+                   : (kernels::Avx512Enabled() && input_len * batch >= 8
+                          ? bench::DotInstruction::kFmaF32Avx512
+                          : bench::DotInstruction::kFmaF32Avx2);
+  double peaks[3];
+  for (int i = 0; i < 3; ++i) {
+    peaks[i] = bench::DotInstructionPeak(&pool, static_cast<bench::DotInstruction>(i), 3);
+  }
+  const double peak = peaks[static_cast<int>(used)];
   nlohmann::ordered_json j;
   j["model"] = model;
   j["architecture"] = c.architecture;
   j["weights_dtype"] = std::string(DTypeName(engine.weights().dtype()));
   j["kv_dtype"] = std::string(DTypeName(engine.kv_spec().dtype));
   j["prefill_gemm"] = ef.prefill_gemm;
+  j["compute_dtype"] = std::string(ComputeDTypeName(engine.compute_dtype()));
   j["threads"] = threads;
   j["batch"] = batch;
   j["input_len"] = input_len;
@@ -141,6 +159,12 @@ int BenchEngineCommand(int argc, char** argv) {
   j["prefill_gflops"] = prefill_flops / prefill_s / 1e9;
   j["sgemm_gflops"] = sgemm / 1e9;
   j["prefill_flops_ratio"] = prefill_flops / prefill_s / sgemm;
+  j["prefill_instruction"] = bench::DotInstructionName(used);
+  for (int i = 0; i < 3; ++i) {
+    j[std::string(bench::DotInstructionName(static_cast<bench::DotInstruction>(i))) +
+      "_peak_gflops"] = peaks[i] / 1e9;
+  }
+  j["prefill_peak_ratio"] = prefill_flops / prefill_s / peak;
   // Decode steps: the model's forward pass, sampling + outputs, and the scheduler's own work.
   j["decode_forward_share"] = forward_share;
   j["decode_sampling_share"] = sample_share;
@@ -150,13 +174,16 @@ int BenchEngineCommand(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
-  std::printf("%s (%s weights, %s KV), %d threads, batch %lld, %lld in / %lld out\n",
+  std::printf("%s (%s weights, %s KV, %s compute), %d threads, batch %lld, %lld in / %lld out\n",
               c.architecture.c_str(), j["weights_dtype"].get<std::string>().c_str(),
-              j["kv_dtype"].get<std::string>().c_str(), threads, static_cast<long long>(batch),
+              j["kv_dtype"].get<std::string>().c_str(),
+              j["compute_dtype"].get<std::string>().c_str(), threads, static_cast<long long>(batch),
               static_cast<long long>(input_len), static_cast<long long>(output_len));
   std::printf("prefill: %9.1f tok/s  %7.1f GFLOP/s = %5.1f%% of sgemm (%.1f GFLOP/s)\n",
               prefill_tok_s, prefill_flops / prefill_s / 1e9, 100 * prefill_flops / prefill_s / sgemm,
               sgemm / 1e9);
+  std::printf("         %5.1f%% of the %s peak (%.1f GFLOP/s)\n", 100 * prefill_flops / prefill_s / peak,
+              bench::DotInstructionName(used), peak / 1e9);
   std::printf("decode:  %9.1f tok/s  %7.2f GB/s  = %5.1f%% of read bandwidth (%.2f GB/s)\n",
               decode_tok_s, effective_bw / 1e9, 100 * effective_bw / read_bw, read_bw / 1e9);
   std::printf("decode step: %.1f%% forward, %.2f%% sampling, %.2f%% scheduler\n", 100 * forward_share,

@@ -40,6 +40,9 @@ void EngineFlags::Register(FlagSet& flags) {
   flags.Bool("enable-prefix-caching", &prefix_caching, "reuse KV of shared prompt prefixes");
   flags.String("prefill-gemm", &prefill_gemm,
                "invariant (bitwise batch-invariant kernels) or openblas (faster prefill)");
+  flags.Bool("weight-huge-pages", &weight_huge_pages,
+             "copy the linear layers' weights into transparent huge pages (faster decode; one "
+             "copy of them in RAM)");
   flags.String("compute-dtype", &compute_dtype,
                "linear layers in f32, bf16 (bf16 activations x bf16 weights, f32 sums; "
                "batch-invariant too) or auto (bf16 when the weights are bf16 and the CPU has "
@@ -75,6 +78,7 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   auto compute = ParseComputeDType(compute_dtype);
   if (!compute.ok()) return absl::InvalidArgumentError(Str("--compute-dtype: ", compute.status().message()));
   o->compute_dtype = *compute;
+  o->weight_huge_pages = weight_huge_pages;
   if (o->compute_dtype == ComputeDType::kBF16 && o->prefill_gemm == PrefillGemm::kOpenBlas) {
     return absl::InvalidArgumentError(
         "--compute-dtype bf16 and --prefill-gemm openblas exclude each other (OpenBLAS computes in "

@@ -36,6 +36,7 @@ struct EngineFlags {
   bool prefix_caching = true;
   std::string prefill_gemm = "invariant";
   std::string compute_dtype = "auto";
+  bool weight_huge_pages = true;
 
   void Register(FlagSet& flags);
   absl::Status ToOptions(EngineOptions* options) const;

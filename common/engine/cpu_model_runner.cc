@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "kernels/cpu/blas_gemm.h"
@@ -76,20 +78,49 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
   }
 }
 
+bool CpuModelRunner::Copied(const MatrixRef& w) const {
+  return copy_all_ || (options_.compute_dtype == ComputeDType::kBF16 && w.dtype != DType::kBF16);
+}
+
 MatrixRef CpuModelRunner::Matrix(const MatrixRef& w) {
-  if (options_.compute_dtype != ComputeDType::kBF16 || w.dtype == DType::kBF16) return w;
-  // A checkpoint in f32 or f16 computed in bf16: rounded once here, as vLLM's --dtype bfloat16
-  // converts at load (costs a bf16 copy of the matrices; the mapping is then no longer read).
-  std::vector<uint16_t>& copy = converted_.emplace_back(static_cast<size_t>(w.rows * w.cols));
-  for (int64_t i = 0; i < w.rows * w.cols; ++i) {
-    const float f = w.dtype == DType::kF32 ? static_cast<const float*>(w.data)[i]
-                                           : F16ToF32(static_cast<const uint16_t*>(w.data)[i]);
-    copy[i] = F32ToBf16(f);
+  if (!Copied(w)) return w;
+  const DType dtype = options_.compute_dtype == ComputeDType::kBF16 ? DType::kBF16 : w.dtype;
+  const size_t n = static_cast<size_t>(w.rows * w.cols);
+  void* dst = arena_.Take(n * DTypeSize(dtype));
+  if (dtype == w.dtype) {
+    std::memcpy(dst, w.data, n * DTypeSize(dtype));
+  } else {
+    // A checkpoint in f32 or f16 computed in bf16: rounded once here, as vLLM's --dtype bfloat16
+    // converts at load (costs a bf16 copy of the matrices; the mapping is then no longer read).
+    uint16_t* copy = static_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < n; ++i) {
+      const float f = w.dtype == DType::kF32 ? static_cast<const float*>(w.data)[i]
+                                             : F16ToF32(static_cast<const uint16_t*>(w.data)[i]);
+      copy[i] = F32ToBf16(f);
+    }
   }
-  return MatrixRef{DType::kBF16, copy.data(), w.rows, w.cols};
+  return MatrixRef{dtype, dst, w.rows, w.cols};
 }
 
 void CpuModelRunner::PrepareMatrices() {
+  copy_all_ = options_.weight_huge_pages;
+  std::vector<const MatrixRef*> all;
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    const LayerWeights& w = weights_->layer(l);
+    for (const MatrixRef* m : {&w.q_proj, &w.k_proj, &w.v_proj, &w.o_proj, &w.gate_proj,
+                               &w.up_proj, &w.down_proj}) {
+      all.push_back(m);
+    }
+  }
+  all.push_back(&weights_->lm_head());
+  size_t bytes = 0;
+  for (const MatrixRef* m : all) {
+    if (Copied(*m)) {
+      const DType d = options_.compute_dtype == ComputeDType::kBF16 ? DType::kBF16 : m->dtype;
+      bytes += HugePageArena::Aligned(static_cast<size_t>(m->rows * m->cols) * DTypeSize(d));
+    }
+  }
+  arena_.Reserve(bytes);
   proj_.reserve(config_.num_layers);
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& w = weights_->layer(l);
@@ -98,6 +129,10 @@ void CpuModelRunner::PrepareMatrices() {
                                 Matrix(w.down_proj)});
   }
   lm_head_ = Matrix(weights_->lm_head());
+  if (bytes > 0) {
+    PD_LOG(Info) << "weights: " << (bytes >> 20) << " MiB of matrices copied, "
+                 << (std::min(arena_.HugeBytes(), bytes) >> 20) << " MiB of it on huge pages";
+  }
 }
 
 absl::Status CpuModelRunner::Validate(const ForwardBatch& batch) const {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/base/huge_page_arena.h"
 #include "common/base/thread_pool.h"
 #include "common/engine/model_runner.h"
 #include "common/kvcache/kv_pool.h"
@@ -44,6 +45,7 @@ class CpuModelRunner : public ModelRunner {
   // bf16 when computing in bf16 (owned by converted_).
   void PrepareMatrices();
   MatrixRef Matrix(const MatrixRef& w);
+  bool Copied(const MatrixRef& w) const;
 
   struct Projections {
     MatrixRef q, k, v, o, gate, up, down;
@@ -59,7 +61,8 @@ class CpuModelRunner : public ModelRunner {
   const ModelWeights* weights_;
   std::vector<Projections> proj_;  // Per layer.
   MatrixRef lm_head_;
-  std::vector<std::vector<uint16_t>> converted_;
+  HugePageArena arena_;  // The copies Matrix makes.
+  bool copy_all_ = false;
   const ModelConfig& config_;
   KvPool* kv_;
   ThreadPool pool_threads_;

@@ -26,6 +26,7 @@ struct EngineOptions {
   bool enable_kv_events = false;       // Log prefix-cache changes for routers (workers drain them).
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
   ComputeDType compute_dtype = ComputeDType::kAuto;  // Resolved in LLMEngine::Create.
+  bool weight_huge_pages = true;  // ModelRunnerOptions::weight_huge_pages.
 };
 
 }  // namespace pdserve

@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
                       ResolveComputeDType(options.backend, options.compute_dtype,
                                           e->weights_->dtype(), options.prefill_gemm));
   e->compute_dtype_ = ro.compute_dtype;
+  ro.weight_huge_pages = options.weight_huge_pages;
   if (options.compute_dtype == ComputeDType::kAuto) {
     PD_LOG(Info) << "compute dtype " << ComputeDTypeName(ro.compute_dtype) << " (auto: "
                  << DTypeName(e->weights_->dtype()) << " weights"

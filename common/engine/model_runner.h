@@ -42,6 +42,10 @@ struct ModelRunnerOptions {
   int64_t max_model_len = 4096;         // Longest context attention must handle.
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
   ComputeDType compute_dtype = ComputeDType::kF32;  // Resolved: never kAuto.
+  // Copy the linear layers' matrices into anonymous memory with transparent huge pages (decode
+  // streams them every step; 2 MiB pages spare the TLB misses of a 4 KiB file mapping). Costs a
+  // copy of those matrices in RAM and the time to make it.
+  bool weight_huge_pages = true;
 };
 
 // Not thread-safe: driven by one scheduler thread. Forward writes the KV of the batch's tokens
