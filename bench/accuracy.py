@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """How far a numeric mode moves pdserve's output from the f32 baseline, on one model.
 
-For each prompt: greedy generation in the baseline (f32 KV pool, batch-invariant GEMMs) and in
-each mode, with the logits of every step dumped. Reported per mode: prompts whose whole greedy
-continuation equals the baseline's, the mean position of the first differing token (the length
-when none differs), and the largest relative logit error at the steps before the first difference
-(same context in both runs). Prompts: verses of the model's heldout.txt when it has one (the demo
-model), otherwise random token ids (random models, whose near-uniform distributions make greedy
-agreement a matter of near-ties).
+For each prompt: greedy generation in the baseline (f32 compute, f32 KV pool, batch-invariant
+GEMMs) and in each mode, with the logits of every step dumped. Reported per mode: prompts whose
+whole greedy continuation equals the baseline's, the mean position of the first differing token
+(the length when none differs), the largest relative logit error at the steps before the first
+difference (same context in both runs), and the mean and largest KL divergence KL(baseline ||
+mode) of the next-token distribution at every position of the baseline's continuation,
+teacher-forced: where the mode's greedy token differs, it is restarted on the baseline's tokens
+so far (prefill equals decode bitwise in every mode that is not OpenBLAS, so a restart computes
+what forcing the token would). Prompts: verses of the model's heldout.txt when it has one (the
+demo model), otherwise random token ids (random models, whose near-uniform distributions make
+greedy agreement a matter of near-ties).
 
     /usr/bin/python3 bench/accuracy.py --pdserve build/pdserve --model models/pdserve-demo
 """
@@ -21,9 +25,11 @@ import tempfile
 
 import numpy as np
 
+BASELINE = ["--compute-dtype", "f32"]
 MODES = {
-    "bf16 KV pool": ["--kv-dtype", "bf16"],
-    "OpenBLAS prefill GEMM": ["--prefill-gemm", "openblas"],
+    "bf16 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "bf16"],
+    "OpenBLAS prefill GEMM": ["--compute-dtype", "f32", "--prefill-gemm", "openblas"],
+    "bf16 compute": ["--compute-dtype", "bf16"],
 }
 
 
@@ -54,25 +60,52 @@ def generate(pdserve, model, prompt, tokens, extra, workdir):
     return json.loads(out)["token_ids"], np.load(dump).astype(np.float64)
 
 
+def log_softmax(x):
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.sum(np.exp(x), axis=-1, keepdims=True))
+
+
+def teacher_forced(pdserve, model, prompt, base_tokens, extra, workdir):
+    """The mode's logits at every position of the baseline's continuation, and its own greedy
+    tokens of the first run."""
+    logits, own, pos = [], None, 0
+    while pos < len(base_tokens):
+        tokens, l = generate(pdserve, model, list(prompt) + list(base_tokens[:pos]),
+                             len(base_tokens) - pos, extra, workdir)
+        if own is None:
+            own = tokens
+        d = next((i for i, (a, b) in enumerate(zip(tokens, base_tokens[pos:])) if a != b), len(tokens))
+        keep = min(d + 1, len(tokens))  # Step d still had the baseline's context.
+        logits.extend(l[:keep])
+        pos += keep
+    return own, np.array(logits)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pdserve", default="build/pdserve")
     ap.add_argument("--model", required=True)
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=48)
-    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--modes", default="", help="comma-separated subset of the modes (default: all)")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="pdserve_accuracy_")
     prompts = prompts_of(args.pdserve, args.model, args.prompts, args.prompt_len, args.seed)
-    base = [generate(args.pdserve, args.model, p, args.tokens, [], workdir) for p in prompts]
+    base = [generate(args.pdserve, args.model, p, args.tokens, BASELINE, workdir) for p in prompts]
     print(f"| model | mode | identical greedy continuations | mean first difference (of {args.tokens}) "
-          f"| max relative logit error before it |")
-    print("| --- | --- | --- | --- | --- |")
+          f"| max relative logit error before it | mean KL (nats) | max KL | positions |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for mode, extra in MODES.items():
-        same, first, worst = 0, [], 0.0
+        if args.modes and mode not in args.modes.split(","):
+            continue
+        same, first, worst, kls = 0, [], 0.0, []
         for prompt, (tokens, logits) in zip(prompts, base):
-            t2, l2 = generate(args.pdserve, args.model, prompt, args.tokens, extra, workdir)
+            t2, l2 = teacher_forced(args.pdserve, args.model, prompt, tokens, extra, workdir)
+            p_base = log_softmax(logits)
+            p_mode = log_softmax(l2)
+            kls.extend(np.sum(np.exp(p_base) * (p_base - p_mode), axis=-1))
             diff = next((i for i, (a, b) in enumerate(zip(tokens, t2)) if a != b), len(tokens))
             same += diff == len(tokens)
             first.append(diff)
@@ -80,7 +113,8 @@ def main():
                 err = np.max(np.abs(l2[step] - logits[step])) / np.max(np.abs(logits[step]))
                 worst = max(worst, err)
         print(f"| {os.path.basename(os.path.normpath(args.model))} | {mode} | {same}/{len(prompts)} "
-              f"| {np.mean(first):.1f} | {worst:.1e} |")
+              f"| {np.mean(first):.1f} | {worst:.1e} | {np.mean(kls):.2e} | {np.max(kls):.2e} | {len(kls)} |",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // This machine's limits, measured in the same run as the benchmark they judge: memory read
-// bandwidth (what bounds decode) and OpenBLAS sgemm rate (what bounds prefill). Shared machines
-// are noisy, so figures are reported as ratios against these.
+// bandwidth (what bounds decode), OpenBLAS sgemm rate and the peak of each dot-product
+// instruction (what bounds prefill). Shared machines are noisy, so figures are reported as
+// ratios against these.
 #ifndef PDSERVE_BENCH_MACHINE_LIMITS_H_
 #define PDSERVE_BENCH_MACHINE_LIMITS_H_
 

@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""The compute dtypes and weight huge pages side by side, alternating in one run (issue 19).
+
+Each round runs, in this order, `bench-engine` for: decode batch 1 (32 in / 128 out), decode batch
+16, prefill of 512 tokens, each with --compute-dtype f32 and bf16; then batch-1 decode with
+--no-weight-huge-pages (bf16 and f32); and, with --baseline, the same f32 commands on an older
+binary. Every figure is a ratio against a limit measured inside the same bench-engine process:
+decode against the read bandwidth, prefill against the peak of the instruction it uses.
+
+    /usr/bin/python3 bench/compute_dtype.py --model models/smollm-bf16 --rounds 3 \
+        [--baseline /tmp/old/build/pdserve]
+"""
+
+import argparse
+import json
+import subprocess
+
+
+def bench(pdserve, model, batch, input_len, output_len, extra):
+    cmd = [pdserve, "bench-engine", "--model", model, "--batch", str(batch), "--input-len", str(input_len),
+           "--output-len", str(output_len), "--threads", "2", "--kv-memory-gib", "1", "--format", "json",
+           "--bw-gib", "1", *extra]
+    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pdserve", default="build/pdserve")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--baseline", help="an older pdserve binary, run with its defaults (f32)")
+    args = ap.parse_args()
+    cases = []
+    for dtype in ("f32", "bf16"):
+        flags = ["--compute-dtype", dtype]
+        cases += [(f"decode b1 {dtype}", args.pdserve, 1, 32, 128, flags),
+                  (f"decode b16 {dtype}", args.pdserve, 16, 32, 64, flags),
+                  (f"prefill 512 {dtype}", args.pdserve, 1, 512, 2, flags),
+                  (f"decode b1 {dtype} no huge pages", args.pdserve, 1, 32, 128,
+                   flags + ["--no-weight-huge-pages"])]
+    if args.baseline:
+        cases += [("decode b1 f32 baseline", args.baseline, 1, 32, 128, []),
+                  ("decode b16 f32 baseline", args.baseline, 16, 32, 64, []),
+                  ("prefill 512 f32 baseline", args.baseline, 1, 512, 2, [])]
+    rows = {name: [] for name, *_ in cases}
+    for r in range(args.rounds):
+        for name, binary, batch, inp, out, extra in cases:
+            j = bench(binary, args.model, batch, inp, out, extra)
+            rows[name].append(j)
+            if name.startswith("prefill"):
+                peak = j.get("prefill_peak_ratio")
+                print(f"round {r} {name:34s} {j['prefill_tok_s']:8.1f} tok/s  {j['prefill_gflops']:6.1f} GFLOP/s"
+                      f"  sgemm {j['prefill_flops_ratio']:.2f}"
+                      + (f"  {j['prefill_instruction']} peak {peak:.2f}" if peak is not None else ""), flush=True)
+            else:
+                print(f"round {r} {name:34s} {j['decode_tok_s']:8.1f} tok/s  {j['decode_effective_gbs']:6.2f} GB/s"
+                      f"  read BW {j['read_bw_gbs']:5.1f}  ratio {j['decode_bw_ratio']:.2f}", flush=True)
+    print()
+    print("| case | tok/s | ratio | round by round |")
+    print("| --- | --- | --- | --- |")
+    for name, runs in rows.items():
+        key = "prefill_tok_s" if name.startswith("prefill") else "decode_tok_s"
+        ratio = "prefill_peak_ratio" if name.startswith("prefill") else "decode_bw_ratio"
+        toks = [j[key] for j in runs]
+        ratios = [j.get(ratio, j.get("prefill_flops_ratio")) for j in runs]
+        print(f"| {name} | {min(toks):.1f}-{max(toks):.1f} | {min(ratios):.2f}-{max(ratios):.2f} | "
+              + ", ".join(f"{t:.1f}" for t in toks) + " |")
+    for dtype in ("f32", "bf16"):
+        b16 = [j["decode_tok_s"] for j in rows[f"decode b16 {dtype}"]]
+        b1 = [j["decode_tok_s"] for j in rows[f"decode b1 {dtype}"]]
+        print(f"batch 16 / batch 1 ({dtype}), per round: " + ", ".join(f"{a / b:.1f}x" for a, b in zip(b16, b1)))
+    pf = [j["prefill_tok_s"] for j in rows["prefill 512 f32"]]
+    pb = [j["prefill_tok_s"] for j in rows["prefill 512 bf16"]]
+    print("prefill bf16 / f32, per round: " + ", ".join(f"{b / f:.2f}x" for f, b in zip(pf, pb)))
+    if args.baseline:
+        for what, key in (("decode b1", "decode_tok_s"), ("decode b16", "decode_tok_s"), ("prefill 512", "prefill_tok_s")):
+            new = [j[key] for j in rows[f"{what} f32"]]
+            old = [j[key] for j in rows[f"{what} f32 baseline"]]
+            print(f"{what} f32 new / baseline, per round: " + ", ".join(f"{n / o:.2f}x" for n, o in zip(new, old)))
+    print("cpu:", rows[cases[0][0]][0]["cpu"])
+
+
+if __name__ == "__main__":
+    main()
