@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "common/base/huge_page_arena.h"
 #include "common/base/rng.h"
 #include "common/base/thread_pool.h"
 #include "kernels/cpu/blas_gemm.h"
@@ -87,6 +88,80 @@ void BM_Bf16Gemm(benchmark::State& state) {
       static_cast<double>(state.iterations()) * 2.0 * m * n * k / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Bf16Gemm)->ArgsProduct({{1, 16, 128, 512}, {1, 2}})->ArgNames({"m", "threads"})->UseRealTime();
+
+// The bf16 GEMV of batch-1 decode on lm_head's shape (56 MB, streamed from memory as in a decode
+// step), for comparison with BM_Linear's f32-compute GEMV and the machine's read bandwidth.
+void BM_Bf16Gemv(benchmark::State& state) {
+  const int64_t n = 49152, k = 576;
+  Fixture f(DType::kBF16, n, k);
+  std::vector<uint16_t> xb(k, 0x3f00);
+  std::vector<float> y(n);
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  const LinearOutput out{&f.w, y.data(), n};
+  for (auto _ : state) {
+    LinearBf16Multi(xb.data(), 1, k, &out, 1, &pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(f.w.bytes()));
+}
+BENCHMARK(BM_Bf16Gemv)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime();
+
+// Where batch-1 decode loses bandwidth: the GEMVs of one SmolLM-135M decode step (30 layers of
+// q/k/v, o, gate/up, down, then lm_head; 270 MB of bf16 on huge pages, laid out as the runner
+// lays them out) run back to back in the runner's parallel regions (arg 0), against the same
+// bytes as one matrix (arg 1). No attention, norms or sampling: the difference is what the
+// matrix and region structure costs (barriers, stream starts).
+void BM_Bf16DecodeStepGemvs(benchmark::State& state) {
+  constexpr int64_t kLayers = 30, kHidden = 576, kKv = 192, kInter = 1536, kVocab = 49152;
+  const int64_t shapes[7][2] = {{kHidden, kHidden}, {kKv, kHidden}, {kKv, kHidden},
+                                {kHidden, kHidden}, {kInter, kHidden}, {kInter, kHidden},
+                                {kHidden, kInter}};
+  size_t total = HugePageArena::Aligned(size_t(kVocab) * kHidden * 2);
+  for (const auto& sh : shapes) total += kLayers * HugePageArena::Aligned(size_t(sh[0]) * sh[1] * 2);
+  HugePageArena arena;
+  arena.Reserve(total);
+  auto make = [&](int64_t rows, int64_t cols) {
+    auto* p = static_cast<uint16_t*>(arena.Take(size_t(rows) * cols * 2));
+    for (int64_t i = 0; i < rows * cols; ++i) p[i] = static_cast<uint16_t>(0x3c00 + (i * 2654435761u >> 20) % 512);
+    return MatrixRef{DType::kBF16, p, rows, cols};
+  };
+  std::vector<std::vector<MatrixRef>> layers(kLayers);
+  for (auto& l : layers)
+    for (const auto& sh : shapes) l.push_back(make(sh[0], sh[1]));
+  const MatrixRef head = make(kVocab, kHidden);
+  std::vector<uint16_t> xb(kInter, 0x3f00);
+  std::vector<float> y(kVocab);
+  std::vector<float> q(kHidden), k(kKv), v(kKv), o(kHidden), g(kInter), u(kInter), d(kHidden);
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  const bool one_matrix = state.range(0) == 1;
+  // The same bytes as one matrix of k = 576 (the rows of every matrix end to end).
+  const MatrixRef all{DType::kBF16, layers[0][0].data, int64_t(total / 2 / kHidden), kHidden};
+  std::vector<float> y_all(all.rows);
+  for (auto _ : state) {
+    if (one_matrix) {
+      const LinearOutput out{&all, y_all.data(), all.rows};
+      LinearBf16Multi(xb.data(), 1, kHidden, &out, 1, &pool);
+      continue;
+    }
+    for (const auto& l : layers) {
+      const LinearOutput qkv[3] = {{&l[0], q.data(), kHidden}, {&l[1], k.data(), kKv}, {&l[2], v.data(), kKv}};
+      LinearBf16Multi(xb.data(), 1, kHidden, qkv, 3, &pool);
+      const LinearOutput out_o{&l[3], o.data(), kHidden};
+      LinearBf16Multi(xb.data(), 1, kHidden, &out_o, 1, &pool);
+      const LinearOutput gu[2] = {{&l[4], g.data(), kInter}, {&l[5], u.data(), kInter}};
+      LinearBf16Multi(xb.data(), 1, kHidden, gu, 2, &pool);
+      const LinearOutput down{&l[6], d.data(), kHidden};
+      LinearBf16Multi(xb.data(), 1, kInter, &down, 1, &pool);
+    }
+    const LinearOutput lm{&head, y.data(), kVocab};
+    LinearBf16Multi(xb.data(), 1, kHidden, &lm, 1, &pool);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(total));
+}
+BENCHMARK(BM_Bf16DecodeStepGemvs)
+    ->ArgsProduct({{0, 1}, {2}})
+    ->ArgNames({"one_matrix", "threads"})
+    ->UseRealTime();
 
 void BM_InvariantGemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = 1536, k = 576;

@@ -18,9 +18,13 @@ constexpr int64_t kBlockBytes = 96 * 1024;
 // streams ~200 matrices of 0.2-3.5 MB each; without this, every one of them starts by waiting on
 // the hardware prefetcher to learn a new stream. Measured on the SmolLM-135M shape, bf16, batch 1
 // (bench/RESULTS.md): no prefetch 43-49 tok/s; 2 KiB 51-56; 4 KiB 64-84; 8 KiB 76-91; 16 KiB 74-82.
+// Into L2 (prefetcht1), not L1: on the AMD EPYC of issue 19, prefetcht0 held batch-1 decode at
+// 0.55-0.59 of the read bandwidth (71-74 tok/s, f32 compute), prefetcht1 reaches 0.84-0.93
+// (105-116 tok/s), alternating in one run; the L1 lines then come from L2 by the L1 prefetcher.
 constexpr int64_t kPrefetchBytes = 8192;
 
 #if PDSERVE_AVX2
+
 
 struct F32Rows {
   static __m256 Load(const void* row, int64_t k) {
@@ -62,7 +66,7 @@ inline void MicroKernel(const float* x, int64_t ldx, const uint8_t* w, size_t w_
     if constexpr (Prefetch) {
       for (int r = 0; r < R; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(w + r * w_stride + kk * W::kSize) +
-                         kPrefetchBytes, _MM_HINT_T0);
+                         kPrefetchBytes, _MM_HINT_T1);
       }
     }
     for (int r = 0; r < R; ++r) wv[r] = W::Load(w + r * w_stride, kk);

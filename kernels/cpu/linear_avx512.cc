@@ -29,7 +29,7 @@ std::atomic<bool>& EnabledFlag() {
 }
 
 constexpr int64_t kBlockBytes = 96 * 1024;  // As the AVX2 path (linear.cc).
-constexpr int64_t kPrefetchBytes = 8192;
+constexpr int64_t kPrefetchBytes = 8192;  // Into L2, as linear.cc.
 
 // Two weight rows' [k, k + 8) side by side: lanes 0-7 row a, lanes 8-15 row b.
 struct F32Pair {
@@ -110,7 +110,7 @@ PD_AVX512 inline void MicroKernel(const float* x, int64_t ldx, const uint8_t* co
     if constexpr (Prefetch) {
       for (int r = 0; r < 2 * P; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(rows[r] + kk * W::kSize) + kPrefetchBytes,
-                     _MM_HINT_T0);
+                     _MM_HINT_T1);
       }
     }
     for (int p = 0; p < P; ++p) wv[p] = W::Load(rows[2 * p], rows[2 * p + 1], kk);
@@ -166,8 +166,8 @@ PD_AVX512 void PackBlock(const uint8_t* wb, size_t w_stride, int64_t rows, int64
     const uint8_t* b = 2 * p + 1 < rows ? a + w_stride : a;  // Odd last row: itself again.
     float* out = packed + p * chunks * 16;
     for (int64_t c = 0; c < chunks; ++c) {
-      _mm_prefetch(reinterpret_cast<const char*>(a + c * 8 * W::kSize) + kPrefetchBytes, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b + c * 8 * W::kSize) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(a + c * 8 * W::kSize) + kPrefetchBytes, _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(b + c * 8 * W::kSize) + kPrefetchBytes, _MM_HINT_T1);
       _mm512_storeu_ps(out + c * 16, W::Load(a, b, c * 8));
     }
   }

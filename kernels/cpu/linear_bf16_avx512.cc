@@ -33,7 +33,7 @@ std::atomic<bool>& EnabledFlag() {
 
 constexpr int64_t kChunk = 32;
 constexpr int64_t kBlockBytes = 96 * 1024;  // Weight rows per cache block, as linear.cc.
-constexpr int64_t kPrefetchBytes = 8192;    // As linear.cc (bench/RESULTS.md).
+constexpr int64_t kPrefetchBytes = 8192;    // Into L2, as linear.cc (bench/RESULTS.md).
 
 // The 16-lane tree of linear_bf16.h: lane i + lane i+8, then the 8-lane tree of simd.h.
 PD_AVX512BF16 inline float Sum16(__m512 v) {
@@ -58,7 +58,7 @@ PD_AVX512BF16 inline void Tile(const uint16_t* x, int64_t ldx, const uint16_t* w
     __m512i wv[R];
     for (int r = 0; r < R; ++r) {
       if constexpr (Prefetch) {
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * k + kk) + kPrefetchBytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * k + kk) + kPrefetchBytes, _MM_HINT_T1);
       }
       wv[r] = _mm512_loadu_si512(w + r * k + kk);
     }
