@@ -93,13 +93,13 @@ PD_AVX512BF16 inline void RowsForTokens(const uint16_t* x, int64_t ldx, const ui
   for (; r < rows; ++r) Tile<T, 1, Prefetch>(x, ldx, w + r * k, k, y + r, ldy);
 }
 
-// Register tiles: 8 weight rows for 1 token (the GEMV of batch-1 decode: 8 streams per thread;
-// against 4, 3-11% more tok/s in 7 of 7 alternating runs, bench/RESULTS.md), 4 rows for 2-3
-// tokens, 4 tokens x 6 rows from 4 tokens up (24 accumulators + 6 weights + 1 token).
+// Register tiles: 4 weight rows for 1-3 tokens (the GEMV of decode: 4 streams per thread, as the
+// f32 path; 8 rows were 3-11% faster while the prefetch went to L1, not since it goes to L2,
+// bench/RESULTS.md), 4 tokens x 6 rows from 4 tokens up (24 accumulators + 6 weights + 1 token).
 template <int T>
 PD_AVX512BF16 inline void TokenTile(bool first, const uint16_t* x, int64_t ldx, const uint16_t* w,
                                     int64_t k, float* y, int64_t ldy, int64_t rows) {
-  constexpr int R = T >= 4 ? 6 : (T == 1 ? 8 : 4);
+  constexpr int R = T >= 4 ? 6 : 4;
   if (first) {
     RowsForTokens<T, R, true>(x, ldx, w, k, y, ldy, rows);
   } else {
