@@ -140,6 +140,28 @@ class GenerateTest(unittest.TestCase):
         self.assertIn(b"UTF-8", invalid_utf8.stderr)
 
 
+    def test_compute_dtype(self):
+        # bf16 compute on this f32 model (weights converted at load) moves the logprobs a little
+        # and keeps seeded runs bitwise reproducible; the environment variable sets it too.
+        flags = ("--prompt-ids", "5,6,7,8", "--max-tokens", "6", "--temperature", "0", "--ignore-eos")
+        f32 = self.generate(*flags, "--compute-dtype", "f32")
+        bf16 = self.generate(*flags, "--compute-dtype", "bf16")
+        self.assertNotEqual(f32["logprobs"], bf16["logprobs"])
+        self.assertLess(max(abs(a - b) for a, b in zip(f32["logprobs"], bf16["logprobs"])), 0.1)
+        env = dict(os.environ, PDSERVE_COMPUTE_DTYPE="bf16")
+        again = json.loads(subprocess.run([PDSERVE, "generate", "--model", self.model, "--format", "json",
+                                           "--kv-memory-gib", "0.05", *flags], env=env,
+                                          capture_output=True, text=True, check=True).stdout)
+        self.assertEqual(again["logprobs"], bf16["logprobs"])
+        bad = pdserve("generate", "--model", self.model, "--prompt-ids", "1", "--compute-dtype", "f16")
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("--compute-dtype", bad.stderr)
+        self.assertIn("'f16'", bad.stderr)
+        clash = pdserve("generate", "--model", self.model, "--prompt-ids", "1", "--compute-dtype", "bf16",
+                        "--prefill-gemm", "openblas")
+        self.assertNotEqual(clash.returncode, 0)
+        self.assertIn("--prefill-gemm openblas", clash.stderr)
+
 class TokenizeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

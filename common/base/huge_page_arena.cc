@@ -2,12 +2,15 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "common/base/check.h"
+#include "common/base/strings.h"
 
 namespace pdserve {
 namespace {
@@ -18,14 +21,18 @@ HugePageArena::~HugePageArena() {
   if (base_ != nullptr) munmap(base_, size_);
 }
 
-void HugePageArena::Reserve(size_t bytes) {
+absl::Status HugePageArena::Reserve(size_t bytes) {
   PD_CHECK(base_ == nullptr);
-  if (bytes == 0) return;
+  if (bytes == 0) return absl::OkStatus();
   size_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   // Over-map by one huge page and trim, so the region starts on a 2 MiB boundary.
   void* raw = mmap(nullptr, size_ + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                    -1, 0);
-  PD_CHECK_MSG(raw != MAP_FAILED, "mmap of the weight copies failed");
+  if (raw == MAP_FAILED) {
+    const size_t want = size_;
+    size_ = 0;
+    return absl::ResourceExhaustedError(Str("cannot map ", want >> 20, " MiB: ", std::strerror(errno)));
+  }
   const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
   if (aligned > start) munmap(raw, aligned - start);
@@ -33,6 +40,7 @@ void HugePageArena::Reserve(size_t bytes) {
   if (end > aligned + size_) munmap(reinterpret_cast<void*>(aligned + size_), end - aligned - size_);
   base_ = reinterpret_cast<char*>(aligned);
   madvise(base_, size_, MADV_HUGEPAGE);  // Advice only: without THP the memory is still fine.
+  return absl::OkStatus();
 }
 
 void* HugePageArena::Take(size_t bytes) {

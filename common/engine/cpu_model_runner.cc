@@ -32,7 +32,9 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
   if (options.compute_dtype == ComputeDType::kAuto) {
     return absl::InvalidArgumentError("compute dtype must be resolved (ResolveComputeDType)");
   }
-  return std::unique_ptr<CpuModelRunner>(new CpuModelRunner(options, weights, pool));
+  std::unique_ptr<CpuModelRunner> runner(new CpuModelRunner(options, weights, pool));
+  PD_RETURN_IF_ERROR(runner->PrepareMatrices());
+  return runner;
 }
 
 CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWeights* weights,
@@ -70,7 +72,6 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
     const int64_t widest = std::max({c.hidden_size, c.q_size(), c.intermediate_size});
     x_bf16_.resize(static_cast<size_t>(std::max(t, options.max_logit_rows) * widest));
   }
-  PrepareMatrices();
   if (options.prefill_gemm == PrefillGemm::kOpenBlas) {
     kernels::SetBlasThreads(pool_threads_.num_threads());
     blas_scratch_.resize(std::max(c.intermediate_size, c.q_size()) *
@@ -79,12 +80,17 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
 }
 
 bool CpuModelRunner::Copied(const MatrixRef& w) const {
-  return copy_all_ || (options_.compute_dtype == ComputeDType::kBF16 && w.dtype != DType::kBF16);
+  return options_.weight_huge_pages ||
+         (options_.compute_dtype == ComputeDType::kBF16 && w.dtype != DType::kBF16);
+}
+
+DType CpuModelRunner::CopyDType(const MatrixRef& w) const {
+  return options_.compute_dtype == ComputeDType::kBF16 ? DType::kBF16 : w.dtype;
 }
 
 MatrixRef CpuModelRunner::Matrix(const MatrixRef& w) {
   if (!Copied(w)) return w;
-  const DType dtype = options_.compute_dtype == ComputeDType::kBF16 ? DType::kBF16 : w.dtype;
+  const DType dtype = CopyDType(w);
   const size_t n = static_cast<size_t>(w.rows * w.cols);
   void* dst = arena_.Take(n * DTypeSize(dtype));
   if (dtype == w.dtype) {
@@ -102,8 +108,7 @@ MatrixRef CpuModelRunner::Matrix(const MatrixRef& w) {
   return MatrixRef{dtype, dst, w.rows, w.cols};
 }
 
-void CpuModelRunner::PrepareMatrices() {
-  copy_all_ = options_.weight_huge_pages;
+absl::Status CpuModelRunner::PrepareMatrices() {
   std::vector<const MatrixRef*> all;
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& w = weights_->layer(l);
@@ -116,11 +121,13 @@ void CpuModelRunner::PrepareMatrices() {
   size_t bytes = 0;
   for (const MatrixRef* m : all) {
     if (Copied(*m)) {
-      const DType d = options_.compute_dtype == ComputeDType::kBF16 ? DType::kBF16 : m->dtype;
-      bytes += HugePageArena::Aligned(static_cast<size_t>(m->rows * m->cols) * DTypeSize(d));
+      bytes += HugePageArena::Aligned(static_cast<size_t>(m->rows * m->cols) * DTypeSize(CopyDType(*m)));
     }
   }
-  arena_.Reserve(bytes);
+  if (absl::Status s = arena_.Reserve(bytes); !s.ok()) {
+    return absl::ResourceExhaustedError(Str("copies of the weight matrices (--weight-huge-pages, or bf16 "
+                                            "compute of a non-bf16 checkpoint): ", s.message()));
+  }
   proj_.reserve(config_.num_layers);
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& w = weights_->layer(l);
@@ -133,6 +140,7 @@ void CpuModelRunner::PrepareMatrices() {
     PD_LOG(Info) << "weights: " << (bytes >> 20) << " MiB of matrices copied, "
                  << (std::min(arena_.HugeBytes(), bytes) >> 20) << " MiB of it on huge pages";
   }
+  return absl::OkStatus();
 }
 
 absl::Status CpuModelRunner::Validate(const ForwardBatch& batch) const {

@@ -43,9 +43,10 @@ class CpuModelRunner : public ModelRunner {
                int num_outputs);
   // The matrices the linear layers read: the checkpoint's, or bf16 copies of those that are not
   // bf16 when computing in bf16 (owned by converted_).
-  void PrepareMatrices();
+  absl::Status PrepareMatrices();
   MatrixRef Matrix(const MatrixRef& w);
   bool Copied(const MatrixRef& w) const;
+  DType CopyDType(const MatrixRef& w) const;
 
   struct Projections {
     MatrixRef q, k, v, o, gate, up, down;
@@ -62,7 +63,6 @@ class CpuModelRunner : public ModelRunner {
   std::vector<Projections> proj_;  // Per layer.
   MatrixRef lm_head_;
   HugePageArena arena_;  // The copies Matrix makes.
-  bool copy_all_ = false;
   const ModelConfig& config_;
   KvPool* kv_;
   ThreadPool pool_threads_;
