@@ -11,8 +11,7 @@
 namespace pdserve::kernels {
 namespace {
 
-constexpr int64_t kChunk = 32;        // k per VDPBF16PS of one output (16 lanes x 2).
-constexpr int64_t kColumnGrain = 16;  // As linear.cc.
+constexpr int64_t kChunk = 32;  // k per VDPBF16PS of one output (16 lanes x 2).
 
 inline float FlushDenormal(float f) {
   return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0f, f) : f;
@@ -204,17 +203,8 @@ void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixR
 
 void LinearBf16Multi(const uint16_t* xb, int64_t m, int64_t ldx, const LinearOutput* outputs,
                      int num_outputs, ThreadPool* pool) {
-  int64_t total = 0;
-  for (int i = 0; i < num_outputs; ++i) total += outputs[i].w->rows;
-  pool->ParallelForDynamic(total, kColumnGrain, [&](int64_t begin, int64_t end) {
-    int64_t offset = 0;
-    for (int i = 0; i < num_outputs; ++i) {
-      const LinearOutput& o = outputs[i];
-      const int64_t lo = std::max(begin, offset);
-      const int64_t hi = std::min(end, offset + o.w->rows);
-      if (lo < hi) LinearBf16Columns(xb, m, ldx, *o.w, o.y, o.ldy, lo - offset, hi - offset);
-      offset += o.w->rows;
-    }
+  ForEachOutputColumns(outputs, num_outputs, pool, [&](const LinearOutput& o, int64_t lo, int64_t hi) {
+    LinearBf16Columns(xb, m, ldx, *o.w, o.y, o.ldy, lo, hi);
   });
 }
 
