@@ -140,7 +140,7 @@ int BenchEngineCommand(int argc, char** argv) {
   j["model"] = model;
   j["architecture"] = c.architecture;
   j["weights_dtype"] = std::string(DTypeName(engine.weights().dtype()));
-  j["kv_dtype"] = std::string(DTypeName(engine.kv_spec().dtype));
+  j["kv_dtype"] = std::string(KvDTypeName(engine.kv_spec().dtype));
   j["prefill_gemm"] = ef.prefill_gemm;
   j["compute_dtype"] = std::string(ComputeDTypeName(engine.compute_dtype()));
   j["threads"] = threads;

@@ -30,7 +30,7 @@ bool ParseFlagsOrExit(FlagSet& flags, const std::string& command, int argc, char
 void EngineFlags::Register(FlagSet& flags) {
   flags.Int("threads", &threads, "compute threads (0: all cores)");
   flags.Int("block-size", &block_size, "KV cache block size in tokens");
-  flags.String("kv-dtype", &kv_dtype, "KV cache dtype: f32 or bf16");
+  flags.String("kv-dtype", &kv_dtype, "KV cache dtype: f32, bf16, int8 or int4 (int8/int4: symmetric codes with an f32 scale per token and head, in the page)");
   flags.Double("kv-memory-gib", &kv_cache_gib, "KV cache memory in GiB");
   flags.Int("kv-blocks", &kv_blocks, "KV cache size in blocks (overrides --kv-memory-gib)");
   flags.Int("max-model-len", &max_model_len,
@@ -52,13 +52,9 @@ void EngineFlags::Register(FlagSet& flags) {
 absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   o->threads = static_cast<int>(threads);
   o->block_size = block_size;
-  if (kv_dtype == "f32") {
-    o->kv_dtype = DType::kF32;
-  } else if (kv_dtype == "bf16") {
-    o->kv_dtype = DType::kBF16;
-  } else {
-    return absl::InvalidArgumentError(Str("--kv-dtype: '", kv_dtype, "' is not f32 or bf16"));
-  }
+  const absl::StatusOr<KvDType> kv = ParseKvDType(kv_dtype);
+  if (!kv.ok()) return absl::InvalidArgumentError(Str("--kv-dtype: ", kv.status().message()));
+  o->kv_dtype = *kv;
   if (!(kv_cache_gib > 0)) return absl::InvalidArgumentError("--kv-memory-gib: must be positive");
   if (kv_blocks < 0) return absl::InvalidArgumentError("--kv-blocks: must be >= 0");
   o->kv_cache_gib = kv_cache_gib;

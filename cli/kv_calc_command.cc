@@ -5,6 +5,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "common/base/dtype.h"
 #include "common/base/file_util.h"
 #include "common/base/strings.h"
 #include "common/model/model_config.h"
@@ -22,9 +23,9 @@ int KvCalcCommand(int argc, char** argv) {
   flags.String("config", &config_path, "a config.json file");
   flags.Int("seq-len", &seq_len, "tokens per sequence (0: max_position_embeddings)");
   flags.Int("batch", &batch, "sequences");
-  flags.String("kv-dtype", &kv_dtype, "f32, bf16, f16 or int8 (default: the model's dtype)");
+  flags.String("kv-dtype", &kv_dtype, "f32, bf16, f16, int8 or int4 (default: the model's dtype)");
   flags.Double("memory-gib", &memory_gib, "KV memory budget in GiB (0: skip the fit)");
-  flags.Int("block-size", &block_size, "block size (int8 keeps one scale per block and head)");
+  flags.Int("block-size", &block_size, "block size (memory holds whole blocks)");
   flags.String("format", &format, "text or json");
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
@@ -53,13 +54,22 @@ int KvCalcCommand(int argc, char** argv) {
   if (kv_dtype.empty()) {
     kv_dtype = c.torch_dtype == "float32" ? "f32" : c.torch_dtype == "float16" ? "f16" : "bf16";
   }
-  int64_t elem = 0;
-  if (kv_dtype == "f32") elem = 4;
-  if (kv_dtype == "bf16" || kv_dtype == "f16") elem = 2;
-  if (kv_dtype == "int8") elem = 1;
-  if (elem == 0) {
-    return ReportError(cmd, absl::InvalidArgumentError(
-                                Str("--kv-dtype: '", kv_dtype, "' is not f32, bf16, f16 or int8")),
+  // Bits per element, and per (token, layer, K|V, kv head) row the bytes of its scale: the
+  // pool's formats (KvCacheSpec), plus f16 for planning other engines' caches.
+  int64_t bits = 0, row_scale = 0;
+  if (kv_dtype == "f16") {
+    bits = 16;
+  } else if (const absl::StatusOr<KvDType> d = ParseKvDType(kv_dtype); d.ok()) {
+    bits = KvDTypeBits(*d);
+    row_scale = KvDTypeQuantized(*d) ? 4 : 0;
+  } else {
+    return ReportError(cmd, absl::InvalidArgumentError(Str(
+                                "--kv-dtype: '", kv_dtype, "' is not f32, bf16, f16, int8 or int4")),
+                       kExitUsage);
+  }
+  if (c.head_dim * bits % 8 != 0) {
+    return ReportError(cmd, absl::InvalidArgumentError(Str("--kv-dtype ", kv_dtype, ": head_dim ",
+                                                           c.head_dim, " is odd")),
                        kExitUsage);
   }
   if (seq_len == 0) seq_len = c.max_position_embeddings;
@@ -73,17 +83,14 @@ int KvCalcCommand(int argc, char** argv) {
     }
     return out;
   };
-  // K and V, every layer, every KV head (not attention head: GQA/MQA shrink this).
-  const int64_t bytes_per_token =
-      mul({2, c.num_layers, c.num_kv_heads, c.head_dim, elem}, "bytes per token");
+  // K and V, every layer, every KV head (not attention head: GQA/MQA shrink this); int8 and
+  // int4 rows carry an f32 scale each (per token, layer, K|V and kv head).
+  const int64_t rows_per_token = mul({2, c.num_layers, c.num_kv_heads}, "rows per token");
+  const int64_t row_bytes = mul({c.head_dim, bits}, "row bits") / 8;
+  const int64_t bytes_per_token = mul({rows_per_token, row_bytes + row_scale}, "bytes per token");
   const int64_t tokens = mul({batch, seq_len}, "--batch x --seq-len");
   const int64_t total_bytes = mul({tokens, bytes_per_token}, "--batch x --seq-len x bytes per token");
-  // int8 pools keep an f32 scale per (layer, block, K|V, kv head).
-  const int64_t scale_bytes_per_block =
-      kv_dtype == "int8" ? mul({2, c.num_layers, c.num_kv_heads, 4}, "scale bytes") : 0;
-  const int64_t blocks_per_seq = seq_len / block_size + (seq_len % block_size != 0);
-  const int64_t total_scale_bytes =
-      mul({batch, blocks_per_seq, scale_bytes_per_block}, "--batch x blocks x scale bytes");
+  const int64_t total_scale_bytes = mul({tokens, rows_per_token, row_scale}, "scale bytes");
   mul({block_size, bytes_per_token}, "--block-size x bytes per token");
   if (!overflow.empty()) {
     return ReportError(cmd, absl::InvalidArgumentError(Str(overflow, " exceeds 2^63 bytes")),
@@ -92,11 +99,9 @@ int KvCalcCommand(int argc, char** argv) {
   nlohmann::json max_tokens = nullptr, max_sequences = nullptr;
   if (memory_gib > 0) {
     const double budget = memory_gib * static_cast<double>(1ull << 30);
-    const double per_block = static_cast<double>(block_size * bytes_per_token + scale_bytes_per_block);
-    const int64_t blocks = static_cast<int64_t>(std::floor(budget / per_block));
-    const int64_t fit = scale_bytes_per_block == 0
-                            ? static_cast<int64_t>(std::floor(budget / bytes_per_token))
-                            : blocks * block_size;
+    // Whole blocks, as the pool allocates them.
+    const double per_block = static_cast<double>(block_size * bytes_per_token);
+    const int64_t fit = static_cast<int64_t>(std::floor(budget / per_block)) * block_size;
     max_tokens = fit;
     max_sequences = fit / seq_len;
   }
@@ -117,10 +122,11 @@ int KvCalcCommand(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
-  std::printf("%s: %lld layers x %lld KV heads x head_dim %lld x 2 (K,V) x %lld bytes (%s)\n",
+  std::printf("%s: %lld layers x %lld KV heads x 2 (K,V) x (head_dim %lld x %lld bits%s) (%s)\n",
               c.architecture.c_str(), static_cast<long long>(c.num_layers),
               static_cast<long long>(c.num_kv_heads), static_cast<long long>(c.head_dim),
-              static_cast<long long>(elem), kv_dtype.c_str());
+              static_cast<long long>(bits), row_scale > 0 ? " + an f32 scale" : "",
+              kv_dtype.c_str());
   std::printf("bytes per token:   %lld (%.1f KiB)%s\n", static_cast<long long>(bytes_per_token),
               bytes_per_token / 1024.0,
               c.num_kv_heads < c.num_heads
@@ -130,7 +136,7 @@ int KvCalcCommand(int argc, char** argv) {
               static_cast<long long>(seq_len), static_cast<long long>(total_bytes),
               total_bytes / static_cast<double>(1ull << 30));
   if (total_scale_bytes > 0) {
-    std::printf("int8 scales:        %lld bytes more\n", static_cast<long long>(total_scale_bytes));
+    std::printf("of which scales:   %lld bytes\n", static_cast<long long>(total_scale_bytes));
   }
   if (memory_gib > 0) {
     std::printf("%.2f GiB holds:     %lld tokens = %lld sequences of %lld\n", memory_gib,

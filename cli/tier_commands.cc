@@ -102,6 +102,7 @@ void Ready(const std::string& line) {
 // The router's routing flags (router and serve).
 struct RouterFlags {
   std::string policy = "kv_aware";
+  std::string kv_dtype = "f32";
   RouterOptions options;
   double worker_wait = 60;
   double discovery_interval = 5;
@@ -134,6 +135,8 @@ struct RouterFlags {
               "how many times a request whose decode stream broke continues on another decode worker");
     if (standalone) {
       flags.Int("block-size", &options.block_size, "KV block size the workers must use");
+      flags.String("kv-dtype", &kv_dtype,
+                   "KV cache dtype the workers must use: f32, bf16, int8 or int4");
       flags.Int("local-prefill-tokens", &options.local_prefill_tokens,
                 "prefill on the decode worker when its uncached part of the prompt is this short");
       flags.Double("discovery-interval-seconds", &discovery_interval,
@@ -157,6 +160,9 @@ struct RouterFlags {
       return absl::InvalidArgumentError("--routing-temperature: must be >= 0");
     }
     if (options.block_size < 1) return absl::InvalidArgumentError("--block-size: must be >= 1");
+    const absl::StatusOr<KvDType> kv = ParseKvDType(kv_dtype);
+    if (!kv.ok()) return absl::InvalidArgumentError(Str("--kv-dtype: ", kv.status().message()));
+    out->kv_dtype = *kv;
     if (options.max_resumes < 0) return absl::InvalidArgumentError("--max-resumes: must be >= 0");
     if (options.max_inflight < 0) {
       return absl::InvalidArgumentError("--max-inflight-requests: must be >= 0");
@@ -470,6 +476,7 @@ int ServeCommand(int argc, char** argv) {
   ro.prefill = prefill_server->address;
   ro.decode = decode_server->address;
   ro.block_size = po.engine.block_size;
+  ro.kv_dtype = po.engine.kv_dtype;
   ro.local_prefill_tokens = f.local_prefill_tokens;
   ro.metrics = &registry;
   // The tiers talk over loopback inside this process; TLS and API keys guard the public port.

@@ -11,6 +11,7 @@
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/proto_convert.h"
 #include "common/kvcache/block_hash.h"
+#include "common/kvcache/kv_cache_spec.h"
 #include "common/tokenizer/unicode.h"
 
 namespace pdserve {
@@ -33,6 +34,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
 
   WorkerPoolOptions po;
   po.block_size = options.block_size;
+  po.kv_dtype = std::string(KvDTypeName(options.kv_dtype));
   po.use_events = options.kv_events;
   po.approx_ttl = absl::ToChronoMilliseconds(options.approx_ttl);
   po.recent_half_life = std::max(std::chrono::milliseconds(1),
@@ -63,11 +65,10 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   r->model_info_.set_family(std::string(ModelFamilyName(c.family)));
   r->model_info_.set_vocab_size(static_cast<int32_t>(c.vocab_size));
   r->model_info_.set_block_size(static_cast<int32_t>(options.block_size));
-  for (const auto& w : r->decode_->Stats()) {
-    if (w.healthy) r->model_info_.set_kv_dtype(w.info.layout().kv_dtype());
-  }
-  const int64_t elem = r->model_info_.kv_dtype() == "f32" ? 4 : 2;
-  r->model_info_.set_kv_bytes_per_token(2 * c.num_layers * c.num_kv_heads * c.head_dim * elem);
+  r->model_info_.set_kv_dtype(std::string(KvDTypeName(options.kv_dtype)));
+  const KvCacheSpec spec{c.num_layers, c.num_kv_heads, c.head_dim, options.block_size,
+                         options.kv_dtype};
+  r->model_info_.set_kv_bytes_per_token(static_cast<int64_t>(spec.BytesPerToken()));
   Router* raw = r.get();
   r->metrics_ = std::make_unique<RouterMetrics>(
       options.metrics, r->model_info_.name(),

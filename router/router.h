@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/base/dtype.h"
 #include "common/model/model_config.h"
 #include "common/sampling/sampling_params.h"
 #include "common/tokenizer/tokenizer.h"
@@ -37,6 +38,7 @@ struct RouterOptions {
   absl::Duration discovery_interval = absl::Seconds(5);
   RoutingOptions routing;          // Both tiers.
   int64_t block_size = 16;         // Must equal the workers' (others are refused).
+  KvDType kv_dtype = KvDType::kF32;  // Likewise: pages of another dtype cannot be exchanged.
   bool kv_events = true;           // false: predict caches from this router's decisions.
   absl::Duration approx_ttl = absl::Seconds(120);
   absl::Duration recent_half_life = absl::Seconds(2);  // Of the load this router just sent.

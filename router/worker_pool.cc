@@ -180,6 +180,18 @@ void WorkerPool::Apply(const std::shared_ptr<Worker>& w, const internal::v1::Loa
     cv_.notify_all();
     return;
   }
+  if (layout.kv_dtype() != options_.kv_dtype) {
+    w->refused = true;
+    w->healthy = false;
+    refusals_.fetch_add(1);
+    PD_LOG(Error) << "refusing " << (options_.prefill_tier ? "prefill" : "decode") << " worker "
+                  << w->address << ": its KV cache dtype is " << layout.kv_dtype()
+                  << ", this router's is " << options_.kv_dtype
+                  << " (--kv-dtype; pages of different dtypes cannot move between tiers)";
+    if (w->watch != nullptr) w->watch->Cancel();
+    cv_.notify_all();
+    return;
+  }
   if (r.snapshot()) {
     w->hashes.clear();
     BlockHash h;

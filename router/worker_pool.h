@@ -38,6 +38,7 @@ namespace pdserve {
 struct WorkerPoolOptions {
   bool prefill_tier = false;
   int64_t block_size = 16;
+  std::string kv_dtype = "f32";  // KvDTypeName of the workers' pools; others are refused.
   std::string model_fingerprint;  // Workers serving another model are refused.
   bool use_events = true;  // false: approximate mode for every worker.
   std::chrono::milliseconds approx_ttl{120000};

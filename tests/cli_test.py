@@ -65,10 +65,12 @@ class KvCalcTest(unittest.TestCase):
         self.assertEqual(out["bytes_per_token"], 2 * 36 * 8 * 128 * 4)
         self.assertEqual(out["seq_len"], 40960)
         self.assertIsNone(out["max_tokens"])
-        int8 = self.calc(QWEN3_8B, "--kv-dtype", "int8", "--memory-gib", "1", "--seq-len", "1000")
-        self.assertEqual(int8["bytes_per_token"], 2 * 36 * 8 * 128)
-        per_block = 16 * int8["bytes_per_token"] + 2 * 36 * 8 * 4
-        self.assertEqual(int8["max_tokens"], (2**30 // per_block) * 16)
+        # int8/int4: codes plus one f32 scale per (token, layer, K|V, kv head) row, as the pool.
+        for dtype, row in (("int8", 128 + 4), ("int4", 64 + 4)):
+            q = self.calc(QWEN3_8B, "--kv-dtype", dtype, "--memory-gib", "1", "--seq-len", "1000")
+            self.assertEqual(q["bytes_per_token"], 2 * 36 * 8 * row, dtype)
+            self.assertEqual(q["scale_bytes"], 1000 * 2 * 36 * 8 * 4, dtype)
+            self.assertEqual(q["max_tokens"], (2**30 // (16 * q["bytes_per_token"])) * 16, dtype)
 
     def test_text_mode_and_errors(self):
         path = os.path.join(WORKDIR, "config.json")

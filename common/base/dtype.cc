@@ -21,6 +21,25 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
       Str("unsupported dtype '", name, "' (supported: f32, bf16, f16)"));
 }
 
+std::string_view KvDTypeName(KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kF32: return "f32";
+    case KvDType::kBF16: return "bf16";
+    case KvDType::kInt8: return "int8";
+    case KvDType::kInt4: return "int4";
+  }
+  return "?";
+}
+
+absl::StatusOr<KvDType> ParseKvDType(std::string_view name) {
+  if (name == "f32") return KvDType::kF32;
+  if (name == "bf16") return KvDType::kBF16;
+  if (name == "int8") return KvDType::kInt8;
+  if (name == "int4") return KvDType::kInt4;
+  return absl::InvalidArgumentError(
+      Str("'", name, "' is not a KV cache dtype (f32, bf16, int8 or int4)"));
+}
+
 uint16_t F32ToF16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));

@@ -21,6 +21,28 @@ std::string_view DTypeName(DType dtype);
 // "bfloat16", "float16").
 absl::StatusOr<DType> ParseDType(std::string_view name);
 
+// Element types of a KV pool. kInt8 and kInt4 are symmetric codes with one f32 scale per
+// (K|V, kv_head, slot) row, stored in the page after the codes (kernels/cpu/kv_quant.h).
+enum class KvDType { kF32, kBF16, kInt8, kInt4 };
+
+// Bits per element of a K or V row (scales not counted).
+constexpr int KvDTypeBits(KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kF32: return 32;
+    case KvDType::kBF16: return 16;
+    case KvDType::kInt8: return 8;
+    case KvDType::kInt4: return 4;
+  }
+  return 32;
+}
+constexpr bool KvDTypeQuantized(KvDType dtype) {
+  return dtype == KvDType::kInt8 || dtype == KvDType::kInt4;
+}
+// "f32", "bf16", "int8", "int4" (the spelling of --kv-dtype and of the KV layout).
+std::string_view KvDTypeName(KvDType dtype);
+// InvalidArgument naming the accepted spellings.
+absl::StatusOr<KvDType> ParseKvDType(std::string_view name);
+
 inline float Bf16ToF32(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;

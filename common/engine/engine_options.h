@@ -15,7 +15,7 @@ struct EngineOptions {
   std::string backend = "cpu";
   int threads = 0;                     // <= 0: all cores.
   int64_t block_size = 16;
-  DType kv_dtype = DType::kF32;        // f32 or bf16.
+  KvDType kv_dtype = KvDType::kF32;    // f32, bf16, int8 or int4.
   double kv_cache_gib = 4.0;           // KV pool size (vLLM CPU's default KV space is 4 GiB).
   int64_t num_kv_blocks = 0;           // > 0 overrides kv_cache_gib (tests).
   int64_t max_num_seqs = 64;           // Running sequences per step.

@@ -11,6 +11,7 @@
 
 #include "common/base/file_util.h"
 #include "common/base/rng.h"
+#include "common/base/strings.h"
 #include "common/model/random_model.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/linear_bf16.h"
@@ -143,17 +144,33 @@ void ExpectBitwiseEqual(const Result& a, const Result& b, const std::string& wha
   }
 }
 
-// Every family in both compute dtypes: the bf16 path (VDPBF16PS, or its AVX2 twin on a CPU
-// without it) must keep each equivalence bitwise, as the f32 path does.
-class EngineFamilyTest
-    : public ::testing::TestWithParam<std::tuple<std::string, ComputeDType>> {
+// A numeric mode: the linear layers' dtype and the KV pool's.
+struct Mode {
+  ComputeDType compute;
+  KvDType kv;
+};
+const Mode kModes[] = {{ComputeDType::kF32, KvDType::kF32},
+                       {ComputeDType::kBF16, KvDType::kF32},
+                       {ComputeDType::kF32, KvDType::kInt8},
+                       {ComputeDType::kF32, KvDType::kInt4},
+                       {ComputeDType::kBF16, KvDType::kInt8}};
+std::string ModeName(const Mode& m) {
+  return Str(ComputeDTypeName(m.compute), "_kv", KvDTypeName(m.kv));
+}
+EngineOptions ModeOptions(const Mode& m) {
+  EngineOptions o = SmallOptions();
+  o.compute_dtype = m.compute;
+  o.kv_dtype = m.kv;
+  return o;
+}
+
+// Every family in both compute dtypes and with quantized KV pools: the bf16 path (VDPBF16PS, or
+// its AVX2 twin on a CPU without it) and int8/int4 pages must keep each equivalence bitwise, as
+// the f32 path does.
+class EngineFamilyTest : public ::testing::TestWithParam<std::tuple<std::string, Mode>> {
  protected:
   std::string Dir() const { return ModelDir(std::get<0>(GetParam())); }
-  EngineOptions Opts() const {
-    EngineOptions o = SmallOptions();
-    o.compute_dtype = std::get<1>(GetParam());
-    return o;
-  }
+  EngineOptions Opts() const { return ModeOptions(std::get<1>(GetParam())); }
 };
 
 TEST_P(EngineFamilyTest, ChunkedPrefillEqualsOneShotBitwise) {
@@ -245,10 +262,8 @@ TEST_P(EngineFamilyTest, ThreadCountAndRepeatAreBitwiseIdentical) {
 INSTANTIATE_TEST_SUITE_P(
     Families, EngineFamilyTest,
     ::testing::Combine(::testing::Values("llama", "mistral", "qwen2", "qwen3"),
-                       ::testing::Values(ComputeDType::kF32, ComputeDType::kBF16)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + std::string(ComputeDTypeName(std::get<1>(info.param)));
-    });
+                       ::testing::ValuesIn(kModes)),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + ModeName(std::get<1>(info.param)); });
 
 // bf16 compute moves logits by about bf16's precision and no more; on a CPU with AVX512-BF16
 // the engine's output equals the AVX2 twin's bitwise, so any machine computes the same bits.
@@ -303,7 +318,7 @@ TEST(EngineTest, Bf16WeightsAndBf16KvPool) {
   const Request r{"r", Prompt(40, 3), Greedy(6)};
   const auto f32_pool = RunEngine(dir, SmallOptions(), {r});
   EngineOptions o = SmallOptions();
-  o.kv_dtype = DType::kBF16;
+  o.kv_dtype = KvDType::kBF16;
   const auto bf16_pool = RunEngine(dir, o, {r});
   // Rounding K and V to bf16 moves logits by about 2^-8 relative; the first step must agree.
   ASSERT_FALSE(bf16_pool.at("r").logits.empty());
@@ -316,6 +331,52 @@ TEST(EngineTest, Bf16WeightsAndBf16KvPool) {
   }
   EXPECT_LT(max_diff / max_abs, 3e-2);
   EXPECT_GT(max_diff, 0.0);  // The pool really is bf16.
+}
+
+// Quantized pools: logits move by the format's error and no more (int4 more than int8), the pool
+// really is quantized, and the same memory holds proportionally more blocks.
+TEST(EngineTest, QuantizedKvPoolsAgreeWithF32WithinTheirError) {
+  const std::string dir = ModelDir("qwen2");
+  const Request r{"r", Prompt(40, 3), Greedy(6)};
+  const auto f32_pool = RunEngine(dir, SmallOptions(), {r});
+  double rel[2] = {0, 0};
+  int i = 0;
+  for (KvDType kv : {KvDType::kInt8, KvDType::kInt4}) {
+    EngineOptions o = SmallOptions();
+    o.kv_dtype = kv;
+    const auto q = RunEngine(dir, o, {r});
+    ASSERT_FALSE(q.at("r").logits.empty());
+    const auto& a = f32_pool.at("r").logits[0];
+    const auto& b = q.at("r").logits[0];
+    double max_abs = 0, max_diff = 0;
+    for (size_t j = 0; j < a.size(); ++j) {
+      max_abs = std::max(max_abs, std::abs(double(a[j])));
+      max_diff = std::max(max_diff, std::abs(double(a[j]) - b[j]));
+    }
+    rel[i++] = max_diff / max_abs;
+    EXPECT_GT(max_diff, 0.0) << KvDTypeName(kv);  // The pool really is quantized.
+  }
+  EXPECT_LT(rel[0], 2e-2);
+  EXPECT_LT(rel[1], 2e-1);
+  EXPECT_LT(rel[0], rel[1]);
+
+  EngineOptions o = SmallOptions();
+  o.num_kv_blocks = 0;
+  o.kv_cache_gib = 1.0 / 64;
+  int64_t blocks[4];
+  for (KvDType kv : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8, KvDType::kInt4}) {
+    o.kv_dtype = kv;
+    auto e = LLMEngine::Create(dir, o);
+    ASSERT_TRUE(e.ok()) << e.status();
+    const KvCacheSpec& spec = (*e)->kv_spec();
+    blocks[static_cast<int>(kv)] = (*e)->Stats().kv.total_blocks;
+    EXPECT_EQ(blocks[static_cast<int>(kv)],
+              static_cast<int64_t>((size_t{1} << 30) / 64 / spec.BlockBytes()));
+  }
+  // head_dim 16: a row is 64 / 32 / 16 + 4 / 8 + 4 bytes.
+  EXPECT_EQ(blocks[1], 2 * blocks[0]);
+  EXPECT_EQ(blocks[2], blocks[0] * 64 / 20);
+  EXPECT_EQ(blocks[3], blocks[0] * 64 / 12);
 }
 
 TEST(EngineTest, OpenBlasPrefillAgreesWithinTolerance) {
@@ -405,15 +466,11 @@ TEST(EngineTest, BadRequestsAreRejectedWithTheField) {
 // The disaggregated flow at engine level: a "prefill" engine computes the prompt (holding its
 // blocks), its pages are copied into the blocks a "decode" engine reserved, and the decode engine
 // continues. The tokens and logits must be bitwise those of one engine doing everything.
-// In both compute dtypes: pages computed by one engine and decoded by another equal a colocated
-// run bitwise.
-class RemotePrefillTest : public ::testing::TestWithParam<ComputeDType> {
+// In every mode: pages computed by one engine and decoded by another (int8/int4 pages with their
+// scales) equal a colocated run bitwise.
+class RemotePrefillTest : public ::testing::TestWithParam<Mode> {
  protected:
-  EngineOptions Opts() const {
-    EngineOptions o = SmallOptions();
-    o.compute_dtype = GetParam();
-    return o;
-  }
+  EngineOptions Opts() const { return ModeOptions(GetParam()); }
 };
 
 TEST_P(RemotePrefillTest, ThroughCopiedPagesEqualsLocalBitwise) {
@@ -491,9 +548,8 @@ TEST_P(RemotePrefillTest, ThroughCopiedPagesEqualsLocalBitwise) {
   EXPECT_EQ(decode->Stats().kv.used_blocks, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(ComputeDTypes, RemotePrefillTest,
-                         ::testing::Values(ComputeDType::kF32, ComputeDType::kBF16),
-                         [](const auto& info) { return std::string(ComputeDTypeName(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Modes, RemotePrefillTest, ::testing::ValuesIn(kModes),
+                         [](const auto& info) { return ModeName(info.param); });
 
 TEST(EngineTest, RemoteReservationAbortFreesBlocks) {
   auto engine = *LLMEngine::Create(ModelDir("llama"), SmallOptions());

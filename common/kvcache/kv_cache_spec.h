@@ -14,17 +14,27 @@ struct KvCacheSpec {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   int64_t block_size = 16;
-  DType dtype = DType::kF32;  // kF32 or kBF16 for the pool.
+  KvDType dtype = KvDType::kF32;
 
-  // One (layer, block) page: [K|V][kv_head][slot][head_dim].
+  // One token's K (or V) of one kv head: head_dim elements.
+  size_t RowBytes() const { return static_cast<size_t>(head_dim * KvDTypeBits(dtype) / 8); }
+  // Per row of a quantized pool: one f32 scale.
+  size_t RowScaleBytes() const { return KvDTypeQuantized(dtype) ? sizeof(float) : 0; }
+  // One (layer, block) page: rows [K|V][kv_head][slot] of head_dim elements, then (quantized
+  // dtypes) their scales in the same order, so a page carries everything needed to read it.
   size_t PageBytes() const {
-    return static_cast<size_t>(2 * num_kv_heads * block_size * head_dim) * DTypeSize(dtype);
+    return static_cast<size_t>(2 * num_kv_heads * block_size) * (RowBytes() + RowScaleBytes());
+  }
+  // Offset of the scales inside a page (= the size of the codes).
+  size_t PageScalesOffset() const {
+    return static_cast<size_t>(2 * num_kv_heads * block_size) * RowBytes();
   }
   // All layers of one block.
   size_t BlockBytes() const { return PageBytes() * static_cast<size_t>(num_layers); }
-  // K and V of one token over all layers (GQA-aware: kv heads, not attention heads).
+  // K and V of one token over all layers (GQA-aware: kv heads, not attention heads), scales
+  // included: BlockBytes() / block_size.
   size_t BytesPerToken() const {
-    return static_cast<size_t>(2 * num_layers * num_kv_heads * head_dim) * DTypeSize(dtype);
+    return static_cast<size_t>(2 * num_layers * num_kv_heads) * (RowBytes() + RowScaleBytes());
   }
 };
 

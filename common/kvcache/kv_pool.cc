@@ -11,9 +11,10 @@ namespace pdserve {
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvCacheSpec& spec,
                                                        int64_t num_blocks) {
-  if (spec.dtype != DType::kF32 && spec.dtype != DType::kBF16) {
+  if (spec.dtype == KvDType::kInt4 && spec.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(
-        Str("kv cache dtype ", DTypeName(spec.dtype), " is not supported (use f32 or bf16)"));
+        Str("kv cache dtype int4 packs two elements per byte: head_dim ", spec.head_dim,
+            " is odd (use int8, bf16 or f32)"));
   }
   if (num_blocks <= 0) {
     return absl::InvalidArgumentError(Str("kv cache needs at least one block, got ", num_blocks));

@@ -18,11 +18,13 @@ internal::v1::KvLayout MakeKvLayout(const LLMEngine& engine, const std::string& 
   const KvCacheSpec& spec = engine.kv_spec();
   l.set_model_fingerprint(fingerprint);
   l.set_block_size(static_cast<int32_t>(spec.block_size));
-  l.set_kv_dtype(std::string(DTypeName(spec.dtype)));
+  l.set_kv_dtype(std::string(KvDTypeName(spec.dtype)));
   l.set_num_layers(static_cast<int32_t>(spec.num_layers));
   l.set_num_kv_heads(static_cast<int32_t>(spec.num_kv_heads));
   l.set_head_dim(static_cast<int32_t>(spec.head_dim));
-  l.set_layout("layer,block,kv,head,slot,dim");
+  // Quantized pages end with their rows' f32 scales (KvCacheSpec::PageBytes).
+  l.set_layout(KvDTypeQuantized(spec.dtype) ? "layer,block,kv,head,slot,dim+scale_f32:kv,head,slot"
+                                            : "layer,block,kv,head,slot,dim");
   l.set_hash_scheme(kBlockHashScheme);
   return l;
 }

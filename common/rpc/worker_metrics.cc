@@ -111,6 +111,14 @@ void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
   running_.Set(info.running());
   waiting_.Set(info.waiting());
   kv_blocks_total_.Set(static_cast<double>(info.total_blocks()));
+  registry_
+      ->AddGauge("pdserve_kv_cache_config_info",
+                 "The KV pool's format (value 1): dtype, block size, bytes per token and per "
+                 "(layer, block) page, scales included.",
+                 {"model_name", "role", "kv_dtype", "block_size", "bytes_per_token", "page_bytes"})
+      .With({model_name_, role_, info.layout().kv_dtype(), std::to_string(info.layout().block_size()),
+             std::to_string(info.kv_bytes_per_token()), std::to_string(info.page_bytes())})
+      .Set(1);
   kv_usage_.Set(info.total_blocks() > 0
                     ? static_cast<double>(info.used_blocks()) / info.total_blocks()
                     : 0.0);

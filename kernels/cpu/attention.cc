@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "kernels/cpu/attention_avx512.h"
+#include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/kv_rows.h"
 #include "kernels/cpu/linear_avx512.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/simd.h"
@@ -39,15 +41,17 @@ float ExpAndSum(float* s, int64_t n, float max) {
   return sum;
 }
 
-// scores[j] = dot(q, K[start + j]) * scale for j in [from, n), one key at a time.
+// scores[j] = dot(q, K[start + j]) (* key scale) * scale for j in [from, n), one key at a time.
+template <KvDType D>
 void ScoresOneByOne(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t start,
                     int64_t from, int64_t n, const float* q, float scale, float* scores) {
-  const bool f32 = view.dtype == DType::kF32;
   for (int64_t j = from; j < n; ++j) {
     const int64_t p = start + j;
-    const uint8_t* key = view.Key(table[p / view.block_size], kvh, p % view.block_size);
-    scores[j] = (f32 ? DotF32(q, reinterpret_cast<const float*>(key), view.head_dim)
-                     : DotF32(q, reinterpret_cast<const uint16_t*>(key), view.head_dim)) * scale;
+    const int32_t block = table[p / view.block_size];
+    const int64_t slot = p % view.block_size;
+    float s = DotRow<D>(q, view.Key(block, kvh, slot), view.head_dim);
+    if constexpr (KvRow<D>::kScaled) s *= *view.KeyScale(block, kvh, slot);
+    scores[j] = s * scale;
   }
 }
 
@@ -58,127 +62,128 @@ float Softmax(float* s, int64_t n) {
   return 1.0f / ExpAndSum(s, n, max);
 }
 
-}  // namespace
+// The weight of value row `pos` for probability p: p, times the row's scale when quantized.
+template <KvDType D>
+inline float ValueWeight(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t pos,
+                         float p) {
+  if constexpr (KvRow<D>::kScaled) {
+    return p * *view.ValueScale(table[pos / view.block_size], kvh, pos % view.block_size);
+  }
+  return p;
+}
 
-void StoreKv(const KvPagesView& view, const int32_t* block_table, int64_t position,
-             const float* k, const float* v) {
-  const int32_t block = block_table[position / view.block_size];
-  const int64_t slot = position % view.block_size;
-  const int64_t d = view.head_dim;
-  for (int64_t h = 0; h < view.num_kv_heads; ++h) {
-    if (view.dtype == DType::kF32) {
-      std::memcpy(view.Key(block, h, slot), k + h * d, d * sizeof(float));
-      std::memcpy(view.Value(block, h, slot), v + h * d, d * sizeof(float));
-    } else {
-      uint16_t* kd = reinterpret_cast<uint16_t*>(view.Key(block, h, slot));
-      uint16_t* vd = reinterpret_cast<uint16_t*>(view.Value(block, h, slot));
-      for (int64_t i = 0; i < d; ++i) {
-        kd[i] = F32ToBf16(k[h * d + i]);
-        vd[i] = F32ToBf16(v[h * d + i]);
-      }
+void StoreRow(const KvPagesView& view, uint8_t* row, float* scale, const float* x) {
+  switch (view.dtype) {
+    case KvDType::kF32:
+      std::memcpy(row, x, view.head_dim * sizeof(float));
+      break;
+    case KvDType::kBF16: {
+      uint16_t* dst = reinterpret_cast<uint16_t*>(row);
+      for (int64_t i = 0; i < view.head_dim; ++i) dst[i] = F32ToBf16(x[i]);
+      break;
     }
+    case KvDType::kInt8:
+      QuantizeRowInt8(x, view.head_dim, reinterpret_cast<int8_t*>(row), scale);
+      break;
+    case KvDType::kInt4:
+      QuantizeRowInt4(x, view.head_dim, row, scale);
+      break;
   }
 }
 
-namespace {
-
 #if PDSERVE_AVX2
-inline __m256 LoadKv(const uint8_t* p, bool f32) {
-  return f32 ? _mm256_loadu_ps(reinterpret_cast<const float*>(p))
-             : Load8Bf16(reinterpret_cast<const uint16_t*>(p));
-}
-
-// scores[j] = dot(q, K[start + j]) * scale for 8 keys at once: 8 independent FMA chains instead of
-// one, and one transposed reduction (bit-identical to Dot's, see HorizontalSum8x8).
+// scores[j] = dot(q, K[start + j]) (* key scale) * scale for 8 keys at once: 8 independent FMA
+// chains instead of one, and one transposed reduction (bit-identical to Dot's, see
+// HorizontalSum8x8).
+template <KvDType D>
 void Scores8(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t first,
              const float* q, float scale, float* out) {
-  const bool f32 = view.dtype == DType::kF32;
-  const size_t elt = DTypeSize(view.dtype);
   const uint8_t* keys[8];
+  alignas(32) float key_scales[8];
   for (int i = 0; i < 8; ++i) {
     const int64_t p = first + i;
-    keys[i] = view.Key(table[p / view.block_size], kvh, p % view.block_size);
+    const int32_t block = table[p / view.block_size];
+    keys[i] = view.Key(block, kvh, p % view.block_size);
+    if constexpr (KvRow<D>::kScaled) key_scales[i] = *view.KeyScale(block, kvh, p % view.block_size);
   }
   __m256 acc[8];
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t d = 0; d < view.head_dim; d += 8) {
     const __m256 qv = _mm256_loadu_ps(q + d);
-    for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qv, LoadKv(keys[i] + d * elt, f32), acc[i]);
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qv, KvRow<D>::Load8(keys[i], d), acc[i]);
   }
-  _mm256_storeu_ps(out, _mm256_mul_ps(HorizontalSum8x8(acc), _mm256_set1_ps(scale)));
+  __m256 s = HorizontalSum8x8(acc);
+  if constexpr (KvRow<D>::kScaled) s = _mm256_mul_ps(s, _mm256_load_ps(key_scales));
+  _mm256_storeu_ps(out, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
 }
 
-// out[0:64) = sum_j p[j] * V[start + j][d0 : d0 + 64), keeping the 64 sums in registers. Each
-// element accumulates keys in order with one FMA each, exactly as Axpy does.
+// out[0:64) = sum_j w[j] * V[start + j][d0 : d0 + 64), keeping the 64 sums in registers, w[j] =
+// p[j] (times the row's scale when quantized). Each element accumulates keys in order with one
+// FMA each, exactly as AxpyRow does.
+template <KvDType D>
 void WeightedValues64(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t start,
                       int64_t n, const float* p, int64_t d0, float* out) {
-  const bool f32 = view.dtype == DType::kF32;
-  const size_t elt = DTypeSize(view.dtype);
   __m256 acc[8];
   for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     const int64_t pos = start + j;
-    const uint8_t* v = view.Value(table[pos / view.block_size], kvh, pos % view.block_size) + d0 * elt;
-    const __m256 pj = _mm256_set1_ps(p[j]);
-    for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, LoadKv(v + 8 * c * elt, f32), acc[c]);
+    const uint8_t* v = view.Value(table[pos / view.block_size], kvh, pos % view.block_size);
+    const __m256 pj = _mm256_set1_ps(ValueWeight<D>(view, table, kvh, pos, p[j]));
+    for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, KvRow<D>::Load8(v, d0 + 8 * c), acc[c]);
   }
   for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
 }
 #endif  // PDSERVE_AVX2
 
-}  // namespace
-
-void PagedAttention(const KvPagesView& view, const int32_t* block_table, int64_t position,
-                    int64_t window, const float* q, int64_t num_heads, float scale,
-                    int64_t head_begin, int64_t head_end, float* out, float* scratch) {
+template <KvDType D>
+void PagedAttentionT(const KvPagesView& view, const int32_t* block_table, int64_t position,
+                     int64_t window, const float* q, int64_t num_heads, float scale,
+                     int64_t head_begin, int64_t head_end, float* out, float* scratch) {
   const int64_t d = view.head_dim;
   const int64_t group = num_heads / view.num_kv_heads;
   const int64_t start = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
   const int64_t n = position + 1 - start;
   const int64_t bs = view.block_size;
-  const bool f32 = view.dtype == DType::kF32;
   for (int64_t h = head_begin; h < head_end; ++h) {
     const int64_t kvh = h / group;
     const float* qh = q + h * d;
     int64_t j = 0;
 #if PDSERVE_AVX2
     if (d % 8 == 0) {
-      for (; j + 8 <= n; j += 8) Scores8(view, block_table, kvh, start + j, qh, scale, scratch + j);
+      for (; j + 8 <= n; j += 8) Scores8<D>(view, block_table, kvh, start + j, qh, scale, scratch + j);
     }
 #endif
-    ScoresOneByOne(view, block_table, kvh, start, j, n, qh, scale, scratch);
+    ScoresOneByOne<D>(view, block_table, kvh, start, j, n, qh, scale, scratch);
     const float inv_sum = Softmax(scratch, n);
     float* oh = out + h * d;
     int64_t d0 = 0;
 #if PDSERVE_AVX2
-    for (; d0 + 64 <= d; d0 += 64) WeightedValues64(view, block_table, kvh, start, n, scratch, d0, oh);
+    for (; d0 + 64 <= d; d0 += 64) {
+      WeightedValues64<D>(view, block_table, kvh, start, n, scratch, d0, oh);
+    }
 #endif
     if (d0 < d) {
       std::memset(oh + d0, 0, (d - d0) * sizeof(float));
       for (int64_t i = 0; i < n; ++i) {
         const int64_t p = start + i;
-        const uint8_t* value = view.Value(block_table[p / bs], kvh, p % bs) +
-                               d0 * DTypeSize(view.dtype);
-        if (f32) {
-          AxpyF32(scratch[i], reinterpret_cast<const float*>(value), d - d0, oh + d0);
-        } else {
-          AxpyF32(scratch[i], reinterpret_cast<const uint16_t*>(value), d - d0, oh + d0);
-        }
+        AxpyRow<D>(ValueWeight<D>(view, block_table, kvh, p, scratch[i]),
+                   view.Value(block_table[p / bs], kvh, p % bs), d0, d - d0, oh + d0);
       }
     }
     for (int64_t i = 0; i < d; ++i) oh[i] *= inv_sum;
   }
 }
 
-void PagedAttentionKvGroup(const KvPagesView& view, const int32_t* block_table, int64_t position,
-                           int64_t window, const float* q, int64_t num_heads, float scale,
-                           int64_t kv_head, float* out, float* scratch) {
+template <KvDType D>
+void PagedAttentionKvGroupT(const KvPagesView& view, const int32_t* block_table, int64_t position,
+                            int64_t window, const float* q, int64_t num_heads, float scale,
+                            int64_t kv_head, float* out, float* scratch) {
   const int64_t d = view.head_dim;
   const int64_t group = num_heads / view.num_kv_heads;
   const int64_t h0 = kv_head * group;
   if (group > kMaxGroupAvx512 || d % 64 != 0 || !Avx512Enabled()) {
-    PagedAttention(view, block_table, position, window, q, num_heads, scale, h0, h0 + group, out,
-                   scratch);
+    PagedAttentionT<D>(view, block_table, position, window, q, num_heads, scale, h0, h0 + group,
+                       out, scratch);
     return;
   }
   const int64_t start = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
@@ -196,12 +201,60 @@ void PagedAttentionKvGroup(const KvPagesView& view, const int32_t* block_table, 
   ScoresGroupAvx512(view, block_table, kv_head, start, n8, qs, g_count, scale, scores);
   float inv_sum[kMaxGroupAvx512];
   for (int64_t g = 0; g < group; ++g) {
-    ScoresOneByOne(view, block_table, kv_head, start, n8, n, qs[g], scale, scores[g]);
+    ScoresOneByOne<D>(view, block_table, kv_head, start, n8, n, qs[g], scale, scores[g]);
     inv_sum[g] = Softmax(scores[g], n);
   }
   WeightedValuesGroupAvx512(view, block_table, kv_head, start, n, scores, g_count, outs);
   for (int64_t g = 0; g < group; ++g) {
     for (int64_t i = 0; i < d; ++i) outs[g][i] *= inv_sum[g];
+  }
+}
+
+}  // namespace
+
+void StoreKv(const KvPagesView& view, const int32_t* block_table, int64_t position,
+             const float* k, const float* v) {
+  const int32_t block = block_table[position / view.block_size];
+  const int64_t slot = position % view.block_size;
+  const int64_t d = view.head_dim;
+  const bool quantized = KvDTypeQuantized(view.dtype);
+  for (int64_t h = 0; h < view.num_kv_heads; ++h) {
+    StoreRow(view, view.Key(block, h, slot), quantized ? view.KeyScale(block, h, slot) : nullptr,
+             k + h * d);
+    StoreRow(view, view.Value(block, h, slot),
+             quantized ? view.ValueScale(block, h, slot) : nullptr, v + h * d);
+  }
+}
+
+void PagedAttention(const KvPagesView& view, const int32_t* block_table, int64_t position,
+                    int64_t window, const float* q, int64_t num_heads, float scale,
+                    int64_t head_begin, int64_t head_end, float* out, float* scratch) {
+  switch (view.dtype) {
+#define PD_CASE(D)                                                                              \
+  case D:                                                                                       \
+    return PagedAttentionT<D>(view, block_table, position, window, q, num_heads, scale,         \
+                              head_begin, head_end, out, scratch);
+    PD_CASE(KvDType::kF32)
+    PD_CASE(KvDType::kBF16)
+    PD_CASE(KvDType::kInt8)
+    PD_CASE(KvDType::kInt4)
+#undef PD_CASE
+  }
+}
+
+void PagedAttentionKvGroup(const KvPagesView& view, const int32_t* block_table, int64_t position,
+                           int64_t window, const float* q, int64_t num_heads, float scale,
+                           int64_t kv_head, float* out, float* scratch) {
+  switch (view.dtype) {
+#define PD_CASE(D)                                                                              \
+  case D:                                                                                       \
+    return PagedAttentionKvGroupT<D>(view, block_table, position, window, q, num_heads, scale, \
+                                     kv_head, out, scratch);
+    PD_CASE(KvDType::kF32)
+    PD_CASE(KvDType::kBF16)
+    PD_CASE(KvDType::kInt8)
+    PD_CASE(KvDType::kInt4)
+#undef PD_CASE
   }
 }
 

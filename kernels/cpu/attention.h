@@ -4,6 +4,10 @@
 //
 // Every query row is computed on its own with a fixed operation order (scores, max, exp, sum,
 // weighted sum of V), so the result does not depend on chunking or batching.
+//
+// Quantized pools are read in place, never through a full-precision copy: a score is
+// (dot(q, codes) * key_scale) * scale, and a value row is accumulated as
+// fma(p * value_scale, code, acc), each in the same order on every path.
 #ifndef PDSERVE_KERNELS_CPU_ATTENTION_H_
 #define PDSERVE_KERNELS_CPU_ATTENTION_H_
 
@@ -14,28 +18,37 @@
 
 namespace pdserve::kernels {
 
-// One layer's pages of a KV pool. dtype is kF32 or kBF16.
+// One layer's pages of a KV pool (dtype f32, bf16, int8 or int4; see KvCacheSpec for the page).
 struct KvPagesView {
   uint8_t* layer_base = nullptr;  // Page of block b starts at layer_base + b * page_bytes.
   size_t page_bytes = 0;
   int64_t block_size = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
-  DType dtype = DType::kF32;
+  KvDType dtype = KvDType::kF32;
 
+  size_t RowBytes() const { return static_cast<size_t>(head_dim * KvDTypeBits(dtype) / 8); }
   uint8_t* Key(int32_t block, int64_t head, int64_t slot) const {
-    return layer_base + block * page_bytes +
-           static_cast<size_t>((head * block_size + slot) * head_dim) * DTypeSize(dtype);
+    return layer_base + block * page_bytes + static_cast<size_t>(head * block_size + slot) * RowBytes();
   }
   uint8_t* Value(int32_t block, int64_t head, int64_t slot) const {
-    return layer_base + block * page_bytes +
-           static_cast<size_t>(((num_kv_heads + head) * block_size + slot) * head_dim) *
-               DTypeSize(dtype);
+    return Key(block, num_kv_heads + head, slot);
+  }
+  // Quantized dtypes: the row's scale, after the page's 2 * num_kv_heads * block_size rows.
+  float* KeyScale(int32_t block, int64_t head, int64_t slot) const {
+    uint8_t* scales = layer_base + block * page_bytes +
+                      static_cast<size_t>(2 * num_kv_heads * block_size) * RowBytes();
+    return reinterpret_cast<float*>(scales) + head * block_size + slot;
+  }
+  float* ValueScale(int32_t block, int64_t head, int64_t slot) const {
+    return KeyScale(block, num_kv_heads + head, slot);
   }
 };
 
 // Writes one token's k and v ([num_kv_heads][head_dim] each) at `position` of the sequence whose
-// blocks are `block_table`. Cost: 2 * kv_heads * head_dim elements written.
+// blocks are `block_table`, quantizing them for int8/int4 pools (kv_quant.h: one scale per row;
+// a row holding inf or NaN gets a NaN scale, so attention over it is NaN as over an f32 pool).
+// Cost: 2 * kv_heads * head_dim elements written.
 void StoreKv(const KvPagesView& view, const int32_t* block_table, int64_t position,
              const float* k, const float* v);
 

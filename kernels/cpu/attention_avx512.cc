@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention_avx512.h"
 
+#include <cstring>
+
 #include "kernels/cpu/simd.h"
 
 namespace pdserve::kernels {
@@ -11,42 +13,87 @@ namespace pdserve::kernels {
 
 namespace {
 
-// Keys a and b's [d, d + 8) side by side, as f32.
-PD_AVX512 inline __m512 LoadPair(const uint8_t* a, const uint8_t* b, bool f32) {
-  if (f32) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a))),
-                              _mm256_loadu_ps(reinterpret_cast<const float*>(b)), 1);
-  }
-  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
-  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+// Rows a and b's elements [d, d + 8) side by side, as f32 (codes for quantized dtypes).
+template <KvDType D>
+PD_AVX512 inline __m512 LoadPair(const uint8_t* a, const uint8_t* b, int64_t d);
+// Elements [d, d + 16) of one row as f32.
+template <KvDType D>
+PD_AVX512 inline __m512 Load16(const uint8_t* p, int64_t d);
+
+// Two 32-bit words of 8 nibbles each -> 16 sign-extended codes.
+PD_AVX512 inline __m512 Nibbles16(int32_t lo, int32_t hi) {
+  const __m512i w = _mm512_inserti32x8(_mm512_castsi256_si512(_mm256_set1_epi32(lo)),
+                                       _mm256_set1_epi32(hi), 1);
+  const __m512i shifts =
+      _mm512_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0, 28, 24, 20, 16, 12, 8, 4, 0);
+  return _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_sllv_epi32(w, shifts), 28));
+}
+
+template <>
+PD_AVX512 inline __m512 LoadPair<KvDType::kF32>(const uint8_t* a, const uint8_t* b, int64_t d) {
+  return _mm512_insertf32x8(
+      _mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a) + d)),
+      _mm256_loadu_ps(reinterpret_cast<const float*>(b) + d), 1);
+}
+template <>
+PD_AVX512 inline __m512 LoadPair<KvDType::kBF16>(const uint8_t* a, const uint8_t* b, int64_t d) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2 * d));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * d));
   const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-
-// 16 consecutive elements as f32.
-PD_AVX512 inline __m512 Load16(const uint8_t* p, bool f32) {
-  if (f32) return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+template <>
+PD_AVX512 inline __m512 LoadPair<KvDType::kInt8>(const uint8_t* a, const uint8_t* b, int64_t d) {
+  const __m128i c = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + d)),
+                                       _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + d)));
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c));
+}
+template <>
+PD_AVX512 inline __m512 LoadPair<KvDType::kInt4>(const uint8_t* a, const uint8_t* b, int64_t d) {
+  int32_t lo, hi;
+  std::memcpy(&lo, a + d / 2, 4);
+  std::memcpy(&hi, b + d / 2, 4);
+  return Nibbles16(lo, hi);
 }
 
-template <int G>
+template <>
+PD_AVX512 inline __m512 Load16<KvDType::kF32>(const uint8_t* p, int64_t d) {
+  return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + d);
+}
+template <>
+PD_AVX512 inline __m512 Load16<KvDType::kBF16>(const uint8_t* p, int64_t d) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * d));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+template <>
+PD_AVX512 inline __m512 Load16<KvDType::kInt8>(const uint8_t* p, int64_t d) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + d))));
+}
+template <>
+PD_AVX512 inline __m512 Load16<KvDType::kInt4>(const uint8_t* p, int64_t d) {
+  return LoadPair<KvDType::kInt4>(p, p + 4, d);
+}
+
+template <KvDType D, int G>
 PD_AVX512 void Scores(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t start,
                       int64_t n8, const float* const* q, float scale, float* const* out) {
-  const bool f32 = view.dtype == DType::kF32;
-  const size_t elt = DTypeSize(view.dtype);
+  constexpr bool kScaled = KvDTypeQuantized(D);
   for (int64_t j = 0; j < n8; j += 8) {
     const uint8_t* keys[8];
+    alignas(32) float key_scales[8];
     for (int i = 0; i < 8; ++i) {
       const int64_t p = start + j + i;
-      keys[i] = view.Key(table[p / view.block_size], kvh, p % view.block_size);
+      const int32_t block = table[p / view.block_size];
+      keys[i] = view.Key(block, kvh, p % view.block_size);
+      if constexpr (kScaled) key_scales[i] = *view.KeyScale(block, kvh, p % view.block_size);
     }
     __m512 acc[G][4];  // acc[g][i]: keys 2i and 2i + 1 of head g.
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < 4; ++i) acc[g][i] = _mm512_setzero_ps();
     for (int64_t d = 0; d < view.head_dim; d += 8) {
       __m512 kv[4];
-      for (int i = 0; i < 4; ++i) kv[i] = LoadPair(keys[2 * i] + d * elt, keys[2 * i + 1] + d * elt, f32);
+      for (int i = 0; i < 4; ++i) kv[i] = LoadPair<D>(keys[2 * i], keys[2 * i + 1], d);
       for (int g = 0; g < G; ++g) {
         const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[g] + d));
         for (int i = 0; i < 4; ++i) acc[g][i] = _mm512_fmadd_ps(qv, kv[i], acc[g][i]);
@@ -58,27 +105,32 @@ PD_AVX512 void Scores(const KvPagesView& view, const int32_t* table, int64_t kvh
         per_key[2 * i] = _mm512_castps512_ps256(acc[g][i]);
         per_key[2 * i + 1] = _mm512_extractf32x8_ps(acc[g][i], 1);
       }
-      _mm256_storeu_ps(out[g] + j, _mm256_mul_ps(HorizontalSum8x8(per_key), _mm256_set1_ps(scale)));
+      __m256 s = HorizontalSum8x8(per_key);
+      if constexpr (kScaled) s = _mm256_mul_ps(s, _mm256_load_ps(key_scales));
+      _mm256_storeu_ps(out[g] + j, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
     }
   }
 }
 
-template <int G>
+template <KvDType D, int G>
 PD_AVX512 void WeightedValues(const KvPagesView& view, const int32_t* table, int64_t kvh,
                               int64_t start, int64_t n, const float* const* p, float* const* out) {
-  const bool f32 = view.dtype == DType::kF32;
-  const size_t elt = DTypeSize(view.dtype);
+  constexpr bool kScaled = KvDTypeQuantized(D);
   for (int64_t d0 = 0; d0 < view.head_dim; d0 += 64) {
     __m512 acc[G][4];
     for (int g = 0; g < G; ++g)
       for (int c = 0; c < 4; ++c) acc[g][c] = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
       const int64_t pos = start + j;
-      const uint8_t* v = view.Value(table[pos / view.block_size], kvh, pos % view.block_size) + d0 * elt;
+      const int32_t block = table[pos / view.block_size];
+      const uint8_t* v = view.Value(block, kvh, pos % view.block_size);
+      float value_scale = 1.0f;
+      if constexpr (kScaled) value_scale = *view.ValueScale(block, kvh, pos % view.block_size);
       __m512 vz[4];
-      for (int c = 0; c < 4; ++c) vz[c] = Load16(v + 16 * c * elt, f32);
+      for (int c = 0; c < 4; ++c) vz[c] = Load16<D>(v, d0 + 16 * c);
       for (int g = 0; g < G; ++g) {
-        const __m512 pj = _mm512_set1_ps(p[g][j]);
+        // As the per-head path: the weight is p (times the row's scale when quantized).
+        const __m512 pj = _mm512_set1_ps(kScaled ? p[g][j] * value_scale : p[g][j]);
         for (int c = 0; c < 4; ++c) acc[g][c] = _mm512_fmadd_ps(pj, vz[c], acc[g][c]);
       }
     }
@@ -87,29 +139,53 @@ PD_AVX512 void WeightedValues(const KvPagesView& view, const int32_t* table, int
   }
 }
 
+template <KvDType D>
+PD_AVX512 void ScoresGroup(const KvPagesView& view, const int32_t* table, int64_t kvh,
+                           int64_t start, int64_t n8, const float* const* q, int group,
+                           float scale, float* const* out) {
+  switch (group) {
+    case 1: Scores<D, 1>(view, table, kvh, start, n8, q, scale, out); break;
+    case 2: Scores<D, 2>(view, table, kvh, start, n8, q, scale, out); break;
+    case 3: Scores<D, 3>(view, table, kvh, start, n8, q, scale, out); break;
+    case 4: Scores<D, 4>(view, table, kvh, start, n8, q, scale, out); break;
+    default: break;
+  }
+}
+
+template <KvDType D>
+PD_AVX512 void WeightedValuesGroup(const KvPagesView& view, const int32_t* table, int64_t kvh,
+                                   int64_t start, int64_t n, const float* const* p, int group,
+                                   float* const* out) {
+  switch (group) {
+    case 1: WeightedValues<D, 1>(view, table, kvh, start, n, p, out); break;
+    case 2: WeightedValues<D, 2>(view, table, kvh, start, n, p, out); break;
+    case 3: WeightedValues<D, 3>(view, table, kvh, start, n, p, out); break;
+    case 4: WeightedValues<D, 4>(view, table, kvh, start, n, p, out); break;
+    default: break;
+  }
+}
+
 }  // namespace
 
 PD_AVX512 void ScoresGroupAvx512(const KvPagesView& view, const int32_t* table, int64_t kvh,
                                  int64_t start, int64_t n8, const float* const* q, int group,
                                  float scale, float* const* out) {
-  switch (group) {
-    case 1: Scores<1>(view, table, kvh, start, n8, q, scale, out); break;
-    case 2: Scores<2>(view, table, kvh, start, n8, q, scale, out); break;
-    case 3: Scores<3>(view, table, kvh, start, n8, q, scale, out); break;
-    case 4: Scores<4>(view, table, kvh, start, n8, q, scale, out); break;
-    default: break;
+  switch (view.dtype) {
+    case KvDType::kF32: return ScoresGroup<KvDType::kF32>(view, table, kvh, start, n8, q, group, scale, out);
+    case KvDType::kBF16: return ScoresGroup<KvDType::kBF16>(view, table, kvh, start, n8, q, group, scale, out);
+    case KvDType::kInt8: return ScoresGroup<KvDType::kInt8>(view, table, kvh, start, n8, q, group, scale, out);
+    case KvDType::kInt4: return ScoresGroup<KvDType::kInt4>(view, table, kvh, start, n8, q, group, scale, out);
   }
 }
 
 PD_AVX512 void WeightedValuesGroupAvx512(const KvPagesView& view, const int32_t* table,
                                          int64_t kvh, int64_t start, int64_t n,
                                          const float* const* p, int group, float* const* out) {
-  switch (group) {
-    case 1: WeightedValues<1>(view, table, kvh, start, n, p, out); break;
-    case 2: WeightedValues<2>(view, table, kvh, start, n, p, out); break;
-    case 3: WeightedValues<3>(view, table, kvh, start, n, p, out); break;
-    case 4: WeightedValues<4>(view, table, kvh, start, n, p, out); break;
-    default: break;
+  switch (view.dtype) {
+    case KvDType::kF32: return WeightedValuesGroup<KvDType::kF32>(view, table, kvh, start, n, p, group, out);
+    case KvDType::kBF16: return WeightedValuesGroup<KvDType::kBF16>(view, table, kvh, start, n, p, group, out);
+    case KvDType::kInt8: return WeightedValuesGroup<KvDType::kInt8>(view, table, kvh, start, n, p, group, out);
+    case KvDType::kInt4: return WeightedValuesGroup<KvDType::kInt4>(view, table, kvh, start, n, p, group, out);
   }
 }
 

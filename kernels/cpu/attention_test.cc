@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "common/base/rng.h"
+#include "common/kvcache/kv_cache_spec.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/linear_avx512.h"
 
 namespace pdserve::kernels {
@@ -32,9 +34,34 @@ std::vector<double> Contiguous(const std::vector<float>& q, const std::vector<st
   return out;
 }
 
-void RunCase(DType dtype, int64_t window) {
+size_t PageBytes(int64_t kvh, int64_t bs, int64_t d, KvDType dtype) {
+  return KvCacheSpec{1, kvh, d, bs, dtype}.PageBytes();
+}
+
+// Row h of K (kv = 0) or V (kv = 1) at `position` as the pool holds it, dequantized.
+std::vector<float> ReadBack(const KvPagesView& view, const int32_t* table, int64_t position,
+                            int kv, int64_t h) {
+  const int32_t block = table[position / view.block_size];
+  const int64_t slot = position % view.block_size;
+  const uint8_t* row = kv == 0 ? view.Key(block, h, slot) : view.Value(block, h, slot);
+  const float scale = KvDTypeQuantized(view.dtype)
+                          ? *(kv == 0 ? view.KeyScale(block, h, slot) : view.ValueScale(block, h, slot))
+                          : 1.0f;
+  std::vector<float> out(view.head_dim);
+  for (int64_t i = 0; i < view.head_dim; ++i) {
+    switch (view.dtype) {
+      case KvDType::kF32: out[i] = reinterpret_cast<const float*>(row)[i]; break;
+      case KvDType::kBF16: out[i] = Bf16ToF32(reinterpret_cast<const uint16_t*>(row)[i]); break;
+      case KvDType::kInt8: out[i] = static_cast<float>(static_cast<int8_t>(row[i])) * scale; break;
+      case KvDType::kInt4: out[i] = static_cast<float>(Int4Code(row, i)) * scale; break;
+    }
+  }
+  return out;
+}
+
+void RunCase(KvDType dtype, int64_t window) {
   const int64_t bs = 4, kvh = 2, d = 16, heads = 6, num_blocks = 12, ctx = 37;
-  const size_t page = 2 * kvh * bs * d * DTypeSize(dtype);
+  const size_t page = PageBytes(kvh, bs, d, dtype);
   std::vector<uint8_t> pool(num_blocks * page);
   KvPagesView view{pool.data(), page, bs, kvh, d, dtype};
   // A scrambled block table: pages are not in order in the pool.
@@ -44,8 +71,7 @@ void RunCase(DType dtype, int64_t window) {
   std::swap(table[0], table[5]);
 
   SplitMix64 rng(9);
-  auto round = [&](float x) { return dtype == DType::kBF16 ? Bf16ToF32(F32ToBf16(x)) : x; };
-  // keys[h][pos] as stored (rounded to the pool dtype).
+  // keys[h][pos] as stored (rounded or quantized to the pool dtype, read back independently).
   std::vector<std::vector<std::vector<float>>> keys(kvh), values(kvh);
   for (int64_t p = 0; p < ctx; ++p) {
     std::vector<float> k(kvh * d), v(kvh * d);
@@ -53,13 +79,13 @@ void RunCase(DType dtype, int64_t window) {
     for (float& x : v) x = static_cast<float>(rng.Normal());
     StoreKv(view, table.data(), p, k.data(), v.data());
     for (int64_t h = 0; h < kvh; ++h) {
-      std::vector<float> kr(d), vr(d);
+      keys[h].push_back(ReadBack(view, table.data(), p, 0, h));
+      values[h].push_back(ReadBack(view, table.data(), p, 1, h));
+      // The stored row is the input within the format's bound.
       for (int64_t i = 0; i < d; ++i) {
-        kr[i] = round(k[h * d + i]);
-        vr[i] = round(v[h * d + i]);
+        const double tol = dtype == KvDType::kF32 ? 0 : dtype == KvDType::kBF16 ? 0.01 : 0.5;
+        ASSERT_NEAR(keys[h].back()[i], k[h * d + i], tol);
       }
-      keys[h].push_back(kr);
-      values[h].push_back(vr);
     }
   }
   std::vector<float> q(heads * d), out(heads * d), scratch(ctx);
@@ -80,9 +106,63 @@ void RunCase(DType dtype, int64_t window) {
   }
 }
 
-TEST(AttentionTest, PagedEqualsContiguousF32) { RunCase(DType::kF32, 0); }
-TEST(AttentionTest, PagedEqualsContiguousBf16Pool) { RunCase(DType::kBF16, 0); }
-TEST(AttentionTest, SlidingWindow) { RunCase(DType::kF32, 7); }
+// Quantized pools: attention read in place equals float64 attention over the dequantized copy.
+TEST(AttentionTest, PagedEqualsContiguousF32) { RunCase(KvDType::kF32, 0); }
+TEST(AttentionTest, PagedEqualsContiguousBf16Pool) { RunCase(KvDType::kBF16, 0); }
+TEST(AttentionTest, PagedEqualsContiguousInt8Pool) { RunCase(KvDType::kInt8, 0); }
+TEST(AttentionTest, PagedEqualsContiguousInt4Pool) { RunCase(KvDType::kInt4, 0); }
+TEST(AttentionTest, SlidingWindow) { RunCase(KvDType::kF32, 7); }
+TEST(AttentionTest, SlidingWindowInt4) { RunCase(KvDType::kInt4, 7); }
+
+// The engine's own f32 attention over a dequantized copy of a quantized pool agrees with the
+// quantized kernels within float rounding (they factor the row scale out of the sums), for the
+// per-head and grouped paths, head sizes with and without the 64-wide value path, and AVX2.
+TEST(AttentionTest, QuantizedPoolEqualsItsDequantizedCopy) {
+  for (bool avx512 : {false, true}) {
+    SetAvx512Enabled(avx512);
+    for (KvDType dtype : {KvDType::kInt8, KvDType::kInt4}) {
+      for (int64_t d : {20, 24, 64, 128}) {
+        const int64_t bs = 16, kvh = 2, group = 3, heads = kvh * group, num_blocks = 5, ctx = 75;
+        std::vector<uint8_t> pool(num_blocks * PageBytes(kvh, bs, d, dtype));
+        std::vector<uint8_t> copy(num_blocks * PageBytes(kvh, bs, d, KvDType::kF32));
+        KvPagesView view{pool.data(), PageBytes(kvh, bs, d, dtype), bs, kvh, d, dtype};
+        KvPagesView fview{copy.data(), PageBytes(kvh, bs, d, KvDType::kF32), bs, kvh, d,
+                          KvDType::kF32};
+        const std::vector<int32_t> table = {3, 0, 4, 1, 2};
+        SplitMix64 rng(static_cast<uint64_t>(d));
+        for (int64_t p = 0; p < ctx; ++p) {
+          std::vector<float> k(kvh * d), v(kvh * d);
+          for (float& x : k) x = static_cast<float>(rng.Normal() * 3);
+          for (float& x : v) x = static_cast<float>(rng.Normal());
+          StoreKv(view, table.data(), p, k.data(), v.data());
+          for (int64_t h = 0; h < kvh; ++h) {
+            const auto kr = ReadBack(view, table.data(), p, 0, h);
+            const auto vr = ReadBack(view, table.data(), p, 1, h);
+            std::copy(kr.begin(), kr.end(), k.begin() + h * d);
+            std::copy(vr.begin(), vr.end(), v.begin() + h * d);
+          }
+          StoreKv(fview, table.data(), p, k.data(), v.data());
+        }
+        std::vector<float> q(heads * d), scratch(group * ctx);
+        for (float& x : q) x = static_cast<float>(rng.Normal());
+        for (int64_t pos : {0, 9, 74}) {
+          std::vector<float> quant(heads * d), deq(heads * d);
+          for (int64_t h = 0; h < kvh; ++h) {
+            PagedAttentionKvGroup(view, table.data(), pos, 0, q.data(), heads, 0.125f, h,
+                                  quant.data(), scratch.data());
+          }
+          PagedAttention(fview, table.data(), pos, 0, q.data(), heads, 0.125f, 0, heads,
+                         deq.data(), scratch.data());
+          for (int64_t i = 0; i < heads * d; ++i) {
+            ASSERT_NEAR(quant[i], deq[i], 2e-6 + 2e-6 * std::fabs(deq[i]))
+                << KvDTypeName(dtype) << " d=" << d << " pos=" << pos << " i=" << i;
+          }
+        }
+      }
+    }
+  }
+  SetAvx512Enabled(true);
+}
 
 // The grouped path (a KV head's query heads together, AVX-512 where the CPU has it) gives the
 // per-head path's bits for every group size, head size (64 and 128 grouped; 16 falls back),
@@ -90,11 +170,11 @@ TEST(AttentionTest, SlidingWindow) { RunCase(DType::kF32, 7); }
 TEST(AttentionTest, KvGroupIsBitwiseThePerHeadPath) {
   SetAvx512Enabled(true);
   if (!Avx512Enabled()) GTEST_SKIP() << "no AVX-512: the grouped path is the per-head path";
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
+  for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8, KvDType::kInt4}) {
     for (int64_t d : {16, 64, 128}) {
       for (int64_t group : {1, 2, 3, 4, 5}) {
         const int64_t bs = 16, kvh = 2, heads = kvh * group, num_blocks = 6, ctx = 83;
-        const size_t page = 2 * kvh * bs * d * DTypeSize(dtype);
+        const size_t page = PageBytes(kvh, bs, d, dtype);
         std::vector<uint8_t> pool(num_blocks * page);
         KvPagesView view{pool.data(), page, bs, kvh, d, dtype};
         std::vector<int32_t> table = {4, 1, 5, 0, 3, 2};
@@ -118,7 +198,7 @@ TEST(AttentionTest, KvGroupIsBitwiseThePerHeadPath) {
             PagedAttention(view, table.data(), pos, window, q.data(), heads, 0.125f, 0, heads,
                            per_head.data(), scratch.data());
             for (int64_t i = 0; i < heads * d; ++i) {
-              ASSERT_EQ(grouped[i], per_head[i]) << DTypeName(dtype) << " d=" << d << " group="
+              ASSERT_EQ(grouped[i], per_head[i]) << KvDTypeName(dtype) << " d=" << d << " group="
                                                  << group << " pos=" << pos << " window=" << window
                                                  << " i=" << i;
             }

@@ -77,7 +77,7 @@ app.kubernetes.io/component: {{ .tier }}
 {{- $cm := printf "%s-config" (include "pdserve.fullname" .root) -}}
 {{- $keys := list "MODEL" "BLOCK_SIZE" "METRICS_COMPAT" -}}
 {{- if eq .tier "router" -}}
-{{- $keys = concat $keys (list "POLICY") -}}
+{{- $keys = concat $keys (list "POLICY" "KV_DTYPE") -}}
 {{- else -}}
 {{- $keys = concat $keys (list "KV_DTYPE" "TRANSPORT" "THREADS" "KV_MEMORY_GIB" "MAX_MODEL_LEN" "MAX_NUM_SEQS" "MAX_NUM_BATCHED_TOKENS" "ENABLE_PREFIX_CACHING" "PREFILL_GEMM") -}}
 {{- end -}}
