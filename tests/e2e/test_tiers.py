@@ -228,6 +228,62 @@ class TiersTest(unittest.TestCase):
         finally:
             c.stop()
 
+    def test_quantized_pages_through_the_tiers(self):
+        # int8 and int4 pools: pages with their scales move between the tiers, the output equals
+        # a colocated run of the same dtype bitwise, and the bytes are the format's.
+        kv_heads, head_dim = 2, 16
+        ids = prompts(1, 41, 150, 151)[0]
+        blocks = (len(ids) + BLOCK - 1) // BLOCK
+        for dtype, row in (("int8", head_dim + 4), ("int4", head_dim // 2 + 4)):
+            flag = ("--kv-dtype", dtype)
+            c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, decode_args=flag,
+                                prefill_args=flag, router_args=flag)
+            try:
+                stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+                same_as_local(self, collect(stub, request(ids)), local(ids, extra=flag))
+                d, p = info(c.decode[0], False), info(c.prefill[0], True)
+                self.assertEqual(d.layout.kv_dtype, dtype)
+                self.assertEqual(d.page_bytes, 2 * kv_heads * BLOCK * row)
+                self.assertEqual(d.kv_bytes_per_token, 2 * LAYERS * kv_heads * row)
+                self.assertEqual(d.remote_prefills, 1)
+                self.assertEqual(d.transfer_bytes, blocks * LAYERS * d.page_bytes)
+                self.assertEqual(p.transfer_bytes, d.transfer_bytes)
+                model = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc)).GetModelInfo(
+                    pb.GetModelInfoRequest(), timeout=10)
+                self.assertEqual((model.kv_dtype, model.kv_bytes_per_token), (dtype, d.kv_bytes_per_token))
+                wait_no_blocks_in_use(self, c)
+            finally:
+                self.assertEqual(c.stop(), [0] * 3)
+
+    def test_workers_with_different_kv_dtypes_refuse_to_pair(self):
+        # The router refuses a worker whose pool dtype is not its --kv-dtype (as a block size)...
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, prefill_args=("--kv-dtype", "int4"),
+                            decode_args=("--kv-dtype", "int8"), router_args=("--kv-dtype", "int8"))
+        try:
+            admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(c.router.grpc))
+            stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+            self.assertTrue(stats.prefill[0].refused)
+            self.assertFalse(stats.decode[0].refused)
+            ids = prompts(1, 42, 100, 101)[0]
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            same_as_local(self, collect(stub, request(ids)), local(ids, extra=("--kv-dtype", "int8")))
+            # ...and a decode worker sent to it anyway is refused by the prefill worker, naming
+            # both dtypes, and prefills locally: the request still completes, nothing leaks.
+            decode = worker_pb2_grpc.DecodeWorkerStub(grpc.insecure_channel(c.decode[0].grpc))
+            ids = prompts(1, 43, 100, 101)[0]  # Not cached on the decode worker.
+            req = worker_pb2.DecodeRequest(request_id="direct", prompt_ids=ids, seed=1,
+                                           prefill_address=c.prefill[0].grpc,
+                                           sampling=pb.SamplingParams(max_tokens=4, temperature=0))
+            got = [t for r in decode.Generate(req, timeout=60) for t in r.token_ids]
+            self.assertEqual(got, local(ids, 4, extra=("--kv-dtype", "int8"))["token_ids"])
+            d = info(c.decode[0], False)
+            self.assertEqual((d.transfer_failures, d.local_prefills >= 2), (1, True))
+            wait_no_blocks_in_use(self, c)
+        finally:
+            self.assertEqual(c.stop(), [0] * 3)
+        self.assertIn("kv_dtype is int4 here but int8 on the peer", c.decode[0].stderr())
+        self.assertIn("its KV cache dtype is int4, this router's is int8", c.router.stderr())
+
     def test_bad_input_is_invalid_argument_naming_the_field(self):
         c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1)
         try:
