@@ -30,21 +30,32 @@ MODES = {
     "bf16 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "bf16"],
     "OpenBLAS prefill GEMM": ["--compute-dtype", "f32", "--prefill-gemm", "openblas"],
     "bf16 compute": ["--compute-dtype", "bf16"],
+    "int8 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "int8"],
+    "int4 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "int4"],
 }
 
 
-def prompts_of(pdserve, model, count, length, seed):
+def tokenize(pdserve, model, text):
+    ids = subprocess.run([pdserve, "tokenize", "--tokenizer", model, "--text", text,
+                          "--add-special-tokens"], capture_output=True, text=True, check=True).stdout
+    return [int(t) for t in ids.split()]
+
+
+def prompts_of(pdserve, model, count, length, seed, long_prompts=False):
     held = os.path.join(model, "heldout.txt")
     if os.path.exists(held):
         with open(held) as f:
             verses = [v for chunk in f.read().split("\n\n") for v in chunk.split("\n")[1:] if len(v) > 60]
         rng = random.Random(seed)
-        out = []
-        for text in rng.sample(verses, count):
-            ids = subprocess.run([pdserve, "tokenize", "--tokenizer", model, "--text", text,
-                                  "--add-special-tokens"], capture_output=True, text=True, check=True).stdout
-            out.append([int(t) for t in ids.split()][:length])
-        return out
+        if long_prompts:  # Consecutive verses from a random start, exactly `length` tokens.
+            out = []
+            for start in rng.sample(range(len(verses) - 200), count):
+                text, end = verses[start], start + 1
+                while len(tokenize(pdserve, model, text)) < length:
+                    text, end = text + "\n" + verses[end], end + 1
+                out.append(tokenize(pdserve, model, text)[:length])
+            return out
+        return [tokenize(pdserve, model, text)[:length] for text in rng.sample(verses, count)]
     with open(os.path.join(model, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
     rng = random.Random(seed)
@@ -90,9 +101,12 @@ def main():
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--modes", default="", help="comma-separated subset of the modes (default: all)")
+    ap.add_argument("--long-prompts", action="store_true",
+                    help="prompts of consecutive held-out verses, exactly --prompt-len tokens")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="pdserve_accuracy_")
-    prompts = prompts_of(args.pdserve, args.model, args.prompts, args.prompt_len, args.seed)
+    prompts = prompts_of(args.pdserve, args.model, args.prompts, args.prompt_len, args.seed,
+                         args.long_prompts)
     base = [generate(args.pdserve, args.model, p, args.tokens, BASELINE, workdir) for p in prompts]
     print(f"| model | mode | identical greedy continuations | mean first difference (of {args.tokens}) "
           f"| max relative logit error before it | mean KL (nats) | max KL | positions |")

@@ -169,6 +169,10 @@ nlohmann::json ToJson(const PolicyResult& r) {
     j["local_prefills"] = r.stats.local_prefills();
     j["remote_prefills"] = r.stats.remote_prefills();
     j["guard_fallbacks"] = r.stats.guard_fallbacks();
+    // KV page bytes the decode tier received, from the workers' latest load reports.
+    int64_t transfer_bytes = 0;
+    for (const auto& w : r.stats.decode()) transfer_bytes += w.info().transfer_bytes();
+    j["kv_transfer_bytes"] = transfer_bytes;
   }
   return j;
 }

@@ -141,6 +141,7 @@ int BenchEngineCommand(int argc, char** argv) {
   j["architecture"] = c.architecture;
   j["weights_dtype"] = std::string(DTypeName(engine.weights().dtype()));
   j["kv_dtype"] = std::string(KvDTypeName(engine.kv_spec().dtype));
+  j["kv_bytes_per_token"] = engine.kv_spec().BytesPerToken();
   j["prefill_gemm"] = ef.prefill_gemm;
   j["compute_dtype"] = std::string(ComputeDTypeName(engine.compute_dtype()));
   j["threads"] = threads;

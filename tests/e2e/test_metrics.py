@@ -246,6 +246,9 @@ class MetricsTest(unittest.TestCase):
                 self.assertEqual(page.value("pdserve_prefix_cache_queries_total", role=role), i.prefix_query_tokens)
                 self.assertEqual(page.value("pdserve_prefix_cache_hits_total", role=role), i.prefix_hit_tokens)
                 self.assertEqual(page.value("pdserve_kv_cache_blocks", role=role), i.total_blocks)
+                self.assertEqual(page.value("pdserve_kv_cache_config_info", role=role, kv_dtype="f32",
+                                            block_size="16", bytes_per_token=str(i.kv_bytes_per_token),
+                                            page_bytes=str(i.page_bytes)), 1)
                 self.assertEqual(page.value("pdserve_kv_cache_usage_perc", role=role), 0)
                 self.assertEqual(page.value("pdserve_num_requests_running", role=role), 0)
                 self.assertEqual(page.value("pdserve_num_requests_waiting", role=role), 0)

@@ -121,10 +121,25 @@ def bf16_round(a):
     return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def forward(cfg, w, tokens, kv_bf16=False, compute_bf16=False):
-    """Logits [len(tokens), vocab] in float64. compute_bf16: every linear layer's input and
-    weights rounded to bf16 first (pdserve --compute-dtype bf16; the products and sums stay exact
-    here)."""
+def kv_quantize(a, levels):
+    """Symmetric quantization of each row (last axis) as an int8/int4 KV pool stores it: the row's
+    f32 values, scale = max|x| / levels, codes rounded half to even; returns codes x scale."""
+    f = np.asarray(a, dtype=np.float32).astype(np.float64)
+    amax = np.max(np.abs(f), axis=-1, keepdims=True)
+    safe = np.where(amax > 0, amax, 1.0)
+    codes = np.clip(np.round(f * (levels / safe)), -levels, levels)
+    scale = (amax / levels).astype(np.float32).astype(np.float64)
+    return codes * scale
+
+
+KV_ROUNDING = {"f32": lambda a: a, "bf16": bf16_round,
+               "int8": lambda a: kv_quantize(a, 127), "int4": lambda a: kv_quantize(a, 7)}
+
+
+def forward(cfg, w, tokens, kv="f32", compute_bf16=False):
+    """Logits [len(tokens), vocab] in float64. kv: the KV pool dtype whose rounding K and V get
+    (f32: none). compute_bf16: every linear layer's input and weights rounded to bf16 first
+    (pdserve --compute-dtype bf16; the products and sums stay exact here)."""
     def lin(x, name):
         if compute_bf16:
             return bf16_round(x) @ bf16_round(w[name]).T
@@ -160,9 +175,8 @@ def forward(cfg, w, tokens, kv_bf16=False, compute_bf16=False):
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], cfg.eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        if kv_bf16:
-            k = bf16_round(k)
-            v = bf16_round(v)
+        k = KV_ROUNDING[kv](k)
+        v = KV_ROUNDING[kv](v)
         group = nh // nkv
         k = np.repeat(k, group, axis=1)  # transformers' repeat_kv: head h uses kv head h // group
         v = np.repeat(v, group, axis=1)

@@ -26,24 +26,24 @@ PDSERVE = None
 WORKDIR = None
 STEPS = 32
 
-# (name, make-model flags, generate flags, tolerance, kv_bf16)
+# (name, make-model flags, generate flags, tolerance); the KV dtype (--kv-dtype) is modelled
 CASES = []
 for arch in ("llama", "mistral", "qwen2", "qwen3"):
     for dtype in ("f32", "bf16"):
         for shards in (1, 3):
             flags = ["--arch", arch, "--dtype", dtype, "--shards", str(shards), "--seed", "7"]
-            CASES.append((f"{arch}_{dtype}_{shards}shard", flags, [], 1e-4, False))
+            CASES.append((f"{arch}_{dtype}_{shards}shard", flags, [], 1e-4))
 # Shapes and options that take other code paths.
 CASES += [
-    ("llama_mqa_tied", ["--arch", "llama", "--kv-heads", "1", "--tie-embeddings", "--seed", "3"], [], 1e-4, False),
+    ("llama_mqa_tied", ["--arch", "llama", "--kv-heads", "1", "--tie-embeddings", "--seed", "3"], [], 1e-4),
     ("qwen3_head_dim_48", ["--arch", "qwen3", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
-                           "--head-dim", "48", "--seed", "4"], [], 1e-4, False),
-    ("mistral_window_12", ["--arch", "mistral", "--sliding-window", "12", "--seed", "5"], [], 1e-4, False),
-    ("llama_f16", ["--arch", "llama", "--dtype", "f16", "--seed", "6"], [], 1e-4, False),
-    ("qwen2_kv_bf16", ["--arch", "qwen2", "--seed", "8"], ["--kv-dtype", "bf16"], 1e-4, True),
-    ("llama_chunked_7", ["--arch", "llama", "--seed", "9"], ["--max-num-batched-tokens", "7"], 1e-4, False),
+                           "--head-dim", "48", "--seed", "4"], [], 1e-4),
+    ("mistral_window_12", ["--arch", "mistral", "--sliding-window", "12", "--seed", "5"], [], 1e-4),
+    ("llama_f16", ["--arch", "llama", "--dtype", "f16", "--seed", "6"], [], 1e-4),
+    ("qwen2_kv_bf16", ["--arch", "qwen2", "--seed", "8"], ["--kv-dtype", "bf16"], 1e-4),
+    ("llama_chunked_7", ["--arch", "llama", "--seed", "9"], ["--max-num-batched-tokens", "7"], 1e-4),
     ("llama_openblas", ["--arch", "llama", "--layers", "3", "--seed", "10"],
-     ["--prefill-gemm", "openblas"], 1e-4, False),
+     ["--prefill-gemm", "openblas"], 1e-4),
 ]
 # --compute-dtype bf16 against the reference with the rounding of every linear layer's input
 # modelled (weights converted too when the checkpoint is f32). What remains is f32 accumulation
@@ -52,11 +52,23 @@ CASES += [
 BF16_COMPUTE = ["--compute-dtype", "bf16"]
 for arch in ("llama", "mistral", "qwen2", "qwen3"):
     CASES.append((f"{arch}_bf16_compute", ["--arch", arch, "--dtype", "bf16", "--seed", "12"],
-                  BF16_COMPUTE, 5e-3, False))
+                  BF16_COMPUTE, 5e-3))
 CASES += [
-    ("llama_f32_weights_bf16_compute", ["--arch", "llama", "--seed", "13"], BF16_COMPUTE, 5e-3, False),
+    ("llama_f32_weights_bf16_compute", ["--arch", "llama", "--seed", "13"], BF16_COMPUTE, 5e-3),
     ("qwen2_bf16_compute_kv_bf16", ["--arch", "qwen2", "--dtype", "bf16", "--seed", "14"],
-     BF16_COMPUTE + ["--kv-dtype", "bf16"], 5e-3, True),
+     BF16_COMPUTE + ["--kv-dtype", "bf16"], 5e-3),
+]
+# Quantized KV pools against the reference with the same quantization of K and V modelled (per
+# token and KV head: scale max|x| / 127 or / 7, codes rounded half to even). What remains is a
+# code that sits on a rounding boundary, which the engine's f32 value and the reference's float64
+# one round to neighbouring codes.
+CASES += [
+    ("qwen2_kv_int8", ["--arch", "qwen2", "--seed", "15"], ["--kv-dtype", "int8"], 1e-4),
+    ("mistral_window_kv_int8", ["--arch", "mistral", "--sliding-window", "12", "--seed", "16"],
+     ["--kv-dtype", "int8"], 1e-4),
+    ("llama_kv_int4", ["--arch", "llama", "--seed", "17"], ["--kv-dtype", "int4"], 1e-3),
+    ("qwen3_kv_int8", ["--arch", "qwen3", "--dtype", "bf16", "--seed", "18"],
+     ["--kv-dtype", "int8"], 1e-4),
 ]
 
 PROMPT = [17, 200, 3, 99, 45, 45, 120, 7, 300, 11, 64, 250, 8, 1, 77, 42, 160, 33, 90, 5,
@@ -86,7 +98,8 @@ DEMO_TEXT = "And God said unto Moses, Go in unto Pharaoh, and"
 
 
 class ParityTest(unittest.TestCase):
-    def check_case(self, name, make_flags, gen_flags, tol, kv_bf16, model=None, prompt=PROMPT):
+    def check_case(self, name, make_flags, gen_flags, tol, model=None, prompt=PROMPT):
+        kv = gen_flags[gen_flags.index("--kv-dtype") + 1] if "--kv-dtype" in gen_flags else "f32"
         if model is None:
             model = os.path.join(WORKDIR, name)
             run([PDSERVE, "make-model", model, "--layers", "2", "--vocab", "320"] + make_flags)
@@ -104,7 +117,7 @@ class ParityTest(unittest.TestCase):
         cfg = hf_reference.Config(model)
         weights = hf_reference.load_weights(model)
         sequence = list(prompt) + engine_tokens
-        ref = hf_reference.forward(cfg, weights, sequence[:-1], kv_bf16=kv_bf16,
+        ref = hf_reference.forward(cfg, weights, sequence[:-1], kv=kv,
                                    compute_bf16="bf16" in pinned(gen_flags)[-1:])
         ref = ref[len(prompt) - 1:]  # Logits that chose each generated token.
         self.assertEqual(ref.shape, engine_logits.shape)
@@ -128,26 +141,38 @@ class ParityTest(unittest.TestCase):
             # which bf16 compute sits ~5e-3 away: that tells modelled from unmodelled. (Random
             # models: 1e-7 vs 5e-3; the trained demo model, whose activations flip more often:
             # 6.7e-4 vs 1.8e-3.)
-            plain = hf_reference.forward(cfg, weights, sequence[:-1], kv_bf16=kv_bf16)[len(prompt) - 1:]
+            plain = hf_reference.forward(cfg, weights, sequence[:-1], kv=kv)[len(prompt) - 1:]
             unmodelled = [np.max(np.abs(engine_logits[i] - plain[i])) / np.max(np.abs(plain[i]))
                           for i in range(STEPS)]
             self.assertLess(np.mean(errors), 0.5 * np.mean(unmodelled),
                             f"{name}: modelled error {np.mean(errors):.3g}, plain {np.mean(unmodelled):.3g}")
+        if kv in ("int8", "int4"):
+            # Likewise for the quantization: the modelled reference must be far closer than one
+            # with an unquantized cache.
+            plain = hf_reference.forward(cfg, weights, sequence[:-1],
+                                         compute_bf16="bf16" in pinned(gen_flags)[-1:])[len(prompt) - 1:]
+            unmodelled = [np.max(np.abs(engine_logits[i] - plain[i])) / np.max(np.abs(plain[i]))
+                          for i in range(STEPS)]
+            self.assertLess(np.mean(errors), 0.5 * np.mean(unmodelled),
+                            f"{name}: modelled error {np.mean(errors):.3g}, plain {np.mean(unmodelled):.3g}")
+            print(f"  {name:22s} unquantized reference: mean relative error {np.mean(unmodelled):.2e}",
+                  file=sys.stderr)
         print(f"  {name:22s} max relative error {worst:.2e} median {np.median(errors):.2e}",
               file=sys.stderr)
 
 
-def demo_test(name, gen_flags, kv_bf16, tol=1e-4):
+def demo_test(name, gen_flags, tol=1e-4):
     def test(self):
         ids = [int(t) for t in run([PDSERVE, "tokenize", "--tokenizer", DEMO_MODEL, "--text", DEMO_TEXT,
                                     "--add-special-tokens"]).split()]
-        self.check_case(name, [], gen_flags, tol, kv_bf16, model=DEMO_MODEL, prompt=ids)
+        self.check_case(name, [], gen_flags, tol, model=DEMO_MODEL, prompt=ids)
     return test
 
 
-ParityTest.test_demo_model = demo_test("demo", [], False)
-ParityTest.test_demo_model_kv_bf16 = demo_test("demo_kv_bf16", ["--kv-dtype", "bf16"], True)
-ParityTest.test_demo_model_bf16_compute = demo_test("demo_bf16_compute", BF16_COMPUTE, False, 5e-3)
+ParityTest.test_demo_model = demo_test("demo", [])
+ParityTest.test_demo_model_kv_bf16 = demo_test("demo_kv_bf16", ["--kv-dtype", "bf16"])
+ParityTest.test_demo_model_bf16_compute = demo_test("demo_bf16_compute", BF16_COMPUTE, 5e-3)
+ParityTest.test_demo_model_kv_int8 = demo_test("demo_kv_int8", ["--kv-dtype", "int8"], 1e-4)
 
 
 def make_test(case):
