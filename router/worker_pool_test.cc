@@ -96,6 +96,7 @@ LoadReport Report(bool snapshot, uint64_t first, uint64_t last,
   layout->set_block_size(kBlock);
   layout->set_hash_scheme(kBlockHashScheme);
   layout->set_model_fingerprint("model-a");
+  layout->set_kv_dtype("f32");
   r.mutable_info()->set_used_blocks(used_blocks);
   r.mutable_info()->set_total_blocks(100);
   r.set_snapshot(snapshot);
@@ -198,8 +199,8 @@ TEST(WorkerPoolTest, ALostStreamResumesAfterTheLastAppliedEvent) {
   EXPECT_EQ(CachedPrefix(pool, p), 2);
 }
 
-TEST(WorkerPoolTest, RefusesAWorkerWithAnotherBlockSizeHashSchemeOrModel) {
-  for (int which = 0; which < 3; ++which) {
+TEST(WorkerPoolTest, RefusesAWorkerWithAnotherBlockSizeHashSchemeModelOrKvDtype) {
+  for (int which = 0; which < 4; ++which) {
     ScriptedWorker good, bad;
     WorkerPool pool(Options());
     pool.SetAddresses({bad.address(), good.address()});
@@ -208,6 +209,7 @@ TEST(WorkerPoolTest, RefusesAWorkerWithAnotherBlockSizeHashSchemeOrModel) {
     if (which == 0) layout->set_block_size(16);
     if (which == 1) layout->set_hash_scheme("sha256-v0");
     if (which == 2) layout->set_model_fingerprint("model-b");
+    if (which == 3) layout->set_kv_dtype("int8");
     bad.Push(0, r);
     good.Push(0, Report(true, 1, 0, {}));
     ASSERT_TRUE(pool.WaitForReports(std::chrono::seconds(10)));

@@ -49,7 +49,7 @@ void ScoresOneByOne(const KvPagesView& view, const int32_t* table, int64_t kvh, 
     const int64_t p = start + j;
     const int32_t block = table[p / view.block_size];
     const int64_t slot = p % view.block_size;
-    float s = DotRow<D>(q, view.Key(block, kvh, slot), view.head_dim);
+    float s = DotF32<KvRow<D>>(q, view.Key(block, kvh, slot), view.head_dim);
     if constexpr (KvRow<D>::kScaled) s *= *view.KeyScale(block, kvh, slot);
     scores[j] = s * scale;
   }
@@ -119,7 +119,7 @@ void Scores8(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t
 
 // out[0:64) = sum_j w[j] * V[start + j][d0 : d0 + 64), keeping the 64 sums in registers, w[j] =
 // p[j] (times the row's scale when quantized). Each element accumulates keys in order with one
-// FMA each, exactly as AxpyRow does.
+// FMA each, exactly as AxpyF32 does.
 template <KvDType D>
 void WeightedValues64(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t start,
                       int64_t n, const float* p, int64_t d0, float* out) {
@@ -166,8 +166,8 @@ void PagedAttentionT(const KvPagesView& view, const int32_t* block_table, int64_
       std::memset(oh + d0, 0, (d - d0) * sizeof(float));
       for (int64_t i = 0; i < n; ++i) {
         const int64_t p = start + i;
-        AxpyRow<D>(ValueWeight<D>(view, block_table, kvh, p, scratch[i]),
-                   view.Value(block_table[p / bs], kvh, p % bs), d0, d - d0, oh + d0);
+        AxpyF32<KvRow<D>>(ValueWeight<D>(view, block_table, kvh, p, scratch[i]),
+                          view.Value(block_table[p / bs], kvh, p % bs), d0, d - d0, oh + d0);
       }
     }
     for (int64_t i = 0; i < d; ++i) oh[i] *= inv_sum;

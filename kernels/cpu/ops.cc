@@ -8,7 +8,9 @@
 
 namespace pdserve::kernels {
 
-float Dot(const float* a, const float* b, int64_t n) { return DotF32(a, b, n); }
+float Dot(const float* a, const float* b, int64_t n) {
+  return DotF32<F32Row>(a, reinterpret_cast<const uint8_t*>(b), n);
+}
 
 double LogSumExp(const float* x, int64_t n) {
   int64_t i = 0;

@@ -101,44 +101,58 @@ inline __m256 Exp8(__m256 x) {
 // Scalar exp with the same polynomial (used for tails and in portable builds).
 float ExpScalar(float x);
 
-// KV-pool and activation elements as f32: float passes through, uint16_t is bf16.
-inline float ToF32(float x) { return x; }
-inline float ToF32(uint16_t bf16) { return Bf16ToF32(bf16); }
+// Readers of a row of elements as f32, for DotF32 and AxpyF32: Get(row, i) is element i;
+// Load8(row, i) elements [i, i + 8), i a multiple of 8. kv_rows.h adds int8 and int4 codes.
+struct F32Row {
+  static float Get(const uint8_t* r, int64_t i) { return reinterpret_cast<const float*>(r)[i]; }
 #if PDSERVE_AVX2
-inline __m256 Load8F32(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 Load8F32(const uint16_t* p) { return Load8Bf16(p); }
+  static __m256 Load8(const uint8_t* r, int64_t i) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(r) + i);
+  }
 #endif
+};
 
-// sum(a[i] * b[i]) in the 8-lane order every kernel uses: one FMA accumulator over i = l mod 8,
+struct Bf16Row {
+  static float Get(const uint8_t* r, int64_t i) {
+    return Bf16ToF32(reinterpret_cast<const uint16_t*>(r)[i]);
+  }
+#if PDSERVE_AVX2
+  static __m256 Load8(const uint8_t* r, int64_t i) {
+    return Load8Bf16(reinterpret_cast<const uint16_t*>(r) + i);
+  }
+#endif
+};
+
+// sum(a[i] * row[i]) in the 8-lane order every kernel uses: one FMA accumulator over i = l mod 8,
 // HorizontalSum's tree, then the tail in order.
-template <typename T>
-inline float DotF32(const float* a, const T* b, int64_t n) {
+template <typename Row>
+inline float DotF32(const float* a, const uint8_t* row, int64_t n) {
   const int64_t n8 = n & ~int64_t{7};
 #if PDSERVE_AVX2
   __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n8; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), Load8F32(b + i), acc);
+  for (int64_t i = 0; i < n8; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), Row::Load8(row, i), acc);
   float s = HorizontalSum(acc);
 #else
   float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t i = 0; i < n8; i += 8)
-    for (int l = 0; l < 8; ++l) lane[l] = std::fma(a[i + l], ToF32(b[i + l]), lane[l]);
+    for (int l = 0; l < 8; ++l) lane[l] = std::fma(a[i + l], Row::Get(row, i + l), lane[l]);
   float s = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 #endif
-  for (int64_t i = n8; i < n; ++i) s = std::fma(a[i], ToF32(b[i]), s);
+  for (int64_t i = n8; i < n; ++i) s = std::fma(a[i], Row::Get(row, i), s);
   return s;
 }
 
-// out[i] = fma(p, v[i], out[i]).
-template <typename T>
-inline void AxpyF32(float p, const T* v, int64_t n, float* out) {
+// out[i] = fma(p, row[from + i], out[i]) for i in [0, n), from a multiple of 8.
+template <typename Row>
+inline void AxpyF32(float p, const uint8_t* row, int64_t from, int64_t n, float* out) {
   int64_t i = 0;
 #if PDSERVE_AVX2
   const __m256 pv = _mm256_set1_ps(p);
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, Load8F32(v + i), _mm256_loadu_ps(out + i)));
+    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, Row::Load8(row, from + i), _mm256_loadu_ps(out + i)));
   }
 #endif
-  for (; i < n; ++i) out[i] = std::fma(p, ToF32(v[i]), out[i]);
+  for (; i < n; ++i) out[i] = std::fma(p, Row::Get(row, from + i), out[i]);
 }
 
 }  // namespace pdserve::kernels
