@@ -13,6 +13,7 @@ int BenchEngineCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int BenchTransportCommand(int argc, char** argv);
 int TokenizeCommand(int argc, char** argv);
+int ChatTemplateCommand(int argc, char** argv);
 int DetokenizeCommand(int argc, char** argv);
 int PrefillCommand(int argc, char** argv);
 int DecodeCommand(int argc, char** argv);

@@ -25,6 +25,7 @@ constexpr char kUsage[] =
     "  train-tokenizer train a byte-level BPE tokenizer on a text file\n"
     "  tokenize      encode text with a model's tokenizer.json\n"
     "  detokenize    decode token ids (optionally as a stream)\n"
+    "  chat-template render conversations with a model's chat template\n"
     "  kv-calc       KV cache memory math for a config.json\n"
     "  bench         serving benchmark against a router: TTFT/TPOT/ITL/E2E, throughput, goodput\n"
     "  bench-engine  engine throughput against this machine's bandwidth and sgemm rate\n"
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
   if (command == "kv-calc") return KvCalcCommand(sub_argc, sub_argv);
   if (command == "tokenize") return TokenizeCommand(sub_argc, sub_argv);
   if (command == "detokenize") return DetokenizeCommand(sub_argc, sub_argv);
+  if (command == "chat-template") return ChatTemplateCommand(sub_argc, sub_argv);
   if (command == "bench-engine") return BenchEngineCommand(sub_argc, sub_argv);
   if (command == "bench-transport") return BenchTransportCommand(sub_argc, sub_argv);
   if (command == "bench") return BenchCommand(sub_argc, sub_argv);

@@ -1,0 +1,81 @@
+// Values of the Jinja subset that chat templates use (common/chat/jinja.h), with Python's
+// semantics where templates can see them: str() of each kind, truthiness, equality, and
+// json.dumps for `tojson` (Hugging Face's: no ASCII escaping, default separators).
+#ifndef PDSERVE_COMMON_CHAT_JINJA_VALUE_H_
+#define PDSERVE_COMMON_CHAT_JINJA_VALUE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace pdserve::jinja {
+
+class Value;
+using List = std::vector<Value>;
+using Dict = std::vector<std::pair<std::string, Value>>;  // Insertion order, as Python's dict.
+
+class Value {
+ public:
+  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace };
+
+  Value() = default;  // Undefined.
+  static Value None();
+  static Value Bool(bool b);
+  static Value Int(int64_t i);
+  static Value Float(double d);
+  static Value String(std::string s);
+  static Value MakeList(List items);
+  static Value MakeDict(Dict items);
+  static Value MakeNamespace(Dict items);  // Shared and mutable: `set ns.x = ...` writes through.
+  static Value FromJson(const nlohmann::ordered_json& j);
+
+  Kind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == Kind::kUndefined; }
+  bool is_none() const { return kind_ == Kind::kNone; }
+  bool is_string() const { return kind_ == Kind::kString; }
+  bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat; }
+  bool is_list() const { return kind_ == Kind::kList; }
+  bool is_mapping() const { return kind_ == Kind::kDict || kind_ == Kind::kNamespace; }
+  bool as_bool() const { return b_; }
+  int64_t as_int() const { return i_; }
+  double as_number() const { return kind_ == Kind::kInt ? static_cast<double>(i_) : d_; }
+  const std::string& str() const { return *s_; }
+  const List& list() const { return *list_; }
+  const Dict& dict() const { return *dict_; }
+  Dict& mutable_dict() { return *dict_; }
+
+  // Python truthiness (undefined is false).
+  bool Truthy() const;
+  // dict/namespace key lookup; undefined when missing.
+  Value Get(const std::string& key) const;
+  // Python ==.
+  bool Equals(const Value& other) const;
+  // Python str(); undefined prints as "".
+  std::string ToString() const;
+  // Python repr() (strings quoted), used inside lists and dicts.
+  std::string Repr() const;
+  // json.dumps(value, ensure_ascii=False, indent=indent) (indent < 0: none).
+  std::string ToJson(int indent = -1) const;
+  // Length of a string (code points), list or dict.
+  int64_t Length() const;
+
+ private:
+  Kind kind_ = Kind::kUndefined;
+  bool b_ = false;
+  int64_t i_ = 0;
+  double d_ = 0;
+  std::shared_ptr<const std::string> s_;
+  std::shared_ptr<const List> list_;
+  std::shared_ptr<Dict> dict_;
+};
+
+// Python's repr() of a float (shortest round-trip digits, "1.0", "1e+16", "inf").
+std::string PythonFloat(double d);
+
+}  // namespace pdserve::jinja
+
+#endif  // PDSERVE_COMMON_CHAT_JINJA_VALUE_H_
