@@ -78,6 +78,16 @@ def main():
     ]
     for i, r in enumerate(reqs):
         write("request_validator_fuzz", f"request{i}.pb", r.SerializeToString())
+    # Chat templates: the test fixtures (our own) and small pieces of the constructs they use.
+    for name in ("inst_template.jinja", "features_template.jinja"):
+        with open(os.path.join(HERE, "..", "tests", "chat", name)) as f:
+            write("chat_template_fuzz", name, f.read())
+    pieces = ["{% for m in messages %}{{ m.role | upper }}{% if loop.last %}!{% endif %}{% endfor %}",
+              "{%- set ns = namespace(a=1) -%}{% set ns.a = ns.a * 2 %}{{ ns.a ~ (tools | tojson) }}",
+              "{{ messages[::-1][0].content.split('</think>')[-1].lstrip('\\n') if messages else '' }}",
+              "{% macro f(x, y=2) %}{{ x + y }}{% endmacro %}{{ f(1) }}{{ raise_exception('no') }}"]
+    for i, p in enumerate(pieces):
+        write("chat_template_fuzz", f"piece{i}.jinja", p)
 
 
 if __name__ == "__main__":

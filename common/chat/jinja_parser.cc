@@ -250,6 +250,12 @@ class ExprParser {
 
   // expression := or ['if' or ['else' expression]]
   absl::StatusOr<ExprPtr> Expression() {
+    // Nesting is bounded so that no template can exhaust the stack.
+    if (++depth_ > kMaxDepth) return Error(Str("expressions nested deeper than ", kMaxDepth));
+    struct Leave {
+      int* d;
+      ~Leave() { --*d; }
+    } leave{&depth_};
     auto e = Or();
     if (!e.ok()) return e;
     if (IsName("if")) {
@@ -309,6 +315,7 @@ class ExprParser {
   }
   absl::StatusOr<ExprPtr> Not() {
     if (IsName("not")) {
+      if (++unary_ + depth_ > kMaxDepth) return Error(Str("expressions nested deeper than ", kMaxDepth));
       ++p_;
       auto x = Not();
       if (!x.ok()) return x;
@@ -381,7 +388,11 @@ class ExprParser {
     return l;
   }
   absl::StatusOr<ExprPtr> Unary() {
+    if ((IsOp("-") || IsOp("+") || IsName("not")) && depth_ + unary_ > kMaxDepth) {
+      return Error(Str("expressions nested deeper than ", kMaxDepth));
+    }
     if (IsOp("-") || IsOp("+")) {
+      ++unary_;
       const std::string op = t_[p_++].text;
       auto x = Unary();
       if (!x.ok()) return x;
@@ -590,9 +601,12 @@ class ExprParser {
     return Error("expected an expression");
   }
 
+  static constexpr int kMaxDepth = 100;
   std::vector<Token> t_;
   size_t p_ = 0;
   int line_;
+  int depth_ = 0;
+  int unary_ = 0;  // Prefix operators so far (each recurses once).
 };
 
 // Statements: a recursive descent over the segments.
@@ -603,6 +617,14 @@ class StmtParser {
   // Parses until one of `ends` (a block keyword) or the end; *ended gets the keyword found.
   absl::StatusOr<NodePtr> Body(const std::vector<std::string>& ends, std::string* ended,
                                std::unique_ptr<ExprParser>* end_tag) {
+    if (depth_ >= kMaxBlockDepth) {
+      return absl::InvalidArgumentError(Str("chat template: blocks nested deeper than ", kMaxBlockDepth));
+    }
+    ++depth_;
+    struct Leave {
+      int* d;
+      ~Leave() { --*d; }
+    } leave{&depth_};
     auto body = std::make_shared<Node>();
     body->kind = Node::Kind::kBody;
     while (i_ < s_.size()) {
@@ -788,8 +810,10 @@ class StmtParser {
         Str("chat template line ", line, ": the '", kw, "' tag is not supported"));
   }
 
+  static constexpr int kMaxBlockDepth = 100;
   std::vector<Segment> s_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

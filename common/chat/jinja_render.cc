@@ -130,6 +130,10 @@ class Renderer {
   }
 
   Status Exec(const Node& n, std::string* out, Flow* flow) {
+    if (++steps_ > kMaxSteps || out->size() > kMaxString) {
+      return Err(n.line, Str("the template ran more than ", kMaxSteps, " steps or wrote more than ",
+                             kMaxString, " bytes"));
+    }
     switch (n.kind) {
       case Node::Kind::kBody:
         for (const NodePtr& c : n.children) {
@@ -427,6 +431,9 @@ class Renderer {
       const Value& text = x.is_string() ? x : y;
       const Value& times = x.is_string() ? y : x;
       if (times.kind() != Value::Kind::kInt) return Err(e.line, "a string can only be repeated an int times");
+      if (times.as_int() > 0 && text.str().size() * static_cast<uint64_t>(times.as_int()) > kMaxString) {
+        return Err(e.line, Str("a repeated string longer than ", kMaxString, " bytes"));
+      }
       std::string out;
       for (int64_t i = 0; i < times.as_int(); ++i) out += text.str();
       return Value::String(out);
@@ -525,6 +532,7 @@ class Renderer {
         return Err(e.line, "range() needs arguments");
       }
       if (step == 0) return Err(e.line, "range() step is 0");
+      if ((stop - start) / step > kMaxRange) return Err(e.line, Str("range() longer than ", kMaxRange));
       List out;
       for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::Int(i));
       return Value::MakeList(std::move(out));
@@ -539,6 +547,7 @@ class Renderer {
     }
     auto m = macros_.find(f);
     if (m != macros_.end()) {
+      if (scopes_.size() > kMaxScopes) return Err(e.line, Str("macro calls nested deeper than ", kMaxScopes));
       const Node& macro = *m->second.node;
       scopes_.emplace_back();
       for (size_t i = 0; i < macro.params.size(); ++i) {
@@ -825,6 +834,12 @@ class Renderer {
     return Err(line, Str("unknown test '", t, "'"));
   }
 
+  static constexpr size_t kMaxScopes = 200;  // Loops and macro calls: recursion is bounded.
+  // Work bounds, far above what a chat template does per request, so none can hang a request.
+  static constexpr int64_t kMaxSteps = 10'000'000;
+  static constexpr uint64_t kMaxString = 64 << 20;
+  static constexpr int64_t kMaxRange = 1'000'000;
+  int64_t steps_ = 0;
   std::vector<std::map<std::string, Value>> scopes_;
   std::map<std::string, Macro> macros_;
 };

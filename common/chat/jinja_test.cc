@@ -1,0 +1,85 @@
+// Unit tests of the Jinja subset: errors and limits (tests/chat/test_chat_template.py holds the
+// byte-equality against Jinja2 on real templates).
+#include "common/chat/jinja.h"
+
+#include <string>
+
+#include "common/chat/chat_template.h"
+#include "gtest/gtest.h"
+
+namespace pdserve::jinja {
+namespace {
+
+std::string Render(const std::string& src, const nlohmann::ordered_json& vars = nlohmann::ordered_json::object()) {
+  auto t = Template::Parse(src);
+  if (!t.ok()) return "parse error: " + std::string(t.status().message());
+  auto out = t->Render(Value::FromJson(vars));
+  if (!out.ok()) return "render error: " + std::string(out.status().message());
+  return *out;
+}
+
+TEST(JinjaTest, PythonValuesPrintAsPython) {
+  EXPECT_EQ(PythonFloat(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(PythonFloat(1e16), "1e+16");
+  EXPECT_EQ(PythonFloat(1e15), "1000000000000000.0");
+  EXPECT_EQ(PythonFloat(1.5e-5), "1.5e-05");
+  EXPECT_EQ(PythonFloat(0.0001), "0.0001");
+  EXPECT_EQ(PythonFloat(-2.0), "-2.0");
+  EXPECT_EQ(Render("{{ [1, 'it\\'s', none, true, {'a': 2.5}] }}"), "[1, \"it's\", None, True, {'a': 2.5}]");
+  EXPECT_EQ(Render("{{ x | tojson }}", {{"x", {{"k", "é\n\"<"}, {"n", {1, 2.0, nullptr}}}}}),
+            "{\"k\": \"é\\n\\\"<\", \"n\": [1, 2.0, null]}");
+}
+
+TEST(JinjaTest, WhitespaceControl) {
+  EXPECT_EQ(Render("a  {%- if true -%}  b  {%- endif -%}  c"), "abc");
+  EXPECT_EQ(Render("x\n    {% if true %}\n    y\n    {% endif %}\nz"), "x\n    y\nz");  // trim + lstrip
+  EXPECT_EQ(Render("x {% if true %}y{% endif %}"), "x y");  // Not at a line start: kept.
+  EXPECT_EQ(Render("  {%+ if true %}y{% endif %}"), "  y");
+  EXPECT_EQ(Render("{# comment #}\n{{ 'a' }}\n"), "a\n");
+}
+
+TEST(JinjaTest, ErrorsNameTheProblem) {
+  EXPECT_EQ(Render("{{ raise_exception('roles must alternate') }}"),
+            "render error: chat template: roles must alternate");
+  EXPECT_NE(Render("{% set x = 1 %}{% set x.y = 2 %}").find("only a namespace"), std::string::npos);
+  EXPECT_NE(Render("{{ nosuch(1) }}").find("unknown function 'nosuch'"), std::string::npos);
+  EXPECT_NE(Render("{{ 1 + 'a' }}").find("unsupported operand types for +: int and string"), std::string::npos);
+  EXPECT_NE(Render("{% for a, b in [1] %}{% endfor %}").find("cannot unpack"), std::string::npos);
+  EXPECT_NE(Render("{% include 'x' %}").find("'include' tag is not supported"), std::string::npos);
+  EXPECT_NE(Render("{% for x in y %}").find("missing '{% endfor %}'"), std::string::npos);
+  EXPECT_NE(Render("line1\n{{ 1 + }}").find("line 2"), std::string::npos);
+  EXPECT_NE(Render("{{ 7 // 0 }}").find("division by zero"), std::string::npos);
+}
+
+TEST(JinjaTest, NestingIsBounded) {
+  EXPECT_NE(Render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested deeper"),
+            std::string::npos);
+  EXPECT_NE(Render("{{ " + std::string(5000, '-') + "1 }}").find("nested deeper"), std::string::npos);
+  std::string deep;
+  for (int i = 0; i < 500; ++i) deep += "{% if true %}";
+  EXPECT_NE(Render(deep).find("nested deeper"), std::string::npos);
+  EXPECT_NE(Render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("nested deeper"),
+            std::string::npos);
+}
+
+TEST(JinjaTest, LoopsAndNamespaces) {
+  EXPECT_EQ(Render("{% set ns = namespace(n=0) %}{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}"
+                   "{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
+            "3");
+  EXPECT_EQ(Render("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}"), "1");  // Scoped.
+  EXPECT_EQ(Render("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(Render("{% for x in [1, 2, 3] if x != 2 %}{{ loop.index }}{{ x }}{% endfor %}"), "1123");
+}
+
+TEST(ChatTemplateTest, RendersWithTheModelsTokens) {
+  auto t = ChatTemplate::FromSource("{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}"
+                                    "{% if add_generation_prompt %}assistant:{% endif %}{{ eos_token if tools }}",
+                                    "<s>", "</s>");
+  ASSERT_TRUE(t.ok()) << t.status();
+  const auto messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(*t->Render(messages, nullptr, true), "<s>user:hi;assistant:");
+  EXPECT_EQ(*t->Render(messages, nlohmann::ordered_json::array({1}), false), "<s>user:hi;</s>");
+}
+
+}  // namespace
+}  // namespace pdserve::jinja
