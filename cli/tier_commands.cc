@@ -22,12 +22,14 @@
 #include "cli/commands.h"
 #include "cli/metrics_flags.h"
 #include "cli/security_flags.h"
+#include "common/base/file_util.h"
 #include "common/base/host_port.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/rpc/server_builder.h"
 #include "decode_service/decode_grpc_service.h"
+#include "openai_api/openai_server.h"
 #include "prefill_service/prefill_grpc_service.h"
 #include "router/router_grpc_service.h"
 
@@ -108,8 +110,15 @@ struct RouterFlags {
   double discovery_interval = 5;
   double approx_ttl = 120;
   double recent_half_life = 2;
+  std::string http_listen, served_model_name, chat_template;
 
   void Register(FlagSet& flags, bool standalone) {
+    flags.String("http-listen", &http_listen,
+                 "also serve the OpenAI-compatible HTTP API on host:port (off when empty)");
+    flags.String("served-model-name", &served_model_name,
+                 "the model name clients send and see, also in metrics (default: the model directory's name)");
+    flags.String("chat-template", &chat_template,
+                 "a Jinja chat template file for /v1/chat/completions instead of the model's");
     flags.String("policy", &policy, "routing policy: kv_aware, least_loaded or round_robin");
     flags.Double("w-prefix", &options.routing.w_prefix,
                  "kv_aware: weight of the prompt blocks a worker would still have to prefill");
@@ -163,6 +172,7 @@ struct RouterFlags {
     const absl::StatusOr<KvDType> kv = ParseKvDType(kv_dtype);
     if (!kv.ok()) return absl::InvalidArgumentError(Str("--kv-dtype: ", kv.status().message()));
     out->kv_dtype = *kv;
+    out->served_model_name = served_model_name;
     if (options.max_resumes < 0) return absl::InvalidArgumentError("--max-resumes: must be >= 0");
     if (options.max_inflight < 0) {
       return absl::InvalidArgumentError("--max-inflight-requests: must be >= 0");
@@ -343,6 +353,36 @@ void InstallStopSignalHandler() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
+// The OpenAI HTTP API in front of the public gRPC server at `grpc_address` (null when
+// --http-listen is empty).
+absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(const RouterFlags& rf, const std::string& model,
+                                                                 const std::string& grpc_address,
+                                                                 const SecurityFlags& security,
+                                                                 const Router& router) {
+  if (rf.http_listen.empty()) return std::unique_ptr<openai::OpenAiServer>();
+  openai::OpenAiServerOptions o;
+  o.listen = rf.http_listen;
+  o.grpc_target = grpc_address;
+  o.model_dir = model;
+  o.served_model_name = rf.served_model_name.empty() ? BaseName(model) : rf.served_model_name;
+  o.chat_template = rf.chat_template;
+  o.max_request_bytes = static_cast<size_t>(security.max_request_bytes);
+  o.max_model_len = router.model_info().context_length();
+  return openai::OpenAiServer::Start(o);
+}
+
+std::string HttpReadyField(const openai::OpenAiServer* http) {
+  return http == nullptr ? "" : Str(" http=", http->address());
+}
+
+// --http-listen forwards to the public gRPC port over loopback without TLS.
+absl::Status CheckHttpFlags(const RouterFlags& rf, const SecurityFlags& security) {
+  if (!rf.http_listen.empty() && security.tls.server_tls()) {
+    return absl::InvalidArgumentError("--http-listen: not available with --tls-cert yet (the HTTP API has no TLS)");
+  }
+  return absl::OkStatus();
+}
+
 int PrefillCommand(int argc, char** argv) {
   TierFlags f;
   f.listen = "0.0.0.0:8100";
@@ -392,9 +432,11 @@ int RouterCommand(int argc, char** argv) {
   AddressFlags addresses;
   addresses.Listen(listen, "--listen")
       .Listen(mf.listen, "--metrics-listen", true)
+      .Listen(rf.http_listen, "--http-listen", true)
       .Peers(prefill, "--prefill", true)
       .Peers(decode, "--decode", false);
   if (absl::Status s = addresses.Check(); !s.ok()) return ReportError(cmd, s, AddressExitCode(s));
+  if (absl::Status s = CheckHttpFlags(rf, sf); !s.ok()) return ReportError(cmd, s, kExitUsage);
   StartStopWatcher(cmd);
   metrics::Registry registry;
   RouterOptions o;
@@ -419,7 +461,10 @@ int RouterCommand(int argc, char** argv) {
   if (!server.ok()) return ReportError(cmd, server.status());
   auto exporter = mf.Start(&registry);
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
-  Ready(Str("pdserve router ready: grpc=", server->address, MetricsReadyField(exporter->get())));
+  auto http = StartHttp(rf, model, server->address, sf, **router);
+  if (!http.ok()) return ReportFlagError(cmd, http.status());
+  Ready(Str("pdserve router ready: grpc=", server->address, MetricsReadyField(exporter->get()),
+            HttpReadyField(http->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "router: shutting down";
   MarkNotServing(*server);
@@ -441,6 +486,7 @@ int ServeCommand(int argc, char** argv) {
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
   if (int checked = f.Check(cmd); checked >= 0) return checked;
+  if (absl::Status s = CheckHttpFlags(rf, f.security); !s.ok()) return ReportError(cmd, s, kExitUsage);
   StartStopWatcher(cmd);
 
   // One registry: the three components' series differ by their role label.
@@ -493,7 +539,10 @@ int ServeCommand(int argc, char** argv) {
   if (!server.ok()) return ReportError(cmd, server.status());
   auto exporter = f.metrics.Start(&registry);
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
-  Ready(Str("pdserve serve ready: grpc=", server->address, MetricsReadyField(exporter->get())));
+  auto http = StartHttp(rf, f.model, server->address, f.security, **router);
+  if (!http.ok()) return ReportFlagError(cmd, http.status());
+  Ready(Str("pdserve serve ready: grpc=", server->address, MetricsReadyField(exporter->get()),
+            HttpReadyField(http->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "serve: draining";
   MarkNotServing(*server);

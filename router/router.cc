@@ -60,7 +60,8 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
                                       absl::FormatDuration(options.worker_wait)));
   }
   const ModelConfig& c = r->config_;
-  r->model_info_.set_name(BaseName(options.model_dir));
+  r->model_info_.set_name(options.served_model_name.empty() ? BaseName(options.model_dir)
+                                                            : options.served_model_name);
   r->model_info_.set_architecture(c.architecture);
   r->model_info_.set_family(std::string(ModelFamilyName(c.family)));
   r->model_info_.set_vocab_size(static_cast<int32_t>(c.vocab_size));

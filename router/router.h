@@ -39,6 +39,8 @@ struct RouterOptions {
   RoutingOptions routing;          // Both tiers.
   int64_t block_size = 16;         // Must equal the workers' (others are refused).
   KvDType kv_dtype = KvDType::kF32;  // Likewise: pages of another dtype cannot be exchanged.
+  std::string served_model_name;     // ModelInfo.name and the metrics' model_name (empty: the
+                                     // model directory's name).
   bool kv_events = true;           // false: predict caches from this router's decisions.
   absl::Duration approx_ttl = absl::Seconds(120);
   absl::Duration recent_half_life = absl::Seconds(2);  // Of the load this router just sent.

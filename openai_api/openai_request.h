@@ -1,0 +1,48 @@
+// OpenAI API requests (POST /v1/completions, /v1/chat/completions) turned into pdserve.v1
+// GenerateRequests, with every field checked and errors shaped as OpenAI shapes them: an HTTP
+// status and {"error": {"message", "type", "param", "code"}}. No network here.
+#ifndef PDSERVE_OPENAI_API_OPENAI_REQUEST_H_
+#define PDSERVE_OPENAI_API_OPENAI_REQUEST_H_
+
+#include <string>
+#include <vector>
+
+#include "common/chat/chat_template.h"
+#include "nlohmann/json.hpp"
+#include "pdserve/v1/generation.pb.h"
+
+namespace pdserve::openai {
+
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // Empty: null.
+  std::string code;   // Empty: null.
+  nlohmann::json ToJson() const;
+};
+
+struct ParsedRequest {
+  bool chat = false;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int logprobs = -1;           // Completions: logprobs=N (-1: off). Chat: top_logprobs when logprobs.
+  bool chat_logprobs = false;
+  std::vector<v1::GenerateRequest> prompts;  // One per choice (completions with a list of prompts).
+};
+
+struct ParseOptions {
+  std::string served_model_name;
+  const ChatTemplate* chat_template = nullptr;  // Null: chat completions are refused.
+};
+
+// `body` is the raw request body. On failure returns false with *error set.
+bool ParseCompletionRequest(const std::string& body, const ParseOptions& options, ParsedRequest* out,
+                            ApiError* error);
+bool ParseChatRequest(const std::string& body, const ParseOptions& options, ParsedRequest* out,
+                      ApiError* error);
+
+}  // namespace pdserve::openai
+
+#endif  // PDSERVE_OPENAI_API_OPENAI_REQUEST_H_

@@ -1,0 +1,47 @@
+// The OpenAI-compatible HTTP API (`--http-listen` on router and serve): POST /v1/completions and
+// /v1/chat/completions (JSON or Server-Sent Events), GET /v1/models, GET /health, POST /tokenize
+// and /detokenize as vLLM has them.
+//
+// A gateway in front of the router's own public gRPC port: each request is checked and turned
+// into a pdserve.v1 GenerateRequest (openai_request.h) and sent over loopback, so it takes the
+// gRPC path's validation, admission (429 with Retry-After), routing, stop strings, resumption,
+// API keys (the Authorization header is passed on) and metrics. A client that disconnects
+// mid-stream cancels its gRPC call, which frees its KV blocks on every tier.
+#ifndef PDSERVE_OPENAI_API_OPENAI_SERVER_H_
+#define PDSERVE_OPENAI_API_OPENAI_SERVER_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace pdserve::openai {
+
+struct OpenAiServerOptions {
+  std::string listen;             // host:port (port 0: any).
+  std::string grpc_target;        // The router's public gRPC address.
+  std::string model_dir;          // Tokenizer, tokenizer_config.json (chat template).
+  std::string served_model_name;  // The `model` clients send and see.
+  std::string chat_template;      // A Jinja file instead of the model's (empty: the model's).
+  size_t max_request_bytes = 16 << 20;
+  int64_t max_model_len = 0;      // Reported by /v1/models and /tokenize.
+};
+
+class OpenAiServer {
+ public:
+  // Fails (naming the flag) when the address cannot be bound or the model's chat template does
+  // not parse; a model without a chat template serves completions only.
+  static absl::StatusOr<std::unique_ptr<OpenAiServer>> Start(const OpenAiServerOptions& options);
+  ~OpenAiServer();
+  const std::string& address() const;
+
+ private:
+  struct Impl;
+  explicit OpenAiServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pdserve::openai
+
+#endif  // PDSERVE_OPENAI_API_OPENAI_SERVER_H_

@@ -1,0 +1,335 @@
+"""The OpenAI-compatible HTTP API (`--http-listen`) end to end on `pdserve serve` with the trained
+demo model: completions and chat completions, JSON and Server-Sent Events, equal to what the gRPC
+API returns for the same greedy request; the SSE framing byte by byte (Python's urllib); OpenAI-
+shaped errors with the right status; API keys; the in-flight bound; a client that disconnects
+mid-stream frees its KV blocks.
+
+Run: /usr/bin/python3 tests/e2e/test_openai.py --pdserve build/pdserve
+"""
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster  # noqa: E402
+
+cluster.stubs_dir()
+import grpc  # noqa: E402
+from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pbg  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "models", "pdserve-demo")
+TEMPLATE = os.path.join(ROOT, "tests", "chat", "inst_template.jinja")
+PDSERVE = None
+WORKDIR = None
+
+
+def serve(*extra, env=None):
+    return cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
+                                     "--kv-memory-gib", "0.1", "--http-listen", "127.0.0.1:0",
+                                     "--chat-template", TEMPLATE, "--metrics-listen", "127.0.0.1:0", *extra],
+                           env=env)
+
+
+def post(process, path, body, headers=None, raw=False):
+    """(status, parsed JSON or raw bytes, headers)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://{process.addresses['http']}{path}", data=data,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            payload = r.read()
+            return r.status, (payload if raw else json.loads(payload)), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        payload = e.read()
+        return e.code, (json.loads(payload) if payload else None), dict(e.headers)
+
+
+def grpc_greedy(process, max_tokens, text=None, ids=None, add_special_tokens=None, logprobs=0):
+    stub = pbg.GenerationStub(grpc.insecure_channel(process.grpc))
+    sp = pb.SamplingParams(max_tokens=max_tokens, temperature=0, logprobs=logprobs)
+    req = pb.GenerateRequest(sampling=sp)
+    if text is not None:
+        req.text = text
+    else:
+        req.token_ids.ids.extend(ids)
+    if add_special_tokens is not None:
+        req.add_special_tokens = add_special_tokens
+    out = {"text": "", "ids": [], "logprobs": [], "finish": "", "usage": None}
+    for r in stub.Generate(req, timeout=120):
+        out["text"] += r.text
+        out["ids"] += list(r.token_ids)
+        out["logprobs"] += list(r.logprobs)
+        if r.finish_reason:
+            out["finish"], out["usage"] = r.finish_reason, r.usage
+    return out
+
+
+def render_chat(messages):
+    cases = os.path.join(WORKDIR, "chat.jsonl")
+    with open(cases, "w") as f:
+        f.write(json.dumps({"messages": messages, "add_generation_prompt": True}) + "\n")
+    out = subprocess.run([PDSERVE, "chat-template", "--model", MODEL, "--chat-template", TEMPLATE,
+                          "--input-jsonl", cases], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)["text"]
+
+
+def sse_events(raw):
+    """Splits an SSE body into its data payloads, checking the framing byte by byte."""
+    text = raw.decode("utf-8")
+    assert text.endswith("data: [DONE]\n\n"), text[-200:]
+    events = text.split("\n\n")
+    assert events[-1] == "", "the body ends with a blank line"
+    out = []
+    for e in events[:-1]:
+        assert e.startswith("data: ") and "\n" not in e, repr(e)
+        out.append(e[len("data: "):])
+    assert out[-1] == "[DONE]" and "[DONE]" not in out[:-1]
+    return [json.loads(e) for e in out[:-1]]
+
+
+PROMPTS = ["And God said", "In the beginning", "Blessed are the", "And it came to pass"]
+
+
+class OpenAiTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = serve()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.s.stop() == 0
+
+    def test_models_health_tokenize(self):
+        with urllib.request.urlopen(f"http://{self.s.addresses['http']}/v1/models", timeout=10) as r:
+            models = json.loads(r.read())
+        self.assertEqual([m["id"] for m in models["data"]], ["pdserve-demo"])
+        self.assertEqual(models["data"][0]["max_model_len"], 2048)
+        with urllib.request.urlopen(f"http://{self.s.addresses['http']}/health", timeout=10) as r:
+            self.assertEqual(r.status, 200)
+        want = subprocess.run([PDSERVE, "tokenize", "--tokenizer", MODEL, "--text", "And God said",
+                               "--add-special-tokens"], capture_output=True, text=True, check=True).stdout.split()
+        status, tok, _ = post(self.s, "/tokenize", {"prompt": "And God said"})
+        self.assertEqual((status, tok["tokens"], tok["count"]), (200, [int(t) for t in want], len(want)))
+        status, detok, _ = post(self.s, "/detokenize", {"tokens": tok["tokens"][1:]})
+        self.assertEqual((status, detok["prompt"]), (200, "And God said"))
+
+    def test_completions_equal_grpc(self):
+        for prompt in PROMPTS:
+            want = grpc_greedy(self.s, 12, text=prompt)
+            status, got, _ = post(self.s, "/v1/completions", {"model": "pdserve-demo", "prompt": prompt,
+                                                              "max_tokens": 12, "temperature": 0})
+            self.assertEqual(status, 200, got)
+            self.assertEqual(got["object"], "text_completion")
+            self.assertEqual(got["choices"][0]["text"], want["text"])
+            self.assertEqual(got["choices"][0]["finish_reason"], "length")
+            u = got["usage"]
+            self.assertEqual((u["prompt_tokens"], u["completion_tokens"], u["total_tokens"]),
+                             (want["usage"].prompt_tokens, 12, want["usage"].prompt_tokens + 12))
+            self.assertIn("cached_tokens", u["prompt_tokens_details"])
+        # Token ids and a list of prompts (one choice each), logprobs=N as in the gRPC API.
+        ids = [4091, 296, 387, 400]
+        want = grpc_greedy(self.s, 5, ids=ids, logprobs=2)
+        status, got, _ = post(self.s, "/v1/completions", {"prompt": ids, "max_tokens": 5, "temperature": 0,
+                                                          "logprobs": 2})
+        self.assertEqual(got["choices"][0]["text"], want["text"])
+        self.assertEqual(got["choices"][0]["logprobs"]["token_logprobs"], [float(x) for x in want["logprobs"]])
+        self.assertEqual([len(t) for t in got["choices"][0]["logprobs"]["top_logprobs"]], [2] * 5)
+        status, got, _ = post(self.s, "/v1/completions", {"prompt": PROMPTS[:2], "max_tokens": 4, "temperature": 0})
+        self.assertEqual([c["index"] for c in got["choices"]], [0, 1])
+        self.assertEqual(got["choices"][1]["text"], grpc_greedy(self.s, 4, text=PROMPTS[1])["text"])
+        self.assertEqual(got["usage"]["completion_tokens"], 8)
+
+    def test_chat_completions_equal_grpc_on_the_rendered_template(self):
+        messages = [{"role": "system", "content": "Answer as the scripture does."},
+                    {"role": "user", "content": "Who made the heaven and the earth?"}]
+        want = grpc_greedy(self.s, 10, text=render_chat(messages), add_special_tokens=False)
+        status, got, _ = post(self.s, "/v1/chat/completions", {"model": "pdserve-demo", "messages": messages,
+                                                               "max_completion_tokens": 10, "temperature": 0})
+        self.assertEqual(status, 200, got)
+        self.assertEqual(got["object"], "chat.completion")
+        self.assertEqual(got["choices"][0]["message"], {"role": "assistant", "content": want["text"]})
+        self.assertEqual(got["usage"]["prompt_tokens"], want["usage"].prompt_tokens)
+        self.assertEqual(got["usage"]["completion_tokens"], 10)
+        # Streaming: a role chunk, one chunk per token batch, the usage chunk, [DONE].
+        status, raw, headers = post(self.s, "/v1/chat/completions",
+                                    {"messages": messages, "max_tokens": 10, "temperature": 0, "stream": True,
+                                     "stream_options": {"include_usage": True}}, raw=True)
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["Content-Type"].startswith("text/event-stream"))
+        events = sse_events(raw)
+        self.assertEqual(events[0]["choices"][0]["delta"], {"role": "assistant", "content": ""})
+        self.assertEqual("".join(e["choices"][0]["delta"].get("content", "") for e in events[1:-1]), want["text"])
+        self.assertEqual(events[-2]["choices"][0]["finish_reason"], "length")
+        self.assertTrue(all(e["usage"] is None for e in events[:-1]))
+        self.assertEqual(events[-1]["choices"], [])
+        self.assertEqual(events[-1]["usage"]["completion_tokens"], 10)
+        self.assertEqual(len({e["id"] for e in events}), 1)
+        self.assertTrue(all(e["object"] == "chat.completion.chunk" for e in events))
+
+    def test_streamed_completion_equals_the_whole(self):
+        status, whole, _ = post(self.s, "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 20,
+                                                            "temperature": 0, "stop": [" Lord"]})
+        status, raw, _ = post(self.s, "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 20, "temperature": 0,
+                                                          "stop": [" Lord"], "stream": True}, raw=True)
+        events = sse_events(raw)
+        self.assertEqual("".join(e["choices"][0]["text"] for e in events), whole["choices"][0]["text"])
+        self.assertEqual(events[-1]["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"])
+        self.assertTrue(all("usage" not in e for e in events))  # Only with include_usage.
+
+    def test_bad_requests_get_openai_errors(self):
+        cases = [
+            (b"{not json", 400, None),
+            (b"[1, 2]", 400, None),
+            ({"prompt": "a", "max_tokens": "3"}, 400, "max_tokens"),
+            ({"prompt": "a", "temperature": "hot"}, 400, "temperature"),
+            ({"prompt": "a", "temperature": 9}, 400, "temperature"),
+            ({"prompt": 5}, 400, "prompt"),
+            ({"prompt": "a", "n": 2}, 400, "n"),
+            ({"prompt": "a", "stop": [1]}, 400, "stop"),
+            ({"prompt": "a", "stream_options": {"include_usage": True}}, 400, "stream_options"),
+            ({"prompt": "a", "max_tokens": 100000}, 400, "max_tokens"),
+            ({"prompt": [1, 99999]}, 400, "prompt.token_ids"),
+            ({"model": "gpt-4", "prompt": "a"}, 404, "model"),
+        ]
+        for body, status, param in cases:
+            got_status, got, _ = post(self.s, "/v1/completions", body)
+            self.assertEqual(got_status, status, (body, got))
+            self.assertEqual(set(got["error"]), {"message", "type", "param", "code"}, got)
+            self.assertEqual(got["error"]["param"], param, (body, got))
+        _, got, _ = post(self.s, "/v1/completions", {"model": "gpt-4", "prompt": "a"})
+        self.assertEqual(got["error"]["code"], "model_not_found")
+        for body, param in (({}, "messages"), ({"messages": []}, "messages"), ({"messages": [{"content": "x"}]},
+                                                                             "messages[0].role"),
+                            ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+                            ({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]},
+                             "messages")):
+            got_status, got, _ = post(self.s, "/v1/chat/completions", body)
+            self.assertEqual((got_status, got["error"]["param"]), (400, param), got)
+        self.assertIn("alternate", got["error"]["message"])  # The template's raise_exception.
+        got_status, got, _ = post(self.s, "/v1/nothing", {})
+        self.assertEqual(got_status, 404)
+        # Nothing leaked, the server still answers.
+        self.assertEqual(post(self.s, "/v1/completions", {"prompt": "a", "max_tokens": 2})[0], 200)
+
+    def test_client_that_disconnects_mid_stream_frees_its_blocks(self):
+        host, port = self.s.addresses["http"].rsplit(":", 1)
+        body = json.dumps({"prompt": PROMPTS[1], "max_tokens": 1500, "ignore_eos": True, "stream": True})
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        self.assertEqual(r.status, 200)
+        r.fp.readline()  # The first event is on its way: the request holds blocks.
+        self.assertGreater(cluster.metric(self.s, "pdserve_num_requests_running", role="decode"), 0)
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if (cluster.metric(self.s, "pdserve_kv_cache_usage_perc", role="decode") == 0 and
+                    cluster.metric(self.s, "pdserve_num_requests_running", role="decode") == 0):
+                break
+            time.sleep(0.2)
+        self.assertEqual(cluster.metric(self.s, "pdserve_kv_cache_usage_perc", role="decode"), 0)
+        self.assertEqual(cluster.metric(self.s, "pdserve_kv_cache_usage_perc", role="prefill"), 0)
+        self.assertEqual(cluster.metric(self.s, "pdserve_request_success_total", role="decode",
+                                        finished_reason="abort"), 1)
+
+
+class OfficialClientTest(unittest.TestCase):
+    """The official `openai` npm client (pinned in scripts/openai_client_setup.sh) against serve."""
+
+    def test_openai_node_client(self):
+        client_dir = subprocess.run([os.path.join(ROOT, "scripts", "openai_client_setup.sh")], check=True,
+                                    capture_output=True, text=True).stdout.strip()
+        script = os.path.join(client_dir, "openai_client.mjs")
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "openai_client.mjs")) as src, \
+                open(script, "w") as dst:
+            dst.write(src.read())
+        s = serve()
+        try:
+            messages = [{"role": "user", "content": "Who made the heaven and the earth?"}]
+            out = subprocess.run(["node", script, f"http://{s.addresses['http']}/v1", "pdserve-demo", PROMPTS[0],
+                                  json.dumps(messages)], capture_output=True, text=True, timeout=300)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            got = json.loads(out.stdout)
+            want = grpc_greedy(s, 12, text=PROMPTS[0])
+            self.assertEqual(got["completion"]["text"], want["text"])
+            self.assertEqual(got["completion"]["finish_reason"], "length")
+            self.assertEqual(got["completion"]["usage"]["prompt_tokens"], want["usage"].prompt_tokens)
+            self.assertEqual(got["completion"]["usage"]["completion_tokens"], 12)
+            self.assertEqual(got["completion_stream"]["text"], want["text"])
+            self.assertGreater(got["completion_stream"]["chunks"], 1)
+            chat = grpc_greedy(s, 10, text=render_chat(messages), add_special_tokens=False)
+            self.assertEqual((got["chat"]["content"], got["chat"]["role"]), (chat["text"], "assistant"))
+            self.assertEqual(got["chat"]["usage"]["prompt_tokens"], chat["usage"].prompt_tokens)
+            self.assertEqual(got["chat_stream"]["content"], chat["text"])
+            self.assertEqual(got["chat_stream"]["usage"]["completion_tokens"], 10)
+            self.assertEqual(got["models"], ["pdserve-demo"])
+            self.assertEqual(got["not_found"], {"status": 404, "code": "model_not_found", "param": "model",
+                                                "type": "NotFoundError"})
+            self.assertEqual(got["bad_request"], {"status": 400, "param": "messages"})
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
+class OpenAiLimitsTest(unittest.TestCase):
+    def test_api_keys_size_limit_and_inflight_bound(self):
+        s = serve("--max-request-bytes", "2048", "--max-inflight-requests", "1", env={"PDSERVE_API_KEYS": "k1"})
+        try:
+            body = {"prompt": "a", "max_tokens": 2}
+            self.assertEqual(post(s, "/v1/completions", body)[0], 401)
+            status, got, _ = post(s, "/v1/completions", body, {"Authorization": "Bearer wrong"})
+            self.assertEqual((status, got["error"]["type"]), (401, "authentication_error"))
+            key = {"Authorization": "Bearer k1"}
+            self.assertEqual(post(s, "/v1/completions", body, key)[0], 200)
+            status, got, _ = post(s, "/v1/completions", {"prompt": "x" * 4000}, key)
+            self.assertEqual(status, 413)
+            self.assertIn("--max-request-bytes", got["error"]["message"])
+            # A long stream holds the only slot: the next request is refused with Retry-After.
+            host, port = s.addresses["http"].rsplit(":", 1)
+            conn = http.client.HTTPConnection(host, int(port), timeout=60)
+            conn.request("POST", "/v1/completions", json.dumps({"prompt": "a", "max_tokens": 1500, "ignore_eos": True,
+                                                                "stream": True}),
+                         {"Content-Type": "application/json", **key})
+            r = conn.getresponse()
+            self.assertEqual(r.status, 200)
+            r.fp.readline()
+            status, got, headers = post(s, "/v1/completions", body, key)
+            self.assertEqual((status, got["error"]["type"]), (429, "rate_limit_error"), got)
+            self.assertEqual(headers["Retry-After"], "1")
+            conn.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_bad_flags(self):
+        bad = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--http-listen", "nohostport"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--http-listen", bad.stderr)
+        broken = os.path.join(WORKDIR, "broken.jinja")
+        with open(broken, "w") as f:
+            f.write("{% for m in messages %}")
+        bad = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
+                              "--kv-memory-gib", "0.05", "--http-listen", "127.0.0.1:0", "--chat-template", broken],
+                             capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("endfor", bad.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pdserve", required=True)
+    args, rest = parser.parse_known_args()
+    PDSERVE = os.path.abspath(args.pdserve)
+    WORKDIR = tempfile.mkdtemp(prefix="pdserve_openai_")
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
