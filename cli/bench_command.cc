@@ -266,6 +266,11 @@ int BenchCommand(int argc, char** argv) {
                          "fresh local cluster per routing policy (--compare-policies).");
   flags.String("server", &server, "a running router, host:port");
   flags.String("server-ca", &server_ca, "with --server: PEM CA to verify the router's TLS certificate");
+  flags.String("endpoint", &load.endpoint,
+               "grpc, openai-completions or openai-chat (the OpenAI HTTP API at --http-server; "
+               "TTFT to the first SSE chunk with content)");
+  flags.String("http-server", &load.http_address,
+               "with --server and an openai endpoint: the router's --http-listen address");
   flags.String("api-key", &load.api_key,
                "with --server: API key (better: PDSERVE_API_KEY in the environment)");
   flags.String("compare-policies", &compare,
@@ -314,6 +319,16 @@ int BenchCommand(int argc, char** argv) {
   }
   if (!server.empty()) {
     if (absl::Status s = AddressFlags().Peer(server, "--server").Check(); !s.ok()) return usage(s);
+  }
+  if (load.endpoint != "grpc" && load.endpoint != "openai-completions" && load.endpoint != "openai-chat") {
+    return usage(absl::InvalidArgumentError("--endpoint: must be grpc, openai-completions or openai-chat"));
+  }
+  if (load.endpoint != "grpc") {
+    if (server.empty() || load.http_address.empty()) {
+      return usage(absl::InvalidArgumentError(
+          Str("--endpoint ", load.endpoint, " needs --server (model info, router stats) and --http-server")));
+    }
+    if (absl::Status s = AddressFlags().Peer(load.http_address, "--http-server").Check(); !s.ok()) return usage(s);
   }
   if (!(load.timeout_seconds > 0)) {
     return usage(absl::InvalidArgumentError("--timeout-seconds: must be > 0"));

@@ -2,6 +2,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,8 +15,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/base/host_port.h"
 #include "common/base/strings.h"
 #include "common/rpc/grpc_status.h"
+#include "nlohmann/json.hpp"
 #include "pdserve/v1/generation.grpc.pb.h"
 
 namespace pdserve {
@@ -61,6 +64,97 @@ RequestResult RunOne(v1::Generation::Stub* stub, const BenchRequest& request, in
   out.status = FromGrpcStatus(reader->Finish());
   out.e2e_seconds = Since(start, Clock::now());
   if (out.status.ok() && out.completion_tokens == 0) {
+    out.status = absl::InternalError("the stream ended without tokens");
+  }
+  return out;
+}
+
+// One request through the OpenAI HTTP API, streamed (SSE) with usage.
+RequestResult RunOneHttp(const BenchRequest& request, int64_t index, const LoadOptions& options) {
+  RequestResult out;
+  out.prompt_tokens = static_cast<int64_t>(request.prompt.size());
+  auto address = ParseHostPort(options.http_address, "--http-server", PortUse::kPeer);
+  if (!address.ok()) {
+    out.status = address.status();
+    return out;
+  }
+  httplib::Client client(address->host, address->port);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
+  client.set_read_timeout(timeout);
+  client.set_write_timeout(timeout);
+  httplib::Headers headers;
+  if (!options.api_key.empty()) headers.emplace("Authorization", "Bearer " + options.api_key);
+  const bool chat = options.endpoint == "openai-chat";
+  nlohmann::json body = {{"max_tokens", request.output_tokens}, {"temperature", 0}, {"ignore_eos", true},
+                         {"stream", true}, {"stream_options", {{"include_usage", true}}},
+                         {"user", Str("bench-", index)}};
+  if (chat) {
+    // The prompt as text, outside the timed part.
+    auto detok = client.Post("/detokenize", headers, nlohmann::json({{"tokens", request.prompt}}).dump(),
+                             "application/json");
+    if (!detok || detok->status != 200) {
+      out.status = absl::UnavailableError(Str("POST /detokenize failed: ", detok ? detok->body : "no response"));
+      return out;
+    }
+    const auto text = nlohmann::json::parse(detok->body, nullptr, false);
+    body["messages"] = {{{"role", "user"}, {"content", text.value("prompt", "")}}};
+  } else {
+    body["prompt"] = request.prompt;
+  }
+  httplib::Request req;
+  req.method = "POST";
+  req.path = chat ? "/v1/chat/completions" : "/v1/completions";
+  req.headers = headers;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string buffer, error;
+  int64_t chunks = 0;
+  Clock::time_point last;
+  const auto start = Clock::now();
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    buffer.append(data, len);
+    for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+      const std::string event = buffer.substr(0, end);
+      buffer.erase(0, end + 2);
+      if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
+      const auto j = nlohmann::json::parse(event.substr(6), nullptr, false);
+      if (j.is_discarded()) continue;
+      if (j.contains("error")) {
+        error = j["error"].value("message", "error event");
+        continue;
+      }
+      if (j.contains("usage") && j["usage"].is_object()) {
+        out.completion_tokens = j["usage"].value("completion_tokens", 0);
+        out.prompt_tokens = j["usage"].value("prompt_tokens", out.prompt_tokens);
+        if (j["usage"].contains("prompt_tokens_details")) {
+          out.cached_tokens = j["usage"]["prompt_tokens_details"].value("cached_tokens", 0);
+        }
+      }
+      if (!j.contains("choices") || j["choices"].empty()) continue;
+      const auto& c = j["choices"][0];
+      const std::string content = chat ? (c.contains("delta") ? c["delta"].value("content", "") : "") : c.value("text", "");
+      if (content.empty()) continue;
+      const auto now = Clock::now();
+      if (chunks++ == 0) {
+        out.ttft_seconds = Since(start, now);
+      } else {
+        out.itl_seconds.push_back(Since(last, now));
+      }
+      last = now;
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  const bool sent = client.send(req, res, err);
+  out.e2e_seconds = Since(start, Clock::now());
+  if (!sent) {
+    out.status = absl::UnavailableError(Str("HTTP request failed: ", httplib::to_string(err)));
+  } else if (res.status != 200) {
+    out.status = absl::UnavailableError(Str("HTTP ", res.status, ": ", res.body));
+  } else if (!error.empty()) {
+    out.status = absl::UnavailableError(error);
+  } else if (chunks == 0 || out.completion_tokens == 0) {
     out.status = absl::InternalError("the stream ended without tokens");
   }
   return out;
@@ -134,7 +228,9 @@ LoadRun RunLoad(const std::shared_ptr<grpc::Channel>& channel,
       threads.emplace_back([&] {
         for (size_t i; (i = next.fetch_add(1)) < requests.size();) {
           std::this_thread::sleep_until(arrival(i));
-          run.results[i] = RunOne(stub.get(), requests[i], static_cast<int64_t>(i), options);
+          run.results[i] = options.endpoint == "grpc"
+                               ? RunOne(stub.get(), requests[i], static_cast<int64_t>(i), options)
+                               : RunOneHttp(requests[i], static_cast<int64_t>(i), options);
           ++done;
         }
       });
@@ -144,7 +240,9 @@ LoadRun RunLoad(const std::shared_ptr<grpc::Channel>& channel,
     for (size_t i = 0; i < requests.size(); ++i) {
       std::this_thread::sleep_until(arrival(i));
       threads.emplace_back([&, i] {
-        run.results[i] = RunOne(stub.get(), requests[i], static_cast<int64_t>(i), options);
+        run.results[i] = options.endpoint == "grpc"
+                             ? RunOne(stub.get(), requests[i], static_cast<int64_t>(i), options)
+                             : RunOneHttp(requests[i], static_cast<int64_t>(i), options);
         ++done;
       });
     }

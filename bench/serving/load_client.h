@@ -40,6 +40,12 @@ struct LoadOptions {
   // them all busy starts late, as in vLLM). 0 = unbounded: a thread per request.
   int64_t max_concurrency = 0;
   bool progress = false;         // A progress bar on stderr.
+  // "grpc" (pdserve.v1.Generate), or the OpenAI HTTP API at http_address (a router's
+  // --http-listen): "openai-completions" (the prompt's token ids) or "openai-chat" (the prompt
+  // detokenized into one user message, rendered by the model's chat template, so its token count
+  // differs). TTFT is measured to the first SSE chunk with content.
+  std::string endpoint = "grpc";
+  std::string http_address;
 };
 
 struct LoadRun {

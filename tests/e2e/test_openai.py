@@ -222,6 +222,25 @@ class OpenAiTest(unittest.TestCase):
         # Nothing leaked, the server still answers.
         self.assertEqual(post(self.s, "/v1/completions", {"prompt": "a", "max_tokens": 2})[0], 200)
 
+    def test_bench_drives_the_http_api(self):
+        got = {}
+        for endpoint in ("grpc", "openai-completions", "openai-chat"):
+            out = subprocess.run([PDSERVE, "bench", "--server", self.s.grpc, "--http-server", self.s.addresses["http"],
+                                  "--endpoint", endpoint, "--num-prompts", "4", "--input-len", "32",
+                                  "--output-len", "6", "--format", "json", "--seed", "11"],
+                                 capture_output=True, text=True, timeout=300)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            r = got[endpoint] = json.loads(out.stdout)[0]
+            self.assertEqual((r["ok"], r["failed"], r["completion_tokens"]), (4, 0, 24), r)
+            self.assertGreater(r["ttft_mean_ms"], 0)
+        # The same token-id prompts over HTTP; chat wraps them in the template (more tokens).
+        self.assertEqual(got["openai-completions"]["prompt_tokens"], got["grpc"]["prompt_tokens"])
+        self.assertGreater(got["openai-chat"]["prompt_tokens"], got["grpc"]["prompt_tokens"])
+        bad = subprocess.run([PDSERVE, "bench", "--server", self.s.grpc, "--endpoint", "openai-chat"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--http-server", bad.stderr)
+
     def test_client_that_disconnects_mid_stream_frees_its_blocks(self):
         host, port = self.s.addresses["http"].rsplit(":", 1)
         body = json.dumps({"prompt": PROMPTS[1], "max_tokens": 1500, "ignore_eos": True, "stream": True})
