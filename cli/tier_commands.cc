@@ -207,6 +207,7 @@ struct TierFlags {
   int64_t max_waiting = 512;
   int64_t kv_send_timeout_ms = 30000;
   double drain_seconds = 30;
+  std::string served_model_name;  // prefill, decode (serve takes the router's flag).
   EngineFlags engine;
   MetricsFlags metrics;
   SecurityFlags security;
@@ -274,6 +275,7 @@ int RunPrefill(const TierFlags& f) {
   const char* cmd = "prefill";
   metrics::Registry registry;
   PrefillWorkerOptions o;
+  o.served_model_name = f.served_model_name;
   o.metrics = &registry;
   o.model_dir = f.model;
   o.transport = f.transport;
@@ -305,6 +307,7 @@ int RunDecode(const TierFlags& f) {
   const char* cmd = "decode";
   metrics::Registry registry;
   DecodeWorkerOptions o;
+  o.served_model_name = f.served_model_name;
   o.metrics = &registry;
   o.model_dir = f.model;
   o.transport = f.transport;
@@ -389,6 +392,8 @@ int PrefillCommand(int argc, char** argv) {
   FlagSet flags("prefill", "Runs a prefill worker: computes prompts' KV and sends the pages to "
                            "decode workers.");
   f.Register(flags, false);
+  flags.String("served-model-name", &f.served_model_name,
+               "the model name in metrics (default: the model directory's name)");
   int code;
   if (!ParseFlagsOrExit(flags, "prefill", argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError("prefill", absl::InvalidArgumentError("--model is required"), kExitUsage);
@@ -402,6 +407,8 @@ int DecodeCommand(int argc, char** argv) {
   f.listen = "0.0.0.0:8200";
   FlagSet flags("decode", "Runs a decode worker: owns a KV pool, generates with continuous batching.");
   f.Register(flags, true);
+  flags.String("served-model-name", &f.served_model_name,
+               "the model name in metrics (default: the model directory's name)");
   int code;
   if (!ParseFlagsOrExit(flags, "decode", argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError("decode", absl::InvalidArgumentError("--model is required"), kExitUsage);
@@ -494,11 +501,13 @@ int ServeCommand(int argc, char** argv) {
   PrefillWorkerOptions po;
   po.metrics = &registry;
   po.model_dir = f.model;
+  po.served_model_name = rf.served_model_name;
   po.transport = f.transport;
   po.transport_options = f.TransportOptions();
   DecodeWorkerOptions dopts;
   dopts.metrics = &registry;
   dopts.model_dir = f.model;
+  dopts.served_model_name = rf.served_model_name;
   dopts.transport = f.transport;
   dopts.transport_options = f.TransportOptions();
   dopts.local_prefill_tokens = f.local_prefill_tokens;

@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
                                                    options.transport, options.transport_options));
   w->engine_ = w->core_.engine.get();
   w->transport_ = w->core_.transport.get();
-  w->metrics_ = std::make_unique<WorkerMetrics>(options.metrics, BaseName(options.model_dir),
+  w->metrics_ = std::make_unique<WorkerMetrics>(options.metrics, options.served_model_name.empty() ? BaseName(options.model_dir) : options.served_model_name,
                                                 "decode", [raw = w.get()] { return raw->Info(); });
   w->PublishInfo();
   w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });

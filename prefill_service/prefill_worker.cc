@@ -16,7 +16,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
                                                    options.transport, options.transport_options));
   w->engine_ = w->core_.engine.get();
   w->transport_ = w->core_.transport.get();
-  w->metrics_ = std::make_unique<WorkerMetrics>(options.metrics, BaseName(options.model_dir),
+  w->metrics_ = std::make_unique<WorkerMetrics>(options.metrics, options.served_model_name.empty() ? BaseName(options.model_dir) : options.served_model_name,
                                                 "prefill", [raw = w.get()] { return raw->Info(); });
   w->engine_->SetLayerObserver(
       [raw = w.get()](int64_t layer, const SchedulerOutput& schedule) { raw->OnLayer(layer, schedule); });

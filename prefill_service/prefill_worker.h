@@ -30,6 +30,7 @@ namespace pdserve {
 
 struct PrefillWorkerOptions {
   std::string model_dir;
+  std::string served_model_name;  // The metrics' model_name (empty: the model directory's name).
   EngineOptions engine;
   std::string transport = "tcp";
   // Listen and advertised addresses, TLS and send timeout of the KV transport (the layout is

@@ -330,6 +330,22 @@ class OpenAiLimitsTest(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_served_model_name(self):
+        s = serve("--served-model-name", "kjv-small")
+        try:
+            with urllib.request.urlopen(f"http://{s.addresses['http']}/v1/models", timeout=10) as r:
+                self.assertEqual([m["id"] for m in json.loads(r.read())["data"]], ["kjv-small"])
+            self.assertEqual(post(s, "/v1/completions", {"model": "pdserve-demo", "prompt": "a"})[0], 404)
+            status, got, _ = post(s, "/v1/completions", {"model": "kjv-small", "prompt": "a", "max_tokens": 2})
+            self.assertEqual((status, got["model"]), (200, "kjv-small"))
+            stub = pbg.GenerationStub(grpc.insecure_channel(s.grpc))
+            self.assertEqual(stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10).name, "kjv-small")
+            for role in ("router", "decode"):
+                self.assertEqual(cluster.metric(s, "pdserve_request_success_total", role=role, model_name="kjv-small"),
+                                 1, role)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
     def test_bad_flags(self):
         bad = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--http-listen", "nohostport"],
                              capture_output=True, text=True, timeout=60)
