@@ -371,20 +371,38 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(const RouterFlag
   o.chat_template = rf.chat_template;
   o.max_request_bytes = static_cast<size_t>(security.max_request_bytes);
   o.max_model_len = router.model_info().context_length();
+  o.tls_cert = security.tls.cert;
+  o.tls_key = security.tls.key;
   return openai::OpenAiServer::Start(o);
+}
+
+// The gateway's way into the Generation service. With TLS on the public port, a second, plain
+// listener on loopback only (the same service, so API keys still apply); else the public port.
+struct HttpGatewayTarget {
+  std::unique_ptr<GenerationService> service;
+  StartedServer server;
+  std::string address;
+};
+
+absl::StatusOr<std::unique_ptr<HttpGatewayTarget>> GatewayTarget(const RouterFlags& rf, Router* router,
+                                                                   const std::string& public_address,
+                                                                   const SecurityFlags& security) {
+  auto t = std::make_unique<HttpGatewayTarget>();
+  t->address = public_address;
+  if (rf.http_listen.empty() || !security.tls.server_tls()) return t;
+  t->service = std::make_unique<GenerationService>(router);
+  ServerOptions o;
+  o.max_receive_bytes = static_cast<int>(security.max_request_bytes);
+  o.flag = "--http-listen";
+  PD_ASSIGN_OR_RETURN(t->server, StartGrpcServer("127.0.0.1:0", {t->service.get()}, o));
+  t->address = t->server.address;
+  return t;
 }
 
 std::string HttpReadyField(const openai::OpenAiServer* http) {
   return http == nullptr ? "" : Str(" http=", http->address());
 }
 
-// --http-listen forwards to the public gRPC port over loopback without TLS.
-absl::Status CheckHttpFlags(const RouterFlags& rf, const SecurityFlags& security) {
-  if (!rf.http_listen.empty() && security.tls.server_tls()) {
-    return absl::InvalidArgumentError("--http-listen: not available with --tls-cert yet (the HTTP API has no TLS)");
-  }
-  return absl::OkStatus();
-}
 
 int PrefillCommand(int argc, char** argv) {
   TierFlags f;
@@ -443,7 +461,6 @@ int RouterCommand(int argc, char** argv) {
       .Peers(prefill, "--prefill", true)
       .Peers(decode, "--decode", false);
   if (absl::Status s = addresses.Check(); !s.ok()) return ReportError(cmd, s, AddressExitCode(s));
-  if (absl::Status s = CheckHttpFlags(rf, sf); !s.ok()) return ReportError(cmd, s, kExitUsage);
   StartStopWatcher(cmd);
   metrics::Registry registry;
   RouterOptions o;
@@ -468,7 +485,9 @@ int RouterCommand(int argc, char** argv) {
   if (!server.ok()) return ReportError(cmd, server.status());
   auto exporter = mf.Start(&registry);
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
-  auto http = StartHttp(rf, model, server->address, sf, **router);
+  auto target = GatewayTarget(rf, router->get(), server->address, sf);
+  if (!target.ok()) return ReportError(cmd, target.status());
+  auto http = StartHttp(rf, model, (*target)->address, sf, **router);
   if (!http.ok()) return ReportFlagError(cmd, http.status());
   Ready(Str("pdserve router ready: grpc=", server->address, MetricsReadyField(exporter->get()),
             HttpReadyField(http->get())));
@@ -493,7 +512,6 @@ int ServeCommand(int argc, char** argv) {
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
   if (int checked = f.Check(cmd); checked >= 0) return checked;
-  if (absl::Status s = CheckHttpFlags(rf, f.security); !s.ok()) return ReportError(cmd, s, kExitUsage);
   StartStopWatcher(cmd);
 
   // One registry: the three components' series differ by their role label.
@@ -548,7 +566,9 @@ int ServeCommand(int argc, char** argv) {
   if (!server.ok()) return ReportError(cmd, server.status());
   auto exporter = f.metrics.Start(&registry);
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
-  auto http = StartHttp(rf, f.model, server->address, f.security, **router);
+  auto target = GatewayTarget(rf, router->get(), server->address, f.security);
+  if (!target.ok()) return ReportError(cmd, target.status());
+  auto http = StartHttp(rf, f.model, (*target)->address, f.security, **router);
   if (!http.ok()) return ReportFlagError(cmd, http.status());
   Ready(Str("pdserve serve ready: grpc=", server->address, MetricsReadyField(exporter->get()),
             HttpReadyField(http->get())));

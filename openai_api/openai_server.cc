@@ -456,7 +456,16 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const OpenAiSe
   }
   auto impl = std::make_unique<Impl>();
   impl->gateway = std::make_unique<Gateway>(options, std::move(*tokenizer), std::move(tmpl), options.max_model_len);
-  impl->server = std::make_unique<httplib::Server>();
+  if (!options.tls_cert.empty()) {
+    auto tls = std::make_unique<httplib::SSLServer>(options.tls_cert.c_str(), options.tls_key.c_str());
+    if (!tls->is_valid()) {
+      return absl::InvalidArgumentError(Str("--tls-cert/--tls-key: cannot load ", options.tls_cert, " and ",
+                                            options.tls_key, " for the HTTP API"));
+    }
+    impl->server = std::move(tls);
+  } else {
+    impl->server = std::make_unique<httplib::Server>();
+  }
   httplib::Server& s = *impl->server;
   s.set_socket_options([](int sock) {  // No SO_REUSEPORT (httplib's default): a taken port is an error.
     int yes = 1;

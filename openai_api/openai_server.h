@@ -26,6 +26,7 @@ struct OpenAiServerOptions {
   std::string chat_template;      // A Jinja file instead of the model's (empty: the model's).
   size_t max_request_bytes = 16 << 20;
   int64_t max_model_len = 0;      // Reported by /v1/models and /tokenize.
+  std::string tls_cert, tls_key;  // PEM files: HTTPS (empty: plain HTTP).
 };
 
 class OpenAiServer {

@@ -12,6 +12,7 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -343,6 +344,30 @@ class OpenAiLimitsTest(unittest.TestCase):
             for role in ("router", "decode"):
                 self.assertEqual(cluster.metric(s, "pdserve_request_success_total", role=role, model_name="kjv-small"),
                                  1, role)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_tls(self):
+        cert, key = os.path.join(WORKDIR, "cert.pem"), os.path.join(WORKDIR, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                       check=True, capture_output=True)
+        s = serve("--tls-cert", cert, "--tls-key", key, env={"PDSERVE_API_KEYS": "k1"})
+        try:
+            url = f"https://{s.addresses['http']}/v1/completions"
+            body = json.dumps({"prompt": "And God said", "max_tokens": 4, "temperature": 0}).encode()
+            req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json",
+                                                                  "Authorization": "Bearer k1"})
+            with urllib.request.urlopen(req, timeout=60, context=ssl.create_default_context(cafile=cert)) as r:
+                got = json.loads(r.read())
+            self.assertEqual(got["usage"]["completion_tokens"], 4)
+            # The key is still checked behind TLS; plain HTTP is not served.
+            req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=60, context=ssl.create_default_context(cafile=cert))
+            self.assertEqual(e.exception.code, 401)
+            with self.assertRaises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+                urllib.request.urlopen(f"http://{s.addresses['http']}/health", timeout=10)
         finally:
             self.assertEqual(s.stop(), 0)
 
