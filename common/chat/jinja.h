@@ -7,8 +7,8 @@
 // with whitespace control, comments; expressions with Python literals, attribute/item access,
 // slices, calls with keyword arguments, filters, tests, the ternary and the usual operators,
 // and the string/dict methods templates call. Anything else is refused by Parse() naming the
-// construct and its line, so a template the renderer cannot handle fails at start-up, never at
-// the first request.
+// construct and its line (tags, and every filter, test, function and method name), so a template
+// the renderer cannot handle fails at start-up, never at the first request.
 #ifndef PDSERVE_COMMON_CHAT_JINJA_H_
 #define PDSERVE_COMMON_CHAT_JINJA_H_
 

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,39 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
 };
+
+// The names the renderer implements (jinja_render.cc); Parse() refuses a template that uses any
+// other, so an unsupported template fails at start-up rather than at a request.
+inline bool KnownName(const std::vector<std::string_view>& names, std::string_view n) {
+  for (std::string_view k : names) {
+    if (k == n) return true;
+  }
+  return false;
+}
+inline bool KnownFilter(std::string_view n) {
+  static const std::vector<std::string_view> k = {
+      "trim", "length", "count", "tojson", "string", "safe", "lower", "upper", "capitalize", "title",
+      "replace", "default", "d", "first", "last", "list", "reverse", "join", "items", "int", "float",
+      "abs", "map", "selectattr", "rejectattr", "select", "reject"};
+  return KnownName(k, n);
+}
+inline bool KnownTest(std::string_view n) {
+  static const std::vector<std::string_view> k = {
+      "defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "true", "false",
+      "mapping", "iterable", "sequence", "callable", "odd", "even", "divisibleby", "eq", "equalto", "==",
+      "ne", "!=", "in"};
+  return KnownName(k, n);
+}
+inline bool KnownFunction(std::string_view n) {
+  static const std::vector<std::string_view> k = {"raise_exception", "namespace", "dict", "range", "strftime_now"};
+  return KnownName(k, n);
+}
+inline bool KnownMethod(std::string_view n) {
+  static const std::vector<std::string_view> k = {
+      "startswith", "endswith", "strip", "lstrip", "rstrip", "lower", "upper", "split", "replace", "join",
+      "find", "get", "items", "keys", "values"};
+  return KnownName(k, n);
+}
 
 struct Node;
 using NodePtr = std::shared_ptr<const Node>;

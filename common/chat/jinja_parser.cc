@@ -1,5 +1,6 @@
 // Template::Parse: splits the source into text and tags, applies whitespace control
 // (`-` on a tag, trim_blocks, lstrip_blocks), then parses tags into the tree of jinja_ast.h.
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <string_view>
@@ -816,6 +817,74 @@ class StmtParser {
   int depth_ = 0;
 };
 
+// Every filter, test, function and method the template names must be one the renderer has.
+class Validator {
+ public:
+  absl::Status Check(const Node& root) {
+    CollectMacros(root);
+    return Walk(root);
+  }
+
+ private:
+  void CollectMacros(const Node& n) {
+    if (n.kind == Node::Kind::kMacro) macros_.push_back(n.targets[0]);
+    for (const NodePtr& c : n.children) CollectMacros(*c);
+    for (const auto& b : n.branches) CollectMacros(*b.second);
+    if (n.body) CollectMacros(*n.body);
+    if (n.else_body) CollectMacros(*n.else_body);
+  }
+
+  absl::Status Unknown(int line, const char* what, const std::string& name) {
+    return absl::InvalidArgumentError(Str("chat template line ", line, ": unknown ", what, " '", name, "'"));
+  }
+
+  absl::Status Walk(const Expr* e) {
+    if (e == nullptr) return absl::OkStatus();
+    if (e->kind == Expr::Kind::kFilter && !KnownFilter(e->name)) return Unknown(e->line, "filter", e->name);
+    if (e->kind == Expr::Kind::kTest && !KnownTest(e->name)) return Unknown(e->line, "test", e->name);
+    if (e->kind == Expr::Kind::kCall) {
+      if (e->a->kind == Expr::Kind::kName && !KnownFunction(e->a->name) &&
+          std::find(macros_.begin(), macros_.end(), e->a->name) == macros_.end()) {
+        return Unknown(e->line, "function", e->a->name);
+      }
+      if (e->a->kind == Expr::Kind::kAttr && !KnownMethod(e->a->name)) return Unknown(e->line, "method", e->a->name);
+    }
+    for (const Expr* x : {e->a.get(), e->b.get(), e->c.get()}) {
+      if (absl::Status s = Walk(x); !s.ok()) return s;
+    }
+    for (const ExprPtr& x : e->args) {
+      if (absl::Status s = Walk(x.get()); !s.ok()) return s;
+    }
+    for (const auto& [k, x] : e->kwargs) {
+      if (absl::Status s = Walk(x.get()); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Walk(const Node& n) {
+    for (const Expr* x : {n.expr.get(), n.filter.get()}) {
+      if (absl::Status s = Walk(x); !s.ok()) return s;
+    }
+    for (const auto& [name, def] : n.params) {
+      if (absl::Status s = Walk(def.get()); !s.ok()) return s;
+    }
+    for (const auto& [cond, body] : n.branches) {
+      if (absl::Status s = Walk(cond.get()); !s.ok()) return s;
+      if (absl::Status s = Walk(*body); !s.ok()) return s;
+    }
+    for (const NodePtr& c : n.children) {
+      if (absl::Status s = Walk(*c); !s.ok()) return s;
+    }
+    if (n.body) {
+      if (absl::Status s = Walk(*n.body); !s.ok()) return s;
+    }
+    if (n.else_body) return Walk(*n.else_body);
+    return absl::OkStatus();
+  }
+
+  std::vector<std::string> macros_;
+};
+
 }  // namespace
 
 absl::StatusOr<Template> Template::Parse(const std::string& source) {
@@ -826,6 +895,7 @@ absl::StatusOr<Template> Template::Parse(const std::string& source) {
   std::unique_ptr<ExprParser> tag;
   auto root = parser.Body({}, &ended, &tag);
   if (!root.ok()) return root.status();
+  if (absl::Status s = Validator().Check(**root); !s.ok()) return s;
   Template t;
   t.root_ = *root;
   return t;
