@@ -331,6 +331,22 @@ class OpenAiLimitsTest(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_router_over_separate_tiers(self):
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1,
+                            router_args=("--http-listen", "127.0.0.1:0", "--chat-template", TEMPLATE))
+        try:
+            messages = [{"role": "user", "content": "Who made the heaven and the earth?"}]
+            want = grpc_greedy(c.router, 8, text=render_chat(messages), add_special_tokens=False)
+            status, got, _ = post(c.router, "/v1/chat/completions", {"messages": messages, "max_tokens": 8,
+                                                                     "temperature": 0})
+            self.assertEqual((status, got["choices"][0]["message"]["content"]), (200, want["text"]))
+            status, raw, _ = post(c.router, "/v1/completions", {"prompt": PROMPTS[2], "max_tokens": 8,
+                                                                "temperature": 0, "stream": True}, raw=True)
+            self.assertEqual("".join(e["choices"][0]["text"] for e in sse_events(raw)),
+                             grpc_greedy(c.router, 8, text=PROMPTS[2])["text"])
+        finally:
+            self.assertEqual(c.stop(), [0] * 3)
+
     def test_served_model_name(self):
         s = serve("--served-model-name", "kjv-small")
         try:
