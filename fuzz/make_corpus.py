@@ -88,6 +88,17 @@ def main():
               "{% macro f(x, y=2) %}{{ x + y }}{% endmacro %}{{ f(1) }}{{ raise_exception('no') }}"]
     for i, p in enumerate(pieces):
         write("chat_template_fuzz", f"piece{i}.jinja", p)
+    # OpenAI API bodies.
+    bodies = [{"model": "m", "prompt": "Hello", "max_tokens": 8, "temperature": 0.5, "stop": ["\n", "x"]},
+              {"prompt": [[1, 2, 3], "text"], "logprobs": 2, "stream": True, "stream_options": {"include_usage": True}},
+              {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                            {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}],
+               "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+               "logprobs": True, "top_logprobs": 3, "max_completion_tokens": 4, "seed": 7, "n": 1},
+              {"messages": [{"role": "user", "content": "x"}], "top_p": 0.9, "top_k": 5, "min_p": 0.1,
+               "presence_penalty": 1, "frequency_penalty": -1, "repetition_penalty": 1.1, "chat_template_kwargs": {"a": 1}}]
+    for i, b in enumerate(bodies):
+        write("openai_request_fuzz", f"body{i}.json", json.dumps(b))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 #include "openai_api/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "common/base/strings.h"
 
@@ -139,14 +141,43 @@ bool MaxTokens(const Json& j, const char* key, v1::SamplingParams* s, ApiError* 
   return true;
 }
 
-bool ParseBody(const std::string& body, Json* j, ApiError* e) {
-  *j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j->is_discarded()) return Fail(e, "", "The request body is not valid JSON.");
-  if (!j->is_object()) return Fail(e, "", "The request body must be a JSON object.");
-  return true;
+// Nesting depth of a JSON value, without recursion (a hostile body may nest millions deep; the
+// template renderer and the value conversions recurse, so depth is bounded before them).
+int Depth(const Json& root) {
+  int max = 0;
+  std::vector<std::pair<const Json*, int>> stack = {{&root, 1}};
+  while (!stack.empty()) {
+    const auto [j, d] = stack.back();
+    stack.pop_back();
+    max = std::max(max, d);
+    if (j->is_structured()) {
+      for (const Json& child : *j) stack.emplace_back(&child, d + 1);
+    }
+  }
+  return max;
 }
 
+constexpr int kMaxDepth = 64;
+
 }  // namespace
+
+bool ParseJsonObject(const std::string& body, nlohmann::ordered_json* j, ApiError* e) {
+  // The parser callback refuses nesting past the bound as it reads, before any recursion.
+  int depth = 0;
+  bool too_deep = false;
+  auto cb = [&](int d, nlohmann::json::parse_event_t event, Json&) {
+    (void)event;
+    depth = std::max(depth, d);
+    if (d > kMaxDepth) too_deep = true;
+    return !too_deep;
+  };
+  *j = Json::parse(body, cb, /*allow_exceptions=*/false);
+  if (too_deep) return Fail(e, "", Str("The request body nests JSON deeper than ", kMaxDepth, " levels."));
+  if (j->is_discarded()) return Fail(e, "", "The request body is not valid JSON.");
+  if (!j->is_object()) return Fail(e, "", "The request body must be a JSON object.");
+  if (Depth(*j) > kMaxDepth) return Fail(e, "", Str("The request body nests JSON deeper than ", kMaxDepth, " levels."));
+  return true;
+}
 
 nlohmann::json ApiError::ToJson() const {
   return {{"error", {{"message", message}, {"type", type}, {"param", NullOr(param)}, {"code", NullOr(code)}}}};
@@ -155,7 +186,7 @@ nlohmann::json ApiError::ToJson() const {
 bool ParseCompletionRequest(const std::string& body, const ParseOptions& options, ParsedRequest* out,
                             ApiError* e) {
   Json j;
-  if (!ParseBody(body, &j, e)) return false;
+  if (!ParseJsonObject(body, &j, e)) return false;
   v1::SamplingParams s;
   if (!Common(j, options, out, &s, e)) return false;
   if (!MaxTokens(j, "max_tokens", &s, e)) return false;
@@ -206,7 +237,7 @@ bool ParseCompletionRequest(const std::string& body, const ParseOptions& options
 
 bool ParseChatRequest(const std::string& body, const ParseOptions& options, ParsedRequest* out, ApiError* e) {
   Json j;
-  if (!ParseBody(body, &j, e)) return false;
+  if (!ParseJsonObject(body, &j, e)) return false;
   out->chat = true;
   v1::SamplingParams s;
   if (!Common(j, options, out, &s, e)) return false;

@@ -37,6 +37,9 @@ struct ParseOptions {
   const ChatTemplate* chat_template = nullptr;  // Null: chat completions are refused.
 };
 
+// The body as a JSON object, nesting at most 64 deep (checked while parsing, without recursion).
+bool ParseJsonObject(const std::string& body, nlohmann::ordered_json* out, ApiError* error);
+
 // `body` is the raw request body. On failure returns false with *error set.
 bool ParseCompletionRequest(const std::string& body, const ParseOptions& options, ParsedRequest* out,
                             ApiError* error);

@@ -357,11 +357,8 @@ class Gateway {
 
   void Tokenize(const httplib::Request& req, httplib::Response& res) {
     ApiError e;
-    const auto j = nlohmann::ordered_json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      e.message = "The request body must be a JSON object.";
-      return SendError(res, e);
-    }
+    nlohmann::ordered_json j;
+    if (!ParseJsonObject(req.body, &j, &e)) return SendError(res, e);
     std::string text;
     bool add_special = true;
     if (j.contains("add_special_tokens") && j["add_special_tokens"].is_boolean()) add_special = j["add_special_tokens"];
@@ -369,9 +366,8 @@ class Gateway {
       text = j["prompt"].get<std::string>();
     } else if (j.contains("messages")) {
       // As a chat request would render it.
-      nlohmann::ordered_json chat = j;
       ParsedRequest p;
-      if (!ParseChatRequest(chat.dump(), parse_, &p, &e)) return SendError(res, e);
+      if (!ParseChatRequest(req.body, parse_, &p, &e)) return SendError(res, e);
       text = p.prompts[0].text();
       add_special = false;
     } else {
@@ -391,14 +387,15 @@ class Gateway {
 
   void Detokenize(const httplib::Request& req, httplib::Response& res) {
     ApiError e;
+    nlohmann::ordered_json j;
+    if (!ParseJsonObject(req.body, &j, &e)) return SendError(res, e);
     e.param = "tokens";
-    const auto j = Json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
+    if (!j.contains("tokens") || !j["tokens"].is_array()) {
       e.message = "'tokens' (a list of token ids) is required";
       return SendError(res, e);
     }
     std::vector<int32_t> ids;
-    for (const Json& t : j["tokens"]) {
+    for (const auto& t : j["tokens"]) {
       if (!t.is_number_integer()) {
         e.message = "'tokens' must be a list of integers";
         return SendError(res, e);

@@ -218,6 +218,11 @@ class OpenAiTest(unittest.TestCase):
             got_status, got, _ = post(self.s, "/v1/chat/completions", body)
             self.assertEqual((got_status, got["error"]["param"]), (400, param), got)
         self.assertIn("alternate", got["error"]["message"])  # The template's raise_exception.
+        deep = b'{"prompt": "a", "tools": ' + b"[" * 200000 + b"]" * 200000 + b"}"
+        for path in ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"):
+            got_status, got, _ = post(self.s, path, deep)
+            self.assertEqual(got_status, 400, path)
+            self.assertIn("deeper than 64", got["error"]["message"])
         got_status, got, _ = post(self.s, "/v1/nothing", {})
         self.assertEqual(got_status, 404)
         # Nothing leaked, the server still answers.
