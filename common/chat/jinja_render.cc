@@ -60,7 +60,10 @@ bool PySpace(uint32_t c) {
          c == 0x205f || c == 0x3000;
 }
 
-// str.strip/lstrip/rstrip(chars): chars empty = whitespace.
+// Whether `chars` can be strip()'s argument: absent, none or a string.
+bool StripChars(const Value& chars) { return chars.is_undefined() || chars.is_none() || chars.is_string(); }
+
+// str.strip/lstrip/rstrip(chars): chars absent or none = whitespace.
 std::string Strip(const std::string& s, bool left, bool right, const Value& chars) {
   const std::vector<size_t> at = CodePoints(s);
   std::vector<uint32_t> set;
@@ -98,7 +101,10 @@ std::vector<int64_t> SliceIndices(int64_t n, const Value& start, const Value& st
   };
   const int64_t b = clamp(start, st > 0 ? 0 : n - 1);
   const int64_t e = clamp(stop, st > 0 ? n : -1);
-  for (int64_t i = b; st > 0 ? i < e : i > e; i += st) out.push_back(i);
+  for (int64_t i = b; st > 0 ? i < e : i > e;) {
+    out.push_back(i);
+    if (__builtin_add_overflow(i, st, &i)) break;
+  }
   return out;
 }
 
@@ -331,7 +337,10 @@ class Renderer {
         auto a = Eval(*e.a);
         if (!a.ok()) return a;
         if (e.name == "not") return Value::Bool(!a->Truthy());
-        if (a->kind() == Value::Kind::kInt) return Value::Int(e.name == "-" ? -a->as_int() : a->as_int());
+        if (a->kind() == Value::Kind::kInt) {
+          if (e.name == "-" && a->as_int() == INT64_MIN) return Err(e.line, "integer overflow in -");
+          return Value::Int(e.name == "-" ? -a->as_int() : a->as_int());
+        }
         if (a->kind() == Value::Kind::kFloat) return Value::Float(e.name == "-" ? -a->as_number() : a->as_number());
         return Err(e.line, Str("bad operand for unary ", e.name, ": ", KindName(*a)));
       }
@@ -431,7 +440,8 @@ class Renderer {
       const Value& text = x.is_string() ? x : y;
       const Value& times = x.is_string() ? y : x;
       if (times.kind() != Value::Kind::kInt) return Err(e.line, "a string can only be repeated an int times");
-      if (times.as_int() > 0 && text.str().size() * static_cast<uint64_t>(times.as_int()) > kMaxString) {
+      if (times.as_int() > 0 && !text.str().empty() &&
+          static_cast<uint64_t>(times.as_int()) > kMaxString / text.str().size()) {
         return Err(e.line, Str("a repeated string longer than ", kMaxString, " bytes"));
       }
       std::string out;
@@ -450,16 +460,22 @@ class Renderer {
       return Value::Float(as_num(x) / as_num(y));
     }
     if (ints) {
+      // Python's ints do not overflow; ours are 64-bit, and a result past that is an error.
       const int64_t i = as_int(x), j = as_int(y);
-      if (op == "+") return Value::Int(i + j);
-      if (op == "-") return Value::Int(i - j);
-      if (op == "*") return Value::Int(i * j);
+      int64_t r = 0;
+      const Status overflow = Err(e.line, Str("integer overflow in ", op));
+      if (op == "+") return __builtin_add_overflow(i, j, &r) ? StatusOr<Value>(overflow) : Value::Int(r);
+      if (op == "-") return __builtin_sub_overflow(i, j, &r) ? StatusOr<Value>(overflow) : Value::Int(r);
+      if (op == "*") return __builtin_mul_overflow(i, j, &r) ? StatusOr<Value>(overflow) : Value::Int(r);
       if (op == "**" && j >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < j; ++k) r *= i;
+        r = 1;
+        for (int64_t k = 0; k < j && r != 0 && !(r == 1 && i == 1); ++k) {
+          if (__builtin_mul_overflow(r, i, &r)) return overflow;
+        }
         return Value::Int(r);
       }
       if (j == 0 && (op == "//" || op == "%")) return Err(e.line, "division by zero");
+      if (i == INT64_MIN && j == -1) return overflow;
       const int64_t q = i / j - ((i % j != 0) && ((i < 0) != (j < 0)));  // Python floors.
       if (op == "//") return Value::Int(q);
       if (op == "%") return Value::Int(i - q * j);
@@ -532,9 +548,15 @@ class Renderer {
         return Err(e.line, "range() needs arguments");
       }
       if (step == 0) return Err(e.line, "range() step is 0");
-      if ((stop - start) / step > kMaxRange) return Err(e.line, Str("range() longer than ", kMaxRange));
+      int64_t span = 0;
+      if (__builtin_sub_overflow(stop, start, &span) || span / step > kMaxRange) {
+        return Err(e.line, Str("range() longer than ", kMaxRange));
+      }
       List out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::Int(i));
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+        out.push_back(Value::Int(i));
+        if (__builtin_add_overflow(i, step, &i)) break;
+      }
       return Value::MakeList(std::move(out));
     }
     if (f == "strftime_now") {
@@ -585,6 +607,9 @@ class Renderer {
           if (hit) return Value::Bool(true);
         }
         return Value::Bool(false);
+      }
+      if ((name == "strip" || name == "lstrip" || name == "rstrip") && !StripChars(args.Arg(0, "chars"))) {
+        return Err(line, Str(name, "() chars must be a string"));
       }
       if (name == "strip") return Value::String(Strip(s, true, true, args.Arg(0, "chars")));
       if (name == "lstrip") return Value::String(Strip(s, true, false, args.Arg(0, "chars")));
@@ -675,11 +700,18 @@ class Renderer {
     if (!args.ok()) return args.status();
     const Value& v = *in;
     const std::string& f = e.name;
-    if (f == "trim") return Value::String(Strip(v.ToString(), true, true, args->Arg(0, "chars")));
+    if (f == "trim") {
+      if (!StripChars(args->Arg(0, "chars"))) return Err(e.line, "trim chars must be a string");
+      return Value::String(Strip(v.ToString(), true, true, args->Arg(0, "chars")));
+    }
     if (f == "length" || f == "count") return Value::Int(v.Length());
     if (f == "tojson") {
       const Value indent = args->Arg(0, "indent");
-      return Value::String(v.ToJson(indent.is_undefined() || indent.is_none() ? -1 : static_cast<int>(indent.as_int())));
+      if (indent.is_undefined() || indent.is_none()) return Value::String(v.ToJson(-1));
+      if (indent.kind() != Value::Kind::kInt || indent.as_int() < 0 || indent.as_int() > 32) {
+        return Err(e.line, "tojson indent must be an integer in [0, 32]");
+      }
+      return Value::String(v.ToJson(static_cast<int>(indent.as_int())));
     }
     if (f == "string") return Value::String(v.ToString());
     if (f == "safe" || f == "e" || f == "escape") {
@@ -739,7 +771,12 @@ class Renderer {
     }
     if (f == "items") return Method(v, "items", Args{}, e.line);
     if (f == "int") {
-      if (v.is_number()) return Value::Int(static_cast<int64_t>(v.as_number()));
+      if (v.kind() == Value::Kind::kInt) return v;
+      if (v.is_number()) {
+        const double d = v.as_number();
+        if (!(d > -9.2e18 && d < 9.2e18)) return Err(e.line, "int() of a float out of range");
+        return Value::Int(static_cast<int64_t>(d));
+      }
       if (v.is_string()) return Value::Int(std::strtoll(v.str().c_str(), nullptr, 10));
       return Value::Int(0);
     }
@@ -749,7 +786,10 @@ class Renderer {
       return Value::Float(0);
     }
     if (f == "abs") {
-      if (v.kind() == Value::Kind::kInt) return Value::Int(std::llabs(v.as_int()));
+      if (v.kind() == Value::Kind::kInt) {
+        if (v.as_int() == INT64_MIN) return Err(e.line, "integer overflow in abs");
+        return Value::Int(std::llabs(v.as_int()));
+      }
       return Value::Float(std::fabs(v.as_number()));
     }
     if (f == "map" || f == "selectattr" || f == "rejectattr" || f == "select" || f == "reject") {
@@ -815,6 +855,7 @@ class Renderer {
     if (t == "divisibleby") {
       const int64_t d = args.Arg(0, "num").as_int();
       if (d == 0) return Err(line, "divisibleby 0");
+      if (d == -1) return true;  // Also for INT64_MIN, whose % -1 would overflow.
       return v.as_int() % d == 0;
     }
     if (t == "eq" || t == "equalto" || t == "==") return v.Equals(args.Arg(0, "other"));

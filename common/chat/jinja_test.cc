@@ -51,6 +51,13 @@ TEST(JinjaTest, ErrorsNameTheProblem) {
   EXPECT_NE(Render("{% for x in y %}").find("missing '{% endfor %}'"), std::string::npos);
   EXPECT_NE(Render("line1\n{{ 1 + }}").find("line 2"), std::string::npos);
   EXPECT_NE(Render("{{ 7 // 0 }}").find("division by zero"), std::string::npos);
+  // Found by the fuzzer: 64-bit overflow and a non-string strip() argument are errors.
+  EXPECT_NE(Render("{{ 9223372036854775807 + 1 }}").find("integer overflow in +"), std::string::npos);
+  EXPECT_NE(Render("{{ -9223372036854775807 - 2 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(Render("{{ 3 ** 99 }}").find("integer overflow in **"), std::string::npos);
+  EXPECT_EQ(Render("{{ 1 ** 99 }} {{ 0 ** 99 }} {{ 2 ** 10 }}"), "1 0 1024");
+  EXPECT_NE(Render("{{ 'ab'.strip(3) }}").find("chars must be a string"), std::string::npos);
+  EXPECT_NE(Render("{{ x | tojson(indent=99999999) }}").find("indent"), std::string::npos);
 }
 
 TEST(JinjaTest, NestingIsBounded) {
