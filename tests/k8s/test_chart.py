@@ -247,7 +247,8 @@ class Consistency(unittest.TestCase):
                              flag_values(container(one(docs, "Deployment", tier_name("decode"))))["--local-prefill-tokens"])
 
     def test_service_ports_reach_container_ports_and_listen_flags(self):
-        listen_flag = {"grpc": "--listen", "metrics": "--metrics-listen", "kv-transport": "--transport-listen"}
+        listen_flag = {"grpc": "--listen", "metrics": "--metrics-listen", "kv-transport": "--transport-listen",
+                       "http": "--http-listen"}
         for values, docs in self.each():
             for svc in find(docs, "Service"):
                 deps = [d for d in find(docs, "Deployment") if selects(svc["spec"]["selector"], pod_labels(d))]
@@ -348,6 +349,7 @@ class Consistency(unittest.TestCase):
                 self.assertEqual(allowed(pol, container_port(c, "metrics")), {"any"})
             p = {t: container(d) for t, d in deps.items()}
             self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("router")), container_port(p["router"], "grpc")), {"any"})
+            self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("router")), container_port(p["router"], "http")), {"any"})
             # tcp: only the router. NCCL and UCX open ports of their own, so with them the prefill
             # pods may reach every port of the decode pods (and the reverse).
             tcp = one(docs, "ConfigMap", f"{RELEASE}-pdserve-config")["data"]["PDSERVE_TRANSPORT"] == "tcp"
@@ -555,6 +557,14 @@ class PodCommands(unittest.TestCase):
         self.assertEqual(cluster.metric(self.procs["decode"], "pdserve_kv_transfer_failures_total"), 0)
         # The decode pod advertised its pod IP (--transport-advertise=$(POD_IP)), not its hostname.
         self.assertTrue(self.procs["decode"].addresses["transport"].startswith("tcp://127.0.0.1:"))
+        # The router pod's OpenAI HTTP API (router.http.enabled) gives the same greedy text.
+        body = json.dumps({"prompt": prompt, "max_tokens": 24, "temperature": 0}).encode()
+        req = urllib.request.Request(f"http://{self.procs['router'].addresses['http']}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            completion = json.loads(r.read())
+        self.assertEqual(completion["choices"][0]["text"], local["text"])
+        self.assertEqual(completion["model"], "pdserve-demo")
 
     def test_probes_metrics_and_autoscaling_metrics_answer(self):
         for tier, proc in self.procs.items():
