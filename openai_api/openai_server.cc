@@ -111,11 +111,22 @@ class Gateway {
     std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
   };
 
-  std::unique_ptr<Call> Start(const httplib::Request& req, const v1::GenerateRequest& g) {
+  // `authorization`: the client's Authorization header (empty: none), passed on to the router.
+  std::unique_ptr<Call> Start(const std::string& authorization, const v1::GenerateRequest& g) {
     auto call = std::make_unique<Call>();
-    if (req.has_header("Authorization")) call->context.AddMetadata("authorization", req.get_header_value("Authorization"));
+    if (!authorization.empty()) call->context.AddMetadata("authorization", authorization);
     call->reader = stub_->Generate(&call->context, g);
     return call;
+  }
+
+  static std::string Authorization(const httplib::Request& req) {
+    return req.has_header("Authorization") ? req.get_header_value("Authorization") : "";
+  }
+
+  static void AddUsage(const v1::Usage& u, v1::Usage* total) {
+    total->set_prompt_tokens(total->prompt_tokens() + u.prompt_tokens());
+    total->set_completion_tokens(total->completion_tokens() + u.completion_tokens());
+    total->set_cached_tokens(total->cached_tokens() + u.cached_tokens());
   }
 
   static void Accumulate(const v1::GenerateResponse& r, Choice* c) {
@@ -124,7 +135,7 @@ class Gateway {
     c->logprobs.insert(c->logprobs.end(), r.logprobs().begin(), r.logprobs().end());
     c->top.insert(c->top.end(), r.top_logprobs().begin(), r.top_logprobs().end());
     if (!r.finish_reason().empty()) {
-      c->finish_reason = r.finish_reason() == "abort" ? "abort" : r.finish_reason();
+      c->finish_reason = r.finish_reason();
       c->usage = r.usage();
     }
   }
@@ -193,7 +204,7 @@ class Gateway {
     if (!ok) return SendError(res, error);
     // The first prompt's call starts here, so that a refusal (validation, admission, a key) is
     // an HTTP error, not a broken stream.
-    auto first = Start(req, parsed->prompts[0]);
+    auto first = Start(Authorization(req), parsed->prompts[0]);
     auto head = std::make_shared<v1::GenerateResponse>();
     if (!first->reader->Read(head.get())) {
       const grpc::Status s = first->reader->Finish();
@@ -213,7 +224,7 @@ class Gateway {
     for (size_t i = 0; i < p.prompts.size(); ++i) {
       Choice c;
       if (i > 0) {
-        call = Start(req, p.prompts[i]);
+        call = Start(Authorization(req), p.prompts[i]);
       } else {
         Accumulate(head, &c);
       }
@@ -221,9 +232,7 @@ class Gateway {
       while (call->reader->Read(&r)) Accumulate(r, &c);
       const grpc::Status s = call->reader->Finish();
       if (!s.ok()) return SendError(res, FromGrpc(s));
-      total.set_prompt_tokens(total.prompt_tokens() + c.usage.prompt_tokens());
-      total.set_completion_tokens(total.completion_tokens() + c.usage.completion_tokens());
-      total.set_cached_tokens(total.cached_tokens() + c.usage.cached_tokens());
+      AddUsage(c.usage, &total);
       Json choice = {{"index", i}};
       if (p.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
@@ -250,7 +259,7 @@ class Gateway {
     v1::Usage total;
     std::string id;
     int64_t created = 0;
-    httplib::Headers headers;
+    std::string authorization;  // For the calls of the later prompts.
   };
 
   Json Chunk(const StreamState& st, Json choice) const {
@@ -274,7 +283,7 @@ class Gateway {
     st->pending = std::move(head);
     st->id = id;
     st->created = created;
-    if (req.has_header("Authorization")) st->headers.emplace("Authorization", req.get_header_value("Authorization"));
+    st->authorization = Authorization(req);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -315,10 +324,7 @@ class Gateway {
         return true;
       }
       if (++st->prompt < p.prompts.size()) {  // The next prompt's choice.
-        auto call = std::make_shared<Call>();
-        for (const auto& [k, v] : st->headers) call->context.AddMetadata("authorization", v);
-        call->reader = stub_->Generate(&call->context, p.prompts[st->prompt]);
-        st->call = std::move(call);
+        st->call = Start(st->authorization, p.prompts[st->prompt]);
         st->text_offset = 0;
         return true;
       }
@@ -335,9 +341,7 @@ class Gateway {
       return true;
     }
     if (!r.finish_reason().empty()) {
-      st->total.set_prompt_tokens(st->total.prompt_tokens() + r.usage().prompt_tokens());
-      st->total.set_completion_tokens(st->total.completion_tokens() + r.usage().completion_tokens());
-      st->total.set_cached_tokens(st->total.cached_tokens() + r.usage().cached_tokens());
+      AddUsage(r.usage(), &st->total);
     }
     if (r.token_ids().empty() && r.text().empty() && r.finish_reason().empty()) return true;
     std::vector<int32_t> ids(r.token_ids().begin(), r.token_ids().end());

@@ -187,6 +187,15 @@ class OpenAiTest(unittest.TestCase):
         self.assertEqual("".join(e["choices"][0]["text"] for e in events), whole["choices"][0]["text"])
         self.assertEqual(events[-1]["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"])
         self.assertTrue(all("usage" not in e for e in events))  # Only with include_usage.
+        # Two prompts streamed: their choices one after the other, each the gRPC text.
+        status, raw, _ = post(self.s, "/v1/completions", {"prompt": PROMPTS[2:4], "max_tokens": 5, "temperature": 0,
+                                                          "stream": True, "stream_options": {"include_usage": True}},
+                              raw=True)
+        events = sse_events(raw)
+        for i in (0, 1):
+            self.assertEqual("".join(e["choices"][0]["text"] for e in events[:-1] if e["choices"][0]["index"] == i),
+                             grpc_greedy(self.s, 5, text=PROMPTS[2 + i])["text"])
+        self.assertEqual(events[-1]["usage"]["completion_tokens"], 10)
 
     def test_bad_requests_get_openai_errors(self):
         cases = [
