@@ -1,0 +1,149 @@
+// The paged attention kernels (attention_kernels.h), run by the host execution layer (test
+// infrastructure, host_exec.h), against kernels::PagedAttention over the same pool bytes: decode
+// with one and many splits (the merge), GQA groups, windows, tails of blocks and of splits; the
+// tiled prefill kernel over chunks that start mid-sequence (a cached prefix) and cross blocks.
+#include "kernels/cuda/attention_kernels.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/base/dtype.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/host_exec.h"
+#include "kernels/cuda/kernel_test_util.h"
+
+namespace pdserve::cuda {
+namespace {
+
+using host::Grid;
+using host::HostCtx;
+using testing::RandomVector;
+using testing::TestPool;
+using testing::AttnCase;
+using testing::CaseName;
+using testing::ExpectClose;
+using Fixture = testing::AttentionFixture;
+
+void RunDecode(DecodeAttentionParams& p, int threads) {
+  const int group = p.a.num_heads / p.a.kv.num_kv_heads;
+  const size_t smem = sizeof(float) * DecodeSharedFloats(group, p.a.kv.head_dim, p.split_tokens);
+  auto body = [&](HostCtx& ctx) {
+    switch (p.a.kv.format) {
+      case KvFormat::kF32: return DecodeAttentionBody<KvFormat::kF32>(ctx, p);
+      case KvFormat::kBF16: return DecodeAttentionBody<KvFormat::kBF16>(ctx, p);
+      case KvFormat::kInt8: return DecodeAttentionBody<KvFormat::kInt8>(ctx, p);
+      case KvFormat::kInt4: return DecodeAttentionBody<KvFormat::kInt4>(ctx, p);
+    }
+  };
+  host::Launch(Grid{p.a.kv.num_kv_heads, p.a.tokens.rows, p.max_splits}, threads, smem, body);
+  host::Launch(Grid{p.a.num_heads, p.a.tokens.rows, 1}, 32, 0,
+               [&](HostCtx& ctx) { DecodeMergeBody(ctx, p); });
+}
+
+class DecodeAttentionHostTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(DecodeAttentionHostTest, EqualsCpuPagedAttention) {
+  const AttnCase c = GetParam();
+  // Three sequences: a long one (many splits, block and split tails), a one-token one, a middle one.
+  Fixture f(c, {61, 1, 30}, 11);
+  const std::vector<int32_t> positions = {60, 0, 29, 17};
+  const std::vector<int32_t> row_seq = {0, 1, 2, 0};
+  SplitMix64 rng(12);
+  const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
+  std::vector<float> out;
+  DecodeAttentionParams p;
+  p.a = f.Params(positions, row_seq, q, &out);
+  p.split_tokens = c.split_tokens;
+  p.max_splits = (61 + c.split_tokens - 1) / c.split_tokens;
+  std::vector<float> partial(positions.size() * c.heads * p.max_splits * c.head_dim, NAN);
+  std::vector<float> partial_ml(positions.size() * c.heads * p.max_splits * 2, NAN);
+  p.partial = partial.data();
+  p.partial_ml = partial_ml.data();
+  RunDecode(p, 64);
+  ExpectClose(out, f.Cpu(positions, row_seq, q));
+}
+
+TEST_P(DecodeAttentionHostTest, Bf16OutputIsTheRoundedF32Output) {
+  const AttnCase c = GetParam();
+  Fixture f(c, {40}, 13);
+  const std::vector<int32_t> positions = {39}, row_seq = {0};
+  SplitMix64 rng(14);
+  const std::vector<float> q = RandomVector(rng, c.heads * c.head_dim);
+  std::vector<float> out;
+  DecodeAttentionParams p;
+  p.a = f.Params(positions, row_seq, q, &out);
+  std::vector<uint16_t> out_bf16(out.size());
+  p.a.out = out_bf16.data();
+  p.a.out_type = ActType::kBF16;
+  p.split_tokens = 64;
+  p.max_splits = 1;
+  RunDecode(p, 128);
+  const std::vector<float> cpu = f.Cpu(positions, row_seq, q);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_NEAR(Bf16ToF32(out_bf16[i]), cpu[i], 8e-3f * std::fabs(cpu[i]) + 1e-6f) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, DecodeAttentionHostTest,
+    ::testing::Values(AttnCase{KvDType::kF32, 4, 4, 32, 0, 16},     // MHA, 4 splits
+                      AttnCase{KvDType::kF32, 8, 2, 64, 0, 64},     // GQA 4, one split
+                      AttnCase{KvDType::kBF16, 8, 2, 64, 0, 24},    // splits not block-aligned
+                      AttnCase{KvDType::kBF16, 6, 2, 128, 20, 16},  // window: leading splits empty
+                      AttnCase{KvDType::kInt8, 8, 1, 64, 0, 16},    // GQA 8
+                      AttnCase{KvDType::kInt4, 4, 2, 80, 13, 8},    // d not a power of two
+                      AttnCase{KvDType::kInt8, 16, 1, 32, 0, 32}),  // the widest group
+    CaseName);
+
+class PrefillAttentionHostTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(PrefillAttentionHostTest, EqualsCpuPagedAttentionForEveryRow) {
+  const AttnCase c = GetParam();
+  // Sequence 0: a chunk [23, 60) after a cached prefix of 23; sequence 1: a whole prompt of 19.
+  Fixture f(c, {60, 19}, 21);
+  std::vector<int32_t> positions, row_seq;
+  for (int pos = 23; pos < 60; ++pos) {
+    positions.push_back(pos);
+    row_seq.push_back(0);
+  }
+  for (int pos = 0; pos < 19; ++pos) {
+    positions.push_back(pos);
+    row_seq.push_back(1);
+  }
+  SplitMix64 rng(22);
+  const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
+  std::vector<float> out;
+  PrefillAttentionParams p;
+  p.a = f.Params(positions, row_seq, q, &out);
+  std::vector<int32_t> first, n;
+  MakePrefillTiles(row_seq, kPrefillTileRows, &first, &n);
+  p.num_tiles = static_cast<int>(first.size());
+  p.tile_first_row = first.data();
+  p.tile_rows = n.data();
+  auto body = [&](HostCtx& ctx) {
+    switch (p.a.kv.format) {
+      case KvFormat::kF32: return PrefillAttentionBody<KvFormat::kF32>(ctx, p);
+      case KvFormat::kBF16: return PrefillAttentionBody<KvFormat::kBF16>(ctx, p);
+      case KvFormat::kInt8: return PrefillAttentionBody<KvFormat::kInt8>(ctx, p);
+      case KvFormat::kInt4: return PrefillAttentionBody<KvFormat::kInt4>(ctx, p);
+    }
+  };
+  host::Launch(Grid{p.num_tiles, c.heads, 1}, 64, sizeof(float) * PrefillSharedFloats(c.head_dim),
+               body);
+  ExpectClose(out, f.Cpu(positions, row_seq, q));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PrefillAttentionHostTest,
+    ::testing::Values(AttnCase{KvDType::kF32, 4, 2, 32, 0, 0},
+                      AttnCase{KvDType::kBF16, 4, 4, 64, 0, 0},
+                      AttnCase{KvDType::kBF16, 6, 2, 48, 11, 0},  // window shorter than a tile
+                      AttnCase{KvDType::kInt8, 4, 1, 32, 40, 0},
+                      AttnCase{KvDType::kInt4, 2, 1, 64, 0, 0}),
+    CaseName);
+
+}  // namespace
+}  // namespace pdserve::cuda

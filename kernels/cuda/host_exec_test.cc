@@ -1,0 +1,84 @@
+// The host execution layer itself (test infrastructure): indices, barriers, shuffles and shared
+// memory behave as the kernels assume.
+#include "kernels/cuda/host_exec.h"
+
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "common/base/dtype.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/dialect.h"
+
+namespace pdserve::cuda::host {
+namespace {
+
+TEST(HostExecTest, EveryThreadOfEveryBlockRunsOnceWithItsIndices) {
+  const Grid grid{3, 2, 2};
+  const int threads = 64;
+  std::vector<std::atomic<int>> seen(static_cast<size_t>(3 * 2 * 2 * threads));
+  Launch(grid, threads, 0, [&](HostCtx& ctx) {
+    EXPECT_EQ(ctx.threads(), threads);
+    EXPECT_EQ(ctx.blocks(0), 3);
+    EXPECT_EQ(ctx.blocks(1), 2);
+    EXPECT_EQ(ctx.blocks(2), 2);
+    const int b = (ctx.block(2) * 2 + ctx.block(1)) * 3 + ctx.block(0);
+    seen[static_cast<size_t>(b * threads + ctx.thread())]++;
+  });
+  for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+}
+
+TEST(HostExecTest, SyncOrdersSharedMemoryAndReductionsMatch) {
+  // Each thread writes its slot, then reads its neighbour's after sync; then a block sum and max.
+  const int threads = 96;
+  std::vector<float> got(threads), sums(threads), maxes(threads), warp_sums(threads);
+  Launch(Grid{1, 1, 1}, threads, (threads + 32) * sizeof(float), [&](HostCtx& ctx) {
+    float* s = ctx.shared<float>();
+    const int t = ctx.thread();
+    s[t] = static_cast<float>(t * t);
+    ctx.sync();
+    got[t] = s[(t + 1) % threads];
+    ctx.sync();
+    sums[t] = BlockSum(ctx, static_cast<float>(t), s + threads);
+    maxes[t] = BlockMax(ctx, static_cast<float>((t * 37) % threads), s + threads);
+    warp_sums[t] = WarpSum(ctx, 1.0f + static_cast<float>(t % kWarpSize));
+  });
+  for (int t = 0; t < threads; ++t) {
+    EXPECT_EQ(got[t], static_cast<float>(((t + 1) % threads) * ((t + 1) % threads)));
+    EXPECT_EQ(sums[t], threads * (threads - 1) / 2.0f);
+    EXPECT_EQ(maxes[t], threads - 1.0f);
+    EXPECT_EQ(warp_sums[t], 32.0f * 33.0f / 2.0f);
+  }
+}
+
+TEST(HostExecTest, ShuffleXorSwapsLanesWithinAWarp) {
+  std::vector<int> got(64);
+  Launch(Grid{1, 1, 1}, 64, 0, [&](HostCtx& ctx) {
+    const int t = ctx.thread();
+    got[t] = ctx.shfl_xor(t, 5);
+  });
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(got[t], (t / 32) * 32 + ((t % 32) ^ 5));
+}
+
+TEST(HostExecTest, SharedMemoryStartsAsNanInEveryBlock) {
+  std::vector<float> first(4);
+  Launch(Grid{4, 1, 1}, 32, 8 * sizeof(float), [&](HostCtx& ctx) {
+    float* s = ctx.shared<float>();
+    if (ctx.thread() == 0) first[ctx.block(0)] = s[3];
+    ctx.sync();
+    s[3] = 1.0f;  // Written by the previous block: must not be seen by the next.
+  });
+  for (float f : first) EXPECT_TRUE(std::isnan(f));
+}
+
+TEST(HostExecTest, Bf16HelpersMatchTheHostConversion) {
+  // The dialect's bf16 helpers must give the bits of common/base/dtype.h on every value class.
+  for (float f : {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, -3.5e-39f, 3.4e38f, INFINITY,
+                  -INFINITY, NAN, 65504.0f, 1e-45f}) {
+    EXPECT_EQ(FloatBf16(f), F32ToBf16(f)) << f;
+    EXPECT_EQ(FloatBits(Bf16Float(FloatBf16(f))), FloatBits(pdserve::Bf16ToF32(F32ToBf16(f))));
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::cuda::host

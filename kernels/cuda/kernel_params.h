@@ -1,0 +1,144 @@
+// Arguments of the CUDA kernels, as plain structs of device pointers and sizes. Shared by the
+// launchers (*_ops.h, what the CUDA runner calls), the kernel bodies (*_kernels.h) and the host
+// execution tests. No CUDA or Abseil type here: nvcc and the host compiler both read it.
+#ifndef PDSERVE_KERNELS_CUDA_KERNEL_PARAMS_H_
+#define PDSERVE_KERNELS_CUDA_KERNEL_PARAMS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pdserve::cuda {
+
+// The element format of KV rows: the values of pdserve::KvDType (common/base/dtype.h), which
+// kv_format_check.cc asserts. Page layout as on the CPU (kernels/cpu/attention.h): rows
+// [K|V][kv_head][slot] of head_dim elements, then for int8/int4 one f32 scale per row.
+enum class KvFormat : int { kF32 = 0, kBF16 = 1, kInt8 = 2, kInt4 = 3 };
+
+// Element type of an activation buffer that a kernel writes or reads.
+enum class ActType : int { kF32 = 0, kBF16 = 1 };
+
+// One layer of a paged KV pool in device memory.
+struct KvLayer {
+  uint8_t* base = nullptr;  // Page of block b at base + b * page_bytes.
+  int64_t page_bytes = 0;
+  int block_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  KvFormat format = KvFormat::kF32;
+};
+
+// Which tokens a step runs: row r of the activations is token `positions[r]` of sequence
+// `row_seq[r]`, whose block table is block_tables[row_seq[r] * block_table_stride ...].
+struct TokenRows {
+  int rows = 0;
+  const int32_t* positions = nullptr;
+  const int32_t* row_seq = nullptr;
+  const int32_t* block_tables = nullptr;
+  int block_table_stride = 0;
+};
+
+// out[r][:] = table[ids[r]][:], f32 (the residual stream).
+struct EmbeddingParams {
+  int rows = 0;
+  int64_t hidden = 0;
+  const int32_t* ids = nullptr;
+  const void* table = nullptr;  // [vocab][hidden], table_type.
+  ActType table_type = ActType::kBF16;
+  float* out = nullptr;         // [rows][hidden]
+};
+
+// For each output row r, with x the residual row in_row(r) (row_index[r], or r when null):
+//   x += delta[in_row] + delta_bias   (when delta is set; x is written back)
+//   out[r] = weight * (x / sqrt(mean(x^2) + eps))   (out_type f32 or bf16)
+// The residual add of the previous block fused with this block's RMSNorm; with row_index and no
+// delta it is the final norm of only the rows that need logits.
+struct AddRmsNormParams {
+  int rows = 0;
+  int64_t n = 0;
+  float* residual = nullptr;          // [*][n]
+  const float* delta = nullptr;       // [*][n] or null
+  const float* delta_bias = nullptr;  // [n] or null
+  const int32_t* row_index = nullptr;
+  const float* weight = nullptr;      // [n]
+  float eps = 1e-6f;
+  void* out = nullptr;                // [rows][n]
+  ActType out_type = ActType::kBF16;
+};
+
+// Per token row, on the q, k and v projections' outputs (f32 [rows][heads * head_dim]):
+// bias (Qwen2), per-head RMSNorm of q and k (Qwen3), rotate-half RoPE of q and k with
+// cos_sin[position][0:d/2 cos, d/2:d sin] (computed on the host by kernels::RopeCosSin, so
+// llama3 and linear scaling are in the table), q written back in place, k and v stored into the
+// pool at the row's slot (quantized per row for int8/int4, the CPU's bytes).
+struct QkvRopeStoreParams {
+  TokenRows tokens;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float* q = nullptr;  // [rows][num_heads * head_dim], in place
+  float* k = nullptr;  // [rows][num_kv_heads * head_dim], in place (roped)
+  float* v = nullptr;  // [rows][num_kv_heads * head_dim], in place (biased)
+  const float* q_bias = nullptr;
+  const float* k_bias = nullptr;
+  const float* v_bias = nullptr;
+  const float* q_norm = nullptr;  // [head_dim] or null
+  const float* k_norm = nullptr;
+  float eps = 1e-6f;
+  const float* cos_sin = nullptr;  // [max_position][head_dim]
+  KvLayer kv;
+};
+
+// out[r][i] = silu(gate[r][i] + gate_bias[i]) * (up[r][i] + up_bias[i]).
+struct SiluMulParams {
+  int rows = 0;
+  int64_t n = 0;
+  const float* gate = nullptr;  // row stride ld_in
+  const float* up = nullptr;
+  int64_t ld_in = 0;
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  void* out = nullptr;  // [rows][n]
+  ActType out_type = ActType::kBF16;
+};
+
+// Attention of every token row over its sequence's paged keys [max(0, pos - window + 1), pos].
+// q: f32 [rows][num_heads * head_dim] (roped); out: [rows][num_heads * head_dim] of out_type.
+struct AttentionParams {
+  TokenRows tokens;
+  KvLayer kv;
+  int num_heads = 0;
+  int window = 0;  // <= 0: all
+  float scale = 1.0f;
+  const float* q = nullptr;
+  void* out = nullptr;
+  ActType out_type = ActType::kBF16;
+};
+
+// Decode (flash-decoding): a thread block per (row, KV head, split of `split_tokens` keys); the
+// group's query heads share each K and V load. With more than one split for a row, each split
+// writes its unnormalised partial output, max and sum to the workspace and a merge kernel
+// combines them.
+struct DecodeAttentionParams {
+  AttentionParams a;
+  int split_tokens = 512;
+  int max_splits = 1;         // grid z: ceil(longest context / split_tokens)
+  float* partial = nullptr;   // [rows][num_heads][max_splits][head_dim]
+  float* partial_ml = nullptr;  // [rows][num_heads][max_splits][2]: max, sum
+};
+
+// Prefill: a thread block per (tile of up to kPrefillTileRows consecutive rows of one sequence,
+// query head): keys in tiles of kPrefillTileKeys with an online softmax. tile_first_row and
+// tile_rows describe the tiles (host-made: rows of a tile are consecutive positions of one
+// sequence).
+inline constexpr int kPrefillTileRows = 16;
+inline constexpr int kPrefillTileKeys = 32;
+struct PrefillAttentionParams {
+  AttentionParams a;
+  int num_tiles = 0;
+  const int32_t* tile_first_row = nullptr;
+  const int32_t* tile_rows = nullptr;
+};
+
+}  // namespace pdserve::cuda
+
+#endif  // PDSERVE_KERNELS_CUDA_KERNEL_PARAMS_H_
