@@ -144,41 +144,8 @@ absl::Status CpuModelRunner::PrepareMatrices() {
 }
 
 absl::Status CpuModelRunner::Validate(const ForwardBatch& batch) const {
-  const int64_t tokens = batch.num_tokens();
-  if (tokens < 1 || tokens > options_.max_batch_tokens) {
-    return absl::InvalidArgumentError(
-        Str("batch has ", tokens, " tokens; this runner takes 1..", options_.max_batch_tokens));
-  }
-  if (batch.num_logit_rows() > options_.max_logit_rows) {
-    return absl::InvalidArgumentError(Str("batch asks for ", batch.num_logit_rows(),
-                                          " logit rows; at most ", options_.max_logit_rows));
-  }
-  const int64_t bs = kv_->spec().block_size;
-  for (size_t i = 0; i < batch.sequences.size(); ++i) {
-    const SequenceChunk& s = batch.sequences[i];
-    const int64_t end = s.start_position + static_cast<int64_t>(s.tokens.size());
-    if (s.tokens.empty() || s.start_position < 0 || end > options_.max_model_len) {
-      return absl::InvalidArgumentError(Str("sequence ", i, ": positions [", s.start_position,
-                                            ", ", end, ") outside [0, ", options_.max_model_len,
-                                            "]"));
-    }
-    if (static_cast<int64_t>(s.block_table.size()) * bs < end) {
-      return absl::InvalidArgumentError(Str("sequence ", i, ": block table holds ",
-                                            s.block_table.size() * bs, " tokens, needs ", end));
-    }
-    for (int32_t b : s.block_table) {
-      if (b < 0 || b >= kv_->num_blocks()) {
-        return absl::InvalidArgumentError(Str("sequence ", i, ": block id ", b, " out of range"));
-      }
-    }
-    for (int32_t t : s.tokens) {
-      if (t < 0 || t >= config_.vocab_size) {
-        return absl::InvalidArgumentError(Str("sequence ", i, ": token id ", t,
-                                              " outside the vocabulary of ", config_.vocab_size));
-      }
-    }
-  }
-  return absl::OkStatus();
+  return ValidateForwardBatch(batch, options_, kv_->spec().block_size, kv_->num_blocks(),
+                              config_.vocab_size);
 }
 
 void CpuModelRunner::Project(const float* x, int64_t rows, int64_t ldx,

@@ -39,6 +39,45 @@ absl::StatusOr<ComputeDType> ResolveComputeDType(std::string_view backend, Compu
              : ComputeDType::kF32;
 }
 
+absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelRunnerOptions& options,
+                                  int64_t block_size, int64_t num_blocks, int64_t vocab_size) {
+  const int64_t tokens = batch.num_tokens();
+  if (tokens < 1 || tokens > options.max_batch_tokens) {
+    return absl::InvalidArgumentError(
+        Str("batch has ", tokens, " tokens; this runner takes 1..", options.max_batch_tokens));
+  }
+  if (batch.num_logit_rows() > options.max_logit_rows) {
+    return absl::InvalidArgumentError(Str("batch asks for ", batch.num_logit_rows(),
+                                          " logit rows; at most ", options.max_logit_rows));
+  }
+  const int64_t bs = block_size;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceChunk& s = batch.sequences[i];
+    const int64_t end = s.start_position + static_cast<int64_t>(s.tokens.size());
+    if (s.tokens.empty() || s.start_position < 0 || end > options.max_model_len) {
+      return absl::InvalidArgumentError(Str("sequence ", i, ": positions [", s.start_position,
+                                            ", ", end, ") outside [0, ", options.max_model_len,
+                                            "]"));
+    }
+    if (static_cast<int64_t>(s.block_table.size()) * bs < end) {
+      return absl::InvalidArgumentError(Str("sequence ", i, ": block table holds ",
+                                            s.block_table.size() * bs, " tokens, needs ", end));
+    }
+    for (int32_t b : s.block_table) {
+      if (b < 0 || b >= num_blocks) {
+        return absl::InvalidArgumentError(Str("sequence ", i, ": block id ", b, " out of range"));
+      }
+    }
+    for (int32_t t : s.tokens) {
+      if (t < 0 || t >= vocab_size) {
+        return absl::InvalidArgumentError(Str("sequence ", i, ": token id ", t,
+                                              " outside the vocabulary of ", vocab_size));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(std::string_view backend,
                                                                const ModelRunnerOptions& options,
                                                                const ModelWeights* weights,

@@ -68,6 +68,12 @@ class ModelRunner {
 absl::StatusOr<ComputeDType> ResolveComputeDType(std::string_view backend, ComputeDType requested,
                                                  DType weights_dtype, PrefillGemm prefill_gemm);
 
+// The checks every backend makes before a step: token and logit row counts within the sizes the
+// runner was built for, positions within max_model_len, block tables long enough and in range,
+// token ids in the vocabulary. InvalidArgument naming the sequence and the value.
+absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelRunnerOptions& options,
+                                  int64_t block_size, int64_t num_blocks, int64_t vocab_size);
+
 // `backend`: "cpu". `weights` and `pool` must outlive the runner.
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(std::string_view backend,
                                                                const ModelRunnerOptions& options,

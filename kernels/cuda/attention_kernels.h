@@ -28,14 +28,15 @@ PD_HD int DecodeSharedFloats(int group, int head_dim, int split_tokens) {
   return group * head_dim + group * split_tokens + 2 * group + kWarpSize;
 }
 
-// Grid (num_kv_heads, rows, max_splits). Split s of row r covers keys
+// Grid (num_kv_heads, num_rows, max_splits). Split s of row r covers keys
 // [s * split_tokens, (s + 1) * split_tokens) of [lo, pos]; a row whose keys fall in one split
 // writes its output directly, otherwise each split writes its partial (unnormalised output,
 // max, sum) and DecodeMergeBody combines them.
 template <KvFormat F, typename Ctx>
 PD_DEVICE void DecodeAttentionBody(Ctx& ctx, const DecodeAttentionParams& p) {
   const AttentionParams& a = p.a;
-  const int kvh = ctx.block(0), r = ctx.block(1), split = ctx.block(2);
+  const int kvh = ctx.block(0), y = ctx.block(1), split = ctx.block(2);
+  const int r = p.rows != nullptr ? p.rows[y] : y;
   const int d = a.kv.head_dim, group = a.num_heads / a.kv.num_kv_heads, T = p.split_tokens;
   const int32_t pos = a.tokens.positions[r];
   const int lo = AttentionLow(a, pos);
@@ -128,7 +129,7 @@ PD_DEVICE void DecodeAttentionBody(Ctx& ctx, const DecodeAttentionParams& p) {
           static_cast<float*>(a.out)[at] = o;
         }
       } else {
-        const int64_t part = (static_cast<int64_t>(r) * a.num_heads + h) * p.max_splits + split;
+        const int64_t part = (static_cast<int64_t>(y) * a.num_heads + h) * p.max_splits + split;
         p.partial[part * d + i] = acc[g];
         if (i == 0) {
           p.partial_ml[2 * part] = ml[2 * g];
@@ -139,16 +140,17 @@ PD_DEVICE void DecodeAttentionBody(Ctx& ctx, const DecodeAttentionParams& p) {
   }
 }
 
-// Grid (num_heads, rows); any block size. Combines the splits of rows with more than one.
+// Grid (num_heads, num_rows); any block size. Combines the splits of rows with more than one.
 template <typename Ctx>
 PD_DEVICE void DecodeMergeBody(Ctx& ctx, const DecodeAttentionParams& p) {
   const AttentionParams& a = p.a;
-  const int h = ctx.block(0), r = ctx.block(1);
+  const int h = ctx.block(0), y = ctx.block(1);
+  const int r = p.rows != nullptr ? p.rows[y] : y;
   const int d = a.kv.head_dim, T = p.split_tokens;
   const int32_t pos = a.tokens.positions[r];
   const int first = AttentionLow(a, pos) / T, last = pos / T;
   if (first == last) return;
-  const int64_t base = (static_cast<int64_t>(r) * a.num_heads + h) * p.max_splits;
+  const int64_t base = (static_cast<int64_t>(y) * a.num_heads + h) * p.max_splits;
   float m = kNegInf;
   for (int s = first; s <= last; ++s) m = Max(m, p.partial_ml[2 * (base + s)]);
   float total = 0.0f;

@@ -12,14 +12,12 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention_plan.h"
-#include "kernels/cuda/host_exec.h"
+#include "kernels/cuda/host_device_ops.h"
 #include "kernels/cuda/kernel_test_util.h"
 
 namespace pdserve::cuda {
 namespace {
 
-using host::Grid;
-using host::HostCtx;
 using testing::RandomVector;
 using testing::TestPool;
 using testing::AttnCase;
@@ -28,19 +26,7 @@ using testing::ExpectClose;
 using Fixture = testing::AttentionFixture;
 
 void RunDecode(DecodeAttentionParams& p, int threads) {
-  const int group = p.a.num_heads / p.a.kv.num_kv_heads;
-  const size_t smem = sizeof(float) * DecodeSharedFloats(group, p.a.kv.head_dim, p.split_tokens);
-  auto body = [&](HostCtx& ctx) {
-    switch (p.a.kv.format) {
-      case KvFormat::kF32: return DecodeAttentionBody<KvFormat::kF32>(ctx, p);
-      case KvFormat::kBF16: return DecodeAttentionBody<KvFormat::kBF16>(ctx, p);
-      case KvFormat::kInt8: return DecodeAttentionBody<KvFormat::kInt8>(ctx, p);
-      case KvFormat::kInt4: return DecodeAttentionBody<KvFormat::kInt4>(ctx, p);
-    }
-  };
-  host::Launch(Grid{p.a.kv.num_kv_heads, p.a.tokens.rows, p.max_splits}, threads, smem, body);
-  host::Launch(Grid{p.a.num_heads, p.a.tokens.rows, 1}, 32, 0,
-               [&](HostCtx& ctx) { DecodeMergeBody(ctx, p); });
+  ASSERT_TRUE(CreateHostDeviceOps(threads)->DecodeAttention(p).ok());
 }
 
 class DecodeAttentionHostTest : public ::testing::TestWithParam<AttnCase> {};
@@ -56,6 +42,7 @@ TEST_P(DecodeAttentionHostTest, EqualsCpuPagedAttention) {
   std::vector<float> out;
   DecodeAttentionParams p;
   p.a = f.Params(positions, row_seq, q, &out);
+  p.num_rows = static_cast<int>(positions.size());
   p.split_tokens = c.split_tokens;
   p.max_splits = (61 + c.split_tokens - 1) / c.split_tokens;
   std::vector<float> partial(positions.size() * c.heads * p.max_splits * c.head_dim, NAN);
@@ -64,6 +51,36 @@ TEST_P(DecodeAttentionHostTest, EqualsCpuPagedAttention) {
   p.partial_ml = partial_ml.data();
   RunDecode(p, 64);
   ExpectClose(out, f.Cpu(positions, row_seq, q));
+}
+
+TEST_P(DecodeAttentionHostTest, OnlyTheListedRowsOfAMixedStep) {
+  const AttnCase c = GetParam();
+  Fixture f(c, {61, 1, 30}, 11);
+  const std::vector<int32_t> positions = {60, 0, 29, 17}, row_seq = {0, 1, 2, 0}, rows = {3, 0};
+  SplitMix64 rng(15);
+  const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
+  std::vector<float> out;
+  DecodeAttentionParams p;
+  p.a = f.Params(positions, row_seq, q, &out);
+  p.num_rows = 2;
+  p.rows = rows.data();
+  p.split_tokens = c.split_tokens;
+  p.max_splits = (61 + c.split_tokens - 1) / c.split_tokens;
+  std::vector<float> partial(2 * c.heads * p.max_splits * c.head_dim), ml(2 * c.heads * p.max_splits * 2);
+  p.partial = partial.data();
+  p.partial_ml = ml.data();
+  RunDecode(p, 32);
+  const std::vector<float> cpu = f.Cpu(positions, row_seq, q);
+  const size_t hd = static_cast<size_t>(c.heads * c.head_dim);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    for (size_t i = 0; i < hd; ++i) {
+      if (r == 0 || r == 3) {
+        ASSERT_NEAR(out[r * hd + i], cpu[r * hd + i], 3e-6f * (1 + std::fabs(cpu[r * hd + i])));
+      } else {
+        ASSERT_TRUE(std::isnan(out[r * hd + i])) << "row " << r << " is not in the list";
+      }
+    }
+  }
 }
 
 TEST_P(DecodeAttentionHostTest, Bf16OutputIsTheRoundedF32Output) {
@@ -78,6 +95,7 @@ TEST_P(DecodeAttentionHostTest, Bf16OutputIsTheRoundedF32Output) {
   std::vector<uint16_t> out_bf16(out.size());
   p.a.out = out_bf16.data();
   p.a.out_type = ActType::kBF16;
+  p.num_rows = 1;
   p.split_tokens = 64;
   p.max_splits = 1;
   RunDecode(p, 128);
@@ -123,16 +141,7 @@ TEST_P(PrefillAttentionHostTest, EqualsCpuPagedAttentionForEveryRow) {
   p.num_tiles = static_cast<int>(first.size());
   p.tile_first_row = first.data();
   p.tile_rows = n.data();
-  auto body = [&](HostCtx& ctx) {
-    switch (p.a.kv.format) {
-      case KvFormat::kF32: return PrefillAttentionBody<KvFormat::kF32>(ctx, p);
-      case KvFormat::kBF16: return PrefillAttentionBody<KvFormat::kBF16>(ctx, p);
-      case KvFormat::kInt8: return PrefillAttentionBody<KvFormat::kInt8>(ctx, p);
-      case KvFormat::kInt4: return PrefillAttentionBody<KvFormat::kInt4>(ctx, p);
-    }
-  };
-  host::Launch(Grid{p.num_tiles, c.heads, 1}, 64, sizeof(float) * PrefillSharedFloats(c.head_dim),
-               body);
+  ASSERT_TRUE(CreateHostDeviceOps(64)->PrefillAttention(p).ok());
   ExpectClose(out, f.Cpu(positions, row_seq, q));
 }
 

@@ -30,7 +30,7 @@ cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 template <KvFormat F>
 absl::Status Decode(const DecodeAttentionParams& p, size_t smem, cudaStream_t stream) {
-  const dim3 grid(p.a.kv.num_kv_heads, p.a.tokens.rows, p.max_splits);
+  const dim3 grid(p.a.kv.num_kv_heads, p.num_rows, p.max_splits);
   DecodeAttentionKernel<F><<<grid, kDecodeThreads, smem, stream>>>(p);
   return LaunchStatus("DecodeAttentionKernel");
 }
@@ -70,7 +70,7 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, void* stream)
       !s.ok()) {
     return s;
   }
-  if (a.tokens.rows == 0) return absl::OkStatus();
+  if (p.num_rows == 0) return absl::OkStatus();
   if (p.split_tokens < 1 || p.max_splits < 1 || (p.max_splits > 1 && p.partial == nullptr)) {
     return absl::InvalidArgumentError("decode attention: bad split plan");
   }
@@ -81,7 +81,7 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, void* stream)
   }
   const absl::Status s = DecodeAnyFormat(p, smem, Stream(stream));
   if (!s.ok() || p.max_splits == 1) return s;
-  DecodeMergeKernel<<<dim3(a.num_heads, a.tokens.rows), kDecodeThreads, 0, Stream(stream)>>>(p);
+  DecodeMergeKernel<<<dim3(a.num_heads, p.num_rows), kDecodeThreads, 0, Stream(stream)>>>(p);
   return LaunchStatus("DecodeMergeKernel");
 }
 

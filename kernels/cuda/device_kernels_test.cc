@@ -72,6 +72,7 @@ TEST_P(DeviceAttentionTest, DecodeEqualsCpu) {
   p.a.tokens.block_tables = d_tables.get();
   p.a.q = d_q.get();
   p.a.out = d_out.get();
+  p.num_rows = static_cast<int>(positions.size());
   p.split_tokens = c.split_tokens;
   p.max_splits = (61 + c.split_tokens - 1) / c.split_tokens;
   DeviceVector<float> partial(std::vector<float>(

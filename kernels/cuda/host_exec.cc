@@ -1,65 +1,203 @@
 // TEST INFRASTRUCTURE (see host_exec.h): never part of the pdserve binary.
 #include "kernels/cuda/host_exec.h"
 
-#include <chrono>
-#include <condition_variable>
+#include <ucontext.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <thread>
+#include <memory>
+#include <vector>
 
 #include "kernels/cuda/dialect.h"
 
-namespace pdserve::cuda::host {
+#if defined(__SANITIZE_ADDRESS__)
+#define PD_HOST_EXEC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PD_HOST_EXEC_ASAN 1
+#endif
+#endif
+#if defined(PD_HOST_EXEC_ASAN)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
-struct Barrier::State {
-  std::mutex mu;
-  std::condition_variable cv;
+namespace pdserve::cuda::host {
+namespace {
+
+// Room for a kernel body's registers-as-locals, the std::function call and sanitizer redzones.
+constexpr size_t kFiberStack = 256 * 1024;
+
+struct Barrier {
+  const char* name = "";
   int parties = 0;
-  int waiting = 0;
+  int arrived = 0;
   uint64_t generation = 0;
 };
 
-Barrier::Barrier(int parties) : state_(new State) { state_->parties = parties; }
-Barrier::~Barrier() = default;
+}  // namespace
 
-void Barrier::Wait() {
-  State& s = *state_;
-  std::unique_lock<std::mutex> lock(s.mu);
-  const uint64_t gen = s.generation;
-  if (++s.waiting == s.parties) {
-    s.waiting = 0;
-    ++s.generation;
-    s.cv.notify_all();
-    return;
+class BlockRunner {
+ public:
+  BlockRunner(Grid grid, int threads, size_t shared_bytes, const std::function<void(HostCtx&)>* body)
+      : grid_(grid), threads_(threads), shared_(shared_bytes + 16), warp_slots_(threads),
+        fibers_(threads), body_(body) {
+    block_barrier_.name = "sync()";
+    block_barrier_.parties = threads;
+    warp_barriers_.resize(threads / kWarpSize);
+    for (Barrier& b : warp_barriers_) {
+      b.name = "a warp shuffle";
+      b.parties = kWarpSize;
+    }
+    for (Fiber& f : fibers_) f.stack.reset(new char[kFiberStack]);
   }
-  if (!s.cv.wait_for(lock, std::chrono::seconds(60), [&] { return s.generation != gen; })) {
+
+  void RunBlock(int x, int y, int z) {
+    block_[0] = x;
+    block_[1] = y;
+    block_[2] = z;
+    std::memset(shared_.data(), 0xff, shared_.size());
+    block_barrier_.arrived = 0;
+    for (Barrier& b : warp_barriers_) b.arrived = 0;
+    for (Fiber& f : fibers_) {
+      f.done = false;
+      f.waiting = nullptr;
+      getcontext(&f.ctx);
+      f.ctx.uc_stack.ss_sp = f.stack.get();
+      f.ctx.uc_stack.ss_size = kFiberStack;
+      f.ctx.uc_link = nullptr;
+      makecontext(&f.ctx, &BlockRunner::Entry, 0);
+    }
+    for (;;) {
+      bool all_done = true, progressed = false;
+      for (int i = 0; i < threads_; ++i) {
+        Fiber& f = fibers_[i];
+        if (f.done) continue;
+        all_done = false;
+        if (f.waiting != nullptr && f.waiting->generation == f.generation) continue;
+        f.waiting = nullptr;
+        current_ = i;
+        SwitchToFiber(f);
+        progressed = true;
+      }
+      if (all_done) return;
+      if (!progressed) Deadlock();
+    }
+  }
+
+  // The calling fiber waits at `b` until all its parties arrive.
+  void Wait(Barrier& b) {
+    if (++b.arrived == b.parties) {
+      b.arrived = 0;
+      ++b.generation;
+      return;
+    }
+    Fiber& f = fibers_[current_];
+    f.waiting = &b;
+    f.generation = b.generation;
+    SwitchToScheduler(f, /*exiting=*/false);
+  }
+
+  Grid grid_;
+  int threads_;
+  int block_[3] = {0, 0, 0};
+  std::vector<unsigned char> shared_;
+  std::vector<uint32_t> warp_slots_;
+  Barrier block_barrier_;
+  std::vector<Barrier> warp_barriers_;
+
+ private:
+  struct Fiber {
+    ucontext_t ctx;
+    std::unique_ptr<char[]> stack;
+    bool done = false;
+    const Barrier* waiting = nullptr;
+    uint64_t generation = 0;
+    void* fake_stack = nullptr;
+  };
+
+  static thread_local BlockRunner* running_;
+
+  static void Entry() {
+    BlockRunner* self = running_;
+#if defined(PD_HOST_EXEC_ASAN)
+    __sanitizer_finish_switch_fiber(nullptr, &self->scheduler_bottom_, &self->scheduler_size_);
+#endif
+    Fiber& f = self->fibers_[self->current_];
+    HostCtx ctx(self, self->current_);
+    (*self->body_)(ctx);
+    f.done = true;
+    self->SwitchToScheduler(f, /*exiting=*/true);
+  }
+
+  void SwitchToFiber(Fiber& f) {
+    running_ = this;
+#if defined(PD_HOST_EXEC_ASAN)
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f.stack.get(), kFiberStack);
+#endif
+    swapcontext(&scheduler_, &f.ctx);
+#if defined(PD_HOST_EXEC_ASAN)
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+  }
+
+  void SwitchToScheduler(Fiber& f, bool exiting) {
+#if defined(PD_HOST_EXEC_ASAN)
+    __sanitizer_start_switch_fiber(exiting ? nullptr : &f.fake_stack, scheduler_bottom_,
+                                   scheduler_size_);
+#endif
+    if (exiting) {
+      setcontext(&scheduler_);
+    }
+    swapcontext(&f.ctx, &scheduler_);
+#if defined(PD_HOST_EXEC_ASAN)
+    __sanitizer_finish_switch_fiber(f.fake_stack, &scheduler_bottom_, &scheduler_size_);
+#endif
+  }
+
+  [[noreturn]] void Deadlock() {
+    const Barrier* b = nullptr;
+    int waiting = 0;
+    for (const Fiber& f : fibers_) {
+      if (!f.done && f.waiting != nullptr) {
+        b = f.waiting;
+        ++waiting;
+      }
+    }
     std::fprintf(stderr,
-                 "host_exec: a barrier waited 60 s (%d of %d threads arrived): some thread skipped "
-                 "a sync() or a shuffle\n",
-                 s.waiting, s.parties);
+                 "host_exec: block (%d, %d, %d) cannot go on: %d threads wait at %s (%d of %d "
+                 "arrived), the others finished: some thread skipped a sync() or a shuffle\n",
+                 block_[0], block_[1], block_[2], waiting, b ? b->name : "?", b ? b->arrived : 0,
+                 b ? b->parties : 0);
     std::abort();
   }
-}
 
-BlockState::BlockState(int threads_in, size_t shared_bytes)
-    : block_barrier(threads_in),
-      warp_slots(static_cast<size_t>(threads_in)),
-      shared(shared_bytes + 16),
-      threads(threads_in) {
-  for (int w = 0; w < threads_in / kWarpSize; ++w) {
-    warp_barriers.push_back(std::make_unique<Barrier>(kWarpSize));
-  }
+  std::vector<Fiber> fibers_;
+  const std::function<void(HostCtx&)>* body_;
+  ucontext_t scheduler_;
+  int current_ = 0;
+  const void* scheduler_bottom_ = nullptr;
+  size_t scheduler_size_ = 0;
+};
+
+thread_local BlockRunner* BlockRunner::running_ = nullptr;
+
+int HostCtx::threads() const { return runner_->threads_; }
+int HostCtx::block(int axis) const { return runner_->block_[axis]; }
+int HostCtx::blocks(int axis) const {
+  return axis == 0 ? runner_->grid_.x : axis == 1 ? runner_->grid_.y : runner_->grid_.z;
 }
+void HostCtx::sync() { runner_->Wait(runner_->block_barrier_); }
+unsigned char* HostCtx::SharedBase() { return runner_->shared_.data(); }
 
 uint32_t HostCtx::Exchange(uint32_t bits, int mask) {
   const int warp = thread_ / kWarpSize, lane = thread_ % kWarpSize;
-  uint32_t* slots = &s_->warp_slots[static_cast<size_t>(warp) * kWarpSize];
+  uint32_t* slots = &runner_->warp_slots_[static_cast<size_t>(warp) * kWarpSize];
   slots[lane] = bits;
-  s_->warp_barriers[warp]->Wait();
+  runner_->Wait(runner_->warp_barriers_[warp]);
   const uint32_t got = slots[(lane ^ mask) & (kWarpSize - 1)];
-  s_->warp_barriers[warp]->Wait();  // Nobody overwrites a slot before every lane has read.
+  runner_->Wait(runner_->warp_barriers_[warp]);  // Nobody overwrites a slot before all have read.
   return got;
 }
 
@@ -74,31 +212,12 @@ void Launch(Grid grid, int threads, size_t shared_bytes, const std::function<voi
                  grid.y, grid.z);
     std::abort();
   }
-  BlockState state(threads, shared_bytes);
-  state.grid = grid;
-  // Thread 0 prepares each block (indices, NaN-filled shared memory) between two barriers.
-  auto run = [&](int t) {
-    HostCtx ctx(&state, t);
-    for (int z = 0; z < grid.z; ++z) {
-      for (int y = 0; y < grid.y; ++y) {
-        for (int x = 0; x < grid.x; ++x) {
-          if (t == 0) {
-            state.block[0] = x;
-            state.block[1] = y;
-            state.block[2] = z;
-            std::memset(state.shared.data(), 0xff, state.shared.size());
-          }
-          state.block_barrier.Wait();
-          body(ctx);
-          state.block_barrier.Wait();
-        }
-      }
+  BlockRunner runner(grid, threads, shared_bytes, &body);
+  for (int z = 0; z < grid.z; ++z) {
+    for (int y = 0; y < grid.y; ++y) {
+      for (int x = 0; x < grid.x; ++x) runner.RunBlock(x, y, z);
     }
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) pool.emplace_back(run, t);
-  for (std::thread& th : pool) th.join();
+  }
 }
 
 }  // namespace pdserve::cuda::host

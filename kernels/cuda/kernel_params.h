@@ -118,12 +118,27 @@ struct AttentionParams {
 // group's query heads share each K and V load. With more than one split for a row, each split
 // writes its unnormalised partial output, max and sum to the workspace and a merge kernel
 // combines them.
+// rows: the decode rows of a mixed step (null: rows 0..grid y); block y works on row rows[y],
+// and the workspace is indexed by y.
 struct DecodeAttentionParams {
   AttentionParams a;
+  int num_rows = 0;            // grid y
+  const int32_t* rows = nullptr;
   int split_tokens = 512;
   int max_splits = 1;         // grid z: ceil(longest context / split_tokens)
-  float* partial = nullptr;   // [rows][num_heads][max_splits][head_dim]
-  float* partial_ml = nullptr;  // [rows][num_heads][max_splits][2]: max, sum
+  float* partial = nullptr;   // [num_rows][num_heads][max_splits][head_dim]
+  float* partial_ml = nullptr;  // [num_rows][num_heads][max_splits][2]: max, sum
+};
+
+// y[m][n] (f32, row stride ldy) = x[m][k] (bf16, row stride ldx) times w[n][k] (bf16) transposed,
+// accumulated in f32: the linear layers (cuBLASLt on a GPU).
+struct GemmParams {
+  const uint16_t* x = nullptr;
+  int64_t m = 0, k = 0, ldx = 0;
+  const uint16_t* w = nullptr;
+  int64_t n = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
 };
 
 // Prefill: a thread block per (tile of up to kPrefillTileRows consecutive rows of one sequence,

@@ -1,0 +1,100 @@
+// The forward pass on an accelerator (backend "cuda"), written against cuda::DeviceOps so the same
+// code drives a GPU (CudaDeviceOps) and, in tests, the host execution layer (HostDeviceOps),
+// where it is compared with the CPU runner.
+//
+// Numerics are the CPU runner's bf16 compute mode: weights in bf16, activations rounded to bf16
+// at every GEMM input, f32 accumulation, the residual stream, norms, RoPE, softmax and the KV
+// store in f32 (then the pool's dtype, the CPU's page bytes). GEMM sums run in the device's
+// order, so results equal the CPU's within float rounding, not bitwise.
+//
+// Per step: one copy of the step's metadata (token ids, positions, block tables, logit rows,
+// decode rows, prefill tiles) into device memory, then per layer: add + RMSNorm, the q/k/v GEMMs,
+// bias/qk-norm/RoPE + KV store (a layer mark), attention (flash-decoding for one-token chunks,
+// tiled prefill for longer ones), o GEMM, add + RMSNorm, the gate|up GEMM (one matrix), SiLU-mul,
+// down GEMM; then the final norm of the rows sampled and lm_head; the logits come back to the
+// host for the existing sampler. The layer callback runs on the calling thread as each layer's
+// mark completes, while later layers still compute.
+#ifndef PDSERVE_COMMON_ENGINE_DEVICE_MODEL_RUNNER_H_
+#define PDSERVE_COMMON_ENGINE_DEVICE_MODEL_RUNNER_H_
+
+#include <memory>
+#include <vector>
+
+#include "common/engine/model_runner.h"
+#include "common/kvcache/kv_pool.h"
+#include "common/model/model_weights.h"
+#include "kernels/cuda/device_ops.h"
+
+namespace pdserve {
+
+class DeviceModelRunner : public ModelRunner {
+ public:
+  // options.compute_dtype must be kBF16 (the only arithmetic this backend has) and
+  // prefill_gemm kInvariant. The model's shapes are checked against the kernels' limits
+  // (InvalidArgument naming them).
+  static absl::StatusOr<std::unique_ptr<DeviceModelRunner>> Create(
+      const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool,
+      std::unique_ptr<cuda::DeviceOps> ops);
+  ~DeviceModelRunner() override;
+
+  absl::Status Forward(const ForwardBatch& batch, float* logits) override;
+  std::string_view backend() const override { return "cuda"; }
+  void SetLayerCallback(LayerCallback callback) override { layer_callback_ = std::move(callback); }
+  // The pool the kernels use (device memory on a GPU; the KvPool's own bytes on the host layer).
+  uint8_t* kv_memory() const { return kv_memory_; }
+
+ private:
+  struct LayerBuffers {
+    uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *gate_up = nullptr,
+             *down = nullptr;
+    float *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+    float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr, *o_bias = nullptr;
+    float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
+  };
+
+  DeviceModelRunner(const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool,
+                    std::unique_ptr<cuda::DeviceOps> ops);
+  absl::Status Init();
+  absl::StatusOr<void*> Alloc(size_t bytes);
+  absl::StatusOr<float*> Upload(const std::vector<float>& v);      // nullptr for an empty vector
+  absl::StatusOr<uint16_t*> UploadBf16(const std::vector<uint16_t>& v);
+  absl::Status Layer(int64_t layer);
+  cuda::KvLayer KvLayerView(int64_t layer) const;
+
+  ModelRunnerOptions options_;
+  const ModelWeights* weights_;
+  const ModelConfig& config_;
+  KvPool* pool_;
+  std::unique_ptr<cuda::DeviceOps> ops_;
+  LayerCallback layer_callback_;
+  std::vector<void*> allocations_;
+  void* staging_ = nullptr;  // Host (pinned) metadata of one step.
+  size_t staging_bytes_ = 0;
+
+  // Device memory.
+  uint8_t* kv_memory_ = nullptr;
+  std::vector<LayerBuffers> layers_;
+  const void* embed_ = nullptr;
+  cuda::ActType embed_type_ = cuda::ActType::kBF16;
+  uint16_t* lm_head_ = nullptr;
+  float* final_norm_ = nullptr;
+  float* cos_sin_ = nullptr;
+  float *x_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *tmp_ = nullptr,
+        *gate_up_out_ = nullptr, *logits_ = nullptr, *partial_ = nullptr, *partial_ml_ = nullptr;
+  uint16_t *h_ = nullptr, *attn_ = nullptr, *act_ = nullptr, *logit_in_ = nullptr;
+  int32_t* meta_ = nullptr;  // Device copy of the staging area.
+  int64_t max_partial_rows_splits_ = 0;
+
+  // This step's layout (host), valid during Forward.
+  struct Step {
+    int rows = 0, logit_rows = 0, decode_rows = 0, tiles = 0, table_stride = 0;
+    int32_t *ids = nullptr, *positions = nullptr, *row_seq = nullptr, *tables = nullptr,
+            *logit_index = nullptr, *decode_index = nullptr, *tile_first = nullptr,
+            *tile_rows = nullptr;  // Device pointers into meta_.
+    int split_tokens = 0, max_splits = 0;
+  } step_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_DEVICE_MODEL_RUNNER_H_

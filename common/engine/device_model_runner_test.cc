@@ -1,0 +1,199 @@
+// The device model runner (backend "cuda") driven through the host execution layer
+// (HostDeviceOps: TEST INFRASTRUCTURE standing in for a GPU; its GEMM stands in for cuBLASLt),
+// against the CPU runner in bf16 compute mode on the same batches: mixed prefill chunks (with a
+// cached prefix) and decode rows, every model family, KV in bf16/int8/int4/f32. The same runner
+// code drives the GPU through CudaDeviceOps; that pairing runs in scripts/gpu_check.sh.
+#include "common/engine/device_model_runner.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/base/file_util.h"
+#include "common/base/rng.h"
+#include "common/engine/cpu_model_runner.h"
+#include "common/model/model_config.h"
+#include "common/model/random_model.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/host_device_ops.h"
+
+namespace pdserve {
+namespace {
+
+std::string TempDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string templ = JoinPath(tmp ? tmp : "/tmp", "pdserve_device_runner_XXXXXX");
+  return mkdtemp(templ.data());
+}
+
+struct Case {
+  std::string arch;
+  KvDType kv;
+};
+
+class DeviceRunnerHostTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    RandomModelSpec spec;
+    spec.arch = GetParam().arch;
+    spec.dtype = DType::kBF16;
+    spec.layers = 2;
+    spec.hidden = 64;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.intermediate = 96;
+    spec.vocab = 300;
+    spec.seed = 5;
+    if (spec.arch == "mistral") spec.sliding_window = 12;
+    ASSERT_TRUE(WriteRandomModel(spec, dir_).ok());
+    auto config = ModelConfig::FromFile(JoinPath(dir_, "config.json"));
+    ASSERT_TRUE(config.ok()) << config.status();
+    auto weights = ModelWeights::Load(*config, dir_);
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    weights_ = std::move(*weights);
+    KvCacheSpec kv;
+    kv.num_layers = config->num_layers;
+    kv.num_kv_heads = config->num_kv_heads;
+    kv.head_dim = config->head_dim;
+    kv.block_size = 4;
+    kv.dtype = GetParam().kv;
+    cpu_pool_ = *KvPool::Create(kv, 32);
+    device_pool_ = *KvPool::Create(kv, 32);
+    options_.threads = 1;
+    options_.max_batch_tokens = 64;
+    options_.max_logit_rows = 4;
+    options_.max_model_len = 128;
+    options_.compute_dtype = ComputeDType::kBF16;
+    options_.weight_huge_pages = false;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string dir_;
+  std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<KvPool> cpu_pool_, device_pool_;
+  ModelRunnerOptions options_;
+};
+
+// Logits within bf16 tolerance, and the same greedy token wherever the CPU's choice is clear.
+void ExpectLogitsAgree(const std::vector<float>& cpu, const std::vector<float>& dev, int64_t vocab,
+                       int* clear, int* agree) {
+  ASSERT_EQ(cpu.size(), dev.size());
+  for (size_t row = 0; row < cpu.size() / vocab; ++row) {
+    const float* c = &cpu[row * vocab];
+    const float* d = &dev[row * vocab];
+    double max_diff = 0, scale = 0;
+    int best_c = 0, best_d = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(c[i] - d[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(c[i])));
+      if (c[i] > c[best_c]) best_c = static_cast<int>(i);
+      if (d[i] > d[best_d]) best_d = static_cast<int>(i);
+    }
+    EXPECT_LT(max_diff, 0.02 * (1 + scale)) << "row " << row;
+    float second = -INFINITY;
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (i != best_c) second = std::max(second, c[i]);
+    }
+    if (c[best_c] - second > 0.05f * (1 + scale)) {
+      ++*clear;
+      *agree += best_c == best_d;
+      EXPECT_EQ(best_c, best_d) << "row " << row << ": a clear greedy choice differs";
+    }
+  }
+}
+
+TEST_P(DeviceRunnerHostTest, MixedStepsEqualTheCpuRunnerInBf16) {
+  auto cpu = CpuModelRunner::Create(options_, weights_.get(), cpu_pool_.get());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto dev = DeviceModelRunner::Create(options_, weights_.get(), device_pool_.get(),
+                                       cuda::CreateHostDeviceOps(32));
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  std::vector<int64_t> callbacks;
+  (*dev)->SetLayerCallback([&](int64_t layer) { callbacks.push_back(layer); });
+  const int64_t vocab = weights_->config().vocab_size;
+
+  // Sequence A: 23-token prompt in two chunks; B: 9-token prompt at once; then both decode.
+  SplitMix64 rng(8);
+  std::vector<int32_t> a(23), b(9);
+  for (int32_t& t : a) t = static_cast<int32_t>(rng.Next() % 300);
+  for (int32_t& t : b) t = static_cast<int32_t>(rng.Next() % 300);
+  const std::vector<int32_t> table_a = {5, 17, 2, 30, 9, 11, 0, 21, 3, 14},
+                             table_b = {8, 1, 26, 19, 7, 4, 12, 29, 6, 22};
+  int clear = 0, agree = 0;
+  auto step = [&](const ForwardBatch& batch) {
+    const size_t n = static_cast<size_t>(batch.num_logit_rows() * vocab);
+    std::vector<float> lc(n), ld(n);
+    EXPECT_TRUE((*cpu)->Forward(batch, lc.data()).ok());
+    callbacks.clear();
+    EXPECT_TRUE((*dev)->Forward(batch, ld.data()).ok());
+    const std::vector<int64_t> all_layers = {0, 1};
+    EXPECT_EQ(callbacks, all_layers);
+    ExpectLogitsAgree(lc, ld, vocab, &clear, &agree);
+    return lc;
+  };
+  auto argmax = [&](const float* l) {
+    return static_cast<int32_t>(std::max_element(l, l + vocab) - l);
+  };
+  ForwardBatch first;
+  first.sequences.push_back({absl::MakeConstSpan(a).subspan(0, 13), 0, table_a, false});
+  first.sequences.push_back({b, 0, table_b, true});
+  std::vector<float> l = step(first);
+  b.push_back(argmax(l.data()));
+  ForwardBatch second;
+  second.sequences.push_back({absl::MakeConstSpan(a).subspan(13), 13, table_a, true});
+  second.sequences.push_back({absl::MakeConstSpan(b).subspan(9, 1), 9, table_b, true});
+  l = step(second);
+  a.push_back(argmax(l.data()));
+  b.push_back(argmax(l.data() + vocab));
+  // Decode both for 14 steps with the CPU's greedy tokens (so both runners see the same inputs).
+  for (int i = 0; i < 14; ++i) {
+    ForwardBatch d;
+    d.sequences.push_back({absl::MakeConstSpan(a).subspan(a.size() - 1), static_cast<int64_t>(a.size() - 1), table_a, true});
+    d.sequences.push_back({absl::MakeConstSpan(b).subspan(b.size() - 1), static_cast<int64_t>(b.size() - 1), table_b, true});
+    l = step(d);
+    a.push_back(argmax(l.data()));
+    b.push_back(argmax(l.data() + vocab));
+  }
+  EXPECT_GE(clear, 10) << "too few clear choices (of 34) to compare greedy decoding";
+  EXPECT_EQ(agree, clear);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DeviceRunnerHostTest,
+                         ::testing::Values(Case{"llama", KvDType::kBF16}, Case{"qwen2", KvDType::kBF16},
+                                           Case{"qwen3", KvDType::kInt8}, Case{"mistral", KvDType::kF32},
+                                           Case{"llama", KvDType::kInt4}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.arch + "_" + std::string(KvDTypeName(info.param.kv));
+                         });
+
+TEST_P(DeviceRunnerHostTest, RefusesWhatItCannotRunNamingIt) {
+  ModelRunnerOptions f32 = options_;
+  f32.compute_dtype = ComputeDType::kF32;
+  auto r = DeviceModelRunner::Create(f32, weights_.get(), device_pool_.get(), cuda::CreateHostDeviceOps());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("computes in bf16"), std::string::npos) << r.status();
+
+  auto dev = DeviceModelRunner::Create(options_, weights_.get(), device_pool_.get(),
+                                       cuda::CreateHostDeviceOps());
+  ASSERT_TRUE(dev.ok());
+  const std::vector<int32_t> tokens = {1, 2, 3}, bad_token = {1, 999};
+  const std::vector<int32_t> short_table = {0};
+  ForwardBatch batch;
+  batch.sequences.push_back({tokens, 0, short_table, true});  // 3 tokens need 1 block of 4: ok
+  batch.sequences[0].start_position = 2;                       // now 5 tokens: the table is short
+  std::vector<float> logits(weights_->config().vocab_size);
+  absl::Status s = (*dev)->Forward(batch, logits.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("block table"), std::string::npos) << s;
+  ForwardBatch batch2;
+  const std::vector<int32_t> table = {0, 1};
+  batch2.sequences.push_back({bad_token, 0, table, true});
+  s = (*dev)->Forward(batch2, logits.data());
+  EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace pdserve

@@ -1,0 +1,150 @@
+// TEST INFRASTRUCTURE (see host_device_ops.h): never part of the pdserve binary.
+#include "kernels/cuda/host_device_ops.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/host_exec.h"
+#include "kernels/cuda/kernel_checks.h"
+#include "kernels/cuda/layer_kernels.h"
+
+namespace pdserve::cuda {
+namespace {
+
+using host::Grid;
+using host::HostCtx;
+
+class HostDeviceOps final : public DeviceOps {
+ public:
+  explicit HostDeviceOps(int threads) : threads_(threads) {}
+
+  std::string Describe() const override { return "host execution layer (test infrastructure)"; }
+  int multiprocessors() const override { return 4; }
+
+  absl::StatusOr<void*> Alloc(size_t bytes) override {
+    void* p = std::calloc(bytes == 0 ? 1 : bytes, 1);
+    if (p == nullptr) return absl::ResourceExhaustedError("host ops: out of memory");
+    return p;
+  }
+  void Free(void* p) override { std::free(p); }
+  absl::StatusOr<void*> AllocHost(size_t bytes) override { return Alloc(bytes); }
+  void FreeHost(void* p) override { std::free(p); }
+  absl::Status CopyIn(void* device, const void* host, size_t bytes) override {
+    if (bytes > 0) std::memcpy(device, host, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyOut(void* host, const void* device, size_t bytes) override {
+    if (bytes > 0) std::memcpy(host, device, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<uint8_t*> KvPoolMemory(uint8_t* host_pool, size_t) override { return host_pool; }
+
+  absl::Status Gemm(const GemmParams& p) override {
+    for (int64_t i = 0; i < p.m; ++i) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        float acc = 0.0f;
+        const uint16_t* x = p.x + i * p.ldx;
+        const uint16_t* w = p.w + j * p.k;
+        for (int64_t c = 0; c < p.k; ++c) acc += Bf16Float(x[c]) * Bf16Float(w[c]);
+        p.y[i * p.ldy + j] = acc;
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Embedding(const EmbeddingParams& p) override {
+    if (p.rows > 0) host::Launch(Grid{p.rows}, threads_, 0, [&](HostCtx& c) { EmbeddingBody(c, p); });
+    return absl::OkStatus();
+  }
+  absl::Status AddRmsNorm(const AddRmsNormParams& p) override {
+    if (p.rows > 0) {
+      host::Launch(Grid{p.rows}, threads_, kWarpSize * sizeof(float),
+                   [&](HostCtx& c) { AddRmsNormBody(c, p); });
+    }
+    return absl::OkStatus();
+  }
+  absl::Status QkvRopeStore(const QkvRopeStoreParams& p) override {
+    if (absl::Status s = CheckAttentionShape(p.num_heads, p.num_kv_heads, p.head_dim, p.kv.format);
+        !s.ok()) {
+      return s;
+    }
+    if (p.tokens.rows == 0) return absl::OkStatus();
+    host::Launch(Grid{p.tokens.rows}, threads_, 0, [&](HostCtx& c) {
+      switch (p.kv.format) {
+        case KvFormat::kF32: return QkvRopeStoreBody<KvFormat::kF32>(c, p);
+        case KvFormat::kBF16: return QkvRopeStoreBody<KvFormat::kBF16>(c, p);
+        case KvFormat::kInt8: return QkvRopeStoreBody<KvFormat::kInt8>(c, p);
+        case KvFormat::kInt4: return QkvRopeStoreBody<KvFormat::kInt4>(c, p);
+      }
+    });
+    return absl::OkStatus();
+  }
+  absl::Status SiluMul(const SiluMulParams& p) override {
+    if (p.rows > 0) host::Launch(Grid{p.rows}, threads_, 0, [&](HostCtx& c) { SiluMulBody(c, p); });
+    return absl::OkStatus();
+  }
+  absl::Status DecodeAttention(const DecodeAttentionParams& p) override {
+    const AttentionParams& a = p.a;
+    if (absl::Status s = CheckAttentionShape(a.num_heads, a.kv.num_kv_heads, a.kv.head_dim, a.kv.format);
+        !s.ok()) {
+      return s;
+    }
+    if (p.num_rows == 0) return absl::OkStatus();
+    const int group = a.num_heads / a.kv.num_kv_heads;
+    const size_t smem = sizeof(float) * DecodeSharedFloats(group, a.kv.head_dim, p.split_tokens);
+    host::Launch(Grid{a.kv.num_kv_heads, p.num_rows, p.max_splits}, threads_, smem, [&](HostCtx& c) {
+      switch (a.kv.format) {
+        case KvFormat::kF32: return DecodeAttentionBody<KvFormat::kF32>(c, p);
+        case KvFormat::kBF16: return DecodeAttentionBody<KvFormat::kBF16>(c, p);
+        case KvFormat::kInt8: return DecodeAttentionBody<KvFormat::kInt8>(c, p);
+        case KvFormat::kInt4: return DecodeAttentionBody<KvFormat::kInt4>(c, p);
+      }
+    });
+    if (p.max_splits > 1) {
+      host::Launch(Grid{a.num_heads, p.num_rows}, kWarpSize, 0,
+                   [&](HostCtx& c) { DecodeMergeBody(c, p); });
+    }
+    return absl::OkStatus();
+  }
+  absl::Status PrefillAttention(const PrefillAttentionParams& p) override {
+    const AttentionParams& a = p.a;
+    if (absl::Status s = CheckAttentionShape(a.num_heads, a.kv.num_kv_heads, a.kv.head_dim, a.kv.format);
+        !s.ok()) {
+      return s;
+    }
+    if (p.num_tiles == 0) return absl::OkStatus();
+    host::Launch(Grid{p.num_tiles, a.num_heads}, threads_,
+                 sizeof(float) * PrefillSharedFloats(a.kv.head_dim), [&](HostCtx& c) {
+                   switch (a.kv.format) {
+                     case KvFormat::kF32: return PrefillAttentionBody<KvFormat::kF32>(c, p);
+                     case KvFormat::kBF16: return PrefillAttentionBody<KvFormat::kBF16>(c, p);
+                     case KvFormat::kInt8: return PrefillAttentionBody<KvFormat::kInt8>(c, p);
+                     case KvFormat::kInt4: return PrefillAttentionBody<KvFormat::kInt4>(c, p);
+                   }
+                 });
+    return absl::OkStatus();
+  }
+
+  absl::Status PrepareLayerMarks(int64_t layers) override {
+    marks_ = layers;
+    return absl::OkStatus();
+  }
+  absl::Status MarkLayer(int64_t layer) override {
+    if (layer < 0 || layer >= marks_) return absl::OutOfRangeError("layer mark out of range");
+    return absl::OkStatus();
+  }
+  absl::Status WaitLayer(int64_t layer) override { return MarkLayer(layer); }
+
+ private:
+  int threads_;
+  int64_t marks_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceOps> CreateHostDeviceOps(int threads) {
+  return std::make_unique<HostDeviceOps>(threads);
+}
+
+}  // namespace pdserve::cuda
