@@ -43,6 +43,9 @@ void EngineFlags::Register(FlagSet& flags) {
   flags.Bool("weight-huge-pages", &weight_huge_pages,
              "copy the linear layers' weights into transparent huge pages (faster decode; one "
              "copy of them in RAM)");
+  flags.String("device", &device,
+               "cpu, or cuda (the forward pass on GPU 0: bf16 weights and GEMMs with f32 sums, "
+               "the KV pool in device memory)");
   flags.String("compute-dtype", &compute_dtype,
                "linear layers in f32, bf16 (bf16 activations x bf16 weights, f32 sums; "
                "batch-invariant too) or auto (bf16 when the weights are bf16 and the CPU has "
@@ -75,6 +78,10 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   if (!compute.ok()) return absl::InvalidArgumentError(Str("--compute-dtype: ", compute.status().message()));
   o->compute_dtype = *compute;
   o->weight_huge_pages = weight_huge_pages;
+  if (device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError(Str("--device: '", device, "' is not cpu or cuda"));
+  }
+  o->backend = device;
   if (o->compute_dtype == ComputeDType::kBF16 && o->prefill_gemm == PrefillGemm::kOpenBlas) {
     return absl::InvalidArgumentError(
         "--compute-dtype bf16 and --prefill-gemm openblas exclude each other (OpenBLAS computes in "

@@ -37,6 +37,7 @@ struct EngineFlags {
   std::string prefill_gemm = "invariant";
   std::string compute_dtype = "auto";
   bool weight_huge_pages = true;
+  std::string device = "cpu";
 
   void Register(FlagSet& flags);
   absl::Status ToOptions(EngineOptions* options) const;

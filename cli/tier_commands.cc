@@ -36,6 +36,15 @@
 namespace pdserve::cli {
 namespace {
 
+// The tiers move KV pages between host pools; a CUDA worker's pool is device memory, which needs
+// the cuda_ipc or nccl transport.
+absl::Status TierDevice(const EngineOptions& engine) {
+  if (engine.backend == "cpu") return absl::OkStatus();
+  return absl::UnimplementedError(
+      "--device cuda runs generate and bench-engine; prefill, decode and serve need a KV transport "
+      "that reads device memory (cuda_ipc or nccl), which this build does not have yet");
+}
+
 // SIGTERM/SIGINT write a byte to this pipe (the only async-signal-safe thing the handler does);
 // a watcher thread blocks reading it. A handler rather than sigwait, because threads started
 // before main (OpenBLAS starts its pool from a library constructor) would otherwise take the
@@ -281,6 +290,7 @@ int RunPrefill(const TierFlags& f) {
   o.transport = f.transport;
   o.transport_options = f.TransportOptions();
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  if (absl::Status s = TierDevice(o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
   if (f.kv_send_timeout_ms < 0) {
@@ -319,6 +329,7 @@ int RunDecode(const TierFlags& f) {
     return ReportError(cmd, absl::InvalidArgumentError("--max-waiting: must be >= 0"), kExitUsage);
   }
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  if (absl::Status s = TierDevice(o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
   auto prefill_credentials = f.security.InternalChannel();
@@ -532,6 +543,7 @@ int ServeCommand(int argc, char** argv) {
   dopts.lease_ms = f.lease_ms;
   dopts.max_waiting = f.max_waiting;
   if (absl::Status s = f.engine.ToOptions(&po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  if (absl::Status s = TierDevice(po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   dopts.engine = po.engine;
   auto prefill = PrefillWorker::Create(po);
   if (!prefill.ok()) return ReportError(cmd, prefill.status());

@@ -2,6 +2,10 @@
 
 #include "common/base/strings.h"
 #include "common/engine/cpu_model_runner.h"
+#include "common/engine/device_model_runner.h"
+#if PDSERVE_WITH_CUDA
+#include "kernels/cuda/cuda_device_ops.h"
+#endif
 #include "kernels/cpu/linear_bf16.h"
 
 namespace pdserve {
@@ -28,6 +32,15 @@ absl::StatusOr<ComputeDType> ResolveComputeDType(std::string_view backend, Compu
     return absl::InvalidArgumentError(
         "compute dtype bf16 and the OpenBLAS prefill GEMM exclude each other (OpenBLAS computes "
         "in f32): choose --compute-dtype f32 or --prefill-gemm invariant");
+  }
+  if (backend == "cuda") {
+    // The CUDA backend has one arithmetic: bf16 GEMMs with f32 accumulation (as vLLM and SGLang
+    // serve bf16 checkpoints); an f32 checkpoint is rounded to bf16 at load.
+    if (requested == ComputeDType::kF32) {
+      return absl::InvalidArgumentError(
+          "--device cuda computes in bf16: use --compute-dtype bf16 or auto");
+    }
+    return ComputeDType::kBF16;
   }
   if (requested != ComputeDType::kAuto) return requested;
   // As vLLM's CPU backend: compute in the checkpoint's dtype where the CPU does so natively.
@@ -87,8 +100,19 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(std::string_view 
     if (!runner.ok()) return runner.status();
     return std::unique_ptr<ModelRunner>(std::move(*runner));
   }
+  if (backend == "cuda") {
+#if PDSERVE_WITH_CUDA
+    auto ops = cuda::CreateCudaDeviceOps();
+    if (!ops.ok()) return ops.status();
+    auto runner = DeviceModelRunner::Create(options, weights, pool, std::move(*ops));
+    if (!runner.ok()) return runner.status();
+    return std::unique_ptr<ModelRunner>(std::move(*runner));
+#else
+    return absl::UnavailableError("this pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc)");
+#endif
+  }
   return absl::InvalidArgumentError(Str("unknown model runner backend '", backend,
-                                        "' (available: cpu)"));
+                                        "' (available: cpu, cuda)"));
 }
 
 }  // namespace pdserve

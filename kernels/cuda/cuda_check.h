@@ -22,4 +22,13 @@ inline absl::Status LaunchStatus(const char* kernel) {
 
 }  // namespace pdserve::cuda
 
+// Returns the Status of a failed CUDA call from the enclosing function.
+#define PD_CUDA_RETURN(call, what)                                                   \
+  do {                                                                               \
+    if (absl::Status pd_cuda_status = ::pdserve::cuda::CudaStatus((call), (what));   \
+        !pd_cuda_status.ok()) {                                                      \
+      return pd_cuda_status;                                                         \
+    }                                                                                \
+  } while (0)
+
 #endif  // PDSERVE_KERNELS_CUDA_CUDA_CHECK_H_
