@@ -37,11 +37,9 @@ std::vector<uint16_t> Concat(std::vector<uint16_t> a, const std::vector<uint16_t
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceModelRunner>> DeviceModelRunner::Create(
-    const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool,
-    std::unique_ptr<cuda::DeviceOps> ops) {
-  const ModelConfig& c = weights->config();
-  const KvCacheSpec& spec = pool->spec();
+absl::Status DeviceModelRunner::Check(const ModelRunnerOptions& options, const ModelConfig& c,
+                                      const KvPool& pool) {
+  const KvCacheSpec& spec = pool.spec();
   if (spec.num_layers != c.num_layers || spec.num_kv_heads != c.num_kv_heads ||
       spec.head_dim != c.head_dim) {
     return absl::InvalidArgumentError("KV pool shape does not match the model");
@@ -57,20 +55,36 @@ absl::StatusOr<std::unique_ptr<DeviceModelRunner>> DeviceModelRunner::Create(
   if (options.prefill_gemm != PrefillGemm::kInvariant) {
     return absl::InvalidArgumentError("--prefill-gemm openblas is a CPU option");
   }
-  PD_RETURN_IF_ERROR(cuda::CheckAttentionShape(static_cast<int>(c.num_heads),
-                                               static_cast<int>(c.num_kv_heads),
-                                               static_cast<int>(c.head_dim),
-                                               cuda::ToKvFormat(spec.dtype)));
+  return cuda::CheckAttentionShape(static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
+                                   static_cast<int>(c.head_dim), cuda::ToKvFormat(spec.dtype));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceModelRunner>> DeviceModelRunner::Create(
+    const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool,
+    std::unique_ptr<cuda::DeviceOps> ops) {
+  PD_RETURN_IF_ERROR(Check(options, weights->config(), *pool));
   std::unique_ptr<DeviceModelRunner> runner(
-      new DeviceModelRunner(options, weights, pool, std::move(ops)));
-  PD_RETURN_IF_ERROR(runner->Init());
+      new DeviceModelRunner(options, weights->config(), weights, pool, std::move(ops)));
+  PD_RETURN_IF_ERROR(runner->LoadWeights());
+  PD_RETURN_IF_ERROR(runner->AllocateBuffers());
   return runner;
 }
 
-DeviceModelRunner::DeviceModelRunner(const ModelRunnerOptions& options, const ModelWeights* weights,
-                                     KvPool* pool, std::unique_ptr<cuda::DeviceOps> ops)
-    : options_(options), weights_(weights), config_(weights->config()), pool_(pool),
-      ops_(std::move(ops)) {}
+absl::StatusOr<std::unique_ptr<DeviceModelRunner>> DeviceModelRunner::CreateRandom(
+    const ModelConfig& config, const ModelRunnerOptions& options, KvPool* pool,
+    std::unique_ptr<cuda::DeviceOps> ops, uint64_t seed) {
+  PD_RETURN_IF_ERROR(Check(options, config, *pool));
+  std::unique_ptr<DeviceModelRunner> runner(
+      new DeviceModelRunner(options, config, nullptr, pool, std::move(ops)));
+  PD_RETURN_IF_ERROR(runner->RandomWeights(seed));
+  PD_RETURN_IF_ERROR(runner->AllocateBuffers());
+  return runner;
+}
+
+DeviceModelRunner::DeviceModelRunner(const ModelRunnerOptions& options, const ModelConfig& config,
+                                     const ModelWeights* weights, KvPool* pool,
+                                     std::unique_ptr<cuda::DeviceOps> ops)
+    : options_(options), weights_(weights), config_(config), pool_(pool), ops_(std::move(ops)) {}
 
 DeviceModelRunner::~DeviceModelRunner() {
   (void)ops_->Synchronize();
@@ -99,12 +113,8 @@ absl::StatusOr<uint16_t*> DeviceModelRunner::UploadBf16(const std::vector<uint16
   return static_cast<uint16_t*>(p);
 }
 
-absl::Status DeviceModelRunner::Init() {
+absl::Status DeviceModelRunner::LoadWeights() {
   const ModelConfig& c = config_;
-  const int64_t T = options_.max_batch_tokens, L = options_.max_logit_rows;
-  const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), inter = c.intermediate_size;
-
-  // Weights.
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_->layer(l);
     LayerBuffers b;
@@ -144,6 +154,65 @@ absl::Status DeviceModelRunner::Init() {
     embed_ = p;
     embed_type_ = cuda::ActType::kF32;
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> DeviceModelRunner::Random(int64_t count, cuda::ActType type, float offset,
+                                                float scale, uint64_t seed) {
+  PD_ASSIGN_OR_RETURN(void* p, Alloc(static_cast<size_t>(count) *
+                                     (type == cuda::ActType::kBF16 ? 2 : 4)));
+  cuda::FillParams f;
+  f.out = p;
+  f.count = count;
+  f.type = type;
+  f.offset = offset;
+  f.scale = scale;
+  f.seed = seed;
+  PD_RETURN_IF_ERROR(ops_->Fill(f));
+  return p;
+}
+
+absl::Status DeviceModelRunner::RandomWeights(uint64_t seed) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), inter = c.intermediate_size;
+  uint64_t stream = seed * 1000003;
+  auto matrix = [&](int64_t rows, int64_t cols) -> absl::StatusOr<uint16_t*> {
+    PD_ASSIGN_OR_RETURN(void* p, Random(rows * cols, cuda::ActType::kBF16, 0.0f,
+                                        static_cast<float>(std::sqrt(3.0 / cols)), ++stream));
+    return static_cast<uint16_t*>(p);
+  };
+  auto ones = [&](int64_t n) -> absl::StatusOr<float*> {
+    PD_ASSIGN_OR_RETURN(void* p, Random(n, cuda::ActType::kF32, 1.0f, 0.0f, 0));
+    return static_cast<float*>(p);
+  };
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    LayerBuffers b;
+    PD_ASSIGN_OR_RETURN(b.q, matrix(qs, hidden));
+    PD_ASSIGN_OR_RETURN(b.k, matrix(kvs, hidden));
+    PD_ASSIGN_OR_RETURN(b.v, matrix(kvs, hidden));
+    PD_ASSIGN_OR_RETURN(b.o, matrix(hidden, qs));
+    PD_ASSIGN_OR_RETURN(b.gate_up, matrix(2 * inter, hidden));
+    PD_ASSIGN_OR_RETURN(b.down, matrix(hidden, inter));
+    PD_ASSIGN_OR_RETURN(b.input_norm, ones(hidden));
+    PD_ASSIGN_OR_RETURN(b.post_norm, ones(hidden));
+    if (c.qk_norm) {
+      PD_ASSIGN_OR_RETURN(b.q_norm, ones(c.head_dim));
+      PD_ASSIGN_OR_RETURN(b.k_norm, ones(c.head_dim));
+    }
+    layers_.push_back(b);
+  }
+  PD_ASSIGN_OR_RETURN(lm_head_, matrix(c.vocab_size, hidden));
+  PD_ASSIGN_OR_RETURN(final_norm_, ones(hidden));
+  PD_ASSIGN_OR_RETURN(void* embed, Random(c.vocab_size * hidden, cuda::ActType::kBF16, 0.0f, 1.0f, ++stream));
+  embed_ = embed;
+  embed_type_ = cuda::ActType::kBF16;
+  return ops_->Synchronize();
+}
+
+absl::Status DeviceModelRunner::AllocateBuffers() {
+  const ModelConfig& c = config_;
+  const int64_t T = options_.max_batch_tokens, L = options_.max_logit_rows;
+  const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), inter = c.intermediate_size;
   // RoPE table from the CPU twin, so positions' angles are the CPU's to the bit.
   kernels::RopeParams rope;
   rope.theta = c.rope_theta;

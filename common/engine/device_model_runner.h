@@ -35,6 +35,12 @@ class DeviceModelRunner : public ModelRunner {
   static absl::StatusOr<std::unique_ptr<DeviceModelRunner>> Create(
       const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool,
       std::unique_ptr<cuda::DeviceOps> ops);
+  // The same with random weights made in device memory (uniform, scaled by 1/sqrt(fan-in); norm
+  // weights 1), for benchmarks of real shapes without a checkpoint (bench-engine
+  // --random-weights): an 8B-shaped model needs no 16 GB file.
+  static absl::StatusOr<std::unique_ptr<DeviceModelRunner>> CreateRandom(
+      const ModelConfig& config, const ModelRunnerOptions& options, KvPool* pool,
+      std::unique_ptr<cuda::DeviceOps> ops, uint64_t seed);
   ~DeviceModelRunner() override;
 
   absl::Status Forward(const ForwardBatch& batch, float* logits) override;
@@ -52,9 +58,15 @@ class DeviceModelRunner : public ModelRunner {
     float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
   };
 
-  DeviceModelRunner(const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool,
-                    std::unique_ptr<cuda::DeviceOps> ops);
-  absl::Status Init();
+  DeviceModelRunner(const ModelRunnerOptions& options, const ModelConfig& config,
+                    const ModelWeights* weights, KvPool* pool, std::unique_ptr<cuda::DeviceOps> ops);
+  static absl::Status Check(const ModelRunnerOptions& options, const ModelConfig& config,
+                            const KvPool& pool);
+  absl::Status LoadWeights();
+  absl::Status RandomWeights(uint64_t seed);
+  absl::StatusOr<void*> Random(int64_t count, cuda::ActType type, float offset, float scale,
+                               uint64_t seed);
+  absl::Status AllocateBuffers();
   absl::StatusOr<void*> Alloc(size_t bytes);
   absl::StatusOr<float*> Upload(const std::vector<float>& v);      // nullptr for an empty vector
   absl::StatusOr<uint16_t*> UploadBf16(const std::vector<uint16_t>& v);
@@ -62,8 +74,8 @@ class DeviceModelRunner : public ModelRunner {
   cuda::KvLayer KvLayerView(int64_t layer) const;
 
   ModelRunnerOptions options_;
-  const ModelWeights* weights_;
-  const ModelConfig& config_;
+  const ModelWeights* weights_;  // Null with random weights.
+  ModelConfig config_;
   KvPool* pool_;
   std::unique_ptr<cuda::DeviceOps> ops_;
   LayerCallback layer_callback_;

@@ -230,6 +230,28 @@ INSTANTIATE_TEST_SUITE_P(Families, DeviceRunnerHostTest,
                            return info.param.arch + "_" + std::string(KvDTypeName(info.param.kv));
                          });
 
+TEST_P(DeviceRunnerHostTest, RandomWeightsInDeviceMemoryRunAndRepeat) {
+  const ModelConfig& config = weights_->config();
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    auto dev = DeviceModelRunner::CreateRandom(config, options_, device_pool_.get(), Ops(), 3);
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    const std::vector<int32_t> tokens = {5, 6, 7, 8, 9}, table = {2, 4};
+    ForwardBatch batch;
+    batch.sequences.push_back({tokens, 0, table, true});
+    std::vector<float> logits(config.vocab_size);
+    ASSERT_TRUE((*dev)->Forward(batch, logits.data()).ok());
+    for (float f : logits) ASSERT_TRUE(std::isfinite(f));
+    const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
+    EXPECT_GT(*hi - *lo, 0.1f) << "random weights give distinct logits";
+    if (run == 0) {
+      first = logits;
+    } else {
+      EXPECT_EQ(logits, first) << "the same seed makes the same model";
+    }
+  }
+}
+
 TEST_P(DeviceRunnerHostTest, RefusesWhatItCannotRunNamingIt) {
   ModelRunnerOptions f32 = options_;
   f32.compute_dtype = ComputeDType::kF32;

@@ -136,6 +136,7 @@ class CudaDeviceOps final : public DeviceOps {
                                    workspace_, kGemmWorkspace, stream_),
                     "cublasLtMatmul");
   }
+  absl::Status Fill(const FillParams& p) override { return LaunchFill(p, stream_); }
   absl::Status Embedding(const EmbeddingParams& p) override { return LaunchEmbedding(p, stream_); }
   absl::Status AddRmsNorm(const AddRmsNormParams& p) override { return LaunchAddRmsNorm(p, stream_); }
   absl::Status QkvRopeStore(const QkvRopeStoreParams& p) override {

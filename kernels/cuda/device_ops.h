@@ -40,6 +40,7 @@ class DeviceOps {
   // layer), else a device allocation of the same layout owned by the ops.
   virtual absl::StatusOr<uint8_t*> KvPoolMemory(uint8_t* host_pool, size_t bytes) = 0;
 
+  virtual absl::Status Fill(const FillParams& p) = 0;
   virtual absl::Status Gemm(const GemmParams& p) = 0;
   virtual absl::Status Embedding(const EmbeddingParams& p) = 0;
   virtual absl::Status AddRmsNorm(const AddRmsNormParams& p) = 0;

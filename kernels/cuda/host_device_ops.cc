@@ -1,6 +1,7 @@
 // TEST INFRASTRUCTURE (see host_device_ops.h): never part of the pdserve binary.
 #include "kernels/cuda/host_device_ops.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -41,6 +42,13 @@ class HostDeviceOps final : public DeviceOps {
   absl::Status Synchronize() override { return absl::OkStatus(); }
   absl::StatusOr<uint8_t*> KvPoolMemory(uint8_t* host_pool, size_t) override { return host_pool; }
 
+  absl::Status Fill(const FillParams& p) override {
+    if (p.count > 0) {
+      const int blocks = static_cast<int>(std::min<int64_t>(8, (p.count + threads_ - 1) / threads_));
+      host::Launch(Grid{blocks}, threads_, 0, [&](HostCtx& c) { FillBody(c, p); });
+    }
+    return absl::OkStatus();
+  }
   absl::Status Gemm(const GemmParams& p) override {
     for (int64_t i = 0; i < p.m; ++i) {
       for (int64_t j = 0; j < p.n; ++j) {

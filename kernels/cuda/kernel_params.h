@@ -130,6 +130,17 @@ struct DecodeAttentionParams {
   float* partial_ml = nullptr;  // [num_rows][num_heads][max_splits][2]: max, sum
 };
 
+// out[i] = offset + scale * u(seed, i), u uniform in [-1, 1) from a counter hash (SplitMix64 of
+// seed + i): random weights made in device memory (bench-engine --random-weights).
+struct FillParams {
+  void* out = nullptr;
+  int64_t count = 0;
+  ActType type = ActType::kBF16;
+  float offset = 0.0f;
+  float scale = 1.0f;
+  uint64_t seed = 0;
+};
+
 // y[m][n] (f32, row stride ldy) = x[m][k] (bf16, row stride ldx) times w[n][k] (bf16) transposed,
 // accumulated in f32: the linear layers (cuBLASLt on a GPU).
 struct GemmParams {

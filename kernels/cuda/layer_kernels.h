@@ -147,6 +147,30 @@ PD_DEVICE void SiluMulBody(Ctx& ctx, const SiluMulParams& p) {
   }
 }
 
+PD_HD float FillValue(const FillParams& p, int64_t i) {
+  uint64_t z = p.seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const float u = static_cast<float>(z >> 40) * (1.0f / 8388608.0f) - 1.0f;  // 24 bits: [-1, 1)
+  return p.offset + p.scale * u;
+}
+
+// Grid-stride over count elements. Twin: FillValue on the host.
+template <typename Ctx>
+PD_DEVICE void FillBody(Ctx& ctx, const FillParams& p) {
+  const int64_t stride = static_cast<int64_t>(ctx.threads()) * ctx.blocks(0);
+  for (int64_t i = static_cast<int64_t>(ctx.block(0)) * ctx.threads() + ctx.thread(); i < p.count;
+       i += stride) {
+    const float v = FillValue(p, i);
+    if (p.type == ActType::kBF16) {
+      static_cast<uint16_t*>(p.out)[i] = FloatBf16(v);
+    } else {
+      static_cast<float*>(p.out)[i] = v;
+    }
+  }
+}
+
 }  // namespace pdserve::cuda
 
 #endif  // PDSERVE_KERNELS_CUDA_LAYER_KERNELS_H_

@@ -145,6 +145,34 @@ TEST(LayerKernelsHostTest, SiluMulEqualsCpu) {
   ExpectClose(out, cpu, 1e-6f, "silu");
 }
 
+TEST(LayerKernelsHostTest, FillIsTheCounterHashInRange) {
+  for (ActType type : {ActType::kF32, ActType::kBF16}) {
+    std::vector<float> f32(1000, NAN);
+    std::vector<uint16_t> bf16(1000);
+    FillParams p;
+    p.out = type == ActType::kF32 ? static_cast<void*>(f32.data()) : bf16.data();
+    p.count = 1000;
+    p.type = type;
+    p.offset = 0.5f;
+    p.scale = 2.0f;
+    p.seed = 77;
+    host::Launch(Grid{3, 1, 1}, 64, 0, [&](HostCtx& ctx) { FillBody(ctx, p); });  // Grid-stride.
+    double sum = 0;
+    for (int64_t i = 0; i < 1000; ++i) {
+      const float want = FillValue(p, i);
+      ASSERT_GE(want, -1.5f);
+      ASSERT_LT(want, 2.5f);
+      sum += want;
+      if (type == ActType::kF32) {
+        ASSERT_EQ(f32[i], want) << i;
+      } else {
+        ASSERT_EQ(bf16[i], F32ToBf16(want)) << i;
+      }
+    }
+    EXPECT_NEAR(sum / 1000, 0.5, 0.15) << "uniform around the offset";
+  }
+}
+
 struct QkvCase {
   KvDType dtype;
   int head_dim;

@@ -28,6 +28,11 @@ __global__ void SiluMulKernel(SiluMulParams p) {
   SiluMulBody(ctx, p);
 }
 
+__global__ void FillKernel(FillParams p) {
+  DeviceCtx ctx;
+  FillBody(ctx, p);
+}
+
 cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 }  // namespace
@@ -74,6 +79,13 @@ absl::Status LaunchSiluMul(const SiluMulParams& p, void* stream) {
   if (p.rows == 0) return absl::OkStatus();
   SiluMulKernel<<<p.rows, kRowThreads, 0, Stream(stream)>>>(p);
   return LaunchStatus("SiluMulKernel");
+}
+
+absl::Status LaunchFill(const FillParams& p, void* stream) {
+  if (p.count == 0) return absl::OkStatus();
+  const int64_t blocks = (p.count + kRowThreads - 1) / kRowThreads;
+  FillKernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kRowThreads, 0, Stream(stream)>>>(p);
+  return LaunchStatus("FillKernel");
 }
 
 }  // namespace pdserve::cuda

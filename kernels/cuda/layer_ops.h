@@ -14,6 +14,7 @@ absl::Status LaunchAddRmsNorm(const AddRmsNormParams& p, void* stream);
 // InvalidArgument for a shape the kernel does not take (kernel_checks.h).
 absl::Status LaunchQkvRopeStore(const QkvRopeStoreParams& p, void* stream);
 absl::Status LaunchSiluMul(const SiluMulParams& p, void* stream);
+absl::Status LaunchFill(const FillParams& p, void* stream);
 
 }  // namespace pdserve::cuda
 
