@@ -1,10 +1,46 @@
 #!/usr/bin/env bash
-# The device check, run on a machine with an NVIDIA GPU: builds with CUDA on and runs the
-# ctest label `gpu` (CUDA kernels against their CPU twins). Prints what it found either way.
-set -euo pipefail
+# The device check, on a machine with an NVIDIA GPU (issue 13): every `gpu` test (each CUDA kernel
+# against its CPU twin on the device; the CUDA runner against the CPU runner: logits within bf16
+# tolerance and 32 greedy tokens), then gpu_bench's table of ratios to limits measured in the same
+# run (bench/gpu_bench.cc). Writes the logs and the table to $OUT when it is set.
+#
+# Two ways to get the binaries:
+#   PDSERVE_GPU_BUNDLE=DIR  use what scripts/gpu_bundle.sh built and packed on a Debian machine
+#                           (the lent GPU machines have CUDA but not gRPC, Abseil or OpenBLAS);
+#   otherwise               build here with CUDA on (needs the Debian packages of scripts/setup.sh).
+set -uo pipefail
 cd "$(dirname "$0")/.."
+OUT="${OUT:-}"
+log() { if [ -n "$OUT" ]; then tee -a "$OUT/gpu_check.log"; else cat; fi; }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || echo "no nvidia-smi"
-PDSERVE_BUILD_DIR=build-gpu scripts/build.sh -DPDSERVE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-cd build-gpu
-ctest -L gpu --output-on-failure
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 | log || true
+failed=0
+if [ -n "${PDSERVE_GPU_BUNDLE:-}" ]; then
+  dir="$(cd "$PDSERVE_GPU_BUNDLE" && pwd)"
+  work="$(mktemp -d)"
+  tar -C "$work" -xJf "$dir/bundle.tar.xz"
+  echo "bundle of commit $(cat "$dir/commit" 2>/dev/null)" | log
+  # The toolkit's libraries: /usr/local/cuda, or the pip wheels of the image's python3.
+  cuda_libs=/usr/local/cuda/lib64
+  for pkg in nvidia/cu13/lib nvidia/cublas/lib nvidia/cuda_runtime/lib; do
+    p="$(python3 -c "import os, nvidia; print(os.path.join(os.path.dirname(nvidia.__path__[0]), '$pkg'))" 2>/dev/null || true)"
+    [ -n "$p" ] && [ -d "$p" ] && cuda_libs="$cuda_libs:$p"
+  done
+  export LD_LIBRARY_PATH="$work/lib:$cuda_libs:${LD_LIBRARY_PATH:-}"
+  for t in kernels_cuda_test device_model_runner_gpu_test; do
+    "$work/bin/$t" 2>&1 | log
+    [ "${PIPESTATUS[0]}" = 0 ] || failed=1
+  done
+  bench="$work/bin/gpu_bench"
+else
+  PDSERVE_SKIP_SETUP="${PDSERVE_SKIP_SETUP:-1}" PDSERVE_BUILD_DIR=build-gpu \
+    scripts/build.sh -DPDSERVE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 2>&1 | log
+  [ "${PIPESTATUS[0]}" = 0 ] || exit 1
+  (cd build-gpu && ctest -L gpu --output-on-failure) 2>&1 | log
+  [ "${PIPESTATUS[0]}" = 0 ] || failed=1
+  bench=build-gpu/bench/gpu_bench
+fi
+"$bench" 2>&1 | log
+[ "${PIPESTATUS[0]}" = 0 ] || failed=1
+[ "$failed" = 0 ] && echo "gpu_check: all passed" | log || echo "gpu_check: FAILED (see above)" | log
+exit "$failed"
