@@ -11,12 +11,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/base/file_util.h"
 #include "common/base/rng.h"
 #include "common/engine/cpu_model_runner.h"
+#include "common/engine/llm_engine.h"
 #include "common/model/model_config.h"
 #include "common/model/random_model.h"
 #include "gtest/gtest.h"
@@ -250,6 +252,71 @@ TEST_P(DeviceRunnerHostTest, RandomWeightsInDeviceMemoryRunAndRepeat) {
       EXPECT_EQ(logits, first) << "the same seed makes the same model";
     }
   }
+}
+
+// The whole engine on the device runner (chunked prefill mixed with decodes, a shared prefix
+// from the cache, preemption when blocks run out) against the CPU engine in bf16: the same
+// greedy tokens.
+TEST_P(DeviceRunnerHostTest, EngineOnTheDeviceRunnerGeneratesTheCpuEnginesTokens) {
+  auto run = [&](bool device) {
+    EngineOptions o;
+    o.backend = device ? "cuda" : "cpu";
+    o.threads = 1;
+    o.block_size = 4;
+    o.kv_dtype = GetParam().kv;
+    o.num_kv_blocks = 14;  // 56 tokens for three requests of up to 41: preemption.
+    o.max_num_seqs = 4;
+    o.max_num_batched_tokens = 16;  // Prompts prefill in chunks beside decodes.
+    o.compute_dtype = ComputeDType::kBF16;
+    o.weight_huge_pages = false;
+    if (device) {
+      o.runner_factory = [](const ModelRunnerOptions& ro, const ModelWeights* w, KvPool* pool)
+          -> absl::StatusOr<std::unique_ptr<ModelRunner>> {
+        auto r = DeviceModelRunner::Create(ro, w, pool, Ops());
+        if (!r.ok()) return r.status();
+        return std::unique_ptr<ModelRunner>(std::move(*r));
+      };
+    }
+    auto engine = LLMEngine::Create(dir_, o);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    std::vector<int32_t> shared(16), a, b, c(5);
+    for (int i = 0; i < 16; ++i) shared[i] = 20 + 7 * i;
+    a = shared;
+    b = shared;
+    for (int i = 0; i < 13; ++i) a.push_back(100 + i), b.push_back(200 + 3 * i);
+    for (int i = 0; i < 5; ++i) c[i] = 250 - i;
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    greedy.max_tokens = 12;
+    greedy.ignore_eos = true;
+    std::map<std::string, std::vector<int32_t>> out;
+    EXPECT_TRUE((*engine)->AddRequest("a", a, greedy).ok());
+    std::vector<RequestOutput> outs;
+    for (int step = 0; step < 400 && (step < 3 || (*engine)->HasUnfinished()); ++step) {
+      if (step == 3) {
+        EXPECT_TRUE((*engine)->AddRequest("b", b, greedy).ok());  // Reuses a's prefix blocks.
+        EXPECT_TRUE((*engine)->AddRequest("c", c, greedy).ok());
+      }
+      outs.clear();
+      EXPECT_TRUE((*engine)->Step(&outs).ok());
+      for (const RequestOutput& r : outs) {
+        for (const TokenOutput& t : r.tokens) out[r.request_id].push_back(t.token);
+      }
+    }
+    const EngineStats stats = (*engine)->Stats();
+    return std::make_pair(out, stats);
+  };
+  const auto [cpu, cpu_stats] = run(false);
+  const auto [dev, dev_stats] = run(true);
+  EXPECT_EQ(cpu.size(), 3u);
+  for (const auto& [id, tokens] : cpu) {
+    EXPECT_EQ(tokens.size(), 12u) << id;
+    EXPECT_EQ(dev.at(id), tokens) << "request " << id;
+  }
+  EXPECT_GT(cpu_stats.kv.prefix_hit_tokens, 0) << "b reused a's prefix";
+  EXPECT_EQ(dev_stats.kv.prefix_hit_tokens, cpu_stats.kv.prefix_hit_tokens);
+  EXPECT_GT(cpu_stats.preemptions, 0) << "the pool was meant to run out";
+  EXPECT_EQ(dev_stats.preemptions, cpu_stats.preemptions);
 }
 
 TEST_P(DeviceRunnerHostTest, RefusesWhatItCannotRunNamingIt) {

@@ -4,12 +4,17 @@
 #define PDSERVE_COMMON_ENGINE_ENGINE_OPTIONS_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "common/base/dtype.h"
 #include "common/engine/model_runner.h"
 
 namespace pdserve {
+
+class KvPool;
+class ModelWeights;
 
 struct EngineOptions {
   std::string backend = "cpu";
@@ -27,6 +32,11 @@ struct EngineOptions {
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
   ComputeDType compute_dtype = ComputeDType::kAuto;  // Resolved in LLMEngine::Create.
   bool weight_huge_pages = true;  // ModelRunnerOptions::weight_huge_pages.
+  // Tests only: makes the runner instead of CreateModelRunner(backend), e.g. the cuda backend's
+  // runner over the host execution layer (its compute dtype still resolved for `backend`).
+  std::function<absl::StatusOr<std::unique_ptr<ModelRunner>>(const ModelRunnerOptions&,
+                                                             const ModelWeights*, KvPool*)>
+      runner_factory;
 };
 
 }  // namespace pdserve

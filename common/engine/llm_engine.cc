@@ -111,7 +111,9 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
                          : ")");
   }
   PD_ASSIGN_OR_RETURN(e->runner_,
-                      CreateModelRunner(options.backend, ro, e->weights_.get(), e->pool_.get()));
+                      options.runner_factory
+                          ? options.runner_factory(ro, e->weights_.get(), e->pool_.get())
+                          : CreateModelRunner(options.backend, ro, e->weights_.get(), e->pool_.get()));
   e->logits_.resize(static_cast<size_t>(options.max_num_seqs) * config.vocab_size);
   e->sampled_.reserve(options.max_num_seqs);
   return e;
