@@ -79,6 +79,16 @@ void ReceiveTracker::PageArrived(uint64_t tag, const uint8_t* data, uint64_t len
   t.poll.stats.bytes += static_cast<int64_t>(len);
 }
 
+void ReceiveTracker::PageArrivedHashed(uint64_t tag, uint64_t page_hash, uint64_t len) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = transfers_.find(tag);
+  if (it == transfers_.end()) return;
+  Transfer& t = *it->second;
+  t.hash.Update(reinterpret_cast<const uint8_t*>(&page_hash), sizeof(page_hash));
+  ++t.poll.stats.pages;
+  t.poll.stats.bytes += static_cast<int64_t>(len);
+}
+
 void ReceiveTracker::Finish(uint64_t tag, const TransferStats& sent) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = transfers_.find(tag);

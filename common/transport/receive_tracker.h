@@ -29,6 +29,9 @@ class ReceiveTracker {
                                            uint64_t source);
   // The page's bytes are in place: count and hash them.
   void PageArrived(uint64_t tag, const uint8_t* data, uint64_t len);
+  // The same for a page whose bytes were hashed where they are (device memory, page_hash.h): the
+  // payload checksum then runs over the pages' 8-byte hashes, as the sender's does.
+  void PageArrivedHashed(uint64_t tag, uint64_t page_hash, uint64_t len);
   // The sender's end marker: compare its summary with what arrived.
   void Finish(uint64_t tag, const TransferStats& sent);
   void Fail(uint64_t tag, const absl::Status& why);

@@ -1,0 +1,532 @@
+#include "common/transport/ipc_transport.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/base/log.h"
+#include "common/base/status_macros.h"
+#include "common/base/strings.h"
+#include "common/transport/frame_reader.h"
+#include "common/transport/layout_check.h"
+#include "common/transport/payload_hash.h"
+#include "common/transport/receive_tracker.h"
+#include "common/transport/socket_util.h"
+
+namespace pdserve {
+namespace {
+
+using kv_wire::FrameHeader;
+using kv_wire::kAbort;
+using kv_wire::kEnd;
+using kv_wire::kHello;
+using kv_wire::kMagic;
+
+constexpr uint32_t kPageRef = 16;  // + u64 source offset
+constexpr uint32_t kAck = 17;      // offset: 0 done, 1 failed; + message
+
+struct PageRefFrame {
+  FrameHeader h;
+  uint64_t src_offset;
+};
+static_assert(sizeof(PageRefFrame) == 40);
+
+bool ReadFull(int fd, void* buf, size_t len) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (len > 0) {
+    const ssize_t n = ::recv(fd, p, len, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool WriteFull(int fd, iovec* iov, int count) {
+  while (count > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(count);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    while (count > 0 && static_cast<size_t>(n) >= iov->iov_len) {
+      n -= static_cast<ssize_t>(iov->iov_len);
+      ++iov;
+      --count;
+    }
+    if (count > 0) {
+      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + n;
+      iov->iov_len -= static_cast<size_t>(n);
+    }
+  }
+  return true;
+}
+
+// XXH3-64 over the 8-byte hashes of the pages, in order (ReceiveTracker::PageArrivedHashed).
+uint64_t FoldHashes(const std::vector<uint64_t>& hashes) {
+  PayloadHash h;
+  for (const uint64_t& v : hashes) h.Update(reinterpret_cast<const uint8_t*>(&v), sizeof(v));
+  return h.Digest();
+}
+
+class IpcKvTransport : public KvTransport {
+ public:
+  IpcKvTransport(const KvTransportOptions& options, std::unique_ptr<PoolDevice> device,
+                 std::string name)
+      : layout_(options.layout),
+        advertise_host_(options.advertise_host),
+        timeout_ms_(options.send_timeout_ms),
+        device_(std::move(device)),
+        name_(std::move(name)) {}
+  ~IpcKvTransport() override;
+
+  absl::Status Listen(const std::string& address) {
+    PD_ASSIGN_OR_RETURN(const ListeningSocket sock,
+                        ListenTcp(address, advertise_host_, name_ + "://"));
+    listen_fd_ = sock.fd;
+    endpoint_ = sock.endpoint;
+    acceptor_ = std::thread([this] { AcceptLoop(); });
+    return absl::OkStatus();
+  }
+
+  std::string_view name() const override { return name_; }
+  absl::Status RegisterPool(uint8_t* base, size_t bytes) override {
+    PD_ASSIGN_OR_RETURN(handle_, device_->Export(base, bytes));
+    tracker_.SetPool(base, bytes);
+    return absl::OkStatus();
+  }
+  std::string endpoint() const override { return endpoint_; }
+  std::string description() const override { return Str(endpoint_, " on ", device_->identity()); }
+  absl::Status Expect(uint64_t tag, std::vector<ByteRange> allowed) override {
+    return tracker_.Expect(tag, std::move(allowed));
+  }
+  TransferPoll Poll(uint64_t tag) override { return tracker_.Poll(tag); }
+  void Release(uint64_t tag) override { tracker_.Release(tag); }
+
+  absl::Status Submit(const std::string& peer, uint64_t tag,
+                      absl::Span<const PageCopy> pages) override;
+  void Finish(const std::string& peer, uint64_t tag,
+              std::function<void(absl::StatusOr<TransferStats>)> done) override;
+  void Abort(const std::string& peer, uint64_t tag) override;
+
+ private:
+  struct Item {
+    uint32_t type;
+    uint64_t tag;
+    std::vector<PageCopy> pages;
+    std::function<void(absl::StatusOr<TransferStats>)> done;
+  };
+  struct Peer {
+    int fd = -1;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Item> queue;
+    bool stop = false;
+    bool broken = false;
+    absl::Status error;
+    // Per tag: the pages sent, hashed at END.
+    absl::flat_hash_map<uint64_t, std::vector<std::pair<const uint8_t*, uint64_t>>> sent;
+    std::thread writer;
+  };
+
+  absl::StatusOr<std::shared_ptr<Peer>> GetPeer(const std::string& endpoint);
+  void WriterLoop(std::shared_ptr<Peer> peer);
+  bool WritePageRefs(Peer& peer, const Item& item);
+  bool WriteEnd(Peer& peer, Item& item);
+  void Enqueue(const std::shared_ptr<Peer>& peer, Item item);
+  void AcceptLoop();
+  void ReaderLoop(int fd, uint64_t source);
+
+  const std::string layout_;
+  const std::string advertise_host_;
+  const int64_t timeout_ms_;
+  std::unique_ptr<PoolDevice> device_;
+  const std::string name_;
+  std::string handle_;  // Our pool, exported.
+  std::string endpoint_;
+  ReceiveTracker tracker_;
+  int listen_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex readers_mu_;
+  struct Reader {
+    int fd;
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
+  };
+  std::list<Reader> readers_;
+  std::atomic<uint64_t> next_source_{1};
+  std::mutex peers_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers_;
+};
+
+IpcKvTransport::~IpcKvTransport() {
+  stopping_.store(true);
+  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
+  if (acceptor_.joinable()) acceptor_.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  {
+    std::lock_guard<std::mutex> lock(readers_mu_);
+    for (Reader& r : readers_) ::shutdown(r.fd, SHUT_RDWR);
+  }
+  for (Reader& r : readers_) {
+    if (r.thread.joinable()) r.thread.join();
+    ::close(r.fd);
+  }
+  absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers;
+  {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    peers.swap(peers_);
+  }
+  for (auto& [name, peer] : peers) {
+    {
+      std::lock_guard<std::mutex> lock(peer->mu);
+      peer->stop = true;
+    }
+    peer->cv.notify_all();
+    ::shutdown(peer->fd, SHUT_RDWR);
+    if (peer->writer.joinable()) peer->writer.join();
+    ::close(peer->fd);
+  }
+}
+
+void IpcKvTransport::AcceptLoop() {
+  while (!stopping_.load()) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    const uint64_t source = next_source_.fetch_add(1);
+    std::lock_guard<std::mutex> lock(readers_mu_);
+    for (auto it = readers_.begin(); it != readers_.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        ::close(it->fd);
+        it = readers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    Reader& r = readers_.emplace_back(Reader{fd, std::thread()});
+    r.thread = std::thread([this, fd, source, done = r.done] {
+      ReaderLoop(fd, source);
+      ::shutdown(fd, SHUT_RDWR);
+      done->store(true);
+    });
+  }
+}
+
+void IpcKvTransport::ReaderLoop(int fd, uint64_t source) {
+  // HELLO: layout, device identity and pool handle (NUL-separated); header.offset = pool bytes.
+  FrameHeader h;
+  if (!ReadFull(fd, &h, sizeof(h)) || h.magic != kMagic || h.type != kHello ||
+      h.length > kv_wire::kMaxHello) {
+    return;
+  }
+  std::string hello(h.length, '\0');
+  if (!ReadFull(fd, hello.data(), hello.size())) return;
+  const size_t a = hello.find('\0'), b = a == std::string::npos ? a : hello.find('\0', a + 1);
+  absl::Status check;
+  uint8_t* peer_pool = nullptr;
+  const uint64_t peer_bytes = h.offset;
+  if (b == std::string::npos) {
+    check = absl::InvalidArgumentError("malformed hello");
+  } else {
+    check = CheckLayouts(layout_, hello.substr(0, a));
+    const std::string theirs = hello.substr(a + 1, b - a - 1);
+    if (check.ok() && theirs != device_->identity()) {
+      check = absl::FailedPreconditionError(Str("device is ", device_->identity(),
+                                                " here but ", theirs, " on the peer"));
+    }
+    if (check.ok()) {
+      auto mapped = device_->Open(hello.substr(b + 1), peer_bytes);
+      if (mapped.ok()) {
+        peer_pool = *mapped;
+      } else {
+        check = mapped.status();
+      }
+    }
+  }
+  const std::string message(check.message());
+  uint32_t reply[2] = {check.ok() ? 0u : 1u, static_cast<uint32_t>(message.size())};
+  iovec iov[2] = {{reply, sizeof(reply)}, {const_cast<char*>(message.data()), message.size()}};
+  if (!WriteFull(fd, iov, 2) || !check.ok()) {
+    if (peer_pool != nullptr) device_->Close(peer_pool, peer_bytes);
+    return;
+  }
+
+  // Pages pulled per tag, hashed at END.
+  absl::flat_hash_map<uint64_t, std::vector<std::pair<const uint8_t*, uint64_t>>> pulled;
+  while (!stopping_.load()) {
+    if (!ReadFull(fd, &h, sizeof(h)) || h.magic != kMagic) break;
+    if (h.type == kPageRef) {
+      uint64_t src = 0;
+      if (!ReadFull(fd, &src, sizeof(src))) break;
+      if (h.length > kv_wire::kMaxPage || src > peer_bytes || h.length > peer_bytes - src) {
+        tracker_.Fail(h.tag, absl::OutOfRangeError(
+                                 Str("transfer ", h.tag, ": source page at ", src, " (", h.length,
+                                     " bytes) is outside the sender's pool of ", peer_bytes)));
+        continue;
+      }
+      auto where = tracker_.PageDestination(h.tag, h.offset, h.length, source);
+      if (!where.ok()) continue;  // The transfer is failed; the sender hears it at END.
+      uint64_t len = h.length;
+      if (ShouldCorruptNextPage() && len > 8) len -= 8;  // Tests: the last word stays stale.
+      if (absl::Status s = device_->CopyAsync(*where, peer_pool + src, len); !s.ok()) {
+        tracker_.Fail(h.tag, s);
+        continue;
+      }
+      pulled[h.tag].emplace_back(*where, h.length);
+    } else if (h.type == kEnd) {
+      uint64_t v[3];
+      if (h.length != sizeof(v) || !ReadFull(fd, v, sizeof(v))) break;
+      std::vector<std::pair<const uint8_t*, uint64_t>> pages;
+      if (auto it = pulled.find(h.tag); it != pulled.end()) {
+        pages = std::move(it->second);
+        pulled.erase(it);
+      }
+      std::vector<uint64_t> hashes;
+      if (absl::Status s = device_->HashPages(pages, &hashes); !s.ok()) {
+        tracker_.Fail(h.tag, s);
+      } else {
+        for (size_t i = 0; i < pages.size(); ++i) {
+          tracker_.PageArrivedHashed(h.tag, hashes[i], pages[i].second);
+        }
+        tracker_.Finish(h.tag, TransferStats{static_cast<int64_t>(v[0]),
+                                             static_cast<int64_t>(v[1]), v[2]});
+      }
+      const TransferPoll poll = tracker_.Poll(h.tag);
+      const bool done = poll.state == TransferState::kDone;
+      const std::string why = done ? "" : (poll.state == TransferState::kPending
+                                               ? Str("transfer ", h.tag, " is not expected here")
+                                               : std::string(poll.status.message()));
+      FrameHeader ack{kMagic, kAck, h.tag, done ? 0u : 1u, why.size()};
+      iovec out[2] = {{&ack, sizeof(ack)}, {const_cast<char*>(why.data()), why.size()}};
+      if (!WriteFull(fd, out, 2)) break;
+    } else if (h.type == kAbort) {
+      pulled.erase(h.tag);
+      tracker_.Fail(h.tag, absl::AbortedError(Str("transfer ", h.tag, " aborted by sender")));
+    } else {
+      break;  // A broken peer.
+    }
+  }
+  tracker_.FailSource(source, absl::UnavailableError("KV transport peer disconnected"));
+  // Copies still queued read the peer's pool: let them finish before unmapping it.
+  (void)device_->Synchronize();
+  device_->Close(peer_pool, peer_bytes);
+}
+
+absl::StatusOr<std::shared_ptr<IpcKvTransport::Peer>> IpcKvTransport::GetPeer(
+    const std::string& endpoint) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  auto it = peers_.find(endpoint);
+  if (it != peers_.end()) {
+    std::lock_guard<std::mutex> plock(it->second->mu);
+    if (!it->second->broken) return it->second;
+  }
+  if (handle_.empty()) return absl::FailedPreconditionError("KV transport: no pool registered");
+  PD_ASSIGN_OR_RETURN(const int fd, ConnectTcp(endpoint, timeout_ms_));
+  const std::string hello = Str(layout_, std::string(1, '\0'), device_->identity(),
+                                std::string(1, '\0'), handle_);
+  FrameHeader h{kMagic, kHello, 0, tracker_.pool_bytes(), hello.size()};
+  iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(hello.data()), hello.size()}};
+  uint32_t reply[2];
+  if (!WriteFull(fd, iov, 2) || !ReadFull(fd, reply, sizeof(reply)) ||
+      reply[1] > kv_wire::kMaxHello) {
+    ::close(fd);
+    return absl::UnavailableError(Str("KV transport handshake with ", endpoint, " failed"));
+  }
+  std::string message(reply[1], '\0');
+  if (!ReadFull(fd, message.data(), message.size()) || reply[0] != 0) {
+    ::close(fd);
+    return absl::FailedPreconditionError(Str("KV transport peer ", endpoint, " refused: ", message));
+  }
+  auto peer = std::make_shared<Peer>();
+  peer->fd = fd;
+  peer->writer = std::thread([this, peer] { WriterLoop(peer); });
+  if (it != peers_.end()) {
+    std::shared_ptr<Peer> old = it->second;
+    if (old->writer.joinable()) old->writer.join();
+    ::close(old->fd);
+    it->second = peer;
+  } else {
+    peers_.emplace(endpoint, peer);
+  }
+  return peer;
+}
+
+void IpcKvTransport::Enqueue(const std::shared_ptr<Peer>& peer, Item item) {
+  {
+    std::lock_guard<std::mutex> lock(peer->mu);
+    if (peer->broken) {
+      if (item.done) item.done(peer->error);
+      return;
+    }
+    peer->queue.push_back(std::move(item));
+  }
+  peer->cv.notify_one();
+}
+
+bool IpcKvTransport::WritePageRefs(Peer& peer, const Item& item) {
+  constexpr size_t kBatch = 64;
+  std::vector<PageRefFrame> frames;
+  frames.reserve(kBatch);
+  for (size_t i = 0; i < item.pages.size();) {
+    frames.clear();
+    for (; i < item.pages.size() && frames.size() < kBatch; ++i) {
+      const PageCopy& p = item.pages[i];
+      if (const int64_t stall = StallBeforeNextPageMs(); stall > 0) {  // Tests only.
+        if (!frames.empty()) break;
+        PD_LOG(Warning) << "fault injection: KV transfer " << item.tag << " stalls " << stall
+                        << " ms after its first " << i << " pages";
+        std::this_thread::sleep_for(std::chrono::milliseconds(stall));
+      }
+      frames.push_back(PageRefFrame{FrameHeader{kMagic, kPageRef, item.tag, p.dst_offset, p.bytes},
+                                    p.src_offset});
+    }
+    iovec iov{frames.data(), frames.size() * sizeof(PageRefFrame)};
+    if (!WriteFull(peer.fd, &iov, 1)) return false;
+  }
+  std::lock_guard<std::mutex> lock(peer.mu);
+  auto& sent = peer.sent[item.tag];
+  for (const PageCopy& p : item.pages) sent.emplace_back(tracker_.pool() + p.src_offset, p.bytes);
+  return true;
+}
+
+// END with the sender's count, bytes and checksum (hashed where the pages are), then the
+// receiver's ACK: done is told only once the receiver has the bytes.
+bool IpcKvTransport::WriteEnd(Peer& peer, Item& item) {
+  std::vector<std::pair<const uint8_t*, uint64_t>> pages;
+  {
+    std::lock_guard<std::mutex> lock(peer.mu);
+    if (auto it = peer.sent.find(item.tag); it != peer.sent.end()) {
+      pages = std::move(it->second);
+      peer.sent.erase(it);
+    }
+  }
+  std::vector<uint64_t> hashes;
+  if (absl::Status s = device_->HashPages(pages, &hashes); !s.ok()) {
+    if (item.done) item.done(s);
+    item.done = nullptr;
+    return true;  // The receiver's transfer fails at its lease; the connection is fine.
+  }
+  TransferStats stats;
+  stats.pages = static_cast<int64_t>(pages.size());
+  for (const auto& p : pages) stats.bytes += static_cast<int64_t>(p.second);
+  stats.checksum = FoldHashes(hashes);
+  uint64_t v[3] = {static_cast<uint64_t>(stats.pages), static_cast<uint64_t>(stats.bytes),
+                   stats.checksum};
+  FrameHeader h{kMagic, kEnd, item.tag, 0, sizeof(v)};
+  iovec iov[2] = {{&h, sizeof(h)}, {v, sizeof(v)}};
+  FrameHeader ack;
+  if (!WriteFull(peer.fd, iov, 2) || !ReadFull(peer.fd, &ack, sizeof(ack)) ||
+      ack.magic != kMagic || ack.type != kAck || ack.tag != item.tag ||
+      ack.length > kv_wire::kMaxHello) {
+    return false;
+  }
+  std::string why(ack.length, '\0');
+  if (!ReadFull(peer.fd, why.data(), why.size())) return false;
+  if (item.done) {
+    if (ack.offset == 0) {
+      item.done(stats);
+    } else {
+      item.done(absl::DataLossError(Str("the receiver refused transfer ", item.tag, ": ", why)));
+    }
+    item.done = nullptr;
+  }
+  return true;
+}
+
+void IpcKvTransport::WriterLoop(std::shared_ptr<Peer> peer) {
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(peer->mu);
+      peer->cv.wait(lock, [&] { return peer->stop || !peer->queue.empty(); });
+      if (peer->stop) return;
+      item = std::move(peer->queue.front());
+      peer->queue.pop_front();
+    }
+    bool ok = true;
+    if (item.type == kPageRef) {
+      ok = WritePageRefs(*peer, item);
+    } else if (item.type == kEnd) {
+      ok = WriteEnd(*peer, item);
+    } else if (item.type == kAbort) {
+      {
+        std::lock_guard<std::mutex> lock(peer->mu);
+        peer->sent.erase(item.tag);
+      }
+      FrameHeader h{kMagic, kAbort, item.tag, 0, 0};
+      iovec iov{&h, sizeof(h)};
+      ok = WriteFull(peer->fd, &iov, 1);
+    }
+    if (!ok) {
+      std::deque<Item> failed;
+      const absl::Status error = absl::UnavailableError("KV transport connection lost");
+      {
+        std::lock_guard<std::mutex> lock(peer->mu);
+        peer->broken = true;
+        peer->error = error;
+        failed.swap(peer->queue);
+      }
+      if (item.done) item.done(error);
+      for (Item& f : failed) {
+        if (f.done) f.done(error);
+      }
+      return;
+    }
+  }
+}
+
+absl::Status IpcKvTransport::Submit(const std::string& peer_endpoint, uint64_t tag,
+                                    absl::Span<const PageCopy> pages) {
+  for (const PageCopy& p : pages) {
+    if (p.src_offset > tracker_.pool_bytes() || p.bytes > tracker_.pool_bytes() - p.src_offset) {
+      return absl::OutOfRangeError(Str("page at ", p.src_offset, " is outside the local pool"));
+    }
+  }
+  PD_ASSIGN_OR_RETURN(std::shared_ptr<Peer> peer, GetPeer(peer_endpoint));
+  Enqueue(peer, Item{kPageRef, tag, std::vector<PageCopy>(pages.begin(), pages.end()), nullptr});
+  return absl::OkStatus();
+}
+
+void IpcKvTransport::Finish(const std::string& peer_endpoint, uint64_t tag,
+                            std::function<void(absl::StatusOr<TransferStats>)> done) {
+  auto peer = GetPeer(peer_endpoint);
+  if (!peer.ok()) {
+    done(peer.status());
+    return;
+  }
+  Enqueue(*peer, Item{kEnd, tag, {}, std::move(done)});
+}
+
+void IpcKvTransport::Abort(const std::string& peer_endpoint, uint64_t tag) {
+  auto peer = GetPeer(peer_endpoint);
+  if (peer.ok()) Enqueue(*peer, Item{kAbort, tag, {}, nullptr});
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvTransport>> CreateIpcKvTransport(
+    const KvTransportOptions& options, std::unique_ptr<PoolDevice> device, const std::string& name) {
+  auto t = std::make_unique<IpcKvTransport>(options, std::move(device), name);
+  PD_RETURN_IF_ERROR(t->Listen(options.listen_address));
+  return std::unique_ptr<KvTransport>(std::move(t));
+}
+
+}  // namespace pdserve

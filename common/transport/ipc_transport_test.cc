@@ -1,0 +1,166 @@
+// The device-pool transport (cuda_ipc's protocol) between two transports of this process, over a
+// shared-memory PoolDevice (TEST INFRASTRUCTURE standing in for GPU memory and CUDA IPC): pages
+// pulled into the announced ranges, checksums of the device hashes, and every refusal and
+// failure as a status, never a hang.
+#include "common/transport/ipc_transport.h"
+
+#include <chrono>
+#include <future>
+#include <vector>
+
+#include "common/base/rng.h"
+#include "common/transport/receive_tracker.h"
+#include "common/transport/shared_memory_pool_device.h"
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+constexpr size_t kPoolBytes = 1 << 20;
+
+struct Side {
+  std::unique_ptr<SharedPool> pool;
+  std::unique_ptr<KvTransport> transport;
+};
+
+Side MakeSide(const std::string& layout = "block_size=16;kv_dtype=bf16", const std::string& device = "0",
+              uint64_t seed = 0) {
+  Side s;
+  s.pool = *AllocateSharedPool(kPoolBytes);
+  if (seed != 0) {
+    SplitMix64 rng(seed);
+    for (size_t i = 0; i < kPoolBytes; ++i) s.pool->data[i] = static_cast<uint8_t>(rng.Next() | 1);
+  }
+  KvTransportOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.layout = layout;
+  o.send_timeout_ms = 5000;
+  auto t = CreateIpcKvTransport(o, CreateSharedMemoryPoolDevice(device), "cuda_ipc");
+  EXPECT_TRUE(t.ok()) << t.status();
+  s.transport = std::move(*t);
+  EXPECT_TRUE(s.transport->RegisterPool(s.pool->data, kPoolBytes).ok());
+  return s;
+}
+
+absl::StatusOr<TransferStats> FinishAndWait(KvTransport& t, const std::string& peer, uint64_t tag) {
+  std::promise<absl::StatusOr<TransferStats>> p;
+  auto f = p.get_future();
+  t.Finish(peer, tag, [&](absl::StatusOr<TransferStats> s) { p.set_value(std::move(s)); });
+  EXPECT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "Finish hung";
+  return f.get();
+}
+
+TransferPoll WaitDone(KvTransport& t, uint64_t tag) {
+  for (int i = 0; i < 2000; ++i) {
+    TransferPoll p = t.Poll(tag);
+    if (p.state != TransferState::kPending) return p;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return t.Poll(tag);
+}
+
+TEST(IpcTransportTest, PagesArePulledIntoTheAnnouncedRangesAndVerified) {
+  Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 7);
+  Side receiver = MakeSide();
+  EXPECT_EQ(receiver.transport->endpoint().rfind("cuda_ipc://127.0.0.1:", 0), 0u);
+  // Pages of several sizes (one not a multiple of 8) to scattered destinations.
+  const std::vector<PageCopy> pages = {{0, 65536, 4096}, {8192, 4096, 4096}, {100000, 300000, 1003},
+                                       {500000, 200000, 65536}};
+  ASSERT_TRUE(receiver.transport->Expect(1, {{4096, 69632}, {200000, 400000}}).ok());
+  ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 1, {pages.data(), 2}).ok());
+  ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 1, {pages.data() + 2, 2}).ok());
+  auto stats = FinishAndWait(*sender.transport, receiver.transport->endpoint(), 1);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->pages, 4);
+  EXPECT_EQ(stats->bytes, 4096 + 4096 + 1003 + 65536);
+  const TransferPoll poll = receiver.transport->Poll(1);  // Done before the ACK was sent.
+  ASSERT_EQ(poll.state, TransferState::kDone) << poll.status;
+  EXPECT_EQ(poll.stats.checksum, stats->checksum);
+  for (const PageCopy& p : pages) {
+    EXPECT_EQ(std::memcmp(receiver.pool->data + p.dst_offset, sender.pool->data + p.src_offset, p.bytes), 0);
+  }
+  EXPECT_EQ(receiver.pool->data[4095], 0) << "nothing outside the pages";
+}
+
+TEST(IpcTransportTest, APageOutsideTheRangesFailsBothSidesAndIsNotWritten) {
+  Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 8);
+  Side receiver = MakeSide();
+  ASSERT_TRUE(receiver.transport->Expect(2, {{0, 8192}}).ok());
+  const std::vector<PageCopy> pages = {{0, 0, 4096}, {4096, 500000, 4096}};
+  ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 2, pages).ok());
+  auto stats = FinishAndWait(*sender.transport, receiver.transport->endpoint(), 2);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(stats.status().message().find("refused transfer 2"), std::string::npos) << stats.status();
+  const TransferPoll poll = receiver.transport->Poll(2);
+  EXPECT_EQ(poll.state, TransferState::kFailed);
+  for (size_t i = 500000; i < 504096; ++i) ASSERT_EQ(receiver.pool->data[i], 0);
+}
+
+TEST(IpcTransportTest, ACorruptedCopyIsCaughtByTheDeviceChecksums) {
+  Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 9);
+  Side receiver = MakeSide();
+  ASSERT_TRUE(receiver.transport->Expect(3, {{0, kPoolBytes}}).ok());
+  SetCorruptKvPageForTesting(2);
+  const std::vector<PageCopy> pages = {{0, 0, 4096}, {4096, 4096, 4096}, {8192, 8192, 4096}};
+  ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 3, pages).ok());
+  auto stats = FinishAndWait(*sender.transport, receiver.transport->endpoint(), 3);
+  SetCorruptKvPageForTesting(0);
+  ASSERT_FALSE(stats.ok());
+  const TransferPoll poll = receiver.transport->Poll(3);
+  EXPECT_EQ(poll.state, TransferState::kFailed);
+  EXPECT_NE(std::string(poll.status.message()).find("checksum mismatch"), std::string::npos) << poll.status;
+}
+
+TEST(IpcTransportTest, AnotherLayoutOrDeviceIsRefusedNamingBoth) {
+  Side receiver = MakeSide("block_size=16;kv_dtype=bf16", "0");
+  Side other_layout = MakeSide("block_size=16;kv_dtype=int8", "0");
+  const std::vector<PageCopy> pages = {{0, 0, 64}};
+  absl::Status s = other_layout.transport->Submit(receiver.transport->endpoint(), 4, pages);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("kv_dtype"), std::string::npos) << s;
+  Side other_device = MakeSide("block_size=16;kv_dtype=bf16", "1");
+  s = other_device.transport->Submit(receiver.transport->endpoint(), 4, pages);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("host-shm:0 here but host-shm:1 on the peer"), std::string::npos) << s;
+}
+
+TEST(IpcTransportTest, AbortFailsTheReceiversTransfer) {
+  Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 10);
+  Side receiver = MakeSide();
+  ASSERT_TRUE(receiver.transport->Expect(5, {{0, kPoolBytes}}).ok());
+  const std::vector<PageCopy> pages = {{0, 0, 4096}};
+  ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 5, pages).ok());
+  sender.transport->Abort(receiver.transport->endpoint(), 5);
+  const TransferPoll poll = WaitDone(*receiver.transport, 5);
+  EXPECT_EQ(poll.state, TransferState::kFailed);
+  EXPECT_EQ(poll.status.code(), absl::StatusCode::kAborted) << poll.status;
+}
+
+TEST(IpcTransportTest, ALostReceiverIsAnErrorNotAHang) {
+  Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 11);
+  std::string endpoint;
+  {
+    Side receiver = MakeSide();
+    endpoint = receiver.transport->endpoint();
+    ASSERT_TRUE(receiver.transport->Expect(6, {{0, kPoolBytes}}).ok());
+    const std::vector<PageCopy> pages = {{0, 0, 4096}};
+    ASSERT_TRUE(sender.transport->Submit(endpoint, 6, pages).ok());
+  }
+  auto stats = FinishAndWait(*sender.transport, endpoint, 6);
+  EXPECT_FALSE(stats.ok());
+  const std::vector<PageCopy> outside = {{kPoolBytes - 10, 0, 64}};
+  EXPECT_EQ(sender.transport->Submit(endpoint, 7, outside).code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST(IpcTransportTest, AnUnknownTagIsRefusedAtItsEnd) {
+  Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 12);
+  Side receiver = MakeSide();
+  const std::vector<PageCopy> pages = {{0, 0, 4096}};
+  ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 99, pages).ok());
+  auto stats = FinishAndWait(*sender.transport, receiver.transport->endpoint(), 99);
+  ASSERT_FALSE(stats.ok());
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(receiver.pool->data[i], 0);
+}
+
+}  // namespace
+}  // namespace pdserve

@@ -1,0 +1,42 @@
+// What a transport that moves KV pages between pools in device memory needs of the device: share
+// a pool with another process, copy between pools, and checksum pages where they are. One
+// implementation per device: CudaPoolDevice (kernels/cuda/cuda_pool_device.h: CUDA IPC handles,
+// cudaMemcpyAsync, a hash kernel) and, as test infrastructure only, SharedMemoryPoolDevice
+// (shared_memory_pool_device.h: host shared memory standing in for GPU memory). Plain C++.
+#ifndef PDSERVE_COMMON_TRANSPORT_POOL_DEVICE_H_
+#define PDSERVE_COMMON_TRANSPORT_POOL_DEVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pdserve {
+
+class PoolDevice {
+ public:
+  virtual ~PoolDevice() = default;
+  // Which memory this is, e.g. "cuda:GPU-8f3c..." (the GPU's UUID): two pools can be paired
+  // only on the same kind of device, and IPC only works within one host.
+  virtual std::string identity() const = 0;
+  // A handle another process can open to reach [base, base + bytes) (a pool registered here).
+  virtual absl::StatusOr<std::string> Export(uint8_t* base, size_t bytes) = 0;
+  // Maps a peer's exported pool into this process; Close undoes it.
+  virtual absl::StatusOr<uint8_t*> Open(const std::string& handle, size_t bytes) = 0;
+  virtual void Close(uint8_t* mapped, size_t bytes) = 0;
+  // Queues a copy (both pointers in device memory: a pool or a mapped peer pool).
+  virtual absl::Status CopyAsync(uint8_t* dst, const uint8_t* src, size_t bytes) = 0;
+  // Waits for the queued copies.
+  virtual absl::Status Synchronize() = 0;
+  // Waits for the queued copies, then hashes each (pointer, bytes) page (kernels/cuda/page_hash.h)
+  // into `hashes`, in order.
+  virtual absl::Status HashPages(const std::vector<std::pair<const uint8_t*, uint64_t>>& pages,
+                                 std::vector<uint64_t>* hashes) = 0;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_TRANSPORT_POOL_DEVICE_H_
