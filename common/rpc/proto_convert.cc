@@ -26,6 +26,7 @@ internal::v1::KvLayout MakeKvLayout(const LLMEngine& engine, const std::string& 
   l.set_layout(KvDTypeQuantized(spec.dtype) ? "layer,block,kv,head,slot,dim+scale_f32:kv,head,slot"
                                             : "layer,block,kv,head,slot,dim");
   l.set_hash_scheme(kBlockHashScheme);
+  l.set_device(engine.device());
   return l;
 }
 
@@ -33,7 +34,7 @@ std::string LayoutString(const internal::v1::KvLayout& l) {
   return Str("model_fingerprint=", l.model_fingerprint(), ";block_size=", l.block_size(),
              ";kv_dtype=", l.kv_dtype(), ";num_layers=", l.num_layers(),
              ";num_kv_heads=", l.num_kv_heads(), ";head_dim=", l.head_dim(),
-             ";layout=", l.layout(), ";hash_scheme=", l.hash_scheme());
+             ";layout=", l.layout(), ";hash_scheme=", l.hash_scheme(), ";device=", l.device());
 }
 
 absl::StatusOr<std::string> ModelFingerprint(const std::string& model_dir) {

@@ -19,7 +19,7 @@ absl::StatusOr<WorkerCore> WorkerCore::Create(const std::string& model_dir,
   transport_options.layout = core.layout_string;
   PD_ASSIGN_OR_RETURN(core.transport, CreateKvTransport(transport, transport_options));
   KvPool& pool = core.engine->kv_pool();
-  PD_RETURN_IF_ERROR(core.transport->RegisterPool(pool.data(), pool.size_bytes()));
+  PD_RETURN_IF_ERROR(core.transport->RegisterPool(core.engine->kv_memory(), pool.size_bytes()));
   return core;
 }
 

@@ -7,6 +7,10 @@
 #ifdef PDSERVE_HAVE_UCX
 #include "common/transport/ucx_transport.h"
 #endif
+#if PDSERVE_WITH_CUDA
+#include "common/transport/ipc_transport.h"
+#include "kernels/cuda/cuda_pool_device.h"
+#endif
 
 namespace pdserve {
 
@@ -14,15 +18,25 @@ absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view 
                                                                const KvTransportOptions& options) {
   if (backend == "local") return CreateLocalKvTransport(options);
   if (backend == "tcp") return CreateTcpKvTransport(options);
+  if (backend == "cuda_ipc") {
+#if PDSERVE_WITH_CUDA
+    auto device = cuda::CreateCudaPoolDevice();
+    if (!device.ok()) return device.status();
+    return CreateIpcKvTransport(options, std::move(*device), "cuda_ipc");
+#else
+    return absl::InvalidArgumentError(
+        "KV transport 'cuda_ipc' is not built in (this pdserve was built without CUDA)");
+#endif
+  }
 #ifdef PDSERVE_HAVE_UCX
   if (backend == "ucx") return CreateUcxKvTransport(options);
-  constexpr const char* kAvailable = "local, tcp, ucx";
+  constexpr const char* kAvailable = "local, tcp, ucx, cuda_ipc";
 #else
   if (backend == "ucx") {
     return absl::InvalidArgumentError(
         "KV transport 'ucx' is not built in (PDSERVE_UCX needs libucx-dev: scripts/setup.sh)");
   }
-  constexpr const char* kAvailable = "local, tcp";
+  constexpr const char* kAvailable = "local, tcp, cuda_ipc";
 #endif
   return absl::InvalidArgumentError(
       Str("unknown KV transport '", backend, "' (available: ", kAvailable, ")"));

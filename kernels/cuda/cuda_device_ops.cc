@@ -1,6 +1,5 @@
 #include "kernels/cuda/cuda_device_ops.h"
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <map>
@@ -10,6 +9,7 @@
 
 #include "kernels/cuda/attention_ops.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/layer_ops.h"
 
@@ -27,14 +27,15 @@ class CudaDeviceOps final : public DeviceOps {
  public:
   ~CudaDeviceOps() override {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    if (api_ == nullptr) return;
     for (auto& [key, plan] : plans_) {
-      cublasLtMatrixLayoutDestroy(plan.a);
-      cublasLtMatrixLayoutDestroy(plan.b);
-      cublasLtMatrixLayoutDestroy(plan.c);
+      api_->MatrixLayoutDestroy(plan.a);
+      api_->MatrixLayoutDestroy(plan.b);
+      api_->MatrixLayoutDestroy(plan.c);
     }
-    if (op_ != nullptr) cublasLtMatmulDescDestroy(op_);
-    if (pref_ != nullptr) cublasLtMatmulPreferenceDestroy(pref_);
-    if (lt_ != nullptr) cublasLtDestroy(lt_);
+    if (op_ != nullptr) api_->MatmulDescDestroy(op_);
+    if (pref_ != nullptr) api_->MatmulPreferenceDestroy(pref_);
+    if (lt_ != nullptr) api_->Destroy(lt_);
     for (cudaEvent_t e : marks_) cudaEventDestroy(e);
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (kv_pool_ != nullptr) cudaFree(kv_pool_);
@@ -43,6 +44,9 @@ class CudaDeviceOps final : public DeviceOps {
 
   absl::Status Init(int device) {
     if (DeviceCount() == 0) return absl::UnavailableError("--device cuda: " + DescribeDevice());
+    auto api = LoadCublasLt();
+    if (!api.ok()) return api.status();
+    api_ = *api;
     PD_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
     PD_CUDA_RETURN(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
     cudaDeviceProp prop;
@@ -51,21 +55,21 @@ class CudaDeviceOps final : public DeviceOps {
                 std::to_string(prop.minor) + ", " + std::to_string(sms_) + " SMs)";
     PD_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     PD_CUDA_RETURN(cudaMalloc(&workspace_, kGemmWorkspace), "cuBLASLt workspace");
-    if (absl::Status s = LtStatus(cublasLtCreate(&lt_), "cublasLtCreate"); !s.ok()) return s;
-    if (absl::Status s = LtStatus(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+    if (absl::Status s = LtStatus(api_->Create(&lt_), "cublasLtCreate"); !s.ok()) return s;
+    if (absl::Status s = LtStatus(api_->MatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                                   "cublasLtMatmulDescCreate");
         !s.ok()) {
       return s;
     }
     // y^T = w x^T in cuBLAS's column-major terms: A = w (stored k x n, transposed), B = x^T.
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-    cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-    if (absl::Status s = LtStatus(cublasLtMatmulPreferenceCreate(&pref_), "preference"); !s.ok()) {
+    api_->MatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+    api_->MatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+    if (absl::Status s = LtStatus(api_->MatmulPreferenceCreate(&pref_), "preference"); !s.ok()) {
       return s;
     }
     const size_t ws = kGemmWorkspace;
-    cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+    api_->MatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                          sizeof(ws));
     return absl::OkStatus();
   }
@@ -113,17 +117,17 @@ class CudaDeviceOps final : public DeviceOps {
     auto it = plans_.find(key);
     if (it == plans_.end()) {
       Plan plan;
-      cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, p.k, p.n, p.k);
-      cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, p.k, p.m, p.ldx);
-      cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, p.n, p.m, p.ldy);
+      api_->MatrixLayoutCreate(&plan.a, CUDA_R_16BF, p.k, p.n, p.k);
+      api_->MatrixLayoutCreate(&plan.b, CUDA_R_16BF, p.k, p.m, p.ldx);
+      api_->MatrixLayoutCreate(&plan.c, CUDA_R_32F, p.n, p.m, p.ldy);
       cublasLtMatmulHeuristicResult_t result;
       int found = 0;
-      const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt_, op_, plan.a, plan.b, plan.c,
+      const cublasStatus_t s = api_->MatmulAlgoGetHeuristic(lt_, op_, plan.a, plan.b, plan.c,
                                                               plan.c, pref_, 1, &result, &found);
       if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
-        cublasLtMatrixLayoutDestroy(plan.a);
-        cublasLtMatrixLayoutDestroy(plan.b);
-        cublasLtMatrixLayoutDestroy(plan.c);
+        api_->MatrixLayoutDestroy(plan.a);
+        api_->MatrixLayoutDestroy(plan.b);
+        api_->MatrixLayoutDestroy(plan.c);
         return absl::InternalError("cuBLASLt has no bf16 algorithm for a " + std::to_string(p.m) +
                                    "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + " GEMM");
       }
@@ -131,7 +135,7 @@ class CudaDeviceOps final : public DeviceOps {
       it = plans_.emplace(key, plan).first;
     }
     const float alpha = 1.0f, beta = 0.0f;
-    return LtStatus(cublasLtMatmul(lt_, op_, &alpha, p.w, it->second.a, p.x, it->second.b, &beta,
+    return LtStatus(api_->Matmul(lt_, op_, &alpha, p.w, it->second.a, p.x, it->second.b, &beta,
                                    p.y, it->second.c, p.y, it->second.c, &it->second.algo,
                                    workspace_, kGemmWorkspace, stream_),
                     "cublasLtMatmul");
@@ -170,6 +174,7 @@ class CudaDeviceOps final : public DeviceOps {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo;
   };
+  const CublasLtApi* api_ = nullptr;
   std::string describe_;
   int sms_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -1,0 +1,146 @@
+#include "kernels/cuda/cuda_pool_device.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/page_hash_ops.h"
+
+namespace pdserve::cuda {
+namespace {
+
+std::string BootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id.empty() ? "unknown-host" : id;
+}
+
+std::string Hex(const void* data, size_t n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t b = static_cast<const uint8_t*>(data)[i];
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
+bool Unhex(const std::string& s, void* out, size_t n) {
+  if (s.size() != 2 * n) return false;
+  auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  for (size_t i = 0; i < n; ++i) {
+    const int hi = nibble(s[2 * i]), lo = nibble(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    static_cast<uint8_t*>(out)[i] = static_cast<uint8_t>(hi * 16 + lo);
+  }
+  return true;
+}
+
+class CudaPoolDevice final : public PoolDevice {
+ public:
+  ~CudaPoolDevice() override {
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    cudaFree(d_pages_);
+    cudaFree(d_bytes_);
+    cudaFree(d_hashes_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  absl::Status Init(int device) {
+    if (DeviceCount() == 0) return absl::UnavailableError("cuda_ipc: " + DescribeDevice());
+    device_ = device;
+    PD_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
+    PD_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    identity_ = "cuda@" + BootId();
+    return absl::OkStatus();
+  }
+
+  std::string identity() const override { return identity_; }
+  absl::StatusOr<std::string> Export(uint8_t* base, size_t) override {
+    PD_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    cudaIpcMemHandle_t h;
+    PD_CUDA_RETURN(cudaIpcGetMemHandle(&h, base),
+                   "cudaIpcGetMemHandle (cuda_ipc needs the KV pool in GPU memory: --device cuda)");
+    return Hex(&h, sizeof(h));
+  }
+  absl::StatusOr<uint8_t*> Open(const std::string& handle, size_t) override {
+    PD_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    cudaIpcMemHandle_t h;
+    if (!Unhex(handle, &h, sizeof(h))) return absl::InvalidArgumentError("malformed CUDA IPC handle");
+    void* p = nullptr;
+    PD_CUDA_RETURN(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
+                   "cudaIpcOpenMemHandle (is the peer on this host?)");
+    return static_cast<uint8_t*>(p);
+  }
+  void Close(uint8_t* mapped, size_t) override {
+    if (mapped != nullptr) cudaIpcCloseMemHandle(mapped);
+  }
+  absl::Status CopyAsync(uint8_t* dst, const uint8_t* src, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    PD_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
+                      "cudaMemcpyAsync (KV page)");
+  }
+  absl::Status Synchronize() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return CudaStatus(cudaStreamSynchronize(stream_), "KV copies");
+  }
+  absl::Status HashPages(const std::vector<std::pair<const uint8_t*, uint64_t>>& pages,
+                         std::vector<uint64_t>* hashes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    PD_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    const size_t n = pages.size();
+    hashes->assign(n, 0);
+    if (n == 0) return CudaStatus(cudaStreamSynchronize(stream_), "KV copies");
+    if (n > capacity_) {
+      cudaFree(d_pages_);
+      cudaFree(d_bytes_);
+      cudaFree(d_hashes_);
+      d_pages_ = nullptr;
+      d_bytes_ = d_hashes_ = nullptr;
+      PD_CUDA_RETURN(cudaMalloc(&d_pages_, n * sizeof(void*)), "page hash buffers");
+      PD_CUDA_RETURN(cudaMalloc(&d_bytes_, n * sizeof(uint64_t)), "page hash buffers");
+      PD_CUDA_RETURN(cudaMalloc(&d_hashes_, n * sizeof(uint64_t)), "page hash buffers");
+      capacity_ = n;
+    }
+    std::vector<const uint8_t*> ptrs(n);
+    std::vector<uint64_t> sizes(n);
+    for (size_t i = 0; i < n; ++i) {
+      ptrs[i] = pages[i].first;
+      sizes[i] = pages[i].second;
+    }
+    PD_CUDA_RETURN(cudaMemcpyAsync(d_pages_, ptrs.data(), n * sizeof(void*), cudaMemcpyHostToDevice, stream_), "hash args");
+    PD_CUDA_RETURN(cudaMemcpyAsync(d_bytes_, sizes.data(), n * sizeof(uint64_t), cudaMemcpyHostToDevice, stream_), "hash args");
+    if (absl::Status s = LaunchPageHash(d_pages_, d_bytes_, d_hashes_, static_cast<int>(n), stream_); !s.ok()) {
+      return s;
+    }
+    PD_CUDA_RETURN(cudaMemcpyAsync(hashes->data(), d_hashes_, n * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream_), "hashes");
+    return CudaStatus(cudaStreamSynchronize(stream_), "page hashes");
+  }
+
+ private:
+  int device_ = 0;
+  std::string identity_;
+  cudaStream_t stream_ = nullptr;
+  std::mutex mu_;  // The stream and the hash buffers: receivers' threads share them.
+  const uint8_t** d_pages_ = nullptr;
+  uint64_t* d_bytes_ = nullptr;
+  uint64_t* d_hashes_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PoolDevice>> CreateCudaPoolDevice(int device) {
+  auto d = std::make_unique<CudaPoolDevice>();
+  if (absl::Status s = d->Init(device); !s.ok()) return s;
+  return std::unique_ptr<PoolDevice>(std::move(d));
+}
+
+}  // namespace pdserve::cuda
