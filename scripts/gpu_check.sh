@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The device check, on a machine with an NVIDIA GPU (issue 13): every `gpu` test (each CUDA kernel
-# against its CPU twin on the device; the CUDA runner against the CPU runner: logits within bf16
-# tolerance and 32 greedy tokens), then gpu_bench's table of ratios to limits measured in the same
-# run (bench/gpu_bench.cc). Writes the logs and the table to $OUT when it is set.
+# against its CPU twin on the device, under compute-sanitizer's memcheck where it exists; the
+# CUDA runner against the CPU runner: logits within bf16 tolerance and 32 greedy tokens), prefill
+# and decode as two processes over cuda_ipc against colocated generation
+# (scripts/gpu_tiers_check.sh), then gpu_bench's table of ratios to limits measured in the same
+# run (bench/gpu_bench.cc). Every stage runs even if one before it failed. Writes the log and the
+# table to $OUT when it is set.
 #
 # Two ways to get the binaries:
 #   PDSERVE_GPU_BUNDLE=DIR  use what scripts/gpu_bundle.sh built and packed on a Debian machine
@@ -28,9 +31,16 @@ if [ -n "${PDSERVE_GPU_BUNDLE:-}" ]; then
   done
   export LD_LIBRARY_PATH="$work/lib:$cuda_libs:${LD_LIBRARY_PATH:-}"
   for t in kernels_cuda_test device_model_runner_gpu_test; do
-    "$work/bin/$t" 2>&1 | log
+    timeout 300 "$work/bin/$t" 2>&1 | log
     [ "${PIPESTATUS[0]}" = 0 ] || failed=1
   done
+  if command -v compute-sanitizer >/dev/null; then
+    echo "--- kernels under compute-sanitizer memcheck" | log
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$work/bin/kernels_cuda_test" \
+      --gtest_brief=1 2>&1 | tail -20 | log
+    [ "${PIPESTATUS[0]}" = 0 ] || failed=1
+  fi
+  pdserve="$work/bin/pdserve"
   bench="$work/bin/gpu_bench"
 else
   PDSERVE_SKIP_SETUP="${PDSERVE_SKIP_SETUP:-1}" PDSERVE_BUILD_DIR=build-gpu \
@@ -38,9 +48,14 @@ else
   [ "${PIPESTATUS[0]}" = 0 ] || exit 1
   (cd build-gpu && ctest -L gpu --output-on-failure) 2>&1 | log
   [ "${PIPESTATUS[0]}" = 0 ] || failed=1
+  pdserve=build-gpu/pdserve
   bench=build-gpu/bench/gpu_bench
 fi
-"$bench" 2>&1 | log
+echo "--- prefill and decode over cuda_ipc" | log
+timeout 240 scripts/gpu_tiers_check.sh "$pdserve" 2>&1 | log
+[ "${PIPESTATUS[0]}" = 0 ] || failed=1
+echo "--- gpu_bench" | log
+timeout 300 "$bench" 2>&1 | log
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 [ "$failed" = 0 ] && echo "gpu_check: all passed" | log || echo "gpu_check: FAILED (see above)" | log
 exit "$failed"
