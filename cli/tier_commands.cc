@@ -36,13 +36,14 @@
 namespace pdserve::cli {
 namespace {
 
-// A CUDA worker's pool is in GPU memory: only cuda_ipc moves such pages (nccl is still to come);
-// cuda_ipc moves nothing else.
+// A CUDA worker's pool is in GPU memory: cuda_ipc (two processes) and local (serve) move such
+// pages, nothing else; cuda_ipc moves nothing else. (The transport registry makes the same
+// checks; these say it before the model loads.)
 absl::Status TierDevice(const EngineOptions& engine, const std::string& transport) {
-  if (engine.backend == "cuda" && transport != "cuda_ipc") {
+  if (engine.backend == "cuda" && transport != "cuda_ipc" && transport != "local") {
     return absl::InvalidArgumentError(
         Str("--device cuda keeps the KV pool in GPU memory: use --transport cuda_ipc (workers on "
-            "one host), not ", transport));
+            "one host; serve: local), not ", transport));
   }
   if (engine.backend != "cuda" && transport == "cuda_ipc") {
     return absl::InvalidArgumentError("--transport cuda_ipc moves pages between GPU pools: it needs --device cuda");
@@ -548,14 +549,6 @@ int ServeCommand(int argc, char** argv) {
   dopts.lease_ms = f.lease_ms;
   dopts.max_waiting = f.max_waiting;
   if (absl::Status s = f.engine.ToOptions(&po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
-  if (po.engine.backend == "cuda") {
-    return ReportError(cmd,
-                       absl::InvalidArgumentError(
-                           "--device cuda: serve keeps both tiers in one process, and CUDA IPC "
-                           "does not open a pool in the process that exported it; run prefill and "
-                           "decode as two processes with --transport cuda_ipc"),
-                       kExitUsage);
-  }
   if (absl::Status s = TierDevice(po.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
   dopts.engine = po.engine;
   auto prefill = PrefillWorker::Create(po);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Part of the device check (scripts/gpu_check.sh): prefill and decode as two processes on one GPU
-# (--device cuda --transport cuda_ipc) behind a router, against `generate --device cuda`
-# (colocated) on the same prompts: the greedy tokens must be equal, and the decode worker's
-# metrics must show the pages arrived over cuda_ipc with no failure.
+# (--device cuda --transport cuda_ipc) behind a router, and `serve --device cuda` (the local
+# transport), against `generate --device cuda` (colocated) on the same prompts: the greedy tokens
+# must be equal, and the decode worker's metrics must show the pages arrived with no failure.
 # Usage: scripts/gpu_tiers_check.sh PDSERVE_BINARY [MODEL_DIR]
 # (PDSERVE_CHECK_DEVICE=cpu PDSERVE_CHECK_TRANSPORT=tcp runs the same steps on a CPU machine.)
 set -uo pipefail
@@ -61,10 +61,30 @@ print(f"decode worker: {done:.0f} transfers, {pages:.0f} pages, {fails:.0f} fail
 sys.exit(0 if done >= 2 and fails == 0 else 1)
 PY
 metrics=$?
-if [ "$ok" = 2 ] && [ "$metrics" = 0 ]; then
+cleanup
+pids=()
+
+# serve: both tiers in one process, the local transport copying GPU to GPU.
+"$PD" serve "${common[@]}" --listen 127.0.0.1:18300 > "$WORK/serve.log" 2>&1 & pids+=($!)
+for attempt in $(seq 1 120); do
+  if "$PD" generate --server 127.0.0.1:18300 --prompt-ids "${PROMPTS[1]}" --max-tokens 32 \
+      --temperature 0 --ignore-eos --format json > "$WORK/serve1.json" 2> "$WORK/serve1.log"; then
+    break
+  fi
+  sleep 1
+done
+python3 - "$WORK/colocated1.json" "$WORK/serve1.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+same = a["token_ids"] == b["token_ids"]
+print(f"serve (local transport): {'equal' if same else 'DIFFERENT'} to colocated")
+sys.exit(0 if same else 1)
+PY
+served=$?
+if [ "$ok" = 2 ] && [ "$metrics" = 0 ] && [ "$served" = 0 ]; then
   echo "gpu_tiers_check: passed"
   exit 0
 fi
 echo "gpu_tiers_check: FAILED; the workers' logs end with:"
-for f in decode prefill router; do echo "--- $f"; tail -15 "$WORK/$f.log"; done
+for f in decode prefill router serve; do echo "--- $f"; tail -15 "$WORK/$f.log"; done
 exit 1

@@ -17,6 +17,7 @@ absl::StatusOr<WorkerCore> WorkerCore::Create(const std::string& model_dir,
   core.layout = MakeKvLayout(*core.engine, fingerprint);
   core.layout_string = LayoutString(core.layout);
   transport_options.layout = core.layout_string;
+  transport_options.device = core.engine->device();
   PD_ASSIGN_OR_RETURN(core.transport, CreateKvTransport(transport, transport_options));
   KvPool& pool = core.engine->kv_pool();
   PD_RETURN_IF_ERROR(core.transport->RegisterPool(core.engine->kv_memory(), pool.size_bytes()));

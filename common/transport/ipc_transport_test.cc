@@ -4,6 +4,8 @@
 // failure as a status, never a hang.
 #include "common/transport/ipc_transport.h"
 
+#include "common/transport/local_transport.h"
+
 #include <chrono>
 #include <future>
 #include <vector>
@@ -160,6 +162,40 @@ TEST(IpcTransportTest, AnUnknownTagIsRefusedAtItsEnd) {
   auto stats = FinishAndWait(*sender.transport, receiver.transport->endpoint(), 99);
   ASSERT_FALSE(stats.ok());
   for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(receiver.pool->data[i], 0);
+}
+
+// `local` over a device (serve --device cuda): the copy and both checksums on the device.
+TEST(LocalDeviceTransportTest, CopiesThroughTheDeviceAndCatchesCorruption) {
+  auto src = *AllocateSharedPool(kPoolBytes);
+  auto dst = *AllocateSharedPool(kPoolBytes);
+  SplitMix64 rng(13);
+  for (size_t i = 0; i < kPoolBytes; ++i) src->data[i] = static_cast<uint8_t>(rng.Next() | 1);
+  KvTransportOptions o;
+  o.layout = "kv_dtype=bf16;device=cuda";
+  o.device = "cuda";
+  auto sender = CreateLocalKvTransport(o, CreateSharedMemoryPoolDevice());
+  auto receiver = CreateLocalKvTransport(o, CreateSharedMemoryPoolDevice());
+  ASSERT_TRUE(sender->RegisterPool(src->data, kPoolBytes).ok());
+  ASSERT_TRUE(receiver->RegisterPool(dst->data, kPoolBytes).ok());
+  for (int corrupt : {0, 2}) {
+    const uint64_t tag = 20 + corrupt;
+    SetCorruptKvPageForTesting(corrupt);
+    ASSERT_TRUE(receiver->Expect(tag, {{0, kPoolBytes}}).ok());
+    const std::vector<PageCopy> pages = {{0, 4096 * tag, 4096}, {8192, 4096 * tag + 8192, 1003}};
+    ASSERT_TRUE(sender->Submit(receiver->endpoint(), tag, pages).ok());
+    auto stats = FinishAndWait(*sender, receiver->endpoint(), tag);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    const TransferPoll poll = receiver->Poll(tag);
+    if (corrupt == 0) {
+      ASSERT_EQ(poll.state, TransferState::kDone) << poll.status;
+      EXPECT_EQ(std::memcmp(dst->data + 4096 * tag, src->data, 4096), 0);
+      EXPECT_EQ(std::memcmp(dst->data + 4096 * tag + 8192, src->data + 8192, 1003), 0);
+    } else {
+      EXPECT_EQ(poll.state, TransferState::kFailed);
+      EXPECT_NE(std::string(poll.status.message()).find("checksum mismatch"), std::string::npos);
+    }
+  }
+  SetCorruptKvPageForTesting(0);
 }
 
 }  // namespace

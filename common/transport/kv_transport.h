@@ -69,6 +69,9 @@ struct KvTransportOptions {
   // tcp: a peer that accepts nothing (or does not answer the handshake) for this long is given up
   // and its transfers fail, so a hung host cannot pin the sender's blocks.
   int64_t send_timeout_ms = 30000;
+  // Where the registered pool lives: "cpu" (host memory) or "cuda" (GPU memory: only local and
+  // cuda_ipc move such pages; the registry refuses the others).
+  std::string device = "cpu";
 };
 
 class KvTransport {

@@ -16,7 +16,29 @@ namespace pdserve {
 
 absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view backend,
                                                                const KvTransportOptions& options) {
-  if (backend == "local") return CreateLocalKvTransport(options);
+  if (options.device != "cpu" && options.device != "cuda") {
+    return absl::InvalidArgumentError(Str("KV transport: unknown device '", options.device, "'"));
+  }
+  const bool gpu_pool = options.device == "cuda";
+  if (gpu_pool && backend != "local" && backend != "cuda_ipc") {
+    return absl::InvalidArgumentError(
+        Str("KV transport '", backend, "' moves pages of host memory; a KV pool in GPU memory "
+            "(--device cuda) needs cuda_ipc (two processes on one host) or local (serve)"));
+  }
+  if (!gpu_pool && backend == "cuda_ipc") {
+    return absl::InvalidArgumentError(
+        "KV transport 'cuda_ipc' moves pages between GPU pools: it needs --device cuda");
+  }
+  if (backend == "local") {
+    if (!gpu_pool) return CreateLocalKvTransport(options);
+#if PDSERVE_WITH_CUDA
+    auto device = cuda::CreateCudaPoolDevice();
+    if (!device.ok()) return device.status();
+    return CreateLocalKvTransport(options, std::move(*device));
+#else
+    return absl::InvalidArgumentError("this pdserve was built without CUDA");
+#endif
+  }
   if (backend == "tcp") return CreateTcpKvTransport(options);
   if (backend == "cuda_ipc") {
 #if PDSERVE_WITH_CUDA

@@ -157,5 +157,21 @@ TEST(TransportRegistryTest, UnknownBackend) {
   EXPECT_EQ(CreateKvTransport("rdma", {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(TransportRegistryTest, GpuPoolsOnlyWithTransportsThatReadGpuMemory) {
+  KvTransportOptions gpu;
+  gpu.device = "cuda";
+  for (const char* name : {"tcp", "ucx"}) {
+    auto t = CreateKvTransport(name, gpu);
+    ASSERT_FALSE(t.ok()) << name;
+    EXPECT_NE(t.status().message().find("needs cuda_ipc"), std::string::npos) << t.status();
+  }
+  KvTransportOptions cpu;
+  auto ipc = CreateKvTransport("cuda_ipc", cpu);
+  ASSERT_FALSE(ipc.ok());
+  EXPECT_NE(ipc.status().message().find("needs --device cuda"), std::string::npos) << ipc.status();
+  gpu.device = "tpu";
+  EXPECT_EQ(CreateKvTransport("tcp", gpu).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pdserve
