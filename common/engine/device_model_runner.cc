@@ -269,6 +269,9 @@ absl::Status DeviceModelRunner::AllocateBuffers() {
 
   PD_ASSIGN_OR_RETURN(kv_memory_, ops_->KvPoolMemory(pool_->data(), pool_->size_bytes()));
   PD_RETURN_IF_ERROR(ops_->PrepareLayerMarks(c.num_layers));
+  // The zeroing of every buffer (the KV pool's too, which a transport's own stream may read or
+  // write next) is done before the runner is handed out.
+  PD_RETURN_IF_ERROR(ops_->Synchronize());
   PD_LOG(Info) << "cuda runner on " << ops_->Describe() << ": bf16 weights, KV "
                << KvDTypeName(pool_->spec().dtype) << ", decode workspace for "
                << max_partial_rows_splits_ << " row-splits";
