@@ -129,15 +129,18 @@ class LocalKvTransport : public KvTransport {
   // checksum runs over the 8-byte hashes, as cuda_ipc's). Called with the registry lock held.
   absl::Status SubmitOnDevice(LocalKvTransport* dst, uint64_t tag, absl::Span<const PageCopy> pages) {
     std::vector<std::pair<const uint8_t*, uint64_t>> sent, arrived;
+    std::vector<uint8_t*> corrupt;  // Fault injection (tests).
     for (const PageCopy& p : pages) {
       const uint8_t* src = tracker_.pool() + p.src_offset;
       sent.emplace_back(src, p.bytes);
       auto where = dst->tracker_.PageDestination(tag, p.dst_offset, p.bytes, /*source=*/1);
       if (!where.ok()) continue;
-      const uint64_t len = ShouldCorruptNextPage() && p.bytes > 8 ? p.bytes - 8 : p.bytes;
-      PD_RETURN_IF_ERROR(device_->CopyAsync(*where, src, len));  // Tests: the last word stale.
+      PD_RETURN_IF_ERROR(device_->CopyAsync(*where, src, p.bytes));
+      if (ShouldCorruptNextPage()) corrupt.push_back(*where + p.bytes / 2);
       arrived.emplace_back(*where, p.bytes);
     }
+    PD_RETURN_IF_ERROR(device_->Synchronize());
+    for (uint8_t* at : corrupt) PD_RETURN_IF_ERROR(device_->FlipByteForTesting(at));
     std::vector<uint64_t> sent_hashes, arrived_hashes;
     PD_RETURN_IF_ERROR(device_->HashPages(sent, &sent_hashes));
     PD_RETURN_IF_ERROR(device_->HashPages(arrived, &arrived_hashes));

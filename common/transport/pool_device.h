@@ -31,6 +31,8 @@ class PoolDevice {
   virtual absl::Status CopyAsync(uint8_t* dst, const uint8_t* src, size_t bytes) = 0;
   // Waits for the queued copies.
   virtual absl::Status Synchronize() = 0;
+  // Tests only (fault injection): flips a byte at p, which is in device memory.
+  virtual absl::Status FlipByteForTesting(uint8_t* p) = 0;
   // Waits for the queued copies, then hashes each (pointer, bytes) page (kernels/cuda/page_hash.h)
   // into `hashes`, in order.
   virtual absl::Status HashPages(const std::vector<std::pair<const uint8_t*, uint64_t>>& pages,

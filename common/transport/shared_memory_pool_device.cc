@@ -56,6 +56,10 @@ class SharedMemoryPoolDevice : public PoolDevice {
     return absl::OkStatus();
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status FlipByteForTesting(uint8_t* p) override {
+    *p ^= 0x5a;
+    return absl::OkStatus();
+  }
   absl::Status HashPages(const std::vector<std::pair<const uint8_t*, uint64_t>>& pages,
                          std::vector<uint64_t>* hashes) override {
     hashes->clear();

@@ -8,7 +8,8 @@
 #include "common/transport/ucx_transport.h"
 #endif
 #if PDSERVE_WITH_CUDA
-#include "common/transport/ipc_transport.h"
+#include "common/transport/device_transport.h"
+#include "common/transport/ipc_data_path.h"
 #include "kernels/cuda/cuda_pool_device.h"
 #endif
 
@@ -44,7 +45,7 @@ absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view 
 #if PDSERVE_WITH_CUDA
     auto device = cuda::CreateCudaPoolDevice();
     if (!device.ok()) return device.status();
-    return CreateIpcKvTransport(options, std::move(*device), "cuda_ipc");
+    return CreateDeviceKvTransport(options, CreateIpcDataPath(std::move(*device)), "cuda_ipc");
 #else
     return absl::InvalidArgumentError(
         "KV transport 'cuda_ipc' is not built in (this pdserve was built without CUDA)");

@@ -91,6 +91,13 @@ class CudaPoolDevice final : public PoolDevice {
     std::lock_guard<std::mutex> lock(mu_);
     return CudaStatus(cudaStreamSynchronize(stream_), "KV copies");
   }
+  absl::Status FlipByteForTesting(uint8_t* p) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint8_t b = 0;
+    PD_CUDA_RETURN(cudaMemcpy(&b, p, 1, cudaMemcpyDeviceToHost), "fault injection");
+    b ^= 0x5a;
+    return CudaStatus(cudaMemcpy(p, &b, 1, cudaMemcpyHostToDevice), "fault injection");
+  }
   absl::Status HashPages(const std::vector<std::pair<const uint8_t*, uint64_t>>& pages,
                          std::vector<uint64_t>* hashes) override {
     std::lock_guard<std::mutex> lock(mu_);

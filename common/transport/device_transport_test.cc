@@ -2,8 +2,9 @@
 // shared-memory PoolDevice (TEST INFRASTRUCTURE standing in for GPU memory and CUDA IPC): pages
 // pulled into the announced ranges, checksums of the device hashes, and every refusal and
 // failure as a status, never a hang.
-#include "common/transport/ipc_transport.h"
+#include "common/transport/device_transport.h"
 
+#include "common/transport/ipc_data_path.h"
 #include "common/transport/local_transport.h"
 
 #include <chrono>
@@ -37,7 +38,7 @@ Side MakeSide(const std::string& layout = "block_size=16;kv_dtype=bf16", const s
   o.listen_address = "127.0.0.1:0";
   o.layout = layout;
   o.send_timeout_ms = 5000;
-  auto t = CreateIpcKvTransport(o, CreateSharedMemoryPoolDevice(device), "cuda_ipc");
+  auto t = CreateDeviceKvTransport(o, CreateIpcDataPath(CreateSharedMemoryPoolDevice(device)), "cuda_ipc");
   EXPECT_TRUE(t.ok()) << t.status();
   s.transport = std::move(*t);
   EXPECT_TRUE(s.transport->RegisterPool(s.pool->data, kPoolBytes).ok());

@@ -1,4 +1,4 @@
-#include "common/transport/ipc_transport.h"
+#include "common/transport/device_transport.h"
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -82,16 +82,17 @@ uint64_t FoldHashes(const std::vector<uint64_t>& hashes) {
   return h.Digest();
 }
 
-class IpcKvTransport : public KvTransport {
+class DeviceKvTransport : public KvTransport {
  public:
-  IpcKvTransport(const KvTransportOptions& options, std::unique_ptr<PoolDevice> device,
-                 std::string name)
+  DeviceKvTransport(const KvTransportOptions& options, std::unique_ptr<DeviceDataPath> path,
+                    std::string name)
       : layout_(options.layout),
         advertise_host_(options.advertise_host),
         timeout_ms_(options.send_timeout_ms),
-        device_(std::move(device)),
+        path_(std::move(path)),
+        device_(&path_->device()),
         name_(std::move(name)) {}
-  ~IpcKvTransport() override;
+  ~DeviceKvTransport() override;
 
   absl::Status Listen(const std::string& address) {
     PD_ASSIGN_OR_RETURN(const ListeningSocket sock,
@@ -104,8 +105,9 @@ class IpcKvTransport : public KvTransport {
 
   std::string_view name() const override { return name_; }
   absl::Status RegisterPool(uint8_t* base, size_t bytes) override {
-    PD_ASSIGN_OR_RETURN(handle_, device_->Export(base, bytes));
+    PD_RETURN_IF_ERROR(path_->Register(base, bytes));
     tracker_.SetPool(base, bytes);
+    registered_ = true;
     return absl::OkStatus();
   }
   std::string endpoint() const override { return endpoint_; }
@@ -131,6 +133,7 @@ class IpcKvTransport : public KvTransport {
   };
   struct Peer {
     int fd = -1;
+    std::unique_ptr<SenderLink> link;
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Item> queue;
@@ -138,7 +141,7 @@ class IpcKvTransport : public KvTransport {
     bool broken = false;
     absl::Status error;
     // Per tag: the pages sent, hashed at END.
-    absl::flat_hash_map<uint64_t, std::vector<std::pair<const uint8_t*, uint64_t>>> sent;
+    absl::flat_hash_map<uint64_t, PageSpans> sent;
     std::thread writer;
   };
 
@@ -153,9 +156,10 @@ class IpcKvTransport : public KvTransport {
   const std::string layout_;
   const std::string advertise_host_;
   const int64_t timeout_ms_;
-  std::unique_ptr<PoolDevice> device_;
+  std::unique_ptr<DeviceDataPath> path_;
+  PoolDevice* const device_;
   const std::string name_;
-  std::string handle_;  // Our pool, exported.
+  bool registered_ = false;
   std::string endpoint_;
   ReceiveTracker tracker_;
   int listen_fd_ = -1;
@@ -173,7 +177,7 @@ class IpcKvTransport : public KvTransport {
   absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers_;
 };
 
-IpcKvTransport::~IpcKvTransport() {
+DeviceKvTransport::~DeviceKvTransport() {
   stopping_.store(true);
   if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
   if (acceptor_.joinable()) acceptor_.join();
@@ -203,7 +207,7 @@ IpcKvTransport::~IpcKvTransport() {
   }
 }
 
-void IpcKvTransport::AcceptLoop() {
+void DeviceKvTransport::AcceptLoop() {
   while (!stopping_.load()) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
@@ -230,7 +234,7 @@ void IpcKvTransport::AcceptLoop() {
   }
 }
 
-void IpcKvTransport::ReaderLoop(int fd, uint64_t source) {
+void DeviceKvTransport::ReaderLoop(int fd, uint64_t source) {
   // HELLO: layout, device identity and pool handle (NUL-separated); header.offset = pool bytes.
   FrameHeader h;
   if (!ReadFull(fd, &h, sizeof(h)) || h.magic != kMagic || h.type != kHello ||
@@ -241,7 +245,7 @@ void IpcKvTransport::ReaderLoop(int fd, uint64_t source) {
   if (!ReadFull(fd, hello.data(), hello.size())) return;
   const size_t a = hello.find('\0'), b = a == std::string::npos ? a : hello.find('\0', a + 1);
   absl::Status check;
-  uint8_t* peer_pool = nullptr;
+  std::unique_ptr<ReceiverLink> link;
   const uint64_t peer_bytes = h.offset;
   if (b == std::string::npos) {
     check = absl::InvalidArgumentError("malformed hello");
@@ -253,24 +257,22 @@ void IpcKvTransport::ReaderLoop(int fd, uint64_t source) {
                                                 " here but ", theirs, " on the peer"));
     }
     if (check.ok()) {
-      auto mapped = device_->Open(hello.substr(b + 1), peer_bytes);
-      if (mapped.ok()) {
-        peer_pool = *mapped;
+      auto made = path_->NewReceiver(hello.substr(b + 1), peer_bytes);
+      if (made.ok()) {
+        link = std::move(*made);
       } else {
-        check = mapped.status();
+        check = made.status();
       }
     }
   }
   const std::string message(check.message());
   uint32_t reply[2] = {check.ok() ? 0u : 1u, static_cast<uint32_t>(message.size())};
   iovec iov[2] = {{reply, sizeof(reply)}, {const_cast<char*>(message.data()), message.size()}};
-  if (!WriteFull(fd, iov, 2) || !check.ok()) {
-    if (peer_pool != nullptr) device_->Close(peer_pool, peer_bytes);
-    return;
-  }
+  if (!WriteFull(fd, iov, 2) || !check.ok()) return;
 
-  // Pages pulled per tag, hashed at END.
-  absl::flat_hash_map<uint64_t, std::vector<std::pair<const uint8_t*, uint64_t>>> pulled;
+  // Pages received per tag, hashed at END; and (tests) where to corrupt one.
+  absl::flat_hash_map<uint64_t, PageSpans> pulled;
+  absl::flat_hash_map<uint64_t, std::vector<uint8_t*>> corrupt;
   while (!stopping_.load()) {
     if (!ReadFull(fd, &h, sizeof(h)) || h.magic != kMagic) break;
     if (h.type == kPageRef) {
@@ -280,27 +282,37 @@ void IpcKvTransport::ReaderLoop(int fd, uint64_t source) {
         tracker_.Fail(h.tag, absl::OutOfRangeError(
                                  Str("transfer ", h.tag, ": source page at ", src, " (", h.length,
                                      " bytes) is outside the sender's pool of ", peer_bytes)));
+        if (h.length > kv_wire::kMaxPage || !link->Discard(src, h.length).ok()) break;
         continue;
       }
       auto where = tracker_.PageDestination(h.tag, h.offset, h.length, source);
-      if (!where.ok()) continue;  // The transfer is failed; the sender hears it at END.
-      uint64_t len = h.length;
-      if (ShouldCorruptNextPage() && len > 8) len -= 8;  // Tests: the last word stays stale.
-      if (absl::Status s = device_->CopyAsync(*where, peer_pool + src, len); !s.ok()) {
-        tracker_.Fail(h.tag, s);
+      if (!where.ok()) {  // The transfer is failed; the sender hears it at END.
+        if (!link->Discard(src, h.length).ok()) break;
         continue;
       }
+      if (absl::Status s = link->Receive(*where, src, h.length); !s.ok()) {
+        tracker_.Fail(h.tag, s);
+        break;  // The data path is out of step with the references: end the connection.
+      }
+      if (ShouldCorruptNextPage()) corrupt[h.tag].push_back(*where + h.length / 2);
       pulled[h.tag].emplace_back(*where, h.length);
     } else if (h.type == kEnd) {
       uint64_t v[3];
       if (h.length != sizeof(v) || !ReadFull(fd, v, sizeof(v))) break;
-      std::vector<std::pair<const uint8_t*, uint64_t>> pages;
+      PageSpans pages;
       if (auto it = pulled.find(h.tag); it != pulled.end()) {
         pages = std::move(it->second);
         pulled.erase(it);
       }
       std::vector<uint64_t> hashes;
-      if (absl::Status s = device_->HashPages(pages, &hashes); !s.ok()) {
+      absl::Status received = link->Wait();
+      if (received.ok()) {
+        for (uint8_t* at : corrupt[h.tag]) received.Update(device_->FlipByteForTesting(at));
+        corrupt.erase(h.tag);
+      }
+      if (!received.ok()) {
+        tracker_.Fail(h.tag, received);
+      } else if (absl::Status s = device_->HashPages(pages, &hashes); !s.ok()) {
         tracker_.Fail(h.tag, s);
       } else {
         for (size_t i = 0; i < pages.size(); ++i) {
@@ -319,18 +331,18 @@ void IpcKvTransport::ReaderLoop(int fd, uint64_t source) {
       if (!WriteFull(fd, out, 2)) break;
     } else if (h.type == kAbort) {
       pulled.erase(h.tag);
+      corrupt.erase(h.tag);
       tracker_.Fail(h.tag, absl::AbortedError(Str("transfer ", h.tag, " aborted by sender")));
     } else {
       break;  // A broken peer.
     }
   }
   tracker_.FailSource(source, absl::UnavailableError("KV transport peer disconnected"));
-  // Copies still queued read the peer's pool: let them finish before unmapping it.
-  (void)device_->Synchronize();
-  device_->Close(peer_pool, peer_bytes);
+  // Receives still queued may read the peer: let them end before the link goes.
+  (void)link->Wait();
 }
 
-absl::StatusOr<std::shared_ptr<IpcKvTransport::Peer>> IpcKvTransport::GetPeer(
+absl::StatusOr<std::shared_ptr<DeviceKvTransport::Peer>> DeviceKvTransport::GetPeer(
     const std::string& endpoint) {
   std::lock_guard<std::mutex> lock(peers_mu_);
   auto it = peers_.find(endpoint);
@@ -338,10 +350,11 @@ absl::StatusOr<std::shared_ptr<IpcKvTransport::Peer>> IpcKvTransport::GetPeer(
     std::lock_guard<std::mutex> plock(it->second->mu);
     if (!it->second->broken) return it->second;
   }
-  if (handle_.empty()) return absl::FailedPreconditionError("KV transport: no pool registered");
+  if (!registered_) return absl::FailedPreconditionError("KV transport: no pool registered");
+  PD_ASSIGN_OR_RETURN(std::unique_ptr<SenderLink> link, path_->NewSender());
   PD_ASSIGN_OR_RETURN(const int fd, ConnectTcp(endpoint, timeout_ms_));
   const std::string hello = Str(layout_, std::string(1, '\0'), device_->identity(),
-                                std::string(1, '\0'), handle_);
+                                std::string(1, '\0'), link->hello());
   FrameHeader h{kMagic, kHello, 0, tracker_.pool_bytes(), hello.size()};
   iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(hello.data()), hello.size()}};
   uint32_t reply[2];
@@ -355,8 +368,13 @@ absl::StatusOr<std::shared_ptr<IpcKvTransport::Peer>> IpcKvTransport::GetPeer(
     ::close(fd);
     return absl::FailedPreconditionError(Str("KV transport peer ", endpoint, " refused: ", message));
   }
+  if (absl::Status s = link->Start(); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
   auto peer = std::make_shared<Peer>();
   peer->fd = fd;
+  peer->link = std::move(link);
   peer->writer = std::thread([this, peer] { WriterLoop(peer); });
   if (it != peers_.end()) {
     std::shared_ptr<Peer> old = it->second;
@@ -369,7 +387,7 @@ absl::StatusOr<std::shared_ptr<IpcKvTransport::Peer>> IpcKvTransport::GetPeer(
   return peer;
 }
 
-void IpcKvTransport::Enqueue(const std::shared_ptr<Peer>& peer, Item item) {
+void DeviceKvTransport::Enqueue(const std::shared_ptr<Peer>& peer, Item item) {
   {
     std::lock_guard<std::mutex> lock(peer->mu);
     if (peer->broken) {
@@ -381,7 +399,7 @@ void IpcKvTransport::Enqueue(const std::shared_ptr<Peer>& peer, Item item) {
   peer->cv.notify_one();
 }
 
-bool IpcKvTransport::WritePageRefs(Peer& peer, const Item& item) {
+bool DeviceKvTransport::WritePageRefs(Peer& peer, const Item& item) {
   constexpr size_t kBatch = 64;
   std::vector<PageRefFrame> frames;
   frames.reserve(kBatch);
@@ -400,16 +418,21 @@ bool IpcKvTransport::WritePageRefs(Peer& peer, const Item& item) {
     }
     iovec iov{frames.data(), frames.size() * sizeof(PageRefFrame)};
     if (!WriteFull(peer.fd, &iov, 1)) return false;
+    PageSpans spans;
+    for (size_t k = i - frames.size(); k < i; ++k) {
+      spans.emplace_back(tracker_.pool() + item.pages[k].src_offset, item.pages[k].bytes);
+    }
+    if (!peer.link->Send(spans).ok()) return false;
+    std::lock_guard<std::mutex> lock(peer.mu);
+    auto& sent = peer.sent[item.tag];
+    sent.insert(sent.end(), spans.begin(), spans.end());
   }
-  std::lock_guard<std::mutex> lock(peer.mu);
-  auto& sent = peer.sent[item.tag];
-  for (const PageCopy& p : item.pages) sent.emplace_back(tracker_.pool() + p.src_offset, p.bytes);
   return true;
 }
 
 // END with the sender's count, bytes and checksum (hashed where the pages are), then the
 // receiver's ACK: done is told only once the receiver has the bytes.
-bool IpcKvTransport::WriteEnd(Peer& peer, Item& item) {
+bool DeviceKvTransport::WriteEnd(Peer& peer, Item& item) {
   std::vector<std::pair<const uint8_t*, uint64_t>> pages;
   {
     std::lock_guard<std::mutex> lock(peer.mu);
@@ -451,7 +474,7 @@ bool IpcKvTransport::WriteEnd(Peer& peer, Item& item) {
   return true;
 }
 
-void IpcKvTransport::WriterLoop(std::shared_ptr<Peer> peer) {
+void DeviceKvTransport::WriterLoop(std::shared_ptr<Peer> peer) {
   for (;;) {
     Item item;
     {
@@ -493,7 +516,7 @@ void IpcKvTransport::WriterLoop(std::shared_ptr<Peer> peer) {
   }
 }
 
-absl::Status IpcKvTransport::Submit(const std::string& peer_endpoint, uint64_t tag,
+absl::Status DeviceKvTransport::Submit(const std::string& peer_endpoint, uint64_t tag,
                                     absl::Span<const PageCopy> pages) {
   for (const PageCopy& p : pages) {
     if (p.src_offset > tracker_.pool_bytes() || p.bytes > tracker_.pool_bytes() - p.src_offset) {
@@ -505,7 +528,7 @@ absl::Status IpcKvTransport::Submit(const std::string& peer_endpoint, uint64_t t
   return absl::OkStatus();
 }
 
-void IpcKvTransport::Finish(const std::string& peer_endpoint, uint64_t tag,
+void DeviceKvTransport::Finish(const std::string& peer_endpoint, uint64_t tag,
                             std::function<void(absl::StatusOr<TransferStats>)> done) {
   auto peer = GetPeer(peer_endpoint);
   if (!peer.ok()) {
@@ -515,16 +538,16 @@ void IpcKvTransport::Finish(const std::string& peer_endpoint, uint64_t tag,
   Enqueue(*peer, Item{kEnd, tag, {}, std::move(done)});
 }
 
-void IpcKvTransport::Abort(const std::string& peer_endpoint, uint64_t tag) {
+void DeviceKvTransport::Abort(const std::string& peer_endpoint, uint64_t tag) {
   auto peer = GetPeer(peer_endpoint);
   if (peer.ok()) Enqueue(*peer, Item{kAbort, tag, {}, nullptr});
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<KvTransport>> CreateIpcKvTransport(
-    const KvTransportOptions& options, std::unique_ptr<PoolDevice> device, const std::string& name) {
-  auto t = std::make_unique<IpcKvTransport>(options, std::move(device), name);
+absl::StatusOr<std::unique_ptr<KvTransport>> CreateDeviceKvTransport(
+    const KvTransportOptions& options, std::unique_ptr<DeviceDataPath> path, const std::string& name) {
+  auto t = std::make_unique<DeviceKvTransport>(options, std::move(path), name);
   PD_RETURN_IF_ERROR(t->Listen(options.listen_address));
   return std::unique_ptr<KvTransport>(std::move(t));
 }
