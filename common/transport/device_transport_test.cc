@@ -1,14 +1,18 @@
-// The device-pool transport (cuda_ipc's protocol) between two transports of this process, over a
-// shared-memory PoolDevice (TEST INFRASTRUCTURE standing in for GPU memory and CUDA IPC): pages
-// pulled into the announced ranges, checksums of the device hashes, and every refusal and
-// failure as a status, never a hang.
+// The device-pool transport between two transports of this process, with both data paths: the
+// IPC one over a shared-memory PoolDevice (TEST INFRASTRUCTURE standing in for GPU memory and CUDA
+// IPC) and the NCCL one over a fake communicator (TEST INFRASTRUCTURE standing in for NCCL, which
+// needs two GPUs). Pages land in the announced ranges only, checksums of the device hashes, and
+// every refusal and failure is a status, never a hang.
 #include "common/transport/device_transport.h"
 
+#include "common/transport/fake_communicator.h"
 #include "common/transport/ipc_data_path.h"
+#include "common/transport/nccl_data_path.h"
 #include "common/transport/local_transport.h"
 
 #include <chrono>
 #include <future>
+#include <thread>
 #include <vector>
 
 #include "common/base/rng.h"
@@ -20,6 +24,12 @@ namespace pdserve {
 namespace {
 
 constexpr size_t kPoolBytes = 1 << 20;
+
+// The data path of the test being run (the parameter of DeviceTransportTest).
+std::string& PathKind() {
+  static std::string kind = "cuda_ipc";
+  return kind;
+}
 
 struct Side {
   std::unique_ptr<SharedPool> pool;
@@ -38,7 +48,11 @@ Side MakeSide(const std::string& layout = "block_size=16;kv_dtype=bf16", const s
   o.listen_address = "127.0.0.1:0";
   o.layout = layout;
   o.send_timeout_ms = 5000;
-  auto t = CreateDeviceKvTransport(o, CreateIpcDataPath(CreateSharedMemoryPoolDevice(device)), "cuda_ipc");
+  std::unique_ptr<DeviceDataPath> path =
+      PathKind() == "nccl"
+          ? CreateNcclDataPath(CreateSharedMemoryPoolDevice(device), CreateFakeCommunicatorFactory(), 2000)
+          : CreateIpcDataPath(CreateSharedMemoryPoolDevice(device));
+  auto t = CreateDeviceKvTransport(o, std::move(path), PathKind());
   EXPECT_TRUE(t.ok()) << t.status();
   s.transport = std::move(*t);
   EXPECT_TRUE(s.transport->RegisterPool(s.pool->data, kPoolBytes).ok());
@@ -62,10 +76,15 @@ TransferPoll WaitDone(KvTransport& t, uint64_t tag) {
   return t.Poll(tag);
 }
 
-TEST(IpcTransportTest, PagesArePulledIntoTheAnnouncedRangesAndVerified) {
+class DeviceTransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { PathKind() = GetParam(); }
+};
+
+TEST_P(DeviceTransportTest, PagesLandInTheAnnouncedRangesAndAreVerified) {
   Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 7);
   Side receiver = MakeSide();
-  EXPECT_EQ(receiver.transport->endpoint().rfind("cuda_ipc://127.0.0.1:", 0), 0u);
+  EXPECT_EQ(receiver.transport->endpoint().rfind(GetParam() + "://127.0.0.1:", 0), 0u);
   // Pages of several sizes (one not a multiple of 8) to scattered destinations.
   const std::vector<PageCopy> pages = {{0, 65536, 4096}, {8192, 4096, 4096}, {100000, 300000, 1003},
                                        {500000, 200000, 65536}};
@@ -85,7 +104,7 @@ TEST(IpcTransportTest, PagesArePulledIntoTheAnnouncedRangesAndVerified) {
   EXPECT_EQ(receiver.pool->data[4095], 0) << "nothing outside the pages";
 }
 
-TEST(IpcTransportTest, APageOutsideTheRangesFailsBothSidesAndIsNotWritten) {
+TEST_P(DeviceTransportTest, APageOutsideTheRangesFailsBothSidesAndIsNotWritten) {
   Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 8);
   Side receiver = MakeSide();
   ASSERT_TRUE(receiver.transport->Expect(2, {{0, 8192}}).ok());
@@ -99,7 +118,7 @@ TEST(IpcTransportTest, APageOutsideTheRangesFailsBothSidesAndIsNotWritten) {
   for (size_t i = 500000; i < 504096; ++i) ASSERT_EQ(receiver.pool->data[i], 0);
 }
 
-TEST(IpcTransportTest, ACorruptedCopyIsCaughtByTheDeviceChecksums) {
+TEST_P(DeviceTransportTest, ACorruptedCopyIsCaughtByTheDeviceChecksums) {
   Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 9);
   Side receiver = MakeSide();
   ASSERT_TRUE(receiver.transport->Expect(3, {{0, kPoolBytes}}).ok());
@@ -114,7 +133,7 @@ TEST(IpcTransportTest, ACorruptedCopyIsCaughtByTheDeviceChecksums) {
   EXPECT_NE(std::string(poll.status.message()).find("checksum mismatch"), std::string::npos) << poll.status;
 }
 
-TEST(IpcTransportTest, AnotherLayoutOrDeviceIsRefusedNamingBoth) {
+TEST_P(DeviceTransportTest, AnotherLayoutOrDeviceIsRefusedNamingBoth) {
   Side receiver = MakeSide("block_size=16;kv_dtype=bf16", "0");
   Side other_layout = MakeSide("block_size=16;kv_dtype=int8", "0");
   const std::vector<PageCopy> pages = {{0, 0, 64}};
@@ -127,7 +146,7 @@ TEST(IpcTransportTest, AnotherLayoutOrDeviceIsRefusedNamingBoth) {
   EXPECT_NE(s.message().find("host-shm:0 here but host-shm:1 on the peer"), std::string::npos) << s;
 }
 
-TEST(IpcTransportTest, AbortFailsTheReceiversTransfer) {
+TEST_P(DeviceTransportTest, AbortFailsTheReceiversTransfer) {
   Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 10);
   Side receiver = MakeSide();
   ASSERT_TRUE(receiver.transport->Expect(5, {{0, kPoolBytes}}).ok());
@@ -139,7 +158,7 @@ TEST(IpcTransportTest, AbortFailsTheReceiversTransfer) {
   EXPECT_EQ(poll.status.code(), absl::StatusCode::kAborted) << poll.status;
 }
 
-TEST(IpcTransportTest, ALostReceiverIsAnErrorNotAHang) {
+TEST_P(DeviceTransportTest, ALostReceiverIsAnErrorNotAHang) {
   Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 11);
   std::string endpoint;
   {
@@ -155,7 +174,7 @@ TEST(IpcTransportTest, ALostReceiverIsAnErrorNotAHang) {
   EXPECT_EQ(sender.transport->Submit(endpoint, 7, outside).code(), absl::StatusCode::kOutOfRange);
 }
 
-TEST(IpcTransportTest, AnUnknownTagIsRefusedAtItsEnd) {
+TEST_P(DeviceTransportTest, AnUnknownTagIsRefusedAtItsEnd) {
   Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 12);
   Side receiver = MakeSide();
   const std::vector<PageCopy> pages = {{0, 0, 4096}};
@@ -164,6 +183,43 @@ TEST(IpcTransportTest, AnUnknownTagIsRefusedAtItsEnd) {
   ASSERT_FALSE(stats.ok());
   for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(receiver.pool->data[i], 0);
 }
+
+// A refused page keeps the data path in step: the next transfer on the same connection works
+// (the NCCL receiver skips the refused page's bytes).
+TEST_P(DeviceTransportTest, AfterARefusedTransferTheNextOneOnTheConnectionWorks) {
+  Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 14);
+  Side receiver = MakeSide();
+  ASSERT_TRUE(receiver.transport->Expect(30, {{0, 4096}}).ok());
+  const std::vector<PageCopy> bad = {{0, 0, 4096}, {4096, 65536, 4096}, {8192, 4096 * 3, 1000}};
+  ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 30, bad).ok());
+  EXPECT_FALSE(FinishAndWait(*sender.transport, receiver.transport->endpoint(), 30).ok());
+  ASSERT_TRUE(receiver.transport->Expect(31, {{131072, 262144}}).ok());
+  const std::vector<PageCopy> good = {{16384, 131072, 4096}, {20480, 200000, 777}};
+  ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 31, good).ok());
+  auto stats = FinishAndWait(*sender.transport, receiver.transport->endpoint(), 31);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(receiver.transport->Poll(31).state, TransferState::kDone);
+  EXPECT_EQ(std::memcmp(receiver.pool->data + 131072, sender.pool->data + 16384, 4096), 0);
+  EXPECT_EQ(std::memcmp(receiver.pool->data + 200000, sender.pool->data + 20480, 777), 0);
+  for (size_t i = 65536; i < 65536 + 4096; ++i) ASSERT_EQ(receiver.pool->data[i], 0);
+}
+
+// A sender that goes away mid-transfer fails the receiver's transfer; nothing waits forever.
+TEST_P(DeviceTransportTest, ALostSenderFailsTheTransferNotAHang) {
+  Side receiver = MakeSide();
+  ASSERT_TRUE(receiver.transport->Expect(32, {{0, kPoolBytes}}).ok());
+  {
+    Side sender = MakeSide("block_size=16;kv_dtype=bf16", "0", 15);
+    const std::vector<PageCopy> pages = {{0, 0, 4096}};
+    ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 32, pages).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const TransferPoll poll = WaitDone(*receiver.transport, 32);
+  EXPECT_EQ(poll.state, TransferState::kFailed);
+}
+
+INSTANTIATE_TEST_SUITE_P(DataPaths, DeviceTransportTest, ::testing::Values("cuda_ipc", "nccl"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // `local` over a device (serve --device cuda): the copy and both checksums on the device.
 TEST(LocalDeviceTransportTest, CopiesThroughTheDeviceAndCatchesCorruption) {
