@@ -40,13 +40,14 @@ namespace {
 // pages, nothing else; cuda_ipc moves nothing else. (The transport registry makes the same
 // checks; these say it before the model loads.)
 absl::Status TierDevice(const EngineOptions& engine, const std::string& transport) {
-  if (engine.backend == "cuda" && transport != "cuda_ipc" && transport != "local") {
+  if (engine.backend == "cuda" && transport != "cuda_ipc" && transport != "nccl" && transport != "local") {
     return absl::InvalidArgumentError(
-        Str("--device cuda keeps the KV pool in GPU memory: use --transport cuda_ipc (workers on "
-            "one host; serve: local), not ", transport));
+        Str("--device cuda keeps the KV pool in GPU memory: use --transport nccl, or cuda_ipc "
+            "(workers on one host; serve: local), not ", transport));
   }
-  if (engine.backend != "cuda" && transport == "cuda_ipc") {
-    return absl::InvalidArgumentError("--transport cuda_ipc moves pages between GPU pools: it needs --device cuda");
+  if (engine.backend != "cuda" && (transport == "cuda_ipc" || transport == "nccl")) {
+    return absl::InvalidArgumentError(
+        Str("--transport ", transport, " moves pages between GPU pools: it needs --device cuda"));
   }
   return absl::OkStatus();
 }
@@ -230,7 +231,7 @@ struct TierFlags {
   void Register(FlagSet& flags, bool decode) {
     flags.String("listen", &listen, "gRPC address, host:port (port 0 picks one)");
     flags.String("model", &model, "Hugging Face model directory");
-    flags.String("transport", &transport, "KV transport: tcp, ucx, local or cuda_ipc (GPU pools of one host, pulled by the decode worker)");
+    flags.String("transport", &transport, "KV transport: tcp, ucx, local, cuda_ipc or nccl (the last two for --device cuda: cuda_ipc for workers of one host, the decode worker pulling pages GPU to GPU; nccl a communicator per worker pair)");
     flags.String("transport-listen", &transport_listen, "where the KV transport listens (tcp)");
     flags.String("transport-advertise", &transport_advertise,
                  "host peers use to reach the KV transport (tcp; default: the listen host, or the "

@@ -10,6 +10,8 @@
 #if PDSERVE_WITH_CUDA
 #include "common/transport/device_transport.h"
 #include "common/transport/ipc_data_path.h"
+#include "common/transport/nccl_data_path.h"
+#include "kernels/cuda/nccl_communicator.h"
 #include "kernels/cuda/cuda_pool_device.h"
 #endif
 
@@ -21,14 +23,14 @@ absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view 
     return absl::InvalidArgumentError(Str("KV transport: unknown device '", options.device, "'"));
   }
   const bool gpu_pool = options.device == "cuda";
-  if (gpu_pool && backend != "local" && backend != "cuda_ipc") {
+  if (gpu_pool && backend != "local" && backend != "cuda_ipc" && backend != "nccl") {
     return absl::InvalidArgumentError(
         Str("KV transport '", backend, "' moves pages of host memory; a KV pool in GPU memory "
-            "(--device cuda) needs cuda_ipc (two processes on one host) or local (serve)"));
+            "(--device cuda) needs nccl, cuda_ipc (two processes on one host) or local (serve)"));
   }
-  if (!gpu_pool && backend == "cuda_ipc") {
+  if (!gpu_pool && (backend == "cuda_ipc" || backend == "nccl")) {
     return absl::InvalidArgumentError(
-        "KV transport 'cuda_ipc' moves pages between GPU pools: it needs --device cuda");
+        Str("KV transport '", backend, "' moves pages between GPU pools: it needs --device cuda"));
   }
   if (backend == "local") {
     if (!gpu_pool) return CreateLocalKvTransport(options);
@@ -41,6 +43,20 @@ absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view 
 #endif
   }
   if (backend == "tcp") return CreateTcpKvTransport(options);
+  if (backend == "nccl") {
+#if PDSERVE_WITH_CUDA
+    auto device = cuda::CreateCudaPoolDevice();
+    if (!device.ok()) return device.status();
+    auto comms = cuda::CreateNcclCommunicatorFactory(0, options.send_timeout_ms);
+    if (!comms.ok()) return comms.status();
+    return CreateDeviceKvTransport(
+        options, CreateNcclDataPath(std::move(*device), std::move(*comms), options.send_timeout_ms),
+        "nccl");
+#else
+    return absl::InvalidArgumentError(
+        "KV transport 'nccl' is not built in (this pdserve was built without CUDA)");
+#endif
+  }
   if (backend == "cuda_ipc") {
 #if PDSERVE_WITH_CUDA
     auto device = cuda::CreateCudaPoolDevice();
@@ -53,13 +69,13 @@ absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view 
   }
 #ifdef PDSERVE_HAVE_UCX
   if (backend == "ucx") return CreateUcxKvTransport(options);
-  constexpr const char* kAvailable = "local, tcp, ucx, cuda_ipc";
+  constexpr const char* kAvailable = "local, tcp, ucx, cuda_ipc, nccl";
 #else
   if (backend == "ucx") {
     return absl::InvalidArgumentError(
         "KV transport 'ucx' is not built in (PDSERVE_UCX needs libucx-dev: scripts/setup.sh)");
   }
-  constexpr const char* kAvailable = "local, tcp, cuda_ipc";
+  constexpr const char* kAvailable = "local, tcp, cuda_ipc, nccl";
 #endif
   return absl::InvalidArgumentError(
       Str("unknown KV transport '", backend, "' (available: ", kAvailable, ")"));

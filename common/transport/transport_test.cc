@@ -163,12 +163,15 @@ TEST(TransportRegistryTest, GpuPoolsOnlyWithTransportsThatReadGpuMemory) {
   for (const char* name : {"tcp", "ucx"}) {
     auto t = CreateKvTransport(name, gpu);
     ASSERT_FALSE(t.ok()) << name;
-    EXPECT_NE(t.status().message().find("needs cuda_ipc"), std::string::npos) << t.status();
+    EXPECT_NE(t.status().message().find("a KV pool in GPU memory (--device cuda) needs nccl, cuda_ipc"),
+              std::string::npos) << t.status();
   }
   KvTransportOptions cpu;
-  auto ipc = CreateKvTransport("cuda_ipc", cpu);
-  ASSERT_FALSE(ipc.ok());
-  EXPECT_NE(ipc.status().message().find("needs --device cuda"), std::string::npos) << ipc.status();
+  for (const char* name : {"cuda_ipc", "nccl"}) {
+    auto t = CreateKvTransport(name, cpu);
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.status().message().find("needs --device cuda"), std::string::npos) << t.status();
+  }
   gpu.device = "tpu";
   EXPECT_EQ(CreateKvTransport("tcp", gpu).status().code(), absl::StatusCode::kInvalidArgument);
 }

@@ -45,7 +45,7 @@ NAMESPACE = "serving"
 # (--device exists since issue 13's kernels and runner; the tiers refuse cuda until a
 # device-memory KV transport, cuda_ipc or nccl, exists.)
 PENDING_FLAGS = {}
-PENDING_TRANSPORTS = {"nccl": "issue 13"}
+PENDING_TRANSPORTS = {}
 # Read by every command from the environment without being a flag (common/base/log.cc).
 PROCESS_ENV = {"PDSERVE_LOG_LEVEL"}
 # Where deploy/docker/Dockerfile puts the demo model in the image.
