@@ -87,6 +87,7 @@ PD_DEVICE void WarpStoreRow(Ctx& ctx, const float* lo, const float* hi, int pair
     bad = WarpMax(ctx, bad);
     const double inv = (bad != 0.0f || amax == 0.0f) ? 0.0 : static_cast<double>(kLevels) / amax;
     auto code = [&](float x) {
+      if (inv == 0.0) return 0;  // A zero row, or one with inf/NaN: zero codes, as the CPU writes.
       double c = RoundEven(static_cast<double>(x) * inv);
       c = c > kLevels ? kLevels : c < -kLevels ? -kLevels : c;
       return static_cast<int>(c);
