@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/base/hex.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -102,32 +103,6 @@ class Reader {
   bool ok_ = true;
 };
 
-std::string Hex(std::string_view bytes) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
-
-absl::StatusOr<std::string> Unhex(std::string_view hex) {
-  if (hex.size() % 2 != 0) return absl::InvalidArgumentError("odd number of hex digits");
-  auto value = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  std::string out(hex.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int hi = value(hex[2 * i]), lo = value(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return absl::InvalidArgumentError("not a hex digit");
-    out[i] = static_cast<char>(hi * 16 + lo);
-  }
-  return out;
-}
 
 absl::Status UcxError(std::string_view what, ucs_status_t status) {
   return absl::UnavailableError(Str("ucx: ", what, ": ", ucs_status_string(status)));
@@ -239,7 +214,7 @@ absl::StatusOr<PeerInfo> ParseEndpoint(std::string_view endpoint) {
   if (endpoint.rfind("ucx:", 0) != 0) {
     return absl::InvalidArgumentError(Str("'", endpoint.substr(0, 40), "' is not a ucx endpoint"));
   }
-  auto blob = Unhex(endpoint.substr(4));
+  auto blob = HexDecode(endpoint.substr(4));
   if (!blob.ok()) return absl::InvalidArgumentError(Str("ucx endpoint: ", blob.status().message()));
   Reader r(*blob);
   PeerInfo p;
@@ -587,7 +562,7 @@ absl::Status UcxKvTransport::RegisterPool(uint8_t* base, size_t bytes) {
       .Str(worker_address_)
       .Str(rkey);
   WriteProcess(blob, Self());
-  endpoint_ = "ucx:" + Hex(blob.Take());
+  endpoint_ = "ucx:" + HexEncode(blob.Take());
   return absl::OkStatus();
 }
 

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <cstring>
 #include <string>
 
+#include "common/base/hex.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/page_hash_ops.h"
@@ -21,25 +23,16 @@ std::string BootId() {
   return id.empty() ? "unknown-host" : id;
 }
 
-std::string Hex(const void* data, size_t n) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    const uint8_t b = static_cast<const uint8_t*>(data)[i];
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
+// A POD's bytes as hex, and back (exactly sizeof the POD).
+template <typename T>
+std::string HexOf(const T& v) {
+  return HexEncode(std::string_view(reinterpret_cast<const char*>(&v), sizeof(T)));
 }
-
-bool Unhex(const std::string& s, void* out, size_t n) {
-  if (s.size() != 2 * n) return false;
-  auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-  for (size_t i = 0; i < n; ++i) {
-    const int hi = nibble(s[2 * i]), lo = nibble(s[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    static_cast<uint8_t*>(out)[i] = static_cast<uint8_t>(hi * 16 + lo);
-  }
+template <typename T>
+bool FromHex(const std::string& hex, T* v) {
+  auto bytes = HexDecode(hex);
+  if (!bytes.ok() || bytes->size() != sizeof(T)) return false;
+  std::memcpy(v, bytes->data(), sizeof(T));
   return true;
 }
 
@@ -67,12 +60,12 @@ class CudaPoolDevice final : public PoolDevice {
     cudaIpcMemHandle_t h;
     PD_CUDA_RETURN(cudaIpcGetMemHandle(&h, base),
                    "cudaIpcGetMemHandle (cuda_ipc needs the KV pool in GPU memory: --device cuda)");
-    return Hex(&h, sizeof(h));
+    return HexOf(h);
   }
   absl::StatusOr<uint8_t*> Open(const std::string& handle, size_t) override {
     PD_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
     cudaIpcMemHandle_t h;
-    if (!Unhex(handle, &h, sizeof(h))) return absl::InvalidArgumentError("malformed CUDA IPC handle");
+    if (!FromHex(handle, &h)) return absl::InvalidArgumentError("malformed CUDA IPC handle");
     void* p = nullptr;
     PD_CUDA_RETURN(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
                    "cudaIpcOpenMemHandle (is the peer on this host?)");

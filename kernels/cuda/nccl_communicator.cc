@@ -5,9 +5,11 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 
+#include "common/base/hex.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_device.h"
 
@@ -58,25 +60,16 @@ absl::StatusOr<const NcclApi*> LoadNccl() {
   return &**api;
 }
 
-std::string Hex(const void* data, size_t n) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    const uint8_t b = static_cast<const uint8_t*>(data)[i];
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
+// A POD's bytes as hex, and back (exactly sizeof the POD).
+template <typename T>
+std::string HexOf(const T& v) {
+  return HexEncode(std::string_view(reinterpret_cast<const char*>(&v), sizeof(T)));
 }
-
-bool Unhex(const std::string& s, void* out, size_t n) {
-  if (s.size() != 2 * n) return false;
-  auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-  for (size_t i = 0; i < n; ++i) {
-    const int hi = nibble(s[2 * i]), lo = nibble(s[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    static_cast<uint8_t*>(out)[i] = static_cast<uint8_t>(hi * 16 + lo);
-  }
+template <typename T>
+bool FromHex(const std::string& hex, T* v) {
+  auto bytes = HexDecode(hex);
+  if (!bytes.ok() || bytes->size() != sizeof(T)) return false;
+  std::memcpy(v, bytes->data(), sizeof(T));
   return true;
 }
 
@@ -208,11 +201,11 @@ class NcclCommunicatorFactory : public CommunicatorFactory {
     ncclUniqueId id;
     const ncclResult_t r = api_->GetUniqueId(&id);
     if (r != ncclSuccess) return absl::InternalError(std::string("ncclGetUniqueId: ") + api_->GetErrorString(r));
-    return Hex(&id, sizeof(id));
+    return HexOf(id);
   }
   absl::StatusOr<std::unique_ptr<Communicator>> Join(const std::string& id_text, int rank) override {
     ncclUniqueId id;
-    if (!Unhex(id_text, &id, sizeof(id))) return absl::InvalidArgumentError("malformed NCCL unique id");
+    if (!FromHex(id_text, &id)) return absl::InvalidArgumentError("malformed NCCL unique id");
     auto comm = std::make_unique<NcclCommunicator>(api_, device_, rank, init_timeout_ms_);
     if (absl::Status s = comm->Init(id, rank); !s.ok()) return s;
     return std::unique_ptr<Communicator>(std::move(comm));
