@@ -36,6 +36,31 @@ bool FromHex(const std::string& hex, T* v) {
   return true;
 }
 
+// cuMemGetAddressRange through the runtime (no link against the driver library): the base and
+// size of the allocation holding p; OK when [p, p + bytes) lies inside it.
+absl::Status CheckMappedSize(void* p, size_t bytes) {
+  using GetRange = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      fn == nullptr) {
+    cudaGetLastError();
+    return absl::InternalError("cuMemGetAddressRange is not available from the driver");
+  }
+  unsigned long long base = 0;
+  size_t size = 0;
+  const auto at = reinterpret_cast<unsigned long long>(p);
+  if (reinterpret_cast<GetRange>(fn)(&base, &size, at) != 0) {
+    return absl::InternalError("cuMemGetAddressRange failed on the peer's pool");
+  }
+  if (at < base || at - base > size || bytes > size - (at - base)) {
+    return absl::InvalidArgumentError("the peer's pool is " + std::to_string(size) +
+                                      " bytes, not the " + std::to_string(bytes) + " it claims");
+  }
+  return absl::OkStatus();
+}
+
 class CudaPoolDevice final : public PoolDevice {
  public:
   ~CudaPoolDevice() override {
@@ -62,13 +87,19 @@ class CudaPoolDevice final : public PoolDevice {
                    "cudaIpcGetMemHandle (cuda_ipc needs the KV pool in GPU memory: --device cuda)");
     return HexOf(h);
   }
-  absl::StatusOr<uint8_t*> Open(const std::string& handle, size_t) override {
+  absl::StatusOr<uint8_t*> Open(const std::string& handle, size_t bytes) override {
     PD_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
     cudaIpcMemHandle_t h;
     if (!FromHex(handle, &h)) return absl::InvalidArgumentError("malformed CUDA IPC handle");
     void* p = nullptr;
     PD_CUDA_RETURN(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
                    "cudaIpcOpenMemHandle (is the peer on this host?)");
+    // The peer says how big its pool is; copies trust that bound, so check it against the
+    // allocation the handle opened (a larger claim would let page references read past it).
+    if (absl::Status s = CheckMappedSize(p, bytes); !s.ok()) {
+      cudaIpcCloseMemHandle(p);
+      return s;
+    }
     return static_cast<uint8_t*>(p);
   }
   void Close(uint8_t* mapped, size_t) override {
