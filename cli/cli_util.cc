@@ -31,7 +31,12 @@ void EngineFlags::Register(FlagSet& flags) {
   flags.Int("threads", &threads, "compute threads (0: all cores)");
   flags.Int("block-size", &block_size, "KV cache block size in tokens");
   flags.String("kv-dtype", &kv_dtype, "KV cache dtype: f32, bf16, int8 or int4 (int8/int4: symmetric codes with an f32 scale per token and head, in the page)");
-  flags.Double("kv-memory-gib", &kv_cache_gib, "KV cache memory in GiB");
+  flags.Double("kv-memory-gib", &kv_cache_gib,
+               "KV cache memory in GiB (0: 4 GiB of RAM on --device cpu; on cuda what "
+               "--gpu-memory-utilization leaves)");
+  flags.Double("gpu-memory-utilization", &gpu_memory_utilization,
+               "--device cuda: the share of the GPU's memory for weights, buffers and the KV "
+               "cache, as vLLM's (two workers on one GPU: give each its share)");
   flags.Int("kv-blocks", &kv_blocks, "KV cache size in blocks (overrides --kv-memory-gib)");
   flags.Int("max-model-len", &max_model_len,
             "longest sequence (0: the model's, capped to what the KV cache holds)");
@@ -58,7 +63,11 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   const absl::StatusOr<KvDType> kv = ParseKvDType(kv_dtype);
   if (!kv.ok()) return absl::InvalidArgumentError(Str("--kv-dtype: ", kv.status().message()));
   o->kv_dtype = *kv;
-  if (!(kv_cache_gib > 0)) return absl::InvalidArgumentError("--kv-memory-gib: must be positive");
+  if (!(kv_cache_gib >= 0)) return absl::InvalidArgumentError("--kv-memory-gib: must be >= 0");
+  if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
+    return absl::InvalidArgumentError("--gpu-memory-utilization: must be in (0, 1]");
+  }
+  o->gpu_memory_utilization = gpu_memory_utilization;
   if (kv_blocks < 0) return absl::InvalidArgumentError("--kv-blocks: must be >= 0");
   o->kv_cache_gib = kv_cache_gib;
   o->num_kv_blocks = kv_blocks;
@@ -82,6 +91,7 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
     return absl::InvalidArgumentError(Str("--device: '", device, "' is not cpu or cuda"));
   }
   o->backend = device;
+  if (kv_cache_gib == 0 && device == "cpu") o->kv_cache_gib = 4.0;
   if (o->compute_dtype == ComputeDType::kBF16 && o->prefill_gemm == PrefillGemm::kOpenBlas) {
     return absl::InvalidArgumentError(
         "--compute-dtype bf16 and --prefill-gemm openblas exclude each other (OpenBLAS computes in "

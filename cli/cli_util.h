@@ -28,7 +28,8 @@ struct EngineFlags {
   int64_t threads = 0;
   int64_t block_size = 16;
   std::string kv_dtype = "f32";
-  double kv_cache_gib = 4.0;
+  double kv_cache_gib = 0.0;  // 0: 4 GiB of RAM (cpu), or by gpu_memory_utilization (cuda).
+  double gpu_memory_utilization = 0.9;
   int64_t kv_blocks = 0;
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 64;

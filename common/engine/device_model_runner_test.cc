@@ -319,6 +319,30 @@ TEST_P(DeviceRunnerHostTest, EngineOnTheDeviceRunnerGeneratesTheCpuEnginesTokens
   EXPECT_EQ(dev_stats.preemptions, cpu_stats.preemptions);
 }
 
+TEST(DeviceKvBudgetTest, OnlyADeviceBackendSizesItsCacheFromItsMemory) {
+  ModelConfig c;
+  c.vocab_size = 1000;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  EXPECT_EQ(DeviceKvBudgetBytes("cpu", 0.9, c, 64).status().code(), absl::StatusCode::kUnimplemented);
+#if !PDSERVE_TEST_ON_GPU
+  // No GPU here (or a build without CUDA): Unavailable, saying so.
+  const auto none = DeviceKvBudgetBytes("cuda", 0.9, c, 64);
+  if (!none.ok()) {
+    EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(none.status().message().find("no GPU"), std::string::npos) << none.status();
+  }
+#else
+  auto budget = DeviceKvBudgetBytes("cuda", 0.5, c, 64);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_GT(*budget, size_t{1} << 30);
+#endif
+}
+
 TEST_P(DeviceRunnerHostTest, RefusesWhatItCannotRunNamingIt) {
   ModelRunnerOptions f32 = options_;
   f32.compute_dtype = ComputeDType::kF32;

@@ -21,7 +21,9 @@ struct EngineOptions {
   int threads = 0;                     // <= 0: all cores.
   int64_t block_size = 16;
   KvDType kv_dtype = KvDType::kF32;    // f32, bf16, int8 or int4.
-  double kv_cache_gib = 4.0;           // KV pool size (vLLM CPU's default KV space is 4 GiB).
+  double kv_cache_gib = 4.0;           // KV pool size (vLLM CPU's default KV space is 4 GiB);
+                                       // <= 0 with backend cuda: sized by gpu_memory_utilization.
+  double gpu_memory_utilization = 0.9;  // Backend cuda: the share of the GPU's memory to use.
   int64_t num_kv_blocks = 0;           // > 0 overrides kv_cache_gib (tests).
   int64_t max_num_seqs = 64;           // Running sequences per step.
   int64_t max_num_batched_tokens = 2048;  // Token budget per step (prefill chunks + decodes).

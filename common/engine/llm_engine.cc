@@ -58,6 +58,16 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
   KvCacheSpec spec{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size,
                    options.kv_dtype};
   int64_t num_blocks = options.num_kv_blocks;
+  if (num_blocks <= 0 && !(options.kv_cache_gib > 0) && options.backend == "cuda") {
+    // As vLLM: what the GPU has left at --gpu-memory-utilization.
+    PD_ASSIGN_OR_RETURN(const size_t bytes,
+                        DeviceKvBudgetBytes(options.backend, options.gpu_memory_utilization, config,
+                                            options.max_num_batched_tokens));
+    num_blocks = KvPool::BlocksForBytes(spec, bytes);
+    PD_LOG(Info) << "KV cache: " << (bytes >> 20) << " MiB of GPU memory ("
+                 << options.gpu_memory_utilization << " of it, less weights and buffers): "
+                 << num_blocks << " blocks";
+  }
   if (num_blocks <= 0) {
     if (!(options.kv_cache_gib > 0)) {
       return absl::InvalidArgumentError("kv cache size must be positive");

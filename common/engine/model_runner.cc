@@ -3,7 +3,9 @@
 #include "common/base/strings.h"
 #include "common/engine/cpu_model_runner.h"
 #include "common/engine/device_model_runner.h"
+#include "common/model/model_config.h"
 #if PDSERVE_WITH_CUDA
+#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_device_ops.h"
 #endif
 #include "kernels/cpu/linear_bf16.h"
@@ -89,6 +91,32 @@ absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelRunnerOp
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> DeviceKvBudgetBytes(std::string_view backend, double utilization,
+                                           const ModelConfig& c, int64_t max_batch_tokens) {
+  if (backend != "cuda") return absl::UnimplementedError("only a device backend has its own memory");
+  size_t total = 0;
+#if PDSERVE_WITH_CUDA
+  total = cuda::DeviceMemoryBytes();
+#endif
+  if (total == 0) return absl::UnavailableError("--device cuda: no GPU to size the KV cache from");
+  // bf16 weights: every matrix, the embedding (f32 where the checkpoint is not bf16: at most 2x).
+  const double weights = 2.0 * static_cast<double>(c.NumParameters()) +
+                         2.0 * static_cast<double>(c.vocab_size * c.hidden_size);
+  // Per batched token: residual, q, k, v, gate|up, tmp in f32; h, attention, activation in bf16.
+  const double per_token = 4.0 * (2 * c.hidden_size + c.q_size() + 2 * c.kv_size() +
+                                  2 * c.intermediate_size) +
+                           2.0 * (c.hidden_size + c.q_size() + c.intermediate_size);
+  const double working = weights + per_token * static_cast<double>(max_batch_tokens) + (1ull << 30);
+  const double budget = utilization * static_cast<double>(total) - working;
+  if (budget <= 0) {
+    return absl::ResourceExhaustedError(
+        Str("--gpu-memory-utilization ", utilization, " of the GPU's ", total >> 20,
+            " MiB does not hold the model's weights and buffers (", static_cast<int64_t>(working) >> 20,
+            " MiB)"));
+  }
+  return static_cast<size_t>(budget);
 }
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(std::string_view backend,

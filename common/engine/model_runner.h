@@ -17,6 +17,7 @@ namespace pdserve {
 
 class KvPool;
 class ModelWeights;
+struct ModelConfig;
 
 enum class PrefillGemm {
   kInvariant,  // Our kernel for every row: results bitwise independent of batching and chunking.
@@ -76,6 +77,13 @@ absl::StatusOr<ComputeDType> ResolveComputeDType(std::string_view backend, Compu
 // token ids in the vocabulary. InvalidArgument naming the sequence and the value.
 absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelRunnerOptions& options,
                                   int64_t block_size, int64_t num_blocks, int64_t vocab_size);
+
+// Bytes of KV cache a backend with its own memory leaves for a model: `utilization` of the
+// device's memory, less the runner's weights (bf16) and working buffers, less 1 GiB for the
+// CUDA context and cuBLASLt's workspace. "cpu": Unimplemented (the KV cache is --kv-memory-gib
+// of RAM); no GPU: Unavailable; a device too small: ResourceExhausted naming both sizes.
+absl::StatusOr<size_t> DeviceKvBudgetBytes(std::string_view backend, double utilization,
+                                           const ModelConfig& config, int64_t max_batch_tokens);
 
 // `backend`: "cpu". `weights` and `pool` must outlive the runner.
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(std::string_view backend,

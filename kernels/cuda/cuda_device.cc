@@ -29,4 +29,14 @@ std::string DescribeDevice() {
          std::to_string(prop.major) + std::to_string(prop.minor);
 }
 
+size_t DeviceMemoryBytes() {
+  if (DeviceCount() == 0) return 0;
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return total;
+}
+
 }  // namespace pdserve::cuda

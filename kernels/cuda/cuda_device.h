@@ -2,6 +2,7 @@
 #ifndef PDSERVE_KERNELS_CUDA_CUDA_DEVICE_H_
 #define PDSERVE_KERNELS_CUDA_CUDA_DEVICE_H_
 
+#include <cstddef>
 #include <string>
 
 namespace pdserve::cuda {
@@ -12,6 +13,9 @@ int DeviceCount();
 
 // "NVIDIA H200, 139 GiB, sm_90" for device 0, or the runtime's reason there is none.
 std::string DescribeDevice();
+
+// Device 0's memory in bytes (cudaMemGetInfo's total); 0 when there is no GPU.
+size_t DeviceMemoryBytes();
 
 }  // namespace pdserve::cuda
 
