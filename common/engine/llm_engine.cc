@@ -96,7 +96,8 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
                    << config.max_position_embeddings << ")";
     }
   }
-  PD_ASSIGN_OR_RETURN(e->pool_, KvPool::Create(spec, num_blocks));
+  // A device backend keeps the pages in its own memory: the host pool is only their layout.
+  PD_ASSIGN_OR_RETURN(e->pool_, KvPool::Create(spec, num_blocks, options.backend == "cpu"));
   e->blocks_ = std::make_unique<BlockManager>(num_blocks, options.block_size,
                                               options.enable_prefix_caching);
   e->blocks_->EnableEvents(options.enable_kv_events);

@@ -17,9 +17,11 @@ namespace pdserve {
 
 class KvPool {
  public:
-  // ResourceExhausted when the memory cannot be mapped.
+  // ResourceExhausted when the memory cannot be mapped. `reserve` false: the mapping is only the
+  // pool's address space (MAP_NORESERVE), for a runner that keeps the pages in its own device
+  // memory and never touches these.
   static absl::StatusOr<std::unique_ptr<KvPool>> Create(const KvCacheSpec& spec,
-                                                        int64_t num_blocks);
+                                                        int64_t num_blocks, bool reserve = true);
   // How many blocks fit in `bytes`.
   static int64_t BlocksForBytes(const KvCacheSpec& spec, size_t bytes) {
     return static_cast<int64_t>(bytes / spec.BlockBytes());
