@@ -262,6 +262,7 @@ absl::Status DeviceModelRunner::AllocateBuffers() {
   // rows (L), block tables (T sequences at most, each up to max_model_len / block_size).
   const int64_t max_table = (options_.max_model_len + pool_->spec().block_size - 1) /
                             pool_->spec().block_size;
+  max_table_ = static_cast<int>(max_table);
   staging_bytes_ = static_cast<size_t>(6 * T + L + T * max_table) * sizeof(int32_t);
   PD_ASSIGN_OR_RETURN(staging_, ops_->AllocHost(staging_bytes_));
   PD_ASSIGN_OR_RETURN(void* meta, Alloc(staging_bytes_));
@@ -299,9 +300,15 @@ absl::Status DeviceModelRunner::Forward(const ForwardBatch& batch, float* logits
   st = Step{};
   st.rows = static_cast<int>(batch.num_tokens());
   const int seqs = static_cast<int>(batch.sequences.size());
+  // A decode-only step runs as a graph of its batch size: every parameter the kernels get must
+  // then be the same at each step of that size (table stride and split plan for max_model_len;
+  // the metadata itself is read from device memory at replay).
+  bool graph = options_.device_graphs;
   for (const SequenceChunk& s : batch.sequences) {
+    graph = graph && s.tokens.size() == 1 && s.need_logits;
     st.table_stride = std::max(st.table_stride, static_cast<int>(s.block_table.size()));
   }
+  if (graph) st.table_stride = max_table_;
   int32_t* host = static_cast<int32_t*>(staging_);
   const int T = st.rows;
   int32_t* ids = host;
@@ -350,11 +357,44 @@ absl::Status DeviceModelRunner::Forward(const ForwardBatch& batch, float* logits
   if (st.decode_rows > 0) {
     const cuda::DecodeSplit plan = cuda::PlanDecodeSplits(
         st.decode_rows, static_cast<int>(c.num_kv_heads), static_cast<int>(c.num_heads / c.num_kv_heads),
-        static_cast<int>(c.head_dim), max_decode_context, ops_->multiprocessors());
+        static_cast<int>(c.head_dim),
+        graph ? static_cast<int>(options_.max_model_len) : max_decode_context,
+        ops_->multiprocessors());
     st.split_tokens = plan.split_tokens;
     st.max_splits = plan.max_splits;
   }
 
+  if (graph) {
+    PD_ASSIGN_OR_RETURN(bool replayed, ops_->Replay(st.rows));
+    if (!replayed) {
+      PD_RETURN_IF_ERROR(ops_->BeginCapture());
+      const absl::Status enqueued = EnqueueStep();
+      const absl::Status captured = ops_->EndCapture(st.rows);
+      PD_RETURN_IF_ERROR(enqueued);
+      PD_RETURN_IF_ERROR(captured);
+      PD_ASSIGN_OR_RETURN(replayed, ops_->Replay(st.rows));
+    }
+  } else {
+    PD_RETURN_IF_ERROR(EnqueueStep());
+  }
+  // Every layer is enqueued; hand each one's pages over as the device finishes storing them.
+  if (layer_callback_) {
+    for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+      PD_RETURN_IF_ERROR(ops_->WaitLayer(layer));
+      layer_callback_(layer);
+    }
+  }
+  if (st.logit_rows > 0) {
+    PD_RETURN_IF_ERROR(ops_->CopyOut(logits, logits_,
+                                     static_cast<size_t>(st.logit_rows * c.vocab_size) * sizeof(float)));
+  }
+  return ops_->Synchronize();
+}
+
+absl::Status DeviceModelRunner::EnqueueStep() {
+  const ModelConfig& c = config_;
+  const Step& st = step_;
+  const int T = st.rows;
   cuda::EmbeddingParams e;
   e.rows = T;
   e.hidden = c.hidden_size;
@@ -390,18 +430,7 @@ absl::Status DeviceModelRunner::Forward(const ForwardBatch& batch, float* logits
     g.ldy = c.vocab_size;
     PD_RETURN_IF_ERROR(ops_->Gemm(g));
   }
-  // Every layer is enqueued; hand each one's pages over as the device finishes storing them.
-  if (layer_callback_) {
-    for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-      PD_RETURN_IF_ERROR(ops_->WaitLayer(layer));
-      layer_callback_(layer);
-    }
-  }
-  if (st.logit_rows > 0) {
-    PD_RETURN_IF_ERROR(ops_->CopyOut(logits, logits_,
-                                     static_cast<size_t>(st.logit_rows * c.vocab_size) * sizeof(float)));
-  }
-  return ops_->Synchronize();
+  return absl::OkStatus();
 }
 
 absl::Status DeviceModelRunner::Layer(int64_t layer) {

@@ -71,6 +71,8 @@ class DeviceModelRunner : public ModelRunner {
   absl::StatusOr<float*> Upload(const std::vector<float>& v);      // nullptr for an empty vector
   absl::StatusOr<uint16_t*> UploadBf16(const std::vector<uint16_t>& v);
   absl::Status Layer(int64_t layer);
+  // Embedding, every layer, final norm and lm_head of the step laid out in step_.
+  absl::Status EnqueueStep();
   cuda::KvLayer KvLayerView(int64_t layer) const;
 
   ModelRunnerOptions options_;
@@ -96,6 +98,7 @@ class DeviceModelRunner : public ModelRunner {
   uint16_t *h_ = nullptr, *attn_ = nullptr, *act_ = nullptr, *logit_in_ = nullptr;
   int32_t* meta_ = nullptr;  // Device copy of the staging area.
   int64_t max_partial_rows_splits_ = 0;
+  int max_table_ = 0;  // Blocks per sequence at max_model_len: the graph steps' table stride.
 
   // This step's layout (host), valid during Forward.
   struct Step {

@@ -319,6 +319,94 @@ TEST_P(DeviceRunnerHostTest, EngineOnTheDeviceRunnerGeneratesTheCpuEnginesTokens
   EXPECT_EQ(dev_stats.preemptions, cpu_stats.preemptions);
 }
 
+// Forwards to another DeviceOps and counts the steps that ran as a replayed graph.
+class CountingOps : public cuda::DeviceOps {
+ public:
+  explicit CountingOps(std::unique_ptr<cuda::DeviceOps> ops, int* replays)
+      : ops_(std::move(ops)), replays_(replays) {}
+  std::string Describe() const override { return ops_->Describe(); }
+  int multiprocessors() const override { return ops_->multiprocessors(); }
+  absl::StatusOr<void*> Alloc(size_t b) override { return ops_->Alloc(b); }
+  void Free(void* p) override { ops_->Free(p); }
+  absl::StatusOr<void*> AllocHost(size_t b) override { return ops_->AllocHost(b); }
+  void FreeHost(void* p) override { ops_->FreeHost(p); }
+  absl::Status CopyIn(void* d, const void* h, size_t b) override { return ops_->CopyIn(d, h, b); }
+  absl::Status CopyOut(void* h, const void* d, size_t b) override { return ops_->CopyOut(h, d, b); }
+  absl::Status Synchronize() override { return ops_->Synchronize(); }
+  absl::StatusOr<uint8_t*> KvPoolMemory(uint8_t* h, size_t b) override { return ops_->KvPoolMemory(h, b); }
+  absl::Status Fill(const cuda::FillParams& p) override { return ops_->Fill(p); }
+  absl::Status Gemm(const cuda::GemmParams& p) override { return ops_->Gemm(p); }
+  absl::Status Embedding(const cuda::EmbeddingParams& p) override { return ops_->Embedding(p); }
+  absl::Status AddRmsNorm(const cuda::AddRmsNormParams& p) override { return ops_->AddRmsNorm(p); }
+  absl::Status QkvRopeStore(const cuda::QkvRopeStoreParams& p) override { return ops_->QkvRopeStore(p); }
+  absl::Status SiluMul(const cuda::SiluMulParams& p) override { return ops_->SiluMul(p); }
+  absl::Status DecodeAttention(const cuda::DecodeAttentionParams& p) override { return ops_->DecodeAttention(p); }
+  absl::Status PrefillAttention(const cuda::PrefillAttentionParams& p) override { return ops_->PrefillAttention(p); }
+  absl::Status BeginCapture() override { return ops_->BeginCapture(); }
+  absl::Status EndCapture(int64_t key) override { return ops_->EndCapture(key); }
+  absl::StatusOr<bool> Replay(int64_t key) override {
+    auto r = ops_->Replay(key);
+    if (r.ok() && *r) ++*replays_;
+    return r;
+  }
+  absl::Status PrepareLayerMarks(int64_t n) override { return ops_->PrepareLayerMarks(n); }
+  absl::Status MarkLayer(int64_t l) override { return ops_->MarkLayer(l); }
+  absl::Status WaitLayer(int64_t l) override { return ops_->WaitLayer(l); }
+
+ private:
+  std::unique_ptr<cuda::DeviceOps> ops_;
+  int* replays_;
+};
+
+// Decode steps replayed from graphs (one per batch size, captured at its first step) give the
+// logits of steps enqueued one by one, as positions grow and block tables change under them.
+TEST_P(DeviceRunnerHostTest, GraphReplayedDecodeStepsEqualEnqueuedOnes) {
+  int replays = 0;
+  ModelRunnerOptions no_graphs = options_;
+  no_graphs.device_graphs = false;
+  auto eager = DeviceModelRunner::Create(no_graphs, weights_.get(), cpu_pool_.get(), Ops());
+  auto graphed = DeviceModelRunner::Create(options_, weights_.get(), device_pool_.get(),
+                                           std::make_unique<CountingOps>(Ops(), &replays));
+  ASSERT_TRUE(eager.ok() && graphed.ok());
+  const int64_t vocab = weights_->config().vocab_size;
+  std::vector<int32_t> a = {3, 1, 4, 1, 5, 9, 2, 6}, b = {2, 7, 1, 8};
+  const std::vector<int32_t> ta = {4, 11, 19, 2, 25, 7}, tb = {9, 30, 13, 22, 5, 16};
+  std::vector<float> le(2 * vocab), lg(2 * vocab);
+  int steps = 0;
+  for (int i = 0; i < 14; ++i) {
+    // Each sequence's table holds just the blocks its tokens need (block size 4), so tables grow
+    // between steps of one graph.
+    auto table = [](const std::vector<int32_t>& t, size_t tokens) {
+      return absl::MakeConstSpan(t).subspan(0, (tokens + 3) / 4);
+    };
+    ForwardBatch batch;
+    if (i == 0) {  // Prompts, then decode steps of 2 and (from step 8) of 1 sequence.
+      batch.sequences.push_back({a, 0, table(ta, a.size()), true});
+      batch.sequences.push_back({b, 0, table(tb, b.size()), true});
+    } else {
+      batch.sequences.push_back({absl::MakeConstSpan(a).subspan(a.size() - 1),
+                                 static_cast<int64_t>(a.size() - 1), table(ta, a.size()), true});
+      if (i < 8) {
+        batch.sequences.push_back({absl::MakeConstSpan(b).subspan(b.size() - 1),
+                                   static_cast<int64_t>(b.size() - 1), table(tb, b.size()), true});
+      }
+      ++steps;
+    }
+    ASSERT_TRUE((*eager)->Forward(batch, le.data()).ok());
+    ASSERT_TRUE((*graphed)->Forward(batch, lg.data()).ok());
+    for (size_t s = 0; s < batch.sequences.size(); ++s) {
+      for (int64_t v = 0; v < vocab; ++v) {
+        ASSERT_NEAR(lg[s * vocab + v], le[s * vocab + v], 1e-4f * (1 + std::fabs(le[s * vocab + v])))
+            << "step " << i << " sequence " << s;
+      }
+      const int32_t next = static_cast<int32_t>(
+          std::max_element(le.begin() + s * vocab, le.begin() + (s + 1) * vocab) - (le.begin() + s * vocab));
+      (s == 0 ? a : b).push_back(next);
+    }
+  }
+  EXPECT_EQ(replays, steps) << "every decode step ran from a graph";
+}
+
 TEST(DeviceKvBudgetTest, OnlyADeviceBackendSizesItsCacheFromItsMemory) {
   ModelConfig c;
   c.vocab_size = 1000;

@@ -47,6 +47,9 @@ struct ModelRunnerOptions {
   // streams them every step; 2 MiB pages spare the TLB misses of a 4 KiB file mapping). Costs a
   // copy of those matrices in RAM and the time to make it.
   bool weight_huge_pages = true;
+  // Device backends: run decode-only steps (every sequence one token) as CUDA graphs, one per
+  // batch size, captured the first time that size runs.
+  bool device_graphs = true;
 };
 
 // Not thread-safe: driven by one scheduler thread. Forward writes the KV of the batch's tokens

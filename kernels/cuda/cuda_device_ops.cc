@@ -36,6 +36,7 @@ class CudaDeviceOps final : public DeviceOps {
     if (op_ != nullptr) api_->MatmulDescDestroy(op_);
     if (pref_ != nullptr) api_->MatmulPreferenceDestroy(pref_);
     if (lt_ != nullptr) api_->Destroy(lt_);
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     for (cudaEvent_t e : marks_) cudaEventDestroy(e);
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (kv_pool_ != nullptr) cudaFree(kv_pool_);
@@ -154,6 +155,28 @@ class CudaDeviceOps final : public DeviceOps {
     return LaunchPrefillAttention(p, stream_);
   }
 
+  absl::Status BeginCapture() override {
+    return CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                      "cudaStreamBeginCapture");
+  }
+  absl::Status EndCapture(int64_t key) override {
+    cudaGraph_t graph = nullptr;
+    PD_CUDA_RETURN(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    PD_CUDA_RETURN(err, "cudaGraphInstantiate");
+    if (auto it = graphs_.find(key); it != graphs_.end()) cudaGraphExecDestroy(it->second);
+    graphs_[key] = exec;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> Replay(int64_t key) override {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) return false;
+    PD_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    return true;
+  }
+
   absl::Status PrepareLayerMarks(int64_t layers) override {
     while (static_cast<int64_t>(marks_.size()) < layers) {
       cudaEvent_t e;
@@ -185,6 +208,7 @@ class CudaDeviceOps final : public DeviceOps {
   cublasLtMatmulPreference_t pref_ = nullptr;
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>, Plan> plans_;
   std::vector<cudaEvent_t> marks_;
+  std::map<int64_t, cudaGraphExec_t> graphs_;  // Decode steps by batch size.
 };
 
 }  // namespace

@@ -49,6 +49,13 @@ class DeviceOps {
   virtual absl::Status DecodeAttention(const DecodeAttentionParams& p) = 0;
   virtual absl::Status PrefillAttention(const PrefillAttentionParams& p) = 0;
 
+  // CUDA graphs: between BeginCapture and EndCapture(key) the ops are recorded, not run
+  // (device memory they point at is read when the recording runs); Replay(key) runs the
+  // recording of `key`, or answers false when there is none. Copies stay outside recordings.
+  virtual absl::Status BeginCapture() = 0;
+  virtual absl::Status EndCapture(int64_t key) = 0;
+  virtual absl::StatusOr<bool> Replay(int64_t key) = 0;
+
   // Marks the point of the stream where layer `layer`'s KV is stored (a CUDA event), and waits
   // for it on the host. layer < the count given to PrepareLayerMarks.
   virtual absl::Status PrepareLayerMarks(int64_t layers) = 0;

@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
 
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/host_exec.h"
@@ -43,6 +47,9 @@ class HostDeviceOps final : public DeviceOps {
   absl::StatusOr<uint8_t*> KvPoolMemory(uint8_t* host_pool, size_t) override { return host_pool; }
 
   absl::Status Fill(const FillParams& p) override {
+    return Do([this, p] { return RunFill(p); });
+  }
+  absl::Status RunFill(const FillParams& p) {
     if (p.count > 0) {
       const int blocks = static_cast<int>(std::min<int64_t>(8, (p.count + threads_ - 1) / threads_));
       host::Launch(Grid{blocks}, threads_, 0, [&](HostCtx& c) { FillBody(c, p); });
@@ -50,6 +57,9 @@ class HostDeviceOps final : public DeviceOps {
     return absl::OkStatus();
   }
   absl::Status Gemm(const GemmParams& p) override {
+    return Do([this, p] { return RunGemm(p); });
+  }
+  absl::Status RunGemm(const GemmParams& p) {
     for (int64_t i = 0; i < p.m; ++i) {
       for (int64_t j = 0; j < p.n; ++j) {
         float acc = 0.0f;
@@ -62,10 +72,16 @@ class HostDeviceOps final : public DeviceOps {
     return absl::OkStatus();
   }
   absl::Status Embedding(const EmbeddingParams& p) override {
+    return Do([this, p] { return RunEmbedding(p); });
+  }
+  absl::Status RunEmbedding(const EmbeddingParams& p) {
     if (p.rows > 0) host::Launch(Grid{p.rows}, threads_, 0, [&](HostCtx& c) { EmbeddingBody(c, p); });
     return absl::OkStatus();
   }
   absl::Status AddRmsNorm(const AddRmsNormParams& p) override {
+    return Do([this, p] { return RunAddRmsNorm(p); });
+  }
+  absl::Status RunAddRmsNorm(const AddRmsNormParams& p) {
     if (p.rows > 0) {
       host::Launch(Grid{p.rows}, threads_, kWarpSize * sizeof(float),
                    [&](HostCtx& c) { AddRmsNormBody(c, p); });
@@ -73,6 +89,9 @@ class HostDeviceOps final : public DeviceOps {
     return absl::OkStatus();
   }
   absl::Status QkvRopeStore(const QkvRopeStoreParams& p) override {
+    return Do([this, p] { return RunQkvRopeStore(p); });
+  }
+  absl::Status RunQkvRopeStore(const QkvRopeStoreParams& p) {
     if (absl::Status s = CheckAttentionShape(p.num_heads, p.num_kv_heads, p.head_dim, p.kv.format);
         !s.ok()) {
       return s;
@@ -89,10 +108,16 @@ class HostDeviceOps final : public DeviceOps {
     return absl::OkStatus();
   }
   absl::Status SiluMul(const SiluMulParams& p) override {
+    return Do([this, p] { return RunSiluMul(p); });
+  }
+  absl::Status RunSiluMul(const SiluMulParams& p) {
     if (p.rows > 0) host::Launch(Grid{p.rows}, threads_, 0, [&](HostCtx& c) { SiluMulBody(c, p); });
     return absl::OkStatus();
   }
   absl::Status DecodeAttention(const DecodeAttentionParams& p) override {
+    return Do([this, p] { return RunDecodeAttention(p); });
+  }
+  absl::Status RunDecodeAttention(const DecodeAttentionParams& p) {
     const AttentionParams& a = p.a;
     if (absl::Status s = CheckAttentionShape(a.num_heads, a.kv.num_kv_heads, a.kv.head_dim, a.kv.format);
         !s.ok()) {
@@ -116,6 +141,9 @@ class HostDeviceOps final : public DeviceOps {
     return absl::OkStatus();
   }
   absl::Status PrefillAttention(const PrefillAttentionParams& p) override {
+    return Do([this, p] { return RunPrefillAttention(p); });
+  }
+  absl::Status RunPrefillAttention(const PrefillAttentionParams& p) {
     const AttentionParams& a = p.a;
     if (absl::Status s = CheckAttentionShape(a.num_heads, a.kv.num_kv_heads, a.kv.head_dim, a.kv.format);
         !s.ok()) {
@@ -134,19 +162,50 @@ class HostDeviceOps final : public DeviceOps {
     return absl::OkStatus();
   }
 
+  absl::Status BeginCapture() override {
+    if (recording_ != nullptr) return absl::FailedPreconditionError("already capturing");
+    recording_ = std::make_unique<std::vector<std::function<absl::Status()>>>();
+    return absl::OkStatus();
+  }
+  absl::Status EndCapture(int64_t key) override {
+    if (recording_ == nullptr) return absl::FailedPreconditionError("not capturing");
+    graphs_[key] = std::move(*recording_);
+    recording_.reset();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> Replay(int64_t key) override {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) return false;
+    for (auto& op : it->second) {
+      if (absl::Status s = op(); !s.ok()) return s;
+    }
+    return true;
+  }
+
   absl::Status PrepareLayerMarks(int64_t layers) override {
     marks_ = layers;
     return absl::OkStatus();
   }
   absl::Status MarkLayer(int64_t layer) override {
     if (layer < 0 || layer >= marks_) return absl::OutOfRangeError("layer mark out of range");
-    return absl::OkStatus();
+    return Do([] { return absl::OkStatus(); });
   }
   absl::Status WaitLayer(int64_t layer) override { return MarkLayer(layer); }
 
  private:
+  // Runs op now, or records it while capturing (its params copied, as a graph's kernel nodes).
+  absl::Status Do(std::function<absl::Status()> op) {
+    if (recording_ != nullptr) {
+      recording_->push_back(std::move(op));
+      return absl::OkStatus();
+    }
+    return op();
+  }
+
   int threads_;
   int64_t marks_ = 0;
+  std::unique_ptr<std::vector<std::function<absl::Status()>>> recording_;
+  std::map<int64_t, std::vector<std::function<absl::Status()>>> graphs_;
 };
 
 }  // namespace
