@@ -364,19 +364,28 @@ absl::Status DeviceModelRunner::Forward(const ForwardBatch& batch, float* logits
     st.max_splits = plan.max_splits;
   }
 
-  if (graph) {
-    PD_ASSIGN_OR_RETURN(bool replayed, ops_->Replay(st.rows));
+  bool replayed = false;
+  if (graph && !graphs_failed_) {
+    PD_ASSIGN_OR_RETURN(replayed, ops_->Replay(st.rows));
     if (!replayed) {
-      PD_RETURN_IF_ERROR(ops_->BeginCapture());
-      const absl::Status enqueued = EnqueueStep();
-      const absl::Status captured = ops_->EndCapture(st.rows);
-      PD_RETURN_IF_ERROR(enqueued);
-      PD_RETURN_IF_ERROR(captured);
-      PD_ASSIGN_OR_RETURN(replayed, ops_->Replay(st.rows));
+      absl::Status captured = ops_->BeginCapture();
+      if (captured.ok()) {
+        const absl::Status enqueued = EnqueueStep();
+        captured = ops_->EndCapture(st.rows);
+        captured.Update(enqueued);
+      }
+      if (captured.ok()) {
+        PD_ASSIGN_OR_RETURN(replayed, ops_->Replay(st.rows));
+      } else {
+        // Run this step, and the later ones, without graphs (an error of the step itself shows
+        // again below, enqueued one by one).
+        PD_LOG(Warning) << "CUDA graph capture failed (" << captured
+                        << "): decode steps run without graphs";
+        graphs_failed_ = true;
+      }
     }
-  } else {
-    PD_RETURN_IF_ERROR(EnqueueStep());
   }
+  if (!replayed) PD_RETURN_IF_ERROR(EnqueueStep());
   // Every layer is enqueued; hand each one's pages over as the device finishes storing them.
   if (layer_callback_) {
     for (int64_t layer = 0; layer < c.num_layers; ++layer) {

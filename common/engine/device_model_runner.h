@@ -98,7 +98,8 @@ class DeviceModelRunner : public ModelRunner {
   uint16_t *h_ = nullptr, *attn_ = nullptr, *act_ = nullptr, *logit_in_ = nullptr;
   int32_t* meta_ = nullptr;  // Device copy of the staging area.
   int64_t max_partial_rows_splits_ = 0;
-  int max_table_ = 0;  // Blocks per sequence at max_model_len: the graph steps' table stride.
+  int max_table_ = 0;
+  bool graphs_failed_ = false;  // A capture failed: every step is enqueued op by op.  // Blocks per sequence at max_model_len: the graph steps' table stride.
 
   // This step's layout (host), valid during Forward.
   struct Step {
