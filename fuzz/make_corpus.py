@@ -36,6 +36,18 @@ def safetensors(tensors):
     return struct.pack("<Q", len(h)) + h + blobs
 
 
+def write_device_transport_corpus(frame):
+    """The device transports' control stream: HELLO (layout, identity, handle; offset = the
+    sender's pool size), page references (+ source offset), END, a refused reference, ABORT."""
+    hello = frame(1, 0, 65536, b"kv_dtype=bf16\0host-shm:0\0handle")
+    def ref(tag, dst, n, src):
+        return frame(16, tag, dst, b"")[:-8] + struct.pack("<Q", n) + struct.pack("<Q", src)
+    stream = hello + ref(1, 0, 1024, 0) + ref(1, 1024, 1024, 4096) + \
+        frame(3, 1, 0, struct.pack("<QQQ", 2, 2048, 0)) + ref(2, 100, 64, 0) + frame(4, 2, 0, b"")
+    write("device_transport_fuzz", "stream.bin", stream)
+    write("device_transport_fuzz", "bad_source.bin", hello + ref(2, 8192, 512, 65536 - 100))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--pdserve", required=True)
@@ -67,6 +79,7 @@ def main():
     # The first byte says whether the connection starts with its HELLO (bit 0).
     write("frame_reader_fuzz", "stream.bin", b"\x01" + stream)
     write("frame_reader_fuzz", "pages_only.bin", b"\x00" + frame(2, 2, 2048, page) + frame(2, 2, 3072, page))
+    write_device_transport_corpus(frame)
     reqs = [
         pb.GenerateRequest(text="Hello there", sampling=pb.SamplingParams(max_tokens=8, temperature=0.7, top_p=0.9,
                                                                          stop=["\n", "END"], logprobs=2)),

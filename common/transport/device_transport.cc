@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -153,6 +154,13 @@ class DeviceKvTransport : public KvTransport {
   void AcceptLoop();
   void ReaderLoop(int fd, uint64_t source);
 
+ public:
+  // One control connection as the receiver: frames from `in`, answers through `out`.
+  void ServeConnection(kv_wire::ByteSource& in, const std::function<bool(iovec*, int)>& out,
+                       uint64_t source);
+
+ private:
+
   const std::string layout_;
   const std::string advertise_host_;
   const int64_t timeout_ms_;
@@ -234,15 +242,32 @@ void DeviceKvTransport::AcceptLoop() {
   }
 }
 
+// Frames from the socket, read as they are needed.
+class FdSource : public kv_wire::ByteSource {
+ public:
+  explicit FdSource(int fd) : fd_(fd) {}
+  bool Read(void* buf, size_t len) override { return ReadFull(fd_, buf, len); }
+
+ private:
+  int fd_;
+};
+
 void DeviceKvTransport::ReaderLoop(int fd, uint64_t source) {
+  FdSource in(fd);
+  ServeConnection(in, [fd](iovec* iov, int n) { return WriteFull(fd, iov, n); }, source);
+}
+
+void DeviceKvTransport::ServeConnection(kv_wire::ByteSource& in,
+                                        const std::function<bool(iovec*, int)>& out,
+                                        uint64_t source) {
   // HELLO: layout, device identity and pool handle (NUL-separated); header.offset = pool bytes.
   FrameHeader h;
-  if (!ReadFull(fd, &h, sizeof(h)) || h.magic != kMagic || h.type != kHello ||
+  if (!in.Read(&h, sizeof(h)) || h.magic != kMagic || h.type != kHello ||
       h.length > kv_wire::kMaxHello) {
     return;
   }
   std::string hello(h.length, '\0');
-  if (!ReadFull(fd, hello.data(), hello.size())) return;
+  if (!in.Read(hello.data(), hello.size())) return;
   const size_t a = hello.find('\0'), b = a == std::string::npos ? a : hello.find('\0', a + 1);
   absl::Status check;
   std::unique_ptr<ReceiverLink> link;
@@ -268,16 +293,16 @@ void DeviceKvTransport::ReaderLoop(int fd, uint64_t source) {
   const std::string message(check.message());
   uint32_t reply[2] = {check.ok() ? 0u : 1u, static_cast<uint32_t>(message.size())};
   iovec iov[2] = {{reply, sizeof(reply)}, {const_cast<char*>(message.data()), message.size()}};
-  if (!WriteFull(fd, iov, 2) || !check.ok()) return;
+  if (!out(iov, 2) || !check.ok()) return;
 
   // Pages received per tag, hashed at END; and (tests) where to corrupt one.
   absl::flat_hash_map<uint64_t, PageSpans> pulled;
   absl::flat_hash_map<uint64_t, std::vector<uint8_t*>> corrupt;
   while (!stopping_.load()) {
-    if (!ReadFull(fd, &h, sizeof(h)) || h.magic != kMagic) break;
+    if (!in.Read(&h, sizeof(h)) || h.magic != kMagic) break;
     if (h.type == kPageRef) {
       uint64_t src = 0;
-      if (!ReadFull(fd, &src, sizeof(src))) break;
+      if (!in.Read(&src, sizeof(src))) break;
       if (h.length > kv_wire::kMaxPage || src > peer_bytes || h.length > peer_bytes - src) {
         tracker_.Fail(h.tag, absl::OutOfRangeError(
                                  Str("transfer ", h.tag, ": source page at ", src, " (", h.length,
@@ -298,7 +323,7 @@ void DeviceKvTransport::ReaderLoop(int fd, uint64_t source) {
       pulled[h.tag].emplace_back(*where, h.length);
     } else if (h.type == kEnd) {
       uint64_t v[3];
-      if (h.length != sizeof(v) || !ReadFull(fd, v, sizeof(v))) break;
+      if (h.length != sizeof(v) || !in.Read(v, sizeof(v))) break;
       PageSpans pages;
       if (auto it = pulled.find(h.tag); it != pulled.end()) {
         pages = std::move(it->second);
@@ -327,8 +352,8 @@ void DeviceKvTransport::ReaderLoop(int fd, uint64_t source) {
                                                ? Str("transfer ", h.tag, " is not expected here")
                                                : std::string(poll.status.message()));
       FrameHeader ack{kMagic, kAck, h.tag, done ? 0u : 1u, why.size()};
-      iovec out[2] = {{&ack, sizeof(ack)}, {const_cast<char*>(why.data()), why.size()}};
-      if (!WriteFull(fd, out, 2)) break;
+      iovec reply_iov[2] = {{&ack, sizeof(ack)}, {const_cast<char*>(why.data()), why.size()}};
+      if (!out(reply_iov, 2)) break;
     } else if (h.type == kAbort) {
       pulled.erase(h.tag);
       corrupt.erase(h.tag);
@@ -544,6 +569,12 @@ void DeviceKvTransport::Abort(const std::string& peer_endpoint, uint64_t tag) {
 }
 
 }  // namespace
+
+void ServeDeviceControlStreamForTesting(KvTransport* transport, kv_wire::ByteSource& in) {
+  static std::atomic<uint64_t> source{1u << 30};
+  static_cast<DeviceKvTransport*>(transport)->ServeConnection(
+      in, [](iovec*, int) { return true; }, source.fetch_add(1));
+}
 
 absl::StatusOr<std::unique_ptr<KvTransport>> CreateDeviceKvTransport(
     const KvTransportOptions& options, std::unique_ptr<DeviceDataPath> path, const std::string& name) {

@@ -29,6 +29,13 @@ namespace pdserve {
 absl::StatusOr<std::unique_ptr<KvTransport>> CreateDeviceKvTransport(
     const KvTransportOptions& options, std::unique_ptr<DeviceDataPath> path, const std::string& name);
 
+namespace kv_wire {
+class ByteSource;
+}
+// Fuzzing and tests: `transport` (made by CreateDeviceKvTransport) serves one control connection
+// whose bytes come from `in` as a receiver, its answers dropped.
+void ServeDeviceControlStreamForTesting(KvTransport* transport, kv_wire::ByteSource& in);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_COMMON_TRANSPORT_DEVICE_TRANSPORT_H_
