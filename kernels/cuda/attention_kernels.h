@@ -175,7 +175,7 @@ PD_DEVICE void DecodeMergeBody(Ctx& ctx, const DecodeAttentionParams& p) {
 // Shared memory of the prefill kernel, in floats.
 PD_HD int PrefillSharedFloats(int head_dim) {
   constexpr int R = kPrefillTileRows, K = kPrefillTileKeys;
-  return 2 * R * head_dim + 2 * K * head_dim + R * (K + 1) + 3 * R + 2 * K;
+  return 2 * R * head_dim + K * (head_dim + 1) + K * head_dim + R * (K + 1) + 3 * R + 2 * K;
 }
 
 // Grid (num_tiles, num_heads). A tile's rows are consecutive positions of one sequence; keys are
@@ -199,8 +199,11 @@ PD_DEVICE void PrefillAttentionBody(Ctx& ctx, const PrefillAttentionParams& p) {
 
   float* qs = ctx.template shared<float>();  // [R][d]
   float* os = qs + R * d;                   // [R][d] unnormalised output
-  float* ks = os + R * d;                   // [K][d] key codes / values
-  float* vs = ks + K * d;                   // [K][d]
+  // Keys padded to d + 1 floats a row: the score loop reads key j's element c on lane j, which
+  // with a stride of d (a multiple of 32) would put all 32 lanes on one shared-memory bank.
+  const int kd = d + 1;
+  float* ks = os + R * d;                   // [K][d + 1] key codes / values
+  float* vs = ks + K * kd;                  // [K][d]
   float* ss = vs + K * d;                   // [R][K + 1] scores, then probabilities
   float* m = ss + R * (K + 1);              // [R] running max
   float* l = m + R;                         // [R] running sum
@@ -237,7 +240,7 @@ PD_DEVICE void PrefillAttentionBody(Ctx& ctx, const PrefillAttentionParams& p) {
       } else if (c == 0) {
         kscale[j] = vscale[j] = 0.0f;
       }
-      ks[idx] = kv_k;
+      ks[j * kd + c] = kv_k;
       vs[idx] = kv_v;
     }
     ctx.sync();
@@ -250,7 +253,7 @@ PD_DEVICE void PrefillAttentionBody(Ctx& ctx, const PrefillAttentionParams& p) {
       float s = kNegInf;
       if (valid) {
         float dot = 0.0f;
-        for (int c = 0; c < d; ++c) dot += qs[i * d + c] * ks[j * d + c];
+        for (int c = 0; c < d; ++c) dot += qs[i * d + c] * ks[j * kd + c];
         if constexpr (KvQuantized(F)) dot *= kscale[j];
         s = dot * a.scale;
       }
