@@ -425,6 +425,7 @@ TEST(DeviceKvBudgetTest, OnlyADeviceBackendSizesItsCacheFromItsMemory) {
     EXPECT_NE(none.status().message().find("no GPU"), std::string::npos) << none.status();
   }
 #else
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << cuda::DescribeDevice();
   auto budget = DeviceKvBudgetBytes("cuda", 0.5, c, 64);
   ASSERT_TRUE(budget.ok()) << budget.status();
   EXPECT_GT(*budget, size_t{1} << 30);
