@@ -118,7 +118,8 @@ PD_DEVICE void DecodeAttentionBody(Ctx& ctx, const DecodeAttentionParams& p) {
         }
       }
     }
-    for (int g = 0; g < group; ++g) {
+    for (int g = 0; g < kMaxGroup; ++g) {  // Constant bounds: acc stays in registers.
+      if (g >= group) break;
       const int h = kvh * group + g;
       if (single) {
         const float o = acc[g] / ml[2 * g + 1];

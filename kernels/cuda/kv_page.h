@@ -64,7 +64,7 @@ PD_DEVICE void WarpStoreRow(Ctx& ctx, const float* lo, const float* hi, int pair
                             uint8_t* row, float* scale_out) {
   const int lane = ctx.thread() % kWarpSize, half = head_dim / 2;
   if constexpr (F == KvFormat::kF32 || F == KvFormat::kBF16) {
-    for (int j = 0; j < pairs; ++j) {
+    for (int j = 0; j < kMaxPairsPerLane && j < pairs; ++j) {
       const int i = lane + j * kWarpSize;
       if (i >= half) break;
       if constexpr (F == KvFormat::kF32) {
@@ -78,7 +78,7 @@ PD_DEVICE void WarpStoreRow(Ctx& ctx, const float* lo, const float* hi, int pair
   } else {
     constexpr int kLevels = F == KvFormat::kInt8 ? 127 : 7;
     float amax = 0.0f, bad = 0.0f;
-    for (int j = 0; j < pairs; ++j) {
+    for (int j = 0; j < kMaxPairsPerLane && j < pairs; ++j) {
       if (lane + j * kWarpSize >= half) break;
       if (!IsFinite(lo[j]) || !IsFinite(hi[j])) bad = 1.0f;
       amax = Max(amax, Max(lo[j] < 0 ? -lo[j] : lo[j], hi[j] < 0 ? -hi[j] : hi[j]));
@@ -92,7 +92,7 @@ PD_DEVICE void WarpStoreRow(Ctx& ctx, const float* lo, const float* hi, int pair
       c = c > kLevels ? kLevels : c < -kLevels ? -kLevels : c;
       return static_cast<int>(c);
     };
-    for (int j = 0; j < pairs; ++j) {  // Every lane runs every j: the int4 shuffles need them all.
+    for (int j = 0; j < kMaxPairsPerLane && j < pairs; ++j) {  // All lanes, every j (int4 shuffles).
       const int i = lane + j * kWarpSize;
       const bool mine = i < half;
       const int c_lo = mine ? code(lo[j]) : 0, c_hi = mine ? code(hi[j]) : 0;

@@ -79,7 +79,7 @@ PD_DEVICE void QkvRopeStoreBody(Ctx& ctx, const QkvRopeStoreParams& p) {
     const float* norm = is_q ? p.q_norm : is_k ? p.k_norm : nullptr;
     float lo[kMaxPairsPerLane], hi[kMaxPairsPerLane];
     float sum = 0.0f;
-    for (int j = 0; j < pairs; ++j) {
+    for (int j = 0; j < kMaxPairsPerLane && j < pairs; ++j) {
       const int i = lane + j * kWarpSize;
       lo[j] = hi[j] = 0.0f;
       if (i < half) {
@@ -95,7 +95,7 @@ PD_DEVICE void QkvRopeStoreBody(Ctx& ctx, const QkvRopeStoreParams& p) {
     if (norm != nullptr) {
       sum = WarpSum(ctx, sum);
       const float inv = 1.0f / Sqrt(sum / static_cast<float>(d) + p.eps);
-      for (int j = 0; j < pairs; ++j) {
+      for (int j = 0; j < kMaxPairsPerLane && j < pairs; ++j) {
         const int i = lane + j * kWarpSize;
         if (i < half) {
           lo[j] = norm[i] * (lo[j] * inv);
@@ -104,7 +104,7 @@ PD_DEVICE void QkvRopeStoreBody(Ctx& ctx, const QkvRopeStoreParams& p) {
       }
     }
     if (is_q || is_k) {
-      for (int j = 0; j < pairs; ++j) {
+      for (int j = 0; j < kMaxPairsPerLane && j < pairs; ++j) {
         const int i = lane + j * kWarpSize;
         if (i < half) {
           const float x1 = lo[j], x2 = hi[j];
@@ -113,7 +113,7 @@ PD_DEVICE void QkvRopeStoreBody(Ctx& ctx, const QkvRopeStoreParams& p) {
         }
       }
     }
-    for (int j = 0; j < pairs; ++j) {
+    for (int j = 0; j < kMaxPairsPerLane && j < pairs; ++j) {
       const int i = lane + j * kWarpSize;
       if (i < half) {
         x[i] = lo[j];
