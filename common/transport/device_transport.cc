@@ -98,9 +98,9 @@ class DeviceKvTransport : public KvTransport {
   absl::Status Listen(const std::string& address) {
     PD_ASSIGN_OR_RETURN(const ListeningSocket sock,
                         ListenTcp(address, advertise_host_, name_ + "://"));
-    listen_fd_ = sock.fd;
     endpoint_ = sock.endpoint;
-    acceptor_ = std::thread([this] { AcceptLoop(); });
+    server_ = std::make_unique<ConnectionServer>(
+        sock.fd, [this](int fd, uint64_t source) { ReaderLoop(fd, source); });
     return absl::OkStatus();
   }
 
@@ -151,7 +151,6 @@ class DeviceKvTransport : public KvTransport {
   bool WritePageRefs(Peer& peer, const Item& item);
   bool WriteEnd(Peer& peer, Item& item);
   void Enqueue(const std::shared_ptr<Peer>& peer, Item item);
-  void AcceptLoop();
   void ReaderLoop(int fd, uint64_t source);
 
  public:
@@ -170,34 +169,15 @@ class DeviceKvTransport : public KvTransport {
   bool registered_ = false;
   std::string endpoint_;
   ReceiveTracker tracker_;
-  int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
-  std::mutex readers_mu_;
-  struct Reader {
-    int fd;
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
-  };
-  std::list<Reader> readers_;
-  std::atomic<uint64_t> next_source_{1};
+  std::unique_ptr<ConnectionServer> server_;  // Incoming connections: ReaderLoop each.
   std::mutex peers_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers_;
 };
 
 DeviceKvTransport::~DeviceKvTransport() {
   stopping_.store(true);
-  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
-  if (acceptor_.joinable()) acceptor_.join();
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  {
-    std::lock_guard<std::mutex> lock(readers_mu_);
-    for (Reader& r : readers_) ::shutdown(r.fd, SHUT_RDWR);
-  }
-  for (Reader& r : readers_) {
-    if (r.thread.joinable()) r.thread.join();
-    ::close(r.fd);
-  }
+  server_.reset();
   absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers;
   {
     std::lock_guard<std::mutex> lock(peers_mu_);
@@ -212,33 +192,6 @@ DeviceKvTransport::~DeviceKvTransport() {
     ::shutdown(peer->fd, SHUT_RDWR);
     if (peer->writer.joinable()) peer->writer.join();
     ::close(peer->fd);
-  }
-}
-
-void DeviceKvTransport::AcceptLoop() {
-  while (!stopping_.load()) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    const uint64_t source = next_source_.fetch_add(1);
-    std::lock_guard<std::mutex> lock(readers_mu_);
-    for (auto it = readers_.begin(); it != readers_.end();) {
-      if (it->done->load()) {
-        it->thread.join();
-        ::close(it->fd);
-        it = readers_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    Reader& r = readers_.emplace_back(Reader{fd, std::thread()});
-    r.thread = std::thread([this, fd, source, done = r.done] {
-      ReaderLoop(fd, source);
-      ::shutdown(fd, SHUT_RDWR);
-      done->store(true);
-    });
   }
 }
 

@@ -134,4 +134,52 @@ absl::StatusOr<ListeningSocket> ListenTcp(const std::string& address,
   return ListeningSocket{listen_fd, Str(scheme, HostPort{advertised, bound_port}.ToString())};
 }
 
+ConnectionServer::ConnectionServer(int listen_fd, std::function<void(int, uint64_t)> handler)
+    : listen_fd_(listen_fd), handler_(std::move(handler)) {
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+}
+
+ConnectionServer::~ConnectionServer() {
+  stopping_.store(true);
+  ::shutdown(listen_fd_, SHUT_RDWR);
+  if (acceptor_.joinable()) acceptor_.join();
+  ::close(listen_fd_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Connection& c : connections_) ::shutdown(c.fd, SHUT_RDWR);
+  }
+  for (Connection& c : connections_) {
+    if (c.thread.joinable()) c.thread.join();
+    ::close(c.fd);
+  }
+}
+
+void ConnectionServer::AcceptLoop() {
+  while (!stopping_.load()) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      return;  // Shut down.
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = connections_.begin(); it != connections_.end();) {  // Connections that ended.
+      if (it->done->load()) {
+        it->thread.join();
+        ::close(it->fd);
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    const uint64_t source = next_source_++;
+    Connection& c = connections_.emplace_back(Connection{fd, std::thread()});
+    c.thread = std::thread([this, fd, source, done = c.done] {
+      handler_(fd, source);
+      // Let the peer see the end (a refused handshake included); the fd is closed when reaped.
+      ::shutdown(fd, SHUT_RDWR);
+      done->store(true);
+    });
+  }
+}
+
 }  // namespace pdserve

@@ -148,7 +148,6 @@ class TcpKvTransport : public KvTransport {
   absl::StatusOr<std::shared_ptr<Peer>> GetPeer(const std::string& endpoint);
   void WriterLoop(std::shared_ptr<Peer> peer);
   void Enqueue(const std::shared_ptr<Peer>& peer, Item item);
-  void AcceptLoop();
   void ReaderLoop(int fd, uint64_t source);
   bool WritePages(Peer& peer, const Item& item, std::vector<kv_wire::FrameHeader>& headers,
                   std::vector<iovec>& iov, std::deque<std::vector<uint8_t>>& corrupted);
@@ -159,42 +158,23 @@ class TcpKvTransport : public KvTransport {
   std::unique_ptr<KvTls> tls_;  // Null: in the clear.
   std::string endpoint_;
   ReceiveTracker tracker_;
-  int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
-  std::mutex readers_mu_;
-  struct Reader {
-    int fd;
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
-  };
-  std::list<Reader> readers_;  // Finished ones are reaped at the next accept.
-  std::atomic<uint64_t> next_source_{1};
+  std::unique_ptr<ConnectionServer> server_;  // Incoming connections: ReaderLoop each.
   std::mutex peers_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers_;
 };
 
 absl::Status TcpKvTransport::Listen(const std::string& address) {
   PD_ASSIGN_OR_RETURN(const ListeningSocket sock, ListenTcp(address, advertise_host_, "tcp://"));
-  listen_fd_ = sock.fd;
   endpoint_ = sock.endpoint;
-  acceptor_ = std::thread([this] { AcceptLoop(); });
+  server_ = std::make_unique<ConnectionServer>(
+      sock.fd, [this](int fd, uint64_t source) { ReaderLoop(fd, source); });
   return absl::OkStatus();
 }
 
 TcpKvTransport::~TcpKvTransport() {
   stopping_.store(true);
-  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
-  if (acceptor_.joinable()) acceptor_.join();
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  {
-    std::lock_guard<std::mutex> lock(readers_mu_);
-    for (Reader& r : readers_) ::shutdown(r.fd, SHUT_RDWR);
-  }
-  for (auto& [fd, t, done] : readers_) {
-    if (t.joinable()) t.join();
-    ::close(fd);
-  }
+  server_.reset();
   absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers;
   {
     std::lock_guard<std::mutex> lock(peers_mu_);
@@ -209,34 +189,6 @@ TcpKvTransport::~TcpKvTransport() {
     ::shutdown(peer->fd, SHUT_RDWR);
     if (peer->writer.joinable()) peer->writer.join();
     ::close(peer->fd);
-  }
-}
-
-void TcpKvTransport::AcceptLoop() {
-  while (!stopping_.load()) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR) continue;
-      return;  // Shut down.
-    }
-    const uint64_t source = next_source_.fetch_add(1);
-    std::lock_guard<std::mutex> lock(readers_mu_);
-    for (auto it = readers_.begin(); it != readers_.end();) {  // Connections that ended.
-      if (it->done->load()) {
-        it->thread.join();
-        ::close(it->fd);
-        it = readers_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    Reader& r = readers_.emplace_back(Reader{fd, std::thread()});
-    r.thread = std::thread([this, fd, source, done = r.done] {
-      ReaderLoop(fd, source);
-      // Let the peer see the end (a refused handshake included); the fd is closed when reaped.
-      ::shutdown(fd, SHUT_RDWR);
-      done->store(true);
-    });
   }
 }
 
