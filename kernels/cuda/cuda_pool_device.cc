@@ -23,19 +23,6 @@ std::string BootId() {
   return id.empty() ? "unknown-host" : id;
 }
 
-// A POD's bytes as hex, and back (exactly sizeof the POD).
-template <typename T>
-std::string HexOf(const T& v) {
-  return HexEncode(std::string_view(reinterpret_cast<const char*>(&v), sizeof(T)));
-}
-template <typename T>
-bool FromHex(const std::string& hex, T* v) {
-  auto bytes = HexDecode(hex);
-  if (!bytes.ok() || bytes->size() != sizeof(T)) return false;
-  std::memcpy(v, bytes->data(), sizeof(T));
-  return true;
-}
-
 // cuMemGetAddressRange through the runtime (no link against the driver library): the base and
 // size of the allocation holding p; OK when [p, p + bytes) lies inside it.
 absl::Status CheckMappedSize(void* p, size_t bytes) {

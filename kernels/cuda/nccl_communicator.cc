@@ -60,19 +60,6 @@ absl::StatusOr<const NcclApi*> LoadNccl() {
   return &**api;
 }
 
-// A POD's bytes as hex, and back (exactly sizeof the POD).
-template <typename T>
-std::string HexOf(const T& v) {
-  return HexEncode(std::string_view(reinterpret_cast<const char*>(&v), sizeof(T)));
-}
-template <typename T>
-bool FromHex(const std::string& hex, T* v) {
-  auto bytes = HexDecode(hex);
-  if (!bytes.ok() || bytes->size() != sizeof(T)) return false;
-  std::memcpy(v, bytes->data(), sizeof(T));
-  return true;
-}
-
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(const NcclApi* api, int device, int rank, int64_t init_timeout_ms)
