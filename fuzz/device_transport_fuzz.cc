@@ -11,26 +11,13 @@
 
 #include "common/transport/device_transport.h"
 #include "common/transport/frame_reader.h"
+#include "fuzz/memory_source.h"
 #include "common/transport/shared_memory_pool_device.h"
 
 namespace pdserve {
 namespace {
 
-class MemorySource : public kv_wire::ByteSource {
- public:
-  MemorySource(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool Read(void* buf, size_t len) override {
-    if (len > size_ - pos_) return false;
-    std::memcpy(buf, data_ + pos_, len);
-    pos_ += len;
-    return true;
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
+using fuzz::MemorySource;
 
 class BufferReceiver : public ReceiverLink {
  public:

@@ -7,24 +7,11 @@
 #include <vector>
 
 #include "common/transport/frame_reader.h"
+#include "fuzz/memory_source.h"
 
 namespace {
 
-class MemorySource : public pdserve::kv_wire::ByteSource {
- public:
-  MemorySource(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool Read(void* buf, size_t len) override {
-    if (len > size_ - pos_) return false;
-    std::memcpy(buf, data_ + pos_, len);
-    pos_ += len;
-    return true;
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
+using pdserve::fuzz::MemorySource;
 
 }  // namespace
 
