@@ -428,18 +428,23 @@ absl::Status DeviceModelRunner::EnqueueStep() {
     n.out = logit_in_;
     n.out_type = cuda::ActType::kBF16;
     PD_RETURN_IF_ERROR(ops_->AddRmsNorm(n));
-    cuda::GemmParams g;
-    g.x = logit_in_;
-    g.m = st.logit_rows;
-    g.k = c.hidden_size;
-    g.ldx = c.hidden_size;
-    g.w = lm_head_;
-    g.n = c.vocab_size;
-    g.y = logits_;
-    g.ldy = c.vocab_size;
-    PD_RETURN_IF_ERROR(ops_->Gemm(g));
+    PD_RETURN_IF_ERROR(Gemm(logit_in_, st.logit_rows, c.hidden_size, lm_head_, c.vocab_size, logits_));
   }
   return absl::OkStatus();
+}
+
+absl::Status DeviceModelRunner::Gemm(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w,
+                                     int64_t n, float* y) {
+  cuda::GemmParams g;
+  g.x = x;
+  g.m = m;
+  g.k = k;
+  g.ldx = k;
+  g.w = w;
+  g.n = n;
+  g.y = y;
+  g.ldy = n;
+  return ops_->Gemm(g);
 }
 
 absl::Status DeviceModelRunner::Layer(int64_t layer) {
@@ -450,16 +455,7 @@ absl::Status DeviceModelRunner::Layer(int64_t layer) {
   const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), inter = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   auto gemm = [&](const uint16_t* x, int64_t k, const uint16_t* weight, int64_t n, float* y) {
-    cuda::GemmParams g;
-    g.x = x;
-    g.m = T;
-    g.k = k;
-    g.ldx = k;
-    g.w = weight;
-    g.n = n;
-    g.y = y;
-    g.ldy = n;
-    return ops_->Gemm(g);
+    return Gemm(x, T, k, weight, n, y);
   };
   cuda::TokenRows tokens;
   tokens.rows = T;

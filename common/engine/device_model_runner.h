@@ -71,6 +71,8 @@ class DeviceModelRunner : public ModelRunner {
   absl::StatusOr<float*> Upload(const std::vector<float>& v);      // nullptr for an empty vector
   absl::StatusOr<uint16_t*> UploadBf16(const std::vector<uint16_t>& v);
   absl::Status Layer(int64_t layer);
+  // y[m][n] = x[m][k] w[n][k]^T, dense rows.
+  absl::Status Gemm(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
   // Embedding, every layer, final norm and lm_head of the step laid out in step_.
   absl::Status EnqueueStep();
   cuda::KvLayer KvLayerView(int64_t layer) const;
