@@ -140,11 +140,13 @@ struct RouterFlags {
                  "kv_aware: weight of the prompt blocks a worker would still have to prefill");
     flags.Double("w-queue", &options.routing.w_queue, "kv_aware: weight of a worker's queue");
     flags.Double("w-recent", &options.routing.w_recent,
-                 "kv_aware: weight of the prompt blocks this router sent a worker lately");
+                 "weight of a worker's excess share of the prompts this router sent lately");
     flags.Double("recent-half-life-seconds", &recent_half_life,
                  "half-life of that recent load");
     flags.Double("imbalance-ratio", &options.routing.imbalance_ratio,
-                 "kv_aware: above this max/min load ratio, route least-loaded");
+                 "kv_aware: above this (max+1)/(min+1) load ratio, route least-loaded...");
+    flags.Double("imbalance-min-blocks", &options.routing.imbalance_min_blocks,
+                 "...when max and min load also differ by more than this many blocks");
     flags.Double("routing-temperature", &options.routing.temperature,
                  "> 0: sample workers by softmax of their scores (several routers)");
     flags.Bool("kv-events", &options.kv_events,
@@ -180,6 +182,9 @@ struct RouterFlags {
     }
     if (!(options.routing.imbalance_ratio >= 1)) {
       return absl::InvalidArgumentError("--imbalance-ratio: must be >= 1");
+    }
+    if (!(options.routing.imbalance_min_blocks >= 0)) {
+      return absl::InvalidArgumentError("--imbalance-min-blocks: must be >= 0");
     }
     if (!(options.routing.temperature >= 0)) {
       return absl::InvalidArgumentError("--routing-temperature: must be >= 0");

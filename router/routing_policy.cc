@@ -27,8 +27,7 @@ std::string_view RoutingPolicyName(RoutingPolicy policy) {
 namespace {
 
 double Load(const RoutingOptions& o, const WorkerCandidate& c) {
-  return static_cast<double>(c.active_blocks) + o.w_queue * static_cast<double>(c.waiting) +
-         o.w_recent * c.recent_blocks + 1.0;
+  return static_cast<double>(c.active_blocks) + o.w_queue * static_cast<double>(c.waiting);
 }
 
 // Lowest value wins; of exact ties, the first at or after `start` (cyclically).
@@ -52,17 +51,26 @@ RoutingDecision ChooseWorker(const RoutingOptions& o, const std::vector<WorkerCa
     return d;
   }
   std::vector<double> loads(c.size());
-  for (size_t i = 0; i < c.size(); ++i) loads[i] = Load(o, c[i]);
-  std::vector<double> scores = loads;
+  double mean_recent = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    loads[i] = Load(o, c[i]);
+    mean_recent += c[i].recent_blocks / static_cast<double>(c.size());
+  }
+  std::vector<double> scores(c.size());
+  for (size_t i = 0; i < c.size(); ++i) {
+    const double share_excess =
+        mean_recent > 0 ? c[i].recent_blocks / mean_recent - 1.0 : 0.0;
+    scores[i] = loads[i] + o.w_recent * static_cast<double>(prompt_blocks) * share_excess;
+  }
   if (o.policy == RoutingPolicy::kKvAware) {
     const double lo = *std::min_element(loads.begin(), loads.end());
     const double hi = *std::max_element(loads.begin(), loads.end());
-    if (hi / lo > o.imbalance_ratio) {
+    if (hi - lo > o.imbalance_min_blocks && (hi + 1) / (lo + 1) > o.imbalance_ratio) {
       d.fell_back = true;
     } else {
       for (size_t i = 0; i < c.size(); ++i) {
         const int64_t to_prefill = std::max<int64_t>(0, prompt_blocks - c[i].cached_prefix_blocks);
-        scores[i] = o.w_prefix * static_cast<double>(to_prefill) + loads[i] - 1.0;
+        scores[i] += o.w_prefix * static_cast<double>(to_prefill);
       }
     }
   }

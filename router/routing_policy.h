@@ -2,19 +2,26 @@
 // tested without any RPC.
 //
 // kv_aware (default) scores each worker, lowest wins:
-//   w_prefix * blocks_still_to_prefill + load
-//   load = active_blocks + w_queue * waiting + w_recent * recent_blocks
+//   w_prefix * blocks_still_to_prefill + load + share_excess
+//   load         = active_blocks + w_queue * waiting
+//   share_excess = w_recent * prompt_blocks * (recent_blocks / mean recent_blocks - 1)
 // where blocks_still_to_prefill are the prompt's blocks past the longest prefix the worker holds,
 // active_blocks the blocks its running sequences hold (plus those this router sent it since its
 // last report), waiting its queue, and recent_blocks the prompt blocks this router sent it lately
-// (decaying with a half-life; the work just sent is load the reports do not show yet, and at low
-// concurrency it is the only thing that keeps a popular prefix from taking every request).
-// Two guards keep a popular prefix from herding everyone onto one worker: when the tier is skewed
-// ((max load + 1) / (min load + 1) above `imbalance_ratio`) the choice falls back to least_loaded;
-// and with temperature > 0 the choice is sampled with probability proportional to
+// (decaying with a half-life). share_excess is how far over (or under) its share of the recent
+// traffic a worker is, in units of this prompt: it keeps a popular prefix from taking every
+// request at low concurrency, where load is ~0 everywhere, and it stays bounded whatever the
+// request rate, so a cached prefix keeps its weight. (A first version added w_recent *
+// recent_blocks itself: that grows with the rate, and at 25 requests/s its noise between workers
+// outweighed a 4-block prefix, so kv_aware routed nearly round robin.)
+// Two guards keep a popular prefix from herding everyone onto one worker when it is loaded: when
+// the tier is skewed (max load - min load above `imbalance_min_blocks` and (max load + 1) /
+// (min load + 1) above `imbalance_ratio`) the choice falls back to least_loaded; and with
+// temperature > 0 the choice is sampled with probability proportional to
 // exp(-score / (temperature * spread)), which spreads ties and keeps several routers from picking
 // the same "best" worker. Exact ties go to the first candidate at or after the round-robin
 // position, so equal workers take turns.
+// least_loaded scores load + share_excess.
 #ifndef PDSERVE_ROUTER_ROUTING_POLICY_H_
 #define PDSERVE_ROUTER_ROUTING_POLICY_H_
 
@@ -36,7 +43,10 @@ struct RoutingOptions {
   double w_prefix = 1.0;
   double w_queue = 4.0;
   double w_recent = 1.0;
-  double imbalance_ratio = 3.0;  // max/min load beyond this: least_loaded.
+  // Both beyond: least_loaded. Small absolute differences (a request or two on an idle tier)
+  // are not skew: the score itself weighs them against the prefix.
+  double imbalance_ratio = 3.0;     // (max load + 1) / (min load + 1).
+  double imbalance_min_blocks = 64;  // max load - min load.
   double temperature = 0.0;      // > 0: softmax sampling.
 };
 

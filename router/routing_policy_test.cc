@@ -26,7 +26,8 @@ TEST(RoutingPolicyTest, QueueLengthCounts) {
 TEST(RoutingPolicyTest, ImbalanceGuardFallsBackToLeastLoaded) {
   RoutingOptions o;
   o.imbalance_ratio = 3.0;
-  // Worker 0 holds the whole prompt but carries 5x the load of worker 1.
+  o.imbalance_min_blocks = 32;
+  // Worker 0 holds the whole prompt but carries 5x the load of worker 1, 40 blocks more.
   std::vector<WorkerCandidate> c = {{49, 0, 100}, {9, 0, 0}};
   const RoutingDecision d = ChooseWorker(o, c, 100, 0, 0.5);
   EXPECT_TRUE(d.fell_back);
@@ -34,6 +35,41 @@ TEST(RoutingPolicyTest, ImbalanceGuardFallsBackToLeastLoaded) {
   c[0].active_blocks = 20;  // 21/10 < 3: the guard stays off and the prefix wins.
   EXPECT_FALSE(ChooseWorker(o, c, 100, 0, 0.5).fell_back);
   EXPECT_EQ(ChooseWorker(o, c, 100, 0, 0.5).index, 0u);
+  // A large ratio over a small difference (one request on an idle tier) is not skew.
+  // Loads 3 and 0: 4/1 > 3, but 3 blocks apart; the score keeps the prefix (1 + 3 < 6 + 0).
+  std::vector<WorkerCandidate> idle = {{3, 0, 5}, {0, 0, 0}};
+  EXPECT_FALSE(ChooseWorker(o, idle, 6, 0, 0.5).fell_back);
+  EXPECT_EQ(ChooseWorker(o, idle, 6, 0, 0.5).index, 0u);
+}
+
+TEST(RoutingPolicyTest, RecentShareIsBoundedWhateverTheRate) {
+  RoutingOptions o;
+  // Worker 0 holds 4 of the prompt's 5 blocks and took a little more of the recent traffic.
+  // Whatever the request rate (recent totals x1, x10, x100), the prefix keeps it: the share term
+  // is 5 * (120/110 - 1) = 0.45 against 5 * (100/110 - 1) = -0.45, far below the 4 blocks saved.
+  for (double scale : {1.0, 10.0, 100.0}) {
+    std::vector<WorkerCandidate> c = {{0, 0, 4, 120 * scale}, {0, 0, 0, 100 * scale},
+                                      {0, 0, 0, 110 * scale}};
+    EXPECT_EQ(ChooseWorker(o, c, 5, 1, 0.5).index, 0u) << scale;
+  }
+  // A worker far over its share gives way: twice the others' traffic costs 5 * (1.5 - 1) = 2.5
+  // against 5 * (0.75 - 1) = -1.25, more than the 3 blocks its prefix saves here.
+  std::vector<WorkerCandidate> c = {{0, 0, 2, 200}, {0, 0, 0, 100}, {0, 0, 0, 100}};
+  EXPECT_EQ(ChooseWorker(o, c, 5, 0, 0.5).index, 1u);
+}
+
+TEST(RoutingPolicyTest, OnePopularPrefixIsSpreadEvenlyAtLowConcurrency) {
+  RoutingOptions o;
+  // Every worker holds the prompt and nothing runs (requests end before the next arrives): only
+  // the share of recent traffic separates them, so 30 requests go 10/10/10.
+  std::vector<WorkerCandidate> c(3, WorkerCandidate{0, 0, 8, 0});
+  std::map<size_t, int> picks;
+  for (uint64_t i = 0; i < 30; ++i) {
+    const size_t w = ChooseWorker(o, c, 9, i, 0.5).index;
+    ++picks[w];
+    c[w].recent_blocks += 9;
+  }
+  EXPECT_EQ(picks, (std::map<size_t, int>{{0, 10}, {1, 10}, {2, 10}}));
 }
 
 TEST(RoutingPolicyTest, RoundRobinAndLeastLoaded) {

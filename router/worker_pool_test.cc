@@ -261,8 +261,10 @@ TEST(WorkerPoolTest, ApproximateModePredictsFromDecisionsUntilTheTtl) {
   ASSERT_TRUE(pool.WaitForReports(std::chrono::seconds(10)));
   const std::vector<BlockHash> p = Hashes(4, 6);
   RoutingOptions r;
-  r.w_prefix = 3;  // The prefix outweighs the load just sent to that worker (6 + 6 recent)
-  r.imbalance_ratio = 100;  // and the guard stays off.
+  // The prefix (4 * 6 blocks) outweighs the load just sent to that worker: 6 pending blocks and
+  // all of the recent traffic (share excess 6 * (2 - 1) against B's 6 * (0 - 1)).
+  r.w_prefix = 4;
+  r.imbalance_ratio = 100;  // And the guard stays off.
   auto first = pool.Choose(r, p, 6);
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->cached_prefix_blocks, 0);

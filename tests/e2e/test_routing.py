@@ -44,9 +44,11 @@ def bench(*args):
 class RoutingTest(unittest.TestCase):
     def test_kv_aware_beats_round_robin_on_shared_prefixes(self):
         # A paired design over three seeds: each seed's workload runs under both policies. One
-        # run's kv_aware hit rate depends on how arrivals race the workers' reports (0.52-0.74
-        # measured over repeated runs, round_robin 0.47-0.50), so each pair must favour kv_aware
-        # and the means must differ by a margin well inside the spread of a three-run mean.
+        # run's kv_aware hit rate depends on how arrivals race the workers' reports: 0.70-0.80
+        # over seeds 5-10, idle or with both cores busy, round_robin 0.46-0.60 (the ceiling is
+        # ~0.80). Each pair must favour kv_aware and the means differ by 0.15, four standard
+        # deviations of a three-run mean's difference below the measured ~0.27. (Before the
+        # share-of-traffic term, kv_aware measured 0.49-0.72 here and once lost a pair.)
         hits = {"round_robin": [], "kv_aware": []}
         for seed in ("5", "6", "7"):
             got = bench("--compare-policies", "round_robin,kv_aware", "--groups", "12",
@@ -64,7 +66,7 @@ class RoutingTest(unittest.TestCase):
             self.assertGreater(kv["hit_rate"], rr["hit_rate"], got)
         rr_mean, kv_mean = (sum(hits[p]) / len(hits[p]) for p in ("round_robin", "kv_aware"))
         print(f"\n  hit rates: {hits}", file=sys.stderr)
-        self.assertGreater(kv_mean, rr_mean + 0.03, hits)
+        self.assertGreater(kv_mean, rr_mean + 0.15, hits)
 
     def test_one_shared_system_prompt_is_spread_over_every_worker(self):
         got = bench("--compare-policies", "kv_aware", "--groups", "1", "--num-prompts", "60",
