@@ -283,10 +283,13 @@ struct TierFlags {
     if (absl::Status s = addresses.Check(); !s.ok()) {
       return ReportError(cmd, s, AddressExitCode(s));
     }
-    if (transport == "ucx" && security.tls.mutual()) {
-      // One-sided RDMA puts carry no TLS: say so rather than let --tls-ca suggest otherwise.
-      PD_LOG(Warning) << cmd << ": KV pages over ucx are not encrypted; --tls-ca protects the "
-                      << "gRPC calls between the tiers only (use tcp for encrypted KV pages)";
+    if ((transport == "ucx" || transport == "nccl") && security.tls.mutual()) {
+      // One-sided RDMA puts and NCCL's sends carry no TLS: say so rather than let --tls-ca
+      // suggest otherwise. (cuda_ipc's pages never leave the host.)
+      PD_LOG(Warning) << cmd << ": KV pages over " << transport << " are not encrypted; --tls-ca "
+                      << "protects the gRPC calls between the tiers"
+                      << (transport == "nccl" ? " and nccl's control connection" : "")
+                      << " only (use tcp for encrypted KV pages)";
     }
     return -1;
   }

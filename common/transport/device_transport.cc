@@ -24,6 +24,7 @@
 #include "common/transport/payload_hash.h"
 #include "common/transport/receive_tracker.h"
 #include "common/transport/socket_util.h"
+#include "common/transport/tls_stream.h"
 
 namespace pdserve {
 namespace {
@@ -43,39 +44,6 @@ struct PageRefFrame {
 };
 static_assert(sizeof(PageRefFrame) == 40);
 
-bool ReadFull(int fd, void* buf, size_t len) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (len > 0) {
-    const ssize_t n = ::recv(fd, p, len, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool WriteFull(int fd, iovec* iov, int count) {
-  while (count > 0) {
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(count);
-    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    while (count > 0 && static_cast<size_t>(n) >= iov->iov_len) {
-      n -= static_cast<ssize_t>(iov->iov_len);
-      ++iov;
-      --count;
-    }
-    if (count > 0) {
-      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + n;
-      iov->iov_len -= static_cast<size_t>(n);
-    }
-  }
-  return true;
-}
-
 // XXH3-64 over the 8-byte hashes of the pages, in order (ReceiveTracker::PageArrivedHashed).
 uint64_t FoldHashes(const std::vector<uint64_t>& hashes) {
   PayloadHash h;
@@ -94,6 +62,14 @@ class DeviceKvTransport : public KvTransport {
         device_(&path_->device()),
         name_(std::move(name)) {}
   ~DeviceKvTransport() override;
+
+  // Mutual TLS on every control connection when the options name a CA. The pages themselves
+  // move over the data path (CUDA IPC on one host, NCCL), which TLS does not cover.
+  absl::Status InitTls(const KvTransportOptions& options) {
+    if (options.tls.ca.empty()) return absl::OkStatus();
+    PD_ASSIGN_OR_RETURN(tls_, KvTls::Create(options.tls.cert, options.tls.key, options.tls.ca));
+    return absl::OkStatus();
+  }
 
   absl::Status Listen(const std::string& address) {
     PD_ASSIGN_OR_RETURN(const ListeningSocket sock,
@@ -134,6 +110,7 @@ class DeviceKvTransport : public KvTransport {
   };
   struct Peer {
     int fd = -1;
+    std::unique_ptr<Stream> stream;  // Over fd; in the clear or TLS.
     std::unique_ptr<SenderLink> link;
     std::mutex mu;
     std::condition_variable cv;
@@ -165,6 +142,7 @@ class DeviceKvTransport : public KvTransport {
   const int64_t timeout_ms_;
   std::unique_ptr<DeviceDataPath> path_;
   PoolDevice* const device_;
+  std::unique_ptr<KvTls> tls_;  // Null: control connections in the clear.
   const std::string name_;
   bool registered_ = false;
   std::string endpoint_;
@@ -191,23 +169,35 @@ DeviceKvTransport::~DeviceKvTransport() {
     peer->cv.notify_all();
     ::shutdown(peer->fd, SHUT_RDWR);
     if (peer->writer.joinable()) peer->writer.join();
+    peer->stream.reset();
     ::close(peer->fd);
   }
 }
 
-// Frames from the socket, read as they are needed.
-class FdSource : public kv_wire::ByteSource {
+// Frames from the connection, read as they are needed.
+class StreamSource : public kv_wire::ByteSource {
  public:
-  explicit FdSource(int fd) : fd_(fd) {}
-  bool Read(void* buf, size_t len) override { return ReadFull(fd_, buf, len); }
+  explicit StreamSource(Stream* stream) : stream_(stream) {}
+  bool Read(void* buf, size_t len) override { return stream_->Read(buf, len); }
 
  private:
-  int fd_;
+  Stream* const stream_;
 };
 
 void DeviceKvTransport::ReaderLoop(int fd, uint64_t source) {
-  FdSource in(fd);
-  ServeConnection(in, [fd](iovec* iov, int n) { return WriteFull(fd, iov, n); }, source);
+  std::unique_ptr<Stream> stream;
+  if (tls_) {
+    auto accepted = tls_->Accept(fd);
+    if (!accepted.ok()) {
+      PD_LOG(Warning) << accepted.status();  // A peer without the tiers' certificate.
+      return;
+    }
+    stream = std::move(*accepted);
+  } else {
+    stream = std::make_unique<Stream>(fd, nullptr);
+  }
+  StreamSource in(stream.get());
+  ServeConnection(in, [&stream](iovec* iov, int n) { return stream->Write(iov, n); }, source);
 }
 
 void DeviceKvTransport::ServeConnection(kv_wire::ByteSource& in,
@@ -331,32 +321,46 @@ absl::StatusOr<std::shared_ptr<DeviceKvTransport::Peer>> DeviceKvTransport::GetP
   if (!registered_) return absl::FailedPreconditionError("KV transport: no pool registered");
   PD_ASSIGN_OR_RETURN(std::unique_ptr<SenderLink> link, path_->NewSender());
   PD_ASSIGN_OR_RETURN(const int fd, ConnectTcp(endpoint, timeout_ms_));
+  std::unique_ptr<Stream> stream;
+  if (tls_) {
+    auto connected = tls_->Connect(fd, EndpointHost(endpoint));
+    if (!connected.ok()) {
+      ::close(fd);
+      return connected.status();
+    }
+    stream = std::move(*connected);
+  } else {
+    stream = std::make_unique<Stream>(fd, nullptr);
+  }
+  auto fail = [&](absl::Status s) {
+    stream.reset();
+    ::close(fd);
+    return s;
+  };
   const std::string hello = Str(layout_, std::string(1, '\0'), device_->identity(),
                                 std::string(1, '\0'), link->hello());
   FrameHeader h{kMagic, kHello, 0, tracker_.pool_bytes(), hello.size()};
   iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(hello.data()), hello.size()}};
   uint32_t reply[2];
-  if (!WriteFull(fd, iov, 2) || !ReadFull(fd, reply, sizeof(reply)) ||
+  if (!stream->Write(iov, 2) || !stream->Read(reply, sizeof(reply)) ||
       reply[1] > kv_wire::kMaxHello) {
-    ::close(fd);
-    return absl::UnavailableError(Str("KV transport handshake with ", endpoint, " failed"));
+    return fail(absl::UnavailableError(Str("KV transport handshake with ", endpoint, " failed")));
   }
   std::string message(reply[1], '\0');
-  if (!ReadFull(fd, message.data(), message.size()) || reply[0] != 0) {
-    ::close(fd);
-    return absl::FailedPreconditionError(Str("KV transport peer ", endpoint, " refused: ", message));
+  if (!stream->Read(message.data(), message.size()) || reply[0] != 0) {
+    return fail(
+        absl::FailedPreconditionError(Str("KV transport peer ", endpoint, " refused: ", message)));
   }
-  if (absl::Status s = link->Start(); !s.ok()) {
-    ::close(fd);
-    return s;
-  }
+  if (absl::Status s = link->Start(); !s.ok()) return fail(s);
   auto peer = std::make_shared<Peer>();
   peer->fd = fd;
+  peer->stream = std::move(stream);
   peer->link = std::move(link);
   peer->writer = std::thread([this, peer] { WriterLoop(peer); });
   if (it != peers_.end()) {
     std::shared_ptr<Peer> old = it->second;
     if (old->writer.joinable()) old->writer.join();
+    old->stream.reset();
     ::close(old->fd);
     it->second = peer;
   } else {
@@ -395,7 +399,7 @@ bool DeviceKvTransport::WritePageRefs(Peer& peer, const Item& item) {
                                     p.src_offset});
     }
     iovec iov{frames.data(), frames.size() * sizeof(PageRefFrame)};
-    if (!WriteFull(peer.fd, &iov, 1)) return false;
+    if (!peer.stream->Write(&iov, 1)) return false;
     PageSpans spans;
     for (size_t k = i - frames.size(); k < i; ++k) {
       spans.emplace_back(tracker_.pool() + item.pages[k].src_offset, item.pages[k].bytes);
@@ -434,13 +438,13 @@ bool DeviceKvTransport::WriteEnd(Peer& peer, Item& item) {
   FrameHeader h{kMagic, kEnd, item.tag, 0, sizeof(v)};
   iovec iov[2] = {{&h, sizeof(h)}, {v, sizeof(v)}};
   FrameHeader ack;
-  if (!WriteFull(peer.fd, iov, 2) || !ReadFull(peer.fd, &ack, sizeof(ack)) ||
+  if (!peer.stream->Write(iov, 2) || !peer.stream->Read(&ack, sizeof(ack)) ||
       ack.magic != kMagic || ack.type != kAck || ack.tag != item.tag ||
       ack.length > kv_wire::kMaxHello) {
     return false;
   }
   std::string why(ack.length, '\0');
-  if (!ReadFull(peer.fd, why.data(), why.size())) return false;
+  if (!peer.stream->Read(why.data(), why.size())) return false;
   if (item.done) {
     if (ack.offset == 0) {
       item.done(stats);
@@ -474,7 +478,7 @@ void DeviceKvTransport::WriterLoop(std::shared_ptr<Peer> peer) {
       }
       FrameHeader h{kMagic, kAbort, item.tag, 0, 0};
       iovec iov{&h, sizeof(h)};
-      ok = WriteFull(peer->fd, &iov, 1);
+      ok = peer->stream->Write(&iov, 1);
     }
     if (!ok) {
       std::deque<Item> failed;
@@ -532,6 +536,7 @@ void ServeDeviceControlStreamForTesting(KvTransport* transport, kv_wire::ByteSou
 absl::StatusOr<std::unique_ptr<KvTransport>> CreateDeviceKvTransport(
     const KvTransportOptions& options, std::unique_ptr<DeviceDataPath> path, const std::string& name) {
   auto t = std::make_unique<DeviceKvTransport>(options, std::move(path), name);
+  PD_RETURN_IF_ERROR(t->InitTls(options));
   PD_RETURN_IF_ERROR(t->Listen(options.listen_address));
   return std::unique_ptr<KvTransport>(std::move(t));
 }

@@ -10,12 +10,18 @@
 #include "common/transport/nccl_data_path.h"
 #include "common/transport/local_transport.h"
 
+#include <stdlib.h>
+
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "common/base/rng.h"
+#include "common/base/strings.h"
 #include "common/transport/receive_tracker.h"
 #include "common/transport/shared_memory_pool_device.h"
 #include "gtest/gtest.h"
@@ -37,7 +43,7 @@ struct Side {
 };
 
 Side MakeSide(const std::string& layout = "block_size=16;kv_dtype=bf16", const std::string& device = "0",
-              uint64_t seed = 0) {
+              uint64_t seed = 0, const KvTransportTls& tls = {}) {
   Side s;
   s.pool = *AllocateSharedPool(kPoolBytes);
   if (seed != 0) {
@@ -48,6 +54,7 @@ Side MakeSide(const std::string& layout = "block_size=16;kv_dtype=bf16", const s
   o.listen_address = "127.0.0.1:0";
   o.layout = layout;
   o.send_timeout_ms = 5000;
+  o.tls = tls;
   std::unique_ptr<DeviceDataPath> path =
       PathKind() == "nccl"
           ? CreateNcclDataPath(CreateSharedMemoryPoolDevice(device), CreateFakeCommunicatorFactory(), 2000)
@@ -216,6 +223,72 @@ TEST_P(DeviceTransportTest, ALostSenderFailsTheTransferNotAHang) {
   }
   const TransferPoll poll = WaitDone(*receiver.transport, 32);
   EXPECT_EQ(poll.state, TransferState::kFailed);
+}
+
+// Certificates made by the openssl command (as tests/e2e/test_security.py makes them): the
+// tiers' CA and a leaf it signed ("node"), and an intruder's leaf signed by another CA. Empty when
+// the command is missing.
+const std::string& CertDir() {
+  struct Dir {
+    std::string path;
+    ~Dir() {
+      std::error_code ignored;
+      if (!path.empty()) std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const Dir dir{[]() -> std::string {
+    char tmpl[] = "/tmp/pdserve_certs_XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return "";
+    const std::string d = tmpl;
+    const std::string script = Str(
+        "set -e; cd ", d, "; o() { openssl \"$@\" >/dev/null 2>&1; };",
+        "for ca in ca rogue; do o req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1",
+        " -nodes -keyout $ca.key -out $ca.pem -days 2 -subj /CN=$ca; done;",
+        "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > leaf.ext;",
+        "for leaf in node:ca intruder:rogue; do n=${leaf%:*}; ca=${leaf#*:};",
+        " o req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout $n.key",
+        " -out $n.csr -subj /CN=$n;",
+        " o x509 -req -in $n.csr -CA $ca.pem -CAkey $ca.key -CAcreateserial -out $n.pem -days 2",
+        " -extfile leaf.ext; done");
+    return std::system(Str("sh -c '", absl::StrReplaceAll(script, {{"'", "'\\''"}}), "'").c_str()) == 0
+               ? d
+               : "";
+  }()};
+  return dir.path;
+}
+
+// With --tls-ca the control connection is mutual TLS: pages move between two workers holding the
+// tiers' certificates; a sender in the clear, or one whose certificate another CA signed, gets
+// no connection and writes nothing.
+TEST_P(DeviceTransportTest, TheControlConnectionIsMutualTls) {
+  const std::string& dir = CertDir();
+  if (dir.empty()) GTEST_SKIP() << "no openssl command to make certificates";
+  const KvTransportTls node{dir + "/node.pem", dir + "/node.key", dir + "/ca.pem"};
+  const KvTransportTls intruder{dir + "/intruder.pem", dir + "/intruder.key", dir + "/ca.pem"};
+  const std::string layout = "block_size=16;kv_dtype=bf16";
+  Side receiver = MakeSide(layout, "0", 0, node);
+  Side sender = MakeSide(layout, "0", 20, node);
+  ASSERT_TRUE(receiver.transport->Expect(40, {{0, 65536}}).ok());
+  const std::vector<PageCopy> pages = {{4096, 0, 4096}, {40960, 8192, 4096}};
+  ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 40, pages).ok());
+  auto stats = FinishAndWait(*sender.transport, receiver.transport->endpoint(), 40);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->pages, 2);
+  EXPECT_EQ(WaitDone(*receiver.transport, 40).state, TransferState::kDone);
+  EXPECT_EQ(std::memcmp(receiver.pool->data, sender.pool->data + 4096, 4096), 0);
+  EXPECT_EQ(std::memcmp(receiver.pool->data + 8192, sender.pool->data + 40960, 4096), 0);
+
+  ASSERT_TRUE(receiver.transport->Expect(41, {{65536, 131072}}).ok());
+  const std::vector<PageCopy> attack = {{0, 65536, 4096}};
+  for (const KvTransportTls& tls : {KvTransportTls{}, intruder}) {
+    Side other = MakeSide(layout, "0", 21, tls);
+    const absl::Status s = other.transport->Submit(receiver.transport->endpoint(), 41, attack);
+    EXPECT_FALSE(s.ok()) << "a sender with cert '" << tls.cert << "' was let in";
+    if (s.ok()) (void)FinishAndWait(*other.transport, receiver.transport->endpoint(), 41);
+  }
+  EXPECT_EQ(receiver.transport->Poll(41).state, TransferState::kPending);
+  for (size_t i = 65536; i < 65536 + 4096; ++i) ASSERT_EQ(receiver.pool->data[i], 0);
+  receiver.transport->Release(41);
 }
 
 INSTANTIATE_TEST_SUITE_P(DataPaths, DeviceTransportTest, ::testing::Values("cuda_ipc", "nccl"),

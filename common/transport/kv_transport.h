@@ -50,7 +50,8 @@ struct TransferPoll {
   absl::Status status;   // Why, when kFailed.
 };
 
-// PEM files for mutual TLS on the tcp transport's connections (all three, or none).
+// PEM files for mutual TLS (all three, or none) on tcp's connections and on the control
+// connections of cuda_ipc and nccl (their pages move over CUDA IPC / NCCL, outside TLS).
 struct KvTransportTls {
   std::string cert, key, ca;
 };
@@ -65,7 +66,7 @@ struct KvTransportOptions {
   // The worker's KV layout as "key=value;..." (KvLayout fields). Peers with a different layout
   // are refused at the handshake with a message naming the first differing key.
   std::string layout;
-  KvTransportTls tls;  // tcp: mutual TLS when tls.ca is set.
+  KvTransportTls tls;  // tcp, cuda_ipc, nccl: mutual TLS when tls.ca is set.
   // tcp: a peer that accepts nothing (or does not answer the handshake) for this long is given up
   // and its transfers fail, so a hung host cannot pin the sender's blocks.
   int64_t send_timeout_ms = 30000;
