@@ -11,6 +11,9 @@
 #include "common/transport/local_transport.h"
 
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -24,6 +27,7 @@
 #include "common/base/strings.h"
 #include "common/transport/receive_tracker.h"
 #include "common/transport/shared_memory_pool_device.h"
+#include "common/transport/tls_stream.h"
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -289,6 +293,44 @@ TEST_P(DeviceTransportTest, TheControlConnectionIsMutualTls) {
   EXPECT_EQ(receiver.transport->Poll(41).state, TransferState::kPending);
   for (size_t i = 65536; i < 65536 + 4096; ++i) ASSERT_EQ(receiver.pool->data[i], 0);
   receiver.transport->Release(41);
+}
+
+// A peer that hangs up is a failed Write, never SIGPIPE (whose default action would end the
+// worker): in the clear and over TLS, where OpenSSL writes with write(2).
+TEST(StreamTest, WritingToAGonePeerFailsWithoutSigpipe) {
+  std::vector<uint8_t> big(1 << 20, 7);
+  {
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    ::close(fds[1]);
+    Stream plain(fds[0], nullptr);
+    iovec iov{big.data(), big.size()};
+    EXPECT_FALSE(plain.Write(&iov, 1));
+    ::close(fds[0]);
+  }
+  const std::string& dir = CertDir();
+  if (dir.empty()) GTEST_SKIP() << "no openssl command to make certificates";
+  auto tls = KvTls::Create(dir + "/node.pem", dir + "/node.key", dir + "/ca.pem");
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  std::thread server([&] {
+    auto accepted = (*tls)->Accept(fds[1]);
+    EXPECT_TRUE(accepted.ok()) << accepted.status();
+    accepted->reset();  // Hang up without reading.
+    ::close(fds[1]);
+  });
+  auto client = (*tls)->Connect(fds[0], "127.0.0.1");
+  server.join();
+  ASSERT_TRUE(client.ok()) << client.status();
+  bool ok = true;
+  for (int i = 0; i < 8 && ok; ++i) {
+    iovec iov{big.data(), big.size()};
+    ok = (*client)->Write(&iov, 1);
+  }
+  EXPECT_FALSE(ok);
+  client->reset();
+  ::close(fds[0]);
 }
 
 INSTANTIATE_TEST_SUITE_P(DataPaths, DeviceTransportTest, ::testing::Values("cuda_ipc", "nccl"),

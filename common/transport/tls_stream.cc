@@ -4,6 +4,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -45,6 +47,39 @@ absl::StatusOr<SSL_CTX*> MakeContext(bool server, const std::string& cert, const
   return ctx;
 }
 
+// SSL_write sends with write(2), which raises SIGPIPE when the peer has gone, and SIGPIPE's
+// default action ends the process: a peer that hangs up mid-transfer would kill the worker. This
+// blocks SIGPIPE on the calling thread for the guard's life and discards one raised meanwhile.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
 }  // namespace
 
 Stream::~Stream() {
@@ -55,6 +90,7 @@ bool Stream::Read(void* buf, size_t len) {
   auto* p = static_cast<uint8_t*>(buf);
   while (len > 0) {
     if (ssl_ != nullptr) {
+      const SigpipeGuard no_sigpipe;  // SSL_read may send (alerts).
       const int n = SSL_read(ssl_, p, static_cast<int>(std::min<size_t>(len, 1 << 30)));
       if (n <= 0) return false;
       p += n;
@@ -75,6 +111,7 @@ bool Stream::Read(void* buf, size_t len) {
 
 ssize_t Stream::ReadSome(struct iovec* iov, int count) {
   if (ssl_ != nullptr) {  // TLS: one record's worth into the first buffer.
+    const SigpipeGuard no_sigpipe;
     for (int i = 0; i < count; ++i) {
       if (iov[i].iov_len == 0) continue;
       return SSL_read(ssl_, iov[i].iov_base, static_cast<int>(std::min<size_t>(iov[i].iov_len, 1 << 30)));
@@ -90,6 +127,7 @@ ssize_t Stream::ReadSome(struct iovec* iov, int count) {
 
 bool Stream::Write(struct iovec* iov, int count) {
   if (ssl_ != nullptr) {
+    const SigpipeGuard no_sigpipe;
     for (int i = 0; i < count; ++i) {
       const auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
       size_t len = iov[i].iov_len;
@@ -103,7 +141,10 @@ bool Stream::Write(struct iovec* iov, int count) {
     return true;
   }
   while (count > 0) {
-    const ssize_t n = ::writev(fd_, iov, count);
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);  // A gone peer: EPIPE, no signal.
     if (n < 0) {
       if (errno == EINTR) continue;
       return false;
@@ -142,6 +183,7 @@ KvTls::~KvTls() {
 
 absl::StatusOr<std::unique_ptr<Stream>> KvTls::Accept(int fd) const {
   SSL* ssl = SSL_new(server_);
+  const SigpipeGuard no_sigpipe;
   if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1 || SSL_accept(ssl) != 1) {
     const std::string why = OpenSslError();
     if (ssl != nullptr) SSL_free(ssl);
@@ -163,6 +205,7 @@ absl::StatusOr<std::unique_ptr<Stream>> KvTls::Connect(int fd, const std::string
     X509_VERIFY_PARAM_set1_host(param, host.c_str(), 0);
     SSL_set_tlsext_host_name(ssl, host.c_str());
   }
+  const SigpipeGuard no_sigpipe;
   if (SSL_set_fd(ssl, fd) != 1 || SSL_connect(ssl) != 1) {
     const std::string why = OpenSslError();
     SSL_free(ssl);
