@@ -24,6 +24,8 @@
 #include "common/engine/device_model_runner.h"
 #include "common/kvcache/kv_pool.h"
 #include "common/model/model_config.h"
+#include "common/model/model_shapes.h"
+#include "common/model/model_weights.h"
 #include "kernels/cuda/attention_ops.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_device.h"
@@ -103,18 +105,9 @@ double CopyBandwidth() {
 }
 
 ModelConfig Llama8B() {
-  ModelConfig c;
-  c.vocab_size = 128256;
-  c.hidden_size = 4096;
-  c.intermediate_size = 14336;
-  c.num_layers = 32;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 500000;
-  c.max_position_embeddings = 8192;
-  return c;
+  auto c = ModelShape("llama3-8b");
+  CHECK_OK(c.status());
+  return *c;
 }
 
 int64_t LinearParams(const ModelConfig& c) {
@@ -233,7 +226,9 @@ RunnerFigures RunnerSteps() {
   o.compute_dtype = ComputeDType::kBF16;
   auto ops = cuda::CreateCudaDeviceOps();
   CHECK_OK(ops.status());
-  auto runner = DeviceModelRunner::CreateRandom(c, o, pool->get(), std::move(*ops), 1);
+  o.synthetic_weights_seed = 1;
+  const auto shapes = ModelWeights::Synthetic(c, 1, /*materialize=*/false);
+  auto runner = DeviceModelRunner::Create(o, shapes.get(), pool->get(), std::move(*ops));
   CHECK_OK(runner.status());
   // Decode: 64 sequences at position context - 1 (their KV is zeros: timing does not depend on it).
   std::vector<std::vector<int32_t>> tables(batch);

@@ -2,6 +2,7 @@
 // machine's memory read bandwidth and sgemm rate measured in the same run.
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "bench/machine_limits.h"
@@ -10,7 +11,9 @@
 #include "common/base/rng.h"
 #include "common/base/strings.h"
 #include "common/base/thread_pool.h"
+#include "absl/strings/str_join.h"
 #include "common/engine/llm_engine.h"
+#include "common/model/model_shapes.h"
 #include "kernels/cpu/linear_avx512.h"
 #include "kernels/cpu/linear_bf16.h"
 #include "nlohmann/json.hpp"
@@ -28,13 +31,18 @@ double SecondsSince(Clock::time_point t) {
 
 int BenchEngineCommand(int argc, char** argv) {
   const char* cmd = "bench-engine";
-  std::string model, format = "text";
+  std::string model, random_weights, format = "text";
   int64_t batch = 1, input_len = 128, output_len = 64, sgemm_n = 1536;
   double bw_gib = 2.0;
   EngineFlags ef;
   FlagSet flags("bench-engine", "Measures engine prefill/decode throughput against this "
                                 "machine's read bandwidth and sgemm rate.");
   flags.String("model", &model, "model directory");
+  static const std::string random_help =
+      Str("instead of --model: synthetic bf16 weights of this shape (",
+          absl::StrJoin(ModelShapeNames(), ", "),
+          ", or a config.json), made in the device's memory with --device cuda");
+  flags.String("random-weights", &random_weights, random_help.c_str());
   flags.Int("batch", &batch, "concurrent sequences");
   flags.Int("input-len", &input_len, "prompt tokens per sequence");
   flags.Int("output-len", &output_len, "generated tokens per sequence");
@@ -44,7 +52,19 @@ int BenchEngineCommand(int argc, char** argv) {
   ef.Register(flags);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
-  if (model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
+  if (model.empty() == random_weights.empty()) {
+    return ReportError(cmd, absl::InvalidArgumentError("give one of --model and --random-weights"),
+                       kExitUsage);
+  }
+  std::optional<ModelConfig> shape;
+  if (!random_weights.empty()) {
+    auto c = ModelShape(random_weights);
+    if (!c.ok()) {
+      return ReportError(cmd, absl::InvalidArgumentError(Str("--random-weights: ", c.status().message())),
+                         kExitUsage);
+    }
+    shape = *c;
+  }
   if (batch < 1 || input_len < 1 || output_len < 2 || bw_gib <= 0 || sgemm_n < 64) {
     return ReportError(cmd, absl::InvalidArgumentError(
                                 "--batch, --input-len >= 1, --output-len >= 2, --bw-gib > 0, "
@@ -56,7 +76,8 @@ int BenchEngineCommand(int argc, char** argv) {
   options.max_num_batched_tokens = std::max(options.max_num_batched_tokens, batch * input_len);
   options.max_num_seqs = std::max(options.max_num_seqs, batch);
   options.enable_prefix_caching = false;  // Random prompts; measure compute, not reuse.
-  auto engine_or = LLMEngine::Create(model, options);
+  auto engine_or = shape ? LLMEngine::CreateSynthetic(*shape, options, /*seed=*/1)
+                         : LLMEngine::Create(model, options);
   if (!engine_or.ok()) return ReportError(cmd, engine_or.status());
   LLMEngine& engine = **engine_or;
   const ModelConfig& c = engine.config();
@@ -137,7 +158,7 @@ int BenchEngineCommand(int argc, char** argv) {
   }
   const double peak = peaks[static_cast<int>(used)];
   nlohmann::ordered_json j;
-  j["model"] = model;
+  j["model"] = shape ? Str("random-weights:", random_weights) : model;
   j["architecture"] = c.architecture;
   j["weights_dtype"] = std::string(DTypeName(engine.weights().dtype()));
   j["kv_dtype"] = std::string(KvDTypeName(engine.kv_spec().dtype));

@@ -24,6 +24,13 @@ inline double CounterUniform(uint64_t key, uint64_t counter) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
+// Uniform float in [-1, 1) (24 bits) from (stream, i): element i of a synthetic weight matrix
+// (ModelWeights::Synthetic). Its device twin is cuda::FillValue, equal to the bit.
+inline float SymmetricUniform24(uint64_t stream, uint64_t i) {
+  const uint64_t z = Mix64(stream + i * 0x9e3779b97f4a7c15ull);
+  return static_cast<float>(z >> 40) * (1.0f / 8388608.0f) - 1.0f;
+}
+
 // Sequential generator for fixtures (make-model weights).
 class SplitMix64 {
  public:

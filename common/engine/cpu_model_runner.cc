@@ -26,6 +26,11 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
       spec.head_dim != c.head_dim) {
     return absl::InvalidArgumentError("KV pool shape does not match the model");
   }
+  if (weights->lm_head().data == nullptr || options.synthetic_weights_seed) {
+    return absl::InvalidArgumentError(
+        "the cpu backend computes from weights in memory: ModelWeights::Synthetic with "
+        "materialize, not a device runner's synthetic_weights_seed");
+  }
   if (options.max_batch_tokens < 1 || options.max_logit_rows < 1 || options.max_model_len < 1) {
     return absl::InvalidArgumentError("runner sizes must be positive");
   }

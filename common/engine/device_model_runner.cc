@@ -65,18 +65,11 @@ absl::StatusOr<std::unique_ptr<DeviceModelRunner>> DeviceModelRunner::Create(
   PD_RETURN_IF_ERROR(Check(options, weights->config(), *pool));
   std::unique_ptr<DeviceModelRunner> runner(
       new DeviceModelRunner(options, weights->config(), weights, pool, std::move(ops)));
-  PD_RETURN_IF_ERROR(runner->LoadWeights());
-  PD_RETURN_IF_ERROR(runner->AllocateBuffers());
-  return runner;
-}
-
-absl::StatusOr<std::unique_ptr<DeviceModelRunner>> DeviceModelRunner::CreateRandom(
-    const ModelConfig& config, const ModelRunnerOptions& options, KvPool* pool,
-    std::unique_ptr<cuda::DeviceOps> ops, uint64_t seed) {
-  PD_RETURN_IF_ERROR(Check(options, config, *pool));
-  std::unique_ptr<DeviceModelRunner> runner(
-      new DeviceModelRunner(options, config, nullptr, pool, std::move(ops)));
-  PD_RETURN_IF_ERROR(runner->RandomWeights(seed));
+  if (options.synthetic_weights_seed) {
+    PD_RETURN_IF_ERROR(runner->RandomWeights(*options.synthetic_weights_seed));
+  } else {
+    PD_RETURN_IF_ERROR(runner->LoadWeights());
+  }
   PD_RETURN_IF_ERROR(runner->AllocateBuffers());
   return runner;
 }
@@ -172,6 +165,7 @@ absl::StatusOr<void*> DeviceModelRunner::Random(int64_t count, cuda::ActType typ
   return p;
 }
 
+// ModelWeights::Synthetic's values, stream for stream (its host twin; biases left out: zero).
 absl::Status DeviceModelRunner::RandomWeights(uint64_t seed) {
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), inter = c.intermediate_size;

@@ -30,17 +30,12 @@ namespace pdserve {
 class DeviceModelRunner : public ModelRunner {
  public:
   // options.compute_dtype must be kBF16 (the only arithmetic this backend has) and
-  // prefill_gemm kInvariant. The model's shapes are checked against the kernels' limits
+  // prefill_gemm kInvariant. With options.synthetic_weights_seed the weights are made in device
+  // memory (only `weights`' config is read). The model's shapes are checked against the kernels' limits
   // (InvalidArgument naming them).
   static absl::StatusOr<std::unique_ptr<DeviceModelRunner>> Create(
       const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool,
       std::unique_ptr<cuda::DeviceOps> ops);
-  // The same with random weights made in device memory (uniform, scaled by 1/sqrt(fan-in); norm
-  // weights 1), for benchmarks of real shapes without a checkpoint (bench-engine
-  // --random-weights): an 8B-shaped model needs no 16 GB file.
-  static absl::StatusOr<std::unique_ptr<DeviceModelRunner>> CreateRandom(
-      const ModelConfig& config, const ModelRunnerOptions& options, KvPool* pool,
-      std::unique_ptr<cuda::DeviceOps> ops, uint64_t seed);
   ~DeviceModelRunner() override;
 
   absl::Status Forward(const ForwardBatch& batch, float* logits) override;
@@ -78,7 +73,7 @@ class DeviceModelRunner : public ModelRunner {
   cuda::KvLayer KvLayerView(int64_t layer) const;
 
   ModelRunnerOptions options_;
-  const ModelWeights* weights_;  // Null with random weights.
+  const ModelWeights* weights_;  // Read by LoadWeights only (shapes only with synthetic weights).
   ModelConfig config_;
   KvPool* pool_;
   std::unique_ptr<cuda::DeviceOps> ops_;

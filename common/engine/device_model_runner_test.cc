@@ -236,7 +236,10 @@ TEST_P(DeviceRunnerHostTest, RandomWeightsInDeviceMemoryRunAndRepeat) {
   const ModelConfig& config = weights_->config();
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
-    auto dev = DeviceModelRunner::CreateRandom(config, options_, device_pool_.get(), Ops(), 3);
+    ModelRunnerOptions o = options_;
+    o.synthetic_weights_seed = 3;
+    const auto shapes = ModelWeights::Synthetic(config, 3, /*materialize=*/false);
+    auto dev = DeviceModelRunner::Create(o, shapes.get(), device_pool_.get(), Ops());
     ASSERT_TRUE(dev.ok()) << dev.status();
     const std::vector<int32_t> tokens = {5, 6, 7, 8, 9}, table = {2, 4};
     ForwardBatch batch;
@@ -252,6 +255,74 @@ TEST_P(DeviceRunnerHostTest, RandomWeightsInDeviceMemoryRunAndRepeat) {
       EXPECT_EQ(logits, first) << "the same seed makes the same model";
     }
   }
+}
+
+// Weights made in device memory (the Fill kernel) are ModelWeights::Synthetic's, value for value:
+// the device runner from a seed and the CPU runner from the host copy agree on mixed steps.
+TEST_P(DeviceRunnerHostTest, SyntheticDeviceWeightsAreTheHostSyntheticWeights) {
+  const ModelConfig& config = weights_->config();
+  const auto host = ModelWeights::Synthetic(config, 11, /*materialize=*/true);
+  auto cpu = CpuModelRunner::Create(options_, host.get(), cpu_pool_.get());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ModelRunnerOptions o = options_;
+  o.synthetic_weights_seed = 11;
+  const auto shapes = ModelWeights::Synthetic(config, 11, /*materialize=*/false);
+  auto dev = DeviceModelRunner::Create(o, shapes.get(), device_pool_.get(), Ops());
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  const int64_t vocab = config.vocab_size;
+  const std::vector<int32_t> a = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5}, table = {7, 2, 9, 5};
+  int clear = 0, agree = 0;
+  ForwardBatch prefill;
+  prefill.sequences.push_back({a, 0, table, true});
+  std::vector<float> lc(vocab), ld(vocab);
+  ASSERT_TRUE((*cpu)->Forward(prefill, lc.data()).ok());
+  ASSERT_TRUE((*dev)->Forward(prefill, ld.data()).ok());
+  ExpectLogitsAgree(lc, ld, vocab, &clear, &agree);
+  int32_t next = static_cast<int32_t>(std::max_element(lc.begin(), lc.end()) - lc.begin());
+  for (int step = 0; step < 4; ++step) {
+    ForwardBatch decode;
+    const std::vector<int32_t> token = {next};
+    decode.sequences.push_back({token, static_cast<int64_t>(a.size()) + step, table, true});
+    ASSERT_TRUE((*cpu)->Forward(decode, lc.data()).ok());
+    ASSERT_TRUE((*dev)->Forward(decode, ld.data()).ok());
+    ExpectLogitsAgree(lc, ld, vocab, &clear, &agree);
+    next = static_cast<int32_t>(std::max_element(lc.begin(), lc.end()) - lc.begin());
+  }
+  // The tolerance tells models apart: another seed's device weights are far outside it.
+  o.synthetic_weights_seed = 12;
+  const auto other_shapes = ModelWeights::Synthetic(config, 12, /*materialize=*/false);
+  auto other = DeviceModelRunner::Create(o, other_shapes.get(), device_pool_.get(), Ops());
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*cpu)->Forward(prefill, lc.data()).ok());
+  ASSERT_TRUE((*other)->Forward(prefill, ld.data()).ok());
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(lc[i] - ld[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(lc[i])));
+  }
+  EXPECT_GT(diff, 0.1 * (1 + scale));
+}
+
+// The CPU runner needs weights in memory: shapes alone are refused, naming why.
+TEST(DeviceRunnerRefusalTest, TheCpuRunnerRefusesShapeOnlyWeights) {
+  ModelConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_layers = 1;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 16;
+  c.max_position_embeddings = 64;
+  const auto shapes = ModelWeights::Synthetic(c, 1, /*materialize=*/false);
+  KvCacheSpec kv{1, 1, 16, 4, KvDType::kBF16};
+  auto pool = KvPool::Create(kv, 8);
+  ASSERT_TRUE(pool.ok());
+  ModelRunnerOptions o;
+  o.max_model_len = 32;
+  auto cpu = CpuModelRunner::Create(o, shapes.get(), pool->get());
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_NE(cpu.status().message().find("weights in memory"), std::string::npos) << cpu.status();
 }
 
 // The whole engine on the device runner (chunked prefill mixed with decodes, a shared prefix

@@ -47,7 +47,24 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
       e->eos_ids_.push_back(id);
     }
   }
+  return Build(std::move(e), std::nullopt);
+}
 
+absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::CreateSynthetic(const ModelConfig& config,
+                                                                      const EngineOptions& options,
+                                                                      uint64_t seed) {
+  std::unique_ptr<LLMEngine> e(new LLMEngine());
+  e->options_ = options;
+  e->weights_ = ModelWeights::Synthetic(config, seed, /*materialize=*/options.backend == "cpu");
+  e->eos_ids_ = config.eos_token_ids;
+  return Build(std::move(e),
+               options.backend == "cpu" ? std::nullopt : std::optional<uint64_t>(seed));
+}
+
+absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLMEngine> e,
+                                                            std::optional<uint64_t> synthetic_seed) {
+  const EngineOptions& options = e->options_;
+  const ModelConfig& config = e->weights_->config();
   if (options.block_size < 1 || options.block_size > 1024) {
     return absl::InvalidArgumentError(Str("block_size must be in [1, 1024], got ",
                                           options.block_size));
@@ -114,6 +131,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
                                           e->weights_->dtype(), options.prefill_gemm));
   e->compute_dtype_ = ro.compute_dtype;
   ro.weight_huge_pages = options.weight_huge_pages;
+  ro.synthetic_weights_seed = synthetic_seed;
   if (options.compute_dtype == ComputeDType::kAuto) {
     PD_LOG(Info) << "compute dtype " << ComputeDTypeName(ro.compute_dtype) << " (auto: "
                  << DTypeName(e->weights_->dtype()) << " weights"

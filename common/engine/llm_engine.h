@@ -92,6 +92,12 @@ class LLMEngine {
   // Loads config.json, generation_config.json (extra EOS ids) and the weights from `model_dir`.
   static absl::StatusOr<std::unique_ptr<LLMEngine>> Create(const std::string& model_dir,
                                                            const EngineOptions& options);
+  // A model of `config`'s shape with ModelWeights::Synthetic's weights for `seed`: in host memory
+  // for the cpu backend, made in device memory by a device backend. For benchmarks without a
+  // checkpoint (bench-engine --random-weights); EOS ids are the config's.
+  static absl::StatusOr<std::unique_ptr<LLMEngine>> CreateSynthetic(const ModelConfig& config,
+                                                                    const EngineOptions& options,
+                                                                    uint64_t seed);
 
   // InvalidArgument naming the field (empty prompt, token id outside the vocabulary, prompt
   // longer than max_model_len, bad sampling parameters); AlreadyExists for a duplicate id.
@@ -162,6 +168,9 @@ class LLMEngine {
 
  private:
   LLMEngine() = default;
+  // The rest of Create once weights_ and eos_ids_ are set.
+  static absl::StatusOr<std::unique_ptr<LLMEngine>> Build(std::unique_ptr<LLMEngine> e,
+                                                          std::optional<uint64_t> synthetic_seed);
   RequestOutput MakeOutput(const Sequence& seq) const;
   // Appends a sampled token; returns the finish reason, or nullopt to continue.
   std::optional<std::string> Append(Sequence* seq, const SampledToken& t, RequestOutput* out);

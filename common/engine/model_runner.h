@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <optional>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -50,6 +51,10 @@ struct ModelRunnerOptions {
   // Device backends: run decode-only steps (every sequence one token) as CUDA graphs, one per
   // batch size, captured the first time that size runs.
   bool device_graphs = true;
+  // Device backends: make ModelWeights::Synthetic's values for this seed in device memory instead
+  // of uploading the weights (which may then be Synthetic(..., materialize=false): shapes only).
+  // An 8B-shaped benchmark then needs no 16 GB file (bench-engine --random-weights).
+  std::optional<uint64_t> synthetic_weights_seed;
 };
 
 // Not thread-safe: driven by one scheduler thread. Forward writes the KV of the batch's tokens

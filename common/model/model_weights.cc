@@ -1,5 +1,10 @@
 #include "common/model/model_weights.h"
 
+#include <cmath>
+#include <cstring>
+
+#include "common/base/dtype.h"
+#include "common/base/rng.h"
 #include "common/base/strings.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
@@ -112,6 +117,63 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const ModelConf
       PD_ASSIGN_OR_RETURN(L.down_bias, g.Vector(m + "down_proj.bias", h));
     }
   }
+  return w;
+}
+
+std::unique_ptr<ModelWeights> ModelWeights::Synthetic(const ModelConfig& config, uint64_t seed,
+                                                      bool materialize) {
+  std::unique_ptr<ModelWeights> w(new ModelWeights());
+  w->config_ = config;
+  const ModelConfig& c = config;
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  uint64_t stream = seed * 1000003;
+  // The next matrix of the stream order: rows x cols, fan-in cols (scale 1 when `unit`).
+  auto matrix = [&](int64_t rows, int64_t cols, bool unit = false) {
+    ++stream;
+    MatrixRef m{DType::kBF16, nullptr, rows, cols};
+    if (!materialize) return m;
+    const int64_t n = rows * cols;
+    auto data = std::make_unique<uint16_t[]>(static_cast<size_t>(n));
+    const float scale = unit ? 1.0f : static_cast<float>(std::sqrt(3.0 / static_cast<double>(cols)));
+    for (int64_t i = 0; i < n; ++i) {
+      data[i] = F32ToBf16(scale * SymmetricUniform24(stream, static_cast<uint64_t>(i)));
+    }
+    m.data = data.get();
+    w->synthetic_.push_back(std::move(data));
+    return m;
+  };
+  w->layers_.resize(c.num_layers);
+  for (LayerWeights& L : w->layers_) {
+    L.input_norm.assign(h, 1.0f);
+    L.post_attention_norm.assign(h, 1.0f);
+    L.q_proj = matrix(c.q_size(), h);
+    L.k_proj = matrix(c.kv_size(), h);
+    L.v_proj = matrix(c.kv_size(), h);
+    L.o_proj = matrix(h, c.q_size());
+    if (c.qkv_bias) {
+      L.q_bias.assign(c.q_size(), 0.0f);
+      L.k_bias.assign(c.kv_size(), 0.0f);
+      L.v_bias.assign(c.kv_size(), 0.0f);
+    }
+    if (c.o_bias) L.o_bias.assign(h, 0.0f);
+    if (c.qk_norm) {
+      L.q_norm.assign(c.head_dim, 1.0f);
+      L.k_norm.assign(c.head_dim, 1.0f);
+    }
+    const MatrixRef gate_up = matrix(2 * inter, h);  // One stream: gate's rows, then up's.
+    L.gate_proj = MatrixRef{DType::kBF16, gate_up.data, inter, h};
+    L.up_proj = MatrixRef{DType::kBF16, gate_up.data == nullptr ? nullptr : gate_up.row(inter),
+                          inter, h};
+    L.down_proj = matrix(h, inter);
+    if (c.mlp_bias) {
+      L.gate_bias.assign(inter, 0.0f);
+      L.up_bias.assign(inter, 0.0f);
+      L.down_bias.assign(h, 0.0f);
+    }
+  }
+  w->lm_head_ = matrix(c.vocab_size, h);
+  w->final_norm_.assign(h, 1.0f);
+  w->embed_tokens_ = matrix(c.vocab_size, h, /*unit=*/true);
   return w;
 }
 

@@ -32,6 +32,15 @@ class ModelWeights {
   // dtype; errors name the tensor and its file.
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const ModelConfig& config,
                                                             const std::string& dir);
+  // Weights made instead of read, for benchmarks of a model's shape without its files
+  // (bench-engine --random-weights). Every matrix is bf16 and never tied: matrix k (in the order
+  // q, k, v, o, gate|up as one, down per layer, then lm_head, then the embedding) holds
+  // scale * SymmetricUniform24(seed * 1000003 + k + 1, i) at element i, scale sqrt(3 / fan-in)
+  // (1 for the embedding); norm weights are 1 and biases 0. With `materialize` false no memory is
+  // made: every matrix keeps its shape and a null data pointer, for a device runner that makes
+  // the same values in its own memory (ModelRunnerOptions::synthetic_weights_seed).
+  static std::unique_ptr<ModelWeights> Synthetic(const ModelConfig& config, uint64_t seed,
+                                                 bool materialize);
 
   const ModelConfig& config() const { return config_; }
   const MatrixRef& embed_tokens() const { return embed_tokens_; }  // [vocab][hidden]
@@ -47,6 +56,7 @@ class ModelWeights {
   ModelWeights() = default;
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // Owns the mappings the MatrixRefs point into.
+  std::vector<std::unique_ptr<uint16_t[]>> synthetic_;  // Or: Synthetic's matrices.
   MatrixRef embed_tokens_, lm_head_;
   std::vector<float> final_norm_;
   std::vector<LayerWeights> layers_;

@@ -1,9 +1,15 @@
 #include "common/model/model_weights.h"
+#include "common/model/model_shapes.h"
+#include "common/base/rng.h"
+#include "common/base/dtype.h"
 
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/base/dtype.h"
 #include "common/base/file_util.h"
+#include "common/base/rng.h"
+#include "common/model/model_shapes.h"
 #include "common/model/random_model.h"
 #include "common/model/safetensors_writer.h"
 #include "gtest/gtest.h"
@@ -134,6 +140,81 @@ TEST(ModelWeightsTest, MissingCheckpointIsNotFound) {
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_FALSE(ckpt.ok());
   EXPECT_EQ(ckpt.status().code(), absl::StatusCode::kNotFound);
+}
+
+
+// Synthetic weights: every tensor the config implies, with the documented values (an element of
+// each matrix recomputed here from the formula), and the shapes alone when not materialized.
+TEST(ModelWeightsTest, SyntheticWeightsHaveTheDocumentedShapesAndValues) {
+  auto config = ModelShape("qwen3-8b");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ModelConfig c = *config;
+  c.num_layers = 2;  // Two layers of the real widths are enough.
+  c.vocab_size = 1000;
+  const auto shapes = ModelWeights::Synthetic(c, 7, /*materialize=*/false);
+  EXPECT_EQ(shapes->layer(1).q_proj.rows, 4096);
+  EXPECT_EQ(shapes->layer(1).k_proj.rows, 1024);
+  EXPECT_EQ(shapes->layer(1).down_proj.cols, 12288);
+  EXPECT_EQ(shapes->layer(0).q_proj.data, nullptr);
+  EXPECT_EQ(shapes->layer(0).q_norm, std::vector<float>(128, 1.0f));
+  EXPECT_EQ(shapes->DecodeWeightBytes(),
+            2u * (2 * (4096 * 4096 + 2 * 1024 * 4096 + 4096 * 4096 + 3 * 4096 * 12288) + 1000 * 4096));
+
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  const auto w = ModelWeights::Synthetic(c, 7, /*materialize=*/true);
+  // Matrix k of the stream order holds sqrt(3 / fan-in) * u(7 * 1000003 + k + 1, i).
+  // Element i of m is element i + first of matrix k's stream.
+  auto expect = [](const MatrixRef& m, uint64_t k, int64_t i, float scale, int64_t first = 0) {
+    uint16_t got;
+    std::memcpy(&got, static_cast<const uint8_t*>(m.data) + 2 * i, 2);
+    EXPECT_EQ(got, F32ToBf16(scale * SymmetricUniform24(7 * 1000003 + k + 1, i + first))) << k;
+  };
+  const float s64 = static_cast<float>(std::sqrt(3.0 / 64)), s96 = static_cast<float>(std::sqrt(3.0 / 96));
+  expect(w->layer(0).q_proj, 0, 5, s64);
+  expect(w->layer(0).o_proj, 3, 100, s64);
+  expect(w->layer(0).gate_proj, 4, 7, s64);
+  expect(w->layer(0).up_proj, 4, 7, s64, 96 * 64);  // gate|up: one stream.
+  expect(w->layer(0).down_proj, 5, 11, s96);
+  expect(w->layer(1).k_proj, 7, 3, s64);
+  expect(w->lm_head(), 12, 999, s64);
+  expect(w->embed_tokens(), 13, 64 * 999 + 63, 1.0f);
+  EXPECT_NE(w->lm_head().data, w->embed_tokens().data);  // Never tied.
+  // The values are spread over [-scale, scale) with mean ~0.
+  double sum = 0, sq = 0;
+  const auto* q = static_cast<const uint16_t*>(w->layer(0).q_proj.data);
+  for (int64_t i = 0; i < 64 * 64; ++i) {
+    const double v = Bf16ToF32(q[i]);
+    sum += v;
+    sq += v * v;
+  }
+  EXPECT_NEAR(sum / 4096, 0, 0.02);
+  EXPECT_NEAR(sq / 4096, s64 * s64 / 3, 0.003);  // Var of U(-a, a) = a^2 / 3.
+}
+
+TEST(ModelShapesTest, NamedShapesParseAndOthersAreNamed) {
+  for (const std::string& name : ModelShapeNames()) {
+    auto c = ModelShape(name);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status();
+  }
+  auto llama = ModelShape("llama3.1-8b");
+  EXPECT_EQ(llama->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(llama->NumParameters(), 8030261248);  // Meta-Llama-3.1-8B's published count.
+  EXPECT_EQ(ModelShape("mistral-7b")->sliding_window, 4096);
+  EXPECT_TRUE(ModelShape("qwen2.5-7b")->qkv_bias);
+  EXPECT_TRUE(ModelShape("qwen3-8b")->qk_norm);
+  const absl::Status missing = ModelShape("llama-9000").status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("smollm-135m"), std::string::npos) << missing;
+  // A model directory: its config.json.
+  RandomModelSpec spec;
+  const std::string dir = FreshDir("shape");
+  ASSERT_TRUE(WriteRandomModel(spec, dir).ok());
+  EXPECT_EQ(ModelShape(dir)->hidden_size, 64);
+  EXPECT_EQ(ModelShape(JoinPath(dir, "config.json"))->num_layers, 2);
 }
 
 }  // namespace

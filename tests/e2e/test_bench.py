@@ -105,6 +105,35 @@ class BenchTest(unittest.TestCase):
         self.assertLessEqual(sum(shares), 1.0 + 1e-9)
         self.assertLess(j["decode_scheduler_share"], 0.25)
 
+    def test_engine_bench_on_random_weights_of_a_shape(self):
+        """--random-weights: the shape of a config.json (here the test model's) with synthetic bf16
+        weights, no checkpoint read: the same KV layout as the model, and a decode step that
+        streams exactly the bf16 bytes of the shape's matrices."""
+        common = ["--batch", "2", "--input-len", "16", "--output-len", "4", "--threads", "1",
+                  "--kv-blocks", "64", "--bw-gib", "0.125", "--sgemm-n", "128", "--format", "json"]
+        config = os.path.join(MODEL, "config.json")
+        j = json.loads(run("bench-engine", "--random-weights", config, *common).stdout)
+        real = json.loads(run("bench-engine", "--model", MODEL, *common).stdout)
+        self.assertEqual(j["model"], "random-weights:" + config)
+        self.assertEqual(j["weights_dtype"], "bf16")
+        self.assertEqual(j["kv_bytes_per_token"], real["kv_bytes_per_token"])
+        with open(config) as f:
+            c = json.load(f)
+        h, i, layers, vocab = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
+        kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+        weight_bytes = 2 * (layers * (2 * h * h + 2 * h * kv + 3 * h * i) + vocab * h)
+        # Each of the 3 decode steps reads the weights and every sequence's whole context of KV.
+        kv_read = sum(2 * (16 + s) * j["kv_bytes_per_token"] for s in range(1, 4)) / 3
+        self.assertAlmostEqual(j["decode_bytes_per_step"], weight_bytes + kv_read, delta=1)
+        self.assertGreater(j["decode_tok_s"], 0)
+        for args, text in ((["--model", MODEL, "--random-weights", "llama3-8b"], "one of --model"),
+                           ([], "one of --model"),
+                           (["--random-weights", "llama-9000"], "llama3-8b, llama3.1-8b")):
+            out = subprocess.run([PDSERVE, "bench-engine", *args], capture_output=True, text=True,
+                                 timeout=60)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn(text, out.stderr)
+
     def test_transport_bench_json(self):
         for transport, tls in (("tcp", None), ("local", None), ("ucx", "sm"), ("ucx", "tcp")):
             args = [PDSERVE, "bench-transport", "--transport", transport, "--bytes", str(4 << 20),
