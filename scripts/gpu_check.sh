@@ -4,7 +4,7 @@
 # CUDA runner against the CPU runner: logits within bf16 tolerance and 32 greedy tokens), prefill
 # and decode as two processes over cuda_ipc against colocated generation
 # (scripts/gpu_tiers_check.sh), then gpu_bench's table of ratios to limits measured in the same
-# run (bench/gpu_bench.cc). Every stage runs even if one before it failed. Writes the log and the
+# run (bench/gpu_bench.cc) and bench-engine on an 8B shape with weights made on the GPU. Every stage runs even if one before it failed. Writes the log and the
 # table to $OUT when it is set.
 #
 # Two ways to get the binaries:
@@ -56,6 +56,11 @@ timeout 240 scripts/gpu_tiers_check.sh "$pdserve" 2>&1 | log
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 echo "--- gpu_bench" | log
 timeout 300 "$bench" 2>&1 | log
+[ "${PIPESTATUS[0]}" = 0 ] || failed=1
+# The engine on an 8B shape whose weights are made in GPU memory (no checkpoint), as a user runs it.
+echo "--- bench-engine --random-weights llama3-8b --device cuda" | log
+timeout 180 "$pdserve" bench-engine --random-weights llama3-8b --device cuda --batch 64 \
+  --input-len 512 --output-len 32 --kv-memory-gib 16 --bw-gib 1 --format json 2>&1 | log
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 [ "$failed" = 0 ] && echo "gpu_check: all passed" | log || echo "gpu_check: FAILED (see above)" | log
 exit "$failed"
