@@ -141,9 +141,7 @@ double DecodeAttentionBytesPerSecond(double* seconds) {
   CHECK_CUDA(cudaMemcpy(d_pos, positions.data(), batch * 4, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(d_seq, row_seq.data(), batch * 4, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemset(q, 0, sizeof(float) * batch * heads * d));
-  int sms = 0;
-  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const cuda::DecodeSplit plan = cuda::PlanDecodeSplits(batch, kv_heads, heads / kv_heads, d, context, sms);
+  const cuda::DecodeSplit plan = cuda::PlanDecodeSplits(heads / kv_heads, d, context);
   float *partial, *ml;
   CHECK_CUDA(cudaMalloc(&partial, sizeof(float) * cuda::DecodePartialFloats(batch, heads, plan.max_splits, d)));
   CHECK_CUDA(cudaMalloc(&ml, sizeof(float) * cuda::DecodePartialMlFloats(batch, heads, plan.max_splits)));

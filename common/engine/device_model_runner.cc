@@ -242,14 +242,10 @@ absl::Status DeviceModelRunner::AllocateBuffers() {
   PD_ASSIGN_OR_RETURN(act_, halves(T * inter));
   PD_ASSIGN_OR_RETURN(logit_in_, halves(L * hidden));
   // Decode workspace for the largest rows x splits any step can plan.
-  const int group = static_cast<int>(c.num_heads / c.num_kv_heads);
-  for (int64_t rows = 1; rows <= T; ++rows) {
-    const cuda::DecodeSplit s = cuda::PlanDecodeSplits(
-        static_cast<int>(rows), static_cast<int>(c.num_kv_heads), group,
-        static_cast<int>(c.head_dim), static_cast<int>(options_.max_model_len),
-        ops_->multiprocessors());
-    max_partial_rows_splits_ = std::max(max_partial_rows_splits_, rows * s.max_splits);
-  }
+  const cuda::DecodeSplit most = cuda::PlanDecodeSplits(
+      static_cast<int>(c.num_heads / c.num_kv_heads), static_cast<int>(c.head_dim),
+      static_cast<int>(options_.max_model_len));
+  max_partial_rows_splits_ = T * most.max_splits;
   PD_ASSIGN_OR_RETURN(partial_, floats(max_partial_rows_splits_ * c.num_heads * c.head_dim));
   PD_ASSIGN_OR_RETURN(partial_ml_, floats(max_partial_rows_splits_ * c.num_heads * 2));
   // Step metadata: ids, positions, row_seq, decode rows, tile firsts and sizes (T each), logit
@@ -350,10 +346,8 @@ absl::Status DeviceModelRunner::Forward(const ForwardBatch& batch, float* logits
   st.tables = device(tables);
   if (st.decode_rows > 0) {
     const cuda::DecodeSplit plan = cuda::PlanDecodeSplits(
-        st.decode_rows, static_cast<int>(c.num_kv_heads), static_cast<int>(c.num_heads / c.num_kv_heads),
-        static_cast<int>(c.head_dim),
-        graph ? static_cast<int>(options_.max_model_len) : max_decode_context,
-        ops_->multiprocessors());
+        static_cast<int>(c.num_heads / c.num_kv_heads), static_cast<int>(c.head_dim),
+        graph ? static_cast<int>(options_.max_model_len) : max_decode_context);
     st.split_tokens = plan.split_tokens;
     st.max_splits = plan.max_splits;
   }

@@ -10,9 +10,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/file_util.h"
@@ -396,7 +398,6 @@ class CountingOps : public cuda::DeviceOps {
   explicit CountingOps(std::unique_ptr<cuda::DeviceOps> ops, int* replays)
       : ops_(std::move(ops)), replays_(replays) {}
   std::string Describe() const override { return ops_->Describe(); }
-  int multiprocessors() const override { return ops_->multiprocessors(); }
   absl::StatusOr<void*> Alloc(size_t b) override { return ops_->Alloc(b); }
   void Free(void* p) override { ops_->Free(p); }
   absl::StatusOr<void*> AllocHost(size_t b) override { return ops_->AllocHost(b); }
@@ -467,8 +468,12 @@ TEST_P(DeviceRunnerHostTest, GraphReplayedDecodeStepsEqualEnqueuedOnes) {
     ASSERT_TRUE((*graphed)->Forward(batch, lg.data()).ok());
     for (size_t s = 0; s < batch.sequences.size(); ++s) {
       for (int64_t v = 0; v < vocab; ++v) {
+#if PDSERVE_TEST_ON_GPU
         ASSERT_NEAR(lg[s * vocab + v], le[s * vocab + v], 1e-4f * (1 + std::fabs(le[s * vocab + v])))
             << "step " << i << " sequence " << s;
+#else  // The same plan either way (decode splits independent of the batch): the same bits.
+        ASSERT_EQ(lg[s * vocab + v], le[s * vocab + v]) << "step " << i << " sequence " << s;
+#endif
       }
       const int32_t next = static_cast<int32_t>(
           std::max_element(le.begin() + s * vocab, le.begin() + (s + 1) * vocab) - (le.begin() + s * vocab));
@@ -476,6 +481,77 @@ TEST_P(DeviceRunnerHostTest, GraphReplayedDecodeStepsEqualEnqueuedOnes) {
     }
   }
   EXPECT_EQ(replays, steps) << "every decode step ran from a graph";
+}
+
+// A decode row's logits alone, beside other decode rows of other contexts (a larger graph), and
+// beside a prefill chunk (an eager mixed step): decode attention's splits depend on the model's
+// shape only, so on the host layer (whose GEMM sums each output in one order for every m) they
+// are the same bits. On a GPU cuBLASLt picks kernels by shape, so there the test reports how far
+// apart they are (the figure DESIGN.md asks for) and holds them to bf16 tolerance.
+TEST_P(DeviceRunnerHostTest, ADecodeRowIsTheSameAloneOrInAnyBatch) {
+  // The prefills of contexts over 256 tokens cost ~10 s on the host layer: two cases (a bf16 and
+  // a quantized pool) are enough end to end; the kernel tests cover every format.
+  if (GetParam().arch != "llama") GTEST_SKIP() << "run for the llama cases only";
+  // Contexts of several 256-key splits: a pool of 160 blocks of 4 tokens.
+  KvCacheSpec kv = device_pool_->spec();
+  auto pool = KvPool::Create(kv, 160);
+  ASSERT_TRUE(pool.ok());
+  ModelRunnerOptions o = options_;
+  o.max_model_len = 640;
+  auto dev = DeviceModelRunner::Create(o, weights_.get(), pool->get(), Ops());
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  const int64_t vocab = weights_->config().vocab_size;
+  SplitMix64 rng(21);
+  auto prompt = [&](int n) {
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = static_cast<int32_t>(rng.Next() % 300);
+    return t;
+  };
+  auto blocks = [](int first, int n) {
+    std::vector<int32_t> t(n);
+    for (int i = 0; i < n; ++i) t[i] = first + i;
+    return t;
+  };
+  // A 270 tokens (2 splits), B 301 (2: the batch's longest), C 21 (1); D a prefill chunk.
+  const std::vector<int32_t> a = prompt(270), b = prompt(301), c = prompt(21), d = prompt(10);
+  const std::vector<int32_t> ta = blocks(0, 68), tb = blocks(68, 76), tc = blocks(144, 6),
+                             td = blocks(150, 3);
+  std::vector<float> logits(3 * vocab);
+  for (const auto& [p, t] : {std::pair{&a, &ta}, std::pair{&b, &tb}, std::pair{&c, &tc}}) {
+    for (size_t at = 0; at + 1 < p->size(); at += 64) {  // Chunks of max_batch_tokens.
+      const size_t n = std::min<size_t>(64, p->size() - 1 - at);
+      ForwardBatch prefill;
+      prefill.sequences.push_back({absl::MakeConstSpan(*p).subspan(at, n), static_cast<int64_t>(at), *t, false});
+      ASSERT_TRUE((*dev)->Forward(prefill, logits.data()).ok());
+    }
+  }
+  auto last = [](const std::vector<int32_t>& p) { return absl::MakeConstSpan(p).subspan(p.size() - 1); };
+  const SequenceChunk row_a{last(a), static_cast<int64_t>(a.size() - 1), ta, true};
+  ForwardBatch alone, with_decodes, with_prefill;
+  alone.sequences = {row_a};
+  with_decodes.sequences = {{last(b), static_cast<int64_t>(b.size() - 1), tb, true}, row_a,
+                            {last(c), static_cast<int64_t>(c.size() - 1), tc, true}};
+  with_prefill.sequences = {{d, 0, td, false}, row_a};
+  std::vector<float> ref(vocab);
+  ASSERT_TRUE((*dev)->Forward(alone, ref.data()).ok());
+  for (int run = 0; run < 2; ++run) {
+    const ForwardBatch& batch = run == 0 ? with_decodes : with_prefill;
+    ASSERT_TRUE((*dev)->Forward(batch, logits.data()).ok());
+    const float* got = &logits[(run == 0 ? 1 : 0) * vocab];
+    double max_diff = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[v] - ref[v])));
+    }
+#if PDSERVE_TEST_ON_GPU
+    std::printf("batch invariance on %s (%s): max |logit difference| %.3g\n",
+                run == 0 ? "3 decode rows" : "a prefill chunk + 1 decode row",
+                GetParam().arch.c_str(), max_diff);
+    EXPECT_LT(max_diff, 0.02);
+#else
+    EXPECT_EQ(max_diff, 0.0) << (run == 0 ? "beside other decode rows" : "beside a prefill chunk");
+    EXPECT_EQ(std::memcmp(got, ref.data(), vocab * sizeof(float)), 0);
+#endif
+  }
 }
 
 TEST(DeviceKvBudgetTest, OnlyADeviceBackendSizesItsCacheFromItsMemory) {

@@ -5,6 +5,7 @@
 #include "kernels/cuda/attention_kernels.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,41 @@ TEST_P(DecodeAttentionHostTest, OnlyTheListedRowsOfAMixedStep) {
         ASSERT_TRUE(std::isnan(out[r * hd + i])) << "row " << r << " is not in the list";
       }
     }
+  }
+}
+
+// With one split length, a row's output is the same bits alone or beside longer rows (a wider
+// grid, more splits for others): what makes the device runner's decode batch-invariant
+// (PlanDecodeSplits depends on the shape only). Another split length gives other bits, so the
+// comparison can tell.
+TEST_P(DecodeAttentionHostTest, ARowIsTheSameBitsWhateverRowsShareTheLaunch) {
+  const AttnCase c = GetParam();
+  Fixture f(c, {61, 1, 30}, 11);
+  const std::vector<int32_t> positions = {60, 0, 29, 17}, row_seq = {0, 1, 2, 0};
+  SplitMix64 rng(16);
+  const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
+  const size_t hd = static_cast<size_t>(c.heads * c.head_dim);
+  // Rows `rows` in one launch of `split` keys per split; row 2's output.
+  auto row2 = [&](std::vector<int32_t> rows, int split, int max_context) {
+    std::vector<float> out;
+    DecodeAttentionParams p;
+    p.a = f.Params(positions, row_seq, q, &out);
+    p.num_rows = static_cast<int>(rows.size());
+    p.rows = rows.data();
+    p.split_tokens = split;
+    p.max_splits = (max_context + split - 1) / split;
+    std::vector<float> partial(rows.size() * c.heads * p.max_splits * c.head_dim);
+    std::vector<float> ml(rows.size() * c.heads * p.max_splits * 2);
+    p.partial = partial.data();
+    p.partial_ml = ml.data();
+    RunDecode(p, 32);
+    return std::vector<float>(out.begin() + 2 * hd, out.begin() + 3 * hd);
+  };
+  const std::vector<float> alone = row2({2}, c.split_tokens, 30);
+  const std::vector<float> among = row2({0, 3, 2, 1}, c.split_tokens, 61);
+  EXPECT_EQ(std::memcmp(alone.data(), among.data(), hd * sizeof(float)), 0);
+  if (c.window == 0 && c.split_tokens < 30) {  // Several splits: another length, other sums.
+    EXPECT_NE(row2({2}, c.split_tokens * 2, 30), alone);
   }
 }
 

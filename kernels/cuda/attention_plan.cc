@@ -6,19 +6,13 @@
 
 namespace pdserve::cuda {
 
-DecodeSplit PlanDecodeSplits(int rows, int num_kv_heads, int group, int head_dim, int max_context,
-                             int sms) {
-  constexpr int kMinSplit = 64;
+DecodeSplit PlanDecodeSplits(int group, int head_dim, int max_context) {
   // Longest split whose scores fit beside the group's queries in shared memory.
   const int fixed = DecodeSharedFloats(group, head_dim, 0);
   int longest = (kDecodeSharedBytes / static_cast<int>(sizeof(float)) - fixed) / group;
   longest = std::max(kWarpSize, longest / kWarpSize * kWarpSize);
-  const int64_t blocks = static_cast<int64_t>(std::max(rows, 1)) * num_kv_heads;
-  const int64_t want_splits = std::max<int64_t>(1, (2 * static_cast<int64_t>(sms) + blocks - 1) / blocks);
-  int split = static_cast<int>((max_context + want_splits - 1) / want_splits);
-  split = (split + kWarpSize - 1) / kWarpSize * kWarpSize;
-  split = std::clamp(split, std::min(kMinSplit, longest), longest);
-  return DecodeSplit{split, (max_context + split - 1) / split};
+  const int split = std::min(kDecodeSplitTokens, longest);
+  return DecodeSplit{split, (std::max(max_context, 1) + split - 1) / split};
 }
 
 int64_t DecodePartialFloats(int rows, int num_heads, int max_splits, int head_dim) {

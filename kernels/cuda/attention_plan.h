@@ -15,11 +15,15 @@ struct DecodeSplit {
   int split_tokens = 0;  // Keys per split: a multiple of 32.
   int max_splits = 0;    // ceil(max_context / split_tokens): the grid's z.
 };
-// Enough splits that rows * num_kv_heads * splits blocks fill about 2 waves of `sms`
-// multiprocessors, but no split shorter than 64 keys, and each split's scores within
-// kDecodeSharedBytes. max_context >= 1.
-DecodeSplit PlanDecodeSplits(int rows, int num_kv_heads, int group, int head_dim, int max_context,
-                             int sms);
+// Keys per split when shared memory allows.
+inline constexpr int kDecodeSplitTokens = 256;
+// Splits of kDecodeSplitTokens keys (fewer where a split's scores would not fit beside the group's
+// queries in kDecodeSharedBytes). The split length depends on the model's shape only, never on
+// the batch: a row's keys are then cut, summed and merged the same way whatever rows share its
+// step and whatever their contexts, so decode attention is batch-invariant (each output's
+// operations fixed, as on the CPU). A plan sized to the batch (more, shorter splits for few rows)
+// would fill a GPU better at batch 1 but change a row's sums with its neighbours. max_context >= 1.
+DecodeSplit PlanDecodeSplits(int group, int head_dim, int max_context);
 
 // Floats the decode workspace needs for a plan.
 int64_t DecodePartialFloats(int rows, int num_heads, int max_splits, int head_dim);

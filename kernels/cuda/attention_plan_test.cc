@@ -10,24 +10,27 @@ namespace {
 
 static_assert(kMaxKernelHeadDim == kMaxHeadDim && kMaxKernelGroup == kMaxGroup);
 
-TEST(AttentionPlanTest, DecodeSplitsFillTheDeviceAndFitSharedMemory) {
-  // Batch 1, one KV head, 4k context on 132 SMs: many splits, none shorter than 64 keys.
-  DecodeSplit s = PlanDecodeSplits(1, 1, 4, 128, 4096, 132);
-  EXPECT_EQ(s.split_tokens, 64);
-  EXPECT_EQ(s.max_splits, 64);
-  // Batch 64 x 8 KV heads already fills it: one split as long as shared memory allows.
-  s = PlanDecodeSplits(64, 8, 4, 128, 4096, 132);
-  EXPECT_EQ(s.max_splits * s.split_tokens >= 4096, true);
-  EXPECT_LE(sizeof(float) * DecodeSharedFloats(4, 128, s.split_tokens), size_t{kDecodeSharedBytes});
-  EXPECT_GT(s.split_tokens, 2000);
-  EXPECT_EQ(s.split_tokens % kWarpSize, 0);
-  // A wide group leaves less room per split.
-  s = PlanDecodeSplits(64, 1, 16, 256, 100000, 132);
-  EXPECT_LE(sizeof(float) * DecodeSharedFloats(16, 256, s.split_tokens), size_t{kDecodeSharedBytes});
-  EXPECT_EQ(s.max_splits, (100000 + s.split_tokens - 1) / s.split_tokens);
+TEST(AttentionPlanTest, DecodeSplitsDependOnTheShapeOnlyAndFitSharedMemory) {
+  // 256 keys per split whatever the context (the grid's z covers the longest).
+  DecodeSplit s = PlanDecodeSplits(4, 128, 4096);
+  EXPECT_EQ(s.split_tokens, 256);
+  EXPECT_EQ(s.max_splits, 16);
+  EXPECT_EQ(PlanDecodeSplits(4, 128, 300).split_tokens, 256);
+  EXPECT_EQ(PlanDecodeSplits(4, 128, 300).max_splits, 2);
   // A one-token context.
-  s = PlanDecodeSplits(3, 2, 2, 64, 1, 132);
+  s = PlanDecodeSplits(2, 64, 1);
   EXPECT_EQ(s.max_splits, 1);
+  // Every shape the kernels take fits shared memory, in whole warps of keys.
+  for (int group : {1, 2, 4, 8, 16}) {
+    for (int d : {64, 80, 128, 256}) {
+      s = PlanDecodeSplits(group, d, 100000);
+      EXPECT_LE(sizeof(float) * DecodeSharedFloats(group, d, s.split_tokens), size_t{kDecodeSharedBytes})
+          << group << " " << d;
+      EXPECT_EQ(s.split_tokens % kWarpSize, 0);
+      EXPECT_GE(s.split_tokens, kWarpSize);
+      EXPECT_EQ(s.max_splits, (100000 + s.split_tokens - 1) / s.split_tokens);
+    }
+  }
 }
 
 TEST(AttentionPlanTest, PrefillTilesNeverMixSequencesOrExceedTheTile) {

@@ -76,7 +76,6 @@ class CudaDeviceOps final : public DeviceOps {
   }
 
   std::string Describe() const override { return describe_; }
-  int multiprocessors() const override { return sms_; }
 
   absl::StatusOr<void*> Alloc(size_t bytes) override {
     void* p = nullptr;

@@ -21,7 +21,6 @@ class DeviceOps {
  public:
   virtual ~DeviceOps() = default;
   virtual std::string Describe() const = 0;
-  virtual int multiprocessors() const = 0;
 
   // Device memory, zeroed. ResourceExhausted when it does not fit.
   virtual absl::StatusOr<void*> Alloc(size_t bytes) = 0;

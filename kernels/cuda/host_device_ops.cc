@@ -25,7 +25,6 @@ class HostDeviceOps final : public DeviceOps {
   explicit HostDeviceOps(int threads) : threads_(threads) {}
 
   std::string Describe() const override { return "host execution layer (test infrastructure)"; }
-  int multiprocessors() const override { return 4; }
 
   absl::StatusOr<void*> Alloc(size_t bytes) override {
     void* p = std::calloc(bytes == 0 ? 1 : bytes, 1);
