@@ -538,16 +538,18 @@ TEST_P(DeviceRunnerHostTest, ADecodeRowIsTheSameAloneOrInAnyBatch) {
     const ForwardBatch& batch = run == 0 ? with_decodes : with_prefill;
     ASSERT_TRUE((*dev)->Forward(batch, logits.data()).ok());
     const float* got = &logits[(run == 0 ? 1 : 0) * vocab];
-    double max_diff = 0;
+    double max_diff = 0, scale = 0;
     for (int64_t v = 0; v < vocab; ++v) {
       max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[v] - ref[v])));
+      scale = std::max(scale, static_cast<double>(std::fabs(ref[v])));
     }
 #if PDSERVE_TEST_ON_GPU
     std::printf("batch invariance on %s (%s): max |logit difference| %.3g\n",
                 run == 0 ? "3 decode rows" : "a prefill chunk + 1 decode row",
                 GetParam().arch.c_str(), max_diff);
-    EXPECT_LT(max_diff, 0.02);
+    EXPECT_LT(max_diff, 0.02 * (1 + scale));
 #else
+    (void)scale;
     EXPECT_EQ(max_diff, 0.0) << (run == 0 ? "beside other decode rows" : "beside a prefill chunk");
     EXPECT_EQ(std::memcmp(got, ref.data(), vocab * sizeof(float)), 0);
 #endif
