@@ -132,8 +132,9 @@ class DeviceKvTransport : public KvTransport {
 
  public:
   // One control connection as the receiver: frames from `in`, answers through `out`.
+  // handshake_done: called once the peer's HELLO is accepted.
   void ServeConnection(kv_wire::ByteSource& in, const std::function<bool(iovec*, int)>& out,
-                       uint64_t source);
+                       uint64_t source, const std::function<void()>& handshake_done);
 
  private:
 
@@ -197,12 +198,15 @@ void DeviceKvTransport::ReaderLoop(int fd, uint64_t source) {
     stream = std::make_unique<Stream>(fd, nullptr);
   }
   StreamSource in(stream.get());
-  ServeConnection(in, [&stream](iovec* iov, int n) { return stream->Write(iov, n); }, source);
+  ServeConnection(
+      in, [&stream](iovec* iov, int n) { return stream->Write(iov, n); }, source,
+      [fd] { ConnectionServer::EndHandshake(fd); });  // Then it may idle between transfers.
 }
 
 void DeviceKvTransport::ServeConnection(kv_wire::ByteSource& in,
                                         const std::function<bool(iovec*, int)>& out,
-                                        uint64_t source) {
+                                        uint64_t source,
+                                        const std::function<void()>& handshake_done) {
   // HELLO: layout, device identity and pool handle (NUL-separated); header.offset = pool bytes.
   FrameHeader h;
   if (!in.Read(&h, sizeof(h)) || h.magic != kMagic || h.type != kHello ||
@@ -237,6 +241,7 @@ void DeviceKvTransport::ServeConnection(kv_wire::ByteSource& in,
   uint32_t reply[2] = {check.ok() ? 0u : 1u, static_cast<uint32_t>(message.size())};
   iovec iov[2] = {{reply, sizeof(reply)}, {const_cast<char*>(message.data()), message.size()}};
   if (!out(iov, 2) || !check.ok()) return;
+  handshake_done();
 
   // Pages received per tag, hashed at END; and (tests) where to corrupt one.
   absl::flat_hash_map<uint64_t, PageSpans> pulled;
@@ -530,7 +535,7 @@ void DeviceKvTransport::Abort(const std::string& peer_endpoint, uint64_t tag) {
 void ServeDeviceControlStreamForTesting(KvTransport* transport, kv_wire::ByteSource& in) {
   static std::atomic<uint64_t> source{1u << 30};
   static_cast<DeviceKvTransport*>(transport)->ServeConnection(
-      in, [](iovec*, int) { return true; }, source.fetch_add(1));
+      in, [](iovec*, int) { return true; }, source.fetch_add(1), [] {});
 }
 
 absl::StatusOr<std::unique_ptr<KvTransport>> CreateDeviceKvTransport(

@@ -4,12 +4,15 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include "common/base/host_port.h"
+#include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 
@@ -134,8 +137,9 @@ absl::StatusOr<ListeningSocket> ListenTcp(const std::string& address,
   return ListeningSocket{listen_fd, Str(scheme, HostPort{advertised, bound_port}.ToString())};
 }
 
-ConnectionServer::ConnectionServer(int listen_fd, std::function<void(int, uint64_t)> handler)
-    : listen_fd_(listen_fd), handler_(std::move(handler)) {
+ConnectionServer::ConnectionServer(int listen_fd, std::function<void(int, uint64_t)> handler,
+                                   Limits limits)
+    : listen_fd_(listen_fd), handler_(std::move(handler)), limits_(limits) {
   acceptor_ = std::thread([this] { AcceptLoop(); });
 }
 
@@ -154,11 +158,37 @@ ConnectionServer::~ConnectionServer() {
   }
 }
 
+namespace {
+
+void SetReceiveTimeout(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>(timeout.count() % 1000 * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+}  // namespace
+
+void ConnectionServer::EndHandshake(int fd) { SetReceiveTimeout(fd, std::chrono::milliseconds(0)); }
+
+void ConnectionServer::Refuse(int fd, const char* why) {
+  const int64_t n = refused_.fetch_add(1) + 1;
+  if ((n & (n - 1)) == 0) {  // The 1st, 2nd, 4th, ... refusal: a flood does not flood the log.
+    PD_LOG(Warning) << "KV transport: refused a connection (" << why << "; " << n << " so far)";
+  }
+  ::close(fd);
+}
+
 void ConnectionServer::AcceptLoop() {
   while (!stopping_.load()) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors or memory: wait for some to be freed rather than stop accepting.
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
       return;  // Shut down.
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -171,14 +201,26 @@ void ConnectionServer::AcceptLoop() {
         ++it;
       }
     }
+    if (static_cast<int>(connections_.size()) >= limits_.max_connections) {
+      Refuse(fd, "too many connections");
+      continue;
+    }
+    if (limits_.handshake_timeout.count() > 0) SetReceiveTimeout(fd, limits_.handshake_timeout);
     const uint64_t source = next_source_++;
-    Connection& c = connections_.emplace_back(Connection{fd, std::thread()});
-    c.thread = std::thread([this, fd, source, done = c.done] {
-      handler_(fd, source);
-      // Let the peer see the end (a refused handshake included); the fd is closed when reaped.
-      ::shutdown(fd, SHUT_RDWR);
-      done->store(true);
-    });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread thread;
+    try {
+      thread = std::thread([this, fd, source, done] {
+        handler_(fd, source);
+        // Let the peer see the end (a refused handshake included); the fd is closed when reaped.
+        ::shutdown(fd, SHUT_RDWR);
+        done->store(true);
+      });
+    } catch (const std::system_error&) {
+      Refuse(fd, "no thread for it");
+      continue;
+    }
+    connections_.push_back(Connection{fd, std::move(thread), std::move(done)});
   }
 }
 

@@ -4,6 +4,7 @@
 #define PDSERVE_COMMON_TRANSPORT_SOCKET_UTIL_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -41,12 +42,31 @@ absl::StatusOr<int> ConnectTcp(std::string_view endpoint, int64_t timeout_ms);
 // connection is shut down (the peer sees the end) and closed when reaped at a later accept.
 // The destructor stops accepting, shuts every connection down (so blocked reads return) and
 // joins the threads. Owns the listening socket.
+//
+// Against peers that are not the tiers' workers: beyond `max_connections` live connections a new
+// one is closed at once (logged), as is one whose thread cannot be made, so a flood costs
+// connections, never the process; and a connection's reads time out after `handshake_timeout`
+// until the handler calls EndHandshake(fd) once the peer has introduced itself, so a peer that
+// connects and says nothing holds its thread only that long (after the handshake a connection
+// may idle between transfers as long as it likes).
 class ConnectionServer {
  public:
-  ConnectionServer(int listen_fd, std::function<void(int fd, uint64_t source)> handler);
+  struct Limits {
+    int max_connections = 1024;
+    std::chrono::milliseconds handshake_timeout{10000};
+  };
+  ConnectionServer(int listen_fd, std::function<void(int fd, uint64_t source)> handler,
+                   Limits limits);
+  ConnectionServer(int listen_fd, std::function<void(int fd, uint64_t source)> handler)
+      : ConnectionServer(listen_fd, std::move(handler), Limits{}) {}
   ~ConnectionServer();
   ConnectionServer(const ConnectionServer&) = delete;
   ConnectionServer& operator=(const ConnectionServer&) = delete;
+
+  // Lifts the handshake's read timeout from a connection's socket.
+  static void EndHandshake(int fd);
+  // Connections refused since the start (over the limit, or no thread for them).
+  int64_t refused() const { return refused_.load(); }
 
  private:
   struct Connection {
@@ -55,10 +75,13 @@ class ConnectionServer {
     std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
   };
   void AcceptLoop();
+  void Refuse(int fd, const char* why);
 
   const int listen_fd_;
   const std::function<void(int, uint64_t)> handler_;
+  const Limits limits_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> refused_{0};
   std::mutex mu_;
   std::list<Connection> connections_;  // Finished ones are reaped at the next accept.
   uint64_t next_source_ = 1;

@@ -213,6 +213,7 @@ void TcpKvTransport::ReaderLoop(int fd, uint64_t source) {
   uint32_t reply[2] = {check.ok() ? 0u : 1u, static_cast<uint32_t>(message.size())};
   iovec iov[2] = {{reply, sizeof(reply)}, {const_cast<char*>(message.data()), message.size()}};
   if (!stream->Write(iov, 2) || !check.ok()) return;
+  ConnectionServer::EndHandshake(fd);  // From here the connection may idle between transfers.
   kv_wire::ReceiveFrames(in, tracker_, source, stopping_);
   tracker_.FailSource(source, absl::UnavailableError("KV transport peer disconnected"));
 }
