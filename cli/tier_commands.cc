@@ -36,15 +36,10 @@
 namespace pdserve::cli {
 namespace {
 
-// A CUDA worker's pool is in GPU memory: cuda_ipc (two processes) and local (serve) move such
-// pages, nothing else; cuda_ipc moves nothing else. (The transport registry makes the same
-// checks; these say it before the model loads.)
+// cuda_ipc and nccl move pages between GPU pools only. (The transport registry makes the same
+// check; this says it before the model loads.) A CUDA worker may use any transport: tcp and ucx
+// stage its pages through host memory.
 absl::Status TierDevice(const EngineOptions& engine, const std::string& transport) {
-  if (engine.backend == "cuda" && transport != "cuda_ipc" && transport != "nccl" && transport != "local") {
-    return absl::InvalidArgumentError(
-        Str("--device cuda keeps the KV pool in GPU memory: use --transport nccl, or cuda_ipc "
-            "(workers on one host; serve: local), not ", transport));
-  }
   if (engine.backend != "cuda" && (transport == "cuda_ipc" || transport == "nccl")) {
     return absl::InvalidArgumentError(
         Str("--transport ", transport, " moves pages between GPU pools: it needs --device cuda"));

@@ -54,6 +54,9 @@ fi
 echo "--- prefill and decode over cuda_ipc" | log
 timeout 240 scripts/gpu_tiers_check.sh "$pdserve" 2>&1 | log
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1
+echo "--- prefill and decode over tcp, GPU pools staged through host memory" | log
+PDSERVE_CHECK_TRANSPORT=tcp timeout 180 scripts/gpu_tiers_check.sh "$pdserve" 2>&1 | log
+[ "${PIPESTATUS[0]}" = 0 ] || failed=1
 echo "--- gpu_bench" | log
 timeout 300 "$bench" 2>&1 | log
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1

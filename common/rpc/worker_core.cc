@@ -15,6 +15,7 @@ absl::StatusOr<WorkerCore> WorkerCore::Create(const std::string& model_dir,
   PD_ASSIGN_OR_RETURN(core.engine, LLMEngine::Create(model_dir, with_events));
   PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(model_dir));
   core.layout = MakeKvLayout(*core.engine, fingerprint);
+  core.layout.set_device(std::string(KvPagesDevice(transport, core.engine->device())));
   core.layout_string = LayoutString(core.layout);
   transport_options.layout = core.layout_string;
   transport_options.device = core.engine->device();

@@ -27,6 +27,8 @@
 #include "common/base/strings.h"
 #include "common/transport/receive_tracker.h"
 #include "common/transport/shared_memory_pool_device.h"
+#include "common/transport/staging_transport.h"
+#include "common/transport/tcp_transport.h"
 #include "common/transport/tls_stream.h"
 #include "gtest/gtest.h"
 
@@ -335,6 +337,91 @@ TEST(StreamTest, WritingToAGonePeerFailsWithoutSigpipe) {
 
 INSTANTIATE_TEST_SUITE_P(DataPaths, DeviceTransportTest, ::testing::Values("cuda_ipc", "nccl"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// tcp for GPU pools (--device cuda --transport tcp): pages staged through host mirrors. Two
+// shared-memory "devices" (TEST INFRASTRUCTURE for GPU memory) over a real tcp connection, and
+// either side paired with a plain host-memory (CPU) worker.
+struct StagedSide {
+  std::unique_ptr<SharedPool> pool;
+  std::unique_ptr<KvTransport> transport;
+};
+
+StagedSide MakeStaged(bool gpu, uint64_t seed) {
+  StagedSide s;
+  s.pool = *AllocateSharedPool(kPoolBytes);
+  if (seed != 0) {
+    SplitMix64 rng(seed);
+    for (size_t i = 0; i < kPoolBytes; ++i) s.pool->data[i] = static_cast<uint8_t>(rng.Next() | 1);
+  }
+  KvTransportOptions o;
+  o.layout = "block_size=16;kv_dtype=bf16;device=cpu";  // KvPagesDevice("tcp", ...) either way.
+  o.send_timeout_ms = 5000;
+  auto tcp = CreateTcpKvTransport(o);
+  EXPECT_TRUE(tcp.ok()) << tcp.status();
+  s.transport = gpu ? CreateStagingKvTransport(std::move(*tcp), CreateSharedMemoryPoolDevice())
+                    : std::move(*tcp);
+  EXPECT_TRUE(s.transport->RegisterPool(s.pool->data, kPoolBytes).ok());
+  return s;
+}
+
+TEST(StagingTransportTest, GpuAndCpuPoolsPairOverTcpThroughHostMemory) {
+  for (const auto& [sender_gpu, receiver_gpu] : {std::pair{true, true}, std::pair{false, true},
+                                                 std::pair{true, false}}) {
+    SCOPED_TRACE(Str(sender_gpu ? "gpu" : "cpu", " -> ", receiver_gpu ? "gpu" : "cpu"));
+    StagedSide sender = MakeStaged(sender_gpu, 31), receiver = MakeStaged(receiver_gpu, 0);
+    ASSERT_TRUE(receiver.transport->Expect(50, {{8192, 8192 + 4096}, {65536, 65536 + 8192}}).ok());
+    const std::vector<PageCopy> pages = {{0, 8192, 4096}, {12288, 65536, 4096}, {40000, 69632, 4096}};
+    ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 50, pages).ok());
+    auto stats = FinishAndWait(*sender.transport, receiver.transport->endpoint(), 50);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->pages, 3);
+    ASSERT_EQ(WaitDone(*receiver.transport, 50).state, TransferState::kDone);
+    // In the receiver's pool itself (the device, when staged), not only in a mirror.
+    for (const PageCopy& p : pages) {
+      EXPECT_EQ(std::memcmp(receiver.pool->data + p.dst_offset, sender.pool->data + p.src_offset, p.bytes), 0)
+          << "page at " << p.dst_offset;
+    }
+    EXPECT_EQ(receiver.pool->data[4096], 0) << "outside the announced ranges";
+    receiver.transport->Release(50);
+
+    // Refused: a page outside the ranges fails the transfer and nothing reaches the pool.
+    ASSERT_TRUE(receiver.transport->Expect(51, {{131072, 131072 + 4096}}).ok());
+    const std::vector<PageCopy> bad = {{0, 131072, 4096}, {4096, 200000, 4096}};
+    ASSERT_TRUE(sender.transport->Submit(receiver.transport->endpoint(), 51, bad).ok());
+    (void)FinishAndWait(*sender.transport, receiver.transport->endpoint(), 51);  // tcp: sent.
+    EXPECT_EQ(WaitDone(*receiver.transport, 51).state, TransferState::kFailed);
+    if (receiver_gpu) {  // Staged: the device pool is written only for a transfer that completed.
+      for (size_t i = 131072; i < 131072 + 4096; ++i) ASSERT_EQ(receiver.pool->data[i], 0) << i;
+    }
+    for (size_t i = 200000; i < 200000 + 4096; ++i) ASSERT_EQ(receiver.pool->data[i], 0) << i;
+    receiver.transport->Release(51);
+  }
+}
+
+// Two transfers sending the same source page to two receivers: the first ending (its mirror
+// pages handed back) must not take the page from under the second, whose send is held back
+// (fault injection) until after the first has ended.
+TEST(StagingTransportTest, ASharedSourcePageOutlivesTheFirstTransferThatSentIt) {
+  StagedSide sender = MakeStaged(true, 32), r1 = MakeStaged(true, 0), r2 = MakeStaged(true, 0);
+  ASSERT_TRUE(r1.transport->Expect(60, {{0, 4096}}).ok());
+  ASSERT_TRUE(r2.transport->Expect(61, {{4096, 8192}}).ok());
+  const std::vector<PageCopy> pa = {{16384, 0, 4096}}, pb = {{16384, 4096, 4096}};
+  ASSERT_TRUE(sender.transport->Submit(r1.transport->endpoint(), 60, pa).ok());
+  for (int i = 0; i < 500 && r1.transport->Poll(60).stats.pages < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(r1.transport->Poll(60).stats.pages, 1);
+  SetStallKvPageForTesting(1, 400);  // The next page sent (the second transfer's) waits 400 ms.
+  ASSERT_TRUE(sender.transport->Submit(r2.transport->endpoint(), 61, pb).ok());
+  ASSERT_TRUE(FinishAndWait(*sender.transport, r1.transport->endpoint(), 60).ok());
+  ASSERT_TRUE(FinishAndWait(*sender.transport, r2.transport->endpoint(), 61).ok());
+  SetStallKvPageForTesting(0, 0);
+  ASSERT_EQ(WaitDone(*r1.transport, 60).state, TransferState::kDone);
+  ASSERT_EQ(WaitDone(*r2.transport, 61).state, TransferState::kDone);
+  EXPECT_EQ(std::memcmp(r1.pool->data, sender.pool->data + 16384, 4096), 0);
+  EXPECT_EQ(std::memcmp(r2.pool->data + 4096, sender.pool->data + 16384, 4096), 0)
+      << "the second transfer sent a page the first one's end had handed back";
+}
 
 // `local` over a device (serve --device cuda): the copy and both checksums on the device.
 TEST(LocalDeviceTransportTest, CopiesThroughTheDeviceAndCatchesCorruption) {

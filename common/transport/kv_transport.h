@@ -70,8 +70,9 @@ struct KvTransportOptions {
   // tcp: a peer that accepts nothing (or does not answer the handshake) for this long is given up
   // and its transfers fail, so a hung host cannot pin the sender's blocks.
   int64_t send_timeout_ms = 30000;
-  // Where the registered pool lives: "cpu" (host memory) or "cuda" (GPU memory: only local and
-  // cuda_ipc move such pages; the registry refuses the others).
+  // Where the registered pool lives: "cpu" (host memory) or "cuda" (GPU memory: local, cuda_ipc
+  // and nccl move such pages device to device; tcp and ucx stage them through host memory,
+  // staging_transport.h).
   std::string device = "cpu";
 };
 
@@ -117,6 +118,12 @@ class KvTransport {
   // Tells the receiver to fail `tag` (best effort).
   virtual void Abort(const std::string& peer, uint64_t tag) = 0;
 };
+
+// Where `backend`'s pages travel for a pool on `pool_device`: "cpu" (host memory) for tcp and ucx
+// (staged when the pool is on a GPU), the pool's device otherwise. Workers whose pages travel on
+// the same kind of device can pair (the KV layout's `device`): a CPU worker and a CUDA worker
+// over tcp, but not over cuda_ipc.
+std::string_view KvPagesDevice(std::string_view backend, std::string_view pool_device);
 
 // "local" (same process), "tcp", or "ucx" (when built with PDSERVE_UCX). InvalidArgument for
 // another name.

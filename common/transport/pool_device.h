@@ -29,6 +29,10 @@ class PoolDevice {
   virtual void Close(uint8_t* mapped, size_t bytes) = 0;
   // Queues a copy (both pointers in device memory: a pool or a mapped peer pool).
   virtual absl::Status CopyAsync(uint8_t* dst, const uint8_t* src, size_t bytes) = 0;
+  // Queues a copy between device memory and host memory (the staging of tcp and ucx transfers
+  // of a GPU pool, staging_transport.h).
+  virtual absl::Status CopyToHost(uint8_t* host, const uint8_t* device, size_t bytes) = 0;
+  virtual absl::Status CopyFromHost(uint8_t* device, const uint8_t* host, size_t bytes) = 0;
   // Waits for the queued copies.
   virtual absl::Status Synchronize() = 0;
   // Tests only (fault injection): flips a byte at p, which is in device memory.

@@ -55,6 +55,14 @@ class SharedMemoryPoolDevice : public PoolDevice {
     std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
+  absl::Status CopyToHost(uint8_t* host, const uint8_t* device, size_t bytes) override {
+    std::memcpy(host, device, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyFromHost(uint8_t* device, const uint8_t* host, size_t bytes) override {
+    std::memcpy(device, host, bytes);
+    return absl::OkStatus();
+  }
   absl::Status Synchronize() override { return absl::OkStatus(); }
   absl::Status FlipByteForTesting(uint8_t* p) override {
     *p ^= 0x5a;

@@ -3,6 +3,7 @@
 #include "common/base/strings.h"
 #include "common/transport/kv_transport.h"
 #include "common/transport/local_transport.h"
+#include "common/transport/staging_transport.h"
 #include "common/transport/tcp_transport.h"
 #ifdef PDSERVE_HAVE_UCX
 #include "common/transport/ucx_transport.h"
@@ -17,16 +18,29 @@
 
 namespace pdserve {
 
+std::string_view KvPagesDevice(std::string_view backend, std::string_view pool_device) {
+  return backend == "tcp" || backend == "ucx" ? "cpu" : pool_device;
+}
+
 absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view backend,
                                                                const KvTransportOptions& options) {
   if (options.device != "cpu" && options.device != "cuda") {
     return absl::InvalidArgumentError(Str("KV transport: unknown device '", options.device, "'"));
   }
   const bool gpu_pool = options.device == "cuda";
-  if (gpu_pool && backend != "local" && backend != "cuda_ipc" && backend != "nccl") {
-    return absl::InvalidArgumentError(
-        Str("KV transport '", backend, "' moves pages of host memory; a KV pool in GPU memory "
-            "(--device cuda) needs nccl, cuda_ipc (two processes on one host) or local (serve)"));
+  if (gpu_pool && (backend == "tcp" || backend == "ucx")) {
+    // Pages of host memory: staged through a host mirror of the GPU pool.
+#if PDSERVE_WITH_CUDA
+    KvTransportOptions host = options;
+    host.device = "cpu";
+    auto inner = CreateKvTransport(backend, host);
+    if (!inner.ok()) return inner.status();
+    auto device = cuda::CreateCudaPoolDevice();
+    if (!device.ok()) return device.status();
+    return CreateStagingKvTransport(std::move(*inner), std::move(*device));
+#else
+    return absl::InvalidArgumentError("this pdserve was built without CUDA");
+#endif
   }
   if (!gpu_pool && (backend == "cuda_ipc" || backend == "nccl")) {
     return absl::InvalidArgumentError(

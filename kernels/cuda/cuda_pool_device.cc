@@ -98,6 +98,18 @@ class CudaPoolDevice final : public PoolDevice {
     return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
                       "cudaMemcpyAsync (KV page)");
   }
+  absl::Status CopyToHost(uint8_t* host, const uint8_t* device, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    PD_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    return CudaStatus(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_),
+                      "cudaMemcpyAsync (KV page to host)");
+  }
+  absl::Status CopyFromHost(uint8_t* device, const uint8_t* host, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    PD_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    return CudaStatus(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_),
+                      "cudaMemcpyAsync (KV page from host)");
+  }
   absl::Status Synchronize() override {
     std::lock_guard<std::mutex> lock(mu_);
     return CudaStatus(cudaStreamSynchronize(stream_), "KV copies");
