@@ -160,7 +160,11 @@ class StagingKvTransport : public KvTransport {
         auto count = in_flight_.find(page);
         if (count != in_flight_.end() && --count->second == 0) {
           in_flight_.erase(count);
-          ::madvise(mirror_ + page * page_, page_, MADV_DONTNEED);
+          // Only OS pages wholly inside the sent range: a partial one may hold bytes of a block
+          // this worker is receiving.
+          if (page * page_ >= r.begin && (page + 1) * page_ <= r.end) {
+            ::madvise(mirror_ + page * page_, page_, MADV_DONTNEED);
+          }
         }
       });
     }
