@@ -78,7 +78,14 @@ class StagingKvTransport : public KvTransport {
 
   void Release(uint64_t tag) override {
     inner_->Release(tag);
-    Forget(tag);
+    // A transfer that failed leaves pages in the mirror: hand them back too.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = expected_.find(tag);
+    if (it == expected_.end()) return;
+    if (!it->second.staged) {
+      for (const ByteRange& r : it->second.allowed) Drop(r.begin, r.end);
+    }
+    expected_.erase(it);
   }
 
   bool ReleaseUnfinished(uint64_t tag, std::function<void()> quiesced) override {
