@@ -382,6 +382,8 @@ TEST(StagingTransportTest, GpuAndCpuPoolsPairOverTcpThroughHostMemory) {
           << "page at " << p.dst_offset;
     }
     EXPECT_EQ(receiver.pool->data[4096], 0) << "outside the announced ranges";
+    // A second Expect of a live tag is refused and leaves the first one's staging alone.
+    EXPECT_EQ(receiver.transport->Expect(50, {{0, 64}}).code(), absl::StatusCode::kAlreadyExists);
     receiver.transport->Release(50);
 
     // Refused: a page outside the ranges fails the transfer and nothing reaches the pool.

@@ -47,10 +47,12 @@ class StagingKvTransport : public KvTransport {
   absl::Status Expect(uint64_t tag, std::vector<ByteRange> allowed) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      expected_[tag] = Expected{allowed, false};
+      if (!expected_.try_emplace(tag, Expected{allowed, false}).second) {
+        return absl::AlreadyExistsError(Str("transfer tag ", tag, " is already expected"));
+      }
     }
     absl::Status s = inner_->Expect(tag, std::move(allowed));
-    if (!s.ok()) Forget(tag);
+    if (!s.ok()) Forget(tag);  // The record just made: the inner transport refused the ranges.
     return s;
   }
 
