@@ -14,6 +14,8 @@
 
 #include "common/transport/kv_transport.h"
 #include "common/transport/receive_tracker.h"
+#include "common/transport/shared_memory_pool_device.h"
+#include "common/transport/staging_transport.h"
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -223,6 +225,53 @@ TEST_P(UcxTransportTest, GivenUpTransferIsQuiescentOnlyAfterTheStalledSenderFlus
   // The sender either saw the CANCEL before its flush (Cancelled) or had already flushed and sent
   // its end (OK); both are quiescent for the receiver.
   EXPECT_TRUE(sent->ok() || sent->status().code() == absl::StatusCode::kCancelled) << sent->status();
+}
+
+// ucx for GPU pools (--device cuda --transport ucx): the puts land in host mirrors and the pages
+// reach the receiver's pool (shared memory standing in for GPU memory: TEST INFRASTRUCTURE) only
+// once the transfer is complete; a given-up transfer's quarantine is ucx's own, passed through.
+TEST_P(UcxTransportTest, GpuPoolsStagedThroughHostMemory) {
+  auto device_pool = [] {
+    auto p = AllocateSharedPool(1 << 20);
+    EXPECT_TRUE(p.ok());
+    return std::move(*p);
+  };
+  auto src = device_pool(), dst = device_pool();
+  for (size_t i = 0; i < (1 << 20); ++i) src->data[i] = static_cast<uint8_t>(i * 7 + 3);
+  auto staged = [&](SharedPool& pool) {
+    KvTransportOptions o;
+    o.layout = kLayout;
+    auto t = CreateKvTransport("ucx", o);
+    EXPECT_TRUE(t.ok()) << t.status();
+    auto s = CreateStagingKvTransport(std::move(*t), CreateSharedMemoryPoolDevice());
+    EXPECT_TRUE(s->RegisterPool(pool.data, 1 << 20).ok());
+    return s;
+  };
+  auto sender = staged(*src), receiver = staged(*dst);
+  ASSERT_TRUE(receiver->Expect(20, {{65536, 65536 + 8192}}).ok());
+  const std::vector<PageCopy> pages = {{4096, 65536, 4096}, {300000, 69632, 4096}};
+  ASSERT_TRUE(sender->Submit(receiver->endpoint(), 20, pages).ok());
+  auto finished = FinishWatched(*sender, receiver->endpoint(), 20);
+  ASSERT_TRUE(WaitFor([&] { return receiver->Poll(20).state != TransferState::kPending; }));
+  ASSERT_EQ(receiver->Poll(20).state, TransferState::kDone) << receiver->Poll(20).status;
+  for (const PageCopy& p : pages) {
+    EXPECT_EQ(std::memcmp(dst->data + p.dst_offset, src->data + p.src_offset, p.bytes), 0);
+  }
+  const auto sent = WaitFinished(*finished);
+  ASSERT_TRUE(sent.has_value() && sent->ok());
+  receiver->Release(20);
+  // Given up before its end: the pool is not written, and ucx's quarantine answer comes through.
+  ASSERT_TRUE(receiver->Expect(21, {{131072, 135168}}).ok());
+  SetStallKvPageForTesting(1, 400);
+  const std::vector<PageCopy> late = {{8192, 131072, 4096}};
+  ASSERT_TRUE(sender->Submit(receiver->endpoint(), 21, late).ok());
+  auto finished_late = FinishWatched(*sender, receiver->endpoint(), 21);
+  std::atomic<bool> quiesced{false};
+  if (!receiver->ReleaseUnfinished(21, [&] { quiesced = true; })) {
+    ASSERT_TRUE(WaitFor([&] { return quiesced.load(); }, 10s));
+  }
+  (void)WaitFinished(*finished_late);
+  for (size_t i = 131072; i < 135168; ++i) ASSERT_EQ(dst->data[i], 0) << i;
 }
 
 TEST_P(UcxTransportTest, LostSenderFailsTheTransferAndQuiesces) {
