@@ -186,17 +186,12 @@ class StreamSource : public kv_wire::ByteSource {
 };
 
 void DeviceKvTransport::ReaderLoop(int fd, uint64_t source) {
-  std::unique_ptr<Stream> stream;
-  if (tls_) {
-    auto accepted = tls_->Accept(fd);
-    if (!accepted.ok()) {
-      PD_LOG(Warning) << accepted.status();  // A peer without the tiers' certificate.
-      return;
-    }
-    stream = std::move(*accepted);
-  } else {
-    stream = std::make_unique<Stream>(fd, nullptr);
+  auto accepted = AcceptStream(tls_.get(), fd);
+  if (!accepted.ok()) {
+    PD_LOG(Warning) << accepted.status();  // A peer without the tiers' certificate.
+    return;
   }
+  std::unique_ptr<Stream> stream = std::move(*accepted);
   StreamSource in(stream.get());
   ServeConnection(
       in, [&stream](iovec* iov, int n) { return stream->Write(iov, n); }, source,
@@ -326,17 +321,12 @@ absl::StatusOr<std::shared_ptr<DeviceKvTransport::Peer>> DeviceKvTransport::GetP
   if (!registered_) return absl::FailedPreconditionError("KV transport: no pool registered");
   PD_ASSIGN_OR_RETURN(std::unique_ptr<SenderLink> link, path_->NewSender());
   PD_ASSIGN_OR_RETURN(const int fd, ConnectTcp(endpoint, timeout_ms_));
-  std::unique_ptr<Stream> stream;
-  if (tls_) {
-    auto connected = tls_->Connect(fd, EndpointHost(endpoint));
-    if (!connected.ok()) {
-      ::close(fd);
-      return connected.status();
-    }
-    stream = std::move(*connected);
-  } else {
-    stream = std::make_unique<Stream>(fd, nullptr);
+  auto connected = ConnectStream(tls_.get(), fd, EndpointHost(endpoint));
+  if (!connected.ok()) {
+    ::close(fd);
+    return connected.status();
   }
+  std::unique_ptr<Stream> stream = std::move(*connected);
   auto fail = [&](absl::Status s) {
     stream.reset();
     ::close(fd);

@@ -97,9 +97,7 @@ class TcpKvTransport : public KvTransport {
   // Mutual TLS on every KV connection when the options name a CA.
   absl::Status InitTls(const KvTransportOptions& options) {
     if (options.tls.ca.empty()) return absl::OkStatus();
-    auto tls = KvTls::Create(options.tls.cert, options.tls.key, options.tls.ca);
-    if (!tls.ok()) return tls.status();
-    tls_ = std::move(*tls);
+    PD_ASSIGN_OR_RETURN(tls_, KvTls::Create(options.tls.cert, options.tls.key, options.tls.ca));
     return absl::OkStatus();
   }
   ~TcpKvTransport() override;
@@ -193,17 +191,12 @@ TcpKvTransport::~TcpKvTransport() {
 }
 
 void TcpKvTransport::ReaderLoop(int fd, uint64_t source) {
-  std::unique_ptr<Stream> stream;
-  if (tls_) {
-    auto accepted = tls_->Accept(fd);
-    if (!accepted.ok()) {
-      PD_LOG(Warning) << accepted.status();  // A peer without the tiers' certificate.
-      return;
-    }
-    stream = std::move(*accepted);
-  } else {
-    stream = std::make_unique<Stream>(fd, nullptr);
+  auto accepted = AcceptStream(tls_.get(), fd);
+  if (!accepted.ok()) {
+    PD_LOG(Warning) << accepted.status();  // A peer without the tiers' certificate.
+    return;
   }
+  std::unique_ptr<Stream> stream = std::move(*accepted);
   StreamSource in(stream.get());
   // Handshake: the sender's layout must equal ours.
   auto theirs = kv_wire::ReadHello(in);
@@ -228,17 +221,12 @@ absl::StatusOr<std::shared_ptr<TcpKvTransport::Peer>> TcpKvTransport::GetPeer(
   }
   auto fd = ConnectTcp(endpoint, send_timeout_ms_);
   if (!fd.ok()) return fd.status();
-  std::unique_ptr<Stream> stream;
-  if (tls_) {
-    auto connected = tls_->Connect(*fd, EndpointHost(endpoint));
-    if (!connected.ok()) {
-      ::close(*fd);
-      return connected.status();
-    }
-    stream = std::move(*connected);
-  } else {
-    stream = std::make_unique<Stream>(*fd, nullptr);
+  auto connected = ConnectStream(tls_.get(), *fd, EndpointHost(endpoint));
+  if (!connected.ok()) {
+    ::close(*fd);
+    return connected.status();
   }
+  std::unique_ptr<Stream> stream = std::move(*connected);
   FrameHeader h{kMagic, kHello, 0, 0, layout_.size()};
   iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(layout_.data()), layout_.size()}};
   uint32_t reply[2];

@@ -214,4 +214,15 @@ absl::StatusOr<std::unique_ptr<Stream>> KvTls::Connect(int fd, const std::string
   return std::make_unique<Stream>(fd, ssl);
 }
 
+absl::StatusOr<std::unique_ptr<Stream>> AcceptStream(const KvTls* tls, int fd) {
+  if (tls != nullptr) return tls->Accept(fd);
+  return std::make_unique<Stream>(fd, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<Stream>> ConnectStream(const KvTls* tls, int fd,
+                                                      const std::string& host) {
+  if (tls != nullptr) return tls->Connect(fd, host);
+  return std::make_unique<Stream>(fd, nullptr);
+}
+
 }  // namespace pdserve

@@ -59,6 +59,12 @@ class KvTls {
   SSL_CTX* client_ = nullptr;
 };
 
+// A connection's stream: mutual TLS when `tls` is set (the handshake as server, or as client
+// checking `host`), else in the clear. On a refused handshake the fd stays open (the caller's).
+absl::StatusOr<std::unique_ptr<Stream>> AcceptStream(const KvTls* tls, int fd);
+absl::StatusOr<std::unique_ptr<Stream>> ConnectStream(const KvTls* tls, int fd,
+                                                      const std::string& host);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_COMMON_TRANSPORT_TLS_STREAM_H_
