@@ -43,6 +43,18 @@ std::string& PathKind() {
   return kind;
 }
 
+// A pool of kPoolBytes (shared memory standing in for GPU memory): zeros, or with `seed` bytes
+// that are never zero.
+std::unique_ptr<SharedPool> PoolOf(uint64_t seed) {
+  auto pool = AllocateSharedPool(kPoolBytes);
+  EXPECT_TRUE(pool.ok()) << pool.status();
+  if (seed != 0) {
+    SplitMix64 rng(seed);
+    for (size_t i = 0; i < kPoolBytes; ++i) (*pool)->data[i] = static_cast<uint8_t>(rng.Next() | 1);
+  }
+  return std::move(*pool);
+}
+
 struct Side {
   std::unique_ptr<SharedPool> pool;
   std::unique_ptr<KvTransport> transport;
@@ -51,11 +63,7 @@ struct Side {
 Side MakeSide(const std::string& layout = "block_size=16;kv_dtype=bf16", const std::string& device = "0",
               uint64_t seed = 0, const KvTransportTls& tls = {}) {
   Side s;
-  s.pool = *AllocateSharedPool(kPoolBytes);
-  if (seed != 0) {
-    SplitMix64 rng(seed);
-    for (size_t i = 0; i < kPoolBytes; ++i) s.pool->data[i] = static_cast<uint8_t>(rng.Next() | 1);
-  }
+  s.pool = PoolOf(seed);
   KvTransportOptions o;
   o.listen_address = "127.0.0.1:0";
   o.layout = layout;
@@ -243,8 +251,9 @@ const std::string& CertDir() {
     }
   };
   static const Dir dir{[]() -> std::string {
-    char tmpl[] = "/tmp/pdserve_certs_XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return "";
+    const char* root = std::getenv("TEST_TMPDIR");
+    std::string tmpl = Str(root != nullptr ? root : "/tmp", "/pdserve_certs_XXXXXX");
+    if (::mkdtemp(tmpl.data()) == nullptr) return "";
     const std::string d = tmpl;
     const std::string script = Str(
         "set -e; cd ", d, "; o() { openssl \"$@\" >/dev/null 2>&1; };",
@@ -348,11 +357,7 @@ struct StagedSide {
 
 StagedSide MakeStaged(bool gpu, uint64_t seed) {
   StagedSide s;
-  s.pool = *AllocateSharedPool(kPoolBytes);
-  if (seed != 0) {
-    SplitMix64 rng(seed);
-    for (size_t i = 0; i < kPoolBytes; ++i) s.pool->data[i] = static_cast<uint8_t>(rng.Next() | 1);
-  }
+  s.pool = PoolOf(seed);
   KvTransportOptions o;
   o.layout = "block_size=16;kv_dtype=bf16;device=cpu";  // KvPagesDevice("tcp", ...) either way.
   o.send_timeout_ms = 5000;
