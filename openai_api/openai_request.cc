@@ -267,7 +267,9 @@ bool ParseChatRequest(const std::string& body, const ParseOptions& options, Pars
       // A list of parts: the text parts joined (images are not supported).
       std::string text;
       for (const Json& part : m["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        // Every key checked for its type before it is read: json::value throws on a non-string.
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+            !part.contains("text") || !part["text"].is_string()) {
           return Fail(e, where + ".content", Str(where, ".content: only text parts are supported"));
         }
         text += part["text"].get<std::string>();
