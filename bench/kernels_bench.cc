@@ -80,7 +80,8 @@ void BM_Bf16Gemm(benchmark::State& state) {
   std::vector<float> x(m * k, 0.5f), y(m * n);
   std::vector<uint16_t> xb(m * k);
   ThreadPool pool(static_cast<int>(state.range(1)));
-  const LinearOutput out{&f.w, y.data(), n};
+  const Bf16PanelMatrix packed(f.w);
+  const LinearOutput out{&packed.ref(), y.data(), n};
   for (auto _ : state) {
     RoundRowsToBf16(x.data(), m, k, k, xb.data(), k);
     LinearBf16Multi(xb.data(), m, k, &out, 1, &pool);
@@ -99,7 +100,8 @@ void BM_Bf16Gemv(benchmark::State& state) {
   std::vector<uint16_t> xb(k, 0x3f00);
   std::vector<float> y(n);
   ThreadPool pool(static_cast<int>(state.range(0)));
-  const LinearOutput out{&f.w, y.data(), n};
+  const Bf16PanelMatrix packed(f.w);
+  const LinearOutput out{&packed.ref(), y.data(), n};
   for (auto _ : state) {
     LinearBf16Multi(xb.data(), 1, k, &out, 1, &pool);
     benchmark::DoNotOptimize(y.data());
@@ -125,7 +127,8 @@ void BM_Bf16DecodeStepGemvs(benchmark::State& state) {
   auto make = [&](int64_t rows, int64_t cols) {
     auto* p = static_cast<uint16_t*>(arena.Take(size_t(rows) * cols * 2));
     for (int64_t i = 0; i < rows * cols; ++i) p[i] = static_cast<uint16_t>(0x3c00 + (i * 2654435761u >> 20) % 512);
-    return MatrixRef{DType::kBF16, p, rows, cols};
+    // Packed as the runner packs them (every shape here is whole panels: the bytes are equal).
+    return MatrixRef{DType::kBF16, p, rows, cols, MatrixLayout::kBf16Panels};
   };
   std::vector<std::vector<MatrixRef>> layers(kLayers);
   for (auto& l : layers)
@@ -137,7 +140,8 @@ void BM_Bf16DecodeStepGemvs(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(1)));
   const bool one_matrix = state.range(0) == 1;
   // The same bytes as one matrix of k = 576 (the rows of every matrix end to end).
-  const MatrixRef all{DType::kBF16, layers[0][0].data, int64_t(total / 2 / kHidden), kHidden};
+  const MatrixRef all{DType::kBF16, layers[0][0].data, int64_t(total / 2 / kHidden) / 16 * 16, kHidden,
+                      MatrixLayout::kBf16Panels};
   std::vector<float> y_all(all.rows);
   for (auto _ : state) {
     if (one_matrix) {

@@ -21,7 +21,7 @@ HugePageArena::~HugePageArena() {
   if (base_ != nullptr) munmap(base_, size_);
 }
 
-absl::Status HugePageArena::Reserve(size_t bytes) {
+absl::Status HugePageArena::Reserve(size_t bytes, bool huge_pages) {
   PD_CHECK(base_ == nullptr);
   if (bytes == 0) return absl::OkStatus();
   size_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
@@ -39,7 +39,8 @@ absl::Status HugePageArena::Reserve(size_t bytes) {
   const uintptr_t end = start + size_ + kHugePage;
   if (end > aligned + size_) munmap(reinterpret_cast<void*>(aligned + size_), end - aligned - size_);
   base_ = reinterpret_cast<char*>(aligned);
-  madvise(base_, size_, MADV_HUGEPAGE);  // Advice only: without THP the memory is still fine.
+  // Advice only: without THP the memory is still fine.
+  madvise(base_, size_, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   return absl::OkStatus();
 }
 

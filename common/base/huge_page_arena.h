@@ -19,9 +19,10 @@ class HugePageArena {
   HugePageArena& operator=(const HugePageArena&) = delete;
 
   static size_t Aligned(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
-  // Maps `bytes` (rounded up to 2 MiB; nothing for 0). Call once, before Take.
-  // ResourceExhausted when the memory cannot be mapped.
-  absl::Status Reserve(size_t bytes);
+  // Maps `bytes` (rounded up to 2 MiB; nothing for 0), asking for huge pages or, with
+  // `huge_pages` false, for none. Call once, before Take. ResourceExhausted when the memory
+  // cannot be mapped.
+  absl::Status Reserve(size_t bytes, bool huge_pages = true);
   // The next Aligned(bytes) of the reservation; the caller sized Reserve for every Take.
   void* Take(size_t bytes);
   // Bytes of the reservation the kernel backs with huge pages now (from /proc/self/smaps).

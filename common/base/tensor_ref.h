@@ -9,15 +9,28 @@
 
 namespace pdserve {
 
-// A row-major [rows][cols] matrix in one of the weight dtypes. For a linear layer rows are output
-// features and cols input features (Hugging Face's nn.Linear layout), so y = W x.
+// How a MatrixRef's elements are laid out in memory.
+enum class MatrixLayout : uint8_t {
+  kRowMajor,    // [rows][cols]: the checkpoint's layout.
+  kBf16Panels,  // bf16 in panels of 16 rows, for the bf16 compute path (kernels/cpu/linear_bf16.h).
+};
+
+// A [rows][cols] matrix in one of the weight dtypes. For a linear layer rows are output features
+// and cols input features (Hugging Face's nn.Linear layout), so y = W x.
 struct MatrixRef {
   DType dtype = DType::kF32;
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  MatrixLayout layout = MatrixLayout::kRowMajor;
 
-  size_t bytes() const { return static_cast<size_t>(rows * cols) * DTypeSize(dtype); }
+  size_t bytes() const {
+    if (layout == MatrixLayout::kBf16Panels) {  // Rows rounded up to 16, columns to 2.
+      return static_cast<size_t>((rows + 15) / 16 * 16 * ((cols + 1) / 2 * 2)) * 2;
+    }
+    return static_cast<size_t>(rows * cols) * DTypeSize(dtype);
+  }
+  // Row-major matrices only.
   const void* row(int64_t r) const {
     return static_cast<const uint8_t*>(data) + static_cast<size_t>(r * cols) * DTypeSize(dtype);
   }

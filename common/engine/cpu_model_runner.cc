@@ -84,33 +84,23 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
   }
 }
 
-bool CpuModelRunner::Copied(const MatrixRef& w) const {
-  return options_.weight_huge_pages ||
-         (options_.compute_dtype == ComputeDType::kBF16 && w.dtype != DType::kBF16);
+bool CpuModelRunner::Copied() const {
+  return options_.weight_huge_pages || options_.compute_dtype == ComputeDType::kBF16;
 }
 
-DType CpuModelRunner::CopyDType(const MatrixRef& w) const {
-  return options_.compute_dtype == ComputeDType::kBF16 ? DType::kBF16 : w.dtype;
+size_t CpuModelRunner::CopyBytes(const MatrixRef& w) const {
+  return options_.compute_dtype == ComputeDType::kBF16 ? kernels::Bf16PanelsBytes(w.rows, w.cols)
+                                                        : w.bytes();
 }
 
 MatrixRef CpuModelRunner::Matrix(const MatrixRef& w) {
-  if (!Copied(w)) return w;
-  const DType dtype = CopyDType(w);
-  const size_t n = static_cast<size_t>(w.rows * w.cols);
-  void* dst = arena_.Take(n * DTypeSize(dtype));
-  if (dtype == w.dtype) {
-    std::memcpy(dst, w.data, n * DTypeSize(dtype));
-  } else {
-    // A checkpoint in f32 or f16 computed in bf16: rounded once here, as vLLM's --dtype bfloat16
-    // converts at load (costs a bf16 copy of the matrices; the mapping is then no longer read).
-    uint16_t* copy = static_cast<uint16_t*>(dst);
-    for (size_t i = 0; i < n; ++i) {
-      const float f = w.dtype == DType::kF32 ? static_cast<const float*>(w.data)[i]
-                                             : F16ToF32(static_cast<const uint16_t*>(w.data)[i]);
-      copy[i] = F32ToBf16(f);
-    }
-  }
-  return MatrixRef{dtype, dst, w.rows, w.cols};
+  if (!Copied()) return w;
+  void* dst = arena_.Take(CopyBytes(w));
+  // bf16 compute: packed in panels, and a checkpoint in f32 or f16 rounded to bf16 once here, as
+  // vLLM's --dtype bfloat16 converts at load (the mapping is then no longer read).
+  if (options_.compute_dtype == ComputeDType::kBF16) return kernels::PackBf16Panels(w, dst);
+  std::memcpy(dst, w.data, w.bytes());
+  return MatrixRef{w.dtype, dst, w.rows, w.cols};
 }
 
 absl::Status CpuModelRunner::PrepareMatrices() {
@@ -124,14 +114,12 @@ absl::Status CpuModelRunner::PrepareMatrices() {
   }
   all.push_back(&weights_->lm_head());
   size_t bytes = 0;
-  for (const MatrixRef* m : all) {
-    if (Copied(*m)) {
-      bytes += HugePageArena::Aligned(static_cast<size_t>(m->rows * m->cols) * DTypeSize(CopyDType(*m)));
-    }
+  if (Copied()) {
+    for (const MatrixRef* m : all) bytes += HugePageArena::Aligned(CopyBytes(*m));
   }
-  if (absl::Status s = arena_.Reserve(bytes); !s.ok()) {
-    return absl::ResourceExhaustedError(Str("copies of the weight matrices (--weight-huge-pages, or bf16 "
-                                            "compute of a non-bf16 checkpoint): ", s.message()));
+  if (absl::Status s = arena_.Reserve(bytes, options_.weight_huge_pages); !s.ok()) {
+    return absl::ResourceExhaustedError(Str("copies of the weight matrices (--weight-huge-pages, or the "
+                                            "packed copies of bf16 compute): ", s.message()));
   }
   proj_.reserve(config_.num_layers);
   for (int64_t l = 0; l < config_.num_layers; ++l) {

@@ -41,12 +41,13 @@ class CpuModelRunner : public ModelRunner {
   // invariant f32 kernel, the bf16 kernel or OpenBLAS per the options.
   void Project(const float* x, int64_t rows, int64_t ldx, const kernels::LinearOutput* outputs,
                int num_outputs);
-  // The matrices the linear layers read: the checkpoint's, or bf16 copies of those that are not
-  // bf16 when computing in bf16 (owned by converted_).
+  // The matrices the linear layers read: the checkpoint's, or copies in the runner's arena (on
+  // huge pages with --weight-huge-pages; always when computing in bf16, which reads them packed in
+  // panels, kernels/cpu/linear_bf16.h).
   absl::Status PrepareMatrices();
   MatrixRef Matrix(const MatrixRef& w);
-  bool Copied(const MatrixRef& w) const;
-  DType CopyDType(const MatrixRef& w) const;
+  bool Copied() const;
+  size_t CopyBytes(const MatrixRef& w) const;
 
   struct Projections {
     MatrixRef q, k, v, o, gate, up, down;

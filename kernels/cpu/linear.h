@@ -41,11 +41,13 @@ struct LinearOutput {
 void LinearMulti(const float* x, int64_t m, int64_t ldx, const LinearOutput* outputs,
                  int num_outputs, ThreadPool* pool);
 
-// The split both LinearMulti and LinearBf16Multi use: threads take chunks of the concatenated
-// output columns from a shared counter; `columns(o, lo, hi)` computes columns [lo, hi) of output
-// o. Columns are independent, so results do not depend on the split.
+// The split both LinearMulti and LinearBf16Multi use: threads take chunks of the outputs'
+// columns from a shared counter, in units of `grain` columns of one output (0: the f32 kernels'
+// 16); `columns(o, lo, hi)` computes columns [lo, hi) of output o. Columns are independent, so
+// results do not depend on the split.
 void ForEachOutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPool* pool,
-                          absl::FunctionRef<void(const LinearOutput&, int64_t, int64_t)> columns);
+                          absl::FunctionRef<void(const LinearOutput&, int64_t, int64_t)> columns,
+                          int64_t grain = 0);
 
 // Plain double-precision reference for tests: y[t][j] = sum_k x[t][k] * W[j][k].
 void LinearReference(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, double* y);

@@ -11,21 +11,25 @@
 namespace pdserve::kernels {
 namespace {
 
-constexpr int64_t kChunk = 32;  // k per VDPBF16PS of one output (16 lanes x 2).
+constexpr int64_t kLanes = 16;  // Rows per panel: VDPBF16PS's f32 lanes.
 
 inline float FlushDenormal(float f) {
   return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0f, f) : f;
 }
-// A bf16 input as VDPBF16PS reads it: denormals are zero.
-inline float BF16In(const uint16_t* row, int64_t i, int64_t k) {
-  return i < k ? FlushDenormal(Bf16ToF32(row[i])) : 0.0f;
-}
+// A bf16 value as VDPBF16PS reads it: denormals are zero.
+inline float Bf16In(uint16_t v) { return FlushDenormal(Bf16ToF32(v)); }
 
-// The fixed 16-lane tree: lane i + lane i+8, then simd.h's 8-lane tree.
-inline float SumLanes(const float* lane) {
-  float s[8];
-  for (int i = 0; i < 8; ++i) s[i] = lane[i] + lane[i + 8];
-  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+// Elements of one panel (16 rows of ceil(k/2) pairs).
+inline int64_t PanelElements(int64_t k) { return (k + 1) / 2 * 2 * kLanes; }
+
+// x's pair q as VDPBF16PS's broadcast operand: x[2q] in the low half, x[2q+1] (zero past k) high.
+inline uint32_t XPair(const uint16_t* x, int64_t q, int64_t k) {
+  if (2 * q + 1 < k) {
+    uint32_t u;
+    std::memcpy(&u, x + 2 * q, 4);
+    return u;
+  }
+  return x[2 * q];
 }
 
 #if PDSERVE_AVX2
@@ -41,78 +45,56 @@ class DazFtzScope {
   unsigned saved_;
 };
 
-// 16 bf16 values as 8 pairs: the odd elements (high halves) and the even ones (low halves).
+// 8 lanes' pairs: the odd elements (high halves) and the even ones (low halves), as f32.
 inline __m256 OddHalves(__m256i v) {
   return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 inline __m256 EvenHalves(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
 
-// One chunk of 32 for T tokens x R rows; acc[t][r][0] holds lanes 0-7, [1] lanes 8-15.
-template <int T, int R>
-inline void TwinChunk(const uint16_t* const* x, const uint16_t* const* w, int64_t kk,
-                      __m256 (&acc)[T][R][2]) {
-  __m256 wo[R][2], we[R][2];
-  for (int r = 0; r < R; ++r) {
-    for (int h = 0; h < 2; ++h) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + kk + 16 * h));
-      wo[r][h] = OddHalves(v);
-      we[r][h] = EvenHalves(v);
-    }
-  }
-  for (int t = 0; t < T; ++t) {
-    for (int h = 0; h < 2; ++h) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t] + kk + 16 * h));
-      const __m256 xo = OddHalves(v), xe = EvenHalves(v);
-      for (int r = 0; r < R; ++r) {
-        acc[t][r][h] = _mm256_fmadd_ps(xo, wo[r][h], acc[t][r][h]);
-        acc[t][r][h] = _mm256_fmadd_ps(xe, we[r][h], acc[t][r][h]);
-      }
-    }
-  }
-}
-
-template <int T, int R>
-void TwinTile(const uint16_t* x0, int64_t ldx, const uint16_t* w0, int64_t k, float* y,
-              int64_t ldy) {
-  __m256 acc[T][R][2];
-  const uint16_t* x[T];
-  const uint16_t* w[R];
-  for (int t = 0; t < T; ++t) x[t] = x0 + t * ldx;
-  for (int r = 0; r < R; ++r) w[r] = w0 + r * k;
+// T tokens against one panel; columns [lo, hi) of the panel's 16 stored to y (panel-relative).
+template <int T>
+void TwinTile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t k, float* y,
+              int64_t ldy, int lo, int hi) {
+  __m256 acc[T][2];
   {
     DazFtzScope scope;
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) acc[t][r][0] = acc[t][r][1] = _mm256_setzero_ps();
-    const int64_t full = k / kChunk * kChunk;
-    for (int64_t kk = 0; kk < full; kk += kChunk) TwinChunk<T, R>(x, w, kk, acc);
-    if (full < k) {  // The last chunk, zero-padded.
-      uint16_t xt[T][kChunk] = {}, wt[R][kChunk] = {};
-      const uint16_t* xp[T];
-      const uint16_t* wp[R];
+    for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    const int64_t pairs = (k + 1) / 2;
+    for (int64_t q = 0; q < pairs; ++q) {
+      __m256 wo[2], we[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * 32 + 16 * h));
+        wo[h] = OddHalves(v);
+        we[h] = EvenHalves(v);
+      }
       for (int t = 0; t < T; ++t) {
-        std::memcpy(xt[t], x[t] + full, (k - full) * 2);
-        xp[t] = xt[t];
+        const __m256i u = _mm256_set1_epi32(static_cast<int>(XPair(x + t * ldx, q, k)));
+        const __m256 xo = OddHalves(u), xe = EvenHalves(u);
+        for (int h = 0; h < 2; ++h) {
+          acc[t][h] = _mm256_fmadd_ps(xo, wo[h], acc[t][h]);
+          acc[t][h] = _mm256_fmadd_ps(xe, we[h], acc[t][h]);
+        }
       }
-      for (int r = 0; r < R; ++r) {
-        std::memcpy(wt[r], w[r] + full, (k - full) * 2);
-        wp[r] = wt[r];
-      }
-      TwinChunk<T, R>(xp, wp, 0, acc);
     }
   }
   for (int t = 0; t < T; ++t) {
-    for (int r = 0; r < R; ++r) {
-      y[t * ldy + r] = HorizontalSum(_mm256_add_ps(acc[t][r][0], acc[t][r][1]));
-    }
+    alignas(32) float out[kLanes];
+    _mm256_store_ps(out, acc[t][0]);
+    _mm256_store_ps(out + 8, acc[t][1]);
+    for (int l = lo; l < hi; ++l) y[t * ldy + l] = out[l];
   }
 }
 
 template <int T>
-void TwinTokens(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t k, float* y,
-                int64_t ldy, int64_t rows) {
-  int64_t r = 0;
-  for (; r + 2 <= rows; r += 2) TwinTile<T, 2>(x, ldx, w + r * k, k, y + r, ldy);
-  if (r < rows) TwinTile<T, 1>(x, ldx, w + r * k, k, y + r, ldy);
+void TwinTokens(const uint16_t* x, int64_t ldx, const MatrixRef& w, float* y, int64_t ldy,
+                int64_t n_begin, int64_t n_end) {
+  const uint16_t* data = static_cast<const uint16_t*>(w.data);
+  for (int64_t p = n_begin / kLanes; p * kLanes < n_end; ++p) {
+    const int64_t first = p * kLanes;
+    const int lo = static_cast<int>(std::max(n_begin, first) - first);
+    const int hi = static_cast<int>(std::min(n_end, first + kLanes) - first);
+    TwinTile<T>(x, ldx, data + p * PanelElements(w.cols), w.cols, y + first, ldy, lo, hi);
+  }
 }
 
 #endif  // PDSERVE_AVX2
@@ -145,23 +127,53 @@ void RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t
   }
 }
 
+size_t Bf16PanelsBytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>((rows + kLanes - 1) / kLanes * PanelElements(cols)) * 2;
+}
+
+MatrixRef PackBf16Panels(const MatrixRef& w, void* dst) {
+  PD_CHECK(w.layout == MatrixLayout::kRowMajor);
+  const int64_t n = w.rows, k = w.cols;
+  uint16_t* out = static_cast<uint16_t*>(dst);
+  std::memset(out, 0, Bf16PanelsBytes(n, k));
+  for (int64_t j = 0; j < n; ++j) {
+    uint16_t* lane = out + (j / kLanes) * PanelElements(k) + (j % kLanes) * 2;
+    const void* row = w.row(j);
+    for (int64_t i = 0; i < k; ++i) {
+      uint16_t v = 0;
+      switch (w.dtype) {
+        case DType::kBF16: v = static_cast<const uint16_t*>(row)[i]; break;
+        case DType::kF32: v = F32ToBf16(static_cast<const float*>(row)[i]); break;
+        case DType::kF16: v = F32ToBf16(F16ToF32(static_cast<const uint16_t*>(row)[i])); break;
+      }
+      lane[(i / 2) * 2 * kLanes + (i % 2)] = v;
+    }
+  }
+  return MatrixRef{DType::kBF16, dst, n, k, MatrixLayout::kBf16Panels};
+}
+
+uint16_t Bf16PanelsAt(const MatrixRef& packed, int64_t row, int64_t col) {
+  PD_CHECK(packed.layout == MatrixLayout::kBf16Panels);
+  const uint16_t* data = static_cast<const uint16_t*>(packed.data);
+  return data[(row / kLanes) * PanelElements(packed.cols) + (col / 2) * 2 * kLanes +
+              (row % kLanes) * 2 + (col % 2)];
+}
+
 void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                          int64_t ldy, int64_t n_begin, int64_t n_end) {
-  PD_CHECK(w.dtype == DType::kBF16);
+  PD_CHECK(w.layout == MatrixLayout::kBf16Panels);
   const int64_t k = w.cols;
   for (int64_t t = 0; t < m; ++t) {
     const uint16_t* x = xb + t * ldx;
     for (int64_t j = n_begin; j < n_end; ++j) {
-      const uint16_t* wr = static_cast<const uint16_t*>(w.row(j));
-      float lane[16] = {};
-      for (int64_t c = 0; c < k; c += kChunk) {
-        for (int l = 0; l < 16; ++l) {
-          const int64_t i0 = c + 2 * l, i1 = i0 + 1;
-          lane[l] = FlushDenormal(std::fma(BF16In(x, i1, k), BF16In(wr, i1, k), lane[l]));
-          lane[l] = FlushDenormal(std::fma(BF16In(x, i0, k), BF16In(wr, i0, k), lane[l]));
-        }
+      float acc = 0.0f;
+      for (int64_t q = 0; q < (k + 1) / 2; ++q) {
+        const int64_t i0 = 2 * q, i1 = i0 + 1;
+        const float x1 = i1 < k ? Bf16In(x[i1]) : 0.0f, w1 = Bf16In(Bf16PanelsAt(w, j, i1));
+        acc = FlushDenormal(std::fma(x1, w1, acc));
+        acc = FlushDenormal(std::fma(Bf16In(x[i0]), Bf16In(Bf16PanelsAt(w, j, i0)), acc));
       }
-      y[t * ldy + j] = SumLanes(lane);
+      y[t * ldy + j] = acc;
     }
   }
 }
@@ -170,18 +182,16 @@ namespace internal {
 
 void LinearBf16ColumnsAvx2(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
                            float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
+  PD_CHECK(w.layout == MatrixLayout::kBf16Panels);
 #if PDSERVE_AVX2
-  PD_CHECK(w.dtype == DType::kBF16);
-  const int64_t k = w.cols;
-  const uint16_t* base = static_cast<const uint16_t*>(w.data) + n_begin * k;
-  const int64_t rows = n_end - n_begin;
-  float* yb = y + n_begin;
   int64_t t = 0;
-  for (; t + 4 <= m; t += 4) TwinTokens<4>(xb + t * ldx, ldx, base, k, yb + t * ldy, ldy, rows);
+  for (; t + 4 <= m; t += 4) TwinTokens<4>(xb + t * ldx, ldx, w, y + t * ldy, ldy, n_begin, n_end);
+  const uint16_t* xt = xb + t * ldx;
+  float* yt = y + t * ldy;
   switch (m - t) {
-    case 3: TwinTokens<3>(xb + t * ldx, ldx, base, k, yb + t * ldy, ldy, rows); break;
-    case 2: TwinTokens<2>(xb + t * ldx, ldx, base, k, yb + t * ldy, ldy, rows); break;
-    case 1: TwinTokens<1>(xb + t * ldx, ldx, base, k, yb + t * ldy, ldy, rows); break;
+    case 3: TwinTokens<3>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
+    case 2: TwinTokens<2>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
+    case 1: TwinTokens<1>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
     default: break;
   }
 #else
@@ -193,6 +203,7 @@ void LinearBf16ColumnsAvx2(const uint16_t* xb, int64_t m, int64_t ldx, const Mat
 
 void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                        int64_t ldy, int64_t n_begin, int64_t n_end) {
+  PD_CHECK(w.layout == MatrixLayout::kBf16Panels);
   if (m <= 0 || n_begin >= n_end) return;
   if (Bf16DotEnabled()) {
     internal::LinearBf16ColumnsAvx512(xb, m, ldx, w, y, ldy, n_begin, n_end);
@@ -205,7 +216,7 @@ void LinearBf16Multi(const uint16_t* xb, int64_t m, int64_t ldx, const LinearOut
                      int num_outputs, ThreadPool* pool) {
   ForEachOutputColumns(outputs, num_outputs, pool, [&](const LinearOutput& o, int64_t lo, int64_t hi) {
     LinearBf16Columns(xb, m, ldx, *o.w, o.y, o.ldy, lo, hi);
-  });
+  }, internal::kColumnGrain);
 }
 
 }  // namespace pdserve::kernels

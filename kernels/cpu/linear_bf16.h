@@ -1,23 +1,31 @@
 // The bf16 compute path of the linear layers (--compute-dtype bf16): y = x W^T with x rounded to
 // bf16 (round to nearest even, as F32ToBf16) and W in bf16, products exact in f32, sums in f32.
 //
-// Every output element y[t][j] is one fixed sequence of operations, the one AVX512-BF16's
-// VDPBF16PS performs: a 16-lane f32 accumulator walks k in chunks of 32 (a zero-padded last
-// chunk); lane l of chunk c adds x[32c+2l+1]*w[32c+2l+1] and then x[32c+2l]*w[32c+2l], each an
-// f32 FMA that treats denormal inputs as zero and flushes a denormal result to zero; then the
-// lanes are summed by a fixed tree (lane i + lane i+8, then simd.h's 8-lane tree). Nothing
-// depends on m, on the other rows or on the columns a thread took, so results are bitwise
-// batch-, chunk- and thread-invariant, as on the f32 path.
+// W is read from a packed copy (MatrixLayout::kBf16Panels, made once at load by PackBf16Panels):
+// panels of 16 rows, panel p holding rows [16p, 16p + 16) as [pair q][lane l][2] =
+// W[16p + l][2q], W[16p + l][2q + 1], zero past the last row and column. One 64-byte load is
+// then one k pair of 16 outputs, and VDPBF16PS with the pair x[2q], x[2q + 1] broadcast adds a
+// pair's products to 16 outputs' accumulators at once: no horizontal sums, and a register tile of
+// 8 tokens x 3 panels reaches ~0.9 of the instruction's peak where the row-major kernel it
+// replaced, which summed 16 lanes per output, reached ~0.66 (bench/RESULTS.md).
+//
+// Every output element y[t][j] is one fixed sequence of operations, the one VDPBF16PS performs in
+// lane j % 16: one f32 accumulator, from zero, walks the pairs q = 0, 1, ... in order and adds
+// x[2q+1]*w[2q+1] and then x[2q]*w[2q] (a missing last odd element is zero), each an f32 FMA that
+// treats denormal inputs as zero and flushes a denormal result to zero. Nothing depends on m, on
+// the other rows or on the columns a thread took, so results are bitwise batch-, chunk- and
+// thread-invariant, as on the f32 path. (It is also the order in which AMX-BF16 tiles sum, with
+// each pair's two elements swapped in the packing: an AMX path could share this one's bits.)
 //
 // Three implementations of that one sequence, bitwise equal (tested): VDPBF16PS where the CPU
 // has AVX512-BF16, an AVX2 twin that performs the same FMAs with MXCSR's DAZ and FTZ set (so a
 // CPU without bf16 instructions computes the same bits, slower), and a scalar reference.
-// (AMX-BF16 is not used: its tiles sum each output's k in one sequential accumulator, another
-// order, so it could not be mixed with this path; see bench/RESULTS.md.)
 #ifndef PDSERVE_KERNELS_CPU_LINEAR_BF16_H_
 #define PDSERVE_KERNELS_CPU_LINEAR_BF16_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "common/base/tensor_ref.h"
 #include "kernels/cpu/linear.h"
@@ -39,7 +47,28 @@ void SetBf16DotEnabled(bool enabled);  // Only takes effect where the CPU suppor
 void RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,
                      int64_t ldout);
 
-// Columns [n_begin, n_end) of y for all m rows of the bf16 activations `xb`; W must be bf16.
+// Bytes of a rows x cols matrix packed as panels.
+size_t Bf16PanelsBytes(int64_t rows, int64_t cols);
+// Packs row-major W (bf16, or f32/f16 rounded to bf16 as F32ToBf16) into `dst` (Bf16PanelsBytes
+// bytes, 2-byte aligned) and returns the packed view, which the functions below read.
+MatrixRef PackBf16Panels(const MatrixRef& w, void* dst);
+// W[row][col] of a packed matrix (tests).
+uint16_t Bf16PanelsAt(const MatrixRef& packed, int64_t row, int64_t col);
+
+// A packed copy that owns its memory (tests, benchmarks; the runner packs into its arena).
+class Bf16PanelMatrix {
+ public:
+  explicit Bf16PanelMatrix(const MatrixRef& w) : storage_(Bf16PanelsBytes(w.rows, w.cols) / 2) {
+    ref_ = PackBf16Panels(w, storage_.data());
+  }
+  const MatrixRef& ref() const { return ref_; }
+
+ private:
+  std::vector<uint16_t> storage_;
+  MatrixRef ref_;
+};
+
+// Columns [n_begin, n_end) (any range) of y for all m rows of the bf16 activations `xb`; W packed.
 void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                        int64_t ldy, int64_t n_begin, int64_t n_end);
 
@@ -52,6 +81,10 @@ void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const Matri
                          int64_t ldy, int64_t n_begin, int64_t n_end);
 
 namespace internal {
+// Panels per register tile, and the column grain of LinearBf16Multi's thread chunks (whole tiles).
+constexpr int kTilePanels = 3;
+constexpr int64_t kColumnGrain = 16 * kTilePanels;
+
 // The two vector paths, for the tests (call the first only when Bf16DotEnabled()).
 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
                              float* y, int64_t ldy, int64_t n_begin, int64_t n_end);

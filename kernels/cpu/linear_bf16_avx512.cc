@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -37,88 +38,99 @@ std::atomic<bool>& EnabledFlag() {
   return enabled;
 }
 
-constexpr int64_t kChunk = 32;
-constexpr int64_t kBlockBytes = 96 * 1024;  // Weight rows per cache block, as linear.cc.
+constexpr int64_t kLanes = 16;               // Rows per panel.
+constexpr int64_t kBlockBytes = 256 * 1024;  // Panels kept in L2 across token tiles.
 constexpr int64_t kPrefetchBytes = 8192;    // Into L2, as linear.cc (bench/RESULTS.md).
 
-// The 16-lane tree of linear_bf16.h: lane i + lane i+8, then the 8-lane tree of simd.h.
-PD_AVX512BF16 inline float Sum16(__m512 v) {
-  const __m256 s8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1));
-  const __m128 lo = _mm256_castps256_ps128(s8);
-  const __m128 hi = _mm256_extractf128_ps(s8, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
+// The output lanes of panel p that fall in [n_begin, n_end).
+inline __mmask16 PanelMask(int64_t p, int64_t n_begin, int64_t n_end) {
+  const int64_t lo = std::max<int64_t>(n_begin - p * kLanes, 0);
+  const int64_t hi = std::min<int64_t>(n_end - p * kLanes, kLanes);
+  return static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
 }
 
-// T tokens x R weight rows over all of k; acc[t][r] is output (t, r)'s 16 lanes.
-template <int T, int R, bool Prefetch>
-PD_AVX512BF16 inline void Tile(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t k,
-                               float* y, int64_t ldy) {
-  __m512 acc[T][R];
+// T tokens x B panels (starting at panel p) over all of k; acc[t][b] holds 16 outputs.
+template <int T, int B, bool Prefetch>
+PD_AVX512BF16 inline void Tile(const uint16_t* x, int64_t ldx, const uint16_t* panels,
+                               int64_t panel_elements, int64_t k, float* y, int64_t ldy, int64_t p,
+                               int64_t n_begin, int64_t n_end) {
+  __m512 acc[T][B];
   for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
-  const int64_t full = k / kChunk * kChunk;
-  for (int64_t kk = 0; kk < full; kk += kChunk) {
-    __m512i wv[R];
-    for (int r = 0; r < R; ++r) {
+    for (int b = 0; b < B; ++b) acc[t][b] = _mm512_setzero_ps();
+  const uint16_t* w = panels + p * panel_elements;
+  const int64_t full = k / 2;
+  for (int64_t q = 0; q < full; ++q) {
+    __m512i wv[B];
+    for (int b = 0; b < B; ++b) {
+      const uint16_t* src = w + b * panel_elements + q * 32;
       if constexpr (Prefetch) {
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * k + kk) + kPrefetchBytes, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T1);
       }
       if constexpr (T < 4) {
         // Streaming from memory (decode): two 32-byte loads per 64 bytes of weights stream
-        // faster than one 64-byte load on this EPYC (BM_Bf16DecodeStepGemvs 33.5-34.3 vs
-        // 27.7-32.1 GB/s; batch-1 decode +5-8%, bench/RESULTS.md). Same bits either way.
-        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * k + kk));
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * k + kk + 16));
-        wv[r] = _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
+        // faster than one 64-byte load on this EPYC (bench/RESULTS.md). Same bits either way.
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16));
+        wv[b] = _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
       } else {
-        wv[r] = _mm512_loadu_si512(w + r * k + kk);
+        wv[b] = _mm512_loadu_si512(src);
       }
     }
     for (int t = 0; t < T; ++t) {
-      const __m512i xv = _mm512_loadu_si512(x + t * ldx + kk);
-      for (int r = 0; r < R; ++r) {
-        acc[t][r] = _mm512_dpbf16_ps(acc[t][r], (__m512bh)xv, (__m512bh)wv[r]);
+      uint32_t pair;
+      std::memcpy(&pair, x + t * ldx + 2 * q, 4);
+      const __m512i xv = _mm512_set1_epi32(static_cast<int>(pair));
+      for (int b = 0; b < B; ++b) {
+        acc[t][b] = _mm512_dpbf16_ps(acc[t][b], (__m512bh)xv, (__m512bh)wv[b]);
       }
     }
   }
-  if (full < k) {  // The last chunk, zero-padded by masked loads.
-    const __mmask32 mask = (k - full) >= 32 ? ~__mmask32{0} : ((__mmask32{1} << (k - full)) - 1);
-    __m512i wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = _mm512_maskz_loadu_epi16(mask, w + r * k + full);
+  if (k % 2 != 0) {  // The last pair's odd element is zero, in x as in the packing.
+    __m512i wv[B];
+    for (int b = 0; b < B; ++b) wv[b] = _mm512_loadu_si512(w + b * panel_elements + full * 32);
     for (int t = 0; t < T; ++t) {
-      const __m512i xv = _mm512_maskz_loadu_epi16(mask, x + t * ldx + full);
-      for (int r = 0; r < R; ++r) {
-        acc[t][r] = _mm512_dpbf16_ps(acc[t][r], (__m512bh)xv, (__m512bh)wv[r]);
+      const __m512i xv = _mm512_set1_epi32(x[t * ldx + k - 1]);
+      for (int b = 0; b < B; ++b) {
+        acc[t][b] = _mm512_dpbf16_ps(acc[t][b], (__m512bh)xv, (__m512bh)wv[b]);
       }
     }
   }
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) y[t * ldy + r] = Sum16(acc[t][r]);
+  for (int b = 0; b < B; ++b) {
+    const __mmask16 mask = PanelMask(p + b, n_begin, n_end);
+    float* yb = y + (p + b) * kLanes;
+    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(yb + t * ldy, mask, acc[t][b]);
+  }
 }
 
-// Tokens [0, T) against `rows` weight rows in tiles of R (then single rows).
-template <int T, int R, bool Prefetch>
-PD_AVX512BF16 inline void RowsForTokens(const uint16_t* x, int64_t ldx, const uint16_t* w,
-                                        int64_t k, float* y, int64_t ldy, int64_t rows) {
-  int64_t r = 0;
-  for (; r + R <= rows; r += R) Tile<T, R, Prefetch>(x, ldx, w + r * k, k, y + r, ldy);
-  for (; r < rows; ++r) Tile<T, 1, Prefetch>(x, ldx, w + r * k, k, y + r, ldy);
+// Tokens [0, T) against panels [p_begin, p_end) in tiles of B (then a narrower last tile).
+template <int T, int B, bool Prefetch>
+PD_AVX512BF16 inline void PanelsForTokens(const uint16_t* x, int64_t ldx, const uint16_t* panels,
+                                          int64_t panel_elements, int64_t k, float* y, int64_t ldy,
+                                          int64_t p_begin, int64_t p_end, int64_t n_begin,
+                                          int64_t n_end) {
+  int64_t p = p_begin;
+  for (; p + B <= p_end; p += B) {
+    Tile<T, B, Prefetch>(x, ldx, panels, panel_elements, k, y, ldy, p, n_begin, n_end);
+  }
+  if constexpr (B > 1) {
+    for (; p < p_end; ++p) {
+      Tile<T, 1, Prefetch>(x, ldx, panels, panel_elements, k, y, ldy, p, n_begin, n_end);
+    }
+  }
 }
 
-// Register tiles: 4 weight rows for 1-3 tokens (the GEMV of decode: 4 streams per thread, as the
-// f32 path; 8 rows were 3-11% faster while the prefetch went to L1, not since it goes to L2,
-// bench/RESULTS.md), 4 tokens x 6 rows from 4 tokens up (24 accumulators + 6 weights + 1 token).
+// Register tiles of kTilePanels panels (linear_bf16.h): 8 tokens x 3 panels is 24 accumulators
+// + 3 weights + 1 token; fewer tokens for a batch's last rows and the GEMV of decode.
 template <int T>
-PD_AVX512BF16 inline void TokenTile(bool first, const uint16_t* x, int64_t ldx, const uint16_t* w,
-                                    int64_t k, float* y, int64_t ldy, int64_t rows) {
-  constexpr int R = T >= 4 ? 6 : 4;
+PD_AVX512BF16 inline void TokenTile(bool first, const uint16_t* x, int64_t ldx,
+                                    const uint16_t* panels, int64_t panel_elements, int64_t k,
+                                    float* y, int64_t ldy, int64_t p_begin, int64_t p_end,
+                                    int64_t n_begin, int64_t n_end) {
+  constexpr int B = internal::kTilePanels;
   if (first) {
-    RowsForTokens<T, R, true>(x, ldx, w, k, y, ldy, rows);
+    PanelsForTokens<T, B, true>(x, ldx, panels, panel_elements, k, y, ldy, p_begin, p_end, n_begin, n_end);
   } else {
-    RowsForTokens<T, R, false>(x, ldx, w, k, y, ldy, rows);
+    PanelsForTokens<T, B, false>(x, ldx, panels, panel_elements, k, y, ldy, p_begin, p_end, n_begin, n_end);
   }
 }
 
@@ -137,25 +149,36 @@ PD_AVX512BF16 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_
                                            const MatrixRef& w, float* y, int64_t ldy,
                                            int64_t n_begin, int64_t n_end) {
   const int64_t k = w.cols;
-  int64_t block = kBlockBytes / (k * 2);
-  if (block < 8) block = 8;
-  const uint16_t* base = static_cast<const uint16_t*>(w.data);
-  for (int64_t nb = n_begin; nb < n_end; nb += block) {
-    const int64_t rows = block < n_end - nb ? block : n_end - nb;
-    const uint16_t* wb = base + nb * k;
+  const int64_t panel_elements = (k + 1) / 2 * 2 * kLanes;
+  // A multiple of the tile's panels, so that only a matrix's last tile is narrower.
+  const int64_t block =
+      std::max<int64_t>(1, kBlockBytes / (panel_elements * 2) / internal::kTilePanels) *
+      internal::kTilePanels;
+  const uint16_t* panels = static_cast<const uint16_t*>(w.data);
+  const int64_t p_last = (n_end + kLanes - 1) / kLanes;
+  for (int64_t pb = n_begin / kLanes; pb < p_last; pb += block) {
+    const int64_t pe = std::min(pb + block, p_last);
     int64_t t = 0;
-    for (; t + 4 <= m; t += 4) {
-      TokenTile<4>(t == 0, xb + t * ldx, ldx, wb, k, y + t * ldy + nb, ldy, rows);
+    for (; t + 8 <= m; t += 8) {
+      TokenTile<8>(t == 0, xb + t * ldx, ldx, panels, panel_elements, k, y + t * ldy, ldy, pb, pe,
+                   n_begin, n_end);
     }
     const bool first = t == 0;
     const uint16_t* xt = xb + t * ldx;
-    float* yt = y + t * ldy + nb;
+    float* yt = y + t * ldy;
+#define PD_TOKENS(T) \
+  case T: TokenTile<T>(first, xt, ldx, panels, panel_elements, k, yt, ldy, pb, pe, n_begin, n_end); break
     switch (m - t) {
-      case 3: TokenTile<3>(first, xt, ldx, wb, k, yt, ldy, rows); break;
-      case 2: TokenTile<2>(first, xt, ldx, wb, k, yt, ldy, rows); break;
-      case 1: TokenTile<1>(first, xt, ldx, wb, k, yt, ldy, rows); break;
+      PD_TOKENS(7);
+      PD_TOKENS(6);
+      PD_TOKENS(5);
+      PD_TOKENS(4);
+      PD_TOKENS(3);
+      PD_TOKENS(2);
+      PD_TOKENS(1);
       default: break;
     }
+#undef PD_TOKENS
   }
 }
 

@@ -79,25 +79,77 @@ TEST(RoundRowsToBf16, EqualsScalarRounding) {
   for (int64_t i = k - 64; i < k; ++i) EXPECT_TRUE(std::isnan(Bf16ToF32(out[i])));
 }
 
+// Every element lands where Bf16PanelsAt and the kernels read it, converted as F32ToBf16; the
+// padding (rows past n, the odd k's last column) is zero; bytes() is the packed size.
+TEST(Bf16Panels, PackingPlacesEveryElementAndZeroPads) {
+  SplitMix64 rng(5);
+  for (int64_t n : {1, 16, 37}) {
+    for (int64_t k : {1, 2, 13, 64}) {
+      std::vector<float> wf(n * k);
+      for (float& v : wf) v = static_cast<float>(rng.Normal());
+      std::vector<uint16_t> wb(n * k), wh(n * k);
+      for (int64_t i = 0; i < n * k; ++i) {
+        wb[i] = F32ToBf16(wf[i]);
+        wh[i] = F32ToF16(wf[i]);
+      }
+      const MatrixRef sources[3] = {{DType::kF32, wf.data(), n, k}, {DType::kBF16, wb.data(), n, k},
+                                    {DType::kF16, wh.data(), n, k}};
+      for (const MatrixRef& src : sources) {
+        const Bf16PanelMatrix packed(src);
+        const MatrixRef& p = packed.ref();
+        ASSERT_EQ(p.layout, MatrixLayout::kBf16Panels);
+        ASSERT_EQ(p.bytes(), Bf16PanelsBytes(n, k));
+        ASSERT_EQ(p.bytes(), static_cast<size_t>((n + 15) / 16 * 16 * ((k + 1) / 2 * 2) * 2));
+        for (int64_t j = 0; j < n; ++j) {
+          for (int64_t i = 0; i < k; ++i) {
+            const float f = src.dtype == DType::kF16 ? F16ToF32(wh[j * k + i]) : wf[j * k + i];
+            ASSERT_EQ(Bf16PanelsAt(p, j, i), F32ToBf16(f)) << n << "x" << k << " " << j << "," << i;
+          }
+        }
+        size_t nonzero = 0;
+        const uint16_t* raw = static_cast<const uint16_t*>(p.data);
+        for (size_t e = 0; e < p.bytes() / 2; ++e) nonzero += raw[e] != 0;
+        size_t expected = 0;
+        for (int64_t i = 0; i < n * k; ++i) expected += Bf16PanelsAt(p, i / k, i % k) != 0;
+        EXPECT_EQ(nonzero, expected) << "padding is not zero, " << n << "x" << k;
+      }
+    }
+  }
+}
+
 // VDPBF16PS, the AVX2 twin and the scalar reference perform one sequence: bitwise equal for every
-// tile shape, remainder and tail, on normal and adversarial values.
+// tile shape, remainder, tail and column range, on normal and adversarial values.
 TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
   const bool hardware = Bf16DotSupported();
   for (Values kind : {Values::kNormal, Values::kAdversarial}) {
     for (int64_t k : {1, 7, 31, 32, 33, 64, 100, 576}) {
-      for (int64_t n : {1, 2, 5, 7, 13, 40}) {
-        for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17}) {
-          const uint64_t seed = 100 * k + 10 * n + m;
+      for (int64_t n : {1, 5, 13, 16, 17, 40, 50, 97}) {
+        for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 11, 17}) {
+          const uint64_t seed = 1000 * k + 10 * n + m;
           std::vector<uint16_t> w = RandomBf16(n * k, seed, kind);
           std::vector<uint16_t> x = RandomBf16(m * (k + 3), seed + 1, kind);
+          const Bf16PanelMatrix packed(Ref(w, n, k));
           const int64_t ldx = k + 3, ldy = n + 2;  // Leading dimensions wider than the data.
-          std::vector<float> ref(m * ldy, -1), twin(m * ldy, -1), dot(m * ldy, -1);
-          LinearBf16Reference(x.data(), m, ldx, Ref(w, n, k), ref.data(), ldy, 0, n);
-          internal::LinearBf16ColumnsAvx2(x.data(), m, ldx, Ref(w, n, k), twin.data(), ldy, 0, n);
-          ExpectBitwise(ref, twin, "avx2 twin", m, n, k);
-          if (hardware) {
-            internal::LinearBf16ColumnsAvx512(x.data(), m, ldx, Ref(w, n, k), dot.data(), ldy, 0, n);
-            ExpectBitwise(ref, dot, "vdpbf16ps", m, n, k);
+          // The whole matrix, and a range that starts and ends inside panels.
+          const int64_t ranges[2][2] = {{0, n}, {n / 3, n - n / 4}};
+          for (const auto& range : ranges) {
+            const int64_t lo = range[0], hi = range[1];
+            std::vector<float> ref(m * ldy, -1), twin(m * ldy, -1), dot(m * ldy, -1);
+            LinearBf16Reference(x.data(), m, ldx, packed.ref(), ref.data(), ldy, lo, hi);
+            internal::LinearBf16ColumnsAvx2(x.data(), m, ldx, packed.ref(), twin.data(), ldy, lo, hi);
+            ExpectBitwise(ref, twin, "avx2 twin", m, n, k);
+            if (hardware) {
+              internal::LinearBf16ColumnsAvx512(x.data(), m, ldx, packed.ref(), dot.data(), ldy, lo, hi);
+              ExpectBitwise(ref, dot, "vdpbf16ps", m, n, k);
+            }
+            for (int64_t t = 0; t < m; ++t) {  // Nothing outside the range was written.
+              for (int64_t j = 0; j < ldy; ++j) {
+                if (j >= lo && j < hi) continue;
+                ASSERT_EQ(ref[t * ldy + j], -1);
+                ASSERT_EQ(twin[t * ldy + j], -1) << "twin wrote column " << j;
+                if (hardware) ASSERT_EQ(dot[t * ldy + j], -1) << "vdpbf16ps wrote column " << j;
+              }
+            }
           }
         }
       }
@@ -109,10 +161,12 @@ TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
 // A row's result does not depend on the batch, its position in it, the thread count, the column
 // range a thread took, or how outputs share a parallel region; on both vector paths.
 TEST(LinearBf16, BitwiseBatchAndThreadInvariant) {
-  const int64_t n = 100, k = 200, m = 45;
+  const int64_t n = 100, n2 = 37, k = 200, m = 45;
   std::vector<uint16_t> w = RandomBf16(n * k, 7, Values::kNormal);
+  std::vector<uint16_t> w2 = RandomBf16(n2 * k, 9, Values::kNormal);
   std::vector<uint16_t> x = RandomBf16(m * k, 8, Values::kNormal);
-  const MatrixRef ref = Ref(w, n, k);
+  const Bf16PanelMatrix packed(Ref(w, n, k)), packed2(Ref(w2, n2, k));
+  const MatrixRef& ref = packed.ref();
   ThreadPool one(1), three(3);
   for (bool dot : {true, false}) {
     SetBf16DotEnabled(dot);
@@ -126,23 +180,26 @@ TEST(LinearBf16, BitwiseBatchAndThreadInvariant) {
       LinearBf16Multi(x.data() + t * k, 1, k, &o, 1, &one);
       for (int64_t j = 0; j < n; ++j) ASSERT_EQ(Bits(alone[j]), Bits(batched[t * n + j])) << t << "," << j;
     }
-    MatrixRef top = ref, bottom = ref;
-    top.rows = 40;
-    bottom.rows = 60;
-    bottom.data = ref.row(40);
-    std::vector<float> y_top(m * 40), y_bottom(m * 60);
-    LinearOutput outs[2] = {{&top, y_top.data(), 40}, {&bottom, y_bottom.data(), 60}};
-    LinearBf16Multi(x.data(), m, k, outs, 2, &three);
-    for (int64_t t = 0; t < m; ++t) {
-      for (int64_t j = 0; j < 40; ++j) ASSERT_EQ(Bits(y_top[t * 40 + j]), Bits(batched[t * n + j]));
-      for (int64_t j = 0; j < 60; ++j) ASSERT_EQ(Bits(y_bottom[t * 60 + j]), Bits(batched[t * n + 40 + j]));
+    // Columns in uneven ranges, one call each.
+    std::vector<float> pieces(m * n, -1);
+    for (const auto& [lo, hi] : {std::pair<int64_t, int64_t>{0, 13}, {13, 40}, {40, 41}, {41, 100}}) {
+      LinearBf16Columns(x.data(), m, k, ref, pieces.data(), n, lo, hi);
     }
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(Bits(pieces[i]), Bits(batched[i])) << i;
+    // Two matrices in one region (37 rows: the second output's chunks start inside panels).
+    std::vector<float> y2_alone(m * n2), y2(m * n2), y1(m * n);
+    LinearOutput o2{&packed2.ref(), y2_alone.data(), n2};
+    LinearBf16Multi(x.data(), m, k, &o2, 1, &one);
+    LinearOutput outs[2] = {{&packed2.ref(), y2.data(), n2}, {&ref, y1.data(), n}};
+    LinearBf16Multi(x.data(), m, k, outs, 2, &three);
+    for (int64_t i = 0; i < m * n2; ++i) ASSERT_EQ(Bits(y2[i]), Bits(y2_alone[i])) << i;
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(Bits(y1[i]), Bits(batched[i])) << i;
   }
   SetBf16DotEnabled(true);
 }
 
-// Against float64 over the same bf16 inputs: only f32 accumulation error remains (products of two
-// bf16 values are exact in f32).
+// Against float64 over the same bf16 inputs, from the row-major matrix: only f32 accumulation
+// error remains (products of two bf16 values are exact in f32).
 TEST(LinearBf16, MatchesDoubleReferenceOfRoundedInputs) {
   ThreadPool pool(2);
   for (int64_t k : {8, 45, 576, 1536}) {
@@ -153,9 +210,9 @@ TEST(LinearBf16, MatchesDoubleReferenceOfRoundedInputs) {
     for (float& v : xf) v = static_cast<float>(rng.Normal());
     std::vector<uint16_t> x(m * k);
     RoundRowsToBf16(xf.data(), m, k, k, x.data(), k);
-    const MatrixRef ref = Ref(w, n, k);
+    const Bf16PanelMatrix packed(Ref(w, n, k));
     std::vector<float> y(m * n);
-    LinearOutput o{&ref, y.data(), n};
+    LinearOutput o{&packed.ref(), y.data(), n};
     LinearBf16Multi(x.data(), m, k, &o, 1, &pool);
     for (int64_t t = 0; t < m; ++t) {
       for (int64_t j = 0; j < n; ++j) {
@@ -163,9 +220,8 @@ TEST(LinearBf16, MatchesDoubleReferenceOfRoundedInputs) {
         for (int64_t i = 0; i < k; ++i) s += double(Bf16ToF32(x[t * k + i])) * Bf16ToF32(w[j * k + i]);
         EXPECT_NEAR(y[t * n + j], s, 2e-6 * k + 1e-5) << "k=" << k << " t=" << t << " j=" << j;
       }
-      // And the rounding of x really happened: x as f32 against the same weights differs.
     }
-    EXPECT_NE(Bf16ToF32(x[1]), xf[1]);
+    EXPECT_NE(Bf16ToF32(x[1]), xf[1]);  // The rounding of x really happened.
   }
 }
 

@@ -98,7 +98,7 @@ DEMO_TEXT = "And God said unto Moses, Go in unto Pharaoh, and"
 
 
 class ParityTest(unittest.TestCase):
-    def check_case(self, name, make_flags, gen_flags, tol, model=None, prompt=PROMPT):
+    def check_case(self, name, make_flags, gen_flags, tol, model=None, prompt=PROMPT, modelled_share=0.5):
         kv = gen_flags[gen_flags.index("--kv-dtype") + 1] if "--kv-dtype" in gen_flags else "f32"
         if model is None:
             model = os.path.join(WORKDIR, name)
@@ -130,21 +130,27 @@ class ParityTest(unittest.TestCase):
             self.assertLessEqual(err, tol, f"{name}: step {step} relative error {err:.3g}")
             self.assertEqual(int(np.argmax(ref[step])), engine_tokens[step],
                              f"{name}: greedy token differs at step {step}")
-        # The logprobs the engine reports are log-softmax of these logits.
-        row = ref[0] - ref[0].max()
-        ref_logprob = row[engine_tokens[0]] - np.log(np.sum(np.exp(row)))
-        self.assertAlmostEqual(out["logprobs"][0], ref_logprob, delta=1e-4)
+        # The logprobs the engine reports are log-softmax of its logits, and near the reference's.
+        def logprob(logits):
+            row = logits - logits.max()
+            return row[engine_tokens[0]] - np.log(np.sum(np.exp(row)))
+        self.assertAlmostEqual(out["logprobs"][0], logprob(engine_logits[0]), delta=1e-5)
+        # bf16 compute: the boundary flips below move logits by up to ~1e-3 of their range.
+        self.assertAlmostEqual(out["logprobs"][0], logprob(ref[0]),
+                               delta=1e-3 if "bf16" in pinned(gen_flags)[-1:] else 1e-4)
         if "bf16" in pinned(gen_flags)[-1:]:
             # The modelled rounding is exact but for boundary flips (an activation whose f32 value
             # and float64 value round to neighbouring bf16 values; its effect stays in the KV
             # cache). So the modelled reference must be far closer than the plain f32 one, at
             # which bf16 compute sits ~5e-3 away: that tells modelled from unmodelled. (Random
             # models: 1e-7 vs 5e-3; the trained demo model, whose activations flip more often:
-            # 6.7e-4 vs 1.8e-3.)
+            # 1.2e-3 vs 1.9e-3 since the bf16 kernel sums each output in one sequential f32
+            # accumulator, 6.7e-4 with the 16-lane order before it; its accuracy against f32
+            # compute did not change, bench/RESULTS.md.)
             plain = hf_reference.forward(cfg, weights, sequence[:-1], kv=kv)[len(prompt) - 1:]
             unmodelled = [np.max(np.abs(engine_logits[i] - plain[i])) / np.max(np.abs(plain[i]))
                           for i in range(STEPS)]
-            self.assertLess(np.mean(errors), 0.5 * np.mean(unmodelled),
+            self.assertLess(np.mean(errors), modelled_share * np.mean(unmodelled),
                             f"{name}: modelled error {np.mean(errors):.3g}, plain {np.mean(unmodelled):.3g}")
         if kv in ("int8", "int4"):
             # Likewise for the quantization: the modelled reference must be far closer than one
@@ -161,17 +167,18 @@ class ParityTest(unittest.TestCase):
               file=sys.stderr)
 
 
-def demo_test(name, gen_flags, tol=1e-4):
+def demo_test(name, gen_flags, tol=1e-4, modelled_share=0.5):
     def test(self):
         ids = [int(t) for t in run([PDSERVE, "tokenize", "--tokenizer", DEMO_MODEL, "--text", DEMO_TEXT,
                                     "--add-special-tokens"]).split()]
-        self.check_case(name, [], gen_flags, tol, model=DEMO_MODEL, prompt=ids)
+        self.check_case(name, [], gen_flags, tol, model=DEMO_MODEL, prompt=ids,
+                        modelled_share=modelled_share)
     return test
 
 
 ParityTest.test_demo_model = demo_test("demo", [])
 ParityTest.test_demo_model_kv_bf16 = demo_test("demo_kv_bf16", ["--kv-dtype", "bf16"])
-ParityTest.test_demo_model_bf16_compute = demo_test("demo_bf16_compute", BF16_COMPUTE, 5e-3)
+ParityTest.test_demo_model_bf16_compute = demo_test("demo_bf16_compute", BF16_COMPUTE, 5e-3, 0.75)
 ParityTest.test_demo_model_kv_int8 = demo_test("demo_kv_int8", ["--kv-dtype", "int8"], 1e-4)
 
 
