@@ -3,6 +3,7 @@
 // for GEMM is flops.
 #include <benchmark/benchmark.h>
 
+#include <numeric>
 #include <vector>
 
 #include "common/base/huge_page_arena.h"
@@ -218,6 +219,41 @@ void BM_DecodeAttention(benchmark::State& state) {
                           static_cast<int64_t>(spec.BytesPerToken()));
 }
 BENCHMARK(BM_DecodeAttention)->DenseRange(0, 3)->ArgName("kv_dtype")->UseRealTime();
+
+// One layer's attention of a 512-token prefill chunk (SmolLM: 3 KV heads of 64, 9 query heads,
+// f32 pool) on one thread, as the runner calls it (a row and a KV head at a time). GFLOP/s counts
+// Q.K and P.V.
+void BM_PrefillAttention(benchmark::State& state) {
+  const int64_t ctx = 512, kvh = 3, heads = 9, d = 64, bs = 16;
+  const KvCacheSpec spec{1, kvh, d, bs, KvDType::kF32};
+  std::vector<uint8_t> pool(spec.PageBytes() * (ctx / bs));
+  KvPagesView view{pool.data(), spec.PageBytes(), bs, kvh, d, KvDType::kF32};
+  std::vector<int32_t> table(ctx / bs);
+  std::iota(table.begin(), table.end(), 0);
+  SplitMix64 rng(4);
+  std::vector<float> k(kvh * d), v(kvh * d), q(ctx * heads * d), out(ctx * heads * d);
+  for (int64_t p = 0; p < ctx; ++p) {
+    for (float& x : k) x = static_cast<float>(rng.Normal());
+    for (float& x : v) x = static_cast<float>(rng.Normal());
+    StoreKv(view, table.data(), p, k.data(), v.data());
+  }
+  for (float& x : q) x = static_cast<float>(rng.Normal());
+  std::vector<float> scratch(3 * ctx);
+  const int64_t ld = heads * d;
+  for (auto _ : state) {
+    for (int64_t r = 0; r < ctx; ++r) {
+      for (int64_t h = 0; h < kvh; ++h) {
+        PagedAttentionKvGroup(view, table.data(), r, 0, &q[r * ld], heads, 0.125f, h, &out[r * ld],
+                              scratch.data());
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double flops = 4.0 * d * heads * (ctx * (ctx + 1) / 2);
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * flops / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PrefillAttention)->UseRealTime();
 
 }  // namespace
 }  // namespace pdserve::kernels
