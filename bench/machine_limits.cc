@@ -8,6 +8,7 @@
 #include "kernels/cpu/blas_gemm.h"
 #include "kernels/cpu/linear_avx512.h"
 #include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/linear_bf16_amx.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -88,6 +89,38 @@ __attribute__((target("avx512f,avx512bf16"))) float DpBf16Loop(int64_t iteration
   for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
   return _mm512_reduce_add_ps(s);
 }
+
+// Four independent 16 x 16 C tiles fed by one A and one B tile (16 x 32 bf16 each).
+__attribute__((target("amx-tile,amx-bf16"))) float AmxBf16Loop(int64_t iterations) {
+  alignas(64) uint16_t a[16 * 32], b[16 * 32];
+  alignas(64) float c[16 * 16];
+  for (int i = 0; i < 16 * 32; ++i) {
+    a[i] = 0x3f80;  // 1.0
+    b[i] = 0x3a83;  // ~1e-3
+  }
+  kernels::amx::TileConfig cfg;
+  for (int t = 0; t < 6; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  __asm__ volatile("" ::: "memory");
+  _tile_loadconfig(&cfg);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, b, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t it = 0; it < iterations; ++it) {
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 5);
+    _tile_dpbf16ps(2, 4, 5);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
 #endif
 
 }  // namespace
@@ -97,6 +130,7 @@ const char* DotInstructionName(DotInstruction i) {
     case DotInstruction::kFmaF32Avx2: return "fma_f32_avx2";
     case DotInstruction::kFmaF32Avx512: return "fma_f32_avx512";
     case DotInstruction::kDpBf16: return "vdpbf16ps";
+    case DotInstruction::kAmxBf16: return "tdpbf16ps";
   }
   return "?";
 }
@@ -119,6 +153,11 @@ double DotInstructionPeak(ThreadPool* pool, DotInstruction instruction, int repe
       if (!kernels::Bf16DotEnabled()) return 0;
       loop = DpBf16Loop;
       flops_per_iteration = 12 * 32 * 2;
+      break;
+    case DotInstruction::kAmxBf16:
+      if (!kernels::AmxEnabled()) return 0;
+      loop = AmxBf16Loop;
+      flops_per_iteration = 4 * 16 * 16 * 32 * 2;
       break;
   }
   std::vector<float> sink(pool->num_threads());

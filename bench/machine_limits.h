@@ -31,7 +31,9 @@ enum class DotInstruction {
   kFmaF32Avx2,    // VFMADD231PS ymm: the f32 path below 8 rows, and the bf16 path's AVX2 twin
   kFmaF32Avx512,  // VFMADD231PS zmm: the f32 path from 8 rows
   kDpBf16,        // VDPBF16PS zmm (AVX512-BF16): the bf16 path
+  kAmxBf16,       // TDPBF16PS (AMX-BF16, 4 C tiles): the bf16 path with PDSERVE_AMX=1
 };
+inline constexpr int kNumDotInstructions = 4;
 const char* DotInstructionName(DotInstruction i);
 double DotInstructionPeak(ThreadPool* pool, DotInstruction instruction, int repeats);
 

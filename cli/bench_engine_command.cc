@@ -147,13 +147,14 @@ int BenchEngineCommand(int argc, char** argv) {
   const double sgemm = bench::SgemmFlops(threads, sgemm_n, 3);
   // The instruction a prefill of this length spends its time in, and that instruction's peak.
   const bench::DotInstruction used =
-      bf16_compute ? (kernels::Bf16DotEnabled() ? bench::DotInstruction::kDpBf16
-                                                : bench::DotInstruction::kFmaF32Avx2)
+      bf16_compute ? (kernels::AmxEnabled()       ? bench::DotInstruction::kAmxBf16
+                      : kernels::Bf16DotEnabled() ? bench::DotInstruction::kDpBf16
+                                                  : bench::DotInstruction::kFmaF32Avx2)
                    : (kernels::Avx512Enabled() && input_len * batch >= 8
                           ? bench::DotInstruction::kFmaF32Avx512
                           : bench::DotInstruction::kFmaF32Avx2);
-  double peaks[3];
-  for (int i = 0; i < 3; ++i) {
+  double peaks[bench::kNumDotInstructions];
+  for (int i = 0; i < bench::kNumDotInstructions; ++i) {
     peaks[i] = bench::DotInstructionPeak(&pool, static_cast<bench::DotInstruction>(i), 3);
   }
   const double peak = peaks[static_cast<int>(used)];
@@ -182,7 +183,7 @@ int BenchEngineCommand(int argc, char** argv) {
   j["sgemm_gflops"] = sgemm / 1e9;
   j["prefill_flops_ratio"] = prefill_flops / prefill_s / sgemm;
   j["prefill_instruction"] = bench::DotInstructionName(used);
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < bench::kNumDotInstructions; ++i) {
     j[std::string(bench::DotInstructionName(static_cast<bench::DotInstruction>(i))) +
       "_peak_gflops"] = peaks[i] / 1e9;
   }

@@ -13,6 +13,7 @@ namespace pdserve {
 enum class MatrixLayout : uint8_t {
   kRowMajor,    // [rows][cols]: the checkpoint's layout.
   kBf16Panels,  // bf16 in panels of 16 rows, for the bf16 compute path (kernels/cpu/linear_bf16.h).
+  kBf16PanelsSwapped,  // The same with each k pair's two elements swapped: its AMX path's.
 };
 
 // A [rows][cols] matrix in one of the weight dtypes. For a linear layer rows are output features
@@ -25,7 +26,7 @@ struct MatrixRef {
   MatrixLayout layout = MatrixLayout::kRowMajor;
 
   size_t bytes() const {
-    if (layout == MatrixLayout::kBf16Panels) {  // Rows rounded up to 16, columns to 2.
+    if (layout != MatrixLayout::kRowMajor) {  // Panels: rows rounded up to 16, columns to 2.
       return static_cast<size_t>((rows + 15) / 16 * 16 * ((cols + 1) / 2 * 2)) * 2;
     }
     return static_cast<size_t>(rows * cols) * DTypeSize(dtype);

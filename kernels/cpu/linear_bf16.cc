@@ -131,8 +131,13 @@ size_t Bf16PanelsBytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>((rows + kLanes - 1) / kLanes * PanelElements(cols)) * 2;
 }
 
-MatrixRef PackBf16Panels(const MatrixRef& w, void* dst) {
-  PD_CHECK(w.layout == MatrixLayout::kRowMajor);
+MatrixLayout Bf16PanelLayout() {
+  return AmxEnabled() ? MatrixLayout::kBf16PanelsSwapped : MatrixLayout::kBf16Panels;
+}
+
+MatrixRef PackBf16Panels(const MatrixRef& w, void* dst, MatrixLayout layout) {
+  PD_CHECK(w.layout == MatrixLayout::kRowMajor && layout != MatrixLayout::kRowMajor);
+  const int64_t swap = layout == MatrixLayout::kBf16PanelsSwapped ? 1 : 0;
   const int64_t n = w.rows, k = w.cols;
   uint16_t* out = static_cast<uint16_t*>(dst);
   std::memset(out, 0, Bf16PanelsBytes(n, k));
@@ -146,22 +151,23 @@ MatrixRef PackBf16Panels(const MatrixRef& w, void* dst) {
         case DType::kF32: v = F32ToBf16(static_cast<const float*>(row)[i]); break;
         case DType::kF16: v = F32ToBf16(F16ToF32(static_cast<const uint16_t*>(row)[i])); break;
       }
-      lane[(i / 2) * 2 * kLanes + (i % 2)] = v;
+      lane[(i / 2) * 2 * kLanes + ((i % 2) ^ swap)] = v;
     }
   }
-  return MatrixRef{DType::kBF16, dst, n, k, MatrixLayout::kBf16Panels};
+  return MatrixRef{DType::kBF16, dst, n, k, layout};
 }
 
 uint16_t Bf16PanelsAt(const MatrixRef& packed, int64_t row, int64_t col) {
-  PD_CHECK(packed.layout == MatrixLayout::kBf16Panels);
+  PD_CHECK(packed.layout != MatrixLayout::kRowMajor);
+  const int64_t swap = packed.layout == MatrixLayout::kBf16PanelsSwapped ? 1 : 0;
   const uint16_t* data = static_cast<const uint16_t*>(packed.data);
   return data[(row / kLanes) * PanelElements(packed.cols) + (col / 2) * 2 * kLanes +
-              (row % kLanes) * 2 + (col % 2)];
+              (row % kLanes) * 2 + ((col % 2) ^ swap)];
 }
 
 void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                          int64_t ldy, int64_t n_begin, int64_t n_end) {
-  PD_CHECK(w.layout == MatrixLayout::kBf16Panels);
+  PD_CHECK(w.layout != MatrixLayout::kRowMajor);
   const int64_t k = w.cols;
   for (int64_t t = 0; t < m; ++t) {
     const uint16_t* x = xb + t * ldx;
@@ -203,8 +209,16 @@ void LinearBf16ColumnsAvx2(const uint16_t* xb, int64_t m, int64_t ldx, const Mat
 
 void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                        int64_t ldy, int64_t n_begin, int64_t n_end) {
-  PD_CHECK(w.layout == MatrixLayout::kBf16Panels);
+  PD_CHECK(w.layout != MatrixLayout::kRowMajor);
   if (m <= 0 || n_begin >= n_end) return;
+  if (w.layout == MatrixLayout::kBf16PanelsSwapped) {
+    if (AmxEnabled()) {
+      internal::LinearBf16ColumnsAmx(xb, m, ldx, w, y, ldy, n_begin, n_end);
+    } else {  // Packed for AMX, now off (tests): the reference reads either layout.
+      LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end);
+    }
+    return;
+  }
   if (Bf16DotEnabled()) {
     internal::LinearBf16ColumnsAvx512(xb, m, ldx, w, y, ldy, n_begin, n_end);
   } else {

@@ -19,7 +19,10 @@
 //
 // Three implementations of that one sequence, bitwise equal (tested): VDPBF16PS where the CPU
 // has AVX512-BF16, an AVX2 twin that performs the same FMAs with MXCSR's DAZ and FTZ set (so a
-// CPU without bf16 instructions computes the same bits, slower), and a scalar reference.
+// CPU without bf16 instructions computes the same bits, slower), and a scalar reference. A fourth,
+// AMX-BF16 tiles (linear_bf16_amx.h), reads the weights packed with each pair's elements swapped
+// (MatrixLayout::kBf16PanelsSwapped); it is opt-in (PDSERVE_AMX=1) until it has run on a CPU with
+// AMX, and checks on the CPU that it gives the same bits before it is used.
 #ifndef PDSERVE_KERNELS_CPU_LINEAR_BF16_H_
 #define PDSERVE_KERNELS_CPU_LINEAR_BF16_H_
 
@@ -47,19 +50,27 @@ void SetBf16DotEnabled(bool enabled);  // Only takes effect where the CPU suppor
 void RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,
                      int64_t ldout);
 
+// Whether the AMX path is used: PDSERVE_AMX=1, the CPU and kernel offer AMX-BF16, and it gave
+// the reference's bits on this CPU (decided once, at the first call).
+bool AmxEnabled();
+// The panel layout the bf16 kernels read on this CPU: kBf16PanelsSwapped when AmxEnabled().
+MatrixLayout Bf16PanelLayout();
+
 // Bytes of a rows x cols matrix packed as panels.
 size_t Bf16PanelsBytes(int64_t rows, int64_t cols);
 // Packs row-major W (bf16, or f32/f16 rounded to bf16 as F32ToBf16) into `dst` (Bf16PanelsBytes
-// bytes, 2-byte aligned) and returns the packed view, which the functions below read.
-MatrixRef PackBf16Panels(const MatrixRef& w, void* dst);
+// bytes, 2-byte aligned) in `layout` (a panel layout) and returns the packed view, which the
+// functions below read.
+MatrixRef PackBf16Panels(const MatrixRef& w, void* dst, MatrixLayout layout = Bf16PanelLayout());
 // W[row][col] of a packed matrix (tests).
 uint16_t Bf16PanelsAt(const MatrixRef& packed, int64_t row, int64_t col);
 
 // A packed copy that owns its memory (tests, benchmarks; the runner packs into its arena).
 class Bf16PanelMatrix {
  public:
-  explicit Bf16PanelMatrix(const MatrixRef& w) : storage_(Bf16PanelsBytes(w.rows, w.cols) / 2) {
-    ref_ = PackBf16Panels(w, storage_.data());
+  explicit Bf16PanelMatrix(const MatrixRef& w, MatrixLayout layout = Bf16PanelLayout())
+      : storage_(Bf16PanelsBytes(w.rows, w.cols) / 2) {
+    ref_ = PackBf16Panels(w, storage_.data(), layout);
   }
   const MatrixRef& ref() const { return ref_; }
 
@@ -68,7 +79,8 @@ class Bf16PanelMatrix {
   MatrixRef ref_;
 };
 
-// Columns [n_begin, n_end) (any range) of y for all m rows of the bf16 activations `xb`; W packed.
+// Columns [n_begin, n_end) (any range) of y for all m rows of the bf16 activations `xb`; W packed
+// (either panel layout).
 void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                        int64_t ldy, int64_t n_begin, int64_t n_end);
 
@@ -90,6 +102,9 @@ void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_t ldx, const M
                              float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
 void LinearBf16ColumnsAvx2(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
                            float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
+// Swapped panels only; call only when AmxEnabled() (or from AmxEnabled's own check).
+void LinearBf16ColumnsAmx(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
+                          int64_t ldy, int64_t n_begin, int64_t n_end);
 }  // namespace internal
 
 }  // namespace pdserve::kernels

@@ -128,7 +128,8 @@ TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
           const uint64_t seed = 1000 * k + 10 * n + m;
           std::vector<uint16_t> w = RandomBf16(n * k, seed, kind);
           std::vector<uint16_t> x = RandomBf16(m * (k + 3), seed + 1, kind);
-          const Bf16PanelMatrix packed(Ref(w, n, k));
+          const Bf16PanelMatrix packed(Ref(w, n, k), MatrixLayout::kBf16Panels);
+          const Bf16PanelMatrix swapped(Ref(w, n, k), MatrixLayout::kBf16PanelsSwapped);
           const int64_t ldx = k + 3, ldy = n + 2;  // Leading dimensions wider than the data.
           // The whole matrix, and a range that starts and ends inside panels.
           const int64_t ranges[2][2] = {{0, n}, {n / 3, n - n / 4}};
@@ -141,6 +142,11 @@ TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
             if (hardware) {
               internal::LinearBf16ColumnsAvx512(x.data(), m, ldx, packed.ref(), dot.data(), ldy, lo, hi);
               ExpectBitwise(ref, dot, "vdpbf16ps", m, n, k);
+            }
+            if (AmxEnabled()) {  // PDSERVE_AMX=1 on a CPU with AMX (linear_bf16_amx_test.cc otherwise).
+              std::vector<float> tiles(m * ldy, -1);
+              internal::LinearBf16ColumnsAmx(x.data(), m, ldx, swapped.ref(), tiles.data(), ldy, lo, hi);
+              ExpectBitwise(ref, tiles, "amx", m, n, k);
             }
             for (int64_t t = 0; t < m; ++t) {  // Nothing outside the range was written.
               for (int64_t j = 0; j < ldy; ++j) {

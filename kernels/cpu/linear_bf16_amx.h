@@ -1,0 +1,146 @@
+// AMX-BF16 path of the bf16 linear kernel (internal to kernels/cpu; contract in linear_bf16.h).
+//
+// TDPBF16PS adds, for each output, the pairs of a k tile in order, each pair's element 0 and then
+// its element 1 (Intel's pseudocode; f32 sums, DAZ, FTZ, round to nearest even). The sequence of
+// linear_bf16.h adds a pair's odd element first, so this path reads weights packed with each
+// pair's two elements swapped (MatrixLayout::kBf16PanelsSwapped) and stages the activations the
+// same way: element 0 is then the odd one, and each output sees the sequence's operations in its
+// order, if TDPBF16PS rounds each product-add as one FMA as VDPBF16PS does (the products of two
+// bf16 values are exact in f32, so only underflowing products could tell; EnableAmx checks it on
+// the CPU before the path is used).
+//
+// The panel layout is already AMX's B tile: 16 pairs of one panel are 16 rows of 64 bytes. A tile
+// = up to 16 tokens x 16 pairs; C = those tokens x one panel's 16 outputs. Tiles: C0, C1 (two
+// panels), A, B0, B1 for whole tiles of 16 pairs, and A', B0', B1' sized for the last, partial,
+// k tile, so no padding pair is ever added (a +0 product would turn a -0 sum into +0).
+//
+// The kernel is a template over the tile operations so that the tests can run its logic (staging,
+// swapping, tails, masks) through an emulation of them on a CPU without AMX
+// (linear_bf16_amx_test.cc); the binary instantiates it with the instructions only.
+#ifndef PDSERVE_KERNELS_CPU_LINEAR_BF16_AMX_H_
+#define PDSERVE_KERNELS_CPU_LINEAR_BF16_AMX_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/base/tensor_ref.h"
+
+namespace pdserve::kernels::amx {
+
+// LDTILECFG's 64-byte operand, palette 1.
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};  // Bytes per row of each tile.
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Tile registers.
+enum Tile : int { kC0 = 0, kC1 = 1, kA = 2, kB0 = 3, kB1 = 4, kATail = 5, kB0Tail = 6, kB1Tail = 7 };
+
+constexpr int64_t kLanes = 16;     // Outputs per panel: a C tile's columns.
+constexpr int64_t kTilePairs = 16;  // k pairs per A/B tile (64 bytes per row).
+constexpr int64_t kTileRows = 16;   // Tokens per A/C tile.
+
+// The tile configuration for `tokens` rows (1-16) and a last k tile of `tail_pairs` (0-15).
+inline TileConfig MakeConfig(int tokens, int tail_pairs) {
+  TileConfig cfg;
+  const auto rows = static_cast<uint8_t>(tokens);
+  for (int t : {kC0, kC1}) {
+    cfg.rows[t] = rows;
+    cfg.colsb[t] = kLanes * 4;
+  }
+  cfg.rows[kA] = rows;
+  cfg.colsb[kA] = kTilePairs * 4;
+  for (int t : {kB0, kB1}) {
+    cfg.rows[t] = kTilePairs;
+    cfg.colsb[t] = kLanes * 4;
+  }
+  if (tail_pairs > 0) {
+    cfg.rows[kATail] = rows;
+    cfg.colsb[kATail] = static_cast<uint16_t>(tail_pairs * 4);
+    for (int t : {kB0Tail, kB1Tail}) {
+      cfg.rows[t] = static_cast<uint8_t>(tail_pairs);
+      cfg.colsb[t] = kLanes * 4;
+    }
+  }
+  return cfg;
+}
+
+// Rows [0, tokens) of x as the A tiles read them: each pair's elements swapped (element 0 the odd
+// one, zero past k), `pairs` pairs per row.
+inline void StageTokens(const uint16_t* x, int64_t ldx, int tokens, int64_t k, uint16_t* staged) {
+  const int64_t pairs = (k + 1) / 2;
+  for (int t = 0; t < tokens; ++t) {
+    const uint16_t* src = x + t * ldx;
+    uint16_t* dst = staged + t * pairs * 2;
+    for (int64_t q = 0; q < pairs; ++q) {
+      dst[2 * q] = 2 * q + 1 < k ? src[2 * q + 1] : 0;
+      dst[2 * q + 1] = src[2 * q];
+    }
+  }
+}
+
+// Columns [n_begin, n_end) of y for m rows of xb against the swapped panels of w. `Ops` supplies
+// Configure(const TileConfig&), Zero<T>(), Load<T>(ptr, stride_bytes), Dot<C, A, B>(),
+// Store<T>(ptr, stride_bytes), Release().
+template <class Ops>
+void Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y, int64_t ldy,
+             int64_t n_begin, int64_t n_end) {
+  const int64_t k = w.cols, pairs = (k + 1) / 2, panel_elements = pairs * 2 * kLanes;
+  const int64_t full = pairs / kTilePairs * kTilePairs;
+  const int tail = static_cast<int>(pairs - full);
+  const auto* panels = static_cast<const uint16_t*>(w.data);
+  thread_local std::vector<uint16_t> staged;
+  staged.resize(static_cast<size_t>(kTileRows * pairs * 2));
+  alignas(64) float c[2][kTileRows][kLanes];
+  const int64_t a_stride = pairs * 4;  // Bytes per staged token row.
+  for (int64_t t0 = 0; t0 < m; t0 += kTileRows) {
+    const int tokens = static_cast<int>(std::min(kTileRows, m - t0));
+    StageTokens(xb + t0 * ldx, ldx, tokens, k, staged.data());
+    Ops::Configure(MakeConfig(tokens, tail));
+    for (int64_t p = n_begin / kLanes; p * kLanes < n_end; p += 2) {
+      const bool two = (p + 1) * kLanes < n_end;
+      const uint16_t* b0 = panels + p * panel_elements;
+      const uint16_t* b1 = b0 + panel_elements;
+      Ops::template Zero<kC0>();
+      if (two) Ops::template Zero<kC1>();
+      for (int64_t q = 0; q < full; q += kTilePairs) {
+        Ops::template Load<kA>(staged.data() + 2 * q, a_stride);
+        Ops::template Load<kB0>(b0 + q * 2 * kLanes, kLanes * 4);
+        Ops::template Dot<kC0, kA, kB0>();
+        if (two) {
+          Ops::template Load<kB1>(b1 + q * 2 * kLanes, kLanes * 4);
+          Ops::template Dot<kC1, kA, kB1>();
+        }
+      }
+      if (tail > 0) {
+        Ops::template Load<kATail>(staged.data() + 2 * full, a_stride);
+        Ops::template Load<kB0Tail>(b0 + full * 2 * kLanes, kLanes * 4);
+        Ops::template Dot<kC0, kATail, kB0Tail>();
+        if (two) {
+          Ops::template Load<kB1Tail>(b1 + full * 2 * kLanes, kLanes * 4);
+          Ops::template Dot<kC1, kATail, kB1Tail>();
+        }
+      }
+      Ops::template Store<kC0>(&c[0][0][0], kLanes * 4);
+      if (two) Ops::template Store<kC1>(&c[1][0][0], kLanes * 4);
+      for (int h = 0; h < (two ? 2 : 1); ++h) {
+        const int64_t first = (p + h) * kLanes;
+        const int64_t lo = std::max(n_begin, first), hi = std::min(n_end, first + kLanes);
+        for (int t = 0; t < tokens; ++t) {
+          std::memcpy(y + (t0 + t) * ldy + lo, &c[h][t][lo - first], (hi - lo) * sizeof(float));
+        }
+      }
+    }
+  }
+  Ops::Release();
+}
+
+}  // namespace pdserve::kernels::amx
+
+#endif  // PDSERVE_KERNELS_CPU_LINEAR_BF16_AMX_H_

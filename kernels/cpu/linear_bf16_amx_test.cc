@@ -1,0 +1,190 @@
+// The AMX path's logic (staging and swapping the activations, whole and partial k tiles, token
+// tails, panel pairs, column ranges) on any CPU: its kernel template runs over an emulation of the
+// eight tile registers written from Intel's pseudocode of LDTILECFG, TILELOADD, TILEZERO,
+// TDPBF16PS and TILESTORED. The emulation stands in for hardware these machines lack; it assumes
+// what the pseudocode says (each product-add an f32 operation with DAZ, FTZ and round to nearest
+// even, element 0 of a pair first), which AmxEnabled() checks on a real AMX CPU before use.
+#include "kernels/cpu/linear_bf16_amx.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/base/dtype.h"
+#include "common/base/rng.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/linear_bf16.h"
+
+namespace pdserve::kernels {
+namespace {
+
+float Flush(float f) { return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0f, f) : f; }
+
+// Eight tiles of up to 16 rows x 64 bytes, shaped by the last Configure.
+struct EmulatedTiles {
+  static inline amx::TileConfig cfg;
+  static inline bool configured = false;
+  static inline uint8_t tile[8][16][64];
+  static inline int dots = 0;
+
+  static void Configure(const amx::TileConfig& c) {
+    ASSERT_EQ(c.palette_id, 1);
+    for (int t = 0; t < 8; ++t) {
+      ASSERT_LE(c.rows[t], 16) << "tile " << t;
+      ASSERT_LE(c.colsb[t], 64) << "tile " << t;
+    }
+    cfg = c;
+    configured = true;
+    std::memset(tile, 0, sizeof(tile));  // LDTILECFG zeroes the tiles.
+  }
+  static void Check(int t) {
+    ASSERT_TRUE(configured) << "tile " << t << " used without a configuration";
+    ASSERT_GT(cfg.rows[t], 0) << "tile " << t << " is not configured";
+    ASSERT_GT(cfg.colsb[t], 0) << "tile " << t << " is not configured";
+  }
+  template <int T>
+  static void Zero() {
+    Check(T);
+    std::memset(tile[T], 0, sizeof(tile[T]));
+  }
+  template <int T>
+  static void Load(const void* p, int64_t stride) {
+    Check(T);
+    std::memset(tile[T], 0, sizeof(tile[T]));  // Bytes past colsb and rows read as zero.
+    for (int r = 0; r < cfg.rows[T]; ++r) {
+      std::memcpy(tile[T][r], static_cast<const uint8_t*>(p) + r * stride, cfg.colsb[T]);
+    }
+  }
+  static float Bf16(int t, int row, int element) {
+    uint16_t v;
+    std::memcpy(&v, &tile[t][row][2 * element], 2);
+    return Flush(Bf16ToF32(v));  // DAZ.
+  }
+  template <int C, int A, int B>
+  static void Dot() {
+    Check(C);
+    Check(A);
+    Check(B);
+    // TDPBF16PS's shape rules (#UD otherwise).
+    ASSERT_EQ(cfg.rows[A], cfg.rows[C]);
+    ASSERT_EQ(cfg.colsb[A] / 4, cfg.rows[B]);
+    ASSERT_EQ(cfg.colsb[B], cfg.colsb[C]);
+    for (int m = 0; m < cfg.rows[C]; ++m) {
+      for (int k = 0; k < cfg.colsb[A] / 4; ++k) {
+        for (int n = 0; n < cfg.colsb[C] / 4; ++n) {
+          float acc;
+          std::memcpy(&acc, &tile[C][m][4 * n], 4);
+          acc = Flush(std::fma(Bf16(A, m, 2 * k), Bf16(B, k, 2 * n), acc));
+          acc = Flush(std::fma(Bf16(A, m, 2 * k + 1), Bf16(B, k, 2 * n + 1), acc));
+          std::memcpy(&tile[C][m][4 * n], &acc, 4);
+        }
+      }
+    }
+    ++dots;
+  }
+  template <int T>
+  static void Store(void* p, int64_t stride) {
+    Check(T);
+    for (int r = 0; r < cfg.rows[T]; ++r) {
+      std::memcpy(static_cast<uint8_t*>(p) + r * stride, tile[T][r], cfg.colsb[T]);
+    }
+  }
+  static void Release() { configured = false; }
+};
+
+std::vector<uint16_t> RandomBf16(int64_t n, uint64_t seed, bool adversarial) {
+  SplitMix64 rng(seed);
+  std::vector<uint16_t> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    float f = static_cast<float>(rng.Normal());
+    if (adversarial) {
+      switch (rng.Next() % 6) {
+        case 0: f *= 1e-20f; break;                                             // Products underflow.
+        case 1: v[i] = static_cast<uint16_t>(1 + rng.Next() % 0x7f); continue;  // Denormal.
+        case 2: f = i > 0 ? -Bf16ToF32(v[i - 1]) : 0.0f; break;                 // Cancels.
+        case 3: f = -0.0f; break;
+        case 4: f = 0.0f; break;
+        default: break;
+      }
+    }
+    v[i] = F32ToBf16(f);
+  }
+  return v;
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// The tiled kernel over emulated tiles gives the sequence's bits (the scalar reference, and the
+// VDPBF16PS or AVX2 path over the unswapped packing) for every tail of k, m and n and column
+// ranges that start and end inside panels; nothing outside the range is written.
+TEST(LinearBf16Amx, EmulatedTilesGiveTheSequenceBits) {
+  for (bool adversarial : {false, true}) {
+    for (int64_t k : {1, 2, 31, 32, 33, 64, 100, 576}) {
+      for (int64_t n : {1, 16, 17, 40, 97}) {
+        for (int64_t m : {1, 5, 16, 17, 33}) {
+          const uint64_t seed = 7919 * k + 31 * n + m + (adversarial ? 1 : 0);
+          const std::vector<uint16_t> w = RandomBf16(n * k, seed, adversarial);
+          const int64_t ldx = k + 1, ldy = n + 3;
+          const std::vector<uint16_t> x = RandomBf16(m * ldx, seed + 1, adversarial);
+          const MatrixRef rows{DType::kBF16, w.data(), n, k};
+          const Bf16PanelMatrix swapped(rows, MatrixLayout::kBf16PanelsSwapped);
+          const Bf16PanelMatrix plain(rows, MatrixLayout::kBf16Panels);
+          const int64_t ranges[2][2] = {{0, n}, {n / 3, n - n / 5}};
+          for (const auto& range : ranges) {
+            const int64_t lo = range[0], hi = range[1];
+            std::vector<float> amx(m * ldy, -1), ref(m * ldy, -1), path(m * ldy, -1);
+            EmulatedTiles::dots = 0;
+            amx::Columns<EmulatedTiles>(x.data(), m, ldx, swapped.ref(), amx.data(), ldy, lo, hi);
+            if (lo < hi) ASSERT_GT(EmulatedTiles::dots, 0);
+            ASSERT_FALSE(EmulatedTiles::configured) << "tiles not released";
+            LinearBf16Reference(x.data(), m, ldx, swapped.ref(), ref.data(), ldy, lo, hi);
+            LinearBf16Columns(x.data(), m, ldx, plain.ref(), path.data(), ldy, lo, hi);
+            for (int64_t i = 0; i < m * ldy; ++i) {
+              ASSERT_EQ(Bits(amx[i]), Bits(ref[i]))
+                  << "k=" << k << " n=" << n << " m=" << m << " lo=" << lo << " hi=" << hi
+                  << " row=" << i / ldy << " col=" << i % ldy << ": " << amx[i] << " vs " << ref[i];
+              ASSERT_EQ(Bits(path[i]), Bits(ref[i])) << "k=" << k << " n=" << n << " m=" << m;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The swapped packing holds the same matrix: Bf16PanelsAt reads W back from either layout, and
+// the two differ exactly by the swap of each pair.
+TEST(LinearBf16Amx, SwappedPackingHoldsTheSameMatrix) {
+  const int64_t n = 21, k = 13;
+  const std::vector<uint16_t> w = RandomBf16(n * k, 3, false);
+  const MatrixRef rows{DType::kBF16, w.data(), n, k};
+  const Bf16PanelMatrix swapped(rows, MatrixLayout::kBf16PanelsSwapped);
+  const Bf16PanelMatrix plain(rows, MatrixLayout::kBf16Panels);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < k; ++i) {
+      ASSERT_EQ(Bf16PanelsAt(swapped.ref(), j, i), w[j * k + i]);
+      ASSERT_EQ(Bf16PanelsAt(plain.ref(), j, i), w[j * k + i]);
+    }
+  }
+  const auto* a = static_cast<const uint16_t*>(plain.ref().data);
+  const auto* b = static_cast<const uint16_t*>(swapped.ref().data);
+  for (size_t e = 0; e < plain.ref().bytes() / 2; ++e) ASSERT_EQ(a[e], b[e ^ 1]) << e;
+}
+
+// Without PDSERVE_AMX=1 (as in CI) the path stays off whatever the CPU, and the weights are packed
+// for VDPBF16PS.
+TEST(LinearBf16Amx, OffUnlessAskedFor) {
+  const char* flag = std::getenv("PDSERVE_AMX");
+  if (flag != nullptr && std::strcmp(flag, "1") == 0) {
+    GTEST_SKIP() << "PDSERVE_AMX=1: AmxEnabled() = " << AmxEnabled();
+  }
+  EXPECT_FALSE(AmxEnabled());
+  EXPECT_EQ(Bf16PanelLayout(), MatrixLayout::kBf16Panels);
+}
+
+}  // namespace
+}  // namespace pdserve::kernels
