@@ -27,6 +27,7 @@
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
+#include "common/engine/shared_weights.h"
 #include "common/rpc/server_builder.h"
 #include "decode_service/decode_grpc_service.h"
 #include "openai_api/openai_server.h"
@@ -554,6 +555,8 @@ int ServeCommand(int argc, char** argv) {
   dopts.max_waiting = f.max_waiting;
   if (absl::Status s = f.engine.ToOptions(&po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   if (absl::Status s = TierDevice(po.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  // One model in memory for both workers: loaded once, the cpu runner's copies made once.
+  po.engine.shared_weights = std::make_shared<SharedWeights>();
   dopts.engine = po.engine;
   auto prefill = PrefillWorker::Create(po);
   if (!prefill.ok()) return ReportError(cmd, prefill.status());

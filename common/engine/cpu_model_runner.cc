@@ -8,6 +8,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "kernels/cpu/blas_gemm.h"
+#include "common/engine/shared_weights.h"
 #include "kernels/cpu/linear_bf16.h"
 
 namespace pdserve {
@@ -38,7 +39,12 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
     return absl::InvalidArgumentError("compute dtype must be resolved (ResolveComputeDType)");
   }
   std::unique_ptr<CpuModelRunner> runner(new CpuModelRunner(options, weights, pool));
-  PD_RETURN_IF_ERROR(runner->PrepareMatrices());
+  PD_ASSIGN_OR_RETURN(runner->matrices_,
+                      options.shared_weights != nullptr
+                          ? options.shared_weights->Matrices(*weights, options.compute_dtype,
+                                                             options.weight_huge_pages)
+                          : CpuMatrices::Make(*weights, options.compute_dtype,
+                                              options.weight_huge_pages));
   return runner;
 }
 
@@ -82,58 +88,6 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
     blas_scratch_.resize(std::max(c.intermediate_size, c.q_size()) *
                          std::max(c.hidden_size, c.q_size()));
   }
-}
-
-bool CpuModelRunner::Copied() const {
-  return options_.weight_huge_pages || options_.compute_dtype == ComputeDType::kBF16;
-}
-
-size_t CpuModelRunner::CopyBytes(const MatrixRef& w) const {
-  return options_.compute_dtype == ComputeDType::kBF16 ? kernels::Bf16PanelsBytes(w.rows, w.cols)
-                                                        : w.bytes();
-}
-
-MatrixRef CpuModelRunner::Matrix(const MatrixRef& w) {
-  if (!Copied()) return w;
-  void* dst = arena_.Take(CopyBytes(w));
-  // bf16 compute: packed in panels, and a checkpoint in f32 or f16 rounded to bf16 once here, as
-  // vLLM's --dtype bfloat16 converts at load (the mapping is then no longer read).
-  if (options_.compute_dtype == ComputeDType::kBF16) return kernels::PackBf16Panels(w, dst);
-  std::memcpy(dst, w.data, w.bytes());
-  return MatrixRef{w.dtype, dst, w.rows, w.cols};
-}
-
-absl::Status CpuModelRunner::PrepareMatrices() {
-  std::vector<const MatrixRef*> all;
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    const LayerWeights& w = weights_->layer(l);
-    for (const MatrixRef* m : {&w.q_proj, &w.k_proj, &w.v_proj, &w.o_proj, &w.gate_proj,
-                               &w.up_proj, &w.down_proj}) {
-      all.push_back(m);
-    }
-  }
-  all.push_back(&weights_->lm_head());
-  size_t bytes = 0;
-  if (Copied()) {
-    for (const MatrixRef* m : all) bytes += HugePageArena::Aligned(CopyBytes(*m));
-  }
-  if (absl::Status s = arena_.Reserve(bytes, options_.weight_huge_pages); !s.ok()) {
-    return absl::ResourceExhaustedError(Str("copies of the weight matrices (--weight-huge-pages, or the "
-                                            "packed copies of bf16 compute): ", s.message()));
-  }
-  proj_.reserve(config_.num_layers);
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    const LayerWeights& w = weights_->layer(l);
-    proj_.push_back(Projections{Matrix(w.q_proj), Matrix(w.k_proj), Matrix(w.v_proj),
-                                Matrix(w.o_proj), Matrix(w.gate_proj), Matrix(w.up_proj),
-                                Matrix(w.down_proj)});
-  }
-  lm_head_ = Matrix(weights_->lm_head());
-  if (bytes > 0) {
-    PD_LOG(Info) << "weights: " << (bytes >> 20) << " MiB of matrices copied, "
-                 << (std::min(arena_.HugeBytes(), bytes) >> 20) << " MiB of it on huge pages";
-  }
-  return absl::OkStatus();
 }
 
 absl::Status CpuModelRunner::Validate(const ForwardBatch& batch) const {
@@ -202,7 +156,7 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
   }
   if (m > 0) {
     // Never OpenBLAS here: a sequence's logits must not depend on how many rows are sampled.
-    const kernels::LinearOutput out{&lm_head_, logits, c.vocab_size};
+    const kernels::LinearOutput out{&matrices_->lm_head(), logits, c.vocab_size};
     if (options_.compute_dtype == ComputeDType::kBF16) {
       kernels::RoundRowsToBf16(logit_in_.data(), m, hidden, hidden, x_bf16_.data(), hidden);
       kernels::LinearBf16Multi(x_bf16_.data(), m, hidden, &out, 1, &pool_threads_);
@@ -216,7 +170,7 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
 void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t rows) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_->layer(layer);
-  const Projections& p = proj_[layer];
+  const CpuMatrices::Layer& p = matrices_->layer(layer);
   const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), hd = c.head_dim;
   const int64_t inter = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);

@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "common/base/huge_page_arena.h"
 #include "common/base/thread_pool.h"
+#include "common/engine/cpu_matrices.h"
 #include "common/engine/model_runner.h"
 #include "common/kvcache/kv_pool.h"
 #include "common/model/model_weights.h"
@@ -41,18 +41,6 @@ class CpuModelRunner : public ModelRunner {
   // invariant f32 kernel, the bf16 kernel or OpenBLAS per the options.
   void Project(const float* x, int64_t rows, int64_t ldx, const kernels::LinearOutput* outputs,
                int num_outputs);
-  // The matrices the linear layers read: the checkpoint's, or copies in the runner's arena (on
-  // huge pages with --weight-huge-pages; always when computing in bf16, which reads them packed in
-  // panels, kernels/cpu/linear_bf16.h).
-  absl::Status PrepareMatrices();
-  MatrixRef Matrix(const MatrixRef& w);
-  bool Copied() const;
-  size_t CopyBytes(const MatrixRef& w) const;
-
-  struct Projections {
-    MatrixRef q, k, v, o, gate, up, down;
-  };
-
   struct Row {
     int32_t seq;       // Index into batch.sequences.
     int64_t position;
@@ -61,9 +49,7 @@ class CpuModelRunner : public ModelRunner {
   const ModelRunnerOptions options_;
   LayerCallback layer_callback_;
   const ModelWeights* weights_;
-  std::vector<Projections> proj_;  // Per layer.
-  MatrixRef lm_head_;
-  HugePageArena arena_;  // The copies Matrix makes.
+  std::shared_ptr<const CpuMatrices> matrices_;  // What the linear layers read.
   const ModelConfig& config_;
   KvPool* kv_;
   ThreadPool pool_threads_;

@@ -15,6 +15,7 @@ namespace pdserve {
 
 class KvPool;
 class ModelWeights;
+class SharedWeights;
 
 struct EngineOptions {
   std::string backend = "cpu";
@@ -34,6 +35,9 @@ struct EngineOptions {
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
   ComputeDType compute_dtype = ComputeDType::kAuto;  // Resolved in LLMEngine::Create.
   bool weight_huge_pages = true;  // ModelRunnerOptions::weight_huge_pages.
+  // Engines of one process (serve's prefill and decode workers) given one object load the model
+  // and make the cpu runner's matrix copies once between them (shared_weights.h). Null: their own.
+  std::shared_ptr<SharedWeights> shared_weights;
   // Tests only: makes the runner instead of CreateModelRunner(backend), e.g. the cuda backend's
   // runner over the host execution layer (its compute dtype still resolved for `backend`).
   std::function<absl::StatusOr<std::unique_ptr<ModelRunner>>(const ModelRunnerOptions&,

@@ -12,6 +12,7 @@
 #include "common/base/file_util.h"
 #include "common/base/rng.h"
 #include "common/base/strings.h"
+#include "common/engine/shared_weights.h"
 #include "common/model/random_model.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/linear_bf16.h"
@@ -289,6 +290,35 @@ TEST(EngineTest, Bf16ComputeAgreesWithF32AndWithItsTwin) {
     const auto twin = RunEngine(dir, bf16, {r}).at("r");
     kernels::SetBf16DotEnabled(true);
     ExpectBitwiseEqual(twin, b, "AVX2 twin vs VDPBF16PS");
+  }
+}
+
+// Engines given one SharedWeights (serve's prefill and decode workers) load the model once and
+// share the cpu runner's matrix copies per compute dtype; their outputs are an unshared engine's
+// bits; a second model directory is refused by name.
+TEST(EngineTest, SharedWeightsLoadOnceAndGiveTheSameBits) {
+  const std::string dir = ModelDir("qwen2", DType::kBF16);
+  const Request r{"r", Prompt(40, 5), Greedy(5)};
+  for (ComputeDType dtype : {ComputeDType::kF32, ComputeDType::kBF16}) {
+    EngineOptions plain = SmallOptions();
+    plain.compute_dtype = dtype;
+    EngineOptions shared = plain;
+    shared.shared_weights = std::make_shared<SharedWeights>();
+    auto a = LLMEngine::Create(dir, shared);
+    auto b = LLMEngine::Create(dir, shared);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(&(*a)->weights(), &(*b)->weights());
+    EXPECT_EQ(shared.shared_weights->matrices_made(), 1);
+    EngineOptions other_pages = shared;
+    other_pages.weight_huge_pages = false;
+    ASSERT_TRUE(LLMEngine::Create(dir, other_pages).ok());
+    EXPECT_EQ(shared.shared_weights->matrices_made(), 2);  // Another kind of copy: its own.
+    const auto alone = RunEngine(dir, plain, {r}).at("r");
+    ExpectBitwiseEqual(RunEngine(dir, shared, {r}).at("r"), alone, "shared weights");
+    auto elsewhere = LLMEngine::Create(ModelDir("llama"), shared);
+    ASSERT_FALSE(elsewhere.ok());
+    EXPECT_EQ(elsewhere.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(elsewhere.status().message().find(dir), std::string::npos) << elsewhere.status();
   }
 }
 

@@ -7,6 +7,7 @@
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
+#include "common/engine/shared_weights.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve {
@@ -39,7 +40,11 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
   e->options_ = options;
   PD_ASSIGN_OR_RETURN(ModelConfig config,
                       ModelConfig::FromFile(JoinPath(model_dir, "config.json")));
-  PD_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(config, model_dir));
+  if (options.shared_weights != nullptr) {
+    PD_ASSIGN_OR_RETURN(e->weights_, options.shared_weights->Load(config, model_dir));
+  } else {
+    PD_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(config, model_dir));
+  }
   e->eos_ids_ = config.eos_token_ids;
   for (int32_t id : GenerationConfigEos(model_dir)) {
     if (id >= 0 && id < config.vocab_size &&
@@ -132,6 +137,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
   e->compute_dtype_ = ro.compute_dtype;
   ro.weight_huge_pages = options.weight_huge_pages;
   ro.synthetic_weights_seed = synthetic_seed;
+  ro.shared_weights = options.shared_weights.get();
   if (options.compute_dtype == ComputeDType::kAuto) {
     PD_LOG(Info) << "compute dtype " << ComputeDTypeName(ro.compute_dtype) << " (auto: "
                  << DTypeName(e->weights_->dtype()) << " weights"

@@ -183,7 +183,7 @@ class LLMEngine {
                                         const SamplingParams& params);
 
   EngineOptions options_;
-  std::unique_ptr<ModelWeights> weights_;
+  std::shared_ptr<const ModelWeights> weights_;  // Shared with the process's other engines.
   std::vector<int32_t> eos_ids_;
   int64_t max_model_len_ = 0;
   std::unique_ptr<KvPool> pool_;

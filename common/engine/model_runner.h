@@ -18,6 +18,7 @@ namespace pdserve {
 
 class KvPool;
 class ModelWeights;
+class SharedWeights;
 struct ModelConfig;
 
 enum class PrefillGemm {
@@ -55,6 +56,9 @@ struct ModelRunnerOptions {
   // of uploading the weights (which may then be Synthetic(..., materialize=false): shapes only).
   // An 8B-shaped benchmark then needs no 16 GB file (bench-engine --random-weights).
   std::optional<uint64_t> synthetic_weights_seed;
+  // The engines of one process (serve): the cpu backend takes its matrix copies from here, made
+  // once for all of them. Null: its own. Must outlive the runner.
+  SharedWeights* shared_weights = nullptr;
 };
 
 // Not thread-safe: driven by one scheduler thread. Forward writes the KV of the batch's tokens

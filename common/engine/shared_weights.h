@@ -1,0 +1,50 @@
+// What the engines of one process share instead of each holding its own: the checkpoint's
+// weights, loaded once, and the CPU runner's matrix copies (CpuMatrices), made once per compute
+// dtype and page kind. `pdserve serve` runs a prefill and a decode engine in one process: without
+// this each loaded the model and each made its copies, twice the weights' RAM. (The cuda
+// backend's device copies are not shared yet: two engines on one GPU hold the weights twice.)
+// Thread-safe: the workers' engines may be built on different threads.
+#ifndef PDSERVE_COMMON_ENGINE_SHARED_WEIGHTS_H_
+#define PDSERVE_COMMON_ENGINE_SHARED_WEIGHTS_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "common/engine/cpu_matrices.h"
+#include "common/model/model_config.h"
+
+namespace pdserve {
+
+class ModelWeights;
+
+class SharedWeights {
+ public:
+  // The weights in `model_dir` (whose config the caller parsed), loaded on the first call; the
+  // same object for later calls with that directory. One model per process: another directory
+  // is InvalidArgument.
+  absl::StatusOr<std::shared_ptr<const ModelWeights>> Load(const ModelConfig& config,
+                                                           const std::string& model_dir);
+
+  // CpuMatrices::Make(weights, compute_dtype, huge_pages) once per (weights, compute_dtype,
+  // huge_pages); `weights` must be one Load returned.
+  absl::StatusOr<std::shared_ptr<const CpuMatrices>> Matrices(const ModelWeights& weights,
+                                                              ComputeDType compute_dtype,
+                                                              bool huge_pages);
+
+  int matrices_made() const;  // Tests: how many sets Matrices made.
+
+ private:
+  mutable std::mutex mu_;
+  std::string model_dir_;
+  std::shared_ptr<const ModelWeights> weights_;
+  std::map<std::pair<ComputeDType, bool>, std::shared_ptr<const CpuMatrices>> matrices_;
+  int matrices_made_ = 0;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_SHARED_WEIGHTS_H_
