@@ -26,9 +26,10 @@ class CpuMatrices {
   };
 
   // ResourceExhausted when the copies do not fit in memory. `weights` must outlive the result.
+  // The copies are made on `threads` threads (<= 0: all cores).
   static absl::StatusOr<std::shared_ptr<const CpuMatrices>> Make(const ModelWeights& weights,
                                                                  ComputeDType compute_dtype,
-                                                                 bool huge_pages);
+                                                                 bool huge_pages, int threads);
 
   const Layer& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
   const MatrixRef& lm_head() const { return lm_head_; }
@@ -36,10 +37,7 @@ class CpuMatrices {
 
  private:
   CpuMatrices() = default;
-  MatrixRef Copy(const MatrixRef& w);
 
-  ComputeDType compute_dtype_ = ComputeDType::kF32;
-  bool copied_ = false;
   HugePageArena arena_;
   std::vector<Layer> layers_;
   MatrixRef lm_head_;

@@ -42,9 +42,10 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
   PD_ASSIGN_OR_RETURN(runner->matrices_,
                       options.shared_weights != nullptr
                           ? options.shared_weights->Matrices(*weights, options.compute_dtype,
-                                                             options.weight_huge_pages)
+                                                             options.weight_huge_pages,
+                                                             options.threads)
                           : CpuMatrices::Make(*weights, options.compute_dtype,
-                                              options.weight_huge_pages));
+                                              options.weight_huge_pages, options.threads));
   return runner;
 }
 

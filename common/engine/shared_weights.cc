@@ -23,14 +23,14 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> SharedWeights::Load(
 }
 
 absl::StatusOr<std::shared_ptr<const CpuMatrices>> SharedWeights::Matrices(
-    const ModelWeights& weights, ComputeDType compute_dtype, bool huge_pages) {
+    const ModelWeights& weights, ComputeDType compute_dtype, bool huge_pages, int threads) {
   std::lock_guard<std::mutex> lock(mu_);
   if (&weights != weights_.get()) {
     return absl::InvalidArgumentError("shared matrices of weights the process did not share");
   }
   auto& slot = matrices_[{compute_dtype, huge_pages}];
   if (slot == nullptr) {
-    PD_ASSIGN_OR_RETURN(slot, CpuMatrices::Make(weights, compute_dtype, huge_pages));
+    PD_ASSIGN_OR_RETURN(slot, CpuMatrices::Make(weights, compute_dtype, huge_pages, threads));
     ++matrices_made_;
   }
   return slot;

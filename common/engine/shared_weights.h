@@ -29,11 +29,11 @@ class SharedWeights {
   absl::StatusOr<std::shared_ptr<const ModelWeights>> Load(const ModelConfig& config,
                                                            const std::string& model_dir);
 
-  // CpuMatrices::Make(weights, compute_dtype, huge_pages) once per (weights, compute_dtype,
-  // huge_pages); `weights` must be one Load returned.
+  // CpuMatrices::Make(weights, compute_dtype, huge_pages, threads) once per (compute_dtype,
+  // huge_pages); `weights` must be the ones Load returned.
   absl::StatusOr<std::shared_ptr<const CpuMatrices>> Matrices(const ModelWeights& weights,
                                                               ComputeDType compute_dtype,
-                                                              bool huge_pages);
+                                                              bool huge_pages, int threads);
 
   int matrices_made() const;  // Tests: how many sets Matrices made.
 
