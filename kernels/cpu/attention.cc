@@ -45,10 +45,10 @@ float ExpAndSum(float* s, int64_t n, float max) {
 template <KvDType D>
 void ScoresOneByOne(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t start,
                     int64_t from, int64_t n, const float* q, float scale, float* scores) {
-  for (int64_t j = from; j < n; ++j) {
-    const int64_t p = start + j;
-    const int32_t block = table[p / view.block_size];
-    const int64_t slot = p % view.block_size;
+  SlotCursor cursor(table, view.block_size, start + from);
+  for (int64_t j = from; j < n; ++j, cursor.Next()) {
+    const int32_t block = cursor.block();
+    const int64_t slot = cursor.slot();
     float s = DotF32<KvRow<D>>(q, view.Key(block, kvh, slot), view.head_dim);
     if constexpr (KvRow<D>::kScaled) s *= *view.KeyScale(block, kvh, slot);
     scores[j] = s * scale;
@@ -62,13 +62,10 @@ float Softmax(float* s, int64_t n) {
   return 1.0f / ExpAndSum(s, n, max);
 }
 
-// The weight of value row `pos` for probability p: p, times the row's scale when quantized.
+// The weight of the value row at `at` for probability p: p, times the row's scale when quantized.
 template <KvDType D>
-inline float ValueWeight(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t pos,
-                         float p) {
-  if constexpr (KvRow<D>::kScaled) {
-    return p * *view.ValueScale(table[pos / view.block_size], kvh, pos % view.block_size);
-  }
+inline float ValueWeight(const KvPagesView& view, const SlotCursor& at, int64_t kvh, float p) {
+  if constexpr (KvRow<D>::kScaled) return p * *view.ValueScale(at.block(), kvh, at.slot());
   return p;
 }
 
@@ -100,11 +97,10 @@ void Scores8(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t
              const float* q, float scale, float* out) {
   const uint8_t* keys[8];
   alignas(32) float key_scales[8];
-  for (int i = 0; i < 8; ++i) {
-    const int64_t p = first + i;
-    const int32_t block = table[p / view.block_size];
-    keys[i] = view.Key(block, kvh, p % view.block_size);
-    if constexpr (KvRow<D>::kScaled) key_scales[i] = *view.KeyScale(block, kvh, p % view.block_size);
+  SlotCursor cursor(table, view.block_size, first);
+  for (int i = 0; i < 8; ++i, cursor.Next()) {
+    keys[i] = view.Key(cursor.block(), kvh, cursor.slot());
+    if constexpr (KvRow<D>::kScaled) key_scales[i] = *view.KeyScale(cursor.block(), kvh, cursor.slot());
   }
   __m256 acc[8];
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
@@ -125,10 +121,10 @@ void WeightedValues64(const KvPagesView& view, const int32_t* table, int64_t kvh
                       int64_t n, const float* p, int64_t d0, float* out) {
   __m256 acc[8];
   for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t pos = start + j;
-    const uint8_t* v = view.Value(table[pos / view.block_size], kvh, pos % view.block_size);
-    const __m256 pj = _mm256_set1_ps(ValueWeight<D>(view, table, kvh, pos, p[j]));
+  SlotCursor cursor(table, view.block_size, start);
+  for (int64_t j = 0; j < n; ++j, cursor.Next()) {
+    const uint8_t* v = view.Value(cursor.block(), kvh, cursor.slot());
+    const __m256 pj = _mm256_set1_ps(ValueWeight<D>(view, cursor, kvh, p[j]));
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, KvRow<D>::Load8(v, d0 + 8 * c), acc[c]);
   }
   for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
@@ -164,10 +160,10 @@ void PagedAttentionT(const KvPagesView& view, const int32_t* block_table, int64_
 #endif
     if (d0 < d) {
       std::memset(oh + d0, 0, (d - d0) * sizeof(float));
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t p = start + i;
-        AxpyF32<KvRow<D>>(ValueWeight<D>(view, block_table, kvh, p, scratch[i]),
-                          view.Value(block_table[p / bs], kvh, p % bs), d0, d - d0, oh + d0);
+      SlotCursor cursor(block_table, bs, start);
+      for (int64_t i = 0; i < n; ++i, cursor.Next()) {
+        AxpyF32<KvRow<D>>(ValueWeight<D>(view, cursor, kvh, scratch[i]),
+                          view.Value(cursor.block(), kvh, cursor.slot()), d0, d - d0, oh + d0);
       }
     }
     for (int64_t i = 0; i < d; ++i) oh[i] *= inv_sum;

@@ -45,6 +45,32 @@ struct KvPagesView {
   }
 };
 
+// Walks positions start, start + 1, ... of a sequence's block table as (block, slot) without a
+// division per position (the kernels' key loops were spending more time dividing by block_size
+// than multiplying, bench/RESULTS.md).
+class SlotCursor {
+ public:
+  SlotCursor(const int32_t* block_table, int64_t block_size, int64_t start)
+      : table_(block_table),
+        block_size_(block_size),
+        index_(start / block_size),
+        slot_(start % block_size) {}
+  int32_t block() const { return table_[index_]; }
+  int64_t slot() const { return slot_; }
+  void Next() {
+    if (++slot_ == block_size_) {
+      slot_ = 0;
+      ++index_;
+    }
+  }
+
+ private:
+  const int32_t* table_;
+  int64_t block_size_;
+  int64_t index_;
+  int64_t slot_;
+};
+
 // Writes one token's k and v ([num_kv_heads][head_dim] each) at `position` of the sequence whose
 // blocks are `block_table`, quantizing them for int8/int4 pools (kv_quant.h: one scale per row;
 // a row holding inf or NaN gets a NaN scale, so attention over it is NaN as over an f32 pool).

@@ -79,14 +79,13 @@ template <KvDType D, int G>
 PD_AVX512 void Scores(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t start,
                       int64_t n8, const float* const* q, float scale, float* const* out) {
   constexpr bool kScaled = KvDTypeQuantized(D);
+  SlotCursor cursor(table, view.block_size, start);
   for (int64_t j = 0; j < n8; j += 8) {
     const uint8_t* keys[8];
     alignas(32) float key_scales[8];
-    for (int i = 0; i < 8; ++i) {
-      const int64_t p = start + j + i;
-      const int32_t block = table[p / view.block_size];
-      keys[i] = view.Key(block, kvh, p % view.block_size);
-      if constexpr (kScaled) key_scales[i] = *view.KeyScale(block, kvh, p % view.block_size);
+    for (int i = 0; i < 8; ++i, cursor.Next()) {
+      keys[i] = view.Key(cursor.block(), kvh, cursor.slot());
+      if constexpr (kScaled) key_scales[i] = *view.KeyScale(cursor.block(), kvh, cursor.slot());
     }
     __m512 acc[G][4];  // acc[g][i]: keys 2i and 2i + 1 of head g.
     for (int g = 0; g < G; ++g)
@@ -120,12 +119,11 @@ PD_AVX512 void WeightedValues(const KvPagesView& view, const int32_t* table, int
     __m512 acc[G][4];
     for (int g = 0; g < G; ++g)
       for (int c = 0; c < 4; ++c) acc[g][c] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t pos = start + j;
-      const int32_t block = table[pos / view.block_size];
-      const uint8_t* v = view.Value(block, kvh, pos % view.block_size);
+    SlotCursor cursor(table, view.block_size, start);
+    for (int64_t j = 0; j < n; ++j, cursor.Next()) {
+      const uint8_t* v = view.Value(cursor.block(), kvh, cursor.slot());
       float value_scale = 1.0f;
-      if constexpr (kScaled) value_scale = *view.ValueScale(block, kvh, pos % view.block_size);
+      if constexpr (kScaled) value_scale = *view.ValueScale(cursor.block(), kvh, cursor.slot());
       __m512 vz[4];
       for (int c = 0; c < 4; ++c) vz[c] = Load16<D>(v, d0 + 16 * c);
       for (int g = 0; g < G; ++g) {
