@@ -163,7 +163,44 @@ PD_AVX512 void WeightedValuesGroup(const KvPagesView& view, const int32_t* table
   }
 }
 
+// Exp8 of simd.h on 16 lanes: the same operations on each lane, so the same bits.
+PD_AVX512 inline __m512 Exp16(__m512 x) {
+  const __m512 max_x = _mm512_set1_ps(88.3762626647949f);
+  const __m512 min_x = _mm512_set1_ps(-88.3762626647949f);
+  x = _mm512_min_ps(_mm512_max_ps(x, min_x), max_x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i ni = _mm512_cvtps_epi32(n);
+  const __m512i half = _mm512_srai_epi32(ni, 1);
+  const __m512i rest = _mm512_sub_epi32(ni, half);
+  const __m512 f1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(127)), 23));
+  const __m512 f2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(rest, _mm512_set1_epi32(127)), 23));
+  return _mm512_mul_ps(_mm512_mul_ps(p, f1), f2);
+}
+
 }  // namespace
+
+PD_AVX512 int64_t ExpAndSumAvx512(float* s, int64_t n, float max, __m256* acc) {
+  const __m512 mv = _mm512_set1_ps(max);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(s + i), mv));
+    _mm512_storeu_ps(s + i, e);
+    *acc = _mm256_add_ps(*acc, _mm512_castps512_ps256(e));  // The 8-lane order: low half first.
+    *acc = _mm256_add_ps(*acc, _mm512_extractf32x8_ps(e, 1));
+  }
+  return i;
+}
 
 PD_AVX512 void ScoresGroupAvx512(const KvPagesView& view, const int32_t* table, int64_t kvh,
                                  int64_t start, int64_t n8, const float* const* q, int group,

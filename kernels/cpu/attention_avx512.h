@@ -8,11 +8,19 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/simd.h"  // PDSERVE_AVX2, __m256
 
 namespace pdserve::kernels {
 
 // The most query heads per KV head the grouped path takes at once.
 inline constexpr int kMaxGroupAvx512 = 4;
+
+// The first 16k elements of attention.cc's ExpAndSum: s[i] = exp(s[i] - max) by simd.h's Exp8
+// on 16 lanes (the same bits), each 8 added to *acc in order. Returns how many it did. Call only
+// when Avx512Enabled().
+#if PDSERVE_AVX2
+int64_t ExpAndSumAvx512(float* s, int64_t n, float max, __m256* acc);
+#endif
 
 // out[g][j] = dot(q[g], K[start + j]) * scale for j in [0, n8), n8 a multiple of 8, head_dim a
 // multiple of 8, 1 <= group <= kMaxGroupAvx512. Call only when Avx512Enabled().

@@ -209,5 +209,43 @@ TEST(AttentionTest, KvGroupIsBitwiseThePerHeadPath) {
   }
 }
 
+// The softmax's exp on 16 lanes (AVX-512) gives the 8-lane path's bits: PagedAttention's per-head
+// path differs between the two settings only there. Scores over a moderate range (every exp
+// counts: an error in one lane shows) and a wide one (exps underflowing to zero), at every context
+// length across the 8- and 16-lane boundaries.
+TEST(AttentionTest, SoftmaxOnSixteenLanesIsBitwiseEight) {
+  SetAvx512Enabled(true);
+  if (!Avx512Enabled()) GTEST_SKIP() << "no AVX-512: one path only";
+  const int64_t bs = 16, kvh = 1, heads = 2, d = 64, num_blocks = 8;
+  const size_t page = PageBytes(kvh, bs, d, KvDType::kF32);
+  std::vector<uint8_t> pool(num_blocks * page);
+  KvPagesView view{pool.data(), page, bs, kvh, d, KvDType::kF32};
+  std::vector<int32_t> table = {3, 7, 0, 5, 1, 6, 2, 4};
+  SplitMix64 rng(41);
+  for (int64_t p = 0; p < bs * num_blocks; ++p) {
+    std::vector<float> k(d), v(d);
+    const double spread = p % 3 == 0 ? 3.0 : 1.0;  // Some keys above the rest.
+    for (float& x : k) x = static_cast<float>(rng.Normal() * spread);
+    for (float& x : v) x = static_cast<float>(rng.Normal());
+    StoreKv(view, table.data(), p, k.data(), v.data());
+  }
+  std::vector<float> q(heads * d), scratch(bs * num_blocks);
+  for (float& x : q) x = static_cast<float>(rng.Normal());
+  for (float scale : {0.25f, 8.0f}) {
+    for (int64_t pos = 0; pos < bs * num_blocks; ++pos) {
+      std::vector<float> wide(heads * d), narrow(heads * d);
+      PagedAttention(view, table.data(), pos, 0, q.data(), heads, scale, 0, heads, wide.data(),
+                     scratch.data());
+      SetAvx512Enabled(false);
+      PagedAttention(view, table.data(), pos, 0, q.data(), heads, scale, 0, heads, narrow.data(),
+                     scratch.data());
+      SetAvx512Enabled(true);
+      for (int64_t i = 0; i < heads * d; ++i) {
+        ASSERT_EQ(wide[i], narrow[i]) << "scale=" << scale << " pos=" << pos << " i=" << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pdserve::kernels
