@@ -28,7 +28,7 @@ def main():
     ap.add_argument("--pdserve", default="build/pdserve")
     ap.add_argument("--model", required=True)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--baseline", help="an older pdserve binary, run with its defaults (f32)")
+    ap.add_argument("--baseline", help="an older pdserve binary (with --compute-dtype f32 when it has the flag)")
     args = ap.parse_args()
     cases = []
     for dtype in ("f32", "bf16"):
@@ -39,9 +39,12 @@ def main():
                   (f"decode b1 {dtype} no huge pages", args.pdserve, 1, 32, 128,
                    flags + ["--no-weight-huge-pages"])]
     if args.baseline:
-        cases += [("decode b1 f32 baseline", args.baseline, 1, 32, 128, []),
-                  ("decode b16 f32 baseline", args.baseline, 16, 32, 64, []),
-                  ("prefill 512 f32 baseline", args.baseline, 1, 512, 2, [])]
+        # A build with --compute-dtype defaults to auto (bf16 on a CPU with AVX512-BF16): ask it for f32.
+        usage = subprocess.run([args.baseline, "bench-engine", "--help"], capture_output=True, text=True)
+        f32 = ["--compute-dtype", "f32"] if "--compute-dtype" in usage.stdout + usage.stderr else []
+        cases += [("decode b1 f32 baseline", args.baseline, 1, 32, 128, f32),
+                  ("decode b16 f32 baseline", args.baseline, 16, 32, 64, f32),
+                  ("prefill 512 f32 baseline", args.baseline, 1, 512, 2, f32)]
     rows = {name: [] for name, *_ in cases}
     for r in range(args.rounds):
         for name, binary, batch, inp, out, extra in cases:
