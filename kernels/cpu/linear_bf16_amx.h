@@ -85,6 +85,20 @@ inline void StageTokens(const uint16_t* x, int64_t ldx, int tokens, int64_t k, u
   }
 }
 
+// One k tile from pair q: the staged tokens into A, panel p's pairs into B0 (and p + 1's into B1
+// when `two`), each product added to its C tile.
+template <class Ops, int A, int B0, int B1>
+void KStep(const uint16_t* staged, int64_t a_stride, const uint16_t* b0, const uint16_t* b1,
+           int64_t q, bool two) {
+  Ops::template Load<A>(staged + 2 * q, a_stride);
+  Ops::template Load<B0>(b0 + q * 2 * kLanes, kLanes * 4);
+  Ops::template Dot<kC0, A, B0>();
+  if (two) {
+    Ops::template Load<B1>(b1 + q * 2 * kLanes, kLanes * 4);
+    Ops::template Dot<kC1, A, B1>();
+  }
+}
+
 // Columns [n_begin, n_end) of y for m rows of xb against the swapped panels of w. `Ops` supplies
 // Configure(const TileConfig&), Zero<T>(), Load<T>(ptr, stride_bytes), Dot<C, A, B>(),
 // Store<T>(ptr, stride_bytes), Release().
@@ -110,23 +124,9 @@ void Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, flo
       Ops::template Zero<kC0>();
       if (two) Ops::template Zero<kC1>();
       for (int64_t q = 0; q < full; q += kTilePairs) {
-        Ops::template Load<kA>(staged.data() + 2 * q, a_stride);
-        Ops::template Load<kB0>(b0 + q * 2 * kLanes, kLanes * 4);
-        Ops::template Dot<kC0, kA, kB0>();
-        if (two) {
-          Ops::template Load<kB1>(b1 + q * 2 * kLanes, kLanes * 4);
-          Ops::template Dot<kC1, kA, kB1>();
-        }
+        KStep<Ops, kA, kB0, kB1>(staged.data(), a_stride, b0, b1, q, two);
       }
-      if (tail > 0) {
-        Ops::template Load<kATail>(staged.data() + 2 * full, a_stride);
-        Ops::template Load<kB0Tail>(b0 + full * 2 * kLanes, kLanes * 4);
-        Ops::template Dot<kC0, kATail, kB0Tail>();
-        if (two) {
-          Ops::template Load<kB1Tail>(b1 + full * 2 * kLanes, kLanes * 4);
-          Ops::template Dot<kC1, kATail, kB1Tail>();
-        }
-      }
+      if (tail > 0) KStep<Ops, kATail, kB0Tail, kB1Tail>(staged.data(), a_stride, b0, b1, full, two);
       Ops::template Store<kC0>(&c[0][0][0], kLanes * 4);
       if (two) Ops::template Store<kC1>(&c[1][0][0], kLanes * 4);
       for (int h = 0; h < (two ? 2 : 1); ++h) {
