@@ -165,19 +165,20 @@ PD_AVX512 void WeightedValuesGroup(const KvPagesView& view, const int32_t* table
 
 // Exp8 of simd.h on 16 lanes: the same operations on each lane, so the same bits.
 PD_AVX512 inline __m512 Exp16(__m512 x) {
-  const __m512 max_x = _mm512_set1_ps(88.3762626647949f);
-  const __m512 min_x = _mm512_set1_ps(-88.3762626647949f);
+  using C = ExpConst;
+  const __m512 max_x = _mm512_set1_ps(C::kMaxX);
+  const __m512 min_x = _mm512_set1_ps(-C::kMaxX);
   x = _mm512_min_ps(_mm512_max_ps(x, min_x), max_x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(C::kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(C::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(C::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(C::kP0);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C::kP1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C::kP2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C::kP3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C::kP4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C::kP5));
   const __m512 r2 = _mm512_mul_ps(r, r);
   p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   const __m512i ni = _mm512_cvtps_epi32(n);

@@ -11,7 +11,8 @@
 namespace pdserve::kernels {
 namespace {
 
-constexpr int64_t kLanes = 16;  // Rows per panel: VDPBF16PS's f32 lanes.
+constexpr int64_t kLanes = internal::kPanelRows;
+using internal::PanelElements;
 
 inline float FlushDenormal(float f) {
   return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0f, f) : f;
@@ -19,8 +20,6 @@ inline float FlushDenormal(float f) {
 // A bf16 value as VDPBF16PS reads it: denormals are zero.
 inline float Bf16In(uint16_t v) { return FlushDenormal(Bf16ToF32(v)); }
 
-// Elements of one panel (16 rows of ceil(k/2) pairs).
-inline int64_t PanelElements(int64_t k) { return (k + 1) / 2 * 2 * kLanes; }
 
 // x's pair q as VDPBF16PS's broadcast operand: x[2q] in the low half, x[2q+1] (zero past k) high.
 inline uint32_t XPair(const uint16_t* x, int64_t q, int64_t k) {

@@ -93,6 +93,11 @@ void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const Matri
                          int64_t ldy, int64_t n_begin, int64_t n_end);
 
 namespace internal {
+// The panel layout's geometry: rows per panel (VDPBF16PS's f32 lanes, an AMX C tile's columns)
+// and the bf16 elements of one panel of a matrix with `cols` columns (pairs rounded up).
+constexpr int64_t kPanelRows = 16;
+inline int64_t PanelElements(int64_t cols) { return (cols + 1) / 2 * 2 * kPanelRows; }
+
 // Panels per register tile, and the column grain of LinearBf16Multi's thread chunks (whole tiles).
 constexpr int kTilePanels = 3;
 constexpr int64_t kColumnGrain = 16 * kTilePanels;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/base/tensor_ref.h"
+#include "kernels/cpu/linear_bf16.h"
 
 namespace pdserve::kernels::amx {
 
@@ -42,7 +43,7 @@ static_assert(sizeof(TileConfig) == 64);
 // Tile registers.
 enum Tile : int { kC0 = 0, kC1 = 1, kA = 2, kB0 = 3, kB1 = 4, kATail = 5, kB0Tail = 6, kB1Tail = 7 };
 
-constexpr int64_t kLanes = 16;     // Outputs per panel: a C tile's columns.
+constexpr int64_t kLanes = internal::kPanelRows;  // Outputs per panel: a C tile's columns.
 constexpr int64_t kTilePairs = 16;  // k pairs per A/B tile (64 bytes per row).
 constexpr int64_t kTileRows = 16;   // Tokens per A/C tile.
 
@@ -105,7 +106,7 @@ void KStep(const uint16_t* staged, int64_t a_stride, const uint16_t* b0, const u
 template <class Ops>
 void Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y, int64_t ldy,
              int64_t n_begin, int64_t n_end) {
-  const int64_t k = w.cols, pairs = (k + 1) / 2, panel_elements = pairs * 2 * kLanes;
+  const int64_t k = w.cols, pairs = (k + 1) / 2, panel_elements = internal::PanelElements(k);
   const int64_t full = pairs / kTilePairs * kTilePairs;
   const int tail = static_cast<int>(pairs - full);
   const auto* panels = static_cast<const uint16_t*>(w.data);

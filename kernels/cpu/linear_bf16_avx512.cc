@@ -38,7 +38,7 @@ std::atomic<bool>& EnabledFlag() {
   return enabled;
 }
 
-constexpr int64_t kLanes = 16;               // Rows per panel.
+constexpr int64_t kLanes = internal::kPanelRows;
 constexpr int64_t kBlockBytes = 256 * 1024;  // Panels kept in L2 across token tiles.
 constexpr int64_t kPrefetchBytes = 8192;    // Into L2, as linear.cc (bench/RESULTS.md).
 
@@ -149,7 +149,7 @@ PD_AVX512BF16 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_
                                            const MatrixRef& w, float* y, int64_t ldy,
                                            int64_t n_begin, int64_t n_end) {
   const int64_t k = w.cols;
-  const int64_t panel_elements = (k + 1) / 2 * 2 * kLanes;
+  const int64_t panel_elements = internal::PanelElements(k);
   // A multiple of the tile's panels, so that only a matrix's last tile is narrower.
   const int64_t block =
       std::max<int64_t>(1, kBlockBytes / (panel_elements * 2) / internal::kTilePanels) *

@@ -16,6 +16,18 @@
 
 namespace pdserve::kernels {
 
+// The constants of the exp, shared by its three copies (Exp8 below, ExpScalar, and the 16-lane
+// Exp16 in attention_avx512.cc), which must stay bitwise equal.
+struct ExpConst {
+  static constexpr float kMaxX = 88.3762626647949f;  // |x| clamp.
+  static constexpr float kLog2e = 1.44269504088896341f;
+  static constexpr float kLn2Hi = 0.693359375f;      // ln 2 = kLn2Hi + kLn2Lo.
+  static constexpr float kLn2Lo = -2.12194440e-4f;
+  // The polynomial for exp(r), highest degree first.
+  static constexpr float kP0 = 1.9875691500E-4f, kP1 = 1.3981999507E-3f, kP2 = 8.3334519073E-3f,
+                         kP3 = 4.1665795894E-2f, kP4 = 1.6666665459E-1f, kP5 = 5.0000001201E-1f;
+};
+
 #if PDSERVE_AVX2
 // Loads 8 weights as f32.
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
@@ -73,19 +85,20 @@ inline float HorizontalMax(__m256 v) {
 // exp(x) for 8 lanes, relative error < 2 ulp over the float range; x < -87.3 gives 0-ish, large x
 // saturates at ~2^127. Cephes-style range reduction: exp(x) = 2^n * exp(r), |r| <= ln2/2.
 inline __m256 Exp8(__m256 x) {
-  const __m256 max_x = _mm256_set1_ps(88.3762626647949f);
-  const __m256 min_x = _mm256_set1_ps(-88.3762626647949f);
+  using C = ExpConst;
+  const __m256 max_x = _mm256_set1_ps(C::kMaxX);
+  const __m256 min_x = _mm256_set1_ps(-C::kMaxX);
   x = _mm256_min_ps(_mm256_max_ps(x, min_x), max_x);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(C::kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(C::kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(C::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(C::kP0);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::kP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::kP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::kP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::kP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::kP5));
   const __m256 r2 = _mm256_mul_ps(r, r);
   p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   // 2^n: n in [-127, 128]; split in two factors so n = 128 and n = -127 stay representable.
