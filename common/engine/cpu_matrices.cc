@@ -44,7 +44,6 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> CpuMatrices::Make(const Model
     return absl::ResourceExhaustedError(Str("copies of the weight matrices (--weight-huge-pages, "
                                             "or the packed copies of bf16 compute): ", s.message()));
   }
-  m->copied_bytes_ = bytes;
   std::vector<void*> places;
   places.reserve(all.size());
   for (auto& [src, dst] : all) places.push_back(m->arena_.Take(copy_bytes(*src)));

@@ -33,7 +33,6 @@ class CpuMatrices {
 
   const Layer& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
   const MatrixRef& lm_head() const { return lm_head_; }
-  size_t copied_bytes() const { return copied_bytes_; }
 
  private:
   CpuMatrices() = default;
@@ -41,7 +40,6 @@ class CpuMatrices {
   HugePageArena arena_;
   std::vector<Layer> layers_;
   MatrixRef lm_head_;
-  size_t copied_bytes_ = 0;
 };
 
 }  // namespace pdserve

@@ -7,8 +7,8 @@
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
-#include "kernels/cpu/blas_gemm.h"
 #include "common/engine/shared_weights.h"
+#include "kernels/cpu/blas_gemm.h"
 #include "kernels/cpu/linear_bf16.h"
 
 namespace pdserve {
