@@ -3,6 +3,7 @@
 // for GEMM is flops.
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -35,6 +36,24 @@ struct Fixture {
     }
   }
 };
+
+// Packing a 4096 x 4096 bf16 matrix into panels at load (arg 1), against memcpy of the same bytes
+// (arg 0), one thread.
+void BM_PackBf16Panels(benchmark::State& state) {
+  const int64_t n = 4096, k = 4096;
+  std::vector<uint16_t> w(n * k, 0x3f80), out(Bf16PanelsBytes(n, k) / 2);
+  const MatrixRef m{DType::kBF16, w.data(), n, k};
+  for (auto _ : state) {
+    if (state.range(0) == 1) {
+      PackBf16Panels(m, out.data(), MatrixLayout::kBf16Panels);
+    } else {
+      std::memcpy(out.data(), w.data(), w.size() * 2);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * k * 2);
+}
+BENCHMARK(BM_PackBf16Panels)->Arg(0)->Arg(1)->ArgName("pack")->UseRealTime();
 
 // A matrix larger than the L2 cache, so GEMV streams from L3/memory as in a real decode step
 // (the whole model's weights do not fit in cache).

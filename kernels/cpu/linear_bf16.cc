@@ -20,7 +20,6 @@ inline float FlushDenormal(float f) {
 // A bf16 value as VDPBF16PS reads it: denormals are zero.
 inline float Bf16In(uint16_t v) { return FlushDenormal(Bf16ToF32(v)); }
 
-
 // x's pair q as VDPBF16PS's broadcast operand: x[2q] in the low half, x[2q+1] (zero past k) high.
 inline uint32_t XPair(const uint16_t* x, int64_t q, int64_t k) {
   if (2 * q + 1 < k) {
