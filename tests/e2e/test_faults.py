@@ -112,7 +112,14 @@ class FaultTest(unittest.TestCase):
             with concurrent.futures.ThreadPoolExecutor(32) as pool:
                 futures = [pool.submit(run, i) for i in range(len(reqs))]
                 self.assertTrue(started.wait(60))
+                # The 16 streams that started may all be the other worker's while the victim's
+                # still wait for their KV pages (CI once saw 0 running there): kill it once it
+                # runs streams of its own, which it must within the streams' 160 tokens.
+                deadline = time.time() + 30
                 running_on_victim = info(victim.grpc, False).running
+                while running_on_victim == 0 and time.time() < deadline:
+                    time.sleep(0.01)
+                    running_on_victim = info(victim.grpc, False).running
                 victim.proc.kill()  # SIGKILL: no drain, no goodbye.
                 got = [f.result(timeout=120) for f in futures]
             self.assertGreater(running_on_victim, 0)
