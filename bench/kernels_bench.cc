@@ -12,6 +12,7 @@
 #include "common/base/thread_pool.h"
 #include "common/kvcache/kv_cache_spec.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/blas_gemm.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_bf16.h"
@@ -240,9 +241,11 @@ void BM_DecodeAttention(benchmark::State& state) {
 BENCHMARK(BM_DecodeAttention)->DenseRange(0, 3)->ArgName("kv_dtype")->UseRealTime();
 
 // One layer's attention of a 512-token prefill chunk (SmolLM: 3 KV heads of 64, 9 query heads,
-// f32 pool) on one thread, as the runner calls it (a row and a KV head at a time). GFLOP/s counts
-// Q.K and P.V.
+// f32 pool) on one thread, as the runner calls it. path 0: the f32 kernel, a row and a KV head at a
+// time; 1: the bf16 kernel (attention_bf16.h), the whole chunk per KV head in tiles of 8 rows; 2:
+// the bf16 kernel a row at a time (as decode calls it). GFLOP/s counts Q.K and P.V.
 void BM_PrefillAttention(benchmark::State& state) {
+  const int64_t path = state.range(0);
   const int64_t ctx = 512, kvh = 3, heads = 9, d = 64, bs = 16;
   const KvCacheSpec spec{1, kvh, d, bs, KvDType::kF32};
   std::vector<uint8_t> pool(spec.PageBytes() * (ctx / bs));
@@ -258,12 +261,24 @@ void BM_PrefillAttention(benchmark::State& state) {
   }
   for (float& x : q) x = static_cast<float>(rng.Normal());
   std::vector<float> scratch(3 * ctx);
-  const int64_t ld = heads * d;
+  std::vector<uint8_t> scratch_bf16(PagedAttentionBf16ScratchBytes(ctx, heads / kvh, d, false));
+  const int64_t ld = heads * d, group = heads / kvh;
   for (auto _ : state) {
-    for (int64_t r = 0; r < ctx; ++r) {
-      for (int64_t h = 0; h < kvh; ++h) {
-        PagedAttentionKvGroup(view, table.data(), r, 0, &q[r * ld], heads, 0.125f, h, &out[r * ld],
-                              scratch.data());
+    if (path == 0) {
+      for (int64_t r = 0; r < ctx; ++r) {
+        for (int64_t h = 0; h < kvh; ++h) {
+          PagedAttentionKvGroup(view, table.data(), r, 0, &q[r * ld], heads, 0.125f, h,
+                                &out[r * ld], scratch.data());
+        }
+      }
+    } else {
+      const int64_t calls = path == 1 ? 1 : ctx, rows = path == 1 ? ctx : 1;
+      for (int64_t c = 0; c < calls; ++c) {
+        for (int64_t h = 0; h < kvh; ++h) {
+          PagedAttentionBf16(view, table.data(), c, rows, 0, 1, 0, &q[c * ld], ld, heads, 0.125f,
+                             h * group, (h + 1) * group, &out[c * ld], ld, scratch_bf16.data(),
+                             scratch_bf16.size());
+        }
       }
     }
     benchmark::DoNotOptimize(out.data());
@@ -272,7 +287,7 @@ void BM_PrefillAttention(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * flops / 1e9,
                                                  benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_PrefillAttention)->UseRealTime();
+BENCHMARK(BM_PrefillAttention)->DenseRange(0, 2)->ArgName("path")->UseRealTime();
 
 }  // namespace
 }  // namespace pdserve::kernels

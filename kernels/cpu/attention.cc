@@ -56,10 +56,11 @@ void ScoresOneByOne(const KvPagesView& view, const int32_t* table, int64_t kvh, 
   }
 }
 
-// In place: s = exp(s - max(s)); returns 1 / sum.
+}  // namespace
+
 // The max is exact in any order (NaN aside, which makes every output NaN either way), so 8 lanes
 // find it: one dependent max per element was a third of the softmax's time.
-float Softmax(float* s, int64_t n) {
+float internal::Softmax(float* s, int64_t n) {
   float max = -INFINITY;
   int64_t i = 0;
 #if PDSERVE_AVX2
@@ -72,6 +73,8 @@ float Softmax(float* s, int64_t n) {
   for (; i < n; ++i) max = std::max(max, s[i]);
   return 1.0f / ExpAndSum(s, n, max);
 }
+
+namespace {
 
 // The weight of the value row at `at` for probability p: p, times the row's scale when quantized.
 template <KvDType D>
@@ -161,7 +164,7 @@ void PagedAttentionT(const KvPagesView& view, const int32_t* block_table, int64_
     }
 #endif
     ScoresOneByOne<D>(view, block_table, kvh, start, j, n, qh, scale, scratch);
-    const float inv_sum = Softmax(scratch, n);
+    const float inv_sum = internal::Softmax(scratch, n);
     float* oh = out + h * d;
     int64_t d0 = 0;
 #if PDSERVE_AVX2
@@ -209,7 +212,7 @@ void PagedAttentionKvGroupT(const KvPagesView& view, const int32_t* block_table,
   float inv_sum[kMaxGroupAvx512];
   for (int64_t g = 0; g < group; ++g) {
     ScoresOneByOne<D>(view, block_table, kv_head, start, n8, n, qs[g], scale, scores[g]);
-    inv_sum[g] = Softmax(scores[g], n);
+    inv_sum[g] = internal::Softmax(scores[g], n);
   }
   WeightedValuesGroupAvx512(view, block_table, kv_head, start, n, scores, g_count, outs);
   for (int64_t g = 0; g < group; ++g) {

@@ -94,6 +94,12 @@ void PagedAttentionKvGroup(const KvPagesView& view, const int32_t* block_table, 
                            int64_t window, const float* q, int64_t num_heads, float scale,
                            int64_t kv_head, float* out, float* scratch);
 
+namespace internal {
+// In place: s[i] = exp(s[i] - max(s)) for i in [0, n); returns 1 / their sum (in 8 lanes by i % 8,
+// then a fixed tree). The softmax of the f32 and the bf16 attention.
+float Softmax(float* s, int64_t n);
+}  // namespace internal
+
 }  // namespace pdserve::kernels
 
 #endif  // PDSERVE_KERNELS_CPU_ATTENTION_H_

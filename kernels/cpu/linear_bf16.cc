@@ -52,11 +52,18 @@ inline __m256 EvenHalves(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi
 // T tokens against one panel; columns [lo, hi) of the panel's 16 stored to y (panel-relative).
 template <int T>
 void TwinTile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t k, float* y,
-              int64_t ldy, int lo, int hi) {
+              int64_t ldy, int lo, int hi, bool accumulate) {
   __m256 acc[T][2];
   {
     DazFtzScope scope;
-    for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (int t = 0; t < T; ++t) {
+      alignas(32) float init[kLanes] = {};
+      if (accumulate) {
+        for (int l = lo; l < hi; ++l) init[l] = y[t * ldy + l];
+      }
+      acc[t][0] = _mm256_load_ps(init);
+      acc[t][1] = _mm256_load_ps(init + 8);
+    }
     const int64_t pairs = (k + 1) / 2;
     for (int64_t q = 0; q < pairs; ++q) {
       __m256 wo[2], we[2];
@@ -85,13 +92,14 @@ void TwinTile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t k, 
 
 template <int T>
 void TwinTokens(const uint16_t* x, int64_t ldx, const MatrixRef& w, float* y, int64_t ldy,
-                int64_t n_begin, int64_t n_end) {
+                int64_t n_begin, int64_t n_end, bool accumulate) {
   const uint16_t* data = static_cast<const uint16_t*>(w.data);
   for (int64_t p = n_begin / kLanes; p * kLanes < n_end; ++p) {
     const int64_t first = p * kLanes;
     const int lo = static_cast<int>(std::max(n_begin, first) - first);
     const int hi = static_cast<int>(std::min(n_end, first + kLanes) - first);
-    TwinTile<T>(x, ldx, data + p * PanelElements(w.cols), w.cols, y + first, ldy, lo, hi);
+    TwinTile<T>(x, ldx, data + p * PanelElements(w.cols), w.cols, y + first, ldy, lo, hi,
+                accumulate);
   }
 }
 
@@ -190,13 +198,13 @@ uint16_t Bf16PanelsAt(const MatrixRef& packed, int64_t row, int64_t col) {
 }
 
 void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
-                         int64_t ldy, int64_t n_begin, int64_t n_end) {
+                         int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate) {
   PD_CHECK(w.layout != MatrixLayout::kRowMajor);
   const int64_t k = w.cols;
   for (int64_t t = 0; t < m; ++t) {
     const uint16_t* x = xb + t * ldx;
     for (int64_t j = n_begin; j < n_end; ++j) {
-      float acc = 0.0f;
+      float acc = accumulate ? y[t * ldy + j] : 0.0f;
       for (int64_t q = 0; q < (k + 1) / 2; ++q) {
         const int64_t i0 = 2 * q, i1 = i0 + 1;
         const float x1 = i1 < k ? Bf16In(x[i1]) : 0.0f, w1 = Bf16In(Bf16PanelsAt(w, j, i1));
@@ -211,31 +219,40 @@ void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const Matri
 namespace internal {
 
 void LinearBf16ColumnsAvx2(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
-                           float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
+                           float* y, int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate) {
   PD_CHECK(w.layout == MatrixLayout::kBf16Panels);
 #if PDSERVE_AVX2
   int64_t t = 0;
-  for (; t + 4 <= m; t += 4) TwinTokens<4>(xb + t * ldx, ldx, w, y + t * ldy, ldy, n_begin, n_end);
+  for (; t + 4 <= m; t += 4) {
+    TwinTokens<4>(xb + t * ldx, ldx, w, y + t * ldy, ldy, n_begin, n_end, accumulate);
+  }
   const uint16_t* xt = xb + t * ldx;
   float* yt = y + t * ldy;
   switch (m - t) {
-    case 3: TwinTokens<3>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
-    case 2: TwinTokens<2>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
-    case 1: TwinTokens<1>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
+    case 3: TwinTokens<3>(xt, ldx, w, yt, ldy, n_begin, n_end, accumulate); break;
+    case 2: TwinTokens<2>(xt, ldx, w, yt, ldy, n_begin, n_end, accumulate); break;
+    case 1: TwinTokens<1>(xt, ldx, w, yt, ldy, n_begin, n_end, accumulate); break;
     default: break;
   }
 #else
-  LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end);
+  LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end, accumulate);
 #endif
 }
 
 }  // namespace internal
 
 void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
-                       int64_t ldy, int64_t n_begin, int64_t n_end) {
+                       int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate) {
   PD_CHECK(w.layout != MatrixLayout::kRowMajor);
   if (m <= 0 || n_begin >= n_end) return;
+  if (w.cols == 0) {  // No pairs: the sums are their starting values.
+    if (!accumulate) {
+      for (int64_t t = 0; t < m; ++t) std::fill(y + t * ldy + n_begin, y + t * ldy + n_end, 0.0f);
+    }
+    return;
+  }
   if (w.layout == MatrixLayout::kBf16PanelsSwapped) {
+    PD_CHECK(!accumulate);
     if (AmxEnabled()) {
       internal::LinearBf16ColumnsAmx(xb, m, ldx, w, y, ldy, n_begin, n_end);
     } else {  // Packed for AMX, now off (tests): the reference reads either layout.
@@ -244,9 +261,9 @@ void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixR
     return;
   }
   if (Bf16DotEnabled()) {
-    internal::LinearBf16ColumnsAvx512(xb, m, ldx, w, y, ldy, n_begin, n_end);
+    internal::LinearBf16ColumnsAvx512(xb, m, ldx, w, y, ldy, n_begin, n_end, accumulate);
   } else {
-    internal::LinearBf16ColumnsAvx2(xb, m, ldx, w, y, ldy, n_begin, n_end);
+    internal::LinearBf16ColumnsAvx2(xb, m, ldx, w, y, ldy, n_begin, n_end, accumulate);
   }
 }
 

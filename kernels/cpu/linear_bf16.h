@@ -80,9 +80,11 @@ class Bf16PanelMatrix {
 };
 
 // Columns [n_begin, n_end) (any range) of y for all m rows of the bf16 activations `xb`; W packed
-// (either panel layout).
+// (either panel layout). With `accumulate`, each output's accumulator starts from y's value
+// instead of zero and walks on (kBf16Panels only): a k split at an even column into two calls
+// gives the bits of one call over the whole k (attention's P.V continues a tile's sums per row).
 void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
-                       int64_t ldy, int64_t n_begin, int64_t n_end);
+                       int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate = false);
 
 // Several matrices that read the same xb, in one parallel region (as LinearMulti).
 void LinearBf16Multi(const uint16_t* xb, int64_t m, int64_t ldx, const LinearOutput* outputs,
@@ -90,7 +92,7 @@ void LinearBf16Multi(const uint16_t* xb, int64_t m, int64_t ldx, const LinearOut
 
 // The sequence above in plain scalar code: the portable build's path and the tests' reference.
 void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
-                         int64_t ldy, int64_t n_begin, int64_t n_end);
+                         int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate = false);
 
 namespace internal {
 // The panel layout's geometry: rows per panel (VDPBF16PS's f32 lanes, an AMX C tile's columns)
@@ -104,9 +106,11 @@ constexpr int64_t kColumnGrain = 16 * kTilePanels;
 
 // The two vector paths, for the tests (call the first only when Bf16DotEnabled()).
 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
-                             float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
+                             float* y, int64_t ldy, int64_t n_begin, int64_t n_end,
+                             bool accumulate = false);
 void LinearBf16ColumnsAvx2(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
-                           float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
+                           float* y, int64_t ldy, int64_t n_begin, int64_t n_end,
+                           bool accumulate = false);
 // Swapped panels only; call only when AmxEnabled() (or from AmxEnabled's own check).
 void LinearBf16ColumnsAmx(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                           int64_t ldy, int64_t n_begin, int64_t n_end);

@@ -53,10 +53,17 @@ inline __mmask16 PanelMask(int64_t p, int64_t n_begin, int64_t n_end) {
 template <int T, int B, bool Prefetch>
 PD_AVX512BF16 inline void Tile(const uint16_t* x, int64_t ldx, const uint16_t* panels,
                                int64_t panel_elements, int64_t k, float* y, int64_t ldy, int64_t p,
-                               int64_t n_begin, int64_t n_end) {
+                               int64_t n_begin, int64_t n_end, bool accumulate) {
   __m512 acc[T][B];
-  for (int t = 0; t < T; ++t)
-    for (int b = 0; b < B; ++b) acc[t][b] = _mm512_setzero_ps();
+  if (accumulate) {
+    for (int b = 0; b < B; ++b) {
+      const __mmask16 mask = PanelMask(p + b, n_begin, n_end);
+      for (int t = 0; t < T; ++t) acc[t][b] = _mm512_maskz_loadu_ps(mask, y + (p + b) * kLanes + t * ldy);
+    }
+  } else {
+    for (int t = 0; t < T; ++t)
+      for (int b = 0; b < B; ++b) acc[t][b] = _mm512_setzero_ps();
+  }
   const uint16_t* w = panels + p * panel_elements;
   const int64_t full = k / 2;
   for (int64_t q = 0; q < full; ++q) {
@@ -107,14 +114,14 @@ template <int T, int B, bool Prefetch>
 PD_AVX512BF16 inline void PanelsForTokens(const uint16_t* x, int64_t ldx, const uint16_t* panels,
                                           int64_t panel_elements, int64_t k, float* y, int64_t ldy,
                                           int64_t p_begin, int64_t p_end, int64_t n_begin,
-                                          int64_t n_end) {
+                                          int64_t n_end, bool accumulate) {
   int64_t p = p_begin;
   for (; p + B <= p_end; p += B) {
-    Tile<T, B, Prefetch>(x, ldx, panels, panel_elements, k, y, ldy, p, n_begin, n_end);
+    Tile<T, B, Prefetch>(x, ldx, panels, panel_elements, k, y, ldy, p, n_begin, n_end, accumulate);
   }
   if constexpr (B > 1) {
     for (; p < p_end; ++p) {
-      Tile<T, 1, Prefetch>(x, ldx, panels, panel_elements, k, y, ldy, p, n_begin, n_end);
+      Tile<T, 1, Prefetch>(x, ldx, panels, panel_elements, k, y, ldy, p, n_begin, n_end, accumulate);
     }
   }
 }
@@ -125,12 +132,14 @@ template <int T>
 PD_AVX512BF16 inline void TokenTile(bool first, const uint16_t* x, int64_t ldx,
                                     const uint16_t* panels, int64_t panel_elements, int64_t k,
                                     float* y, int64_t ldy, int64_t p_begin, int64_t p_end,
-                                    int64_t n_begin, int64_t n_end) {
+                                    int64_t n_begin, int64_t n_end, bool accumulate) {
   constexpr int B = internal::kTilePanels;
   if (first) {
-    PanelsForTokens<T, B, true>(x, ldx, panels, panel_elements, k, y, ldy, p_begin, p_end, n_begin, n_end);
+    PanelsForTokens<T, B, true>(x, ldx, panels, panel_elements, k, y, ldy, p_begin, p_end, n_begin,
+                                n_end, accumulate);
   } else {
-    PanelsForTokens<T, B, false>(x, ldx, panels, panel_elements, k, y, ldy, p_begin, p_end, n_begin, n_end);
+    PanelsForTokens<T, B, false>(x, ldx, panels, panel_elements, k, y, ldy, p_begin, p_end,
+                                 n_begin, n_end, accumulate);
   }
 }
 
@@ -147,7 +156,7 @@ namespace internal {
 
 PD_AVX512BF16 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_t ldx,
                                            const MatrixRef& w, float* y, int64_t ldy,
-                                           int64_t n_begin, int64_t n_end) {
+                                           int64_t n_begin, int64_t n_end, bool accumulate) {
   const int64_t k = w.cols;
   const int64_t panel_elements = internal::PanelElements(k);
   // A multiple of the tile's panels, so that only a matrix's last tile is narrower.
@@ -161,13 +170,15 @@ PD_AVX512BF16 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_
     int64_t t = 0;
     for (; t + 8 <= m; t += 8) {
       TokenTile<8>(t == 0, xb + t * ldx, ldx, panels, panel_elements, k, y + t * ldy, ldy, pb, pe,
-                   n_begin, n_end);
+                   n_begin, n_end, accumulate);
     }
     const bool first = t == 0;
     const uint16_t* xt = xb + t * ldx;
     float* yt = y + t * ldy;
 #define PD_TOKENS(T) \
-  case T: TokenTile<T>(first, xt, ldx, panels, panel_elements, k, yt, ldy, pb, pe, n_begin, n_end); break
+  case T:           \
+    TokenTile<T>(first, xt, ldx, panels, panel_elements, k, yt, ldy, pb, pe, n_begin, n_end, accumulate); \
+    break
     switch (m - t) {
       PD_TOKENS(7);
       PD_TOKENS(6);
@@ -191,8 +202,8 @@ bool Bf16DotEnabled() { return false; }
 void SetBf16DotEnabled(bool) {}
 namespace internal {
 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
-                             float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
-  LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end);
+                             float* y, int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate) {
+  LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end, accumulate);
 }
 }  // namespace internal
 

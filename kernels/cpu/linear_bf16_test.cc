@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "common/base/rng.h"
@@ -162,6 +163,48 @@ TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
     }
   }
   if (!hardware) GTEST_SKIP() << "this CPU has no AVX512-BF16: the twin and the reference were compared";
+}
+
+// With `accumulate` every path continues y's sums: k split at an even column into two calls gives
+// one call's bits (attention_bf16.cc continues a tile's common keys row by row), and columns
+// outside the range stay untouched.
+TEST(LinearBf16, AccumulateContinuesTheSums) {
+  using Path = void (*)(const uint16_t*, int64_t, int64_t, const MatrixRef&, float*, int64_t,
+                        int64_t, int64_t, bool);
+  std::vector<std::pair<const char*, Path>> paths = {{"reference", &LinearBf16Reference},
+                                                     {"avx2 twin", &internal::LinearBf16ColumnsAvx2}};
+  if (Bf16DotSupported()) paths.push_back({"vdpbf16ps", &internal::LinearBf16ColumnsAvx512});
+  for (Values kind : {Values::kNormal, Values::kAdversarial}) {
+    for (int64_t k : {3, 9, 40, 101}) {
+      for (int64_t n : {5, 16, 37}) {
+        for (int64_t m : {1, 3, 8, 11}) {
+          const uint64_t seed = 77 * k + 5 * n + m;
+          const std::vector<uint16_t> w = RandomBf16(n * k, seed, kind);
+          const std::vector<uint16_t> x = RandomBf16(m * k, seed + 1, kind);
+          const int64_t split = k / 2 & ~int64_t{1};
+          std::vector<uint16_t> w1(n * split), w2(n * (k - split));
+          for (int64_t j = 0; j < n; ++j) {
+            std::copy(w.begin() + j * k, w.begin() + j * k + split, w1.begin() + j * split);
+            std::copy(w.begin() + j * k + split, w.begin() + (j + 1) * k, w2.begin() + j * (k - split));
+          }
+          const Bf16PanelMatrix whole(Ref(w, n, k), MatrixLayout::kBf16Panels);
+          const Bf16PanelMatrix first(Ref(w1, n, split), MatrixLayout::kBf16Panels);
+          const Bf16PanelMatrix second(Ref(w2, n, k - split), MatrixLayout::kBf16Panels);
+          const int64_t lo = n / 4, hi = n - n / 5, ldy = n + 1;
+          for (const auto& [name, path] : paths) {
+            std::vector<float> once(m * ldy, -1), twice(m * ldy, -1);
+            path(x.data(), m, k, whole.ref(), once.data(), ldy, lo, hi, false);
+            if (split > 0) path(x.data(), m, k, first.ref(), twice.data(), ldy, lo, hi, false);
+            if (split == 0) {
+              for (int64_t t = 0; t < m; ++t) std::fill(&twice[t * ldy + lo], &twice[t * ldy + hi], 0.0f);
+            }
+            path(x.data() + split, m, k, second.ref(), twice.data(), ldy, lo, hi, true);
+            ExpectBitwise(once, twice, name, m, n, k);
+          }
+        }
+      }
+    }
+  }
 }
 
 // A row's result does not depend on the batch, its position in it, the thread count, the column

@@ -1,0 +1,155 @@
+#include "kernels/cpu/attention_bf16.h"
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "common/base/rng.h"
+#include "common/kvcache/kv_cache_spec.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/linear_bf16.h"
+
+namespace pdserve::kernels {
+namespace {
+
+// A pool of `ctx` random tokens behind a scrambled block table.
+struct Pool {
+  Pool(KvDType dtype, int64_t kvh, int64_t d, int64_t bs, int64_t ctx, uint64_t seed) {
+    const int64_t blocks = (ctx + bs - 1) / bs;
+    const size_t page = KvCacheSpec{1, kvh, d, bs, dtype}.PageBytes();
+    bytes.resize(blocks * page);
+    view = KvPagesView{bytes.data(), page, bs, kvh, d, dtype};
+    table.resize(blocks);
+    std::iota(table.rbegin(), table.rend(), 0);
+    if (blocks > 3) std::swap(table[1], table[3]);
+    SplitMix64 rng(seed);
+    for (int64_t p = 0; p < ctx; ++p) {
+      std::vector<float> k(kvh * d), v(kvh * d);
+      for (float& x : k) x = static_cast<float>(rng.Normal() * 2);
+      for (float& x : v) x = static_cast<float>(rng.Normal());
+      StoreKv(view, table.data(), p, k.data(), v.data());
+    }
+  }
+  std::vector<uint8_t> bytes;
+  std::vector<int32_t> table;
+  KvPagesView view;
+};
+
+std::vector<float> RandomQ(int64_t rows, int64_t heads, int64_t d, uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<float> q(rows * heads * d);
+  for (float& x : q) x = static_cast<float>(rng.Normal());
+  return q;
+}
+
+bool SameBits(const float* a, const float* b, int64_t n) {
+  return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
+}
+
+// Runs PagedAttentionBf16 over rows [0, rows) at first_position.. in tile shares of `step`, for
+// each KV group (or each single head), and checks every row and head against the reference.
+void CheckAgainstReference(KvDType dtype, int64_t d, int64_t bs, int64_t window,
+                           int64_t first_position, int64_t rows, int64_t step, bool per_head) {
+  const int64_t kvh = 2, group = 3, heads = kvh * group;
+  const int64_t ctx = first_position + rows;
+  Pool pool(dtype, kvh, d, bs, ctx, static_cast<uint64_t>(d * 131 + bs));
+  const auto q = RandomQ(rows, heads, d, static_cast<uint64_t>(rows + window));
+  std::vector<float> out(rows * heads * d, -1.0f), ref(heads * d);
+  std::vector<uint8_t> scratch(PagedAttentionBf16ScratchBytes(ctx, group, d, window > 0));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t calls = per_head ? heads : kvh;
+  for (int64_t c = 0; c < calls; ++c) {
+    const int64_t hb = per_head ? c : c * group, he = per_head ? c + 1 : hb + group;
+    for (int64_t t = 0; t < step; ++t) {
+      PagedAttentionBf16(pool.view, pool.table.data(), first_position, rows, t, step, window,
+                         q.data(), heads * d, heads, scale, hb, he, out.data(), heads * d,
+                         scratch.data(), scratch.size());
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    PagedAttentionBf16Reference(pool.view, pool.table.data(), first_position + r, window,
+                                &q[r * heads * d], heads, scale, 0, heads, ref.data());
+    ASSERT_TRUE(SameBits(&out[r * heads * d], ref.data(), heads * d))
+        << KvDTypeName(dtype) << " d=" << d << " bs=" << bs << " window=" << window
+        << " first=" << first_position << " row=" << r << " step=" << step
+        << " per_head=" << per_head << ": " << out[r * heads * d] << " vs " << ref[0];
+  }
+}
+
+// The fast path (packed panels, tiles of rows, shares of tiles, VDPBF16PS or its AVX2 twin) gives
+// the reference's bits for every row: any KV dtype, head sizes with partial panels and an odd one,
+// windows whose rows start at both parities, tiles sharing a call and decode-like single rows.
+TEST(AttentionBf16Test, TilesEqualTheReferenceBitwise) {
+  for (bool dot : {true, false}) {
+    SetBf16DotEnabled(dot);
+    for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8, KvDType::kInt4}) {
+      for (int64_t d : {64, 24, 10}) {
+        for (int64_t window : {0, 5, 40}) {
+          CheckAgainstReference(dtype, d, 16, window, 0, 37, 1, false);
+          CheckAgainstReference(dtype, d, 4, window, 13, 29, 2, false);
+          CheckAgainstReference(dtype, d, 16, window, 50, 1, 1, true);
+        }
+      }
+    }
+    CheckAgainstReference(KvDType::kF32, 17, 8, 0, 3, 12, 1, false);
+    CheckAgainstReference(KvDType::kF32, 128, 16, 7, 100, 70, 3, true);
+  }
+  SetBf16DotEnabled(true);
+}
+
+// A row computed inside a chunk equals the same row computed alone (as decode computes it),
+// also when a later row of the chunk holds values that are not finite.
+TEST(AttentionBf16Test, ChunkRowEqualsDecodeRowWithInfiniteLaterValues) {
+  const int64_t kvh = 1, heads = 2, d = 64, bs = 16, first = 20, rows = 16;
+  Pool pool(KvDType::kF32, kvh, d, bs, first + rows, 5);
+  // Row 9's value is +inf in one element, row 12's key NaN.
+  reinterpret_cast<float*>(pool.view.Value(pool.table[(first + 9) / bs], 0, (first + 9) % bs))[3] = INFINITY;
+  reinterpret_cast<float*>(pool.view.Key(pool.table[(first + 12) / bs], 0, (first + 12) % bs))[0] = NAN;
+  const auto q = RandomQ(rows, heads, d, 6);
+  std::vector<uint8_t> scratch(PagedAttentionBf16ScratchBytes(first + rows, heads, d, false));
+  std::vector<float> chunk(rows * heads * d), alone(heads * d);
+  PagedAttentionBf16(pool.view, pool.table.data(), first, rows, 0, 1, 0, q.data(), heads * d, heads,
+                     0.125f, 0, heads, chunk.data(), heads * d, scratch.data(), scratch.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    PagedAttentionBf16(pool.view, pool.table.data(), first + r, 1, 0, 1, 0, &q[r * heads * d],
+                       heads * d, heads, 0.125f, 0, heads, alone.data(), heads * d, scratch.data(),
+                       scratch.size());
+    if (r < 9) {
+      for (float x : alone) ASSERT_TRUE(std::isfinite(x)) << r;
+    } else {
+      EXPECT_TRUE(std::isinf(alone[3]) || std::isnan(alone[3])) << r;
+    }
+    if (r < 12) ASSERT_TRUE(SameBits(&chunk[r * heads * d], alone.data(), heads * d)) << r;
+    if (r >= 12) EXPECT_TRUE(std::isnan(chunk[r * heads * d]) && std::isnan(alone[0])) << r;
+  }
+}
+
+// bf16 attention is attention: within bf16's rounding of the f32 kernel's result.
+TEST(AttentionBf16Test, CloseToF32Attention) {
+  for (KvDType dtype : {KvDType::kF32, KvDType::kInt8}) {
+    const int64_t kvh = 2, group = 4, heads = kvh * group, d = 128, ctx = 300;
+    Pool pool(dtype, kvh, d, 16, ctx, 11);
+    const auto q = RandomQ(1, heads, d, 12);
+    std::vector<float> f32(heads * d), bf16(heads * d), scratch_f32(ctx);
+    std::vector<uint8_t> scratch(PagedAttentionBf16ScratchBytes(ctx, group, d, false));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    PagedAttention(pool.view, pool.table.data(), ctx - 1, 0, q.data(), heads, scale, 0, heads,
+                   f32.data(), scratch_f32.data());
+    for (int64_t h = 0; h < heads; h += group) {
+      PagedAttentionBf16(pool.view, pool.table.data(), ctx - 1, 1, 0, 1, 0, q.data(), heads * d,
+                         heads, scale, h, h + group, bf16.data(), heads * d, scratch.data(),
+                         scratch.size());
+    }
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < heads * d; ++i) {
+      err = std::max(err, std::abs(double(bf16[i]) - f32[i]));
+      norm = std::max(norm, std::abs(double(f32[i])));
+    }
+    EXPECT_LT(err, 0.02 * norm) << KvDTypeName(dtype);
+    EXPECT_GT(err, 0.0) << "bf16 rounding should show";
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::kernels
