@@ -8,6 +8,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/engine/shared_weights.h"
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/blas_gemm.h"
 #include "kernels/cpu/linear_bf16.h"
 
@@ -76,9 +77,18 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
   gate_.resize(t * c.intermediate_size);
   up_.resize(t * c.intermediate_size);
   rope_cs_.resize(t * c.head_dim);
-  // Per thread: scores of one KV head's query heads over the longest context.
-  attn_scratch_per_thread_ = static_cast<size_t>(c.num_heads / c.num_kv_heads) * options.max_model_len;
-  attn_scratch_.resize(static_cast<size_t>(pool_threads_.num_threads()) * attn_scratch_per_thread_);
+  // Per thread: scores of one KV head's query heads over the longest context (f32), or the keys
+  // of a chunk packed and a tile's scores (bf16; left untouched until used).
+  const int threads = pool_threads_.num_threads();
+  if (options.compute_dtype == ComputeDType::kBF16) {
+    attn_bf16_scratch_bytes_ = kernels::PagedAttentionBf16ScratchBytes(
+        options.max_model_len, c.num_heads / c.num_kv_heads, c.head_dim, c.sliding_window > 0);
+    attn_bf16_scratch_.reset(new uint8_t[threads * attn_bf16_scratch_bytes_]);
+    attn_items_.reserve(static_cast<size_t>(t * c.num_heads));
+  } else {
+    attn_scratch_per_thread_ = static_cast<size_t>(c.num_heads / c.num_kv_heads) * options.max_model_len;
+    attn_scratch_.resize(static_cast<size_t>(threads) * attn_scratch_per_thread_);
+  }
   logit_in_.resize(options.max_logit_rows * c.hidden_size);
   if (options.compute_dtype == ComputeDType::kBF16) {
     const int64_t widest = std::max({c.hidden_size, c.q_size(), c.intermediate_size});
@@ -168,6 +178,80 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
   return absl::OkStatus();
 }
 
+void CpuModelRunner::AttentionF32(const ForwardBatch& batch, const kernels::KvPagesView& view,
+                                  int64_t rows) {
+  const ModelConfig& c = config_;
+  const int64_t qs = c.q_size();
+  // Items (row, head) are dealt round-robin: a prefill chunk's later rows attend to more keys, so
+  // contiguous ranges would leave one thread with most of the work.
+  // With enough rows, an item is (row, KV head): its query heads read each key and value once
+  // (PagedAttentionKvGroup; same bits). A few rows keep per-head items so both threads have work.
+  const int threads = pool_threads_.num_threads();
+  const bool grouped = rows * c.num_kv_heads >= 4 * threads;
+  const int64_t per_row = grouped ? c.num_kv_heads : c.num_heads;
+  const int64_t items = rows * per_row;
+  pool_threads_.Run([&](int t) {
+    float* scratch = &attn_scratch_[static_cast<size_t>(t) * attn_scratch_per_thread_];
+    for (int64_t i = t; i < items; i += threads) {
+      const int64_t r = i / per_row, h = i % per_row;
+      const SequenceChunk& chunk = batch.sequences[rows_[r].seq];
+      if (grouped) {
+        kernels::PagedAttentionKvGroup(view, chunk.block_table.data(), rows_[r].position,
+                                       c.sliding_window, &q_[r * qs], c.num_heads, attn_scale_, h,
+                                       &attn_[r * qs], scratch);
+      } else {
+        kernels::PagedAttention(view, chunk.block_table.data(), rows_[r].position,
+                                c.sliding_window, &q_[r * qs], c.num_heads, attn_scale_, h, h + 1,
+                                &attn_[r * qs], scratch);
+      }
+    }
+  });
+}
+
+void CpuModelRunner::AttentionBf16(const ForwardBatch& batch, const kernels::KvPagesView& view) {
+  const ModelConfig& c = config_;
+  const int64_t qs = c.q_size(), group = c.num_heads / c.num_kv_heads;
+  const int threads = pool_threads_.num_threads();
+  // A chunk's tiles are shared among the threads (each packs the keys it reads); a chunk of one
+  // tile (decode) is one call per KV head, or per query head when there are too few calls to
+  // keep every thread busy. Shares of one chunk and KV head are consecutive, so dealing the
+  // calls round-robin gives them to different threads. Any split gives the same bits.
+  constexpr int64_t kTile = kernels::kAttentionBf16RowsPerTile;
+  int64_t calls = 0;
+  for (const SequenceChunk& chunk : batch.sequences) {
+    const int64_t tiles = (static_cast<int64_t>(chunk.tokens.size()) + kTile - 1) / kTile;
+    calls += std::min<int64_t>(tiles, threads) * c.num_kv_heads;
+  }
+  const bool split_heads = calls < 4 * threads;
+  attn_items_.clear();
+  int64_t row = 0;
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(batch.sequences[s].tokens.size());
+    const int64_t tiles = (n + kTile - 1) / kTile;
+    const int64_t shares = std::min<int64_t>(tiles, threads);
+    const bool per_head = split_heads && tiles == 1;
+    for (int64_t h = 0; h < c.num_heads; h += per_head ? 1 : group) {
+      for (int64_t share = 0; share < shares; ++share) {
+        attn_items_.push_back(AttentionItem{static_cast<int32_t>(s), row, n, share, shares, h,
+                                            per_head ? h + 1 : h + group});
+      }
+    }
+    row += n;
+  }
+  const int64_t items = static_cast<int64_t>(attn_items_.size());
+  pool_threads_.Run([&](int t) {
+    uint8_t* scratch = attn_bf16_scratch_.get() + static_cast<size_t>(t) * attn_bf16_scratch_bytes_;
+    for (int64_t i = t; i < items; i += threads) {
+      const AttentionItem& it = attn_items_[i];
+      const SequenceChunk& chunk = batch.sequences[it.seq];
+      kernels::PagedAttentionBf16(view, chunk.block_table.data(), chunk.start_position, it.count,
+                                  it.share, it.shares, c.sliding_window, &q_[it.row * qs], qs,
+                                  c.num_heads, attn_scale_, it.head_begin, it.head_end,
+                                  &attn_[it.row * qs], qs, scratch, attn_bf16_scratch_bytes_);
+    }
+  });
+}
+
 void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t rows) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_->layer(layer);
@@ -220,30 +304,11 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   if (layer_callback_) layer_callback_(layer);
 
   // Every row's KV is stored before any row attends (a chunk attends to its own earlier rows).
-  // Items (row, head) are dealt round-robin: a prefill chunk's later rows attend to more keys, so
-  // contiguous ranges would leave one thread with most of the work.
-  // With enough rows, an item is (row, KV head): its query heads read each key and value once
-  // (PagedAttentionKvGroup; same bits). A few rows keep per-head items so both threads have work.
-  const int threads = pool_threads_.num_threads();
-  const bool grouped = rows * c.num_kv_heads >= 4 * threads;
-  const int64_t per_row = grouped ? c.num_kv_heads : c.num_heads;
-  const int64_t items = rows * per_row;
-  pool_threads_.Run([&](int t) {
-    float* scratch = &attn_scratch_[static_cast<size_t>(t) * attn_scratch_per_thread_];
-    for (int64_t i = t; i < items; i += threads) {
-      const int64_t r = i / per_row, h = i % per_row;
-      const SequenceChunk& chunk = batch.sequences[rows_[r].seq];
-      if (grouped) {
-        kernels::PagedAttentionKvGroup(view, chunk.block_table.data(), rows_[r].position,
-                                       c.sliding_window, &q_[r * qs], c.num_heads, attn_scale_, h,
-                                       &attn_[r * qs], scratch);
-      } else {
-        kernels::PagedAttention(view, chunk.block_table.data(), rows_[r].position,
-                                c.sliding_window, &q_[r * qs], c.num_heads, attn_scale_, h, h + 1,
-                                &attn_[r * qs], scratch);
-      }
-    }
-  });
+  if (options_.compute_dtype == ComputeDType::kBF16) {
+    AttentionBf16(batch, view);
+  } else {
+    AttentionF32(batch, view, rows);
+  }
 
   const kernels::LinearOutput o[1] = {{&p.o, tmp_.data(), hidden}};
   Project(attn_.data(), rows, qs, o, 1);

@@ -1,7 +1,8 @@
 // The CPU forward pass (backend "cpu"): the reference implementation and the small-deployment
 // path. Linear layers in f32 over f32/bf16/f16 weights read in place, or (compute dtype bf16)
-// bf16 activations x bf16 weights with f32 sums (VDPBF16PS); attention, norms and activations
-// in f32; KV pool in f32 or bf16.
+// bf16 activations x bf16 weights with f32 sums (VDPBF16PS); attention in f32, or (compute dtype
+// bf16) Q.K^T and P.V in bf16 with an f32 softmax (attention_bf16.h); norms and activations in
+// f32; KV pool in f32, bf16, int8 or int4.
 //
 // Cost per step for T tokens: 2 * T * (parameters in the projections) flops plus attention
 // (4 * context * head_dim per query head per token); a decode step streams every weight once
@@ -45,6 +46,15 @@ class CpuModelRunner : public ModelRunner {
     int32_t seq;       // Index into batch.sequences.
     int64_t position;
   };
+  // One call of the bf16 attention: a sequence's rows [row, row + count) (one chunk), query heads
+  // [head_begin, head_end) of one KV head, tiles share, share + shares, ... of the chunk.
+  struct AttentionItem {
+    int32_t seq;
+    int64_t row, count, share, shares;
+    int64_t head_begin, head_end;
+  };
+  void AttentionF32(const ForwardBatch& batch, const kernels::KvPagesView& view, int64_t rows);
+  void AttentionBf16(const ForwardBatch& batch, const kernels::KvPagesView& view);
 
   const ModelRunnerOptions options_;
   LayerCallback layer_callback_;
@@ -61,6 +71,9 @@ class CpuModelRunner : public ModelRunner {
   std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, rope_cs_;
   std::vector<float> attn_scratch_;  // [threads][heads per KV head][max_model_len]
   size_t attn_scratch_per_thread_ = 0;
+  std::vector<AttentionItem> attn_items_;  // Compute dtype bf16: this step's calls.
+  std::unique_ptr<uint8_t[]> attn_bf16_scratch_;  // [threads][attn_bf16_scratch_bytes_]
+  size_t attn_bf16_scratch_bytes_ = 0;
   std::vector<float> logit_in_;      // [max_logit_rows][hidden]
   std::vector<float> blas_scratch_;
   std::vector<uint16_t> x_bf16_;     // [max_batch_tokens][widest input] (compute dtype bf16)

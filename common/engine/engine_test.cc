@@ -346,8 +346,20 @@ TEST(EngineTest, ComputeDTypeAutoAndConflicts) {
 TEST(EngineTest, Bf16WeightsAndBf16KvPool) {
   const std::string dir = ModelDir("llama", DType::kBF16);
   const Request r{"r", Prompt(40, 3), Greedy(6)};
-  const auto f32_pool = RunEngine(dir, SmallOptions(), {r});
-  EngineOptions o = SmallOptions();
+  // Computing in bf16, attention rounds K and V to bf16 as it reads them: a bf16 pool changes
+  // nothing, bit for bit.
+  EngineOptions bf16_compute = SmallOptions();
+  bf16_compute.compute_dtype = ComputeDType::kBF16;
+  const auto bf16_compute_f32_pool = RunEngine(dir, bf16_compute, {r});
+  bf16_compute.kv_dtype = KvDType::kBF16;
+  const auto bf16_compute_bf16_pool = RunEngine(dir, bf16_compute, {r});
+  ASSERT_EQ(bf16_compute_f32_pool.at("r").tokens, bf16_compute_bf16_pool.at("r").tokens);
+  ASSERT_EQ(bf16_compute_f32_pool.at("r").logits, bf16_compute_bf16_pool.at("r").logits);
+  // Computing in f32, the pool's rounding shows.
+  EngineOptions f32_compute = SmallOptions();
+  f32_compute.compute_dtype = ComputeDType::kF32;
+  const auto f32_pool = RunEngine(dir, f32_compute, {r});
+  EngineOptions o = f32_compute;
   o.kv_dtype = KvDType::kBF16;
   const auto bf16_pool = RunEngine(dir, o, {r});
   // Rounding K and V to bf16 moves logits by about 2^-8 relative; the first step must agree.
