@@ -241,15 +241,17 @@ void BM_DecodeAttention(benchmark::State& state) {
 BENCHMARK(BM_DecodeAttention)->DenseRange(0, 3)->ArgName("kv_dtype")->UseRealTime();
 
 // One layer's attention of a 512-token prefill chunk (SmolLM: 3 KV heads of 64, 9 query heads,
-// f32 pool) on one thread, as the runner calls it. path 0: the f32 kernel, a row and a KV head at a
-// time; 1: the bf16 kernel (attention_bf16.h), the whole chunk per KV head in tiles of 8 rows; 2:
-// the bf16 kernel a row at a time (as decode calls it). GFLOP/s counts Q.K and P.V.
+// pool in f32 (pool 0) or bf16 (pool 1)) on one thread, as the runner calls it. path 0: the f32
+// kernel, a row and a KV head at a time; 1: the bf16 kernel (attention_bf16.h), the whole chunk per
+// KV head in tiles of 8 rows; 2: the bf16 kernel a row at a time (as decode calls it). GFLOP/s
+// counts Q.K and P.V.
 void BM_PrefillAttention(benchmark::State& state) {
   const int64_t path = state.range(0);
+  const KvDType dtype = state.range(1) == 0 ? KvDType::kF32 : KvDType::kBF16;
   const int64_t ctx = 512, kvh = 3, heads = 9, d = 64, bs = 16;
-  const KvCacheSpec spec{1, kvh, d, bs, KvDType::kF32};
+  const KvCacheSpec spec{1, kvh, d, bs, dtype};
   std::vector<uint8_t> pool(spec.PageBytes() * (ctx / bs));
-  KvPagesView view{pool.data(), spec.PageBytes(), bs, kvh, d, KvDType::kF32};
+  KvPagesView view{pool.data(), spec.PageBytes(), bs, kvh, d, dtype};
   std::vector<int32_t> table(ctx / bs);
   std::iota(table.begin(), table.end(), 0);
   SplitMix64 rng(4);
@@ -287,7 +289,10 @@ void BM_PrefillAttention(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * flops / 1e9,
                                                  benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_PrefillAttention)->DenseRange(0, 2)->ArgName("path")->UseRealTime();
+BENCHMARK(BM_PrefillAttention)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}})
+    ->ArgNames({"path", "pool"})
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace pdserve::kernels

@@ -9,7 +9,9 @@
 #include "common/base/dtype.h"
 #include "common/base/tensor_ref.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/linear_avx512.h"
 #include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/simd.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -32,12 +34,13 @@ inline int64_t WindowStart(int64_t position, int64_t window) {
   return window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
 }
 
-// A K or V row of the pool as bf16: f32 rounded to nearest even, bf16 as is, int8/int4 codes
-// (exact in bf16; the row scale is applied apart).
+// A K or V row of the pool as bf16: f32 rounded to nearest even with denormals flushed
+// (VCVTNEPS2BF16's conversion; the dot steps read denormals as zero anyway), bf16 as is,
+// int8/int4 codes (exact in bf16; the row scale is applied apart).
 void RowAsBf16(KvDType dtype, const uint8_t* row, int64_t d, uint16_t* out) {
   switch (dtype) {
     case KvDType::kF32:
-      RoundRowsToBf16(reinterpret_cast<const float*>(row), 1, d, d, out, d);
+      RoundToBf16Ftz(reinterpret_cast<const float*>(row), d, out);
       break;
     case KvDType::kBF16:
       std::memcpy(out, row, static_cast<size_t>(d) * 2);
@@ -66,7 +69,8 @@ struct Scratch {
   uint16_t* lines = nullptr; // A row's last V lines, copied (kCopyPairs + 1 per panel).
   float* key_scales = nullptr;
   float* value_scales = nullptr;
-  uint16_t* row = nullptr;   // One row as bf16.
+  uint16_t* rows = nullptr;  // 16 K or V rows as bf16, row_stride apart, then a zero row.
+  int64_t row_stride = 0;    // head_dim rounded up to even (the pad element zero).
   size_t bytes = 0;
 };
 
@@ -93,10 +97,214 @@ Scratch Carve(uint8_t* base, int64_t keys, int64_t heads, int64_t d, bool window
       take(static_cast<size_t>(v_panels * PanelElements(2 * (kCopyPairs + 1))) * 2));
   s.key_scales = reinterpret_cast<float*>(take(static_cast<size_t>(s.nk) * 4));
   s.value_scales = reinterpret_cast<float*>(take(static_cast<size_t>(s.nk) * 4));
-  s.row = reinterpret_cast<uint16_t*>(take(static_cast<size_t>(d + 1) * 2));
+  s.row_stride = (d + 1) / 2 * 2;
+  s.rows = reinterpret_cast<uint16_t*>(take(static_cast<size_t>((kPanelRows + 1) * s.row_stride) * 2));
   s.bytes = at;
   return s;
 }
+
+#if PDSERVE_AVX2
+#define PD_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+// A 16 x 16 transpose of 32-bit elements in registers: out[c] lane l = r[l] element c.
+PD_AVX512 inline void Transpose16x16(const __m512i* r, __m512i* out) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // b[4i + j], 128-bit lane L: rows 4i..4i+3 of element 4L + j.
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i + 0], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i + 0], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i u = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x44);
+    const __m512i v = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xee);
+    const __m512i w = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x44);
+    const __m512i z = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xee);
+    out[j] = _mm512_shuffle_i32x4(u, w, 0x88);
+    out[4 + j] = _mm512_shuffle_i32x4(u, w, 0xdd);
+    out[8 + j] = _mm512_shuffle_i32x4(v, z, 0x88);
+    out[12 + j] = _mm512_shuffle_i32x4(v, z, 0xdd);
+  }
+}
+
+// Lines [0, pairs) of a K panel from 16 bf16 rows (rows[l] is key l's, `pairs` pairs each): line
+// q, lane l is pair q of row l.
+PD_AVX512 void TransposeToPanelAvx512(const uint16_t* const* rows, int64_t pairs, uint16_t* panel) {
+  for (int64_t q0 = 0; q0 < pairs; q0 += 16) {
+    const int64_t n = std::min<int64_t>(16, pairs - q0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+    __m512i r[16], line[16];
+    for (int l = 0; l < 16; ++l) r[l] = _mm512_maskz_loadu_epi32(mask, rows[l] + 2 * q0);
+    Transpose16x16(r, line);
+    uint16_t* out = panel + q0 * 2 * kPanelRows;
+    for (int c = 0; c < n; ++c) _mm512_storeu_si512(out + c * 2 * kPanelRows, line[c]);
+  }
+}
+
+// One V line per panel from two bf16 rows a and b: lane l of panel p holds a[16p + l],
+// b[16p + l] (zero past d).
+PD_AVX512 void InterleaveLinesAvx512(const uint16_t* a, const uint16_t* b, int64_t d,
+                                     int64_t v_stride, uint16_t* dst) {
+  static constexpr uint16_t kZip[32] = {0, 16, 1,  17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                        8, 24, 9,  25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i zip = _mm512_loadu_si512(kZip);
+  for (int64_t p = 0; p * kPanelRows < d; ++p) {
+    const int64_t lanes = std::min(kPanelRows, d - p * kPanelRows);
+    const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1);
+    const __m256i va = _mm256_maskz_loadu_epi16(mask, a + p * kPanelRows);
+    const __m256i vb = _mm256_maskz_loadu_epi16(mask, b + p * kPanelRows);
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(va), vb, 1);
+    _mm512_storeu_si512(dst + p * v_stride, _mm512_permutexvar_epi16(zip, both));
+  }
+}
+
+// A single row (decode) without packing: the same sequence of operations as the tiles' (each
+// score one VDPBF16PS lane walking head_dim's pairs in order; P.V pairs of keys from the row's
+// start, later key first, an odd count's last key with a zero), with K rows transposed and V rows
+// interleaved in registers. f32 and bf16 pools, head_dim a multiple of 32.
+#define PD_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+
+// Elements [e, e + 32) of a K or V row as bf16 (f32 converted as RoundToBf16Ftz).
+template <KvDType D>
+PD_AVX512BF16 inline __m512i Load32(const uint8_t* row, int64_t e) {
+  if constexpr (D == KvDType::kF32) {
+    const float* f = reinterpret_cast<const float*>(row) + e;
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(f + 16), _mm512_loadu_ps(f));
+  } else {
+    return _mm512_loadu_si512(reinterpret_cast<const uint16_t*>(row) + e);
+  }
+}
+
+// scores[g * lds + j] = dot(qb[g], K[start + j]) for j in [0, n), G heads; 16 keys per lane set.
+template <KvDType D, int G>
+PD_AVX512BF16 void DecodeScores(const KvPagesView& view, const int32_t* table, int64_t kvh,
+                                int64_t start, int64_t n, const uint16_t* qb, float* scores,
+                                int64_t lds) {
+  const int64_t d = view.head_dim;
+  SlotCursor cursor(table, view.block_size, start);
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const int64_t keys = std::min<int64_t>(16, n - j0);
+    const uint8_t* rows[16];
+    for (int l = 0; l < keys; ++l, cursor.Next()) rows[l] = view.Key(cursor.block(), kvh, cursor.slot());
+    __m512 acc[G];
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < d; e += 32) {
+      __m512i r[16], line[16];
+      for (int l = 0; l < 16; ++l) r[l] = l < keys ? Load32<D>(rows[l], e) : _mm512_setzero_si512();
+      Transpose16x16(r, line);
+      for (int c = 0; c < 16; ++c) {
+        for (int g = 0; g < G; ++g) {
+          uint32_t pair;
+          std::memcpy(&pair, qb + g * d + e + 2 * c, 4);
+          acc[g] = _mm512_dpbf16_ps(acc[g], (__m512bh)_mm512_set1_epi32(static_cast<int>(pair)),
+                                    (__m512bh)line[c]);
+        }
+      }
+    }
+    const __mmask16 mask = static_cast<__mmask16>((1u << keys) - 1);
+    for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(scores + g * lds + j0, mask, acc[g]);
+  }
+}
+
+// acc[g * d + e] = the P.V sums (before 1/sum) of G heads over keys [start, start + n), p[g] the
+// heads' bf16 probabilities (ldp apart). 32 elements of head_dim at a time: rows a and b zipped by
+// VPUNPCK{L,H}WD give pairs of elements 8L + t (low) and 8L + 4 + t (high) in 128-bit lane L.
+template <KvDType D, int G>
+PD_AVX512BF16 void DecodeValues(const KvPagesView& view, const int32_t* table, int64_t kvh,
+                                int64_t start, int64_t n, const uint16_t* p, int64_t ldp,
+                                float* acc_out) {
+  const int64_t d = view.head_dim;
+  static constexpr int32_t kFirst[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+  static constexpr int32_t kSecond[16] = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+  const __m512i first = _mm512_loadu_si512(kFirst), second = _mm512_loadu_si512(kSecond);
+  for (int64_t e = 0; e < d; e += 32) {
+    __m512 lo[G], hi[G];
+    for (int g = 0; g < G; ++g) lo[g] = hi[g] = _mm512_setzero_ps();
+    SlotCursor cursor(table, view.block_size, start);
+    for (int64_t j = 0; j < n; j += 2) {
+      const __m512i a = Load32<D>(view.Value(cursor.block(), kvh, cursor.slot()), e);
+      cursor.Next();
+      __m512i b = _mm512_setzero_si512();
+      if (j + 1 < n) {
+        b = Load32<D>(view.Value(cursor.block(), kvh, cursor.slot()), e);
+        cursor.Next();
+      }
+      const __m512i zl = _mm512_unpacklo_epi16(a, b), zh = _mm512_unpackhi_epi16(a, b);
+      for (int g = 0; g < G; ++g) {
+        uint32_t pair = p[g * ldp + j];
+        if (j + 1 < n) pair |= static_cast<uint32_t>(p[g * ldp + j + 1]) << 16;
+        const __m512bh pp = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+        lo[g] = _mm512_dpbf16_ps(lo[g], pp, (__m512bh)zl);
+        hi[g] = _mm512_dpbf16_ps(hi[g], pp, (__m512bh)zh);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      _mm512_storeu_ps(acc_out + g * d + e, _mm512_permutex2var_ps(lo[g], first, hi[g]));
+      _mm512_storeu_ps(acc_out + g * d + e + 16, _mm512_permutex2var_ps(lo[g], second, hi[g]));
+    }
+  }
+}
+
+template <KvDType D>
+PD_AVX512BF16 void DecodeScoresAny(int g, const KvPagesView& view, const int32_t* table,
+                                   int64_t kvh, int64_t start, int64_t n, const uint16_t* qb,
+                                   float* scores, int64_t lds) {
+  switch (g) {
+#define PD_G(G) case G: return DecodeScores<D, G>(view, table, kvh, start, n, qb, scores, lds);
+    PD_G(1) PD_G(2) PD_G(3) PD_G(4) PD_G(5) PD_G(6) PD_G(7) PD_G(8)
+#undef PD_G
+  }
+}
+template <KvDType D>
+PD_AVX512BF16 void DecodeValuesAny(int g, const KvPagesView& view, const int32_t* table,
+                                   int64_t kvh, int64_t start, int64_t n, const uint16_t* p,
+                                   int64_t ldp, float* acc) {
+  switch (g) {
+#define PD_G(G) case G: return DecodeValues<D, G>(view, table, kvh, start, n, p, ldp, acc);
+    PD_G(1) PD_G(2) PD_G(3) PD_G(4) PD_G(5) PD_G(6) PD_G(7) PD_G(8)
+#undef PD_G
+  }
+}
+#endif  // PDSERVE_AVX2
+
+// Key or value rows of one KV head as bf16: a bf16 pool's rows in place, others converted into
+// one of the scratch's 16 row slots. Rows past the end read as zeros.
+class Bf16Rows {
+ public:
+  Bf16Rows(const KvPagesView& view, const int32_t* table, int64_t kvh, bool values, int64_t start,
+           int64_t hi, const Scratch& s)
+      : view_(view), kvh_(values ? view.num_kv_heads + kvh : kvh), cursor_(table, view.block_size, start),
+        at_(start), hi_(hi), s_(s) {
+    std::memset(s.rows + kPanelRows * s.row_stride, 0, static_cast<size_t>(s.row_stride) * 2);
+  }
+  // The next row (into slot `slot` when converted); its scale (quantized) into *scale.
+  const uint16_t* Next(int slot, float* scale) {
+    if (at_ >= hi_) return s_.rows + kPanelRows * s_.row_stride;  // The zero row.
+    const int32_t block = cursor_.block();
+    const int64_t slot_in_block = cursor_.slot();
+    const uint8_t* row = view_.Key(block, kvh_, slot_in_block);
+    if (KvDTypeQuantized(view_.dtype)) *scale = *view_.KeyScale(block, kvh_, slot_in_block);
+    cursor_.Next();
+    ++at_;
+    if (view_.dtype == KvDType::kBF16) return reinterpret_cast<const uint16_t*>(row);
+    uint16_t* out = s_.rows + slot * s_.row_stride;
+    RowAsBf16(view_.dtype, row, view_.head_dim, out);
+    return out;
+  }
+
+ private:
+  const KvPagesView& view_;
+  const int64_t kvh_;  // K heads, then V heads, as the page (and KeyScale) count them.
+  SlotCursor cursor_;
+  int64_t at_;
+  const int64_t hi_;
+  const Scratch& s_;
+};
 
 // Keys [lo, hi) of KV head kvh as K panels: key lo + c is lane c % 16 of panel c / 16, whose line
 // q holds its elements 2q, 2q + 1 (linear_bf16.h's layout with keys as the matrix's rows). Lanes
@@ -104,24 +312,31 @@ Scratch Carve(uint8_t* base, int64_t keys, int64_t heads, int64_t d, bool window
 void PackKeys(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t lo, int64_t hi,
               const Scratch& s) {
   const int64_t d = view.head_dim, pairs = (d + 1) / 2, pe = PanelElements(d);
-  const bool quantized = KvDTypeQuantized(view.dtype);
-  s.row[d] = 0;  // The missing odd element of an odd head_dim.
-  SlotCursor cursor(table, view.block_size, lo);
-  const int64_t end = lo + (hi - lo + kPanelRows - 1) / kPanelRows * kPanelRows;
-  for (int64_t j = lo; j < end; ++j) {
-    const int64_t c = j - lo;
-    if (j < hi) {
-      RowAsBf16(view.dtype, view.Key(cursor.block(), kvh, cursor.slot()), d, s.row);
-      s.key_scales[c] = quantized ? *view.KeyScale(cursor.block(), kvh, cursor.slot()) : 1.0f;
-      cursor.Next();
-    } else {
-      std::memset(s.row, 0, static_cast<size_t>(d) * 2);
+#if PDSERVE_AVX2
+  const bool avx512 = Avx512Enabled() && d % 2 == 0;
+#endif
+  Bf16Rows rows(view, table, kvh, /*values=*/false, lo, hi, s);
+  float unused;
+  for (int64_t c0 = 0; lo + c0 < hi; c0 += kPanelRows) {
+    const uint16_t* r[kPanelRows];
+    for (int l = 0; l < kPanelRows; ++l) {
+      float* scale = c0 + l < s.nk ? &s.key_scales[c0 + l] : &unused;
+      *scale = 1.0f;
+      r[l] = rows.Next(l, scale);
     }
-    uint32_t* lane = reinterpret_cast<uint32_t*>(s.k_panels + (c / kPanelRows) * pe) + c % kPanelRows;
-    for (int64_t q = 0; q < pairs; ++q) {
-      uint32_t pair;
-      std::memcpy(&pair, s.row + 2 * q, 4);
-      lane[q * kPanelRows] = pair;
+    uint16_t* panel = s.k_panels + (c0 / kPanelRows) * pe;
+#if PDSERVE_AVX2
+    if (avx512) {
+      TransposeToPanelAvx512(r, pairs, panel);
+      continue;
+    }
+#endif
+    for (int64_t l = 0; l < kPanelRows; ++l) {
+      uint16_t* lane = panel + 2 * l;
+      for (int64_t q = 0; q < pairs; ++q) {
+        lane[q * 2 * kPanelRows] = r[l][2 * q];
+        lane[q * 2 * kPanelRows + 1] = 2 * q + 1 < d ? r[l][2 * q + 1] : 0;
+      }
     }
   }
 }
@@ -132,28 +347,50 @@ void PackValues(const KvPagesView& view, const int32_t* table, int64_t kvh, int6
                 int64_t hi, const Scratch& s, uint16_t* dst) {
   const int64_t d = view.head_dim;
   const int64_t pairs = (hi - start + 1) / 2;
-  if (d % kPanelRows != 0) {  // Lanes past head_dim are read (and their sums dropped): zero them.
-    const int64_t v_panels = (d + kPanelRows - 1) / kPanelRows;
-    for (int64_t p = 0; p < v_panels; ++p) {
-      std::memset(dst + p * s.v_stride, 0, static_cast<size_t>(pairs) * 2 * kPanelRows * 2);
+#if PDSERVE_AVX2
+  const bool avx512 = Avx512Enabled();
+#endif
+  Bf16Rows rows(view, table, kvh, /*values=*/true, start, hi, s);
+  // Scales indexed from the call's first key (start rounded down to even), as the key scales.
+  float* scales = s.value_scales - (start & ~int64_t{1}) + start;
+  float unused;
+  for (int64_t i = 0; i < pairs; ++i) {
+    const int64_t c = 2 * i;
+    const uint16_t* a = rows.Next(0, start + c < hi ? &scales[c] : &unused);
+    const uint16_t* b = rows.Next(1, start + c + 1 < hi ? &scales[c + 1] : &unused);
+    uint16_t* line = dst + i * 2 * kPanelRows;
+#if PDSERVE_AVX2
+    if (avx512) {
+      InterleaveLinesAvx512(a, b, d, s.v_stride, line);
+      continue;
+    }
+#endif
+    for (int64_t p = 0; p * kPanelRows < d; ++p) {
+      uint16_t* out = line + p * s.v_stride;
+      for (int64_t l = 0; l < kPanelRows; ++l) {
+        const int64_t e = p * kPanelRows + l;
+        out[2 * l] = e < d ? a[e] : 0;
+        out[2 * l + 1] = e < d ? b[e] : 0;
+      }
     }
   }
-  const bool quantized = KvDTypeQuantized(view.dtype);
-  SlotCursor cursor(table, view.block_size, start);
-  for (int64_t j = start; j < start + 2 * pairs; ++j) {
-    const int64_t c = j - start;
-    if (j < hi) {
-      RowAsBf16(view.dtype, view.Value(cursor.block(), kvh, cursor.slot()), d, s.row);
-      // Indexed from the call's first key, as the K panels' scales.
-      if (quantized) s.value_scales[j - (start & ~int64_t{1})] =
-          *view.ValueScale(cursor.block(), kvh, cursor.slot());
-      cursor.Next();
-    } else {
-      std::memset(s.row, 0, static_cast<size_t>(d) * 2);
-    }
-    uint16_t* line = dst + (c / 2) * 2 * kPanelRows + c % 2;
-    for (int64_t e = 0; e < d; ++e) line[(e / kPanelRows) * s.v_stride + (e % kPanelRows) * 2] = s.row[e];
+}
+
+// One row and head's n scores in place: times the keys' scales (quantized pools), times scale,
+// softmax; P (times the values' scales) rounded to bf16 into p. Returns 1 / the sum.
+float SoftmaxToP(float* scores, int64_t n, float scale, const float* key_scales,
+                 const float* value_scales, uint16_t* p) {
+  if (key_scales != nullptr) {
+    for (int64_t i = 0; i < n; ++i) scores[i] *= key_scales[i];
   }
+  for (int64_t i = 0; i < n; ++i) scores[i] *= scale;
+  const float inv_sum = internal::Softmax(scores, n);
+  if (value_scales != nullptr) {
+    for (int64_t i = 0; i < n; ++i) p[i] = F32ToBf16(scores[i] * value_scales[i]);
+  } else {
+    RoundRowsToBf16(scores, 1, n, n, p, n);
+  }
+  return inv_sum;
 }
 
 }  // namespace
@@ -181,6 +418,39 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
   // Keys from the first row's window start (rounded down to a panel, so even) to the last row.
   const int64_t lo = WindowStart(first_position + tile_begin * kRows, window) / kPanelRows * kPanelRows;
   const int64_t hi = first_position + last_row + 1;
+#if PDSERVE_AVX2
+  if (num_rows == 1 && heads <= 8 && d % 32 == 0 && Bf16DotEnabled() &&
+      (view.dtype == KvDType::kF32 || view.dtype == KvDType::kBF16)) {
+    // Decode: one row reads every key once; packing them would cost more than the arithmetic.
+    const int64_t start = WindowStart(first_position, window), n = first_position + 1 - start;
+    Scratch s = Carve(static_cast<uint8_t*>(scratch), n, heads, d, false);
+    PD_CHECK_MSG(s.bytes <= scratch_bytes, "bf16 attention scratch too small for the call's keys");
+    const int g_count = static_cast<int>(heads);
+    for (int64_t g = 0; g < heads; ++g) {
+      RoundRowsToBf16(q + (head_begin + g) * d, 1, d, d, s.qb + g * d, d);
+    }
+    const int64_t ldp = s.nk + 2;
+    if (view.dtype == KvDType::kF32) {
+      DecodeScoresAny<KvDType::kF32>(g_count, view, block_table, kvh, start, n, s.qb, s.scores, s.nk);
+    } else {
+      DecodeScoresAny<KvDType::kBF16>(g_count, view, block_table, kvh, start, n, s.qb, s.scores, s.nk);
+    }
+    float inv_sum[8];
+    for (int64_t g = 0; g < heads; ++g) {
+      inv_sum[g] = SoftmaxToP(s.scores + g * s.nk, n, scale, nullptr, nullptr, s.p + g * ldp);
+    }
+    if (view.dtype == KvDType::kF32) {
+      DecodeValuesAny<KvDType::kF32>(g_count, view, block_table, kvh, start, n, s.p, ldp, s.acc);
+    } else {
+      DecodeValuesAny<KvDType::kBF16>(g_count, view, block_table, kvh, start, n, s.p, ldp, s.acc);
+    }
+    for (int64_t g = 0; g < heads; ++g) {
+      float* o = out + (head_begin + g) * d;
+      for (int64_t e = 0; e < d; ++e) o[e] = s.acc[g * d + e] * inv_sum[g];
+    }
+    return;
+  }
+#endif
   Scratch s = Carve(static_cast<uint8_t*>(scratch), hi - lo, heads, d, window > 0);
   PD_CHECK_MSG(s.bytes <= scratch_bytes, "bf16 attention scratch too small for the call's keys");
   const bool quantized = KvDTypeQuantized(view.dtype);
@@ -220,18 +490,10 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
         packed[par] = true;
       }
       for (int64_t g = 0; g < heads; ++g) {
-        float* sr = s.scores + (r * heads + g) * s.nk + off;
-        if (quantized) {
-          for (int64_t i = 0; i < n; ++i) sr[i] *= s.key_scales[off + i];
-        }
-        for (int64_t i = 0; i < n; ++i) sr[i] *= scale;
-        inv_sum[r * heads + g] = internal::Softmax(sr, n);
-        uint16_t* pr = s.p + (r * heads + g) * ldp;
-        if (quantized) {
-          for (int64_t i = 0; i < n; ++i) pr[i] = F32ToBf16(sr[i] * s.value_scales[off + i]);
-        } else {
-          RoundRowsToBf16(sr, 1, n, n, pr, n);
-        }
+        inv_sum[r * heads + g] = SoftmaxToP(
+            s.scores + (r * heads + g) * s.nk + off, n, scale,
+            quantized ? s.key_scales + off : nullptr, quantized ? s.value_scales + off : nullptr,
+            s.p + (r * heads + g) * ldp);
       }
     }
     // P.V. The rows that start where the first does (all of them without a window) share its

@@ -94,6 +94,15 @@ TEST(AttentionBf16Test, TilesEqualTheReferenceBitwise) {
     }
     CheckAgainstReference(KvDType::kF32, 17, 8, 0, 3, 12, 1, false);
     CheckAgainstReference(KvDType::kF32, 128, 16, 7, 100, 70, 3, true);
+    // Decode rows (one row per call: registers instead of packed panels where the CPU has
+    // AVX512-BF16): all heads of a KV head, odd and even key counts, windows, 128-wide heads.
+    for (KvDType dtype : {KvDType::kF32, KvDType::kBF16}) {
+      for (int64_t first : {0, 1, 30, 31, 77}) {
+        CheckAgainstReference(dtype, 64, 16, 0, first, 1, 1, false);
+        CheckAgainstReference(dtype, 128, 8, 9, first, 1, 1, false);
+        CheckAgainstReference(dtype, 32, 4, 20, first, 1, 1, true);
+      }
+    }
   }
   SetBf16DotEnabled(true);
 }

@@ -6,6 +6,7 @@
 
 #include "common/base/check.h"
 #include "common/base/thread_pool.h"
+#include "kernels/cpu/linear_avx512.h"
 #include "kernels/cpu/simd.h"
 
 namespace pdserve::kernels {
@@ -109,10 +110,11 @@ void TwinTokens(const uint16_t* x, int64_t ldx, const MatrixRef& w, float* y, in
 
 void RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,
                      int64_t ldout) {
+  const bool avx512 = Avx512Enabled();
   for (int64_t t = 0; t < m; ++t) {
     const float* src = x + t * ldx;
     uint16_t* dst = out + t * ldout;
-    int64_t i = 0;
+    int64_t i = avx512 ? internal::RoundToBf16Avx512(src, k, dst) : 0;
 #if PDSERVE_AVX2
     // F32ToBf16 on 8 lanes: round to nearest even; NaN kept quiet.
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
@@ -131,6 +133,11 @@ void RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t
 #endif
     for (; i < k; ++i) dst[i] = F32ToBf16(src[i]);
   }
+}
+
+void RoundToBf16Ftz(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = Bf16DotEnabled() ? internal::RoundToBf16FtzAvx512(x, n, out) : 0;
+  for (; i < n; ++i) out[i] = F32ToBf16(FlushDenormal(x[i]));
 }
 
 size_t Bf16PanelsBytes(int64_t rows, int64_t cols) {

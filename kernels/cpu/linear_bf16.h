@@ -49,6 +49,9 @@ void SetBf16DotEnabled(bool enabled);  // Only takes effect where the CPU suppor
 // out[i] = F32ToBf16(x[i]) for rows [0, m) of x (leading dimensions ldx and ldout).
 void RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,
                      int64_t ldout);
+// out[i] = F32ToBf16 of x[i] with a denormal x[i] read as a zero of its sign: VCVTNEPS2BF16's
+// conversion (that instruction where Bf16DotEnabled()). What attention reads from an f32 KV pool.
+void RoundToBf16Ftz(const float* x, int64_t n, uint16_t* out);
 
 // Whether the AMX path is used: PDSERVE_AMX=1, the CPU and kernel offer AMX-BF16, and it gave
 // the reference's bits on this CPU (decided once, at the first call).
@@ -111,6 +114,12 @@ void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_t ldx, const M
 void LinearBf16ColumnsAvx2(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
                            float* y, int64_t ldy, int64_t n_begin, int64_t n_end,
                            bool accumulate = false);
+// F32ToBf16 of x[0, n) on 16 lanes for a multiple of 16 elements; returns how many it did (0
+// where the build has no AVX-512). Call only when Avx512Enabled().
+int64_t RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out);
+// RoundToBf16Ftz by VCVTNE2PS2BF16 for a multiple of 16 elements; returns how many it did. Call
+// only when Bf16DotEnabled().
+int64_t RoundToBf16FtzAvx512(const float* x, int64_t n, uint16_t* out);
 // Swapped panels only; call only when AmxEnabled() (or from AmxEnabled's own check).
 void LinearBf16ColumnsAmx(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                           int64_t ldy, int64_t n_begin, int64_t n_end);

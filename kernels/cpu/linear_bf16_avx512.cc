@@ -154,6 +154,40 @@ void SetBf16DotEnabled(bool enabled) { EnabledFlag().store(enabled && CpuHasBf16
 
 namespace internal {
 
+// F32ToBf16 on 16 lanes (round to nearest even by integer arithmetic, NaN kept quiet): the same
+// bits as the scalar function (VCVTNEPS2BF16 flushes denormal inputs, which this must not).
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) int64_t RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x + i));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    const __m512i hi = _mm512_srli_epi32(u, 16);
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
+    const __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, quiet));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(r));
+  }
+  return i;
+}
+
+// VCVTNE2PS2BF16: F32ToBf16 of x with denormal inputs flushed to a signed zero, 32 at a time.
+PD_AVX512BF16 int64_t RoundToBf16FtzAvx512(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(out + i, (__m512i)b);
+  }
+  if (i + 16 <= n) {
+    const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), (__m256i)b);
+    i += 16;
+  }
+  return i;
+}
+
 PD_AVX512BF16 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_t ldx,
                                            const MatrixRef& w, float* y, int64_t ldy,
                                            int64_t n_begin, int64_t n_end, bool accumulate) {
@@ -201,6 +235,8 @@ bool Bf16DotSupported() { return false; }
 bool Bf16DotEnabled() { return false; }
 void SetBf16DotEnabled(bool) {}
 namespace internal {
+int64_t RoundToBf16Avx512(const float*, int64_t, uint16_t*) { return 0; }
+int64_t RoundToBf16FtzAvx512(const float*, int64_t, uint16_t*) { return 0; }
 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
                              float* y, int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate) {
   LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end, accumulate);

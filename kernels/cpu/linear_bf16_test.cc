@@ -9,6 +9,7 @@
 #include "common/base/rng.h"
 #include "common/base/thread_pool.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/linear_avx512.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -72,12 +73,50 @@ TEST(RoundRowsToBf16, EqualsScalarRounding) {
     x.push_back(f);
   }
   const int64_t k = static_cast<int64_t>(x.size());
-  std::vector<uint16_t> out(k);
-  RoundRowsToBf16(x.data(), 1, k, k, out.data(), k);
-  for (int64_t i = 0; i < k; ++i) ASSERT_EQ(out[i], F32ToBf16(x[i])) << "i=" << i << " x=" << x[i];
-  EXPECT_EQ(out[3], 0x3f80);  // 1 + 2^-8 rounds to 1 (even).
-  EXPECT_EQ(out[4], 0x3f82);  // 1 + 3 * 2^-8 rounds up to the even neighbour.
-  for (int64_t i = k - 64; i < k; ++i) EXPECT_TRUE(std::isnan(Bf16ToF32(out[i])));
+  for (bool avx512 : {false, true}) {  // 8 lanes, then 16 where the CPU has AVX-512.
+    SetAvx512Enabled(avx512);
+    std::vector<uint16_t> out(k);
+    RoundRowsToBf16(x.data(), 1, k, k, out.data(), k);
+    for (int64_t i = 0; i < k; ++i) {
+      ASSERT_EQ(out[i], F32ToBf16(x[i])) << "avx512=" << avx512 << " i=" << i << " x=" << x[i];
+    }
+    EXPECT_EQ(out[3], 0x3f80);  // 1 + 2^-8 rounds to 1 (even).
+    EXPECT_EQ(out[4], 0x3f82);  // 1 + 3 * 2^-8 rounds up to the even neighbour.
+    for (int64_t i = k - 64; i < k; ++i) EXPECT_TRUE(std::isnan(Bf16ToF32(out[i])));
+  }
+}
+
+// VCVTNEPS2BF16's conversion and the portable one agree on every kind of input: denormals
+// (flushed, also those F32ToBf16 would round up to the smallest normal), ties, NaN, infinities.
+TEST(RoundToBf16Ftz, FlushesDenormalsAndRoundsToNearestEven) {
+  std::vector<float> x;
+  for (uint32_t u : {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x007f8000u, 0x007fffffu,
+                     0x00800000u, 0x3f808000u, 0x3f818000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
+                     0xff800001u, 0x7f7fffffu}) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  SplitMix64 rng(8);
+  for (int i = 0; i < 2000; ++i) {
+    const uint32_t u = static_cast<uint32_t>(rng.Next());
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);  // Every exponent, denormals and NaNs included.
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (bool dot : {false, true}) {
+    SetBf16DotEnabled(dot);
+    std::vector<uint16_t> out(n);
+    RoundToBf16Ftz(x.data(), n, out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float flushed = std::fpclassify(x[i]) == FP_SUBNORMAL ? std::copysign(0.0f, x[i]) : x[i];
+      ASSERT_EQ(out[i], F32ToBf16(flushed)) << "dot=" << dot << " i=" << i << " x=" << x[i];
+    }
+    EXPECT_EQ(out[5], 0x0000);  // F32ToBf16 would give 0x0080.
+    EXPECT_EQ(out[3], 0x8000);
+  }
+  SetBf16DotEnabled(true);
 }
 
 // Every element lands where Bf16PanelsAt and the kernels read it, converted as F32ToBf16; the
