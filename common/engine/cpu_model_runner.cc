@@ -56,7 +56,8 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
       weights_(weights),
       config_(weights->config()),
       kv_(pool),
-      pool_threads_(options.threads) {
+      pool_threads_(options.threads),
+      bf16_attention_(options.compute_dtype == ComputeDType::kBF16 && options.bf16_attention) {
   const ModelConfig& c = config_;
   rope_.theta = c.rope_theta;
   rope_.type = static_cast<int>(c.rope_scaling.type);
@@ -80,7 +81,7 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
   // Per thread: scores of one KV head's query heads over the longest context (f32), or the keys
   // of a chunk packed and a tile's scores (bf16; left untouched until used).
   const int threads = pool_threads_.num_threads();
-  if (options.compute_dtype == ComputeDType::kBF16) {
+  if (bf16_attention_) {
     attn_bf16_scratch_bytes_ = kernels::PagedAttentionBf16ScratchBytes(
         options.max_model_len, c.num_heads / c.num_kv_heads, c.head_dim, c.sliding_window > 0);
     attn_bf16_scratch_.reset(new uint8_t[threads * attn_bf16_scratch_bytes_]);
@@ -304,7 +305,7 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   if (layer_callback_) layer_callback_(layer);
 
   // Every row's KV is stored before any row attends (a chunk attends to its own earlier rows).
-  if (options_.compute_dtype == ComputeDType::kBF16) {
+  if (bf16_attention_) {
     AttentionBf16(batch, view);
   } else {
     AttentionF32(batch, view, rows);

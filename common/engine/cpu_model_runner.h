@@ -63,6 +63,7 @@ class CpuModelRunner : public ModelRunner {
   const ModelConfig& config_;
   KvPool* kv_;
   ThreadPool pool_threads_;
+  const bool bf16_attention_;  // attention_bf16.h (compute dtype bf16, options.bf16_attention).
   kernels::RopeParams rope_;
   float attn_scale_;
 

@@ -92,6 +92,8 @@ class DeviceRunnerHostTest : public ::testing::TestWithParam<Case> {
     options_.max_logit_rows = 4;
     options_.max_model_len = 128;
     options_.compute_dtype = ComputeDType::kBF16;
+    // The CPU reference with attention in f32, as the cuda kernels compute it: equal bits.
+    options_.bf16_attention = false;
     options_.weight_huge_pages = false;
   }
   void TearDown() override {
@@ -346,6 +348,15 @@ TEST_P(DeviceRunnerHostTest, EngineOnTheDeviceRunnerGeneratesTheCpuEnginesTokens
       o.runner_factory = [](const ModelRunnerOptions& ro, const ModelWeights* w, KvPool* pool)
           -> absl::StatusOr<std::unique_ptr<ModelRunner>> {
         auto r = DeviceModelRunner::Create(ro, w, pool, Ops());
+        if (!r.ok()) return r.status();
+        return std::unique_ptr<ModelRunner>(std::move(*r));
+      };
+    } else {  // Attention in f32, as the cuda kernels compute it.
+      o.runner_factory = [](const ModelRunnerOptions& ro, const ModelWeights* w, KvPool* pool)
+          -> absl::StatusOr<std::unique_ptr<ModelRunner>> {
+        ModelRunnerOptions f32_attention = ro;
+        f32_attention.bf16_attention = false;
+        auto r = CpuModelRunner::Create(f32_attention, w, pool);
         if (!r.ok()) return r.status();
         return std::unique_ptr<ModelRunner>(std::move(*r));
       };

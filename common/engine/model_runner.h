@@ -45,6 +45,10 @@ struct ModelRunnerOptions {
   int64_t max_model_len = 4096;         // Longest context attention must handle.
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
   ComputeDType compute_dtype = ComputeDType::kF32;  // Resolved: never kAuto.
+  // The cpu backend computing in bf16: attention's Q.K^T and P.V in bf16 too (attention_bf16.h).
+  // false keeps attention in f32, the arithmetic of the cuda backend's kernels, which its host
+  // tests compare bit for bit.
+  bool bf16_attention = true;
   // Copy the linear layers' matrices into anonymous memory with transparent huge pages (decode
   // streams them every step; 2 MiB pages spare the TLB misses of a 4 KiB file mapping). Costs a
   // copy of those matrices in RAM and the time to make it.

