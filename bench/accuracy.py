@@ -30,7 +30,7 @@ MODES = {
     "bf16 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "bf16"],
     "OpenBLAS prefill GEMM": ["--compute-dtype", "f32", "--prefill-gemm", "openblas"],
     "bf16 compute": ["--compute-dtype", "bf16"],
-    "bf16 compute, bf16 KV pool": ["--compute-dtype", "bf16", "--kv-dtype", "bf16"],
+    "bf16 compute + bf16 KV pool": ["--compute-dtype", "bf16", "--kv-dtype", "bf16"],
     "int8 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "int8"],
     "int4 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "int4"],
 }
