@@ -7,36 +7,13 @@
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
+#include "common/engine/shared_weights.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/kernel_checks.h"
 #include "kernels/cuda/kv_format.h"
 
 namespace pdserve {
-namespace {
-
-// A matrix as bf16, rounded once as the CPU runner's bf16 compute mode does at load.
-std::vector<uint16_t> ToBf16(const MatrixRef& m) {
-  const size_t n = static_cast<size_t>(m.rows * m.cols);
-  std::vector<uint16_t> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    switch (m.dtype) {
-      case DType::kBF16: out[i] = static_cast<const uint16_t*>(m.data)[i]; break;
-      case DType::kF32: out[i] = F32ToBf16(static_cast<const float*>(m.data)[i]); break;
-      case DType::kF16: out[i] = F32ToBf16(F16ToF32(static_cast<const uint16_t*>(m.data)[i])); break;
-    }
-  }
-  return out;
-}
-
-// Rows of `a` then rows of `b` (same columns): the gate|up matrix of one GEMM.
-std::vector<uint16_t> Concat(std::vector<uint16_t> a, const std::vector<uint16_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-}  // namespace
-
 absl::Status DeviceModelRunner::Check(const ModelRunnerOptions& options, const ModelConfig& c,
                                       const KvPool& pool) {
   const KvCacheSpec& spec = pool.spec();
@@ -63,21 +40,25 @@ absl::StatusOr<std::unique_ptr<DeviceModelRunner>> DeviceModelRunner::Create(
     const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool,
     std::unique_ptr<cuda::DeviceOps> ops) {
   PD_RETURN_IF_ERROR(Check(options, weights->config(), *pool));
+  std::shared_ptr<cuda::DeviceOps> shared_ops(std::move(ops));
   std::unique_ptr<DeviceModelRunner> runner(
-      new DeviceModelRunner(options, weights->config(), weights, pool, std::move(ops)));
+      new DeviceModelRunner(options, weights->config(), pool, shared_ops));
   if (options.synthetic_weights_seed) {
-    PD_RETURN_IF_ERROR(runner->RandomWeights(*options.synthetic_weights_seed));
+    PD_ASSIGN_OR_RETURN(runner->weights_, DeviceWeights::Random(weights->config(),
+                                                                *options.synthetic_weights_seed,
+                                                                shared_ops));
+  } else if (options.shared_weights != nullptr) {
+    PD_ASSIGN_OR_RETURN(runner->weights_, options.shared_weights->Device(*weights, shared_ops));
   } else {
-    PD_RETURN_IF_ERROR(runner->LoadWeights());
+    PD_ASSIGN_OR_RETURN(runner->weights_, DeviceWeights::Upload(*weights, shared_ops));
   }
   PD_RETURN_IF_ERROR(runner->AllocateBuffers());
   return runner;
 }
 
 DeviceModelRunner::DeviceModelRunner(const ModelRunnerOptions& options, const ModelConfig& config,
-                                     const ModelWeights* weights, KvPool* pool,
-                                     std::unique_ptr<cuda::DeviceOps> ops)
-    : options_(options), weights_(weights), config_(config), pool_(pool), ops_(std::move(ops)) {}
+                                     KvPool* pool, std::shared_ptr<cuda::DeviceOps> ops)
+    : options_(options), config_(config), pool_(pool), ops_(std::move(ops)) {}
 
 DeviceModelRunner::~DeviceModelRunner() {
   (void)ops_->Synchronize();
@@ -97,110 +78,6 @@ absl::StatusOr<float*> DeviceModelRunner::Upload(const std::vector<float>& v) {
   PD_RETURN_IF_ERROR(ops_->CopyIn(p, v.data(), v.size() * sizeof(float)));
   PD_RETURN_IF_ERROR(ops_->Synchronize());  // v may be a temporary.
   return static_cast<float*>(p);
-}
-
-absl::StatusOr<uint16_t*> DeviceModelRunner::UploadBf16(const std::vector<uint16_t>& v) {
-  PD_ASSIGN_OR_RETURN(void* p, Alloc(v.size() * sizeof(uint16_t)));
-  PD_RETURN_IF_ERROR(ops_->CopyIn(p, v.data(), v.size() * sizeof(uint16_t)));
-  PD_RETURN_IF_ERROR(ops_->Synchronize());
-  return static_cast<uint16_t*>(p);
-}
-
-absl::Status DeviceModelRunner::LoadWeights() {
-  const ModelConfig& c = config_;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& w = weights_->layer(l);
-    LayerBuffers b;
-    PD_ASSIGN_OR_RETURN(b.q, UploadBf16(ToBf16(w.q_proj)));
-    PD_ASSIGN_OR_RETURN(b.k, UploadBf16(ToBf16(w.k_proj)));
-    PD_ASSIGN_OR_RETURN(b.v, UploadBf16(ToBf16(w.v_proj)));
-    PD_ASSIGN_OR_RETURN(b.o, UploadBf16(ToBf16(w.o_proj)));
-    PD_ASSIGN_OR_RETURN(b.gate_up, UploadBf16(Concat(ToBf16(w.gate_proj), ToBf16(w.up_proj))));
-    PD_ASSIGN_OR_RETURN(b.down, UploadBf16(ToBf16(w.down_proj)));
-    PD_ASSIGN_OR_RETURN(b.input_norm, Upload(w.input_norm));
-    PD_ASSIGN_OR_RETURN(b.post_norm, Upload(w.post_attention_norm));
-    PD_ASSIGN_OR_RETURN(b.q_norm, Upload(w.q_norm));
-    PD_ASSIGN_OR_RETURN(b.k_norm, Upload(w.k_norm));
-    PD_ASSIGN_OR_RETURN(b.q_bias, Upload(w.q_bias));
-    PD_ASSIGN_OR_RETURN(b.k_bias, Upload(w.k_bias));
-    PD_ASSIGN_OR_RETURN(b.v_bias, Upload(w.v_bias));
-    PD_ASSIGN_OR_RETURN(b.o_bias, Upload(w.o_bias));
-    PD_ASSIGN_OR_RETURN(b.gate_bias, Upload(w.gate_bias));
-    PD_ASSIGN_OR_RETURN(b.up_bias, Upload(w.up_bias));
-    PD_ASSIGN_OR_RETURN(b.down_bias, Upload(w.down_bias));
-    layers_.push_back(b);
-  }
-  PD_ASSIGN_OR_RETURN(lm_head_, UploadBf16(ToBf16(weights_->lm_head())));
-  PD_ASSIGN_OR_RETURN(final_norm_, Upload(weights_->final_norm()));
-  // The embedding is read exactly as the CPU reads it: bf16 stays bf16, f32 and f16 become f32.
-  const MatrixRef& embed = weights_->embed_tokens();
-  if (embed.dtype == DType::kBF16) {
-    std::vector<uint16_t> table(static_cast<const uint16_t*>(embed.data),
-                                static_cast<const uint16_t*>(embed.data) + embed.rows * embed.cols);
-    PD_ASSIGN_OR_RETURN(uint16_t * p, UploadBf16(table));
-    embed_ = p;
-    embed_type_ = cuda::ActType::kBF16;
-  } else {
-    std::vector<float> table(static_cast<size_t>(embed.rows * embed.cols));
-    for (int64_t r = 0; r < embed.rows; ++r) kernels::EmbeddingRow(embed, r, &table[r * embed.cols]);
-    PD_ASSIGN_OR_RETURN(float* p, Upload(table));
-    embed_ = p;
-    embed_type_ = cuda::ActType::kF32;
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<void*> DeviceModelRunner::Random(int64_t count, cuda::ActType type, float offset,
-                                                float scale, uint64_t seed) {
-  PD_ASSIGN_OR_RETURN(void* p, Alloc(static_cast<size_t>(count) *
-                                     (type == cuda::ActType::kBF16 ? 2 : 4)));
-  cuda::FillParams f;
-  f.out = p;
-  f.count = count;
-  f.type = type;
-  f.offset = offset;
-  f.scale = scale;
-  f.seed = seed;
-  PD_RETURN_IF_ERROR(ops_->Fill(f));
-  return p;
-}
-
-// ModelWeights::Synthetic's values, stream for stream (its host twin; biases left out: zero).
-absl::Status DeviceModelRunner::RandomWeights(uint64_t seed) {
-  const ModelConfig& c = config_;
-  const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), inter = c.intermediate_size;
-  uint64_t stream = seed * 1000003;
-  auto matrix = [&](int64_t rows, int64_t cols) -> absl::StatusOr<uint16_t*> {
-    PD_ASSIGN_OR_RETURN(void* p, Random(rows * cols, cuda::ActType::kBF16, 0.0f,
-                                        static_cast<float>(std::sqrt(3.0 / cols)), ++stream));
-    return static_cast<uint16_t*>(p);
-  };
-  auto ones = [&](int64_t n) -> absl::StatusOr<float*> {
-    PD_ASSIGN_OR_RETURN(void* p, Random(n, cuda::ActType::kF32, 1.0f, 0.0f, 0));
-    return static_cast<float*>(p);
-  };
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    LayerBuffers b;
-    PD_ASSIGN_OR_RETURN(b.q, matrix(qs, hidden));
-    PD_ASSIGN_OR_RETURN(b.k, matrix(kvs, hidden));
-    PD_ASSIGN_OR_RETURN(b.v, matrix(kvs, hidden));
-    PD_ASSIGN_OR_RETURN(b.o, matrix(hidden, qs));
-    PD_ASSIGN_OR_RETURN(b.gate_up, matrix(2 * inter, hidden));
-    PD_ASSIGN_OR_RETURN(b.down, matrix(hidden, inter));
-    PD_ASSIGN_OR_RETURN(b.input_norm, ones(hidden));
-    PD_ASSIGN_OR_RETURN(b.post_norm, ones(hidden));
-    if (c.qk_norm) {
-      PD_ASSIGN_OR_RETURN(b.q_norm, ones(c.head_dim));
-      PD_ASSIGN_OR_RETURN(b.k_norm, ones(c.head_dim));
-    }
-    layers_.push_back(b);
-  }
-  PD_ASSIGN_OR_RETURN(lm_head_, matrix(c.vocab_size, hidden));
-  PD_ASSIGN_OR_RETURN(final_norm_, ones(hidden));
-  PD_ASSIGN_OR_RETURN(void* embed, Random(c.vocab_size * hidden, cuda::ActType::kBF16, 0.0f, 1.0f, ++stream));
-  embed_ = embed;
-  embed_type_ = cuda::ActType::kBF16;
-  return ops_->Synchronize();
 }
 
 absl::Status DeviceModelRunner::AllocateBuffers() {
@@ -396,8 +273,8 @@ absl::Status DeviceModelRunner::EnqueueStep() {
   e.rows = T;
   e.hidden = c.hidden_size;
   e.ids = st.ids;
-  e.table = embed_;
-  e.table_type = embed_type_;
+  e.table = weights_->embed();
+  e.table_type = weights_->embed_type();
   e.out = x_;
   PD_RETURN_IF_ERROR(ops_->Embedding(e));
   for (int64_t layer = 0; layer < c.num_layers; ++layer) PD_RETURN_IF_ERROR(Layer(layer));
@@ -409,14 +286,14 @@ absl::Status DeviceModelRunner::EnqueueStep() {
     n.n = c.hidden_size;
     n.residual = x_;
     n.delta = tmp_;
-    n.delta_bias = layers_.back().down_bias;
+    n.delta_bias = weights_->layers().back().down_bias;
     n.row_index = st.logit_index;
-    n.weight = final_norm_;
+    n.weight = weights_->final_norm();
     n.eps = static_cast<float>(c.rms_norm_eps);
     n.out = logit_in_;
     n.out_type = cuda::ActType::kBF16;
     PD_RETURN_IF_ERROR(ops_->AddRmsNorm(n));
-    PD_RETURN_IF_ERROR(Gemm(logit_in_, st.logit_rows, c.hidden_size, lm_head_, c.vocab_size, logits_));
+    PD_RETURN_IF_ERROR(Gemm(logit_in_, st.logit_rows, c.hidden_size, weights_->lm_head(), c.vocab_size, logits_));
   }
   return absl::OkStatus();
 }
@@ -437,7 +314,7 @@ absl::Status DeviceModelRunner::Gemm(const uint16_t* x, int64_t m, int64_t k, co
 
 absl::Status DeviceModelRunner::Layer(int64_t layer) {
   const ModelConfig& c = config_;
-  const LayerBuffers& w = layers_[layer];
+  const DeviceWeights::Layer& w = weights_->layers()[layer];
   const Step& st = step_;
   const int T = st.rows;
   const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), inter = c.intermediate_size;
@@ -458,7 +335,7 @@ absl::Status DeviceModelRunner::Layer(int64_t layer) {
   norm.n = hidden;
   norm.residual = x_;
   norm.delta = layer > 0 ? tmp_ : nullptr;
-  norm.delta_bias = layer > 0 ? layers_[layer - 1].down_bias : nullptr;
+  norm.delta_bias = layer > 0 ? weights_->layers()[layer - 1].down_bias : nullptr;
   norm.weight = w.input_norm;
   norm.eps = eps;
   norm.out = h_;

@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/engine/device_weights.h"
 #include "common/engine/model_runner.h"
 #include "common/kvcache/kv_pool.h"
 #include "common/model/model_weights.h"
@@ -31,7 +32,8 @@ class DeviceModelRunner : public ModelRunner {
  public:
   // options.compute_dtype must be kBF16 (the only arithmetic this backend has) and
   // prefill_gemm kInvariant. With options.synthetic_weights_seed the weights are made in device
-  // memory (only `weights`' config is read). The model's shapes are checked against the kernels' limits
+  // memory (only `weights`' config is read); with options.shared_weights the process's one
+  // device copy is used (uploaded by the first runner that asks). The model's shapes are checked against the kernels' limits
   // (InvalidArgument naming them).
   static absl::StatusOr<std::unique_ptr<DeviceModelRunner>> Create(
       const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool,
@@ -45,26 +47,13 @@ class DeviceModelRunner : public ModelRunner {
   uint8_t* kv_memory() override { return kv_memory_; }
 
  private:
-  struct LayerBuffers {
-    uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *gate_up = nullptr,
-             *down = nullptr;
-    float *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
-    float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr, *o_bias = nullptr;
-    float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
-  };
-
-  DeviceModelRunner(const ModelRunnerOptions& options, const ModelConfig& config,
-                    const ModelWeights* weights, KvPool* pool, std::unique_ptr<cuda::DeviceOps> ops);
+  DeviceModelRunner(const ModelRunnerOptions& options, const ModelConfig& config, KvPool* pool,
+                    std::shared_ptr<cuda::DeviceOps> ops);
   static absl::Status Check(const ModelRunnerOptions& options, const ModelConfig& config,
                             const KvPool& pool);
-  absl::Status LoadWeights();
-  absl::Status RandomWeights(uint64_t seed);
-  absl::StatusOr<void*> Random(int64_t count, cuda::ActType type, float offset, float scale,
-                               uint64_t seed);
   absl::Status AllocateBuffers();
   absl::StatusOr<void*> Alloc(size_t bytes);
   absl::StatusOr<float*> Upload(const std::vector<float>& v);      // nullptr for an empty vector
-  absl::StatusOr<uint16_t*> UploadBf16(const std::vector<uint16_t>& v);
   absl::Status Layer(int64_t layer);
   // y[m][n] = x[m][k] w[n][k]^T, dense rows.
   absl::Status Gemm(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
@@ -73,10 +62,11 @@ class DeviceModelRunner : public ModelRunner {
   cuda::KvLayer KvLayerView(int64_t layer) const;
 
   ModelRunnerOptions options_;
-  const ModelWeights* weights_;  // Read by LoadWeights only (shapes only with synthetic weights).
   ModelConfig config_;
   KvPool* pool_;
-  std::unique_ptr<cuda::DeviceOps> ops_;
+  std::shared_ptr<cuda::DeviceOps> ops_;  // Shared with weights_ when it made them.
+  // In device memory: this runner's own, or one copy for the process (options.shared_weights).
+  std::shared_ptr<const DeviceWeights> weights_;
   LayerCallback layer_callback_;
   std::vector<void*> allocations_;
   void* staging_ = nullptr;  // Host (pinned) metadata of one step.
@@ -84,11 +74,6 @@ class DeviceModelRunner : public ModelRunner {
 
   // Device memory.
   uint8_t* kv_memory_ = nullptr;
-  std::vector<LayerBuffers> layers_;
-  const void* embed_ = nullptr;
-  cuda::ActType embed_type_ = cuda::ActType::kBF16;
-  uint16_t* lm_head_ = nullptr;
-  float* final_norm_ = nullptr;
   float* cos_sin_ = nullptr;
   float *x_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *tmp_ = nullptr,
         *gate_up_out_ = nullptr, *logits_ = nullptr, *partial_ = nullptr, *partial_ml_ = nullptr;

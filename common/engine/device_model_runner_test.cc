@@ -21,6 +21,7 @@
 #include "common/base/rng.h"
 #include "common/engine/cpu_model_runner.h"
 #include "common/engine/llm_engine.h"
+#include "common/engine/shared_weights.h"
 #include "common/model/model_config.h"
 #include "common/model/random_model.h"
 #include "gtest/gtest.h"
@@ -188,6 +189,44 @@ TEST_P(DeviceRunnerHostTest, MixedStepsEqualTheCpuRunnerInBf16) {
   }
   EXPECT_GE(clear, 10) << "too few clear choices (of 34) to compare greedy decoding";
   EXPECT_EQ(agree, clear);
+}
+
+// The runners of one process (serve's two workers) read one device copy of the weights: one
+// upload, the same logits as a runner with its own copy, and the copy outlives the runner that
+// made it.
+TEST_P(DeviceRunnerHostTest, RunnersOfOneProcessShareOneDeviceCopy) {
+  SharedWeights shared;
+  auto config = ModelConfig::FromFile(JoinPath(dir_, "config.json"));
+  ASSERT_TRUE(config.ok());
+  auto loaded = shared.Load(*config, dir_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ModelRunnerOptions o = options_;
+  o.shared_weights = &shared;
+  auto pool_b = KvPool::Create(device_pool_->spec(), 32);
+  ASSERT_TRUE(pool_b.ok());
+  auto first = DeviceModelRunner::Create(o, loaded->get(), device_pool_.get(), Ops());
+  auto second = DeviceModelRunner::Create(o, loaded->get(), pool_b->get(), Ops());
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(shared.device_uploads(), 1);
+  auto own_pool = KvPool::Create(device_pool_->spec(), 32);
+  auto own = DeviceModelRunner::Create(options_, weights_.get(), own_pool->get(), Ops());
+  ASSERT_TRUE(own.ok());
+  const int64_t vocab = weights_->config().vocab_size;
+  std::vector<int32_t> prompt(11);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(7 + 13 * i);
+  ForwardBatch batch;
+  batch.sequences.push_back({prompt, 0, {4, 9, 2}, true});
+  std::vector<float> a(vocab), b(vocab), c(vocab);
+  ASSERT_TRUE((*own)->Forward(batch, a.data()).ok());
+  ASSERT_TRUE((*first)->Forward(batch, b.data()).ok());
+  EXPECT_EQ(a, b);
+  first->reset();  // The runner that uploaded goes; the copy stays for the other.
+  ASSERT_TRUE((*second)->Forward(batch, c.data()).ok());
+  EXPECT_EQ(a, c);
+  // Another model's weights are not the process's: refused, not uploaded.
+  auto stranger = shared.Device(*weights_, nullptr);
+  EXPECT_FALSE(stranger.ok());
+  EXPECT_EQ(shared.device_uploads(), 1);
 }
 
 // Each runner generates 32 greedy tokens from its own output. They must agree, except where the

@@ -36,6 +36,24 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> SharedWeights::Matrices(
   return slot;
 }
 
+absl::StatusOr<std::shared_ptr<const DeviceWeights>> SharedWeights::Device(
+    const ModelWeights& weights, std::shared_ptr<cuda::DeviceOps> ops) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (&weights != weights_.get()) {
+    return absl::InvalidArgumentError("shared device weights of weights the process did not share");
+  }
+  if (device_ == nullptr) {
+    PD_ASSIGN_OR_RETURN(device_, DeviceWeights::Upload(weights, std::move(ops)));
+    ++device_uploads_;
+  }
+  return device_;
+}
+
+int SharedWeights::device_uploads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_uploads_;
+}
+
 int SharedWeights::matrices_made() const {
   std::lock_guard<std::mutex> lock(mu_);
   return matrices_made_;

@@ -1,8 +1,8 @@
 // What the engines of one process share instead of each holding its own: the checkpoint's
 // weights, loaded once, and the CPU runner's matrix copies (CpuMatrices), made once per compute
 // dtype and page kind. `pdserve serve` runs a prefill and a decode engine in one process: without
-// this each loaded the model and each made its copies, twice the weights' RAM. (The cuda
-// backend's device copies are not shared yet: two engines on one GPU hold the weights twice.)
+// this each loaded the model and each made its copies, twice the weights' RAM. Likewise the cuda
+// backend's device copy (DeviceWeights): two engines on one GPU read one upload.
 // Thread-safe: the workers' engines may be built on different threads.
 #ifndef PDSERVE_COMMON_ENGINE_SHARED_WEIGHTS_H_
 #define PDSERVE_COMMON_ENGINE_SHARED_WEIGHTS_H_
@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/engine/cpu_matrices.h"
+#include "common/engine/device_weights.h"
 #include "common/model/model_config.h"
 
 namespace pdserve {
@@ -37,12 +38,21 @@ class SharedWeights {
 
   int matrices_made() const;  // Tests: how many sets Matrices made.
 
+  // DeviceWeights::Upload(weights, ops) on the first call, the same copy afterwards (one device
+  // per process: every engine of serve --device cuda uses GPU 0). `weights` must be the ones
+  // Load returned.
+  absl::StatusOr<std::shared_ptr<const DeviceWeights>> Device(const ModelWeights& weights,
+                                                              std::shared_ptr<cuda::DeviceOps> ops);
+  int device_uploads() const;  // Tests: how many times Device uploaded.
+
  private:
   mutable std::mutex mu_;
   std::string model_dir_;
   std::shared_ptr<const ModelWeights> weights_;
   std::map<std::pair<ComputeDType, bool>, std::shared_ptr<const CpuMatrices>> matrices_;
   int matrices_made_ = 0;
+  std::shared_ptr<const DeviceWeights> device_;
+  int device_uploads_ = 0;
 };
 
 }  // namespace pdserve
