@@ -555,8 +555,10 @@ int ServeCommand(int argc, char** argv) {
   dopts.max_waiting = f.max_waiting;
   if (absl::Status s = f.engine.ToOptions(&po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   if (absl::Status s = TierDevice(po.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
-  // One model in memory for both workers: loaded once, the cpu runner's copies made once.
+  // One model in memory for both workers: loaded once, the cpu runner's copies made once, one
+  // upload to the GPU whose memory the two then share.
   po.engine.shared_weights = std::make_shared<SharedWeights>();
+  if (po.engine.backend == "cuda") po.engine.engines_per_device = 2;
   dopts.engine = po.engine;
   auto prefill = PrefillWorker::Create(po);
   if (!prefill.ok()) return ReportError(cmd, prefill.status());

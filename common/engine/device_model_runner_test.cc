@@ -631,6 +631,34 @@ TEST(DeviceKvBudgetTest, OnlyADeviceBackendSizesItsCacheFromItsMemory) {
 #endif
 }
 
+// The arithmetic on a stated device size: one engine takes utilization less the weights and its
+// buffers; two engines of one process (serve) share one copy of the weights and split the rest,
+// never claiming more than the utilization together; too small a device is named.
+TEST(DeviceKvBudgetTest, EnginesOfOneProcessSplitWhatTheWeightsLeave) {
+  ModelConfig c;
+  c.vocab_size = 32000;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_layers = 32;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  const size_t total = size_t{80} << 30;
+  const double weights = 2.0 * static_cast<double>(c.NumParameters()) + 2.0 * 32000.0 * 4096.0;
+  auto one = KvBudgetFromDeviceMemory(total, 0.9, c, 2048, 1);
+  auto two = KvBudgetFromDeviceMemory(total, 0.9, c, 2048, 2);
+  ASSERT_TRUE(one.ok() && two.ok());
+  const double buffers = 0.9 * static_cast<double>(total) - weights - static_cast<double>(*one);
+  EXPECT_GT(buffers, double{1ull << 30});  // The context's GiB and the step buffers.
+  EXPECT_NEAR(static_cast<double>(*two), (0.9 * static_cast<double>(total) - weights) / 2 - buffers, 1.0);
+  EXPECT_LE(2.0 * static_cast<double>(*two) + weights + 2 * buffers, 0.9 * static_cast<double>(total) + 1.0);
+  EXPECT_GT(*two, size_t{20} << 30);  // An 8B model leaves each of two engines over 20 GiB of 80.
+  auto small = KvBudgetFromDeviceMemory(size_t{16} << 30, 0.9, c, 2048, 2);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(small.status().message().find("2 engines' buffers"), std::string::npos) << small.status();
+}
+
 TEST_P(DeviceRunnerHostTest, RefusesWhatItCannotRunNamingIt) {
   ModelRunnerOptions f32 = options_;
   f32.compute_dtype = ComputeDType::kF32;

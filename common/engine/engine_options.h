@@ -25,6 +25,10 @@ struct EngineOptions {
   double kv_cache_gib = 4.0;           // KV pool size (vLLM CPU's default KV space is 4 GiB);
                                        // <= 0 with backend cuda: sized by gpu_memory_utilization.
   double gpu_memory_utilization = 0.9;  // Backend cuda: the share of the GPU's memory to use.
+  // Backend cuda: engines of this process on the GPU reading one copy of the weights through
+  // shared_weights (serve: its prefill and decode workers, 2); each sizes its KV cache to its
+  // share of what gpu_memory_utilization leaves.
+  int engines_per_device = 1;
   int64_t num_kv_blocks = 0;           // > 0 overrides kv_cache_gib (tests).
   int64_t max_num_seqs = 64;           // Running sequences per step.
   int64_t max_num_batched_tokens = 2048;  // Token budget per step (prefill chunks + decodes).

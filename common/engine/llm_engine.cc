@@ -84,7 +84,8 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
     // As vLLM: what the GPU has left at --gpu-memory-utilization.
     PD_ASSIGN_OR_RETURN(const size_t bytes,
                         DeviceKvBudgetBytes(options.backend, options.gpu_memory_utilization, config,
-                                            options.max_num_batched_tokens));
+                                            options.max_num_batched_tokens,
+                                            options.engines_per_device));
     num_blocks = KvPool::BlocksForBytes(spec, bytes);
     PD_LOG(Info) << "KV cache: " << (bytes >> 20) << " MiB of GPU memory ("
                  << options.gpu_memory_utilization << " of it, less weights and buffers): "

@@ -93,14 +93,10 @@ absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelRunnerOp
   return absl::OkStatus();
 }
 
-absl::StatusOr<size_t> DeviceKvBudgetBytes(std::string_view backend, double utilization,
-                                           const ModelConfig& c, int64_t max_batch_tokens) {
-  if (backend != "cuda") return absl::UnimplementedError("only a device backend has its own memory");
-  size_t total = 0;
-#if PDSERVE_WITH_CUDA
-  total = cuda::DeviceMemoryBytes();
-#endif
-  if (total == 0) return absl::UnavailableError("--device cuda: no GPU to size the KV cache from");
+absl::StatusOr<size_t> KvBudgetFromDeviceMemory(size_t total, double utilization,
+                                                const ModelConfig& c, int64_t max_batch_tokens,
+                                                int engines) {
+  if (engines < 1) return absl::InvalidArgumentError("engines per device must be >= 1");
   // bf16 weights: every matrix, the embedding (f32 where the checkpoint is not bf16: at most 2x).
   const double weights = 2.0 * static_cast<double>(c.NumParameters()) +
                          2.0 * static_cast<double>(c.vocab_size * c.hidden_size);
@@ -108,15 +104,29 @@ absl::StatusOr<size_t> DeviceKvBudgetBytes(std::string_view backend, double util
   const double per_token = 4.0 * (2 * c.hidden_size + c.q_size() + 2 * c.kv_size() +
                                   2 * c.intermediate_size) +
                            2.0 * (c.hidden_size + c.q_size() + c.intermediate_size);
-  const double working = weights + per_token * static_cast<double>(max_batch_tokens) + (1ull << 30);
-  const double budget = utilization * static_cast<double>(total) - working;
+  const double buffers = per_token * static_cast<double>(max_batch_tokens) + (1ull << 30);
+  // One copy of the weights for all the engines (SharedWeights::Device), then equal shares.
+  const double budget = (utilization * static_cast<double>(total) - weights) / engines - buffers;
   if (budget <= 0) {
     return absl::ResourceExhaustedError(
         Str("--gpu-memory-utilization ", utilization, " of the GPU's ", total >> 20,
-            " MiB does not hold the model's weights and buffers (", static_cast<int64_t>(working) >> 20,
-            " MiB)"));
+            " MiB does not hold the model's weights (", static_cast<int64_t>(weights) >> 20,
+            " MiB) and ", engines, engines == 1 ? " engine's" : " engines'", " buffers (",
+            static_cast<int64_t>(buffers) >> 20, " MiB each)"));
   }
   return static_cast<size_t>(budget);
+}
+
+absl::StatusOr<size_t> DeviceKvBudgetBytes(std::string_view backend, double utilization,
+                                           const ModelConfig& c, int64_t max_batch_tokens,
+                                           int engines) {
+  if (backend != "cuda") return absl::UnimplementedError("only a device backend has its own memory");
+  size_t total = 0;
+#if PDSERVE_WITH_CUDA
+  total = cuda::DeviceMemoryBytes();
+#endif
+  if (total == 0) return absl::UnavailableError("--device cuda: no GPU to size the KV cache from");
+  return KvBudgetFromDeviceMemory(total, utilization, c, max_batch_tokens, engines);
 }
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(std::string_view backend,

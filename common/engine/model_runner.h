@@ -94,12 +94,19 @@ absl::StatusOr<ComputeDType> ResolveComputeDType(std::string_view backend, Compu
 absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelRunnerOptions& options,
                                   int64_t block_size, int64_t num_blocks, int64_t vocab_size);
 
-// Bytes of KV cache a backend with its own memory leaves for a model: `utilization` of the
-// device's memory, less the runner's weights (bf16) and working buffers, less 1 GiB for the
-// CUDA context and cuBLASLt's workspace. "cpu": Unimplemented (the KV cache is --kv-memory-gib
-// of RAM); no GPU: Unavailable; a device too small: ResourceExhausted naming both sizes.
+// Bytes of KV cache a backend with its own memory leaves each of `engines` engines of one
+// process (serve --device cuda: 2) that share one copy of the weights: `utilization` of the
+// device's memory less the weights (bf16), split equally, less each engine's working buffers and
+// 1 GiB for the CUDA context and cuBLASLt's workspace. "cpu": Unimplemented (the KV cache is
+// --kv-memory-gib of RAM); no GPU: Unavailable; a device too small: ResourceExhausted naming
+// the sizes.
 absl::StatusOr<size_t> DeviceKvBudgetBytes(std::string_view backend, double utilization,
-                                           const ModelConfig& config, int64_t max_batch_tokens);
+                                           const ModelConfig& config, int64_t max_batch_tokens,
+                                           int engines = 1);
+// Its arithmetic for a device of `total` bytes.
+absl::StatusOr<size_t> KvBudgetFromDeviceMemory(size_t total, double utilization,
+                                                const ModelConfig& config,
+                                                int64_t max_batch_tokens, int engines);
 
 // `backend`: "cpu". `weights` and `pool` must outlive the runner.
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(std::string_view backend,
