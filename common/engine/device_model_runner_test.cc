@@ -214,8 +214,9 @@ TEST_P(DeviceRunnerHostTest, RunnersOfOneProcessShareOneDeviceCopy) {
   const int64_t vocab = weights_->config().vocab_size;
   std::vector<int32_t> prompt(11);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(7 + 13 * i);
+  const std::vector<int32_t> table = {4, 9, 2};
   ForwardBatch batch;
-  batch.sequences.push_back({prompt, 0, {4, 9, 2}, true});
+  batch.sequences.push_back({prompt, 0, table, true});
   std::vector<float> a(vocab), b(vocab), c(vocab);
   ASSERT_TRUE((*own)->Forward(batch, a.data()).ok());
   ASSERT_TRUE((*first)->Forward(batch, b.data()).ok());

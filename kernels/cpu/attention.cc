@@ -1,5 +1,6 @@
 #include "kernels/cpu/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -58,19 +59,35 @@ void ScoresOneByOne(const KvPagesView& view, const int32_t* table, int64_t kvh, 
 
 }  // namespace
 
-// The max is exact in any order (NaN aside, which makes every output NaN either way), so 8 lanes
-// find it: one dependent max per element was a third of the softmax's time.
+// The max is exact in any order, so 8 lanes find it: one dependent max per element was a third
+// of the softmax's time. A NaN score, or a max that is not finite (+inf, or every score -inf),
+// makes the whole row NaN, as torch's softmax does; MAXPS alone would drop a NaN or keep it
+// depending on its lane.
 float internal::Softmax(float* s, int64_t n) {
   float max = -INFINITY;
+  bool nan = false;
   int64_t i = 0;
 #if PDSERVE_AVX2
   if (n >= 8) {
     __m256 m = _mm256_loadu_ps(s);
-    for (i = 8; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + i));
+    __m256 unordered = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+    for (i = 8; i + 8 <= n; i += 8) {
+      const __m256 x = _mm256_loadu_ps(s + i);
+      m = _mm256_max_ps(m, x);
+      unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    }
     max = HorizontalMax(m);
+    nan = _mm256_movemask_ps(unordered) != 0;
   }
 #endif
-  for (; i < n; ++i) max = std::max(max, s[i]);
+  for (; i < n; ++i) {
+    nan = nan || std::isnan(s[i]);
+    max = std::max(max, s[i]);
+  }
+  if (nan || !std::isfinite(max)) {
+    std::fill(s, s + n, NAN);
+    return NAN;
+  }
   return 1.0f / ExpAndSum(s, n, max);
 }
 

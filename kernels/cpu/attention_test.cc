@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/linear_avx512.h"
+#include "kernels/cpu/simd.h"
 
 namespace pdserve::kernels {
 namespace {
@@ -213,6 +215,59 @@ TEST(AttentionTest, KvGroupIsBitwiseThePerHeadPath) {
 // path differs between the two settings only there. Scores over a moderate range (every exp
 // counts: an error in one lane shows) and a wide one (exps underflowing to zero), at every context
 // length across the 8- and 16-lane boundaries.
+#if PDSERVE_AVX2
+// The scalar exp (tails, portable builds) is Exp8 lane for lane on every input: NaN (clamped to
+// the lower bound, as MAXPS does), infinities, the clamp bounds, denormals, ordinary values.
+TEST(AttentionTest, ExpScalarIsExp8OnEveryInput) {
+  std::vector<float> x = {NAN, -NAN, INFINITY, -INFINITY, 88.0f, -88.0f, 200.0f, -200.0f, 0.0f,
+                          -0.0f, 1e-40f, -1e-40f, 1.0f, -1.0f, 0.5f, -3.25f};
+  SplitMix64 rng(3);
+  while (x.size() % 8 != 0 || x.size() < 1024) x.push_back(static_cast<float>(rng.Normal() * 30));
+  for (size_t i = 0; i < x.size(); i += 8) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, Exp8(_mm256_loadu_ps(&x[i])));
+    for (int l = 0; l < 8; ++l) {
+      const float s = ExpScalar(x[i + l]);
+      ASSERT_EQ(std::memcmp(&s, &lanes[l], 4), 0) << "x=" << x[i + l] << ": " << s << " vs " << lanes[l];
+    }
+  }
+}
+#endif
+
+// A key whose score is NaN or +inf makes the row's output NaN on every path (as torch's softmax
+// over such scores), whatever lane or tail it falls in; a row that does not reach it is finite.
+TEST(AttentionTest, ANonFiniteScoreMakesTheRowNaN) {
+  const int64_t bs = 16, kvh = 1, d = 64, heads = 2, ctx = 40;
+  std::vector<uint8_t> pool(3 * PageBytes(kvh, bs, d, KvDType::kF32));
+  KvPagesView view{pool.data(), PageBytes(kvh, bs, d, KvDType::kF32), bs, kvh, d, KvDType::kF32};
+  const std::vector<int32_t> table = {2, 0, 1};
+  SplitMix64 rng(21);
+  for (int64_t p = 0; p < ctx; ++p) {
+    std::vector<float> k(d), v(d);
+    for (float& x : k) x = static_cast<float>(rng.Normal());
+    for (float& x : v) x = static_cast<float>(rng.Normal());
+    StoreKv(view, table.data(), p, k.data(), v.data());
+  }
+  std::vector<float> q(heads * d, 0.1f), out(heads * d), scratch(heads * ctx);
+  for (float bad : {NAN, INFINITY}) {
+    for (int64_t at : {3, 20, 38}) {  // Inside the 8-lane body and in the scalar tail.
+      float* key = reinterpret_cast<float*>(view.Key(table[at / bs], 0, at % bs));
+      const float saved = key[5];
+      key[5] = bad;
+      for (bool avx512 : {false, true}) {
+        SetAvx512Enabled(avx512);
+        PagedAttentionKvGroup(view, table.data(), ctx - 1, 0, q.data(), heads, 0.125f, 0,
+                              out.data(), scratch.data());
+        for (float x : out) ASSERT_TRUE(std::isnan(x)) << bad << " at " << at;
+        PagedAttention(view, table.data(), at - 1, 0, q.data(), heads, 0.125f, 0, heads, out.data(),
+                       scratch.data());
+        for (float x : out) ASSERT_TRUE(std::isfinite(x)) << "row before the key, " << at;
+      }
+      key[5] = saved;
+    }
+  }
+}
+
 TEST(AttentionTest, SoftmaxOnSixteenLanesIsBitwiseEight) {
   SetAvx512Enabled(true);
   if (!Avx512Enabled()) GTEST_SKIP() << "no AVX-512: one path only";

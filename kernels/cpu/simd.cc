@@ -8,7 +8,10 @@ namespace pdserve::kernels {
 // Same operations, in the same order, as Exp8 (so a scalar tail matches the vector lanes bitwise).
 float ExpScalar(float x) {
   using C = ExpConst;
-  x = std::min(std::max(x, -C::kMaxX), C::kMaxX);
+  // MAXPS then MINPS: a NaN becomes -kMaxX, as in Exp8 (std::max would keep it, and converting
+  // it to int below is undefined).
+  x = x > -C::kMaxX ? x : -C::kMaxX;
+  x = x < C::kMaxX ? x : C::kMaxX;
   const float n = std::nearbyint(x * C::kLog2e);
   float r = std::fma(-n, C::kLn2Hi, x);
   r = std::fma(-n, C::kLn2Lo, r);
