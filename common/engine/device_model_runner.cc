@@ -58,26 +58,11 @@ absl::StatusOr<std::unique_ptr<DeviceModelRunner>> DeviceModelRunner::Create(
 
 DeviceModelRunner::DeviceModelRunner(const ModelRunnerOptions& options, const ModelConfig& config,
                                      KvPool* pool, std::shared_ptr<cuda::DeviceOps> ops)
-    : options_(options), config_(config), pool_(pool), ops_(std::move(ops)) {}
+    : options_(options), config_(config), pool_(pool), ops_(ops), memory_(ops) {}
 
 DeviceModelRunner::~DeviceModelRunner() {
   (void)ops_->Synchronize();
-  for (void* p : allocations_) ops_->Free(p);
   if (staging_ != nullptr) ops_->FreeHost(staging_);
-}
-
-absl::StatusOr<void*> DeviceModelRunner::Alloc(size_t bytes) {
-  PD_ASSIGN_OR_RETURN(void* p, ops_->Alloc(bytes));
-  allocations_.push_back(p);
-  return p;
-}
-
-absl::StatusOr<float*> DeviceModelRunner::Upload(const std::vector<float>& v) {
-  if (v.empty()) return nullptr;
-  PD_ASSIGN_OR_RETURN(void* p, Alloc(v.size() * sizeof(float)));
-  PD_RETURN_IF_ERROR(ops_->CopyIn(p, v.data(), v.size() * sizeof(float)));
-  PD_RETURN_IF_ERROR(ops_->Synchronize());  // v may be a temporary.
-  return static_cast<float*>(p);
 }
 
 absl::Status DeviceModelRunner::AllocateBuffers() {
@@ -96,15 +81,15 @@ absl::Status DeviceModelRunner::AllocateBuffers() {
   for (int64_t pos = 0; pos < options_.max_model_len; ++pos) {
     kernels::RopeCosSin(rope, c.head_dim, pos, &cos_sin[pos * c.head_dim]);
   }
-  PD_ASSIGN_OR_RETURN(cos_sin_, Upload(cos_sin));
+  PD_ASSIGN_OR_RETURN(cos_sin_, memory_.Copy(cos_sin));
 
   // Activations.
   auto floats = [&](int64_t n) -> absl::StatusOr<float*> {
-    PD_ASSIGN_OR_RETURN(void* p, Alloc(static_cast<size_t>(n) * sizeof(float)));
+    PD_ASSIGN_OR_RETURN(void* p, memory_.Alloc(static_cast<size_t>(n) * sizeof(float)));
     return static_cast<float*>(p);
   };
   auto halves = [&](int64_t n) -> absl::StatusOr<uint16_t*> {
-    PD_ASSIGN_OR_RETURN(void* p, Alloc(static_cast<size_t>(n) * sizeof(uint16_t)));
+    PD_ASSIGN_OR_RETURN(void* p, memory_.Alloc(static_cast<size_t>(n) * sizeof(uint16_t)));
     return static_cast<uint16_t*>(p);
   };
   PD_ASSIGN_OR_RETURN(x_, floats(T * hidden));
@@ -132,7 +117,7 @@ absl::Status DeviceModelRunner::AllocateBuffers() {
   max_table_ = static_cast<int>(max_table);
   staging_bytes_ = static_cast<size_t>(6 * T + L + T * max_table) * sizeof(int32_t);
   PD_ASSIGN_OR_RETURN(staging_, ops_->AllocHost(staging_bytes_));
-  PD_ASSIGN_OR_RETURN(void* meta, Alloc(staging_bytes_));
+  PD_ASSIGN_OR_RETURN(void* meta, memory_.Alloc(staging_bytes_));
   meta_ = static_cast<int32_t*>(meta);
 
   PD_ASSIGN_OR_RETURN(kv_memory_, ops_->KvPoolMemory(pool_->data(), pool_->size_bytes()));

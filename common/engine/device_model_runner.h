@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/engine/device_memory.h"
 #include "common/engine/device_weights.h"
 #include "common/engine/model_runner.h"
 #include "common/kvcache/kv_pool.h"
@@ -52,8 +53,6 @@ class DeviceModelRunner : public ModelRunner {
   static absl::Status Check(const ModelRunnerOptions& options, const ModelConfig& config,
                             const KvPool& pool);
   absl::Status AllocateBuffers();
-  absl::StatusOr<void*> Alloc(size_t bytes);
-  absl::StatusOr<float*> Upload(const std::vector<float>& v);      // nullptr for an empty vector
   absl::Status Layer(int64_t layer);
   // y[m][n] = x[m][k] w[n][k]^T, dense rows.
   absl::Status Gemm(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
@@ -68,7 +67,7 @@ class DeviceModelRunner : public ModelRunner {
   // In device memory: this runner's own, or one copy for the process (options.shared_weights).
   std::shared_ptr<const DeviceWeights> weights_;
   LayerCallback layer_callback_;
-  std::vector<void*> allocations_;
+  DeviceMemory memory_;  // The buffers below (not the weights).
   void* staging_ = nullptr;  // Host (pinned) metadata of one step.
   size_t staging_bytes_ = 0;
 

@@ -32,37 +32,10 @@ std::vector<uint16_t> Concat(std::vector<uint16_t> a, const std::vector<uint16_t
 
 }  // namespace
 
-DeviceWeights::~DeviceWeights() {
-  (void)ops_->Synchronize();
-  for (void* p : allocations_) ops_->Free(p);
-}
-
-absl::StatusOr<void*> DeviceWeights::Alloc(size_t bytes) {
-  PD_ASSIGN_OR_RETURN(void* p, ops_->Alloc(bytes));
-  allocations_.push_back(p);
-  bytes_ += bytes;
-  return p;
-}
-
-absl::StatusOr<float*> DeviceWeights::Copy(const std::vector<float>& v) {
-  if (v.empty()) return nullptr;
-  PD_ASSIGN_OR_RETURN(void* p, Alloc(v.size() * sizeof(float)));
-  PD_RETURN_IF_ERROR(ops_->CopyIn(p, v.data(), v.size() * sizeof(float)));
-  PD_RETURN_IF_ERROR(ops_->Synchronize());  // v may be a temporary.
-  return static_cast<float*>(p);
-}
-
-absl::StatusOr<uint16_t*> DeviceWeights::Copy(const std::vector<uint16_t>& v) {
-  PD_ASSIGN_OR_RETURN(void* p, Alloc(v.size() * sizeof(uint16_t)));
-  PD_RETURN_IF_ERROR(ops_->CopyIn(p, v.data(), v.size() * sizeof(uint16_t)));
-  PD_RETURN_IF_ERROR(ops_->Synchronize());
-  return static_cast<uint16_t*>(p);
-}
-
 absl::StatusOr<void*> DeviceWeights::Fill(int64_t count, cuda::ActType type, float offset,
                                           float scale, uint64_t seed) {
-  PD_ASSIGN_OR_RETURN(void* p, Alloc(static_cast<size_t>(count) *
-                                     (type == cuda::ActType::kBF16 ? 2 : 4)));
+  PD_ASSIGN_OR_RETURN(void* p, memory_.Alloc(static_cast<size_t>(count) *
+                                             (type == cuda::ActType::kBF16 ? 2 : 4)));
   cuda::FillParams f;
   f.out = p;
   f.count = count;
@@ -81,39 +54,39 @@ absl::StatusOr<std::shared_ptr<const DeviceWeights>> DeviceWeights::Upload(
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights.layer(l);
     Layer b;
-    PD_ASSIGN_OR_RETURN(b.q, d->Copy(ToBf16(w.q_proj)));
-    PD_ASSIGN_OR_RETURN(b.k, d->Copy(ToBf16(w.k_proj)));
-    PD_ASSIGN_OR_RETURN(b.v, d->Copy(ToBf16(w.v_proj)));
-    PD_ASSIGN_OR_RETURN(b.o, d->Copy(ToBf16(w.o_proj)));
-    PD_ASSIGN_OR_RETURN(b.gate_up, d->Copy(Concat(ToBf16(w.gate_proj), ToBf16(w.up_proj))));
-    PD_ASSIGN_OR_RETURN(b.down, d->Copy(ToBf16(w.down_proj)));
-    PD_ASSIGN_OR_RETURN(b.input_norm, d->Copy(w.input_norm));
-    PD_ASSIGN_OR_RETURN(b.post_norm, d->Copy(w.post_attention_norm));
-    PD_ASSIGN_OR_RETURN(b.q_norm, d->Copy(w.q_norm));
-    PD_ASSIGN_OR_RETURN(b.k_norm, d->Copy(w.k_norm));
-    PD_ASSIGN_OR_RETURN(b.q_bias, d->Copy(w.q_bias));
-    PD_ASSIGN_OR_RETURN(b.k_bias, d->Copy(w.k_bias));
-    PD_ASSIGN_OR_RETURN(b.v_bias, d->Copy(w.v_bias));
-    PD_ASSIGN_OR_RETURN(b.o_bias, d->Copy(w.o_bias));
-    PD_ASSIGN_OR_RETURN(b.gate_bias, d->Copy(w.gate_bias));
-    PD_ASSIGN_OR_RETURN(b.up_bias, d->Copy(w.up_bias));
-    PD_ASSIGN_OR_RETURN(b.down_bias, d->Copy(w.down_bias));
+    PD_ASSIGN_OR_RETURN(b.q, d->memory_.Copy(ToBf16(w.q_proj)));
+    PD_ASSIGN_OR_RETURN(b.k, d->memory_.Copy(ToBf16(w.k_proj)));
+    PD_ASSIGN_OR_RETURN(b.v, d->memory_.Copy(ToBf16(w.v_proj)));
+    PD_ASSIGN_OR_RETURN(b.o, d->memory_.Copy(ToBf16(w.o_proj)));
+    PD_ASSIGN_OR_RETURN(b.gate_up, d->memory_.Copy(Concat(ToBf16(w.gate_proj), ToBf16(w.up_proj))));
+    PD_ASSIGN_OR_RETURN(b.down, d->memory_.Copy(ToBf16(w.down_proj)));
+    PD_ASSIGN_OR_RETURN(b.input_norm, d->memory_.Copy(w.input_norm));
+    PD_ASSIGN_OR_RETURN(b.post_norm, d->memory_.Copy(w.post_attention_norm));
+    PD_ASSIGN_OR_RETURN(b.q_norm, d->memory_.Copy(w.q_norm));
+    PD_ASSIGN_OR_RETURN(b.k_norm, d->memory_.Copy(w.k_norm));
+    PD_ASSIGN_OR_RETURN(b.q_bias, d->memory_.Copy(w.q_bias));
+    PD_ASSIGN_OR_RETURN(b.k_bias, d->memory_.Copy(w.k_bias));
+    PD_ASSIGN_OR_RETURN(b.v_bias, d->memory_.Copy(w.v_bias));
+    PD_ASSIGN_OR_RETURN(b.o_bias, d->memory_.Copy(w.o_bias));
+    PD_ASSIGN_OR_RETURN(b.gate_bias, d->memory_.Copy(w.gate_bias));
+    PD_ASSIGN_OR_RETURN(b.up_bias, d->memory_.Copy(w.up_bias));
+    PD_ASSIGN_OR_RETURN(b.down_bias, d->memory_.Copy(w.down_bias));
     d->layers_.push_back(b);
   }
-  PD_ASSIGN_OR_RETURN(d->lm_head_, d->Copy(ToBf16(weights.lm_head())));
-  PD_ASSIGN_OR_RETURN(d->final_norm_, d->Copy(weights.final_norm()));
+  PD_ASSIGN_OR_RETURN(d->lm_head_, d->memory_.Copy(ToBf16(weights.lm_head())));
+  PD_ASSIGN_OR_RETURN(d->final_norm_, d->memory_.Copy(weights.final_norm()));
   // The embedding is read exactly as the CPU reads it: bf16 stays bf16, f32 and f16 become f32.
   const MatrixRef& embed = weights.embed_tokens();
   if (embed.dtype == DType::kBF16) {
     std::vector<uint16_t> table(static_cast<const uint16_t*>(embed.data),
                                 static_cast<const uint16_t*>(embed.data) + embed.rows * embed.cols);
-    PD_ASSIGN_OR_RETURN(uint16_t * p, d->Copy(table));
+    PD_ASSIGN_OR_RETURN(uint16_t * p, d->memory_.Copy(table));
     d->embed_ = p;
     d->embed_type_ = cuda::ActType::kBF16;
   } else {
     std::vector<float> table(static_cast<size_t>(embed.rows * embed.cols));
     for (int64_t r = 0; r < embed.rows; ++r) kernels::EmbeddingRow(embed, r, &table[r * embed.cols]);
-    PD_ASSIGN_OR_RETURN(float* p, d->Copy(table));
+    PD_ASSIGN_OR_RETURN(float* p, d->memory_.Copy(table));
     d->embed_ = p;
     d->embed_type_ = cuda::ActType::kF32;
   }

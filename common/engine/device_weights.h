@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/engine/device_memory.h"
 #include "common/model/model_config.h"
 #include "kernels/cuda/device_ops.h"
 
@@ -40,7 +41,6 @@ class DeviceWeights {
   // (biases left out: zero). An 8B-shaped benchmark needs no 16 GB file.
   static absl::StatusOr<std::shared_ptr<const DeviceWeights>> Random(
       const ModelConfig& config, uint64_t seed, std::shared_ptr<cuda::DeviceOps> ops);
-  ~DeviceWeights();
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;
 
@@ -49,19 +49,15 @@ class DeviceWeights {
   cuda::ActType embed_type() const { return embed_type_; }
   const uint16_t* lm_head() const { return lm_head_; }
   const float* final_norm() const { return final_norm_; }
-  size_t bytes() const { return bytes_; }  // Device memory held.
+  size_t bytes() const { return memory_.bytes(); }  // Device memory held.
 
  private:
-  explicit DeviceWeights(std::shared_ptr<cuda::DeviceOps> ops) : ops_(std::move(ops)) {}
-  absl::StatusOr<void*> Alloc(size_t bytes);
-  absl::StatusOr<float*> Copy(const std::vector<float>& v);  // nullptr for an empty vector
-  absl::StatusOr<uint16_t*> Copy(const std::vector<uint16_t>& v);
+  explicit DeviceWeights(std::shared_ptr<cuda::DeviceOps> ops) : ops_(ops), memory_(ops) {}
   absl::StatusOr<void*> Fill(int64_t count, cuda::ActType type, float offset, float scale,
                              uint64_t seed);
 
   std::shared_ptr<cuda::DeviceOps> ops_;
-  std::vector<void*> allocations_;
-  size_t bytes_ = 0;
+  DeviceMemory memory_;
   std::vector<Layer> layers_;
   const void* embed_ = nullptr;
   cuda::ActType embed_type_ = cuda::ActType::kBF16;
