@@ -22,13 +22,7 @@ constexpr int64_t kRows = kAttentionBf16RowsPerTile;
 // A row's remaining pairs up to this many are copied with its last one and summed in one call.
 constexpr int64_t kCopyPairs = 8;
 
-inline float FlushDenormal(float f) {
-  return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0f, f) : f;
-}
-// One step of VDPBF16PS's sequence: acc + a * b, bf16 inputs, denormals flushed in and out.
-inline float Step(float acc, uint16_t a, uint16_t b) {
-  return FlushDenormal(std::fma(FlushDenormal(Bf16ToF32(a)), FlushDenormal(Bf16ToF32(b)), acc));
-}
+using internal::Bf16DotStep;
 
 inline int64_t WindowStart(int64_t position, int64_t window) {
   return window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
@@ -583,8 +577,8 @@ void PagedAttentionBf16Reference(const KvPagesView& view, const int32_t* block_t
       float dot = 0.0f;
       for (int64_t i0 = 0; i0 < d; i0 += 2) {
         const int64_t i1 = i0 + 1;
-        dot = Step(dot, i1 < d ? qb[i1] : 0, i1 < d ? row[i1] : 0);
-        dot = Step(dot, qb[i0], row[i0]);
+        dot = Bf16DotStep(dot, i1 < d ? qb[i1] : 0, i1 < d ? row[i1] : 0);
+        dot = Bf16DotStep(dot, qb[i0], row[i0]);
       }
       if (quantized) dot *= *view.KeyScale(block, kvh, slot);
       scores[j] = dot * scale;
@@ -602,12 +596,12 @@ void PagedAttentionBf16Reference(const KvPagesView& view, const int32_t* block_t
       float a = 0.0f;
       int64_t j = 0;
       for (; j + 1 < n; j += 2) {
-        a = Step(a, p[j + 1], values[j + 1][e]);
-        a = Step(a, p[j], values[j][e]);
+        a = Bf16DotStep(a, p[j + 1], values[j + 1][e]);
+        a = Bf16DotStep(a, p[j], values[j][e]);
       }
       if (j < n) {  // The last pair's other element is zero (and its product added first).
-        a = Step(a, 0, 0);
-        a = Step(a, p[j], values[j][e]);
+        a = Bf16DotStep(a, 0, 0);
+        a = Bf16DotStep(a, p[j], values[j][e]);
       }
       acc[e] = a;
     }

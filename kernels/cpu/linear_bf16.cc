@@ -214,9 +214,8 @@ void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const Matri
       float acc = accumulate ? y[t * ldy + j] : 0.0f;
       for (int64_t q = 0; q < (k + 1) / 2; ++q) {
         const int64_t i0 = 2 * q, i1 = i0 + 1;
-        const float x1 = i1 < k ? Bf16In(x[i1]) : 0.0f, w1 = Bf16In(Bf16PanelsAt(w, j, i1));
-        acc = FlushDenormal(std::fma(x1, w1, acc));
-        acc = FlushDenormal(std::fma(Bf16In(x[i0]), Bf16In(Bf16PanelsAt(w, j, i0)), acc));
+        acc = internal::Bf16DotStep(acc, i1 < k ? x[i1] : 0, Bf16PanelsAt(w, j, i1));
+        acc = internal::Bf16DotStep(acc, x[i0], Bf16PanelsAt(w, j, i0));
       }
       y[t * ldy + j] = acc;
     }
@@ -224,6 +223,10 @@ void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const Matri
 }
 
 namespace internal {
+
+float Bf16DotStep(float acc, uint16_t a, uint16_t b) {
+  return FlushDenormal(std::fma(Bf16In(a), Bf16In(b), acc));
+}
 
 void LinearBf16ColumnsAvx2(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
                            float* y, int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate) {

@@ -98,6 +98,11 @@ void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const Matri
                          int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate = false);
 
 namespace internal {
+// One step of the sequence above in scalar code: acc + a * b for two bf16 values, denormal
+// inputs read as zero and a denormal result flushed (VDPBF16PS's product-add). The references
+// (this kernel's, attention_bf16's) are written with it.
+float Bf16DotStep(float acc, uint16_t a, uint16_t b);
+
 // The panel layout's geometry: rows per panel (VDPBF16PS's f32 lanes, an AMX C tile's columns)
 // and the bf16 elements of one panel of a matrix with `cols` columns (pairs rounded up).
 constexpr int64_t kPanelRows = 16;
