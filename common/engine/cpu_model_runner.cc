@@ -154,6 +154,7 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
     }
   });
 
+  if (bf16_attention_) PlanAttentionBf16(batch);  // The same calls in every layer.
   for (int64_t layer = 0; layer < c.num_layers; ++layer) Layer(layer, batch, rows);
 
   // Final norm and lm_head on the rows that are sampled (the last token of such sequences).
@@ -209,9 +210,9 @@ void CpuModelRunner::AttentionF32(const ForwardBatch& batch, const kernels::KvPa
   });
 }
 
-void CpuModelRunner::AttentionBf16(const ForwardBatch& batch, const kernels::KvPagesView& view) {
+void CpuModelRunner::PlanAttentionBf16(const ForwardBatch& batch) {
   const ModelConfig& c = config_;
-  const int64_t qs = c.q_size(), group = c.num_heads / c.num_kv_heads;
+  const int64_t group = c.num_heads / c.num_kv_heads;
   const int threads = pool_threads_.num_threads();
   // A chunk's tiles are shared among the threads (each packs the keys it reads); a chunk of one
   // tile (decode) is one call per KV head, or per query head when there are too few calls to
@@ -239,6 +240,12 @@ void CpuModelRunner::AttentionBf16(const ForwardBatch& batch, const kernels::KvP
     }
     row += n;
   }
+}
+
+void CpuModelRunner::AttentionBf16(const ForwardBatch& batch, const kernels::KvPagesView& view) {
+  const ModelConfig& c = config_;
+  const int64_t qs = c.q_size();
+  const int threads = pool_threads_.num_threads();
   const int64_t items = static_cast<int64_t>(attn_items_.size());
   pool_threads_.Run([&](int t) {
     uint8_t* scratch = attn_bf16_scratch_.get() + static_cast<size_t>(t) * attn_bf16_scratch_bytes_;

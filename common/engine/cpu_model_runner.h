@@ -54,6 +54,7 @@ class CpuModelRunner : public ModelRunner {
     int64_t head_begin, head_end;
   };
   void AttentionF32(const ForwardBatch& batch, const kernels::KvPagesView& view, int64_t rows);
+  void PlanAttentionBf16(const ForwardBatch& batch);  // Fills attn_items_, once per step.
   void AttentionBf16(const ForwardBatch& batch, const kernels::KvPagesView& view);
 
   const ModelRunnerOptions options_;
@@ -72,7 +73,7 @@ class CpuModelRunner : public ModelRunner {
   std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, rope_cs_;
   std::vector<float> attn_scratch_;  // [threads][heads per KV head][max_model_len]
   size_t attn_scratch_per_thread_ = 0;
-  std::vector<AttentionItem> attn_items_;  // Compute dtype bf16: this step's calls.
+  std::vector<AttentionItem> attn_items_;  // Compute dtype bf16: this step's calls (per layer).
   std::unique_ptr<uint8_t[]> attn_bf16_scratch_;  // [threads][attn_bf16_scratch_bytes_]
   size_t attn_bf16_scratch_bytes_ = 0;
   std::vector<float> logit_in_;      // [max_logit_rows][hidden]
