@@ -23,6 +23,7 @@
 #include "common/engine/llm_engine.h"
 #include "common/engine/shared_weights.h"
 #include "common/model/model_config.h"
+#include "common/model/model_shapes.h"
 #include "common/model/random_model.h"
 #include "gtest/gtest.h"
 #if PDSERVE_TEST_ON_GPU
@@ -636,16 +637,12 @@ TEST(DeviceKvBudgetTest, OnlyADeviceBackendSizesItsCacheFromItsMemory) {
 // buffers; two engines of one process (serve) share one copy of the weights and split the rest,
 // never claiming more than the utilization together; too small a device is named.
 TEST(DeviceKvBudgetTest, EnginesOfOneProcessSplitWhatTheWeightsLeave) {
-  ModelConfig c;
-  c.vocab_size = 32000;
-  c.hidden_size = 4096;
-  c.intermediate_size = 14336;
-  c.num_layers = 32;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
+  auto shape = ModelShape("llama3-8b");
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  const ModelConfig& c = *shape;
   const size_t total = size_t{80} << 30;
-  const double weights = 2.0 * static_cast<double>(c.NumParameters()) + 2.0 * 32000.0 * 4096.0;
+  const double weights = 2.0 * static_cast<double>(c.NumParameters()) +
+                         2.0 * static_cast<double>(c.vocab_size * c.hidden_size);
   auto one = KvBudgetFromDeviceMemory(total, 0.9, c, 2048, 1);
   auto two = KvBudgetFromDeviceMemory(total, 0.9, c, 2048, 2);
   ASSERT_TRUE(one.ok() && two.ok());
