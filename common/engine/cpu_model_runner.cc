@@ -145,6 +145,7 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
     }
   }
   const int64_t rows = n;
+  lap_ = std::chrono::steady_clock::now();
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const SequenceChunk& chunk = batch.sequences[rows_[r].seq];
@@ -155,6 +156,7 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
   });
 
   if (bf16_attention_) PlanAttentionBf16(batch);  // The same calls in every layer.
+  Lap(ForwardPhase::kEmbedding);
   for (int64_t layer = 0; layer < c.num_layers; ++layer) Layer(layer, batch, rows);
 
   // Final norm and lm_head on the rows that are sampled (the last token of such sequences).
@@ -177,6 +179,7 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
       kernels::LinearMulti(logit_in_.data(), m, hidden, &out, 1, &pool_threads_);
     }
   }
+  Lap(ForwardPhase::kLogits);
   return absl::OkStatus();
 }
 
@@ -276,7 +279,9 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   });
   const kernels::LinearOutput qkv[3] = {
       {&p.q, q_.data(), qs}, {&p.k, k_.data(), kvs}, {&p.v, v_.data(), kvs}};
+  Lap(ForwardPhase::kInputNorm);
   Project(h_.data(), rows, hidden, qkv, 3);
+  Lap(ForwardPhase::kQkv);
 
   kernels::KvPagesView view;
   view.layer_base = kv_->LayerBase(layer);
@@ -309,7 +314,11 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
     }
   });
 
-  if (layer_callback_) layer_callback_(layer);
+  Lap(ForwardPhase::kRopeKvStore);
+  if (layer_callback_) {
+    layer_callback_(layer);
+    Lap(ForwardPhase::kLayerCallback);
+  }
 
   // Every row's KV is stored before any row attends (a chunk attends to its own earlier rows).
   if (bf16_attention_) {
@@ -317,9 +326,11 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   } else {
     AttentionF32(batch, view, rows);
   }
+  Lap(ForwardPhase::kAttention);
 
   const kernels::LinearOutput o[1] = {{&p.o, tmp_.data(), hidden}};
   Project(attn_.data(), rows, qs, o, 1);
+  Lap(ForwardPhase::kOProjection);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       float* x = &x_[r * hidden];
@@ -332,7 +343,9 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   // MLP block.
   const kernels::LinearOutput gate_up[2] = {{&p.gate, gate_.data(), inter},
                                             {&p.up, up_.data(), inter}};
+  Lap(ForwardPhase::kResidualNorm);
   Project(h_.data(), rows, hidden, gate_up, 2);
+  Lap(ForwardPhase::kGateUp);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       if (c.mlp_bias) {
@@ -343,13 +356,16 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
     }
   });
   const kernels::LinearOutput down[1] = {{&p.down, tmp_.data(), hidden}};
+  Lap(ForwardPhase::kActivation);
   Project(gate_.data(), rows, inter, down, 1);
+  Lap(ForwardPhase::kDown);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       if (c.mlp_bias) kernels::AddBias(&tmp_[r * hidden], w.down_bias.data(), hidden);
       kernels::AddInPlace(&x_[r * hidden], &tmp_[r * hidden], hidden);
     }
   });
+  Lap(ForwardPhase::kResidual);
 }
 
 }  // namespace pdserve

@@ -10,6 +10,7 @@
 #ifndef PDSERVE_COMMON_ENGINE_CPU_MODEL_RUNNER_H_
 #define PDSERVE_COMMON_ENGINE_CPU_MODEL_RUNNER_H_
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -33,8 +34,15 @@ class CpuModelRunner : public ModelRunner {
   std::string_view backend() const override { return "cpu"; }
   void SetLayerCallback(LayerCallback callback) override { layer_callback_ = std::move(callback); }
   int threads() const { return pool_threads_.num_threads(); }
+  ForwardPhaseSeconds phase_seconds() const override { return phase_seconds_; }
 
  private:
+  // Adds the time since the previous lap (or the start of Forward) to `phase`.
+  void Lap(ForwardPhase phase) {
+    const auto now = std::chrono::steady_clock::now();
+    phase_seconds_[static_cast<int>(phase)] += std::chrono::duration<double>(now - lap_).count();
+    lap_ = now;
+  }
   CpuModelRunner(const ModelRunnerOptions& options, const ModelWeights* weights, KvPool* pool);
   absl::Status Validate(const ForwardBatch& batch) const;
   void Layer(int64_t layer, const ForwardBatch& batch, int64_t rows);
@@ -67,6 +75,8 @@ class CpuModelRunner : public ModelRunner {
   const bool bf16_attention_;  // attention_bf16.h (compute dtype bf16, options.bf16_attention).
   kernels::RopeParams rope_;
   float attn_scale_;
+  ForwardPhaseSeconds phase_seconds_{};
+  std::chrono::steady_clock::time_point lap_;
 
   // Scratch, sized at construction so a step allocates nothing.
   std::vector<Row> rows_;

@@ -662,6 +662,31 @@ TEST(EngineTest, OutputsCarryTokenGapsAndPhaseTimes) {
   EXPECT_EQ(aborted[0].decode_seconds, 0.0);
 }
 
+// The cpu runner's phases tile its forward passes: each is timed between two consecutive marks,
+// so they add up to no more than the forward time the engine measured around them, and every
+// phase a plain step runs took time (the layer callback is unset here, so it stays zero).
+TEST(EngineTest, ForwardPhasesTileTheForwardPasses) {
+  auto engine = *LLMEngine::Create(ModelDir("llama"), SmallOptions());
+  EXPECT_EQ(engine->Stats().forward_phase_seconds, ForwardPhaseSeconds{});
+  ASSERT_TRUE(engine->AddRequest("t", Prompt(20, 3), Greedy(4)).ok());
+  std::vector<RequestOutput> all;
+  while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step(&all).ok());
+  const EngineStats stats = engine->Stats();
+  double sum = 0;
+  for (int i = 0; i < kNumForwardPhases; ++i) {
+    const auto phase = static_cast<ForwardPhase>(i);
+    if (phase == ForwardPhase::kLayerCallback) {
+      EXPECT_EQ(stats.forward_phase_seconds[i], 0.0);
+    } else {
+      EXPECT_GT(stats.forward_phase_seconds[i], 0.0) << ForwardPhaseName(phase);
+    }
+    sum += stats.forward_phase_seconds[i];
+  }
+  EXPECT_LE(sum, stats.forward_seconds + 1e-9);
+  EXPECT_EQ(ForwardPhaseName(ForwardPhase::kAttention), "attention");
+  EXPECT_EQ(ForwardPhaseName(ForwardPhase::kLogits), "logits");
+}
+
 TEST(EngineTest, ResumedRequestContinuesLikeAnUninterruptedRun) {
   const std::string dir = ModelDir("llama");
   SamplingParams seeded = Greedy(14);

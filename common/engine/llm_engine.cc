@@ -500,6 +500,7 @@ EngineStats LLMEngine::Stats() const {
   s.waiting = scheduler_->num_waiting();
   s.preemptions = scheduler_->num_preemptions();
   s.kv = blocks_->Stats();
+  s.forward_phase_seconds = runner_->phase_seconds();
   return s;
 }
 

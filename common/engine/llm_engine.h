@@ -84,6 +84,8 @@ struct EngineStats {
   // forward pass (choosing the batch, reserving blocks, building the batch) and after it
   // (advancing sequences, hashing and publishing full blocks to the prefix cache).
   double step_seconds = 0, forward_seconds = 0, sample_seconds = 0, schedule_seconds = 0;
+  // The forward passes' time by phase, where the backend times them (ModelRunner::phase_seconds).
+  ForwardPhaseSeconds forward_phase_seconds{};
   KvCacheStats kv;
 };
 

@@ -21,6 +21,25 @@ std::string_view ComputeDTypeName(ComputeDType d) {
   return "?";
 }
 
+std::string_view ForwardPhaseName(ForwardPhase phase) {
+  switch (phase) {
+    case ForwardPhase::kEmbedding: return "embedding";
+    case ForwardPhase::kInputNorm: return "input_norm";
+    case ForwardPhase::kQkv: return "qkv";
+    case ForwardPhase::kRopeKvStore: return "rope_kv_store";
+    case ForwardPhase::kLayerCallback: return "layer_callback";
+    case ForwardPhase::kAttention: return "attention";
+    case ForwardPhase::kOProjection: return "o_proj";
+    case ForwardPhase::kResidualNorm: return "residual_norm";
+    case ForwardPhase::kGateUp: return "gate_up";
+    case ForwardPhase::kActivation: return "activation";
+    case ForwardPhase::kDown: return "down";
+    case ForwardPhase::kResidual: return "residual";
+    case ForwardPhase::kLogits: return "logits";
+  }
+  return "?";
+}
+
 absl::StatusOr<ComputeDType> ParseComputeDType(std::string_view name) {
   if (name == "auto") return ComputeDType::kAuto;
   if (name == "f32") return ComputeDType::kF32;

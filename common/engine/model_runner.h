@@ -3,6 +3,7 @@
 #ifndef PDSERVE_COMMON_ENGINE_MODEL_RUNNER_H_
 #define PDSERVE_COMMON_ENGINE_MODEL_RUNNER_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,8 +27,8 @@ enum class PrefillGemm {
   kOpenBlas,   // OpenBLAS sgemm for prefill chunks of >= 32 tokens: faster prefill, not invariant.
 };
 
-// The arithmetic of the linear layers (projections and lm_head). Attention, norms and
-// activations stay f32 in both.
+// The arithmetic of the linear layers (projections and lm_head) and, on the cpu backend, of
+// attention's Q.K^T and P.V. Norms, softmax and activations stay f32 in both.
 enum class ComputeDType {
   kAuto,  // Options only: bf16 when the weights are bf16 and the backend computes bf16 natively
           // (the CPU has AVX512-BF16), f32 otherwise; ResolveComputeDType decides.
@@ -37,6 +38,28 @@ enum class ComputeDType {
 };
 std::string_view ComputeDTypeName(ComputeDType d);  // "auto", "f32", "bf16"
 absl::StatusOr<ComputeDType> ParseComputeDType(std::string_view name);
+
+// The parallel regions of a forward pass, in the order a layer runs them, for a breakdown of
+// where its wall time goes (bench-engine). A region's time includes its threads' wait at its end.
+enum class ForwardPhase : int {
+  kEmbedding,     // token embeddings and RoPE's cos/sin per row
+  kInputNorm,     // RMSNorm before attention
+  kQkv,           // q/k/v projections (bf16 compute: rounding the rows included)
+  kRopeKvStore,   // biases, q/k norms, RoPE, K/V into the pool
+  kLayerCallback, // SetLayerCallback's function (a prefill worker queueing the layer's pages)
+  kAttention,
+  kOProjection,
+  kResidualNorm,  // residual add and RMSNorm after attention
+  kGateUp,
+  kActivation,    // biases and SiLU(gate) x up
+  kDown,
+  kResidual,      // residual add after the MLP
+  kLogits,        // final RMSNorm and lm_head of the sampled rows
+};
+inline constexpr int kNumForwardPhases = 13;
+std::string_view ForwardPhaseName(ForwardPhase phase);  // "qkv", "attention", ...
+// Seconds per phase, indexed by ForwardPhase.
+using ForwardPhaseSeconds = std::array<double, kNumForwardPhases>;
 
 struct ModelRunnerOptions {
   int threads = 0;                      // <= 0: all cores.
@@ -81,6 +104,9 @@ class ModelRunner {
   // Where the KV pages really are when not in the KvPool's own (host) memory: a GPU runner's
   // device copy of the pool, same layout. Null: the KvPool's memory.
   virtual uint8_t* kv_memory() { return nullptr; }
+  // Wall time of each phase over all Forward calls so far; zeros where a backend does not time
+  // its phases (a device backend's kernels run asynchronously).
+  virtual ForwardPhaseSeconds phase_seconds() const { return {}; }
 };
 
 // kAuto -> kF32 or kBF16 for this backend, these weights and this CPU; an error for a combination

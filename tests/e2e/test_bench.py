@@ -104,6 +104,20 @@ class BenchTest(unittest.TestCase):
             self.assertGreater(share, 0)
         self.assertLessEqual(sum(shares), 1.0 + 1e-9)
         self.assertLess(j["decode_scheduler_share"], 0.25)
+        # The fastest of --prefill-rounds (3) prefills, the first among them.
+        self.assertEqual(j["prefill_rounds"], 3)
+        self.assertGreaterEqual(j["prefill_tok_s"], j["prefill_first_tok_s"])
+        self.assertGreater(j["decode_bw_ratio_median_step"], 0)
+        # The forward passes' time by phase: shares of one whole, the projections and attention in it.
+        for key in ("prefill_phase_shares", "decode_phase_shares"):
+            phases = j[key]
+            self.assertAlmostEqual(sum(phases.values()), 1.0, places=9)
+            for phase in ("qkv", "attention", "gate_up", "down"):
+                self.assertGreater(phases[phase], 0, (key, phase))
+        bad = subprocess.run([PDSERVE, "bench-engine", "--model", MODEL, "--prefill-rounds", "0"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(bad.returncode, 2, bad.stderr)
+        self.assertIn("--prefill-rounds", bad.stderr)
 
     def test_engine_bench_on_random_weights_of_a_shape(self):
         """--random-weights: the shape of a config.json (here the test model's) with synthetic bf16
