@@ -189,10 +189,13 @@ void CpuModelRunner::AttentionF32(const ForwardBatch& batch, const kernels::KvPa
   const int64_t qs = c.q_size();
   // Items (row, head) are dealt round-robin: a prefill chunk's later rows attend to more keys, so
   // contiguous ranges would leave one thread with most of the work.
-  // With enough rows, an item is (row, KV head): its query heads read each key and value once
-  // (PagedAttentionKvGroup; same bits). A few rows keep per-head items so both threads have work.
+  // An item is (row, KV head): its query heads read each key and value once
+  // (PagedAttentionKvGroup; same bits). Only with fewer such items than threads are they split
+  // per query head: at batch 1 per-head items read each KV head's context once per query head,
+  // and with SmolLM's 3 KV heads on 2 threads the grouped split (2:1) was still faster
+  // (bench/RESULTS.md).
   const int threads = pool_threads_.num_threads();
-  const bool grouped = rows * c.num_kv_heads >= 4 * threads;
+  const bool grouped = rows * c.num_kv_heads >= threads;
   const int64_t per_row = grouped ? c.num_kv_heads : c.num_heads;
   const int64_t items = rows * per_row;
   pool_threads_.Run([&](int t) {
@@ -218,8 +221,8 @@ void CpuModelRunner::PlanAttentionBf16(const ForwardBatch& batch) {
   const int64_t group = c.num_heads / c.num_kv_heads;
   const int threads = pool_threads_.num_threads();
   // A chunk's tiles are shared among the threads (each packs the keys it reads); a chunk of one
-  // tile (decode) is one call per KV head, or per query head when there are too few calls to
-  // keep every thread busy. Shares of one chunk and KV head are consecutive, so dealing the
+  // tile (decode) is one call per KV head, or per query head when there are fewer calls than
+  // threads (as AttentionF32). Shares of one chunk and KV head are consecutive, so dealing the
   // calls round-robin gives them to different threads. Any split gives the same bits.
   constexpr int64_t kTile = kernels::kAttentionBf16RowsPerTile;
   int64_t calls = 0;
@@ -227,7 +230,7 @@ void CpuModelRunner::PlanAttentionBf16(const ForwardBatch& batch) {
     const int64_t tiles = (static_cast<int64_t>(chunk.tokens.size()) + kTile - 1) / kTile;
     calls += std::min<int64_t>(tiles, threads) * c.num_kv_heads;
   }
-  const bool split_heads = calls < 4 * threads;
+  const bool split_heads = calls < threads;
   attn_items_.clear();
   int64_t row = 0;
   for (size_t s = 0; s < batch.sequences.size(); ++s) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cpu/attention_avx512.h"
+#include "kernels/cpu/kv_prefetch.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/kv_rows.h"
 #include "kernels/cpu/linear_avx512.h"
@@ -153,7 +154,10 @@ void WeightedValues64(const KvPagesView& view, const int32_t* table, int64_t kvh
   __m256 acc[8];
   for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
   SlotCursor cursor(table, view.block_size, start);
+  const int64_t vh = view.num_kv_heads + kvh;
+  if (d0 == 0) PrefetchRows(view, table, vh, start, kPrefetchAhead, start + n);
   for (int64_t j = 0; j < n; ++j, cursor.Next()) {
+    if (d0 == 0 && j % 8 == 0) PrefetchRows(view, table, vh, start + j + kPrefetchAhead, 8, start + n);
     const uint8_t* v = view.Value(cursor.block(), kvh, cursor.slot());
     const __m256 pj = _mm256_set1_ps(ValueWeight<D>(view, cursor, kvh, p[j]));
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, KvRow<D>::Load8(v, d0 + 8 * c), acc[c]);
@@ -176,8 +180,12 @@ void PagedAttentionT(const KvPagesView& view, const int32_t* block_table, int64_
     const float* qh = q + h * d;
     int64_t j = 0;
 #if PDSERVE_AVX2
-    if (d % 8 == 0) {
-      for (; j + 8 <= n; j += 8) Scores8<D>(view, block_table, kvh, start + j, qh, scale, scratch + j);
+    if (d % 8 == 0 && n >= 8) {
+      PrefetchRows(view, block_table, kvh, start, kPrefetchAhead, start + n);
+      for (; j + 8 <= n; j += 8) {
+        PrefetchRows(view, block_table, kvh, start + j + kPrefetchAhead, 8, start + n);
+        Scores8<D>(view, block_table, kvh, start + j, qh, scale, scratch + j);
+      }
     }
 #endif
     ScoresOneByOne<D>(view, block_table, kvh, start, j, n, qh, scale, scratch);

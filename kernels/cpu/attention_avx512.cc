@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/kv_prefetch.h"
 #include "kernels/cpu/simd.h"
 
 namespace pdserve::kernels {
@@ -79,8 +80,11 @@ template <KvDType D, int G>
 PD_AVX512 void Scores(const KvPagesView& view, const int32_t* table, int64_t kvh, int64_t start,
                       int64_t n8, const float* const* q, float scale, float* const* out) {
   constexpr bool kScaled = KvDTypeQuantized(D);
+  if (n8 <= 0) return;
   SlotCursor cursor(table, view.block_size, start);
+  PrefetchRows(view, table, kvh, start, kPrefetchAhead, start + n8);
   for (int64_t j = 0; j < n8; j += 8) {
+    PrefetchRows(view, table, kvh, start + j + kPrefetchAhead, 8, start + n8);
     const uint8_t* keys[8];
     alignas(32) float key_scales[8];
     for (int i = 0; i < 8; ++i, cursor.Next()) {
@@ -120,7 +124,10 @@ PD_AVX512 void WeightedValues(const KvPagesView& view, const int32_t* table, int
     for (int g = 0; g < G; ++g)
       for (int c = 0; c < 4; ++c) acc[g][c] = _mm512_setzero_ps();
     SlotCursor cursor(table, view.block_size, start);
+    const int64_t vh = view.num_kv_heads + kvh;
+    if (d0 == 0) PrefetchRows(view, table, vh, start, kPrefetchAhead, start + n);
     for (int64_t j = 0; j < n; ++j, cursor.Next()) {
+      if (d0 == 0 && j % 8 == 0) PrefetchRows(view, table, vh, start + j + kPrefetchAhead, 8, start + n);
       const uint8_t* v = view.Value(cursor.block(), kvh, cursor.slot());
       float value_scale = 1.0f;
       if constexpr (kScaled) value_scale = *view.ValueScale(cursor.block(), kvh, cursor.slot());

@@ -8,6 +8,7 @@
 #include "common/base/check.h"
 #include "common/base/dtype.h"
 #include "common/base/tensor_ref.h"
+#include "kernels/cpu/kv_prefetch.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/linear_avx512.h"
 #include "kernels/cpu/linear_bf16.h"
@@ -181,7 +182,9 @@ PD_AVX512BF16 void DecodeScores(const KvPagesView& view, const int32_t* table, i
                                 int64_t lds) {
   const int64_t d = view.head_dim;
   SlotCursor cursor(table, view.block_size, start);
+  PrefetchRows(view, table, kvh, start, kPrefetchAhead, start + n);
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    PrefetchRows(view, table, kvh, start + j0 + kPrefetchAhead, 16, start + n);
     const int64_t keys = std::min<int64_t>(16, n - j0);
     const uint8_t* rows[16];
     for (int l = 0; l < keys; ++l, cursor.Next()) rows[l] = view.Key(cursor.block(), kvh, cursor.slot());
@@ -220,7 +223,11 @@ PD_AVX512BF16 void DecodeValues(const KvPagesView& view, const int32_t* table, i
     __m512 lo[G], hi[G];
     for (int g = 0; g < G; ++g) lo[g] = hi[g] = _mm512_setzero_ps();
     SlotCursor cursor(table, view.block_size, start);
+    // The first pass brings the rows into L2 for the later ones.
+    const int64_t vh = view.num_kv_heads + kvh;
+    if (e == 0) PrefetchRows(view, table, vh, start, kPrefetchAhead, start + n);
     for (int64_t j = 0; j < n; j += 2) {
+      if (e == 0 && j % 16 == 0) PrefetchRows(view, table, vh, start + j + kPrefetchAhead, 16, start + n);
       const __m512i a = Load32<D>(view.Value(cursor.block(), kvh, cursor.slot()), e);
       cursor.Next();
       __m512i b = _mm512_setzero_si512();
@@ -273,12 +280,14 @@ class Bf16Rows {
   Bf16Rows(const KvPagesView& view, const int32_t* table, int64_t kvh, bool values, int64_t start,
            int64_t hi, const Scratch& s)
       : view_(view), kvh_(values ? view.num_kv_heads + kvh : kvh), cursor_(table, view.block_size, start),
-        at_(start), hi_(hi), s_(s) {
+        table_(table), start_(start), at_(start), hi_(hi), s_(s) {
+    PrefetchRows(view, table, kvh_, start, kPrefetchAhead, hi);
     std::memset(s.rows + kPanelRows * s.row_stride, 0, static_cast<size_t>(s.row_stride) * 2);
   }
   // The next row (into slot `slot` when converted); its scale (quantized) into *scale.
   const uint16_t* Next(int slot, float* scale) {
     if (at_ >= hi_) return s_.rows + kPanelRows * s_.row_stride;  // The zero row.
+    if ((at_ - start_) % 16 == 0) PrefetchRows(view_, table_, kvh_, at_ + kPrefetchAhead, 16, hi_);
     const int32_t block = cursor_.block();
     const int64_t slot_in_block = cursor_.slot();
     const uint8_t* row = view_.Key(block, kvh_, slot_in_block);
@@ -295,6 +304,8 @@ class Bf16Rows {
   const KvPagesView& view_;
   const int64_t kvh_;  // K heads, then V heads, as the page (and KeyScale) count them.
   SlotCursor cursor_;
+  const int32_t* table_;
+  const int64_t start_;
   int64_t at_;
   const int64_t hi_;
   const Scratch& s_;
