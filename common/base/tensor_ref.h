@@ -24,6 +24,10 @@ struct MatrixRef {
   int64_t rows = 0;
   int64_t cols = 0;
   MatrixLayout layout = MatrixLayout::kRowMajor;
+  // Panel layouts: bf16 elements from one 16-row panel to the next; 0: the panels of `cols`
+  // columns packed end to end. A larger stride views the first `cols` columns of wider panels
+  // (attention_bf16 reads a range of keys of its packed values this way).
+  int64_t panel_stride = 0;
 
   size_t bytes() const {
     if (layout != MatrixLayout::kRowMajor) {  // Panels: rows rounded up to 16, columns to 2.

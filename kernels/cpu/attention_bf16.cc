@@ -502,8 +502,9 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
       }
     }
     // P.V. The rows that start where the first does (all of them without a window) share its
-    // whole pairs: one kernel call per 16 head_dim elements with every such row and head as a
-    // token. Each row then continues its own sums over its remaining keys.
+    // whole pairs: one kernel call with every such row and head as a token and head_dim as the
+    // outputs (the V panels viewed over those keys: panel_stride). Each row then continues its
+    // own sums over its remaining keys.
     const int64_t start0 = WindowStart(first_position + r0, window);
     int64_t sharing = 1;
     while (sharing < rows && WindowStart(first_position + r0 + sharing, window) == start0) ++sharing;
@@ -511,12 +512,9 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
     if (shared_pairs > 0) {
       const int par = static_cast<int>(start0 & 1);
       const uint16_t* vp = s.v_packs[par] + (start0 - lo - par) / 2 * 2 * kPanelRows;
-      for (int64_t p = 0; p < v_panels; ++p) {
-        const int64_t lanes = std::min(kPanelRows, d - p * kPanelRows);
-        const MatrixRef v_ref{DType::kBF16, vp + p * s.v_stride, lanes, 2 * shared_pairs,
-                              MatrixLayout::kBf16Panels};
-        LinearBf16Columns(s.p, sharing * heads, ldp, v_ref, s.acc + p * kPanelRows, d, 0, lanes);
-      }
+      const MatrixRef v_ref{DType::kBF16, vp, d, 2 * shared_pairs, MatrixLayout::kBf16Panels,
+                            s.v_stride};
+      LinearBf16Columns(s.p, sharing * heads, ldp, v_ref, s.acc, d, 0, d);
     }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t position = first_position + r0 + r;
@@ -529,13 +527,9 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
       int64_t done = r < sharing ? shared_pairs : 0;  // Pairs already summed.
       const int64_t whole = n / 2;
       if (whole - done > kCopyPairs) {  // Long remainders straight from the packing.
-        for (int64_t p = 0; p < v_panels; ++p) {
-          const int64_t lanes = std::min(kPanelRows, d - p * kPanelRows);
-          const MatrixRef v_ref{DType::kBF16, vp + p * s.v_stride + done * 2 * kPanelRows, lanes,
-                                2 * (whole - done), MatrixLayout::kBf16Panels};
-          LinearBf16Columns(pr + 2 * done, heads, ldp, v_ref, acc + p * kPanelRows, d, 0, lanes,
-                            done > 0);
-        }
+        const MatrixRef v_ref{DType::kBF16, vp + done * 2 * kPanelRows, d, 2 * (whole - done),
+                              MatrixLayout::kBf16Panels, s.v_stride};
+        LinearBf16Columns(pr + 2 * done, heads, ldp, v_ref, acc, d, 0, d, done > 0);
         done = whole;
       }
       // The rest (and an odd count's last key, its pair's other element zeroed as past the end

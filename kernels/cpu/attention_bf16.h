@@ -22,8 +22,10 @@
 // per panel, pairs over keys; a second V packing starting one key later only where a window gives
 // rows starts of both parities) and every tile of kRowsPerTile rows reuses them: the scores of a
 // tile are one kernel call with 8 rows x the heads as its tokens; in P.V the rows that start
-// together share their whole pairs in one call per 16-element panel, and each row then continues
-// its own sums (LinearBf16Columns' accumulate). A call of one row (decode) packs nothing: with
+// together share their whole pairs in one call over all of head_dim (the V panels viewed over
+// those keys through MatrixRef::panel_stride), and each row then continues its own sums
+// (LinearBf16Columns' accumulate). Every key loop prefetches the rows it will read 32 positions
+// later (kv_prefetch.h). A call of one row (decode) packs nothing: with
 // AVX512-BF16, f32 or bf16 pools and head_dim a multiple of 32, K rows are transposed and V rows
 // zipped in registers, the same operations in the same order.
 #ifndef PDSERVE_KERNELS_CPU_ATTENTION_BF16_H_

@@ -20,7 +20,7 @@ TEST(KvPrefetchTest, SpansAreTheRowsOfTheRangeAndNothingElse) {
       const KvCacheSpec spec{1, 3, 64, bs, dtype};
       const int64_t end = 3 * bs + 2;  // The walk's last position is end - 1.
       std::vector<int32_t> table((end - 1) / bs + 1);
-      for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(7 - 2 * i);
+      for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>((3 + 5 * i) % 8);
       std::vector<uint8_t> pool(spec.PageBytes() * 8);
       const KvPagesView view{pool.data(), spec.PageBytes(), bs, 3, 64, dtype};
       for (int64_t row_head : {0, 4}) {  // K of KV head 0, V of KV head 1.

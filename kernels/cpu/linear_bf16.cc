@@ -99,7 +99,7 @@ void TwinTokens(const uint16_t* x, int64_t ldx, const MatrixRef& w, float* y, in
     const int64_t first = p * kLanes;
     const int lo = static_cast<int>(std::max(n_begin, first) - first);
     const int hi = static_cast<int>(std::min(n_end, first + kLanes) - first);
-    TwinTile<T>(x, ldx, data + p * PanelElements(w.cols), w.cols, y + first, ldy, lo, hi,
+    TwinTile<T>(x, ldx, data + p * internal::PanelStride(w), w.cols, y + first, ldy, lo, hi,
                 accumulate);
   }
 }
@@ -200,7 +200,7 @@ uint16_t Bf16PanelsAt(const MatrixRef& packed, int64_t row, int64_t col) {
   PD_CHECK(packed.layout != MatrixLayout::kRowMajor);
   const int64_t swap = packed.layout == MatrixLayout::kBf16PanelsSwapped ? 1 : 0;
   const uint16_t* data = static_cast<const uint16_t*>(packed.data);
-  return data[(row / kLanes) * PanelElements(packed.cols) + (col / 2) * 2 * kLanes +
+  return data[(row / kLanes) * internal::PanelStride(packed) + (col / 2) * 2 * kLanes +
               (row % kLanes) * 2 + ((col % 2) ^ swap)];
 }
 

@@ -107,6 +107,10 @@ float Bf16DotStep(float acc, uint16_t a, uint16_t b);
 // and the bf16 elements of one panel of a matrix with `cols` columns (pairs rounded up).
 constexpr int64_t kPanelRows = 16;
 inline int64_t PanelElements(int64_t cols) { return (cols + 1) / 2 * 2 * kPanelRows; }
+// Elements from one of w's panels to the next (MatrixRef::panel_stride, or end to end).
+inline int64_t PanelStride(const MatrixRef& w) {
+  return w.panel_stride > 0 ? w.panel_stride : PanelElements(w.cols);
+}
 
 // Panels per register tile, and the column grain of LinearBf16Multi's thread chunks (whole tiles).
 constexpr int kTilePanels = 3;

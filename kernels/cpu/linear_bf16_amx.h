@@ -106,7 +106,7 @@ void KStep(const uint16_t* staged, int64_t a_stride, const uint16_t* b0, const u
 template <class Ops>
 void Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y, int64_t ldy,
              int64_t n_begin, int64_t n_end) {
-  const int64_t k = w.cols, pairs = (k + 1) / 2, panel_elements = internal::PanelElements(k);
+  const int64_t k = w.cols, pairs = (k + 1) / 2, panel_elements = internal::PanelStride(w);
   const int64_t full = pairs / kTilePairs * kTilePairs;
   const int tail = static_cast<int>(pairs - full);
   const auto* panels = static_cast<const uint16_t*>(w.data);

@@ -192,10 +192,10 @@ PD_AVX512BF16 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_
                                            const MatrixRef& w, float* y, int64_t ldy,
                                            int64_t n_begin, int64_t n_end, bool accumulate) {
   const int64_t k = w.cols;
-  const int64_t panel_elements = internal::PanelElements(k);
+  const int64_t panel_elements = internal::PanelStride(w);
   // A multiple of the tile's panels, so that only a matrix's last tile is narrower.
   const int64_t block =
-      std::max<int64_t>(1, kBlockBytes / (panel_elements * 2) / internal::kTilePanels) *
+      std::max<int64_t>(1, kBlockBytes / (internal::PanelElements(k) * 2) / internal::kTilePanels) *
       internal::kTilePanels;
   const uint16_t* panels = static_cast<const uint16_t*>(w.data);
   const int64_t p_last = (n_end + kLanes - 1) / kLanes;

@@ -246,6 +246,43 @@ TEST(LinearBf16, AccumulateContinuesTheSums) {
   }
 }
 
+// MatrixRef::panel_stride: the first `cols` columns of panels packed for a wider matrix (a
+// sub-range of k read in place, as attention_bf16 reads a range of its packed values) give the
+// bits of those columns packed alone, on every path; with accumulate too.
+TEST(LinearBf16, PanelStrideViewsTheFirstColumnsOfWiderPanels) {
+  using Path = void (*)(const uint16_t*, int64_t, int64_t, const MatrixRef&, float*, int64_t,
+                        int64_t, int64_t, bool);
+  std::vector<std::pair<const char*, Path>> paths = {{"reference", &LinearBf16Reference},
+                                                     {"avx2 twin", &internal::LinearBf16ColumnsAvx2}};
+  if (Bf16DotSupported()) paths.push_back({"vdpbf16ps", &internal::LinearBf16ColumnsAvx512});
+  for (int64_t wide : {40, 101}) {
+    for (int64_t k : {2, 17, 38}) {
+      for (int64_t n : {5, 16, 64, 70}) {
+        for (int64_t m : {1, 8, 11}) {
+          const uint64_t seed = 31 * wide + 7 * k + n + m;
+          const std::vector<uint16_t> w = RandomBf16(n * wide, seed, Values::kNormal);
+          const std::vector<uint16_t> x = RandomBf16(m * k, seed + 1, Values::kNormal);
+          std::vector<uint16_t> narrow(n * k);
+          for (int64_t j = 0; j < n; ++j) std::copy(&w[j * wide], &w[j * wide + k], &narrow[j * k]);
+          const Bf16PanelMatrix packed_wide(Ref(w, n, wide), MatrixLayout::kBf16Panels);
+          const Bf16PanelMatrix packed_narrow(Ref(narrow, n, k), MatrixLayout::kBf16Panels);
+          MatrixRef view = packed_wide.ref();
+          view.cols = k;
+          view.panel_stride = internal::PanelElements(wide);
+          for (bool accumulate : {false, true}) {
+            for (const auto& [name, path] : paths) {
+              std::vector<float> want(m * n, 0.5f), got(m * n, 0.5f);
+              path(x.data(), m, k, packed_narrow.ref(), want.data(), n, 0, n, accumulate);
+              path(x.data(), m, k, view, got.data(), n, 0, n, accumulate);
+              ExpectBitwise(want, got, name, m, n, k);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // A row's result does not depend on the batch, its position in it, the thread count, the column
 // range a thread took, or how outputs share a parallel region; on both vector paths.
 TEST(LinearBf16, BitwiseBatchAndThreadInvariant) {
