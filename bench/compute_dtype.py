@@ -56,17 +56,21 @@ def main():
                       f"  sgemm {j['prefill_flops_ratio']:.2f}"
                       + (f"  {j['prefill_instruction']} peak {peak:.2f}" if peak is not None else ""), flush=True)
             else:
+                median = j.get("decode_bw_ratio_median_step")
                 print(f"round {r} {name:34s} {j['decode_tok_s']:8.1f} tok/s  {j['decode_effective_gbs']:6.2f} GB/s"
-                      f"  read BW {j['read_bw_gbs']:5.1f}  ratio {j['decode_bw_ratio']:.2f}", flush=True)
+                      f"  read BW {j['read_bw_gbs']:5.1f}  ratio {j['decode_bw_ratio']:.2f}"
+                      + (f" (median step {median:.2f})" if median is not None else ""), flush=True)
     print()
-    print("| case | tok/s | ratio | round by round |")
-    print("| --- | --- | --- | --- |")
+    print("| case | tok/s | ratio | median-step ratio | round by round |")
+    print("| --- | --- | --- | --- | --- |")
     for name, runs in rows.items():
         key = "prefill_tok_s" if name.startswith("prefill") else "decode_tok_s"
         ratio = "prefill_peak_ratio" if name.startswith("prefill") else "decode_bw_ratio"
         toks = [j[key] for j in runs]
         ratios = [j.get(ratio, j.get("prefill_flops_ratio")) for j in runs]
-        print(f"| {name} | {min(toks):.1f}-{max(toks):.1f} | {min(ratios):.2f}-{max(ratios):.2f} | "
+        medians = [j.get("decode_bw_ratio_median_step") for j in runs if not name.startswith("prefill")]
+        median = (f"{min(medians):.2f}-{max(medians):.2f}" if medians and None not in medians else "")
+        print(f"| {name} | {min(toks):.1f}-{max(toks):.1f} | {min(ratios):.2f}-{max(ratios):.2f} | {median} | "
               + ", ".join(f"{t:.1f}" for t in toks) + " |")
     for dtype in ("f32", "bf16"):
         b16 = [j["decode_tok_s"] for j in rows[f"decode b16 {dtype}"]]
