@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "common/base/huge_page_arena.h"
@@ -144,7 +145,10 @@ void BM_Bf16DecodeStepGemvs(benchmark::State& state) {
   size_t total = HugePageArena::Aligned(size_t(kVocab) * kHidden * 2);
   for (const auto& sh : shapes) total += kLayers * HugePageArena::Aligned(size_t(sh[0]) * sh[1] * 2);
   HugePageArena arena;
-  arena.Reserve(total);
+  if (absl::Status s = arena.Reserve(total); !s.ok()) {
+    state.SkipWithError(std::string(s.message()).c_str());
+    return;
+  }
   auto make = [&](int64_t rows, int64_t cols) {
     auto* p = static_cast<uint16_t*>(arena.Take(size_t(rows) * cols * 2));
     for (int64_t i = 0; i < rows * cols; ++i) p[i] = static_cast<uint16_t>(0x3c00 + (i * 2654435761u >> 20) % 512);
