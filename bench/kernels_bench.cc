@@ -209,10 +209,12 @@ void BM_InvariantGemm(benchmark::State& state) {
 BENCHMARK(BM_InvariantGemm)->ArgsProduct({{128, 512}, {1, 2}})->ArgNames({"m", "threads"})->UseRealTime();
 
 // One layer's decode attention for 16 sequences of 2,048 tokens (SmolLM: 3 KV heads of 64, 9
-// query heads): the grouped path the runner takes at batch 16, per KV dtype (0 f32, 1 bf16,
-// 2 int8, 3 int4). One thread; bytes/s counts K and V read (scales included).
+// query heads; out of cache): per KV dtype (0 f32, 1 bf16, 2 int8, 3 int4), the grouped f32
+// kernel (bf16:0) or the bf16 kernel's decode rows (bf16:1, f32 and bf16 pools), as the runner
+// calls them at batch 16. One thread; bytes/s counts K and V read (scales included).
 void BM_DecodeAttention(benchmark::State& state) {
   const auto dtype = static_cast<KvDType>(state.range(0));
+  const bool bf16 = state.range(1) == 1;
   const int64_t seqs = 16, ctx = 2048, kvh = 3, heads = 9, d = 64, bs = 16;
   const KvCacheSpec spec{1, kvh, d, bs, dtype};
   const int64_t blocks_per_seq = ctx / bs;
@@ -230,11 +232,20 @@ void BM_DecodeAttention(benchmark::State& state) {
     }
   }
   std::vector<float> q(heads * d, 0.1f), out(heads * d), scratch(heads * ctx);
+  const size_t bf16_bytes = PagedAttentionBf16ScratchBytes(ctx, heads / kvh, d, false);
+  std::vector<uint8_t> bf16_scratch(bf16 ? bf16_bytes : 0);
   for (auto _ : state) {
     for (int64_t s = 0; s < seqs; ++s) {
       for (int64_t h = 0; h < kvh; ++h) {
-        PagedAttentionKvGroup(view, tables[s].data(), ctx - 1, 0, q.data(), heads, 0.125f, h,
-                              out.data(), scratch.data());
+        if (bf16) {
+          const int64_t group = heads / kvh;
+          PagedAttentionBf16(view, tables[s].data(), ctx - 1, 1, 0, 1, 0, q.data(), heads * d,
+                             heads, 0.125f, h * group, (h + 1) * group, out.data(), heads * d,
+                             bf16_scratch.data(), bf16_bytes);
+        } else {
+          PagedAttentionKvGroup(view, tables[s].data(), ctx - 1, 0, q.data(), heads, 0.125f, h,
+                                out.data(), scratch.data());
+        }
       }
     }
     benchmark::DoNotOptimize(out.data());
@@ -242,7 +253,12 @@ void BM_DecodeAttention(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * seqs * ctx *
                           static_cast<int64_t>(spec.BytesPerToken()));
 }
-BENCHMARK(BM_DecodeAttention)->DenseRange(0, 3)->ArgName("kv_dtype")->UseRealTime();
+BENCHMARK(BM_DecodeAttention)
+    ->ArgsProduct({{0, 1, 2, 3}, {0}})
+    ->Args({0, 1})
+    ->Args({1, 1})
+    ->ArgNames({"kv_dtype", "bf16"})
+    ->UseRealTime();
 
 // One layer's attention of a 512-token prefill chunk (SmolLM: 3 KV heads of 64, 9 query heads,
 // pool in f32 (pool 0) or bf16 (pool 1)) on one thread, as the runner calls it. path 0: the f32
