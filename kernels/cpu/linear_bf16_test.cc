@@ -204,15 +204,22 @@ TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
   if (!hardware) GTEST_SKIP() << "this CPU has no AVX512-BF16: the twin and the reference were compared";
 }
 
+// The column kernels that take `accumulate` (AMX does not): the reference, the AVX2 twin, and
+// VDPBF16PS where the CPU has it.
+using ColumnPath = void (*)(const uint16_t*, int64_t, int64_t, const MatrixRef&, float*, int64_t,
+                            int64_t, int64_t, bool);
+std::vector<std::pair<const char*, ColumnPath>> ColumnPaths() {
+  std::vector<std::pair<const char*, ColumnPath>> paths = {
+      {"reference", &LinearBf16Reference}, {"avx2 twin", &internal::LinearBf16ColumnsAvx2}};
+  if (Bf16DotSupported()) paths.push_back({"vdpbf16ps", &internal::LinearBf16ColumnsAvx512});
+  return paths;
+}
+
 // With `accumulate` every path continues y's sums: k split at an even column into two calls gives
 // one call's bits (attention_bf16.cc continues a tile's common keys row by row), and columns
 // outside the range stay untouched.
 TEST(LinearBf16, AccumulateContinuesTheSums) {
-  using Path = void (*)(const uint16_t*, int64_t, int64_t, const MatrixRef&, float*, int64_t,
-                        int64_t, int64_t, bool);
-  std::vector<std::pair<const char*, Path>> paths = {{"reference", &LinearBf16Reference},
-                                                     {"avx2 twin", &internal::LinearBf16ColumnsAvx2}};
-  if (Bf16DotSupported()) paths.push_back({"vdpbf16ps", &internal::LinearBf16ColumnsAvx512});
+  const auto paths = ColumnPaths();
   for (Values kind : {Values::kNormal, Values::kAdversarial}) {
     for (int64_t k : {3, 9, 40, 101}) {
       for (int64_t n : {5, 16, 37}) {
@@ -250,11 +257,7 @@ TEST(LinearBf16, AccumulateContinuesTheSums) {
 // sub-range of k read in place, as attention_bf16 reads a range of its packed values) give the
 // bits of those columns packed alone, on every path; with accumulate too.
 TEST(LinearBf16, PanelStrideViewsTheFirstColumnsOfWiderPanels) {
-  using Path = void (*)(const uint16_t*, int64_t, int64_t, const MatrixRef&, float*, int64_t,
-                        int64_t, int64_t, bool);
-  std::vector<std::pair<const char*, Path>> paths = {{"reference", &LinearBf16Reference},
-                                                     {"avx2 twin", &internal::LinearBf16ColumnsAvx2}};
-  if (Bf16DotSupported()) paths.push_back({"vdpbf16ps", &internal::LinearBf16ColumnsAvx512});
+  const auto paths = ColumnPaths();
   for (int64_t wide : {40, 101}) {
     for (int64_t k : {2, 17, 38}) {
       for (int64_t n : {5, 16, 64, 70}) {
