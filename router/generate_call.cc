@@ -282,8 +282,9 @@ void GenerateCall::OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& sta
     if (attempt_ == attempt) attempt_ = nullptr;
     gone = client_gone_;
   }
+  grpc::Status end = status;
   if (stopped_ || finished_) {
-    End(grpc::Status::OK);  // Ended by a stop string, or the last message is out.
+    end = grpc::Status::OK;  // Ended by a stop string, or the last message is out.
   } else if (!gone && Resumable(status) && attempts_ <= router_->options().max_resumes &&
              std::chrono::system_clock::now() < routed_.deadline) {
     failed_.push_back(attempt->route().decode.worker);
@@ -301,18 +302,19 @@ void GenerateCall::OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& sta
       Unref();  // The ended attempt's reference.
       return;
     }
-    End(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED
-            ? status
-            : grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                           Str("the decode worker failed (", status.error_message(),
-                               ") and no other decode worker is available")));
+    if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      end = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                         Str("the decode worker failed (", status.error_message(),
+                             ") and no other decode worker is available"));
+    }
   } else if (status.ok()) {
-    End(grpc::Status(grpc::StatusCode::INTERNAL, "decode worker ended the stream early"));
-  } else {
-    End(status);
+    end = grpc::Status(grpc::StatusCode::INTERNAL, "decode worker ended the stream early");
   }
+  // The slot is free before the client can see the end: a client that sends its next request
+  // when this one's response is complete never finds the router still full of it.
   router_->metrics().Running(-1);
   router_->Release();
+  End(end);
   Unref();
 }
 

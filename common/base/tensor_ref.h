@@ -13,7 +13,8 @@ namespace pdserve {
 enum class MatrixLayout : uint8_t {
   kRowMajor,    // [rows][cols]: the checkpoint's layout.
   kBf16Panels,  // bf16 in panels of 16 rows, for the bf16 compute path (kernels/cpu/linear_bf16.h).
-  kBf16PanelsSwapped,  // The same with each k pair's two elements swapped: its AMX path's.
+  // The same bytes, summed in AMX-BF16's order (linear_bf16.h): weights packed for that path.
+  kBf16PanelsAmx,
 };
 
 // A [rows][cols] matrix in one of the weight dtypes. For a linear layer rows are output features

@@ -145,7 +145,7 @@ size_t Bf16PanelsBytes(int64_t rows, int64_t cols) {
 }
 
 MatrixLayout Bf16PanelLayout() {
-  return AmxEnabled() ? MatrixLayout::kBf16PanelsSwapped : MatrixLayout::kBf16Panels;
+  return AmxEnabled() ? MatrixLayout::kBf16PanelsAmx : MatrixLayout::kBf16Panels;
 }
 
 namespace {
@@ -161,7 +161,7 @@ inline uint16_t WeightAsBf16(const void* row, int64_t i) {
 // Panel by panel, pair by pair: each 64-byte output line written once, in order, from 16 rows
 // read sequentially (2x faster than scattering row by row, which rewrote each line 16 times).
 template <DType D>
-void PackPanels(const MatrixRef& w, uint16_t* out, int64_t swap) {
+void PackPanels(const MatrixRef& w, uint16_t* out) {
   const int64_t n = w.rows, k = w.cols, pairs = (k + 1) / 2;
   for (int64_t p = 0; p * kLanes < n; ++p) {
     const void* rows[kLanes];
@@ -175,8 +175,8 @@ void PackPanels(const MatrixRef& w, uint16_t* out, int64_t swap) {
           even = WeightAsBf16<D>(rows[l], 2 * q);
           if (2 * q + 1 < k) odd = WeightAsBf16<D>(rows[l], 2 * q + 1);
         }
-        line[2 * l + swap] = even;
-        line[2 * l + (1 - swap)] = odd;
+        line[2 * l] = even;
+        line[2 * l + 1] = odd;
       }
     }
   }
@@ -186,36 +186,47 @@ void PackPanels(const MatrixRef& w, uint16_t* out, int64_t swap) {
 
 MatrixRef PackBf16Panels(const MatrixRef& w, void* dst, MatrixLayout layout) {
   PD_CHECK(w.layout == MatrixLayout::kRowMajor && layout != MatrixLayout::kRowMajor);
-  const int64_t swap = layout == MatrixLayout::kBf16PanelsSwapped ? 1 : 0;
   uint16_t* out = static_cast<uint16_t*>(dst);
   switch (w.dtype) {
-    case DType::kBF16: PackPanels<DType::kBF16>(w, out, swap); break;
-    case DType::kF32: PackPanels<DType::kF32>(w, out, swap); break;
-    case DType::kF16: PackPanels<DType::kF16>(w, out, swap); break;
+    case DType::kBF16: PackPanels<DType::kBF16>(w, out); break;
+    case DType::kF32: PackPanels<DType::kF32>(w, out); break;
+    case DType::kF16: PackPanels<DType::kF16>(w, out); break;
   }
   return MatrixRef{DType::kBF16, dst, w.rows, w.cols, layout};
 }
 
 uint16_t Bf16PanelsAt(const MatrixRef& packed, int64_t row, int64_t col) {
   PD_CHECK(packed.layout != MatrixLayout::kRowMajor);
-  const int64_t swap = packed.layout == MatrixLayout::kBf16PanelsSwapped ? 1 : 0;
   const uint16_t* data = static_cast<const uint16_t*>(packed.data);
   return data[(row / kLanes) * internal::PanelStride(packed) + (col / 2) * 2 * kLanes +
-              (row % kLanes) * 2 + ((col % 2) ^ swap)];
+              (row % kLanes) * 2 + col % 2];
 }
 
 void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                          int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate) {
   PD_CHECK(w.layout != MatrixLayout::kRowMajor);
-  const int64_t k = w.cols;
+  const bool amx = w.layout == MatrixLayout::kBf16PanelsAmx;
+  const int64_t k = w.cols, pairs = (k + 1) / 2;
   for (int64_t t = 0; t < m; ++t) {
     const uint16_t* x = xb + t * ldx;
     for (int64_t j = n_begin; j < n_end; ++j) {
       float acc = accumulate ? y[t * ldy + j] : 0.0f;
-      for (int64_t q = 0; q < (k + 1) / 2; ++q) {
-        const int64_t i0 = 2 * q, i1 = i0 + 1;
-        acc = internal::Bf16DotStep(acc, i1 < k ? x[i1] : 0, Bf16PanelsAt(w, j, i1));
-        acc = internal::Bf16DotStep(acc, x[i0], Bf16PanelsAt(w, j, i0));
+      if (amx) {  // Per k tile: the even and the odd elements' chains from zero, then one add each.
+        for (int64_t q0 = 0; q0 < pairs; q0 += internal::kAmxTilePairs) {
+          float even = 0.0f, odd = 0.0f;
+          for (int64_t q = q0; q < std::min(pairs, q0 + internal::kAmxTilePairs); ++q) {
+            const int64_t i0 = 2 * q, i1 = i0 + 1;
+            even = internal::Bf16DotStep(even, x[i0], Bf16PanelsAt(w, j, i0));
+            odd = internal::Bf16DotStep(odd, i1 < k ? x[i1] : 0, Bf16PanelsAt(w, j, i1));
+          }
+          acc = FlushDenormal(acc + FlushDenormal(even + odd));
+        }
+      } else {
+        for (int64_t q = 0; q < pairs; ++q) {
+          const int64_t i0 = 2 * q, i1 = i0 + 1;
+          acc = internal::Bf16DotStep(acc, i1 < k ? x[i1] : 0, Bf16PanelsAt(w, j, i1));
+          acc = internal::Bf16DotStep(acc, x[i0], Bf16PanelsAt(w, j, i0));
+        }
       }
       y[t * ldy + j] = acc;
     }
@@ -261,11 +272,11 @@ void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixR
     }
     return;
   }
-  if (w.layout == MatrixLayout::kBf16PanelsSwapped) {
+  if (w.layout == MatrixLayout::kBf16PanelsAmx) {
     PD_CHECK(!accumulate);
     if (AmxEnabled()) {
       internal::LinearBf16ColumnsAmx(xb, m, ldx, w, y, ldy, n_begin, n_end);
-    } else {  // Packed for AMX, now off (tests): the reference reads either layout.
+    } else {  // Packed for AMX on a CPU without it (tests): the reference's AMX order.
       LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end);
     }
     return;

@@ -9,20 +9,25 @@
 // 8 tokens x 3 panels reaches ~0.9 of the instruction's peak where the row-major kernel it
 // replaced, which summed 16 lanes per output, reached ~0.66 (bench/RESULTS.md).
 //
-// Every output element y[t][j] is one fixed sequence of operations, the one VDPBF16PS performs in
-// lane j % 16: one f32 accumulator, from zero, walks the pairs q = 0, 1, ... in order and adds
-// x[2q+1]*w[2q+1] and then x[2q]*w[2q] (a missing last odd element is zero), each an f32 FMA that
-// treats denormal inputs as zero and flushes a denormal result to zero. Nothing depends on m, on
-// the other rows or on the columns a thread took, so results are bitwise batch-, chunk- and
-// thread-invariant, as on the f32 path. (It is also the order in which AMX-BF16 tiles sum, with
-// each pair's two elements swapped in the packing: an AMX path could share this one's bits.)
+// Every output element y[t][j] is one fixed sequence of operations, chosen by the layout of W:
+// - kBf16Panels, the one VDPBF16PS performs in lane j % 16: one f32 accumulator, from zero, walks
+//   the pairs q = 0, 1, ... in order and adds x[2q+1]*w[2q+1] and then x[2q]*w[2q] (a missing
+//   last odd element is zero), each an f32 FMA that treats denormal inputs as zero and flushes a
+//   denormal result to zero.
+// - kBf16PanelsAmx (the same bytes), the one AMX-BF16's TDPBF16PS performs, measured on a
+//   Sapphire Rapids-class Xeon (bench/RESULTS.md): k in tiles of 16 pairs from the start; in each
+//   tile an even chain sums x[2q]*w[2q] and an odd chain x[2q+1]*w[2q+1] over its pairs in order,
+//   each from zero by the same flushing FMAs, and the accumulator adds (even + odd), flushed.
+// Nothing depends on m, on the other rows or on the columns a thread took, so results are
+// bitwise batch-, chunk- and thread-invariant, as on the f32 path. The two orders give different
+// bits (a few ulps): a process packs its weights in one layout (Bf16PanelLayout) and uses that
+// order for every linear layer; attention (attention_bf16.h) always uses the first.
 //
-// Three implementations of that one sequence, bitwise equal (tested): VDPBF16PS where the CPU
-// has AVX512-BF16, an AVX2 twin that performs the same FMAs with MXCSR's DAZ and FTZ set (so a
-// CPU without bf16 instructions computes the same bits, slower), and a scalar reference. A fourth,
-// AMX-BF16 tiles (linear_bf16_amx.h), reads the weights packed with each pair's elements swapped
-// (MatrixLayout::kBf16PanelsSwapped); it is opt-in (PDSERVE_AMX=1) until it has run on a CPU with
-// AMX, and checks on the CPU that it gives the same bits before it is used.
+// Implementations, bitwise equal to the scalar reference of their order (tested): of the first,
+// VDPBF16PS where the CPU has AVX512-BF16 and an AVX2 twin that performs the same FMAs with
+// MXCSR's DAZ and FTZ set (so a CPU without bf16 instructions computes the same bits, slower);
+// of the second, AMX tiles (linear_bf16_amx.h), used wherever the CPU has AMX-BF16 and gives the
+// reference's bits in a check at start-up (PDSERVE_AMX=0 turns it off), ~4x VDPBF16PS's GEMM.
 #ifndef PDSERVE_KERNELS_CPU_LINEAR_BF16_H_
 #define PDSERVE_KERNELS_CPU_LINEAR_BF16_H_
 
@@ -53,10 +58,12 @@ void RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t
 // conversion (that instruction where Bf16DotEnabled()). What attention reads from an f32 KV pool.
 void RoundToBf16Ftz(const float* x, int64_t n, uint16_t* out);
 
-// Whether the AMX path is used: PDSERVE_AMX=1, the CPU and kernel offer AMX-BF16, and it gave
-// the reference's bits on this CPU (decided once, at the first call).
+// Whether the AMX path is used: the CPU and kernel offer AMX-BF16, neither PDSERVE_AMX=0 nor
+// PDSERVE_KERNEL_ISA=avx2 is set, and it gave the reference's bits on this CPU (decided once, at
+// the first call). AmxSupported(): the CPU and kernel alone.
+bool AmxSupported();
 bool AmxEnabled();
-// The panel layout the bf16 kernels read on this CPU: kBf16PanelsSwapped when AmxEnabled().
+// The panel layout the bf16 kernels read on this CPU: kBf16PanelsAmx when AmxEnabled().
 MatrixLayout Bf16PanelLayout();
 
 // Bytes of a rows x cols matrix packed as panels.
@@ -83,9 +90,9 @@ class Bf16PanelMatrix {
 };
 
 // Columns [n_begin, n_end) (any range) of y for all m rows of the bf16 activations `xb`; W packed
-// (either panel layout). With `accumulate`, each output's accumulator starts from y's value
-// instead of zero and walks on (kBf16Panels only): a k split at an even column into two calls
-// gives the bits of one call over the whole k (attention's P.V continues a tile's sums per row).
+// (either panel layout: its order). With `accumulate`, each output's accumulator starts from y's
+// value instead of zero and walks on (kBf16Panels only): a k split at an even column into two
+// calls gives the bits of one call over the whole k (attention's P.V continues a tile's sums).
 void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                        int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate = false);
 
@@ -93,7 +100,8 @@ void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixR
 void LinearBf16Multi(const uint16_t* xb, int64_t m, int64_t ldx, const LinearOutput* outputs,
                      int num_outputs, ThreadPool* pool);
 
-// The sequence above in plain scalar code: the portable build's path and the tests' reference.
+// The sequence above of w's layout in plain scalar code: the portable build's path and the tests'
+// reference.
 void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                          int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate = false);
 
@@ -106,6 +114,8 @@ float Bf16DotStep(float acc, uint16_t a, uint16_t b);
 // The panel layout's geometry: rows per panel (VDPBF16PS's f32 lanes, an AMX C tile's columns)
 // and the bf16 elements of one panel of a matrix with `cols` columns (pairs rounded up).
 constexpr int64_t kPanelRows = 16;
+// k pairs per AMX tile: the kBf16PanelsAmx order's tile of pairs.
+constexpr int64_t kAmxTilePairs = 16;
 inline int64_t PanelElements(int64_t cols) { return (cols + 1) / 2 * 2 * kPanelRows; }
 // Elements from one of w's panels to the next (MatrixRef::panel_stride, or end to end).
 inline int64_t PanelStride(const MatrixRef& w) {
@@ -129,7 +139,7 @@ int64_t RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out);
 // RoundToBf16Ftz by VCVTNE2PS2BF16 for a multiple of 16 elements; returns how many it did. Call
 // only when Bf16DotEnabled().
 int64_t RoundToBf16FtzAvx512(const float* x, int64_t n, uint16_t* out);
-// Swapped panels only; call only when AmxEnabled() (or from AmxEnabled's own check).
+// kBf16PanelsAmx only; call only when AmxEnabled() (or from AmxEnabled's own check).
 void LinearBf16ColumnsAmx(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                           int64_t ldy, int64_t n_begin, int64_t n_end);
 }  // namespace internal

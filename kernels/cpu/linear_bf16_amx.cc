@@ -95,8 +95,9 @@ bool AmxUsable() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
 }
 
-// Whether TDPBF16PS gives the sequence's bits on this CPU: the AMX path against the scalar
-// reference on normal values and on ones whose products underflow, every tail shape.
+// Whether TDPBF16PS gives the kBf16PanelsAmx order's bits on this CPU: the AMX path against the
+// scalar reference on normal values, products that underflow, denormal inputs, zeros of both
+// signs and sums that cancel, every tail shape (~1 ms).
 bool AmxMatchesReference() {
   SplitMix64 rng(19);
   for (int64_t k : {1, 31, 32, 33, 100}) {
@@ -104,15 +105,21 @@ bool AmxMatchesReference() {
       const int64_t n = 37;
       std::vector<uint16_t> x(m * k), w(n * k);
       for (auto* v : {&x, &w}) {
-        for (uint16_t& e : *v) {
+        for (size_t i = 0; i < v->size(); ++i) {
           float f = static_cast<float>(rng.Normal());
-          if (rng.Next() % 4 == 0) f *= 1e-20f;  // Products that underflow.
-          e = F32ToBf16(f);
+          switch (rng.Next() % 8) {
+            case 0: f *= 1e-20f; break;                                          // Underflow.
+            case 1: f = Bf16ToF32(static_cast<uint16_t>(1 + rng.Next() % 0x7f)); break;  // Denormal.
+            case 2: f = i > 0 ? -Bf16ToF32((*v)[i - 1]) : 0.0f; break;           // Cancels.
+            case 3: f = rng.Next() % 2 == 0 ? 0.0f : -0.0f; break;
+            default: break;
+          }
+          (*v)[i] = F32ToBf16(f);
         }
       }
       const MatrixRef rows{DType::kBF16, w.data(), n, k};
       std::vector<uint16_t> packed(Bf16PanelsBytes(n, k) / 2);
-      const MatrixRef p = PackBf16Panels(rows, packed.data(), MatrixLayout::kBf16PanelsSwapped);
+      const MatrixRef p = PackBf16Panels(rows, packed.data(), MatrixLayout::kBf16PanelsAmx);
       std::vector<float> amx(m * n), ref(m * n);
       internal::LinearBf16ColumnsAmx(x.data(), m, k, p, amx.data(), n, 0, n);
       LinearBf16Reference(x.data(), m, k, p, ref.data(), n, 0, n);
@@ -122,17 +129,18 @@ bool AmxMatchesReference() {
   return true;
 }
 
-// Opt-in (PDSERVE_AMX=1) until the path has run on a CPU with AMX: it was written and its logic
-// tested on CPUs without it (bench/RESULTS.md).
+// On wherever the CPU has it (PDSERVE_AMX=0 or PDSERVE_KERNEL_ISA=avx2 turn it off), once the
+// hardware has given the reference's bits.
 bool DecideAmx() {
   const char* flag = std::getenv("PDSERVE_AMX");
-  if (flag == nullptr || std::strcmp(flag, "1") != 0) return false;
-  if (!AmxUsable()) {
-    PD_LOG(Warning) << "PDSERVE_AMX=1, but this CPU or kernel offers no AMX-BF16: not used";
+  const char* isa = std::getenv("PDSERVE_KERNEL_ISA");
+  if ((flag != nullptr && std::strcmp(flag, "0") == 0) ||
+      (isa != nullptr && std::strcmp(isa, "avx2") == 0)) {
     return false;
   }
+  if (!AmxSupported()) return false;
   if (!AmxMatchesReference()) {
-    PD_LOG(Warning) << "AMX-BF16 does not give the bf16 path's bits on this CPU: not used";
+    PD_LOG(Warning) << "AMX-BF16 does not give its order's bits on this CPU: not used";
     return false;
   }
   PD_LOG(Info) << "bf16 compute: AMX-BF16 tiles";
@@ -140,6 +148,11 @@ bool DecideAmx() {
 }
 
 }  // namespace
+
+bool AmxSupported() {
+  static const bool usable = AmxUsable();
+  return usable;
+}
 
 bool AmxEnabled() {
   static const bool enabled = DecideAmx();
@@ -155,6 +168,7 @@ void LinearBf16ColumnsAmx(const uint16_t* xb, int64_t m, int64_t ldx, const Matr
 
 #else  // No AVX2 build: no AMX either.
 
+bool AmxSupported() { return false; }
 bool AmxEnabled() { return false; }
 namespace internal {
 void LinearBf16ColumnsAmx(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,

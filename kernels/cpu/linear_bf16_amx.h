@@ -1,21 +1,20 @@
 // AMX-BF16 path of the bf16 linear kernel (internal to kernels/cpu; contract in linear_bf16.h).
 //
-// TDPBF16PS adds, for each output, the pairs of a k tile in order, each pair's element 0 and then
-// its element 1 (Intel's pseudocode; f32 sums, DAZ, FTZ, round to nearest even). The sequence of
-// linear_bf16.h adds a pair's odd element first, so this path reads weights packed with each
-// pair's two elements swapped (MatrixLayout::kBf16PanelsSwapped) and stages the activations the
-// same way: element 0 is then the odd one, and each output sees the sequence's operations in its
-// order, if TDPBF16PS rounds each product-add as one FMA as VDPBF16PS does (the products of two
-// bf16 values are exact in f32, so only underflowing products could tell; EnableAmx checks it on
-// the CPU before the path is used).
+// TDPBF16PS, for each output, sums the element-0 products of its k tile's pairs in one f32 chain
+// and the element-1 products in another, both from zero, in order, each product-add an FMA with
+// DAZ, FTZ and round to nearest even, and then adds (chain 0 + chain 1) to C (Intel's current
+// pseudocode; the older one showed one chain, pair by pair, which the hardware does not do:
+// bench/RESULTS.md). That is the kBf16PanelsAmx order of linear_bf16.h when every TDPBF16PS
+// covers one of its k tiles: 16 pairs, and the last, partial, tile through tiles sized for it.
+// AmxEnabled() checks the hardware against the order's scalar reference before the path is used.
 //
 // The panel layout is already AMX's B tile: 16 pairs of one panel are 16 rows of 64 bytes. A tile
 // = up to 16 tokens x 16 pairs; C = those tokens x one panel's 16 outputs. Tiles: C0, C1 (two
-// panels), A, B0, B1 for whole tiles of 16 pairs, and A', B0', B1' sized for the last, partial,
-// k tile, so no padding pair is ever added (a +0 product would turn a -0 sum into +0).
+// panels), A, B0, B1 for whole tiles of 16 pairs, and A', B0', B1' sized for the last k tile.
+// The activations are staged (copied, with a zero past an odd k) so A tiles never read past a row.
 //
 // The kernel is a template over the tile operations so that the tests can run its logic (staging,
-// swapping, tails, masks) through an emulation of them on a CPU without AMX
+// tails, column ranges) through an emulation of them on a CPU without AMX
 // (linear_bf16_amx_test.cc); the binary instantiates it with the instructions only.
 #ifndef PDSERVE_KERNELS_CPU_LINEAR_BF16_AMX_H_
 #define PDSERVE_KERNELS_CPU_LINEAR_BF16_AMX_H_
@@ -44,7 +43,7 @@ static_assert(sizeof(TileConfig) == 64);
 enum Tile : int { kC0 = 0, kC1 = 1, kA = 2, kB0 = 3, kB1 = 4, kATail = 5, kB0Tail = 6, kB1Tail = 7 };
 
 constexpr int64_t kLanes = internal::kPanelRows;  // Outputs per panel: a C tile's columns.
-constexpr int64_t kTilePairs = 16;  // k pairs per A/B tile (64 bytes per row).
+constexpr int64_t kTilePairs = internal::kAmxTilePairs;  // k pairs per A/B tile (64-byte rows).
 constexpr int64_t kTileRows = 16;   // Tokens per A/C tile.
 
 // The tile configuration for `tokens` rows (1-16) and a last k tile of `tail_pairs` (0-15).
@@ -72,17 +71,13 @@ inline TileConfig MakeConfig(int tokens, int tail_pairs) {
   return cfg;
 }
 
-// Rows [0, tokens) of x as the A tiles read them: each pair's elements swapped (element 0 the odd
-// one, zero past k), `pairs` pairs per row.
+// Rows [0, tokens) of x as the A tiles read them: `pairs` pairs per row, zero past k.
 inline void StageTokens(const uint16_t* x, int64_t ldx, int tokens, int64_t k, uint16_t* staged) {
   const int64_t pairs = (k + 1) / 2;
   for (int t = 0; t < tokens; ++t) {
-    const uint16_t* src = x + t * ldx;
     uint16_t* dst = staged + t * pairs * 2;
-    for (int64_t q = 0; q < pairs; ++q) {
-      dst[2 * q] = 2 * q + 1 < k ? src[2 * q + 1] : 0;
-      dst[2 * q + 1] = src[2 * q];
-    }
+    std::memcpy(dst, x + t * ldx, static_cast<size_t>(k) * 2);
+    if (k % 2 != 0) dst[k] = 0;
   }
 }
 
@@ -100,7 +95,7 @@ void KStep(const uint16_t* staged, int64_t a_stride, const uint16_t* b0, const u
   }
 }
 
-// Columns [n_begin, n_end) of y for m rows of xb against the swapped panels of w. `Ops` supplies
+// Columns [n_begin, n_end) of y for m rows of xb against w packed as kBf16PanelsAmx. `Ops` supplies
 // Configure(const TileConfig&), Zero<T>(), Load<T>(ptr, stride_bytes), Dot<C, A, B>(),
 // Store<T>(ptr, stride_bytes), Release().
 template <class Ops>

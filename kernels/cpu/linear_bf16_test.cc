@@ -137,7 +137,7 @@ TEST(Bf16Panels, PackingPlacesEveryElementAndZeroPads) {
       for (const MatrixRef& src : sources) {
         const Bf16PanelMatrix packed(src);
         const MatrixRef& p = packed.ref();
-        ASSERT_EQ(p.layout, MatrixLayout::kBf16Panels);
+        ASSERT_EQ(p.layout, Bf16PanelLayout());
         ASSERT_EQ(p.bytes(), Bf16PanelsBytes(n, k));
         ASSERT_EQ(p.bytes(), static_cast<size_t>((n + 15) / 16 * 16 * ((k + 1) / 2 * 2) * 2));
         for (int64_t j = 0; j < n; ++j) {
@@ -158,7 +158,8 @@ TEST(Bf16Panels, PackingPlacesEveryElementAndZeroPads) {
 }
 
 // VDPBF16PS, the AVX2 twin and the scalar reference perform one sequence: bitwise equal for every
-// tile shape, remainder, tail and column range, on normal and adversarial values.
+// tile shape, remainder, tail and column range, on normal and adversarial values. (The AMX order:
+// linear_bf16_amx_test.cc.)
 TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
   const bool hardware = Bf16DotSupported();
   for (Values kind : {Values::kNormal, Values::kAdversarial}) {
@@ -169,7 +170,6 @@ TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
           std::vector<uint16_t> w = RandomBf16(n * k, seed, kind);
           std::vector<uint16_t> x = RandomBf16(m * (k + 3), seed + 1, kind);
           const Bf16PanelMatrix packed(Ref(w, n, k), MatrixLayout::kBf16Panels);
-          const Bf16PanelMatrix swapped(Ref(w, n, k), MatrixLayout::kBf16PanelsSwapped);
           const int64_t ldx = k + 3, ldy = n + 2;  // Leading dimensions wider than the data.
           // The whole matrix, and a range that starts and ends inside panels.
           const int64_t ranges[2][2] = {{0, n}, {n / 3, n - n / 4}};
@@ -182,11 +182,6 @@ TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
             if (hardware) {
               internal::LinearBf16ColumnsAvx512(x.data(), m, ldx, packed.ref(), dot.data(), ldy, lo, hi);
               ExpectBitwise(ref, dot, "vdpbf16ps", m, n, k);
-            }
-            if (AmxEnabled()) {  // PDSERVE_AMX=1 on a CPU with AMX (linear_bf16_amx_test.cc otherwise).
-              std::vector<float> tiles(m * ldy, -1);
-              internal::LinearBf16ColumnsAmx(x.data(), m, ldx, swapped.ref(), tiles.data(), ldy, lo, hi);
-              ExpectBitwise(ref, tiles, "amx", m, n, k);
             }
             for (int64_t t = 0; t < m; ++t) {  // Nothing outside the range was written.
               for (int64_t j = 0; j < ldy; ++j) {
