@@ -30,10 +30,13 @@ MODES = {
     "bf16 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "bf16"],
     "OpenBLAS prefill GEMM": ["--compute-dtype", "f32", "--prefill-gemm", "openblas"],
     "bf16 compute": ["--compute-dtype", "bf16"],
+    # On a CPU with AMX-BF16 "bf16 compute" sums in AMX's order; this is the VDPBF16PS order there.
+    "bf16 compute (PDSERVE_AMX=0)": ["--compute-dtype", "bf16"],
     "bf16 compute + bf16 KV pool": ["--compute-dtype", "bf16", "--kv-dtype", "bf16"],
     "int8 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "int8"],
     "int4 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "int4"],
 }
+MODE_ENV = {"bf16 compute (PDSERVE_AMX=0)": {"PDSERVE_AMX": "0"}}
 
 
 def tokenize(pdserve, model, text):
@@ -63,12 +66,12 @@ def prompts_of(pdserve, model, count, length, seed, long_prompts=False):
     return [[rng.randrange(min(vocab, 256), vocab) for _ in range(length)] for _ in range(count)]
 
 
-def generate(pdserve, model, prompt, tokens, extra, workdir):
+def generate(pdserve, model, prompt, tokens, extra, workdir, env=None):
     dump = os.path.join(workdir, "logits.npy")
     out = subprocess.run([pdserve, "generate", "--model", model, "--prompt-ids", ",".join(map(str, prompt)),
                           "--max-tokens", str(tokens), "--temperature", "0", "--ignore-eos", "--format", "json",
                           "--threads", "2", "--kv-memory-gib", "0.1", "--dump-logits", dump, *extra],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env={**os.environ, **(env or {})}).stdout
     return json.loads(out)["token_ids"], np.load(dump).astype(np.float64)
 
 
@@ -77,13 +80,13 @@ def log_softmax(x):
     return x - np.log(np.sum(np.exp(x), axis=-1, keepdims=True))
 
 
-def teacher_forced(pdserve, model, prompt, base_tokens, extra, workdir):
+def teacher_forced(pdserve, model, prompt, base_tokens, extra, workdir, env=None):
     """The mode's logits at every position of the baseline's continuation, and its own greedy
     tokens of the first run."""
     logits, own, pos = [], None, 0
     while pos < len(base_tokens):
         tokens, l = generate(pdserve, model, list(prompt) + list(base_tokens[:pos]),
-                             len(base_tokens) - pos, extra, workdir)
+                             len(base_tokens) - pos, extra, workdir, env)
         if own is None:
             own = tokens
         d = next((i for i, (a, b) in enumerate(zip(tokens, base_tokens[pos:])) if a != b), len(tokens))
@@ -117,7 +120,8 @@ def main():
             continue
         same, first, worst, kls = 0, [], 0.0, []
         for prompt, (tokens, logits) in zip(prompts, base):
-            t2, l2 = teacher_forced(args.pdserve, args.model, prompt, tokens, extra, workdir)
+            t2, l2 = teacher_forced(args.pdserve, args.model, prompt, tokens, extra, workdir,
+                                    MODE_ENV.get(mode))
             p_base = log_softmax(logits)
             p_mode = log_softmax(l2)
             kls.extend(np.sum(np.exp(p_base) * (p_base - p_mode), axis=-1))

@@ -3,8 +3,8 @@
 
 Each round runs, in this order, `bench-engine` for: decode batch 1 (32 in / 128 out), decode batch
 16, prefill of 512 tokens, each with --compute-dtype f32 and bf16; then batch-1 decode with
---no-weight-huge-pages (bf16 and f32); and, with --baseline, the same f32 commands on an older
-binary. Every figure is a ratio against a limit measured inside the same bench-engine process:
+--no-weight-huge-pages (bf16 and f32); on a CPU with AMX-BF16, the bf16 commands once more with
+PDSERVE_AMX=0 (VDPBF16PS); and, with --baseline, the same f32 commands on an older binary. Every figure is a ratio against a limit measured inside the same bench-engine process:
 decode against the read bandwidth, prefill against the peak of the instruction it uses.
 
     /usr/bin/python3 bench/compute_dtype.py --model models/smollm-bf16 --rounds 3 \
@@ -13,14 +13,21 @@ decode against the read bandwidth, prefill against the peak of the instruction i
 
 import argparse
 import json
+import os
 import subprocess
 
 
-def bench(pdserve, model, batch, input_len, output_len, extra):
+def bench(pdserve, model, batch, input_len, output_len, extra, env=None):
     cmd = [pdserve, "bench-engine", "--model", model, "--batch", str(batch), "--input-len", str(input_len),
            "--output-len", str(output_len), "--threads", "2", "--kv-memory-gib", "1", "--format", "json",
            "--bw-gib", "1", *extra]
-    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                     env={**os.environ, **(env or {})}).stdout)
+
+
+def cpu_has_amx():
+    with open("/proc/cpuinfo") as f:
+        return " amx_bf16" in f.read()
 
 
 def main():
@@ -38,6 +45,12 @@ def main():
                   (f"prefill 512 {dtype}", args.pdserve, 1, 512, 2, flags),
                   (f"decode b1 {dtype} no huge pages", args.pdserve, 1, 32, 128,
                    flags + ["--no-weight-huge-pages"])]
+    amx_off = {"PDSERVE_AMX": "0"}
+    if cpu_has_amx():
+        flags = ["--compute-dtype", "bf16"]
+        cases += [("decode b1 bf16 no AMX", args.pdserve, 1, 32, 128, flags, amx_off),
+                  ("decode b16 bf16 no AMX", args.pdserve, 16, 32, 64, flags, amx_off),
+                  ("prefill 512 bf16 no AMX", args.pdserve, 1, 512, 2, flags, amx_off)]
     if args.baseline:
         # A build with --compute-dtype defaults to auto (bf16 on a CPU with AVX512-BF16): ask it for f32.
         usage = subprocess.run([args.baseline, "bench-engine", "--help"], capture_output=True, text=True)
@@ -47,8 +60,8 @@ def main():
                   ("prefill 512 f32 baseline", args.baseline, 1, 512, 2, f32)]
     rows = {name: [] for name, *_ in cases}
     for r in range(args.rounds):
-        for name, binary, batch, inp, out, extra in cases:
-            j = bench(binary, args.model, batch, inp, out, extra)
+        for name, binary, batch, inp, out, extra, *env in cases:
+            j = bench(binary, args.model, batch, inp, out, extra, *env)
             rows[name].append(j)
             if name.startswith("prefill"):
                 peak = j.get("prefill_peak_ratio")
@@ -79,6 +92,10 @@ def main():
     pf = [j["prefill_tok_s"] for j in rows["prefill 512 f32"]]
     pb = [j["prefill_tok_s"] for j in rows["prefill 512 bf16"]]
     print("prefill bf16 / f32, per round: " + ", ".join(f"{b / f:.2f}x" for f, b in zip(pf, pb)))
+    if "prefill 512 bf16 no AMX" in rows:
+        pv = [j["prefill_tok_s"] for j in rows["prefill 512 bf16 no AMX"]]
+        print("prefill bf16 AMX / VDPBF16PS, per round: " + ", ".join(f"{b / v:.2f}x" for v, b in zip(pv, pb)))
+        print("prefill bf16 VDPBF16PS / f32, per round: " + ", ".join(f"{v / f:.2f}x" for f, v in zip(pf, pv)))
     if args.baseline:
         for what, key in (("decode b1", "decode_tok_s"), ("decode b16", "decode_tok_s"), ("prefill 512", "prefill_tok_s")):
             new = [j[key] for j in rows[f"{what} f32"]]
