@@ -125,6 +125,9 @@ inline int64_t PanelStride(const MatrixRef& w) {
 // Panels per register tile, and the column grain of LinearBf16Multi's thread chunks (whole tiles).
 constexpr int kTilePanels = 3;
 constexpr int64_t kColumnGrain = 16 * kTilePanels;
+// The AMX kernel's: whole pairs of panels (its two C tiles); 6 panels measured 4-6% faster
+// prefill than 3 (bench/RESULTS.md), where a third of the panels ran alone.
+constexpr int64_t kAmxColumnGrain = 16 * 6;
 
 // The two vector paths, for the tests (call the first only when Bf16DotEnabled()).
 void LinearBf16ColumnsAvx512(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
