@@ -11,7 +11,8 @@
 // The panel layout is already AMX's B tile: 16 pairs of one panel are 16 rows of 64 bytes. A tile
 // = up to 16 tokens x 16 pairs; C = those tokens x one panel's 16 outputs. Tiles: C0, C1 (two
 // panels), A, B0, B1 for whole tiles of 16 pairs, and A', B0', B1' sized for the last k tile.
-// The activations are staged (copied, with a zero past an odd k) so A tiles never read past a row.
+// A tiles read the activations in place; an odd k has them staged (copied, with a zero after the
+// last element) so no tile reads past a row.
 //
 // The kernel is a template over the tile operations so that the tests can run its logic (staging,
 // tails, column ranges) through an emulation of them on a CPU without AMX
@@ -81,12 +82,12 @@ inline void StageTokens(const uint16_t* x, int64_t ldx, int tokens, int64_t k, u
   }
 }
 
-// One k tile from pair q: the staged tokens into A, panel p's pairs into B0 (and p + 1's into B1
-// when `two`), each product added to its C tile.
+// One k tile from pair q: the tokens' rows (`a`, `a_stride` bytes apart) into A, panel p's pairs
+// into B0 (and p + 1's into B1 when `two`), each product added to its C tile.
 template <class Ops, int A, int B0, int B1>
-void KStep(const uint16_t* staged, int64_t a_stride, const uint16_t* b0, const uint16_t* b1,
+void KStep(const uint16_t* a, int64_t a_stride, const uint16_t* b0, const uint16_t* b1,
            int64_t q, bool two) {
-  Ops::template Load<A>(staged + 2 * q, a_stride);
+  Ops::template Load<A>(a + 2 * q, a_stride);
   Ops::template Load<B0>(b0 + q * 2 * kLanes, kLanes * 4);
   Ops::template Dot<kC0, A, B0>();
   if (two) {
@@ -105,13 +106,20 @@ void Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, flo
   const int64_t full = pairs / kTilePairs * kTilePairs;
   const int tail = static_cast<int>(pairs - full);
   const auto* panels = static_cast<const uint16_t*>(w.data);
+  // An even k: the A tiles read x's rows where they are (no tile reads past a row's k elements).
+  // An odd one: rows staged with a zero after the last element.
+  const bool stage = k % 2 != 0;
+  const int64_t a_stride = stage ? pairs * 4 : ldx * 2;  // Bytes from one token row to the next.
   thread_local std::vector<uint16_t> staged;
-  staged.resize(static_cast<size_t>(kTileRows * pairs * 2));
+  if (stage) staged.resize(static_cast<size_t>(kTileRows * pairs * 2));
   alignas(64) float c[2][kTileRows][kLanes];
-  const int64_t a_stride = pairs * 4;  // Bytes per staged token row.
   for (int64_t t0 = 0; t0 < m; t0 += kTileRows) {
     const int tokens = static_cast<int>(std::min(kTileRows, m - t0));
-    StageTokens(xb + t0 * ldx, ldx, tokens, k, staged.data());
+    const uint16_t* a = xb + t0 * ldx;
+    if (stage) {
+      StageTokens(a, ldx, tokens, k, staged.data());
+      a = staged.data();
+    }
     Ops::Configure(MakeConfig(tokens, tail));
     for (int64_t p = n_begin / kLanes; p * kLanes < n_end; p += 2) {
       const bool two = (p + 1) * kLanes < n_end;
@@ -120,14 +128,22 @@ void Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, flo
       Ops::template Zero<kC0>();
       if (two) Ops::template Zero<kC1>();
       for (int64_t q = 0; q < full; q += kTilePairs) {
-        KStep<Ops, kA, kB0, kB1>(staged.data(), a_stride, b0, b1, q, two);
+        KStep<Ops, kA, kB0, kB1>(a, a_stride, b0, b1, q, two);
       }
-      if (tail > 0) KStep<Ops, kATail, kB0Tail, kB1Tail>(staged.data(), a_stride, b0, b1, full, two);
-      Ops::template Store<kC0>(&c[0][0][0], kLanes * 4);
-      if (two) Ops::template Store<kC1>(&c[1][0][0], kLanes * 4);
+      if (tail > 0) KStep<Ops, kATail, kB0Tail, kB1Tail>(a, a_stride, b0, b1, full, two);
+      // A panel inside the range goes straight to y; one cut by its ends through c.
       for (int h = 0; h < (two ? 2 : 1); ++h) {
         const int64_t first = (p + h) * kLanes;
         const int64_t lo = std::max(n_begin, first), hi = std::min(n_end, first + kLanes);
+        const bool whole = lo == first && hi == first + kLanes;
+        float* out = whole ? y + t0 * ldy + first : &c[h][0][0];
+        const int64_t stride = whole ? ldy * 4 : kLanes * 4;
+        if (h == 0) {
+          Ops::template Store<kC0>(out, stride);
+        } else {
+          Ops::template Store<kC1>(out, stride);
+        }
+        if (whole) continue;
         for (int t = 0; t < tokens; ++t) {
           std::memcpy(y + (t0 + t) * ldy + lo, &c[h][t][lo - first], (hi - lo) * sizeof(float));
         }
