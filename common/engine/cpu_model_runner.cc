@@ -107,9 +107,13 @@ absl::Status CpuModelRunner::Validate(const ForwardBatch& batch) const {
                               config_.vocab_size);
 }
 
+bool CpuModelRunner::ProjectsByBlas(int64_t rows) const {
+  return options_.prefill_gemm == PrefillGemm::kOpenBlas && rows >= kBlasMinRows;
+}
+
 void CpuModelRunner::Project(const float* x, int64_t rows, int64_t ldx,
                              const kernels::LinearOutput* outputs, int num_outputs) {
-  if (options_.prefill_gemm == PrefillGemm::kOpenBlas && rows >= kBlasMinRows) {
+  if (ProjectsByBlas(rows)) {
     for (int i = 0; i < num_outputs; ++i) {
       kernels::BlasLinear(x, rows, ldx, *outputs[i].w, outputs[i].y, outputs[i].ldy,
                           &blas_scratch_, &pool_threads_);
@@ -349,18 +353,38 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   Lap(ForwardPhase::kResidualNorm);
   Project(h_.data(), rows, hidden, gate_up, 2);
   Lap(ForwardPhase::kGateUp);
+  // Under bf16 compute the down projection reads the activations rounded to bf16: each row is
+  // rounded as it is made, a piece at a time through a buffer in L1, so its f32 values never go
+  // to memory and back (the same bits as rounding the whole f32 row after).
+  const bool bf16_down = options_.compute_dtype == ComputeDType::kBF16 && !ProjectsByBlas(rows);
+  uint16_t* act_bf16 = x_bf16_.data();
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
+      float* gate = &gate_[r * inter];
       if (c.mlp_bias) {
-        kernels::AddBias(&gate_[r * inter], w.gate_bias.data(), inter);
+        kernels::AddBias(gate, w.gate_bias.data(), inter);
         kernels::AddBias(&up_[r * inter], w.up_bias.data(), inter);
       }
-      kernels::SiluMul(&gate_[r * inter], &up_[r * inter], inter, &gate_[r * inter]);
+      if (!bf16_down) {
+        kernels::SiluMul(gate, &up_[r * inter], inter, gate);
+        continue;
+      }
+      constexpr int64_t kPiece = 1024;
+      alignas(64) float piece[kPiece];
+      for (int64_t i = 0; i < inter; i += kPiece) {
+        const int64_t len = std::min(kPiece, inter - i);
+        kernels::SiluMul(gate + i, &up_[r * inter + i], len, piece);
+        kernels::RoundRowsToBf16(piece, 1, len, len, act_bf16 + r * inter + i, len);
+      }
     }
   });
   const kernels::LinearOutput down[1] = {{&p.down, tmp_.data(), hidden}};
   Lap(ForwardPhase::kActivation);
-  Project(gate_.data(), rows, inter, down, 1);
+  if (bf16_down) {
+    kernels::LinearBf16Multi(act_bf16, rows, inter, down, 1, &pool_threads_);
+  } else {
+    Project(gate_.data(), rows, inter, down, 1);
+  }
   Lap(ForwardPhase::kDown);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {

@@ -50,6 +50,7 @@ class CpuModelRunner : public ModelRunner {
   // invariant f32 kernel, the bf16 kernel or OpenBLAS per the options.
   void Project(const float* x, int64_t rows, int64_t ldx, const kernels::LinearOutput* outputs,
                int num_outputs);
+  bool ProjectsByBlas(int64_t rows) const;  // Project takes OpenBLAS for these rows.
   struct Row {
     int32_t seq;       // Index into batch.sequences.
     int64_t position;
