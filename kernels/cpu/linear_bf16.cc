@@ -292,8 +292,9 @@ void LinearBf16Multi(const uint16_t* xb, int64_t m, int64_t ldx, const LinearOut
                      int num_outputs, ThreadPool* pool) {
   ForEachOutputColumns(outputs, num_outputs, pool, [&](const LinearOutput& o, int64_t lo, int64_t hi) {
     LinearBf16Columns(xb, m, ldx, *o.w, o.y, o.ldy, lo, hi);
-  }, outputs[0].w->layout == MatrixLayout::kBf16PanelsAmx ? internal::kAmxColumnGrain
-                                                           : internal::kColumnGrain);
+  }, num_outputs > 0 && outputs[0].w->layout == MatrixLayout::kBf16PanelsAmx
+         ? internal::kAmxColumnGrain
+         : internal::kColumnGrain);
 }
 
 }  // namespace pdserve::kernels

@@ -27,7 +27,8 @@
 // VDPBF16PS where the CPU has AVX512-BF16 and an AVX2 twin that performs the same FMAs with
 // MXCSR's DAZ and FTZ set (so a CPU without bf16 instructions computes the same bits, slower);
 // of the second, AMX tiles (linear_bf16_amx.h), used wherever the CPU has AMX-BF16 and gives the
-// reference's bits in a check at start-up (PDSERVE_AMX=0 turns it off), ~4x VDPBF16PS's GEMM.
+// reference's bits in a check at start-up (PDSERVE_AMX=0 turns it off): prefill 3.2-3.4x
+// VDPBF16PS's on a Xeon (bench/RESULTS.md).
 #ifndef PDSERVE_KERNELS_CPU_LINEAR_BF16_H_
 #define PDSERVE_KERNELS_CPU_LINEAR_BF16_H_
 

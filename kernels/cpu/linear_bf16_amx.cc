@@ -108,9 +108,9 @@ bool AmxMatchesReference() {
         for (size_t i = 0; i < v->size(); ++i) {
           float f = static_cast<float>(rng.Normal());
           switch (rng.Next() % 8) {
-            case 0: f *= 1e-20f; break;                                          // Underflow.
-            case 1: f = Bf16ToF32(static_cast<uint16_t>(1 + rng.Next() % 0x7f)); break;  // Denormal.
-            case 2: f = i > 0 ? -Bf16ToF32((*v)[i - 1]) : 0.0f; break;           // Cancels.
+            case 0: f *= 1e-20f; break;                                 // Underflow.
+            case 1: f = Bf16ToF32(1 + rng.Next() % 0x7f); break;        // Denormal.
+            case 2: f = i > 0 ? -Bf16ToF32((*v)[i - 1]) : 0.0f; break;  // Cancels.
             case 3: f = rng.Next() % 2 == 0 ? 0.0f : -0.0f; break;
             default: break;
           }

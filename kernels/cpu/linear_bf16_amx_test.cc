@@ -135,13 +135,15 @@ TEST(LinearBf16Amx, TilesGiveTheAmxOrderBits) {
           const std::vector<uint16_t> w = RandomBf16(n * k, seed, adversarial);
           const int64_t ldx = k + 1, ldy = n + 3;
           const std::vector<uint16_t> x = RandomBf16(m * ldx, seed + 1, adversarial);
-          const Bf16PanelMatrix packed({DType::kBF16, w.data(), n, k}, MatrixLayout::kBf16PanelsAmx);
+          const Bf16PanelMatrix packed({DType::kBF16, w.data(), n, k},
+                                       MatrixLayout::kBf16PanelsAmx);
           const int64_t ranges[2][2] = {{0, n}, {n / 3, n - n / 5}};
           for (const auto& range : ranges) {
             const int64_t lo = range[0], hi = range[1];
             std::vector<float> emulated(m * ldy, -1), ref(m * ldy, -1), hardware(m * ldy, -1);
             EmulatedTiles::dots = 0;
-            amx::Columns<EmulatedTiles>(x.data(), m, ldx, packed.ref(), emulated.data(), ldy, lo, hi);
+            amx::Columns<EmulatedTiles>(x.data(), m, ldx, packed.ref(), emulated.data(), ldy, lo,
+                                        hi);
             if (lo < hi) ASSERT_GT(EmulatedTiles::dots, 0);
             ASSERT_FALSE(EmulatedTiles::configured) << "tiles not released";
             LinearBf16Reference(x.data(), m, ldx, packed.ref(), ref.data(), ldy, lo, hi);
@@ -213,7 +215,8 @@ TEST(LinearBf16Amx, OnWhereTheCpuHasIt) {
   const bool off = (flag != nullptr && std::strcmp(flag, "0") == 0) ||
                    (isa != nullptr && std::strcmp(isa, "avx2") == 0);
   EXPECT_EQ(AmxEnabled(), AmxSupported() && !off);
-  EXPECT_EQ(Bf16PanelLayout(), AmxEnabled() ? MatrixLayout::kBf16PanelsAmx : MatrixLayout::kBf16Panels);
+  EXPECT_EQ(Bf16PanelLayout(),
+            AmxEnabled() ? MatrixLayout::kBf16PanelsAmx : MatrixLayout::kBf16Panels);
   std::printf("AMX-BF16: supported %d, enabled %d\n", AmxSupported(), AmxEnabled());
 }
 
