@@ -201,6 +201,7 @@ class HelmChecks(unittest.TestCase):
             (None, ["prefill.replicas=-1"], "at '/prefill/replicas': minimum: got -1, want 0"),
             (None, ["engine.transport=rdma"], "at '/engine/transport'"),
             (None, ["engine.kvDtype=fp8"], "at '/engine/kvDtype'"),
+            (None, ["engine.computeDtype=fp16"], "at '/engine/computeDtype'"),
             ("values-gpu-nccl.yaml", ["decode.gpus=0"], "at '/decode/gpus': minimum: got 0, want 1"),
             ("values-gpu-rdma.yaml", ["prefill.gpus=0"], "at '/prefill/gpus': minimum: got 0, want 1"),
             (None, ["engine.transport=nccl"], "at '/engine/device'"),
@@ -417,6 +418,16 @@ class Consistency(unittest.TestCase):
                 else:
                     self.assertEqual(len(mounts), 1)
                     self.assertTrue(model_dir.startswith(mounts[0] + "/"), (model_dir, mounts))
+
+    def test_compute_dtype_reaches_the_workers_only(self):
+        out = render(None, ["engine.computeDtype=f32"])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        self.assertEqual(one(docs, "ConfigMap", f"{RELEASE}-pdserve-config")["data"]["PDSERVE_COMPUTE_DTYPE"],
+                         "f32")
+        for tier in ("router", "prefill", "decode"):
+            names = [e["name"] for e in container(one(docs, "Deployment", tier_name(tier)))["env"]]
+            self.assertEqual("PDSERVE_COMPUTE_DTYPE" in names, tier != "router", tier)
 
     def test_every_flag_and_variable_is_known_to_the_binary(self):
         for values, docs in self.each():

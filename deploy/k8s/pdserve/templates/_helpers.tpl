@@ -79,7 +79,7 @@ app.kubernetes.io/component: {{ .tier }}
 {{- if eq .tier "router" -}}
 {{- $keys = concat $keys (list "POLICY" "KV_DTYPE") -}}
 {{- else -}}
-{{- $keys = concat $keys (list "KV_DTYPE" "TRANSPORT" "THREADS" "KV_MEMORY_GIB" "MAX_MODEL_LEN" "MAX_NUM_SEQS" "MAX_NUM_BATCHED_TOKENS" "ENABLE_PREFIX_CACHING" "PREFILL_GEMM") -}}
+{{- $keys = concat $keys (list "KV_DTYPE" "TRANSPORT" "THREADS" "KV_MEMORY_GIB" "MAX_MODEL_LEN" "MAX_NUM_SEQS" "MAX_NUM_BATCHED_TOKENS" "ENABLE_PREFIX_CACHING" "PREFILL_GEMM" "COMPUTE_DTYPE") -}}
 {{- end -}}
 {{- $keys = concat $keys (list "LOG_LEVEL") -}}
 {{- range $keys }}
