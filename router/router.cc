@@ -41,6 +41,8 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
                                  absl::ToChronoMilliseconds(options.recent_half_life));
   po.model_fingerprint = fingerprint;
   po.credentials = options.worker_credentials;
+  r->numerics_ = std::make_shared<NumericsWatch>();
+  po.numerics = r->numerics_;
   r->decode_ = std::make_unique<WorkerPool>(po);
   po.prefill_tier = true;
   r->prefill_ = std::make_unique<WorkerPool>(po);
@@ -157,6 +159,7 @@ internal::v1::RouterStats Router::Stats() const {
   s.set_guard_fallbacks(fallbacks_.load());
   s.set_refused_workers(decode_->refusals() + prefill_->refusals());
   s.set_resumes(metrics_->resumes());
+  s.set_mixed_numerics_workers(numerics_->mixed());
   for (const auto& [pool, out] : {std::pair{decode_.get(), s.mutable_decode()},
                                   std::pair{prefill_.get(), s.mutable_prefill()}}) {
     for (const auto& w : pool->Stats()) {

@@ -112,6 +112,7 @@ class Router {
   RouterOptions options_;
   ModelConfig config_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<NumericsWatch> numerics_;  // Both pools' workers' arithmetic.
   std::unique_ptr<WorkerPool> decode_;
   std::unique_ptr<WorkerPool> prefill_;
   std::unique_ptr<Discovery> decode_discovery_;

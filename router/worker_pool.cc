@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "common/base/log.h"
 #include "common/rpc/grpc_workarounds.h"
 #include "common/base/rng.h"
@@ -150,6 +151,33 @@ void WorkerPool::StartWatch(const std::shared_ptr<Worker>& w) {
   w->watch = new Watch(this, w, w->last_seq);
 }
 
+bool NumericsWatch::Check(const std::string& address, const std::string& numerics) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (first_.empty()) {
+    first_ = numerics;
+    first_address_ = address;
+  }
+  if (numerics == first_) return true;
+  if (std::find(warned_.begin(), warned_.end(), address) == warned_.end()) {
+    warned_.push_back(address);
+    const bool amx = absl::StrContains(numerics, "amx") || absl::StrContains(first_, "amx");
+    PD_LOG(Warning) << "worker " << address << " computes in " << numerics << ", worker "
+                    << first_address_ << " in " << first_
+                    << ": a request prefilled on one and decoded on the other gives outputs a "
+                       "few ulps from either colocated run ("
+                    << (amx ? "bf16 on AMX and on other CPUs sum in different orders: "
+                              "PDSERVE_AMX=0 on every worker makes them agree"
+                            : "give every worker the same --compute-dtype and device")
+                    << ")";
+  }
+  return false;
+}
+
+int64_t NumericsWatch::mixed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(warned_.size());
+}
+
 void WorkerPool::Apply(const std::shared_ptr<Worker>& w, const internal::v1::LoadReport& r) {
   std::lock_guard<std::mutex> lock(mu_);
   if (w->removed || w->refused) return;
@@ -191,6 +219,9 @@ void WorkerPool::Apply(const std::shared_ptr<Worker>& w, const internal::v1::Loa
     if (w->watch != nullptr) w->watch->Cancel();
     cv_.notify_all();
     return;
+  }
+  if (options_.numerics != nullptr && !r.info().numerics().empty()) {
+    options_.numerics->Check(w->address, r.info().numerics());
   }
   if (r.snapshot()) {
     w->hashes.clear();

@@ -35,6 +35,20 @@
 
 namespace pdserve {
 
+// The arithmetic of every worker a router's pools have seen (WorkerInfo::numerics), shared by
+// them: a worker whose outputs' bits would differ from the first one's is logged once.
+class NumericsWatch {
+ public:
+  // False (and a warning the first time for this address) when `numerics` is not the first seen.
+  bool Check(const std::string& address, const std::string& numerics);
+  int64_t mixed() const;  // Workers that differed.
+
+ private:
+  mutable std::mutex mu_;
+  std::string first_, first_address_;
+  std::vector<std::string> warned_;
+};
+
 struct WorkerPoolOptions {
   bool prefill_tier = false;
   int64_t block_size = 16;
@@ -50,6 +64,7 @@ struct WorkerPoolOptions {
   std::chrono::milliseconds reconnect_every{500};
   // For the channels to the workers (mutual TLS); null: insecure.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::shared_ptr<NumericsWatch> numerics;  // Shared by a router's two pools; null: not watched.
 };
 
 class WorkerPool {

@@ -199,6 +199,36 @@ TEST(WorkerPoolTest, ALostStreamResumesAfterTheLastAppliedEvent) {
   EXPECT_EQ(CachedPrefix(pool, p), 2);
 }
 
+// Workers whose arithmetic differs (one with AMX's bf16 order beside two with VDPBF16PS's) are
+// still used, and each is counted once across the pools that share the watch (a router's two
+// tiers; both decode pools here, as ScriptedWorker serves the decode service), however many
+// reports it sends.
+TEST(WorkerPoolTest, WorkersOfAnotherArithmeticAreCountedOnceAcrossPools) {
+  ScriptedWorker a, b, amx;
+  WorkerPoolOptions o = Options();
+  o.numerics = std::make_shared<NumericsWatch>();
+  WorkerPool first_pool(o), second_pool(o);
+  auto report = [](const std::string& numerics, uint64_t seq) {
+    LoadReport r = Report(seq == 1, seq, seq, {});
+    r.mutable_info()->set_numerics(numerics);
+    return r;
+  };
+  a.Push(0, report("bf16/vdpbf16ps", 1));
+  first_pool.SetAddresses({a.address()});
+  ASSERT_TRUE(first_pool.WaitForReports(std::chrono::seconds(10)));
+  b.Push(0, report("bf16/vdpbf16ps", 1));
+  amx.Push(0, report("bf16/amx", 1));
+  amx.Push(0, report("bf16/amx", 2));
+  first_pool.SetAddresses({a.address(), b.address()});
+  second_pool.SetAddresses({amx.address()});
+  ASSERT_TRUE(Eventually([&] { return first_pool.usable() == 2 && second_pool.usable() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return amx.Subscriptions(1).size() == 1; }));
+  EXPECT_EQ(o.numerics->mixed(), 1);
+  EXPECT_TRUE(o.numerics->Check(a.address(), "bf16/vdpbf16ps"));
+  EXPECT_FALSE(o.numerics->Check(amx.address(), "bf16/amx"));
+  EXPECT_EQ(o.numerics->mixed(), 1);
+}
+
 TEST(WorkerPoolTest, RefusesAWorkerWithAnotherBlockSizeHashSchemeModelOrKvDtype) {
   for (int which = 0; which < 4; ++which) {
     ScriptedWorker good, bad;

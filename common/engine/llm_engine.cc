@@ -8,6 +8,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/engine/shared_weights.h"
+#include "kernels/cpu/linear_bf16.h"  // AmxEnabled
 #include "nlohmann/json.hpp"
 
 namespace pdserve {
@@ -311,6 +312,12 @@ void LLMEngine::ReleaseHeld(const std::string& request_id) {
   blocks_->Free(it->second->id);
   --held_;
   sequences_.erase(it);
+}
+
+std::string LLMEngine::numerics() const {
+  if (device() != "cpu") return device() + "/bf16";
+  if (compute_dtype_ == ComputeDType::kF32) return "f32";
+  return kernels::AmxEnabled() ? "bf16/amx" : "bf16/vdpbf16ps";
 }
 
 std::string LLMEngine::AbortKeepingBlocks(const std::string& request_id,

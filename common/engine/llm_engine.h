@@ -162,6 +162,9 @@ class LLMEngine {
   uint8_t* kv_memory() { return runner_->kv_memory() != nullptr ? runner_->kv_memory() : pool_->data(); }
   // "cpu" or "cuda": the device the pool lives on (EngineOptions::backend).
   const std::string& device() const { return options_.backend; }
+  // What fixes its outputs' bits (WorkerInfo::numerics): "f32", "bf16/vdpbf16ps", "bf16/amx",
+  // "cuda/bf16".
+  std::string numerics() const;
   int64_t num_kv_blocks() const { return pool_->num_blocks(); }
   EngineStats Stats() const;
   // Prefix-cache changes since the last call (EngineOptions::enable_kv_events), and the full set.

@@ -47,6 +47,7 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
   info.set_vocab_size(static_cast<int32_t>(core.engine->config().vocab_size));
   info.set_page_bytes(static_cast<int64_t>(core.engine->kv_spec().PageBytes()));
   info.set_kv_bytes_per_token(static_cast<int64_t>(core.engine->kv_spec().BytesPerToken()));
+  info.set_numerics(core.engine->numerics());
   info.set_prefix_query_tokens(s.kv.prefix_query_tokens);
   info.set_prefix_hit_tokens(s.kv.prefix_hit_tokens);
   return info;

@@ -297,7 +297,7 @@ class MetricsTest(unittest.TestCase):
         serve = cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0",
                                           "--threads", "1", "--kv-memory-gib", "0.05",
                                           "--local-prefill-tokens", "4", *METRICS,
-                                          "--metrics-compat", "vllm"])
+                                          "--metrics-compat", "vllm", "--compute-dtype", "bf16"])
         prom_dir = tempfile.mkdtemp(prefix="pdserve_prom_", dir=WORKDIR)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -356,6 +356,14 @@ scrape_configs:
                 time.sleep(0.05)
             summaries = worker.transfer_bytes
             self.assertEqual(summaries, sum(transfer_bytes(q) for q in ps))
+            # Its arithmetic (--compute-dtype bf16): AMX's order where the CPU's flags have AMX-BF16,
+            # VDPBF16PS's otherwise (by the instruction or its AVX2 twin). One worker: none mixed.
+            with open("/proc/cpuinfo") as f:
+                flags = set(next(l for l in f if l.startswith("flags")).split())
+            self.assertEqual(worker.numerics,
+                             "bf16/amx" if {"amx_bf16", "amx_tile"} <= flags else "bf16/vdpbf16ps")
+            self.assertEqual(admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(),
+                                                  timeout=10).mixed_numerics_workers, 0)
             wait_for('pdserve_time_to_first_token_seconds_count{role="router"}', len(ps))
             wait_for('pdserve_kv_transfer_bytes_total{role="decode"}', summaries)
             wait_for('vllm:time_to_first_token_seconds_count{role="router"}', len(ps))
