@@ -2,6 +2,7 @@
 // (`-` on a tag, trim_blocks, lstrip_blocks), then parses tags into the tree of jinja_ast.h.
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <string_view>
 
@@ -176,9 +177,19 @@ absl::StatusOr<std::vector<Token>> Lex(const std::string& s, int line) {
       for (size_t k = i; k < j; ++k) {
         if (s[k] != '_') num += s[k];
       }
-      out.push_back({is_float ? Token::kFloat : Token::kInt, num,
-                     is_float ? Value::Float(std::strtod(num.c_str(), nullptr))
-                              : Value::Int(std::strtoll(num.c_str(), nullptr, 10))});
+      if (is_float) {
+        out.push_back({Token::kFloat, num, Value::Float(std::strtod(num.c_str(), nullptr))});
+      } else {
+        // Python's ints are unbounded; ours are 64-bit, so a literal past that is an error (strtoll
+        // would silently saturate it).
+        errno = 0;
+        const long long v = std::strtoll(num.c_str(), nullptr, 10);
+        if (errno == ERANGE) {
+          return absl::InvalidArgumentError(
+              Str("chat template line ", line, ": integer literal ", num, " does not fit in 64 bits"));
+        }
+        out.push_back({Token::kInt, num, Value::Int(v)});
+      }
       i = j;
       continue;
     }

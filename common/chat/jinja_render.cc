@@ -182,6 +182,7 @@ class Renderer {
           if (ns.kind() != Value::Kind::kNamespace) {
             return Err(n.line, Str("cannot set attribute '", n.attr, "' of a ", KindName(ns), " (only a namespace)"));
           }
+          if (v.holds_namespace()) return Err(n.line, kNamespaceInNamespace);
           for (auto& [k, slot] : ns.mutable_dict()) {
             if (k == n.attr) {
               slot = v;
@@ -282,7 +283,17 @@ class Renderer {
     return absl::OkStatus();
   }
 
+  // Every value a template makes passes here: nesting past kMaxDepth is an error, so printing,
+  // comparing and freeing values (all recursive) stay within the stack.
   StatusOr<Value> Eval(const Expr& e) {
+    StatusOr<Value> v = EvalUnchecked(e);
+    if (v.ok() && v->depth() > kMaxDepth) {
+      return Err(e.line, Str("a value nested deeper than ", kMaxDepth, " levels"));
+    }
+    return v;
+  }
+
+  StatusOr<Value> EvalUnchecked(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.value;
       case Expr::Kind::kName: return Lookup(e.name);
@@ -444,8 +455,8 @@ class Renderer {
           static_cast<uint64_t>(times.as_int()) > kMaxString / text.str().size()) {
         return Err(e.line, Str("a repeated string longer than ", kMaxString, " bytes"));
       }
-      std::string out;
-      for (int64_t i = 0; i < times.as_int(); ++i) out += text.str();
+      std::string out;  // An empty string repeated any number of times is empty: no loop.
+      for (int64_t i = 0; !text.str().empty() && i < times.as_int(); ++i) out += text.str();
       return Value::String(out);
     }
     auto num = [](const Value& v) { return v.is_number() || v.kind() == Value::Kind::kBool; };
@@ -468,8 +479,13 @@ class Renderer {
       if (op == "-") return __builtin_sub_overflow(i, j, &r) ? StatusOr<Value>(overflow) : Value::Int(r);
       if (op == "*") return __builtin_mul_overflow(i, j, &r) ? StatusOr<Value>(overflow) : Value::Int(r);
       if (op == "**" && j >= 0) {
+        // Bases 0, 1 and -1 never overflow, so they are answered without a loop of up to 2^63 steps;
+        // any other base overflows within 64 multiplications.
+        if (i == 0) return Value::Int(j == 0 ? 1 : 0);
+        if (i == 1) return Value::Int(1);
+        if (i == -1) return Value::Int(j % 2 == 0 ? 1 : -1);
         r = 1;
-        for (int64_t k = 0; k < j && r != 0 && !(r == 1 && i == 1); ++k) {
+        for (int64_t k = 0; k < j; ++k) {
           if (__builtin_mul_overflow(r, i, &r)) return overflow;
         }
         return Value::Int(r);
@@ -532,6 +548,9 @@ class Renderer {
       return absl::InvalidArgumentError(Str("chat template: ", args->Arg(0, "message").ToString()));
     }
     if (f == "namespace") {
+      for (const auto& [k, v] : args->kw) {
+        if (v.holds_namespace()) return Err(e.line, kNamespaceInNamespace);
+      }
       Dict items = args->kw;
       return Value::MakeNamespace(std::move(items));
     }
@@ -879,6 +898,13 @@ class Renderer {
   // Work bounds, far above what a chat template does per request, so none can hang a request.
   static constexpr int64_t kMaxSteps = 10'000'000;
   static constexpr uint64_t kMaxString = 64 << 20;
+  // Request JSON nests at most 64 levels (openai_request.cc); templates may wrap it a little.
+  static constexpr int kMaxDepth = 128;
+  // A namespace may not hold a namespace, even inside a list or dict: no value can then come to
+  // contain itself (a cycle would print forever and never be freed), and a namespace's depth is
+  // its attributes' (which hold none) plus one. Chat templates keep flags and counters there.
+  static constexpr const char* kNamespaceInNamespace =
+      "a namespace attribute cannot hold a namespace (or a list or dict holding one)";
   static constexpr int64_t kMaxRange = 1'000'000;
   int64_t steps_ = 0;
   std::vector<std::map<std::string, Value>> scopes_;

@@ -56,6 +56,16 @@ TEST(JinjaTest, ErrorsNameTheProblem) {
   EXPECT_NE(Render("{{ -9223372036854775807 - 2 }}").find("integer overflow"), std::string::npos);
   EXPECT_NE(Render("{{ 3 ** 99 }}").find("integer overflow in **"), std::string::npos);
   EXPECT_EQ(Render("{{ 1 ** 99 }} {{ 0 ** 99 }} {{ 2 ** 10 }}"), "1 0 1024");
+  EXPECT_EQ(Render("{{ (-1) ** 9223372036854775807 }} {{ (-1) ** 9223372036854775806 }} {{ 0 ** 0 }} "
+                   "{{ (-2) ** 3 }} {{ 1 ** 9223372036854775807 }} {{ 0 ** 9223372036854775807 }}"),
+            "-1 1 1 -8 1 0");
+  // Found by the fuzzer: an empty string repeated 2^63-1 times looped for hours; a literal past
+  // 64 bits had saturated to 2^63-1.
+  EXPECT_EQ(Render("[{{ 9223372036854775807 * '' }}{{ (x | upper) * 9223372036854775807 }}{{ 'ab' * 0 }}]"), "[]");
+  EXPECT_EQ(Render("{{ 'ab' * 3 }}{{ 2 * 'c' }}{{ 'd' * -1 }}"), "abababcc");
+  EXPECT_NE(Render("{{ 'ab' * 9223372036854775807 }}").find("a repeated string longer than"), std::string::npos);
+  EXPECT_NE(Render("{{ 9999999999999999999 * 'a' }}").find("integer literal 9999999999999999999 does not fit"),
+            std::string::npos);
   EXPECT_NE(Render("{{ 'ab'.strip(3) }}").find("chars must be a string"), std::string::npos);
   EXPECT_NE(Render("{{ x | tojson(indent=99999999) }}").find("indent"), std::string::npos);
 }
@@ -69,6 +79,27 @@ TEST(JinjaTest, NestingIsBounded) {
   EXPECT_NE(Render(deep).find("nested deeper"), std::string::npos);
   EXPECT_NE(Render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("nested deeper"),
             std::string::npos);
+}
+
+TEST(JinjaTest, ValuesCannotNestWithoutBoundOrContainThemselves) {
+  // Found by the fuzzer: `set ns.x = ns` made a namespace that held itself (printing it overflowed
+  // the stack, and the cycle was never freed).
+  EXPECT_NE(Render("{% set ns = namespace(a=1) %}{% set ns.x = ns %}{{ ns }}").find("cannot hold a namespace"),
+            std::string::npos);
+  EXPECT_NE(Render("{% set ns = namespace(a=1) %}{% set ns.x = [{'k': ns}] %}").find("cannot hold a namespace"),
+            std::string::npos);
+  EXPECT_NE(Render("{% set a = namespace() %}{% set b = namespace(p=[a]) %}").find("cannot hold a namespace"),
+            std::string::npos);
+  EXPECT_EQ(Render("{% set ns = namespace(a=1) %}{% set ns.x = [ns.a, {'k': 2}] %}{{ ns.x }} {{ [ns] | length }}"),
+            "[1, {'k': 2}] 1");
+  // Lists in lists, one level per loop step: an error at the bound, not a stack overflow later.
+  EXPECT_NE(Render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+                   "{% endfor %}{{ ns.x }}")
+                .find("a value nested deeper than 128 levels"),
+            std::string::npos);
+  std::string deep = "[";
+  for (int i = 0; i < 90; ++i) deep = "[" + deep + "]";  // The parser allows 100.
+  EXPECT_EQ(Render("{{ (" + deep + "] | length) }}"), "1");
 }
 
 TEST(JinjaTest, LoopsAndNamespaces) {

@@ -1,5 +1,6 @@
 #include "common/chat/jinja_value.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -35,21 +36,30 @@ Value Value::String(std::string s) {
   v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
+void Value::SetNesting(const Value& element) {
+  depth_ = std::max(depth_, element.depth_ + 1);
+  holds_namespace_ = holds_namespace_ || element.holds_namespace_;
+}
 Value Value::MakeList(List items) {
   Value v;
   v.kind_ = Kind::kList;
+  v.depth_ = 1;
+  for (const Value& e : items) v.SetNesting(e);
   v.list_ = std::make_shared<const List>(std::move(items));
   return v;
 }
 Value Value::MakeDict(Dict items) {
   Value v;
   v.kind_ = Kind::kDict;
+  v.depth_ = 1;
+  for (const auto& [k, e] : items) v.SetNesting(e);
   v.dict_ = std::make_shared<Dict>(std::move(items));
   return v;
 }
 Value Value::MakeNamespace(Dict items) {
   Value v = MakeDict(std::move(items));
   v.kind_ = Kind::kNamespace;
+  v.holds_namespace_ = true;
   return v;
 }
 

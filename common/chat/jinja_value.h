@@ -47,6 +47,12 @@ class Value {
   const List& list() const { return *list_; }
   const Dict& dict() const { return *dict_; }
   Dict& mutable_dict() { return *dict_; }
+  // Nesting: 0 for a scalar, 1 + the deepest element's for a list, dict or namespace (as made:
+  // a namespace's later attributes do not update the containers that already hold it).
+  int depth() const { return depth_; }
+  // Whether this is a namespace or holds one (namespaces are the only mutable values, so only
+  // through them can a value come to contain itself).
+  bool holds_namespace() const { return holds_namespace_; }
 
   // Python truthiness (undefined is false).
   bool Truthy() const;
@@ -64,8 +70,12 @@ class Value {
   int64_t Length() const;
 
  private:
+  void SetNesting(const Value& element);
+
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
+  bool holds_namespace_ = false;
+  int depth_ = 0;
   int64_t i_ = 0;
   double d_ = 0;
   std::shared_ptr<const std::string> s_;
