@@ -241,7 +241,7 @@ void BM_DecodeAttention(benchmark::State& state) {
           const int64_t group = heads / kvh;
           PagedAttentionBf16(view, tables[s].data(), ctx - 1, 1, 0, 1, 0, q.data(), heads * d,
                              heads, 0.125f, h * group, (h + 1) * group, out.data(), heads * d,
-                             bf16_scratch.data(), bf16_bytes);
+                             bf16_scratch.data(), bf16_bytes, Bf16PanelLayout());
         } else {
           PagedAttentionKvGroup(view, tables[s].data(), ctx - 1, 0, q.data(), heads, 0.125f, h,
                                 out.data(), scratch.data());
@@ -299,7 +299,7 @@ void BM_PrefillAttention(benchmark::State& state) {
         for (int64_t h = 0; h < kvh; ++h) {
           PagedAttentionBf16(view, table.data(), c, rows, 0, 1, 0, &q[c * ld], ld, heads, 0.125f,
                              h * group, (h + 1) * group, &out[c * ld], ld, scratch_bf16.data(),
-                             scratch_bf16.size());
+                             scratch_bf16.size(), Bf16PanelLayout());
         }
       }
     }

@@ -257,6 +257,8 @@ void CpuModelRunner::AttentionBf16(const ForwardBatch& batch, const kernels::KvP
   const int64_t qs = c.q_size();
   const int threads = pool_threads_.num_threads();
   const int64_t items = static_cast<int64_t>(attn_items_.size());
+  // Attention sums in the linear layers' order: AMX tiles where they run on AMX (attention_bf16.h).
+  const MatrixLayout order = matrices_->layer(0).o.layout;
   pool_threads_.Run([&](int t) {
     uint8_t* scratch = attn_bf16_scratch_.get() + static_cast<size_t>(t) * attn_bf16_scratch_bytes_;
     for (int64_t i = t; i < items; i += threads) {
@@ -265,7 +267,8 @@ void CpuModelRunner::AttentionBf16(const ForwardBatch& batch, const kernels::KvP
       kernels::PagedAttentionBf16(view, chunk.block_table.data(), chunk.start_position, it.count,
                                   it.share, it.shares, c.sliding_window, &q_[it.row * qs], qs,
                                   c.num_heads, attn_scale_, it.head_begin, it.head_end,
-                                  &attn_[it.row * qs], qs, scratch, attn_bf16_scratch_bytes_);
+                                  &attn_[it.row * qs], qs, scratch, attn_bf16_scratch_bytes_,
+                                  order);
     }
   });
 }

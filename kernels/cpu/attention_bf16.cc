@@ -22,6 +22,8 @@ using internal::PanelElements;
 constexpr int64_t kRows = kAttentionBf16RowsPerTile;
 // A row's remaining pairs up to this many are copied with its last one and summed in one call.
 constexpr int64_t kCopyPairs = 8;
+// V lines per panel the copy holds: that, or AMX's order's last partial tile (< 16 pairs).
+constexpr int64_t kLinesPerPanel = std::max<int64_t>(kCopyPairs + 1, internal::kAmxTilePairs);
 
 using internal::Bf16DotStep;
 
@@ -61,7 +63,7 @@ struct Scratch {
   float* scores = nullptr;   // [kRows * heads][nk]
   uint16_t* p = nullptr;     // [kRows * heads][nk + 2]
   float* acc = nullptr;      // [kRows * heads][head_dim]
-  uint16_t* lines = nullptr; // A row's last V lines, copied (kCopyPairs + 1 per panel).
+  uint16_t* lines = nullptr; // A row's last V lines, copied (kLinesPerPanel per panel).
   float* key_scales = nullptr;
   float* value_scales = nullptr;
   uint16_t* rows = nullptr;  // 16 K or V rows as bf16, row_stride apart, then a zero row.
@@ -89,7 +91,7 @@ Scratch Carve(uint8_t* base, int64_t keys, int64_t heads, int64_t d, bool window
   s.p = reinterpret_cast<uint16_t*>(take(static_cast<size_t>(kRows * heads * (s.nk + 2)) * 2));
   s.acc = reinterpret_cast<float*>(take(static_cast<size_t>(kRows * heads * d) * 4));
   s.lines = reinterpret_cast<uint16_t*>(
-      take(static_cast<size_t>(v_panels * PanelElements(2 * (kCopyPairs + 1))) * 2));
+      take(static_cast<size_t>(v_panels * PanelElements(2 * kLinesPerPanel)) * 2));
   s.key_scales = reinterpret_cast<float*>(take(static_cast<size_t>(s.nk) * 4));
   s.value_scales = reinterpret_cast<float*>(take(static_cast<size_t>(s.nk) * 4));
   s.row_stride = (d + 1) / 2 * 2;
@@ -158,10 +160,17 @@ PD_AVX512 void InterleaveLinesAvx512(const uint16_t* a, const uint16_t* b, int64
   }
 }
 
-// A single row (decode) without packing: the same sequence of operations as the tiles' (each
-// score one VDPBF16PS lane walking head_dim's pairs in order; P.V pairs of keys from the row's
-// start, later key first, an odd count's last key with a zero), with K rows transposed and V rows
-// interleaved in registers. f32 and bf16 pools, head_dim a multiple of 32.
+// A single row (decode) without packing: the same sequence of operations as the tiles', with K
+// rows transposed and V rows interleaved in registers. f32 and bf16 pools, head_dim a multiple of
+// 32. In kBf16Panels' order each score is one VDPBF16PS lane walking head_dim's pairs in order and
+// P.V pairs keys from the row's start, later key first, an odd count's last key with a zero. In
+// kBf16PanelsAmx's each tile of 16 pairs (of head_dim; of keys) keeps an even and an odd chain:
+// f32 FMAs of the pairs' elements (a bf16 is the high half of its f32) under MXCSR's DAZ and FTZ
+// (the caller's DazFtzScope), each chain's own flushing steps exactly; the tile's end adds as
+// AmxTileSum. (VDPBF16PS with the other element of each pair masked computes the same bits, with
+// -0 as the masked product: x + (-0) = x for every x where +0 would turn -0 into +0; but it does
+// half the products per instruction, and on a Xeon it issues at half the FMA's rate: measured
+// 1.3x slower than the FMAs.)
 #define PD_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 
 // Elements [e, e + 32) of a K or V row as bf16 (f32 converted as RoundToBf16Ftz).
@@ -175,8 +184,22 @@ PD_AVX512BF16 inline __m512i Load32(const uint8_t* row, int64_t e) {
   }
 }
 
+// Lanes' pairs as f32: the even (low) elements and the odd (high) ones.
+PD_AVX512BF16 inline __m512 EvenF32(__m512i pairs) { return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)); }
+PD_AVX512BF16 inline __m512 OddF32(__m512i pairs) {
+  return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+// internal::AmxTileSum on 16 lanes (under DAZ and FTZ, each add flushes).
+PD_AVX512BF16 inline __m512 TileSum(__m512 acc, __m512 even, __m512 odd) {
+  return _mm512_add_ps(acc, _mm512_add_ps(even, odd));
+}
+PD_AVX512BF16 inline __m512 Bf16Broadcast(uint16_t v) {
+  return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(v) << 16)));
+}
+
 // scores[g * lds + j] = dot(qb[g], K[start + j]) for j in [0, n), G heads; 16 keys per lane set.
-template <KvDType D, int G>
+// A 32-element step of head_dim is one tile of AMX's order.
+template <KvDType D, int G, bool kAmx>
 PD_AVX512BF16 void DecodeScores(const KvPagesView& view, const int32_t* table, int64_t kvh,
                                 int64_t start, int64_t n, const uint16_t* qb, float* scores,
                                 int64_t lds) {
@@ -194,12 +217,26 @@ PD_AVX512BF16 void DecodeScores(const KvPagesView& view, const int32_t* table, i
       __m512i r[16], line[16];
       for (int l = 0; l < 16; ++l) r[l] = l < keys ? Load32<D>(rows[l], e) : _mm512_setzero_si512();
       Transpose16x16(r, line);
-      for (int c = 0; c < 16; ++c) {
-        for (int g = 0; g < G; ++g) {
-          uint32_t pair;
-          std::memcpy(&pair, qb + g * d + e + 2 * c, 4);
-          acc[g] = _mm512_dpbf16_ps(acc[g], (__m512bh)_mm512_set1_epi32(static_cast<int>(pair)),
-                                    (__m512bh)line[c]);
+      if constexpr (kAmx) {
+        __m512 even[G], odd[G];
+        for (int g = 0; g < G; ++g) even[g] = odd[g] = _mm512_setzero_ps();
+        for (int c = 0; c < 16; ++c) {
+          const __m512 ke = EvenF32(line[c]), ko = OddF32(line[c]);
+          for (int g = 0; g < G; ++g) {
+            const uint16_t* pair = qb + g * d + e + 2 * c;
+            even[g] = _mm512_fmadd_ps(Bf16Broadcast(pair[0]), ke, even[g]);
+            odd[g] = _mm512_fmadd_ps(Bf16Broadcast(pair[1]), ko, odd[g]);
+          }
+        }
+        for (int g = 0; g < G; ++g) acc[g] = TileSum(acc[g], even[g], odd[g]);
+      } else {
+        for (int c = 0; c < 16; ++c) {
+          for (int g = 0; g < G; ++g) {
+            uint32_t pair;
+            std::memcpy(&pair, qb + g * d + e + 2 * c, 4);
+            acc[g] = _mm512_dpbf16_ps(acc[g], (__m512bh)_mm512_set1_epi32(static_cast<int>(pair)),
+                                      (__m512bh)line[c]);
+          }
         }
       }
     }
@@ -210,8 +247,9 @@ PD_AVX512BF16 void DecodeScores(const KvPagesView& view, const int32_t* table, i
 
 // acc[g * d + e] = the P.V sums (before 1/sum) of G heads over keys [start, start + n), p[g] the
 // heads' bf16 probabilities (ldp apart). 32 elements of head_dim at a time: rows a and b zipped by
-// VPUNPCK{L,H}WD give pairs of elements 8L + t (low) and 8L + 4 + t (high) in 128-bit lane L.
-template <KvDType D, int G>
+// VPUNPCK{L,H}WD give pairs of elements 8L + t (low) and 8L + 4 + t (high) in 128-bit lane L. In
+// AMX's order every 16 pairs of keys from the start end a tile.
+template <KvDType D, int G, bool kAmx>
 PD_AVX512BF16 void DecodeValues(const KvPagesView& view, const int32_t* table, int64_t kvh,
                                 int64_t start, int64_t n, const uint16_t* p, int64_t ldp,
                                 float* acc_out) {
@@ -221,13 +259,27 @@ PD_AVX512BF16 void DecodeValues(const KvPagesView& view, const int32_t* table, i
   const __m512i first = _mm512_loadu_si512(kFirst), second = _mm512_loadu_si512(kSecond);
   for (int64_t e = 0; e < d; e += 32) {
     __m512 lo[G], hi[G];
+    // AMX's order: the tile's chains, of the low and high halves.
+    __m512 lo_even[kAmx ? G : 1], lo_odd[kAmx ? G : 1], hi_even[kAmx ? G : 1], hi_odd[kAmx ? G : 1];
     for (int g = 0; g < G; ++g) lo[g] = hi[g] = _mm512_setzero_ps();
+    if constexpr (kAmx) {
+      for (int g = 0; g < G; ++g) lo_even[g] = lo_odd[g] = hi_even[g] = hi_odd[g] = _mm512_setzero_ps();
+    }
     SlotCursor cursor(table, view.block_size, start);
     // The first pass brings the rows into L2 for the later ones.
     const int64_t vh = view.num_kv_heads + kvh;
     if (e == 0) PrefetchRows(view, table, vh, start, kPrefetchAhead, start + n);
     for (int64_t j = 0; j < n; j += 2) {
       if (e == 0 && j % 16 == 0) PrefetchRows(view, table, vh, start + j + kPrefetchAhead, 16, start + n);
+      if constexpr (kAmx) {
+        if (j > 0 && j % (2 * internal::kAmxTilePairs) == 0) {
+          for (int g = 0; g < G; ++g) {
+            lo[g] = TileSum(lo[g], lo_even[g], lo_odd[g]);
+            hi[g] = TileSum(hi[g], hi_even[g], hi_odd[g]);
+            lo_even[g] = lo_odd[g] = hi_even[g] = hi_odd[g] = _mm512_setzero_ps();
+          }
+        }
+      }
       const __m512i a = Load32<D>(view.Value(cursor.block(), kvh, cursor.slot()), e);
       cursor.Next();
       __m512i b = _mm512_setzero_si512();
@@ -236,12 +288,33 @@ PD_AVX512BF16 void DecodeValues(const KvPagesView& view, const int32_t* table, i
         cursor.Next();
       }
       const __m512i zl = _mm512_unpacklo_epi16(a, b), zh = _mm512_unpackhi_epi16(a, b);
-      for (int g = 0; g < G; ++g) {
-        uint32_t pair = p[g * ldp + j];
-        if (j + 1 < n) pair |= static_cast<uint32_t>(p[g * ldp + j + 1]) << 16;
-        const __m512bh pp = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
-        lo[g] = _mm512_dpbf16_ps(lo[g], pp, (__m512bh)zl);
-        hi[g] = _mm512_dpbf16_ps(hi[g], pp, (__m512bh)zh);
+      if constexpr (kAmx) {
+        const __m512 zl_even = EvenF32(zl), zl_odd = OddF32(zl);
+        const __m512 zh_even = EvenF32(zh), zh_odd = OddF32(zh);
+        for (int g = 0; g < G; ++g) {
+          const __m512 pe = Bf16Broadcast(p[g * ldp + j]);
+          const __m512 po = Bf16Broadcast(j + 1 < n ? p[g * ldp + j + 1] : 0);
+          lo_even[g] = _mm512_fmadd_ps(pe, zl_even, lo_even[g]);
+          lo_odd[g] = _mm512_fmadd_ps(po, zl_odd, lo_odd[g]);
+          hi_even[g] = _mm512_fmadd_ps(pe, zh_even, hi_even[g]);
+          hi_odd[g] = _mm512_fmadd_ps(po, zh_odd, hi_odd[g]);
+        }
+      } else {
+        for (int g = 0; g < G; ++g) {
+          uint32_t pair = p[g * ldp + j];
+          if (j + 1 < n) pair |= static_cast<uint32_t>(p[g * ldp + j + 1]) << 16;
+          const __m512bh pp = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+          lo[g] = _mm512_dpbf16_ps(lo[g], pp, (__m512bh)zl);
+          hi[g] = _mm512_dpbf16_ps(hi[g], pp, (__m512bh)zh);
+        }
+      }
+    }
+    if constexpr (kAmx) {
+      if (n > 0) {
+        for (int g = 0; g < G; ++g) {
+          lo[g] = TileSum(lo[g], lo_even[g], lo_odd[g]);
+          hi[g] = TileSum(hi[g], hi_even[g], hi_odd[g]);
+        }
       }
     }
     for (int g = 0; g < G; ++g) {
@@ -251,22 +324,40 @@ PD_AVX512BF16 void DecodeValues(const KvPagesView& view, const int32_t* table, i
   }
 }
 
+// The AMX order's variants run under DAZ and FTZ (their FMAs flush as TDPBF16PS does); the
+// softmax between the two calls does not.
 template <KvDType D>
-PD_AVX512BF16 void DecodeScoresAny(int g, const KvPagesView& view, const int32_t* table,
+PD_AVX512BF16 void DecodeScoresAny(int g, bool amx, const KvPagesView& view, const int32_t* table,
                                    int64_t kvh, int64_t start, int64_t n, const uint16_t* qb,
                                    float* scores, int64_t lds) {
+  if (amx) {
+    DazFtzScope daz_ftz;
+    switch (g) {
+#define PD_G(G) case G: return DecodeScores<D, G, true>(view, table, kvh, start, n, qb, scores, lds);
+      PD_G(1) PD_G(2) PD_G(3) PD_G(4) PD_G(5) PD_G(6) PD_G(7) PD_G(8)
+#undef PD_G
+    }
+  }
   switch (g) {
-#define PD_G(G) case G: return DecodeScores<D, G>(view, table, kvh, start, n, qb, scores, lds);
+#define PD_G(G) case G: return DecodeScores<D, G, false>(view, table, kvh, start, n, qb, scores, lds);
     PD_G(1) PD_G(2) PD_G(3) PD_G(4) PD_G(5) PD_G(6) PD_G(7) PD_G(8)
 #undef PD_G
   }
 }
 template <KvDType D>
-PD_AVX512BF16 void DecodeValuesAny(int g, const KvPagesView& view, const int32_t* table,
+PD_AVX512BF16 void DecodeValuesAny(int g, bool amx, const KvPagesView& view, const int32_t* table,
                                    int64_t kvh, int64_t start, int64_t n, const uint16_t* p,
                                    int64_t ldp, float* acc) {
+  if (amx) {
+    DazFtzScope daz_ftz;
+    switch (g) {
+#define PD_G(G) case G: return DecodeValues<D, G, true>(view, table, kvh, start, n, p, ldp, acc);
+      PD_G(1) PD_G(2) PD_G(3) PD_G(4) PD_G(5) PD_G(6) PD_G(7) PD_G(8)
+#undef PD_G
+    }
+  }
   switch (g) {
-#define PD_G(G) case G: return DecodeValues<D, G>(view, table, kvh, start, n, p, ldp, acc);
+#define PD_G(G) case G: return DecodeValues<D, G, false>(view, table, kvh, start, n, p, ldp, acc);
     PD_G(1) PD_G(2) PD_G(3) PD_G(4) PD_G(5) PD_G(6) PD_G(7) PD_G(8)
 #undef PD_G
   }
@@ -410,7 +501,9 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
                         int64_t first_position, int64_t num_rows, int64_t tile_begin,
                         int64_t tile_step, int64_t window, const float* q, int64_t ldq,
                         int64_t num_heads, float scale, int64_t head_begin, int64_t head_end,
-                        float* out, int64_t ldo, void* scratch, size_t scratch_bytes) {
+                        float* out, int64_t ldo, void* scratch, size_t scratch_bytes,
+                        MatrixLayout order) {
+  PD_CHECK(order == MatrixLayout::kBf16Panels || order == MatrixLayout::kBf16PanelsAmx);
   const int64_t d = view.head_dim;
   const int64_t group = num_heads / view.num_kv_heads;
   const int64_t kvh = head_begin / group;
@@ -431,23 +524,24 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
     Scratch s = Carve(static_cast<uint8_t*>(scratch), n, heads, d, false);
     PD_CHECK_MSG(s.bytes <= scratch_bytes, "bf16 attention scratch too small for the call's keys");
     const int g_count = static_cast<int>(heads);
+    const bool amx = order == MatrixLayout::kBf16PanelsAmx;
     for (int64_t g = 0; g < heads; ++g) {
       RoundRowsToBf16(q + (head_begin + g) * d, 1, d, d, s.qb + g * d, d);
     }
     const int64_t ldp = s.nk + 2;
     if (view.dtype == KvDType::kF32) {
-      DecodeScoresAny<KvDType::kF32>(g_count, view, block_table, kvh, start, n, s.qb, s.scores, s.nk);
+      DecodeScoresAny<KvDType::kF32>(g_count, amx, view, block_table, kvh, start, n, s.qb, s.scores, s.nk);
     } else {
-      DecodeScoresAny<KvDType::kBF16>(g_count, view, block_table, kvh, start, n, s.qb, s.scores, s.nk);
+      DecodeScoresAny<KvDType::kBF16>(g_count, amx, view, block_table, kvh, start, n, s.qb, s.scores, s.nk);
     }
     float inv_sum[8];
     for (int64_t g = 0; g < heads; ++g) {
       inv_sum[g] = SoftmaxToP(s.scores + g * s.nk, n, scale, nullptr, nullptr, s.p + g * ldp);
     }
     if (view.dtype == KvDType::kF32) {
-      DecodeValuesAny<KvDType::kF32>(g_count, view, block_table, kvh, start, n, s.p, ldp, s.acc);
+      DecodeValuesAny<KvDType::kF32>(g_count, amx, view, block_table, kvh, start, n, s.p, ldp, s.acc);
     } else {
-      DecodeValuesAny<KvDType::kBF16>(g_count, view, block_table, kvh, start, n, s.p, ldp, s.acc);
+      DecodeValuesAny<KvDType::kBF16>(g_count, amx, view, block_table, kvh, start, n, s.p, ldp, s.acc);
     }
     for (int64_t g = 0; g < heads; ++g) {
       float* o = out + (head_begin + g) * d;
@@ -464,7 +558,7 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
   // A row's P.V pairs keys from its own window start: the packing from lo serves even starts,
   // the one from lo + 1 odd starts (windows only).
   bool packed[2] = {false, false};
-  const MatrixRef k_ref{DType::kBF16, s.k_panels, s.nk, d, MatrixLayout::kBf16Panels};
+  const MatrixRef k_ref{DType::kBF16, s.k_panels, s.nk, d, order};
   const int64_t ldp = s.nk + 2;
   const int64_t v_panels = (d + kPanelRows - 1) / kPanelRows;
 
@@ -502,18 +596,19 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
       }
     }
     // P.V. The rows that start where the first does (all of them without a window) share its
-    // whole pairs: one kernel call with every such row and head as a token and head_dim as the
-    // outputs (the V panels viewed over those keys: panel_stride). Each row then continues its
-    // own sums over its remaining keys.
+    // keys up to a point where the order lets a sum be split (any pair in kBf16Panels, a whole
+    // tile of 32 keys from the start in kBf16PanelsAmx): one kernel call with every such row and
+    // head as a token and head_dim as the outputs (the V panels viewed over those keys:
+    // panel_stride). Each row then continues its own sums over its remaining keys.
+    const int64_t split = order == MatrixLayout::kBf16PanelsAmx ? 2 * internal::kAmxTilePairs : 2;
     const int64_t start0 = WindowStart(first_position + r0, window);
     int64_t sharing = 1;
     while (sharing < rows && WindowStart(first_position + r0 + sharing, window) == start0) ++sharing;
-    const int64_t shared_pairs = (first_position + r0 + 1 - start0) / 2;
-    if (shared_pairs > 0) {
+    const int64_t shared = (first_position + r0 + 1 - start0) / split * split;  // Keys.
+    if (shared > 0) {
       const int par = static_cast<int>(start0 & 1);
       const uint16_t* vp = s.v_packs[par] + (start0 - lo - par) / 2 * 2 * kPanelRows;
-      const MatrixRef v_ref{DType::kBF16, vp, d, 2 * shared_pairs, MatrixLayout::kBf16Panels,
-                            s.v_stride};
+      const MatrixRef v_ref{DType::kBF16, vp, d, shared, order, s.v_stride};
       LinearBf16Columns(s.p, sharing * heads, ldp, v_ref, s.acc, d, 0, d);
     }
     for (int64_t r = 0; r < rows; ++r) {
@@ -524,29 +619,31 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
       const uint16_t* vp = s.v_packs[par] + (start - lo - par) / 2 * 2 * kPanelRows;
       const uint16_t* pr = s.p + r * heads * ldp;
       float* acc = s.acc + r * heads * d;
-      int64_t done = r < sharing ? shared_pairs : 0;  // Pairs already summed.
-      const int64_t whole = n / 2;
-      if (whole - done > kCopyPairs) {  // Long remainders straight from the packing.
-        const MatrixRef v_ref{DType::kBF16, vp + done * 2 * kPanelRows, d, 2 * (whole - done),
-                              MatrixLayout::kBf16Panels, s.v_stride};
-        LinearBf16Columns(pr + 2 * done, heads, ldp, v_ref, acc, d, 0, d, done > 0);
+      int64_t done = r < sharing ? shared : 0;  // Keys already summed (even: whole V lines).
+      const int64_t whole = n / split * split;
+      if (whole - done > 2 * kCopyPairs) {  // Long remainders straight from the packing.
+        const MatrixRef v_ref{DType::kBF16, vp + done * kPanelRows, d, whole - done, order,
+                              s.v_stride};
+        LinearBf16Columns(pr + done, heads, ldp, v_ref, acc, d, 0, d, done > 0);
         done = whole;
       }
-      // The rest (and an odd count's last key, its pair's other element zeroed as past the end
-      // of a matrix) copied into panels of their own: one call.
-      const int64_t cols = n - 2 * done;
+      // The rest (fewer than 2 * kCopyPairs + 2 keys, or than a tile; an odd count's last key
+      // with its pair's other element zeroed as past the end of a matrix) copied into panels of
+      // their own: one call.
+      const int64_t cols = n - done;
       if (cols == 0) continue;
       const int64_t line_pairs = (cols + 1) / 2, stride = PanelElements(cols);
+      PD_CHECK(line_pairs <= kLinesPerPanel);
       for (int64_t p = 0; p < v_panels; ++p) {
-        std::memcpy(s.lines + p * stride, vp + p * s.v_stride + done * 2 * kPanelRows,
+        std::memcpy(s.lines + p * stride, vp + p * s.v_stride + done * kPanelRows,
                     static_cast<size_t>(line_pairs) * 2 * kPanelRows * 2);
         if (cols % 2 != 0) {
           uint16_t* last = s.lines + p * stride + (line_pairs - 1) * 2 * kPanelRows;
           for (int64_t l = 0; l < kPanelRows; ++l) last[2 * l + 1] = 0;
         }
       }
-      const MatrixRef lines_ref{DType::kBF16, s.lines, d, cols, MatrixLayout::kBf16Panels};
-      LinearBf16Columns(pr + 2 * done, heads, ldp, lines_ref, acc, d, 0, d, done > 0);
+      const MatrixRef lines_ref{DType::kBF16, s.lines, d, cols, order};
+      LinearBf16Columns(pr + done, heads, ldp, lines_ref, acc, d, 0, d, done > 0);
     }
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t g = 0; g < heads; ++g) {
@@ -562,8 +659,10 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
 void PagedAttentionBf16Reference(const KvPagesView& view, const int32_t* block_table,
                                  int64_t position, int64_t window, const float* q,
                                  int64_t num_heads, float scale, int64_t head_begin,
-                                 int64_t head_end, float* out) {
+                                 int64_t head_end, float* out, MatrixLayout order) {
   const int64_t d = view.head_dim;
+  const bool amx = order == MatrixLayout::kBf16PanelsAmx;
+  constexpr int64_t kTileKeys = 2 * internal::kAmxTilePairs;  // Also head_dim's elements per tile.
   const int64_t group = num_heads / view.num_kv_heads;
   const int64_t start = WindowStart(position, window), n = position + 1 - start;
   const bool quantized = KvDTypeQuantized(view.dtype);
@@ -580,10 +679,22 @@ void PagedAttentionBf16Reference(const KvPagesView& view, const int32_t* block_t
       const int64_t slot = pos % view.block_size;
       RowAsBf16(view.dtype, view.Key(block, kvh, slot), d, row.data());
       float dot = 0.0f;
-      for (int64_t i0 = 0; i0 < d; i0 += 2) {
-        const int64_t i1 = i0 + 1;
-        dot = Bf16DotStep(dot, i1 < d ? qb[i1] : 0, i1 < d ? row[i1] : 0);
-        dot = Bf16DotStep(dot, qb[i0], row[i0]);
+      if (amx) {  // linear_bf16.h's second order: per tile of pairs, even and odd chains.
+        for (int64_t t0 = 0; t0 < d; t0 += kTileKeys) {
+          float even = 0.0f, odd = 0.0f;
+          for (int64_t i0 = t0; i0 < std::min(d, t0 + kTileKeys); i0 += 2) {
+            const int64_t i1 = i0 + 1;
+            even = Bf16DotStep(even, qb[i0], row[i0]);
+            odd = Bf16DotStep(odd, i1 < d ? qb[i1] : 0, i1 < d ? row[i1] : 0);
+          }
+          dot = internal::AmxTileSum(dot, even, odd);
+        }
+      } else {
+        for (int64_t i0 = 0; i0 < d; i0 += 2) {
+          const int64_t i1 = i0 + 1;
+          dot = Bf16DotStep(dot, i1 < d ? qb[i1] : 0, i1 < d ? row[i1] : 0);
+          dot = Bf16DotStep(dot, qb[i0], row[i0]);
+        }
       }
       if (quantized) dot *= *view.KeyScale(block, kvh, slot);
       scores[j] = dot * scale;
@@ -599,6 +710,18 @@ void PagedAttentionBf16Reference(const KvPagesView& view, const int32_t* block_t
     }
     for (int64_t e = 0; e < d; ++e) {
       float a = 0.0f;
+      if (amx) {  // Tiles of 32 keys from the start: the earlier key of each pair in one chain.
+        for (int64_t t0 = 0; t0 < n; t0 += kTileKeys) {
+          float even = 0.0f, odd = 0.0f;
+          for (int64_t j = t0; j < std::min(n, t0 + kTileKeys); j += 2) {
+            even = Bf16DotStep(even, p[j], values[j][e]);
+            odd = Bf16DotStep(odd, j + 1 < n ? p[j + 1] : 0, j + 1 < n ? values[j + 1][e] : 0);
+          }
+          a = internal::AmxTileSum(a, even, odd);
+        }
+        acc[e] = a;
+        continue;
+      }
       int64_t j = 0;
       for (; j + 1 < n; j += 2) {
         a = Bf16DotStep(a, p[j + 1], values[j + 1][e]);

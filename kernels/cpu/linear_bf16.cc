@@ -33,17 +33,6 @@ inline uint32_t XPair(const uint16_t* x, int64_t q, int64_t k) {
 
 #if PDSERVE_AVX2
 
-// MXCSR's DAZ (bit 6) and FTZ (bit 15) for the duration of a scope: the AVX2 twin's FMAs then
-// treat denormal inputs as zero and flush denormal results, as VDPBF16PS does.
-class DazFtzScope {
- public:
-  DazFtzScope() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
-  ~DazFtzScope() { _mm_setcsr(saved_); }
-
- private:
-  unsigned saved_;
-};
-
 // 8 lanes' pairs: the odd elements (high halves) and the even ones (low halves), as f32.
 inline __m256 OddHalves(__m256i v) {
   return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
@@ -219,7 +208,7 @@ void LinearBf16Reference(const uint16_t* xb, int64_t m, int64_t ldx, const Matri
             even = internal::Bf16DotStep(even, x[i0], Bf16PanelsAt(w, j, i0));
             odd = internal::Bf16DotStep(odd, i1 < k ? x[i1] : 0, Bf16PanelsAt(w, j, i1));
           }
-          acc = FlushDenormal(acc + FlushDenormal(even + odd));
+          acc = internal::AmxTileSum(acc, even, odd);
         }
       } else {
         for (int64_t q = 0; q < pairs; ++q) {
@@ -237,6 +226,10 @@ namespace internal {
 
 float Bf16DotStep(float acc, uint16_t a, uint16_t b) {
   return FlushDenormal(std::fma(Bf16In(a), Bf16In(b), acc));
+}
+
+float AmxTileSum(float acc, float even, float odd) {
+  return FlushDenormal(acc + FlushDenormal(even + odd));
 }
 
 void LinearBf16ColumnsAvx2(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w,
@@ -273,11 +266,10 @@ void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixR
     return;
   }
   if (w.layout == MatrixLayout::kBf16PanelsAmx) {
-    PD_CHECK(!accumulate);
     if (AmxEnabled()) {
-      internal::LinearBf16ColumnsAmx(xb, m, ldx, w, y, ldy, n_begin, n_end);
+      internal::LinearBf16ColumnsAmx(xb, m, ldx, w, y, ldy, n_begin, n_end, accumulate);
     } else {  // Packed for AMX on a CPU without it (tests): the reference's AMX order.
-      LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end);
+      LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end, accumulate);
     }
     return;
   }

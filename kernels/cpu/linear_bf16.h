@@ -21,7 +21,8 @@
 // Nothing depends on m, on the other rows or on the columns a thread took, so results are
 // bitwise batch-, chunk- and thread-invariant, as on the f32 path. The two orders give different
 // bits (a few ulps): a process packs its weights in one layout (Bf16PanelLayout) and uses that
-// order for every linear layer; attention (attention_bf16.h) always uses the first.
+// order for every linear layer and for attention's Q.K^T (attention_bf16.h; its P.V always uses
+// the first).
 //
 // Implementations, bitwise equal to the scalar reference of their order (tested): of the first,
 // VDPBF16PS where the CPU has AVX512-BF16 and an AVX2 twin that performs the same FMAs with
@@ -92,8 +93,9 @@ class Bf16PanelMatrix {
 
 // Columns [n_begin, n_end) (any range) of y for all m rows of the bf16 activations `xb`; W packed
 // (either panel layout: its order). With `accumulate`, each output's accumulator starts from y's
-// value instead of zero and walks on (kBf16Panels only): a k split at an even column into two
-// calls gives the bits of one call over the whole k (attention's P.V continues a tile's sums).
+// value instead of zero and walks on: a k split into two calls gives the bits of one call over
+// the whole k where the split is at an even column (kBf16Panels) or at a whole k tile, a multiple
+// of 32 (kBf16PanelsAmx). Attention's P.V continues a tile's sums so.
 void LinearBf16Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                        int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate = false);
 
@@ -111,6 +113,8 @@ namespace internal {
 // inputs read as zero and a denormal result flushed (VDPBF16PS's product-add). The references
 // (this kernel's, attention_bf16's) are written with it.
 float Bf16DotStep(float acc, uint16_t a, uint16_t b);
+// The end of one k tile of the kBf16PanelsAmx order: acc + (even + odd), each add flushed.
+float AmxTileSum(float acc, float even, float odd);
 
 // The panel layout's geometry: rows per panel (VDPBF16PS's f32 lanes, an AMX C tile's columns)
 // and the bf16 elements of one panel of a matrix with `cols` columns (pairs rounded up).
@@ -145,7 +149,7 @@ int64_t RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out);
 int64_t RoundToBf16FtzAvx512(const float* x, int64_t n, uint16_t* out);
 // kBf16PanelsAmx only; call only when AmxEnabled() (or from AmxEnabled's own check).
 void LinearBf16ColumnsAmx(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
-                          int64_t ldy, int64_t n_begin, int64_t n_end);
+                          int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate = false);
 }  // namespace internal
 
 }  // namespace pdserve::kernels

@@ -161,8 +161,8 @@ bool AmxEnabled() {
 
 namespace internal {
 void LinearBf16ColumnsAmx(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
-                          int64_t ldy, int64_t n_begin, int64_t n_end) {
-  amx::Columns<HardwareTiles>(xb, m, ldx, w, y, ldy, n_begin, n_end);
+                          int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate) {
+  amx::Columns<HardwareTiles>(xb, m, ldx, w, y, ldy, n_begin, n_end, accumulate);
 }
 }  // namespace internal
 
@@ -172,8 +172,8 @@ bool AmxSupported() { return false; }
 bool AmxEnabled() { return false; }
 namespace internal {
 void LinearBf16ColumnsAmx(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
-                          int64_t ldy, int64_t n_begin, int64_t n_end) {
-  LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end);
+                          int64_t ldy, int64_t n_begin, int64_t n_end, bool accumulate) {
+  LinearBf16Reference(xb, m, ldx, w, y, ldy, n_begin, n_end, accumulate);
 }
 }  // namespace internal
 

@@ -96,12 +96,13 @@ void KStep(const uint16_t* a, int64_t a_stride, const uint16_t* b0, const uint16
   }
 }
 
-// Columns [n_begin, n_end) of y for m rows of xb against w packed as kBf16PanelsAmx. `Ops` supplies
-// Configure(const TileConfig&), Zero<T>(), Load<T>(ptr, stride_bytes), Dot<C, A, B>(),
-// Store<T>(ptr, stride_bytes), Release().
+// Columns [n_begin, n_end) of y for m rows of xb against w packed as kBf16PanelsAmx; with
+// `accumulate` the C tiles start from y's values (the order's accumulator walks on: a k split at a
+// whole tile gives one call's bits). `Ops` supplies Configure(const TileConfig&), Zero<T>(),
+// Load<T>(ptr, stride_bytes), Dot<C, A, B>(), Store<T>(ptr, stride_bytes), Release().
 template <class Ops>
 void Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, float* y, int64_t ldy,
-             int64_t n_begin, int64_t n_end) {
+             int64_t n_begin, int64_t n_end, bool accumulate = false) {
   const int64_t k = w.cols, pairs = (k + 1) / 2, panel_elements = internal::PanelStride(w);
   const int64_t full = pairs / kTilePairs * kTilePairs;
   const int tail = static_cast<int>(pairs - full);
@@ -125,8 +126,30 @@ void Columns(const uint16_t* xb, int64_t m, int64_t ldx, const MatrixRef& w, flo
       const bool two = (p + 1) * kLanes < n_end;
       const uint16_t* b0 = panels + p * panel_elements;
       const uint16_t* b1 = b0 + panel_elements;
-      Ops::template Zero<kC0>();
-      if (two) Ops::template Zero<kC1>();
+      if (accumulate) {  // C from y: a panel inside the range in place, one cut by its ends via c.
+        for (int h = 0; h < (two ? 2 : 1); ++h) {
+          const int64_t first = (p + h) * kLanes;
+          const int64_t lo = std::max(n_begin, first), hi = std::min(n_end, first + kLanes);
+          const float* in = y + t0 * ldy + first;
+          int64_t stride = ldy * 4;
+          if (lo != first || hi != first + kLanes) {
+            std::memset(c[h], 0, sizeof(c[h]));
+            for (int t = 0; t < tokens; ++t) {
+              std::memcpy(&c[h][t][lo - first], y + (t0 + t) * ldy + lo, (hi - lo) * sizeof(float));
+            }
+            in = &c[h][0][0];
+            stride = kLanes * 4;
+          }
+          if (h == 0) {
+            Ops::template Load<kC0>(in, stride);
+          } else {
+            Ops::template Load<kC1>(in, stride);
+          }
+        }
+      } else {
+        Ops::template Zero<kC0>();
+        if (two) Ops::template Zero<kC1>();
+      }
       for (int64_t q = 0; q < full; q += kTilePairs) {
         KStep<Ops, kA, kB0, kB1>(a, a_stride, b0, b1, q, two);
       }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "common/base/dtype.h"
@@ -162,6 +163,46 @@ TEST(LinearBf16Amx, TilesGiveTheAmxOrderBits) {
                     << " col=" << i % ldy;
               }
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// With `accumulate` the C tiles start from y: k split at a whole tile into two calls gives one
+// call's bits (attention's P.V continues its sums so), for ranges cut inside panels too.
+TEST(LinearBf16Amx, AccumulateAtAWholeTileEqualsOneCall) {
+  for (bool adversarial : {false, true}) {
+    for (int64_t k : {33, 64, 69, 100, 160}) {
+      for (int64_t split = 32; split < k; split += 32) {
+        const int64_t n = 37, m = 19, ldx = k + 2, ldy = n + 1;
+        const uint64_t seed = 31 * k + split + (adversarial ? 7 : 0);
+        const std::vector<uint16_t> w = RandomBf16(n * k, seed, adversarial);
+        const std::vector<uint16_t> x = RandomBf16(m * ldx, seed + 1, adversarial);
+        const Bf16PanelMatrix packed({DType::kBF16, w.data(), n, k}, MatrixLayout::kBf16PanelsAmx);
+        const MatrixRef& whole = packed.ref();
+        MatrixRef head = whole, rest = whole;
+        head.cols = split;
+        head.panel_stride = internal::PanelElements(k);
+        rest.cols = k - split;
+        rest.panel_stride = internal::PanelElements(k);
+        rest.data = static_cast<const uint16_t*>(whole.data) + split * internal::kPanelRows;
+        for (const auto [lo, hi] : {std::pair<int64_t, int64_t>{0, n}, {5, 30}}) {
+          std::vector<float> one(m * ldy, -1), emulated(m * ldy, -1), hardware(m * ldy, -1);
+          LinearBf16Reference(x.data(), m, ldx, whole, one.data(), ldy, lo, hi);
+          amx::Columns<EmulatedTiles>(x.data(), m, ldx, head, emulated.data(), ldy, lo, hi);
+          amx::Columns<EmulatedTiles>(x.data() + split, m, ldx, rest, emulated.data(), ldy, lo, hi,
+                                      /*accumulate=*/true);
+          if (AmxEnabled()) {
+            internal::LinearBf16ColumnsAmx(x.data(), m, ldx, head, hardware.data(), ldy, lo, hi);
+            internal::LinearBf16ColumnsAmx(x.data() + split, m, ldx, rest, hardware.data(), ldy, lo,
+                                           hi, /*accumulate=*/true);
+          }
+          for (int64_t i = 0; i < m * ldy; ++i) {
+            ASSERT_EQ(Bits(emulated[i]), Bits(one[i]))
+                << "k=" << k << " split=" << split << " lo=" << lo << " i=" << i;
+            if (AmxEnabled()) ASSERT_EQ(Bits(hardware[i]), Bits(one[i])) << "TDPBF16PS k=" << k;
           }
         }
       }

@@ -29,6 +29,20 @@ struct ExpConst {
 };
 
 #if PDSERVE_AVX2
+// MXCSR's DAZ (bit 6) and FTZ (bit 15) for the duration of a scope: FMAs then treat denormal
+// inputs as zero and flush denormal results, as VDPBF16PS and TDPBF16PS do (the bf16 paths'
+// twins made of FMAs).
+class DazFtzScope {
+ public:
+  DazFtzScope() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
+  ~DazFtzScope() { _mm_setcsr(saved_); }
+  DazFtzScope(const DazFtzScope&) = delete;
+  DazFtzScope& operator=(const DazFtzScope&) = delete;
+
+ private:
+  unsigned saved_;
+};
+
 // Loads 8 weights as f32.
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 Load8(const uint16_t* p, DType dtype) {

@@ -132,8 +132,16 @@ class ParityTest(unittest.TestCase):
             worst = max(worst, err)
             errors.append(err)
             self.assertLessEqual(err, tol, f"{name}: step {step} relative error {err:.3g}")
-            self.assertEqual(int(np.argmax(ref[step])), engine_tokens[step],
-                             f"{name}: greedy token differs at step {step}")
+            best, chosen = int(np.argmax(ref[step])), engine_tokens[step]
+            if best != chosen:
+                # A near tie may flip under bf16 compute (the reference models its roundings, not
+                # its summation order): then the engine's token must be one its measured error
+                # allows, within twice that error of the reference's best. (Teacher forcing with
+                # the engine's tokens keeps the later steps comparable.)
+                gap = (ref[step][best] - ref[step][chosen]) / np.max(np.abs(ref[step]))
+                self.assertTrue("bf16" in pinned(gen_flags)[-1:] and gap <= 2 * err,
+                                f"{name}: greedy token differs at step {step} "
+                                f"({chosen} vs {best}, gap {gap:.3g} of the range, error {err:.3g})")
         # The logprobs the engine reports are log-softmax of its logits, and near the reference's.
         def logprob(logits):
             row = logits - logits.max()
