@@ -185,9 +185,12 @@ PD_AVX512BF16 inline __m512i Load32(const uint8_t* row, int64_t e) {
 }
 
 // Lanes' pairs as f32: the even (low) elements and the odd (high) ones.
-PD_AVX512BF16 inline __m512 EvenF32(__m512i pairs) { return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)); }
+PD_AVX512BF16 inline __m512 EvenF32(__m512i pairs) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+}
 PD_AVX512BF16 inline __m512 OddF32(__m512i pairs) {
-  return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  return _mm512_castsi512_ps(_mm512_and_si512(pairs, high));
 }
 // internal::AmxTileSum on 16 lanes (under DAZ and FTZ, each add flushes).
 PD_AVX512BF16 inline __m512 TileSum(__m512 acc, __m512 even, __m512 odd) {
@@ -263,7 +266,9 @@ PD_AVX512BF16 void DecodeValues(const KvPagesView& view, const int32_t* table, i
     __m512 lo_even[kAmx ? G : 1], lo_odd[kAmx ? G : 1], hi_even[kAmx ? G : 1], hi_odd[kAmx ? G : 1];
     for (int g = 0; g < G; ++g) lo[g] = hi[g] = _mm512_setzero_ps();
     if constexpr (kAmx) {
-      for (int g = 0; g < G; ++g) lo_even[g] = lo_odd[g] = hi_even[g] = hi_odd[g] = _mm512_setzero_ps();
+      for (int g = 0; g < G; ++g) {
+        lo_even[g] = lo_odd[g] = hi_even[g] = hi_odd[g] = _mm512_setzero_ps();
+      }
     }
     SlotCursor cursor(table, view.block_size, start);
     // The first pass brings the rows into L2 for the later ones.
@@ -333,13 +338,15 @@ PD_AVX512BF16 void DecodeScoresAny(int g, bool amx, const KvPagesView& view, con
   if (amx) {
     DazFtzScope daz_ftz;
     switch (g) {
-#define PD_G(G) case G: return DecodeScores<D, G, true>(view, table, kvh, start, n, qb, scores, lds);
+#define PD_G(G) \
+  case G: return DecodeScores<D, G, true>(view, table, kvh, start, n, qb, scores, lds);
       PD_G(1) PD_G(2) PD_G(3) PD_G(4) PD_G(5) PD_G(6) PD_G(7) PD_G(8)
 #undef PD_G
     }
   }
   switch (g) {
-#define PD_G(G) case G: return DecodeScores<D, G, false>(view, table, kvh, start, n, qb, scores, lds);
+#define PD_G(G) \
+  case G: return DecodeScores<D, G, false>(view, table, kvh, start, n, qb, scores, lds);
     PD_G(1) PD_G(2) PD_G(3) PD_G(4) PD_G(5) PD_G(6) PD_G(7) PD_G(8)
 #undef PD_G
   }
@@ -530,18 +537,22 @@ void PagedAttentionBf16(const KvPagesView& view, const int32_t* block_table,
     }
     const int64_t ldp = s.nk + 2;
     if (view.dtype == KvDType::kF32) {
-      DecodeScoresAny<KvDType::kF32>(g_count, amx, view, block_table, kvh, start, n, s.qb, s.scores, s.nk);
+      DecodeScoresAny<KvDType::kF32>(g_count, amx, view, block_table, kvh, start, n, s.qb,
+                                     s.scores, s.nk);
     } else {
-      DecodeScoresAny<KvDType::kBF16>(g_count, amx, view, block_table, kvh, start, n, s.qb, s.scores, s.nk);
+      DecodeScoresAny<KvDType::kBF16>(g_count, amx, view, block_table, kvh, start, n, s.qb,
+                                      s.scores, s.nk);
     }
     float inv_sum[8];
     for (int64_t g = 0; g < heads; ++g) {
       inv_sum[g] = SoftmaxToP(s.scores + g * s.nk, n, scale, nullptr, nullptr, s.p + g * ldp);
     }
     if (view.dtype == KvDType::kF32) {
-      DecodeValuesAny<KvDType::kF32>(g_count, amx, view, block_table, kvh, start, n, s.p, ldp, s.acc);
+      DecodeValuesAny<KvDType::kF32>(g_count, amx, view, block_table, kvh, start, n, s.p, ldp,
+                                     s.acc);
     } else {
-      DecodeValuesAny<KvDType::kBF16>(g_count, amx, view, block_table, kvh, start, n, s.p, ldp, s.acc);
+      DecodeValuesAny<KvDType::kBF16>(g_count, amx, view, block_table, kvh, start, n, s.p, ldp,
+                                      s.acc);
     }
     for (int64_t g = 0; g < heads; ++g) {
       float* o = out + (head_begin + g) * d;

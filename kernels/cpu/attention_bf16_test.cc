@@ -38,8 +38,8 @@ struct Pool {
         for (int64_t e = 0; e < kvh * d; ++e) {
           // Odd columns: negative values just above FLT_MIN (any P < 1 times one underflows to
           // -0) and some +0, so their sums are zeros of both signs.
-          v[e] = e % 2 == 0 ? Adversarial(v[e], rng)
-                            : rng.Next() % 8 == 0 ? 0.0f : -1.2e-38f * (1.0f + (rng.Next() % 64) / 64.0f);
+          const float tiny = -1.2e-38f * (1.0f + static_cast<float>(rng.Next() % 64) / 64.0f);
+          v[e] = e % 2 == 0 ? Adversarial(v[e], rng) : rng.Next() % 8 == 0 ? 0.0f : tiny;
         }
       }
       StoreKv(view, table.data(), p, k.data(), v.data());
@@ -152,7 +152,8 @@ void ChunkRowEqualsDecodeRow(MatrixLayout order) {
   std::vector<uint8_t> scratch(PagedAttentionBf16ScratchBytes(first + rows, heads, d, false));
   std::vector<float> chunk(rows * heads * d), alone(heads * d);
   PagedAttentionBf16(pool.view, pool.table.data(), first, rows, 0, 1, 0, q.data(), heads * d, heads,
-                     0.125f, 0, heads, chunk.data(), heads * d, scratch.data(), scratch.size(), order);
+                     0.125f, 0, heads, chunk.data(), heads * d, scratch.data(), scratch.size(),
+                     order);
   for (int64_t r = 0; r < rows; ++r) {
     PagedAttentionBf16(pool.view, pool.table.data(), first + r, 1, 0, 1, 0, &q[r * heads * d],
                        heads * d, heads, 0.125f, 0, heads, alone.data(), heads * d, scratch.data(),
@@ -194,8 +195,8 @@ TEST(AttentionBf16Test, SignedZerosAndUnderflowKeepTheirBits) {
           }
           int zeros = 0;
           for (int64_t r = 0; r < ctx; ++r) {
-            PagedAttentionBf16Reference(pool.view, pool.table.data(), r, 0, &q[r * heads * d], heads,
-                                        1.0f, 0, heads, ref.data(), order);
+            PagedAttentionBf16Reference(pool.view, pool.table.data(), r, 0, &q[r * heads * d],
+                                        heads, 1.0f, 0, heads, ref.data(), order);
             ASSERT_TRUE(SameBits(&out[r * heads * d], ref.data(), heads * d))
                 << KvDTypeName(dtype) << " seed " << seed << " rows " << rows << " row " << r
                 << " amx_order " << (order == MatrixLayout::kBf16PanelsAmx);
@@ -203,7 +204,9 @@ TEST(AttentionBf16Test, SignedZerosAndUnderflowKeepTheirBits) {
           }
           // (In AMX's order a tile's end adds to +0 or to a normal value, so -0 outputs are
           // rarer; the chains still hold -0 on the way.)
-          if (order == MatrixLayout::kBf16Panels) EXPECT_GT(zeros, 100) << "the data should make -0";
+          if (order == MatrixLayout::kBf16Panels) {
+            EXPECT_GT(zeros, 100) << "the data should make -0";
+          }
         }
       }
     }
@@ -223,7 +226,11 @@ TEST(AttentionBf16Test, AmxOrderKeepsANegativeZeroAcrossTiles) {
     std::fill(k.begin(), k.end(), 0.0f);
     std::fill(v.begin(), v.end(), 0.0f);
     if (j >= 64) k[0] = -10.0f;  // Score -10: P = bf16(exp(-10)).
-    v[0] = j == 0 ? 2e-38f : j == 32 ? -3e-38f : j >= 64 && j < 94 ? -1.2e-38f : j >= 94 ? -0.0f : 0.0f;
+    v[0] = j == 0    ? 2e-38f
+           : j == 32 ? -3e-38f
+           : j >= 94 ? -0.0f
+           : j >= 64 ? -1.2e-38f
+                     : 0.0f;
     StoreKv(pool.view, pool.table.data(), j, k.data(), v.data());
   }
   std::vector<float> q(d, 0.0f), out(d), ref(d);

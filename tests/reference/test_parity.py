@@ -141,7 +141,8 @@ class ParityTest(unittest.TestCase):
                 gap = (ref[step][best] - ref[step][chosen]) / np.max(np.abs(ref[step]))
                 self.assertTrue("bf16" in pinned(gen_flags)[-1:] and gap <= 2 * err,
                                 f"{name}: greedy token differs at step {step} "
-                                f"({chosen} vs {best}, gap {gap:.3g} of the range, error {err:.3g})")
+                                f"({chosen} vs {best}, gap {gap:.3g} of the range, "
+                                f"error {err:.3g})")
         # The logprobs the engine reports are log-softmax of its logits, and near the reference's.
         def logprob(logits):
             row = logits - logits.max()
