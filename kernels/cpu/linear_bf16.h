@@ -21,15 +21,14 @@
 // Nothing depends on m, on the other rows or on the columns a thread took, so results are
 // bitwise batch-, chunk- and thread-invariant, as on the f32 path. The two orders give different
 // bits (a few ulps): a process packs its weights in one layout (Bf16PanelLayout) and uses that
-// order for every linear layer and for attention's Q.K^T (attention_bf16.h; its P.V always uses
-// the first).
+// order for every linear layer and for attention's sums (attention_bf16.h).
 //
 // Implementations, bitwise equal to the scalar reference of their order (tested): of the first,
 // VDPBF16PS where the CPU has AVX512-BF16 and an AVX2 twin that performs the same FMAs with
 // MXCSR's DAZ and FTZ set (so a CPU without bf16 instructions computes the same bits, slower);
 // of the second, AMX tiles (linear_bf16_amx.h), used wherever the CPU has AMX-BF16 and gives the
-// reference's bits in a check at start-up (PDSERVE_AMX=0 turns it off): prefill 3.2-3.4x
-// VDPBF16PS's on a Xeon (bench/RESULTS.md).
+// reference's bits in a check at start-up (PDSERVE_AMX=0 turns it off): prefill 3.9-4.0x
+// VDPBF16PS's on a Xeon, attention's tiles included (bench/RESULTS.md).
 #ifndef PDSERVE_KERNELS_CPU_LINEAR_BF16_H_
 #define PDSERVE_KERNELS_CPU_LINEAR_BF16_H_
 
