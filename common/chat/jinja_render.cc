@@ -283,12 +283,27 @@ class Renderer {
     return absl::OkStatus();
   }
 
+  // join()'s text: each item's weight bounds its text, the separator comes n - 1 times.
+  Status CheckJoin(const List& items, const std::string& sep, int line) const {
+    uint64_t bytes = 0;
+    for (const Value& item : items) bytes += item.Weight() + sep.size();
+    if (bytes > kMaxString) {
+      return Err(line, Str("join() would make a string of more than ", kMaxString, " bytes"));
+    }
+    return absl::OkStatus();
+  }
+
   // Every value a template makes passes here: nesting past kMaxDepth is an error, so printing,
-  // comparing and freeing values (all recursive) stay within the stack.
+  // comparing and freeing values (all recursive) stay within the stack, and so is a value
+  // weighing more than kMaxString (a string or list doubled in a loop would outgrow memory: each
+  // operation's inputs passed here, so what it makes is at most a few times the bound).
   StatusOr<Value> Eval(const Expr& e) {
     StatusOr<Value> v = EvalUnchecked(e);
     if (v.ok() && v->depth() > kMaxDepth) {
       return Err(e.line, Str("a value nested deeper than ", kMaxDepth, " levels"));
+    }
+    if (v.ok() && v->Weight() > kMaxString) {
+      return Err(e.line, Str("a value of more than ", kMaxString, " bytes"));
     }
     return v;
   }
@@ -642,6 +657,15 @@ class Renderer {
       if (name == "replace") {
         const std::string from = args.Arg(0, "old").ToString(), to = args.Arg(1, "new").ToString();
         if (from.empty()) return Err(line, "replace() of an empty string is not supported");
+        uint64_t hits = 0;
+        for (size_t at = s.find(from); at != std::string::npos;
+             at = s.find(from, at + from.size())) {
+          ++hits;
+        }
+        if (to.size() > from.size() && hits * (to.size() - from.size()) > kMaxString) {
+          return Err(line, Str("replace() would make a string of more than ", kMaxString,
+                               " bytes"));
+        }
         std::string out;
         size_t pos = 0;
         for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
@@ -653,6 +677,7 @@ class Renderer {
         std::string out;
         const Value items = args.Arg(0, "iterable");
         if (!items.is_list()) return Err(line, "join() needs a list");
+        if (Status big = CheckJoin(items.list(), s, line); !big.ok()) return big;
         for (size_t i = 0; i < items.list().size(); ++i) out += (i ? s : "") + items.list()[i].ToString();
         return Value::String(out);
       }
@@ -730,7 +755,11 @@ class Renderer {
       if (indent.kind() != Value::Kind::kInt || indent.as_int() < 0 || indent.as_int() > 32) {
         return Err(e.line, "tojson indent must be an integer in [0, 32]");
       }
-      return Value::String(v.ToJson(static_cast<int>(indent.as_int())));
+      std::string json = v.ToJson(static_cast<int>(indent.as_int()), kMaxString);
+      if (json.size() > kMaxString) {
+        return Err(e.line, Str("tojson of more than ", kMaxString, " bytes"));
+      }
+      return Value::String(std::move(json));
     }
     if (f == "string") return Value::String(v.ToString());
     if (f == "safe" || f == "e" || f == "escape") {
@@ -784,6 +813,7 @@ class Renderer {
       auto items = Iterate(v, e.line);
       if (!items.ok()) return items.status();
       const std::string sep = args->Arg(0, "d").ToString();
+      if (Status big = CheckJoin(*items, sep, e.line); !big.ok()) return big;
       std::string out;
       for (size_t i = 0; i < items->size(); ++i) out += (i ? sep : "") + (*items)[i].ToString();
       return Value::String(out);

@@ -102,6 +102,38 @@ TEST(JinjaTest, ValuesCannotNestWithoutBoundOrContainThemselves) {
   EXPECT_EQ(Render("{{ (" + deep + "] | length) }}"), "1");
 }
 
+// Values that grow each loop step (a string or a list doubled, a join with a long separator, a
+// replace that lengthens, an indented tojson) stop at the bound with an error instead of
+// outgrowing memory; found by trying what the depth fix left open.
+TEST(JinjaTest, ValuesCannotOutgrowMemory) {
+  const std::string doubled = Render(
+      "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+      "{% endfor %}");
+  EXPECT_NE(doubled.find("a value of more than 67108864 bytes"), std::string::npos) << doubled;
+  EXPECT_NE(Render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
+                   "{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
+                .find("more than 67108864 bytes"),
+            std::string::npos);
+  EXPECT_NE(Render("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}"
+                   "{% set ns.l = ns.l + ns.l %}{% endfor %}")
+                .find("more than 67108864 bytes"),
+            std::string::npos);
+  const std::string big = "{% set big = 'x' * 60000000 %}";
+  EXPECT_NE(Render(big + "{{ big.join([1, 2, 3]) }}").find("join() would make"), std::string::npos);
+  EXPECT_NE(Render(big + "{{ [1, 2, 3] | join(big) }}").find("join() would make"),
+            std::string::npos);
+  EXPECT_NE(Render("{{ ('a' * 1000000).replace('a', 'b' * 1000) }}").find("replace() would make"),
+            std::string::npos);
+  EXPECT_NE(Render("{{ [[[[range(1000000) | list]]]] | tojson(indent=32) }}")
+                .find("tojson of more than"),
+            std::string::npos);
+  // What real templates do is far below the bounds.
+  EXPECT_EQ(Render("{{ range(3) | list | tojson(indent=2) }}"), "[\n  0,\n  1,\n  2\n]");
+  EXPECT_EQ(Render("{{ ', '.join(['a', 'b']) }} {{ 'aXa'.replace('a', 'bb') }} "
+                   "{{ range(1000000) | length }}"),
+            "a, b bbXbb 1000000");
+}
+
 TEST(JinjaTest, LoopsAndNamespaces) {
   EXPECT_EQ(Render("{% set ns = namespace(n=0) %}{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}"
                    "{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),

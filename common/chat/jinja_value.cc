@@ -30,15 +30,33 @@ Value Value::Float(double d) {
   v.d_ = d;
   return v;
 }
+namespace {
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+}  // namespace
+
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
+  v.weight_ = s.size();
   v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 void Value::SetNesting(const Value& element) {
   depth_ = std::max(depth_, element.depth_ + 1);
   holds_namespace_ = holds_namespace_ || element.holds_namespace_;
+  weight_ = SaturatingAdd(weight_, SaturatingAdd(kElementWeight, element.weight_));
+}
+uint64_t Value::Weight() const {
+  if (!holds_namespace_) return weight_;
+  uint64_t w = kScalarWeight;  // As a container made now starts.
+  if (kind_ == Kind::kList) {
+    for (const Value& e : *list_) w = SaturatingAdd(w, SaturatingAdd(kElementWeight, e.Weight()));
+  } else {
+    for (const auto& [k, e] : *dict_) {
+      w = SaturatingAdd(w, SaturatingAdd(kElementWeight + k.size(), e.Weight()));
+    }
+  }
+  return w;
 }
 Value Value::MakeList(List items) {
   Value v;
@@ -52,7 +70,10 @@ Value Value::MakeDict(Dict items) {
   Value v;
   v.kind_ = Kind::kDict;
   v.depth_ = 1;
-  for (const auto& [k, e] : items) v.SetNesting(e);
+  for (const auto& [k, e] : items) {
+    v.SetNesting(e);
+    v.weight_ = SaturatingAdd(v.weight_, k.size());
+  }
   v.dict_ = std::make_shared<Dict>(std::move(items));
   return v;
 }
@@ -228,7 +249,8 @@ void JsonString(const std::string& s, std::string* out) {
   *out += '"';
 }
 
-void Json(const Value& v, int indent, int depth, std::string* out) {
+void Json(const Value& v, int indent, int depth, size_t max_bytes, std::string* out) {
+  if (out->size() > max_bytes) return;
   const std::string item_sep = indent < 0 ? ", " : ",";
   auto newline = [&](int d) {
     if (indent >= 0) *out += "\n" + std::string(static_cast<size_t>(indent * d), ' ');
@@ -253,7 +275,7 @@ void Json(const Value& v, int indent, int depth, std::string* out) {
       for (size_t i = 0; i < v.list().size(); ++i) {
         if (i > 0) *out += item_sep;
         newline(depth + 1);
-        Json(v.list()[i], indent, depth + 1, out);
+        Json(v.list()[i], indent, depth + 1, max_bytes, out);
       }
       newline(depth);
       *out += ']';
@@ -273,7 +295,7 @@ void Json(const Value& v, int indent, int depth, std::string* out) {
         newline(depth + 1);
         JsonString(k, out);
         *out += ": ";
-        Json(e, indent, depth + 1, out);
+        Json(e, indent, depth + 1, max_bytes, out);
       }
       newline(depth);
       *out += '}';
@@ -316,9 +338,11 @@ std::string Value::ToString() const {
   return "";
 }
 
-std::string Value::ToJson(int indent) const {
+std::string Value::ToJson(int indent) const { return ToJson(indent, SIZE_MAX); }
+
+std::string Value::ToJson(int indent, size_t max_bytes) const {
   std::string out;
-  Json(*this, indent, 0, &out);
+  Json(*this, indent, 0, max_bytes, &out);
   return out;
 }
 

@@ -53,6 +53,13 @@ class Value {
   // Whether this is a namespace or holds one (namespaces are the only mutable values, so only
   // through them can a value come to contain itself).
   bool holds_namespace() const { return holds_namespace_; }
+  // What the value costs, in bytes, saturating: a string's length; a scalar's kScalarWeight; a
+  // container's elements' weights plus kElementWeight each (its memory, and more than any element
+  // prints besides its own text). The renderer bounds it, so that no value a template makes can
+  // grow past memory. Cached when made; namespaces and the values holding them are weighed now
+  // (their attributes change), which walks them.
+  static constexpr uint64_t kScalarWeight = 8, kElementWeight = 40;
+  uint64_t Weight() const;
 
   // Python truthiness (undefined is false).
   bool Truthy() const;
@@ -66,6 +73,8 @@ class Value {
   std::string Repr() const;
   // json.dumps(value, ensure_ascii=False, indent=indent) (indent < 0: none).
   std::string ToJson(int indent = -1) const;
+  // The same, stopping once the text passes max_bytes (then longer than max_bytes, and cut).
+  std::string ToJson(int indent, size_t max_bytes) const;
   // Length of a string (code points), list or dict.
   int64_t Length() const;
 
@@ -76,6 +85,7 @@ class Value {
   bool b_ = false;
   bool holds_namespace_ = false;
   int depth_ = 0;
+  uint64_t weight_ = kScalarWeight;
   int64_t i_ = 0;
   double d_ = 0;
   std::shared_ptr<const std::string> s_;
