@@ -283,14 +283,17 @@ class Renderer {
     return absl::OkStatus();
   }
 
-  // join()'s text: each item's weight bounds its text, the separator comes n - 1 times.
-  Status CheckJoin(const List& items, const std::string& sep, int line) const {
-    uint64_t bytes = 0;
-    for (const Value& item : items) bytes += item.Weight() + sep.size();
-    if (bytes > kMaxString) {
-      return Err(line, Str("join() would make a string of more than ", kMaxString, " bytes"));
+  // `sep`.join(items) (the method and the filter), refused once its text passes kMaxString (an
+  // item's text is bounded by its weight, so it stops within a bounded step of that).
+  StatusOr<Value> Join(const List& items, const std::string& sep, int line) const {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) {
+      out += (i ? sep : "") + items[i].ToString();
+      if (out.size() > kMaxString) {
+        return Err(line, Str("join() would make a string of more than ", kMaxString, " bytes"));
+      }
     }
-    return absl::OkStatus();
+    return Value::String(std::move(out));
   }
 
   // Every value a template makes passes here: nesting past kMaxDepth is an error, so printing,
@@ -657,29 +660,21 @@ class Renderer {
       if (name == "replace") {
         const std::string from = args.Arg(0, "old").ToString(), to = args.Arg(1, "new").ToString();
         if (from.empty()) return Err(line, "replace() of an empty string is not supported");
-        uint64_t hits = 0;
-        for (size_t at = s.find(from); at != std::string::npos;
-             at = s.find(from, at + from.size())) {
-          ++hits;
-        }
-        if (to.size() > from.size() && hits * (to.size() - from.size()) > kMaxString) {
-          return Err(line, Str("replace() would make a string of more than ", kMaxString,
-                               " bytes"));
-        }
         std::string out;
         size_t pos = 0;
         for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
           out += s.substr(pos, hit - pos) + to;
+          if (out.size() > kMaxString) {
+            return Err(line, Str("replace() would make a string of more than ", kMaxString,
+                                 " bytes"));
+          }
         }
         return Value::String(out + s.substr(pos));
       }
       if (name == "join") {
-        std::string out;
         const Value items = args.Arg(0, "iterable");
         if (!items.is_list()) return Err(line, "join() needs a list");
-        if (Status big = CheckJoin(items.list(), s, line); !big.ok()) return big;
-        for (size_t i = 0; i < items.list().size(); ++i) out += (i ? s : "") + items.list()[i].ToString();
-        return Value::String(out);
+        return Join(items.list(), s, line);
       }
       if (name == "find") {
         const size_t at = s.find(args.Arg(0, "sub").ToString());
@@ -813,10 +808,7 @@ class Renderer {
       auto items = Iterate(v, e.line);
       if (!items.ok()) return items.status();
       const std::string sep = args->Arg(0, "d").ToString();
-      if (Status big = CheckJoin(*items, sep, e.line); !big.ok()) return big;
-      std::string out;
-      for (size_t i = 0; i < items->size(); ++i) out += (i ? sep : "") + (*items)[i].ToString();
-      return Value::String(out);
+      return Join(*items, sep, e.line);
     }
     if (f == "items") return Method(v, "items", Args{}, e.line);
     if (f == "int") {
