@@ -123,10 +123,16 @@ struct RouterFlags {
   double approx_ttl = 120;
   double recent_half_life = 2;
   std::string http_listen, served_model_name, chat_template;
+  int64_t http_max_connections = 1024;
+  double http_request_timeout = 30;
 
   void Register(FlagSet& flags, bool standalone) {
     flags.String("http-listen", &http_listen,
                  "also serve the OpenAI-compatible HTTP API on host:port (off when empty)");
+    flags.Int("http-max-connections", &http_max_connections,
+              "open connections the HTTP API holds at most; the next is answered 503");
+    flags.Double("http-request-timeout-seconds", &http_request_timeout,
+                 "a request's head and body must reach the HTTP API within this (408 otherwise)");
     flags.String("served-model-name", &served_model_name,
                  "the model name clients send and see, also in metrics (default: the model directory's name)");
     flags.String("chat-template", &chat_template,
@@ -170,6 +176,10 @@ struct RouterFlags {
   absl::Status ToOptions(RouterOptions* out) const {
     *out = options;
     PD_ASSIGN_OR_RETURN(out->routing.policy, ParseRoutingPolicy(policy));
+    if (http_max_connections < 1) return absl::InvalidArgumentError("--http-max-connections: must be >= 1");
+    if (!(http_request_timeout > 0) || http_request_timeout > 3600) {
+      return absl::InvalidArgumentError("--http-request-timeout-seconds: must be in (0, 3600]");
+    }
     if (options.routing.w_prefix < 0) return absl::InvalidArgumentError("--w-prefix: must be >= 0");
     if (options.routing.w_queue < 0) return absl::InvalidArgumentError("--w-queue: must be >= 0");
     if (options.routing.w_recent < 0) return absl::InvalidArgumentError("--w-recent: must be >= 0");
@@ -395,6 +405,8 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(const RouterFlag
   o.max_model_len = router.model_info().context_length();
   o.tls_cert = security.tls.cert;
   o.tls_key = security.tls.key;
+  o.max_connections = static_cast<size_t>(rf.http_max_connections);
+  o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(rf.http_request_timeout * 1000));
   return openai::OpenAiServer::Start(o);
 }
 

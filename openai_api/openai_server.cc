@@ -1,19 +1,17 @@
 #include "openai_api/openai_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
-#include <chrono>
+#include <condition_variable>
 #include <ctime>
-#include <thread>
+#include <mutex>
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/base/host_port.h"
 #include "common/base/log.h"
 #include "common/base/strings.h"
 #include "common/chat/chat_template.h"
+#include "common/http/http_server.h"
 #include "common/tokenizer/tokenizer.h"
+#include "openai_api/generate_call.h"
 #include "openai_api/openai_request.h"
 #include "pdserve/v1/generation.grpc.pb.h"
 
@@ -57,13 +55,15 @@ ApiError FromGrpc(const grpc::Status& s) {
   return e;
 }
 
-void SendError(httplib::Response& res, const ApiError& e) {
-  res.status = e.http_status;
-  if (e.http_status == 429) res.set_header("Retry-After", "1");
-  res.set_content(e.ToJson().dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+void SendError(http::HttpResponder& res, const ApiError& e) {
+  http::Headers extra;
+  if (e.http_status == 429) extra.emplace_back("Retry-After", "1");
+  res.Send(e.http_status, "application/json", Dump(e.ToJson()), extra);
 }
 
-std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+void SendJson(http::HttpResponder& res, const Json& j) { res.Send(200, "application/json", Dump(j)); }
 
 // Everything one choice accumulated.
 struct Choice {
@@ -75,10 +75,49 @@ struct Choice {
   v1::Usage usage;
 };
 
+class Gateway;
+
+// One OpenAI request: its Generate calls (one per prompt, in turn) and its HTTP response. The
+// calls' messages arrive on gRPC's threads, one at a time; the client's departure (the HTTP
+// server's thread) cancels the call in flight.
+class Exchange : public std::enable_shared_from_this<Exchange> {
+ public:
+  Exchange(Gateway* gateway, std::shared_ptr<http::HttpResponder> res, ParsedRequest request,
+           std::string authorization);
+  ~Exchange();
+  void Begin();
+
+ private:
+  void StartPrompt();
+  void Cancel();
+  void OnMessage(const v1::GenerateResponse& r);
+  void OnEnd(const grpc::Status& s);
+  void SendChunk(Json choice);
+  void Finish();
+
+  Gateway* const gateway_;
+  const std::shared_ptr<http::HttpResponder> res_;
+  const ParsedRequest p_;
+  const std::string authorization_;
+
+  std::mutex mu_;  // Guards call_ and cancelled_.
+  std::weak_ptr<GenerateCall> call_;
+  bool cancelled_ = false;
+
+  // Touched by one call's callbacks at a time (the next call starts from the previous one's end).
+  size_t prompt_ = 0;
+  bool started_ = false;  // The first message came: the response has begun (streams: headers sent).
+  std::string id_;
+  int64_t created_ = 0;
+  std::vector<Choice> choices_;  // Whole responses.
+  size_t text_offset_ = 0;       // Streams: of the current choice.
+  v1::Usage total_;
+};
+
 class Gateway {
  public:
-  Gateway(const OpenAiServerOptions& o, std::unique_ptr<Tokenizer> tokenizer,
-          std::unique_ptr<ChatTemplate> tmpl, int64_t max_model_len)
+  Gateway(const OpenAiServerOptions& o, std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<ChatTemplate> tmpl,
+          int64_t max_model_len)
       : options_(o),
         tokenizer_(std::move(tokenizer)),
         template_(std::move(tmpl)),
@@ -88,278 +127,74 @@ class Gateway {
     parse_.chat_template = template_.get();
   }
 
-  void Register(httplib::Server& s) {
-    s.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
-    s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  // Waits for every exchange to end (the HTTP server has stopped: their calls are cancelled).
+  ~Gateway() {
+    std::unique_lock<std::mutex> lock(live_mu_);
+    live_cv_.wait(lock, [this] { return live_ == 0; });
+  }
+
+  void Handle(http::HttpRequest req, std::shared_ptr<http::HttpResponder> res) {
+    const std::string& path = req.path;
+    const bool get = req.method == "GET" || req.method == "HEAD";
+    const bool post = req.method == "POST";
+    if (path == "/health" && get) return res->Send(200, "", "");
+    if (path == "/v1/models" && get) {
       Json model = {{"id", options_.served_model_name}, {"object", "model"}, {"created", std::time(nullptr)},
                     {"owned_by", "pdserve"}, {"root", options_.served_model_name}, {"max_model_len", max_model_len_}};
-      res.set_content(Dump({{"object", "list"}, {"data", Json::array({model})}}), "application/json");
-    });
-    s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      Handle(req, res, false);
-    });
-    s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      Handle(req, res, true);
-    });
-    s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { Tokenize(req, res); });
-    s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { Detokenize(req, res); });
-  }
-
- private:
-  struct Call {
-    grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
-  };
-
-  // `authorization`: the client's Authorization header (empty: none), passed on to the router.
-  std::unique_ptr<Call> Start(const std::string& authorization, const v1::GenerateRequest& g) {
-    auto call = std::make_unique<Call>();
-    if (!authorization.empty()) call->context.AddMetadata("authorization", authorization);
-    call->reader = stub_->Generate(&call->context, g);
-    return call;
-  }
-
-  static std::string Authorization(const httplib::Request& req) {
-    return req.has_header("Authorization") ? req.get_header_value("Authorization") : "";
-  }
-
-  static void AddUsage(const v1::Usage& u, v1::Usage* total) {
-    total->set_prompt_tokens(total->prompt_tokens() + u.prompt_tokens());
-    total->set_completion_tokens(total->completion_tokens() + u.completion_tokens());
-    total->set_cached_tokens(total->cached_tokens() + u.cached_tokens());
-  }
-
-  static void Accumulate(const v1::GenerateResponse& r, Choice* c) {
-    c->text += r.text();
-    c->ids.insert(c->ids.end(), r.token_ids().begin(), r.token_ids().end());
-    c->logprobs.insert(c->logprobs.end(), r.logprobs().begin(), r.logprobs().end());
-    c->top.insert(c->top.end(), r.top_logprobs().begin(), r.top_logprobs().end());
-    if (!r.finish_reason().empty()) {
-      c->finish_reason = r.finish_reason();
-      c->usage = r.usage();
+      return SendJson(*res, {{"object", "list"}, {"data", Json::array({model})}});
     }
+    if (path == "/v1/completions" && post) return Generate(req, std::move(res), false);
+    if (path == "/v1/chat/completions" && post) return Generate(req, std::move(res), true);
+    if (path == "/tokenize" && post) return Tokenize(req, *res);
+    if (path == "/detokenize" && post) return Detokenize(req, *res);
+    ApiError e;
+    const bool known = path == "/health" || path == "/v1/models" || path == "/v1/completions" ||
+                       path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize";
+    e.http_status = known ? 405 : 404;
+    e.type = known ? "invalid_request_error" : "NotFoundError";
+    e.message = known ? Str("Method ", req.method, " is not allowed for ", path) : Str("No route for ", req.method, " ", path);
+    SendError(*res, e);
   }
+
+  // The body of the HTTP server's own refusals, OpenAI-shaped.
+  static std::pair<std::string, std::string> ErrorBody(int status, std::string_view message) {
+    ApiError e;
+    e.http_status = status;
+    e.message = status == 413 ? Str(message, " (--max-request-bytes)") : std::string(message);
+    if (status >= 500) e.type = "server_error";
+    return {Dump(e.ToJson()), "application/json"};
+  }
+
+  v1::Generation::Stub* stub() const { return stub_.get(); }
 
   std::string TokenText(int32_t id) const {
     auto s = tokenizer_->Decode({id}, false);
     return s.ok() ? *s : "";
   }
 
-  static Json Bytes(const std::string& s) {
-    Json b = Json::array();
-    for (unsigned char c : s) b.push_back(static_cast<int>(c));
-    return b;
+  void Live(int delta) {
+    std::lock_guard<std::mutex> lock(live_mu_);
+    live_ += delta;
+    if (live_ == 0) live_cv_.notify_all();
   }
 
-  // OpenAI's logprobs object of a choice (or of one streamed message).
-  Json Logprobs(const ParsedRequest& p, const std::vector<int32_t>& ids, const std::vector<float>& lps,
-                const std::vector<v1::TokenLogprobs>& top, size_t text_offset) const {
-    if (p.chat) {
-      if (!p.chat_logprobs) return nullptr;
-      Json content = Json::array();
-      for (size_t i = 0; i < ids.size(); ++i) {
-        const std::string t = TokenText(ids[i]);
-        Json alts = Json::array();
-        if (i < top.size()) {
-          for (const auto& a : top[i].top()) {
-            const std::string at = TokenText(a.token_id());
-            alts.push_back({{"token", at}, {"logprob", a.logprob()}, {"bytes", Bytes(at)}});
-          }
-        }
-        content.push_back({{"token", t}, {"logprob", i < lps.size() ? lps[i] : 0.0f}, {"bytes", Bytes(t)},
-                           {"top_logprobs", alts}});
-      }
-      return {{"content", content}};
-    }
-    if (p.logprobs < 0) return nullptr;
-    Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
-    size_t offset = text_offset;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const std::string t = TokenText(ids[i]);
-      tokens.push_back(t);
-      token_lps.push_back(i < lps.size() ? lps[i] : 0.0f);
-      Json alts = Json::object();
-      if (i < top.size()) {
-        for (const auto& a : top[i].top()) alts[TokenText(a.token_id())] = a.logprob();
-      }
-      tops.push_back(alts);
-      offsets.push_back(offset);
-      offset += t.size();
-    }
-    return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+ private:
+  static std::string Authorization(const http::HttpRequest& req) {
+    const std::string* a = req.Header("authorization");
+    return a == nullptr ? "" : *a;
   }
 
-  static Json UsageJson(const v1::Usage& u) {
-    return {{"prompt_tokens", u.prompt_tokens()},
-            {"completion_tokens", u.completion_tokens()},
-            {"total_tokens", u.prompt_tokens() + u.completion_tokens()},
-            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens()}}}};
-  }
-
-  void Handle(const httplib::Request& req, httplib::Response& res, bool chat) {
-    auto parsed = std::make_shared<ParsedRequest>();
+  void Generate(const http::HttpRequest& req, std::shared_ptr<http::HttpResponder> res, bool chat) {
+    ParsedRequest parsed;
     ApiError error;
-    const bool ok = chat ? ParseChatRequest(req.body, parse_, parsed.get(), &error)
-                         : ParseCompletionRequest(req.body, parse_, parsed.get(), &error);
-    if (!ok) return SendError(res, error);
-    // The first prompt's call starts here, so that a refusal (validation, admission, a key) is
-    // an HTTP error, not a broken stream.
-    auto first = Start(Authorization(req), parsed->prompts[0]);
-    auto head = std::make_shared<v1::GenerateResponse>();
-    if (!first->reader->Read(head.get())) {
-      const grpc::Status s = first->reader->Finish();
-      return SendError(res, FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "empty response") : s));
-    }
-    const std::string id = Str(chat ? "chatcmpl-" : "cmpl-", head->request_id());
-    const int64_t created = std::time(nullptr);
-    if (!parsed->stream) return Complete(req, res, *parsed, std::move(first), *head, id, created);
-    Stream(req, res, parsed, std::shared_ptr<Call>(std::move(first)), head, id, created);
+    const bool ok = chat ? ParseChatRequest(req.body, parse_, &parsed, &error)
+                         : ParseCompletionRequest(req.body, parse_, &parsed, &error);
+    if (!ok) return SendError(*res, error);
+    auto exchange = std::make_shared<Exchange>(this, std::move(res), std::move(parsed), Authorization(req));
+    exchange->Begin();
   }
 
-  void Complete(const httplib::Request& req, httplib::Response& res, const ParsedRequest& p,
-                std::unique_ptr<Call> call, const v1::GenerateResponse& head, const std::string& id,
-                int64_t created) {
-    Json choices = Json::array();
-    v1::Usage total;
-    for (size_t i = 0; i < p.prompts.size(); ++i) {
-      Choice c;
-      if (i > 0) {
-        call = Start(Authorization(req), p.prompts[i]);
-      } else {
-        Accumulate(head, &c);
-      }
-      v1::GenerateResponse r;
-      while (call->reader->Read(&r)) Accumulate(r, &c);
-      const grpc::Status s = call->reader->Finish();
-      if (!s.ok()) return SendError(res, FromGrpc(s));
-      AddUsage(c.usage, &total);
-      Json choice = {{"index", i}};
-      if (p.chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-      } else {
-        choice["text"] = c.text;
-      }
-      choice["logprobs"] = Logprobs(p, c.ids, c.logprobs, c.top, 0);
-      choice["finish_reason"] = c.finish_reason;
-      choices.push_back(std::move(choice));
-    }
-    Json body = {{"id", id}, {"object", p.chat ? "chat.completion" : "text_completion"}, {"created", created},
-                 {"model", p.model}, {"choices", choices}, {"usage", UsageJson(total)}};
-    res.set_content(Dump(body), "application/json");
-  }
-
-  struct StreamState {
-    std::shared_ptr<ParsedRequest> request;
-    std::shared_ptr<Call> call;
-    std::shared_ptr<v1::GenerateResponse> pending;  // Read but not yet sent.
-    size_t prompt = 0;
-    bool role_sent = false;
-    bool finished = false;
-    size_t text_offset = 0;
-    v1::Usage total;
-    std::string id;
-    int64_t created = 0;
-    std::string authorization;  // For the calls of the later prompts.
-  };
-
-  Json Chunk(const StreamState& st, Json choice) const {
-    Json j = {{"id", st.id}, {"object", st.request->chat ? "chat.completion.chunk" : "text_completion"},
-              {"created", st.created}, {"model", st.request->model}, {"choices", Json::array({choice})}};
-    if (st.request->include_usage) j["usage"] = nullptr;
-    return j;
-  }
-
-  static bool Send(httplib::DataSink& sink, const Json& j) {
-    const std::string line = "data: " + Dump(j) + "\n\n";
-    return sink.write(line.data(), line.size());
-  }
-
-  void Stream(const httplib::Request& req, httplib::Response& res, std::shared_ptr<ParsedRequest> p,
-              std::shared_ptr<Call> call, std::shared_ptr<v1::GenerateResponse> head, const std::string& id,
-              int64_t created) {
-    auto st = std::make_shared<StreamState>();
-    st->request = std::move(p);
-    st->call = std::move(call);
-    st->pending = std::move(head);
-    st->id = id;
-    st->created = created;
-    st->authorization = Authorization(req);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, st](size_t, httplib::DataSink& sink) { return Pump(st.get(), sink); },
-        [st](bool) {
-          // Done, or the client went away: a call still running is cancelled, which aborts the
-          // request on the decode worker and frees its blocks.
-          if (st->call != nullptr) st->call->context.TryCancel();
-        });
-  }
-
-  // Sends what the next gRPC message brings. Returns false to end the response (client gone).
-  bool Pump(StreamState* st, httplib::DataSink& sink) {
-    const ParsedRequest& p = *st->request;
-    if (st->finished) {
-      sink.done();
-      return true;
-    }
-    if (p.chat && !st->role_sent) {
-      st->role_sent = true;
-      Json choice = {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
-                     {"finish_reason", nullptr}};
-      return Send(sink, Chunk(*st, choice));
-    }
-    v1::GenerateResponse r;
-    if (st->pending != nullptr) {
-      r = *st->pending;
-      st->pending.reset();
-    } else if (!st->call->reader->Read(&r)) {
-      const grpc::Status s = st->call->reader->Finish();
-      st->call.reset();
-      if (!s.ok()) {  // Headers are gone: the error travels as an event, then the stream ends.
-        Send(sink, FromGrpc(s).ToJson());
-        const std::string done = "data: [DONE]\n\n";
-        sink.write(done.data(), done.size());
-        st->finished = true;
-        sink.done();
-        return true;
-      }
-      if (++st->prompt < p.prompts.size()) {  // The next prompt's choice.
-        st->call = Start(st->authorization, p.prompts[st->prompt]);
-        st->text_offset = 0;
-        return true;
-      }
-      if (p.include_usage) {
-        Json j = {{"id", st->id}, {"object", p.chat ? "chat.completion.chunk" : "text_completion"},
-                  {"created", st->created}, {"model", p.model}, {"choices", Json::array()},
-                  {"usage", UsageJson(st->total)}};
-        if (!Send(sink, j)) return false;
-      }
-      const std::string done = "data: [DONE]\n\n";
-      if (!sink.write(done.data(), done.size())) return false;
-      st->finished = true;
-      sink.done();
-      return true;
-    }
-    if (!r.finish_reason().empty()) {
-      AddUsage(r.usage(), &st->total);
-    }
-    if (r.token_ids().empty() && r.text().empty() && r.finish_reason().empty()) return true;
-    std::vector<int32_t> ids(r.token_ids().begin(), r.token_ids().end());
-    std::vector<float> lps(r.logprobs().begin(), r.logprobs().end());
-    std::vector<v1::TokenLogprobs> top(r.top_logprobs().begin(), r.top_logprobs().end());
-    Json choice = {{"index", st->prompt}};
-    if (p.chat) {
-      choice["delta"] = r.text().empty() && !r.finish_reason().empty() ? Json::object() : Json{{"content", r.text()}};
-    } else {
-      choice["text"] = r.text();
-    }
-    choice["logprobs"] = Logprobs(p, ids, lps, top, st->text_offset);
-    st->text_offset += r.text().size();
-    choice["finish_reason"] = r.finish_reason().empty() ? Json(nullptr) : Json(r.finish_reason());
-    return Send(sink, Chunk(*st, choice));
-  }
-
-  void Tokenize(const httplib::Request& req, httplib::Response& res) {
+  void Tokenize(const http::HttpRequest& req, http::HttpResponder& res) {
     ApiError e;
     nlohmann::ordered_json j;
     if (!ParseJsonObject(req.body, &j, &e)) return SendError(res, e);
@@ -385,11 +220,10 @@ class Gateway {
       e.message = std::string(ids.status().message());
       return SendError(res, e);
     }
-    res.set_content(Dump({{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", max_model_len_}}),
-                    "application/json");
+    SendJson(res, {{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", max_model_len_}});
   }
 
-  void Detokenize(const httplib::Request& req, httplib::Response& res) {
+  void Detokenize(const http::HttpRequest& req, http::HttpResponder& res) {
     ApiError e;
     nlohmann::ordered_json j;
     if (!ParseJsonObject(req.body, &j, &e)) return SendError(res, e);
@@ -411,7 +245,7 @@ class Gateway {
       e.message = std::string(text.status().message());
       return SendError(res, e);
     }
-    res.set_content(Dump({{"prompt", *text}}), "application/json");
+    SendJson(res, {{"prompt", *text}});
   }
 
   OpenAiServerOptions options_;
@@ -420,29 +254,219 @@ class Gateway {
   int64_t max_model_len_;
   std::unique_ptr<v1::Generation::Stub> stub_;
   ParseOptions parse_;
+  std::mutex live_mu_;
+  std::condition_variable live_cv_;
+  int live_ = 0;  // Exchanges not yet ended.
 };
+
+void AddUsage(const v1::Usage& u, v1::Usage* total) {
+  total->set_prompt_tokens(total->prompt_tokens() + u.prompt_tokens());
+  total->set_completion_tokens(total->completion_tokens() + u.completion_tokens());
+  total->set_cached_tokens(total->cached_tokens() + u.cached_tokens());
+}
+
+void Accumulate(const v1::GenerateResponse& r, Choice* c) {
+  c->text += r.text();
+  c->ids.insert(c->ids.end(), r.token_ids().begin(), r.token_ids().end());
+  c->logprobs.insert(c->logprobs.end(), r.logprobs().begin(), r.logprobs().end());
+  c->top.insert(c->top.end(), r.top_logprobs().begin(), r.top_logprobs().end());
+  if (!r.finish_reason().empty()) {
+    c->finish_reason = r.finish_reason();
+    c->usage = r.usage();
+  }
+}
+
+Json Bytes(const std::string& s) {
+  Json b = Json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// OpenAI's logprobs object of a choice (or of one streamed message).
+Json Logprobs(const Gateway& g, const ParsedRequest& p, const std::vector<int32_t>& ids, const std::vector<float>& lps,
+              const std::vector<v1::TokenLogprobs>& top, size_t text_offset) {
+  if (p.chat) {
+    if (!p.chat_logprobs) return nullptr;
+    Json content = Json::array();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const std::string t = g.TokenText(ids[i]);
+      Json alts = Json::array();
+      if (i < top.size()) {
+        for (const auto& a : top[i].top()) {
+          const std::string at = g.TokenText(a.token_id());
+          alts.push_back({{"token", at}, {"logprob", a.logprob()}, {"bytes", Bytes(at)}});
+        }
+      }
+      content.push_back({{"token", t}, {"logprob", i < lps.size() ? lps[i] : 0.0f}, {"bytes", Bytes(t)},
+                         {"top_logprobs", alts}});
+    }
+    return {{"content", content}};
+  }
+  if (p.logprobs < 0) return nullptr;
+  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
+  size_t offset = text_offset;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string t = g.TokenText(ids[i]);
+    tokens.push_back(t);
+    token_lps.push_back(i < lps.size() ? lps[i] : 0.0f);
+    Json alts = Json::object();
+    if (i < top.size()) {
+      for (const auto& a : top[i].top()) alts[g.TokenText(a.token_id())] = a.logprob();
+    }
+    tops.push_back(alts);
+    offsets.push_back(offset);
+    offset += t.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+Json UsageJson(const v1::Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens()},
+          {"completion_tokens", u.completion_tokens()},
+          {"total_tokens", u.prompt_tokens() + u.completion_tokens()},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens()}}}};
+}
+
+
+Exchange::Exchange(Gateway* gateway, std::shared_ptr<http::HttpResponder> res, ParsedRequest request,
+                   std::string authorization)
+    : gateway_(gateway), res_(std::move(res)), p_(std::move(request)), authorization_(std::move(authorization)) {
+  gateway_->Live(1);
+  choices_.resize(p_.prompts.size());
+}
+
+Exchange::~Exchange() { gateway_->Live(-1); }
+
+void Exchange::Begin() {
+  std::weak_ptr<Exchange> weak = weak_from_this();
+  // The client going away cancels the call in flight: the router aborts the request and the
+  // tiers free its KV blocks (also for a whole response, which nobody would read).
+  res_->OnCancel([weak] {
+    if (auto self = weak.lock()) self->Cancel();
+  });
+  StartPrompt();
+}
+
+void Exchange::StartPrompt() {
+  auto self = shared_from_this();
+  auto call = GenerateCall::Start(
+      gateway_->stub(), authorization_, p_.prompts[prompt_],
+      [self](const v1::GenerateResponse& r) { self->OnMessage(r); },
+      [self](const grpc::Status& s) { self->OnEnd(s); });
+  std::lock_guard<std::mutex> lock(mu_);
+  call_ = call;
+  if (cancelled_) call->Cancel();
+}
+
+void Exchange::Cancel() {
+  std::shared_ptr<GenerateCall> call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    call = call_.lock();
+  }
+  if (call != nullptr) call->Cancel();
+}
+
+void Exchange::SendChunk(Json choice) {
+  Json j = {{"id", id_}, {"object", p_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
+            {"model", p_.model}, {"choices", Json::array({std::move(choice)})}};
+  if (p_.include_usage) j["usage"] = nullptr;
+  res_->Write(Str("data: ", Dump(j), "\n\n"));
+}
+
+void Exchange::OnMessage(const v1::GenerateResponse& r) {
+  if (!started_) {
+    // The first message: the request was accepted (a refusal before it is an HTTP error).
+    started_ = true;
+    id_ = Str(p_.chat ? "chatcmpl-" : "cmpl-", r.request_id());
+    created_ = std::time(nullptr);
+    if (p_.stream) {
+      res_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+      if (p_.chat) {
+        SendChunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                   {"finish_reason", nullptr}});
+      }
+    }
+  }
+  if (!p_.stream) return Accumulate(r, &choices_[prompt_]);
+  if (!r.finish_reason().empty()) AddUsage(r.usage(), &total_);
+  if (r.token_ids().empty() && r.text().empty() && r.finish_reason().empty()) return;
+  std::vector<int32_t> ids(r.token_ids().begin(), r.token_ids().end());
+  std::vector<float> lps(r.logprobs().begin(), r.logprobs().end());
+  std::vector<v1::TokenLogprobs> top(r.top_logprobs().begin(), r.top_logprobs().end());
+  Json choice = {{"index", prompt_}};
+  if (p_.chat) {
+    choice["delta"] = r.text().empty() && !r.finish_reason().empty() ? Json::object() : Json{{"content", r.text()}};
+  } else {
+    choice["text"] = r.text();
+  }
+  choice["logprobs"] = Logprobs(*gateway_, p_, ids, lps, top, text_offset_);
+  text_offset_ += r.text().size();
+  choice["finish_reason"] = r.finish_reason().empty() ? Json(nullptr) : Json(r.finish_reason());
+  SendChunk(std::move(choice));
+}
+
+void Exchange::OnEnd(const grpc::Status& s) {
+  if (!s.ok() || !started_) {
+    const ApiError e = FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "empty response") : s);
+    if (!p_.stream || !started_) return SendError(*res_, e);
+    // A stream's headers are gone: the error travels as an event, then the stream ends.
+    res_->Write(Str("data: ", Dump(e.ToJson()), "\n\ndata: [DONE]\n\n"));
+    return res_->End();
+  }
+  if (!p_.stream) AddUsage(choices_[prompt_].usage, &total_);
+  if (++prompt_ < p_.prompts.size()) {  // The next prompt's choice.
+    text_offset_ = 0;
+    return StartPrompt();
+  }
+  Finish();
+}
+
+void Exchange::Finish() {
+  if (p_.stream) {
+    if (p_.include_usage) {
+      Json j = {{"id", id_}, {"object", p_.chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_}, {"model", p_.model}, {"choices", Json::array()}, {"usage", UsageJson(total_)}};
+      res_->Write(Str("data: ", Dump(j), "\n\n"));
+    }
+    res_->Write("data: [DONE]\n\n");
+    return res_->End();
+  }
+  Json choices = Json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    Json choice = {{"index", i}};
+    if (p_.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = Logprobs(*gateway_, p_, c.ids, c.logprobs, c.top, 0);
+    choice["finish_reason"] = c.finish_reason;
+    choices.push_back(std::move(choice));
+  }
+  SendJson(*res_, {{"id", id_}, {"object", p_.chat ? "chat.completion" : "text_completion"}, {"created", created_},
+                   {"model", p_.model}, {"choices", choices}, {"usage", UsageJson(total_)}});
+}
 
 }  // namespace
 
 struct OpenAiServer::Impl {
   std::unique_ptr<Gateway> gateway;
-  std::unique_ptr<httplib::Server> server;
-  std::thread thread;
-  std::string address;
+  std::unique_ptr<http::HttpServer> server;
 };
 
 OpenAiServer::OpenAiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 OpenAiServer::~OpenAiServer() {
-  if (impl_->server) impl_->server->stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->server.reset();   // Closes every connection: the exchanges' calls are cancelled.
+  impl_->gateway.reset();  // Waits for them to end.
 }
 
-const std::string& OpenAiServer::address() const { return impl_->address; }
+const std::string& OpenAiServer::address() const { return impl_->server->address(); }
 
 absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const OpenAiServerOptions& options) {
-  auto address = ParseHostPort(options.listen, "--http-listen", PortUse::kListen);
-  if (!address.ok()) return address.status();
   auto tokenizer = Tokenizer::Load(options.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
   std::unique_ptr<ChatTemplate> tmpl;
@@ -457,45 +481,21 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const OpenAiSe
   }
   auto impl = std::make_unique<Impl>();
   impl->gateway = std::make_unique<Gateway>(options, std::move(*tokenizer), std::move(tmpl), options.max_model_len);
-  if (!options.tls_cert.empty()) {
-    auto tls = std::make_unique<httplib::SSLServer>(options.tls_cert.c_str(), options.tls_key.c_str());
-    if (!tls->is_valid()) {
-      return absl::InvalidArgumentError(Str("--tls-cert/--tls-key: cannot load ", options.tls_cert, " and ",
-                                            options.tls_key, " for the HTTP API"));
-    }
-    impl->server = std::move(tls);
-  } else {
-    impl->server = std::make_unique<httplib::Server>();
-  }
-  httplib::Server& s = *impl->server;
-  s.set_socket_options([](int sock) {  // No SO_REUSEPORT (httplib's default): a taken port is an error.
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  http::HttpServerOptions o;
+  o.listen = options.listen;
+  o.flag = "--http-listen";
+  o.max_connections = options.max_connections;
+  o.limits.max_body_bytes = options.max_request_bytes;
+  o.request_timeout = options.request_timeout;
+  o.tls_cert = options.tls_cert;
+  o.tls_key = options.tls_key;
+  o.error_body = &Gateway::ErrorBody;
+  Gateway* gateway = impl->gateway.get();
+  auto server = http::HttpServer::Start(o, [gateway](http::HttpRequest req, std::shared_ptr<http::HttpResponder> res) {
+    gateway->Handle(std::move(req), std::move(res));
   });
-  s.set_payload_max_length(options.max_request_bytes);
-  s.new_task_queue = [] { return new httplib::ThreadPool(64); };
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;  // A handler's own error (already OpenAI-shaped).
-    ApiError e;
-    e.http_status = res.status;
-    if (res.status == 413) {
-      e.message = "The request body is larger than --max-request-bytes.";
-    } else if (res.status == 404) {
-      e.type = "NotFoundError";
-      e.message = Str("No route for ", req.method, " ", req.path);
-    } else {
-      e.message = Str("HTTP ", res.status);
-    }
-    res.set_content(e.ToJson().dump(), "application/json");
-  });
-  impl->gateway->Register(s);
-  const int bound = address->port == 0 ? s.bind_to_any_port(address->host)
-                                       : (s.bind_to_port(address->host, address->port) ? address->port : -1);
-  if (bound <= 0) return absl::UnavailableError(Str("--http-listen: cannot listen on ", options.listen));
-  impl->address = HostPort{address->host, bound}.ToString();
-  httplib::Server* server = impl->server.get();
-  impl->thread = std::thread([server] { server->listen_after_bind(); });
-  while (!server->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!server.ok()) return server.status();
+  impl->server = std::move(*server);
   return std::unique_ptr<OpenAiServer>(new OpenAiServer(std::move(impl)));
 }
 

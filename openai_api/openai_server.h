@@ -2,14 +2,20 @@
 // /v1/chat/completions (JSON or Server-Sent Events), GET /v1/models, GET /health, POST /tokenize
 // and /detokenize as vLLM has them.
 //
+// On the event-driven HTTP server (common/http/http_server.h) and gRPC's callback API: no thread
+// is held per connection or per stream, and the server's bounds (connections, request deadline,
+// idle and slow-reader timeouts) keep a hostile client from holding the API.
+//
 // A gateway in front of the router's own public gRPC port: each request is checked and turned
 // into a pdserve.v1 GenerateRequest (openai_request.h) and sent over loopback, so it takes the
 // gRPC path's validation, admission (429 with Retry-After), routing, stop strings, resumption,
 // API keys (the Authorization header is passed on) and metrics. A client that disconnects
-// mid-stream cancels its gRPC call, which frees its KV blocks on every tier.
+// before its response ends (streamed or not) cancels its gRPC call, which frees its KV blocks on
+// every tier.
 #ifndef PDSERVE_OPENAI_API_OPENAI_SERVER_H_
 #define PDSERVE_OPENAI_API_OPENAI_SERVER_H_
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -27,6 +33,9 @@ struct OpenAiServerOptions {
   size_t max_request_bytes = 16 << 20;
   int64_t max_model_len = 0;      // Reported by /v1/models and /tokenize.
   std::string tls_cert, tls_key;  // PEM files: HTTPS (empty: plain HTTP).
+  size_t max_connections = 1024;  // Open HTTP connections; the next is answered 503.
+  // A request's head and body must arrive within this (408 otherwise).
+  std::chrono::milliseconds request_timeout{30000};
 };
 
 class OpenAiServer {

@@ -2,7 +2,8 @@
 demo model: completions and chat completions, JSON and Server-Sent Events, equal to what the gRPC
 API returns for the same greedy request; the SSE framing byte by byte (Python's urllib); OpenAI-
 shaped errors with the right status; API keys; the in-flight bound; a client that disconnects
-mid-stream frees its KV blocks.
+(mid-stream, or before a whole response) frees its KV blocks; clients that trickle bytes are cut off
+at the request deadline while others are served; 100 streams at once.
 
 Run: /usr/bin/python3 tests/e2e/test_openai.py --pdserve build/pdserve
 """
@@ -277,6 +278,79 @@ class OpenAiTest(unittest.TestCase):
         self.assertEqual(cluster.metric(self.s, "pdserve_kv_cache_usage_perc", role="prefill"), 0)
         self.assertEqual(cluster.metric(self.s, "pdserve_request_success_total", role="decode",
                                         finished_reason="abort"), 1)
+
+
+class HostileClientTest(unittest.TestCase):
+    """What the thread-per-connection server fell to: slow and many clients, and clients that leave."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.s = serve("--http-request-timeout-seconds", "1")
+        cls.host, port = cls.s.addresses["http"].rsplit(":", 1)
+        cls.port = int(port)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.s.stop() == 0
+
+    def raw_post(self, body):
+        data = json.dumps(body).encode()
+        sock = socket.create_connection((self.host, self.port), timeout=60)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+        return sock
+
+    def wait_metric(self, name, value, **labels):
+        deadline = time.time() + 60
+        while time.time() < deadline and cluster.metric(self.s, name, **labels) != value:
+            time.sleep(0.1)
+        self.assertEqual(cluster.metric(self.s, name, **labels), value, (name, labels))
+
+    def assert_all_freed(self, aborts):
+        self.wait_metric("pdserve_num_requests_running", 0, role="router")
+        self.wait_metric("pdserve_kv_cache_usage_perc", 0, role="decode")
+        self.wait_metric("pdserve_kv_cache_usage_perc", 0, role="prefill")
+        self.assertEqual(cluster.metric(self.s, "pdserve_request_success_total", role="decode",
+                                        finished_reason="abort"), aborts)
+
+    def test_trickling_clients_do_not_hold_the_api(self):
+        # 200 clients sending a header line now and then (the old server had 64 threads).
+        slow = [socket.create_connection((self.host, self.port), timeout=10) for _ in range(200)]
+        start = time.time()
+        for s in slow:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n")
+        status, got, _ = post(self.s, "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 4, "temperature": 0})
+        self.assertEqual(status, 200)
+        self.assertEqual(got["choices"][0]["text"], grpc_greedy(self.s, 4, text=PROMPTS[0])["text"])
+        self.assertLess(time.time() - start, 1.0)  # Served while all 200 hold their connections.
+        for s in slow:
+            s.sendall(b"X-Slow: 1\r\n")
+        for s in slow:  # Cut off at the request deadline (1 s), each told why.
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+            self.assertTrue(answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer[:100])
+            self.assertIn(b"did not arrive within 1000 ms", answer)
+            s.close()
+
+    def test_more_streams_than_the_old_thread_pool(self):
+        aborts = cluster.metric(self.s, "pdserve_request_success_total", role="decode", finished_reason="abort")
+        body = {"prompt": PROMPTS[1], "max_tokens": 1500, "ignore_eos": True, "stream": True}
+        streams = [self.raw_post(body) for _ in range(100)]
+        # All 100 reach the router at once (none waits for an HTTP thread), then leave: each
+        # request is aborted and its blocks freed.
+        self.wait_metric("pdserve_num_requests_running", 100, role="router")
+        for s in streams:
+            self.assertTrue(s.recv(64).startswith(b"HTTP/1.1 200 OK"))
+            s.close()
+        self.assert_all_freed(aborts + 100)
+
+    def test_client_that_leaves_before_a_whole_response_frees_its_blocks(self):
+        aborts = cluster.metric(self.s, "pdserve_request_success_total", role="decode", finished_reason="abort")
+        sock = self.raw_post({"prompt": PROMPTS[1], "max_tokens": 1500, "ignore_eos": True})
+        self.wait_metric("pdserve_num_requests_running", 1, role="router")
+        sock.close()  # The answer would come only after 1,500 tokens: nobody would read it.
+        self.assert_all_freed(aborts + 1)
 
 
 class OfficialClientTest(unittest.TestCase):
