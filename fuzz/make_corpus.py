@@ -112,6 +112,15 @@ def main():
                "presence_penalty": 1, "frequency_penalty": -1, "repetition_penalty": 1.1, "chat_template_kwargs": {"a": 1}}]
     for i, b in enumerate(bodies):
         write("openai_request_fuzz", f"body{i}.json", json.dumps(b))
+    # HTTP/1.1 request heads (and what follows them).
+    heads = [b"GET /v1/models HTTP/1.1\r\nHost: localhost:8080\r\nUser-Agent: curl/7.88\r\nAccept: */*\r\n\r\n",
+             b"POST /v1/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 17\r\nExpect: 100-continue\r\nConnection: keep-alive, Upgrade\r\n\r\n{\"prompt\": \"a\"}",
+             b"GET /metrics HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n",
+             b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+             b"HEAD /health HTTP/1.1\r\nhost:\tb \r\nX-Empty:\r\nauthorization: Bearer k\r\n\r\n"]
+    for i, h in enumerate(heads):
+        write("http_request_fuzz", f"head{i}.http", h)
 
 
 if __name__ == "__main__":

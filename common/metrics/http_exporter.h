@@ -1,16 +1,16 @@
-// Serves a Registry's exposition on GET /metrics (cpp-httplib, its own thread).
+// Serves a Registry's exposition on GET /metrics (on common/http's event-driven server, so slow
+// or many scrapers cannot hold the port: the same bounds as the OpenAI API's).
 #ifndef PDSERVE_COMMON_METRICS_HTTP_EXPORTER_H_
 #define PDSERVE_COMMON_METRICS_HTTP_EXPORTER_H_
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/metrics/metrics.h"
 
-namespace httplib {
-class Server;
+namespace pdserve::http {
+class HttpServer;
 }
 
 namespace pdserve::metrics {
@@ -22,13 +22,11 @@ class HttpExporter {
                                                              const Registry* registry,
                                                              RenderOptions options);
   ~HttpExporter();
-  const std::string& address() const { return address_; }  // host:port actually bound.
+  const std::string& address() const;  // host:port actually bound.
 
  private:
   HttpExporter() = default;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  std::string address_;
+  std::unique_ptr<http::HttpServer> server_;
 };
 
 }  // namespace pdserve::metrics
