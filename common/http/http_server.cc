@@ -375,13 +375,22 @@ void Loop::HandleEvent(Conn* c, uint32_t events) {
   if ((events & (EPOLLERR | EPOLLHUP)) != 0) return Close(c);
   const bool read_ready = (events & (EPOLLIN | EPOLLRDHUP)) != 0;
   if (read_ready || (c->tls_read_wants_write && (events & EPOLLOUT) != 0)) {
-    if ((events & EPOLLRDHUP) != 0 && c->in.size() >= ReadCap(*c) && c->state != State::kDraining) {
+    const bool reading = c->state == State::kHead || c->state == State::kBody || c->state == State::kBusy;
+    if ((events & EPOLLRDHUP) != 0 && reading && c->in.size() >= ReadCap(*c)) {
       return Close(c);  // The client finished sending while we do not read: it is gone.
     }
     if (!ReadAvailable(c)) return;
   }
   if (!Flush(c)) return;
   if (!Advance(c)) return;
+  // TLS may hold decrypted bytes that a lower read cap left behind (the head's), which no epoll
+  // event will announce: read them now that the state allows more.
+  while (c->ssl != nullptr && SSL_pending(c->ssl) > 0 && c->in.size() < ReadCap(*c) &&
+         (c->state == State::kHead || c->state == State::kBody)) {
+    const size_t before = c->in.size();
+    if (!ReadAvailable(c) || !Advance(c)) return;
+    if (c->in.size() == before) break;
+  }
   UpdateInterest(c);
 }
 
@@ -585,7 +594,18 @@ void Loop::Sweep(Clock::time_point now) {
     switch (c->state) {
       case State::kHead:
       case State::kBody:
-        if (now >= c->deadline) expired.push_back(c.get());
+        if (writing) {
+          // The last response is still on its way: the write timeout applies, and the clock of
+          // the idle wait (or of the next request) starts once it is out.
+          if (now - c->last_progress > options_.write_timeout) {
+            expired.push_back(c.get());
+          } else {
+            c->deadline = std::max(c->deadline, now + (c->request_started ? options_.request_timeout
+                                                                          : options_.idle_timeout));
+          }
+        } else if (now >= c->deadline) {
+          expired.push_back(c.get());
+        }
         break;
       case State::kBusy:
       case State::kClosing:
@@ -598,7 +618,8 @@ void Loop::Sweep(Clock::time_point now) {
   }
   for (Conn* c : expired) {
     const bool handshaken = c->ssl == nullptr || SSL_is_init_finished(c->ssl);
-    if ((c->state == State::kHead || c->state == State::kBody) && c->got_bytes && handshaken) {
+    const bool writing = c->out_off < c->out.size();  // Then it is the write timeout.
+    if ((c->state == State::kHead || c->state == State::kBody) && c->got_bytes && handshaken && !writing) {
       Refuse(c, 408, Str("the request did not arrive within ", options_.request_timeout.count(), " ms"));
       c->last_progress = now;
       if (Flush(c)) UpdateInterest(c);
