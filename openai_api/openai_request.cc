@@ -9,6 +9,9 @@
 namespace pdserve::openai {
 namespace {
 
+// Choices per request (prompts x n): each is a generation of its own.
+constexpr size_t kMaxChoices = 128;
+
 using Json = nlohmann::ordered_json;
 
 nlohmann::json NullOr(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
@@ -69,8 +72,13 @@ bool Common(const Json& j, const ParseOptions& o, ParsedRequest* out, v1::Sampli
     }
   }
   int64_t n = 1;
-  if (!Integer(j, "n", 1, 128, &n, e)) return false;
-  if (n != 1) return Fail(e, "n", "only n=1 is supported");
+  if (!Integer(j, "n", 1, static_cast<int64_t>(kMaxChoices), &n, e)) return false;
+  out->n = static_cast<int>(n);
+  // Fields that would change the answer and that we do not implement are refused, not ignored.
+  if (j.contains("logit_bias") && !j["logit_bias"].is_null() &&
+      !(j["logit_bias"].is_object() && j["logit_bias"].empty())) {
+    return Fail(e, "logit_bias", "'logit_bias' is not supported");
+  }
   double v = 0;
   if (j.contains("temperature") && !j["temperature"].is_null()) {
     if (!Number(j, "temperature", 0, 2, &v, e)) return false;
@@ -197,6 +205,10 @@ bool ParseCompletionRequest(const std::string& body, const ParseOptions& options
   if (j.contains("echo") && j["echo"].is_boolean() && j["echo"].get<bool>()) {
     return Fail(e, "echo", "'echo' is not supported");
   }
+  int64_t best_of = out->n;
+  if (!Integer(j, "best_of", 1, static_cast<int64_t>(kMaxChoices), &best_of, e)) return false;
+  if (best_of != out->n) return Fail(e, "best_of", "'best_of' other than n is not supported");
+  if (j.contains("suffix") && !j["suffix"].is_null()) return Fail(e, "suffix", "'suffix' is not supported");
   if (!j.contains("prompt") || j["prompt"].is_null()) return Fail(e, "prompt", "'prompt' is required");
   const Json& p = j["prompt"];
   auto add_text = [&](const std::string& text) {
@@ -232,6 +244,10 @@ bool ParseCompletionRequest(const std::string& body, const ParseOptions& options
     return Fail(e, "prompt", kTypes);
   }
   if (out->prompts.size() > 16) return Fail(e, "prompt", "at most 16 prompts per request");
+  if (out->prompts.size() * static_cast<size_t>(out->n) > kMaxChoices) {
+    return Fail(e, "n", Str("prompts x n is ", out->prompts.size() * out->n, "; at most ", kMaxChoices,
+                            " choices per request"));
+  }
   return true;
 }
 

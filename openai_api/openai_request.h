@@ -29,7 +29,10 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage
   int logprobs = -1;           // Completions: logprobs=N (-1: off). Chat: top_logprobs when logprobs.
   bool chat_logprobs = false;
-  std::vector<v1::GenerateRequest> prompts;  // One per choice (completions with a list of prompts).
+  // One per prompt (completions may send a list). Each runs `n` times: choice i * n + j is sample
+  // j of prompt i (its seed, when the request has one, is seed + j).
+  std::vector<v1::GenerateRequest> prompts;
+  int n = 1;
 };
 
 struct ParseOptions {

@@ -77,9 +77,9 @@ struct Choice {
 
 class Gateway;
 
-// One OpenAI request: its Generate calls (one per prompt, in turn) and its HTTP response. The
-// calls' messages arrive on gRPC's threads, one at a time; the client's departure (the HTTP
-// server's thread) cancels the call in flight.
+// One OpenAI request: its choices' Generate calls, all at once (prompts x n, each a generation of
+// its own), and its HTTP response. Their messages arrive on gRPC's threads, concurrently across
+// choices; the client's departure (the HTTP server's thread) cancels every call.
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
   Exchange(Gateway* gateway, std::shared_ptr<http::HttpResponder> res, ParsedRequest request,
@@ -88,29 +88,31 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   void Begin();
 
  private:
-  void StartPrompt();
   void Cancel();
-  void OnMessage(const v1::GenerateResponse& r);
-  void OnEnd(const grpc::Status& s);
+  void CancelAll(std::unique_lock<std::mutex>& lock);
+  void OnMessage(size_t choice, const v1::GenerateResponse& r);
+  void OnEnd(size_t choice, const grpc::Status& s);
   void SendChunk(Json choice);
   void Finish();
+  // Counts a choice's usage: its completion tokens; its prompt's tokens once (from sample 0).
+  void AddChoiceUsage(size_t choice, const v1::Usage& u);
 
   Gateway* const gateway_;
   const std::shared_ptr<http::HttpResponder> res_;
   const ParsedRequest p_;
   const std::string authorization_;
 
-  std::mutex mu_;  // Guards call_ and cancelled_.
-  std::weak_ptr<GenerateCall> call_;
+  std::mutex mu_;  // Everything below: the calls' callbacks run concurrently.
+  std::vector<std::weak_ptr<GenerateCall>> calls_;
   bool cancelled_ = false;
-
-  // Touched by one call's callbacks at a time (the next call starts from the previous one's end).
-  size_t prompt_ = 0;
-  bool started_ = false;  // The first message came: the response has begun (streams: headers sent).
+  size_t running_ = 0;    // Calls not yet ended.
+  bool started_ = false;  // A first message came: the response has begun (streams: headers sent).
+  bool failed_ = false;   // A call failed: the others are cancelled, the error is the answer.
+  grpc::Status error_;
   std::string id_;
   int64_t created_ = 0;
-  std::vector<Choice> choices_;  // Whole responses.
-  size_t text_offset_ = 0;       // Streams: of the current choice.
+  std::vector<Choice> choices_;       // Whole responses.
+  std::vector<size_t> text_offset_;   // Streams: per choice.
   v1::Usage total_;
 };
 
@@ -332,40 +334,59 @@ Exchange::Exchange(Gateway* gateway, std::shared_ptr<http::HttpResponder> res, P
                    std::string authorization)
     : gateway_(gateway), res_(std::move(res)), p_(std::move(request)), authorization_(std::move(authorization)) {
   gateway_->Live(1);
-  choices_.resize(p_.prompts.size());
+  const size_t n = p_.prompts.size() * static_cast<size_t>(p_.n);
+  choices_.resize(n);
+  text_offset_.resize(n);
+  calls_.resize(n);
 }
 
 Exchange::~Exchange() { gateway_->Live(-1); }
 
 void Exchange::Begin() {
   std::weak_ptr<Exchange> weak = weak_from_this();
-  // The client going away cancels the call in flight: the router aborts the request and the
-  // tiers free its KV blocks (also for a whole response, which nobody would read).
+  // The client going away cancels the calls: the router aborts the requests and the tiers free
+  // their KV blocks (also for a whole response, which nobody would read).
   res_->OnCancel([weak] {
     if (auto self = weak.lock()) self->Cancel();
   });
-  StartPrompt();
-}
-
-void Exchange::StartPrompt() {
   auto self = shared_from_this();
-  auto call = GenerateCall::Start(
-      gateway_->stub(), authorization_, p_.prompts[prompt_],
-      [self](const v1::GenerateResponse& r) { self->OnMessage(r); },
-      [self](const grpc::Status& s) { self->OnEnd(s); });
-  std::lock_guard<std::mutex> lock(mu_);
-  call_ = call;
-  if (cancelled_) call->Cancel();
+  std::unique_lock<std::mutex> lock(mu_);
+  running_ = choices_.size();
+  for (size_t c = 0; c < choices_.size(); ++c) {
+    v1::GenerateRequest request = p_.prompts[c / p_.n];
+    const uint64_t sample = c % p_.n;
+    if (sample > 0 && request.sampling().has_seed()) {
+      request.mutable_sampling()->set_seed(request.sampling().seed() + sample);  // Wraps, as uint64.
+    }
+    lock.unlock();  // A call may end (and call OnEnd) before Start returns.
+    auto call = GenerateCall::Start(
+        gateway_->stub(), authorization_, request,
+        [self, c](const v1::GenerateResponse& r) { self->OnMessage(c, r); },
+        [self, c](const grpc::Status& s) { self->OnEnd(c, s); });
+    lock.lock();
+    calls_[c] = call;
+    if (cancelled_ || failed_) {
+      lock.unlock();
+      call->Cancel();
+      lock.lock();
+    }
+  }
 }
 
 void Exchange::Cancel() {
-  std::shared_ptr<GenerateCall> call;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    cancelled_ = true;
-    call = call_.lock();
+  std::unique_lock<std::mutex> lock(mu_);
+  cancelled_ = true;
+  CancelAll(lock);
+}
+
+void Exchange::CancelAll(std::unique_lock<std::mutex>& lock) {
+  std::vector<std::shared_ptr<GenerateCall>> calls;
+  for (const auto& weak : calls_) {
+    if (auto call = weak.lock()) calls.push_back(std::move(call));
   }
-  if (call != nullptr) call->Cancel();
+  lock.unlock();  // Outside the lock: a cancelled call may end at once.
+  for (const auto& call : calls) call->Cancel();
+  lock.lock();
 }
 
 void Exchange::SendChunk(Json choice) {
@@ -375,7 +396,18 @@ void Exchange::SendChunk(Json choice) {
   res_->Write(Str("data: ", Dump(j), "\n\n"));
 }
 
-void Exchange::OnMessage(const v1::GenerateResponse& r) {
+void Exchange::AddChoiceUsage(size_t choice, const v1::Usage& u) {
+  v1::Usage counted = u;
+  if (choice % p_.n != 0) {  // The prompt was counted with its first sample.
+    counted.set_prompt_tokens(0);
+    counted.set_cached_tokens(0);
+  }
+  AddUsage(counted, &total_);
+}
+
+void Exchange::OnMessage(size_t c, const v1::GenerateResponse& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failed_) return;
   if (!started_) {
     // The first message: the request was accepted (a refusal before it is an HTTP error).
     started_ = true;
@@ -383,42 +415,51 @@ void Exchange::OnMessage(const v1::GenerateResponse& r) {
     created_ = std::time(nullptr);
     if (p_.stream) {
       res_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
-      if (p_.chat) {
-        SendChunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+      for (size_t i = 0; p_.chat && i < choices_.size(); ++i) {
+        SendChunk({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
                    {"finish_reason", nullptr}});
       }
     }
   }
-  if (!p_.stream) return Accumulate(r, &choices_[prompt_]);
-  if (!r.finish_reason().empty()) AddUsage(r.usage(), &total_);
+  if (!p_.stream) return Accumulate(r, &choices_[c]);
+  if (!r.finish_reason().empty()) AddChoiceUsage(c, r.usage());
   if (r.token_ids().empty() && r.text().empty() && r.finish_reason().empty()) return;
   std::vector<int32_t> ids(r.token_ids().begin(), r.token_ids().end());
   std::vector<float> lps(r.logprobs().begin(), r.logprobs().end());
   std::vector<v1::TokenLogprobs> top(r.top_logprobs().begin(), r.top_logprobs().end());
-  Json choice = {{"index", prompt_}};
+  Json choice = {{"index", c}};
   if (p_.chat) {
     choice["delta"] = r.text().empty() && !r.finish_reason().empty() ? Json::object() : Json{{"content", r.text()}};
   } else {
     choice["text"] = r.text();
   }
-  choice["logprobs"] = Logprobs(*gateway_, p_, ids, lps, top, text_offset_);
-  text_offset_ += r.text().size();
+  choice["logprobs"] = Logprobs(*gateway_, p_, ids, lps, top, text_offset_[c]);
+  text_offset_[c] += r.text().size();
   choice["finish_reason"] = r.finish_reason().empty() ? Json(nullptr) : Json(r.finish_reason());
   SendChunk(std::move(choice));
 }
 
-void Exchange::OnEnd(const grpc::Status& s) {
-  if (!s.ok() || !started_) {
-    const ApiError e = FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "empty response") : s);
+void Exchange::OnEnd(size_t c, const grpc::Status& s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (s.ok() && !p_.stream) AddChoiceUsage(c, choices_[c].usage);
+  if (!s.ok() && !failed_) {
+    // The first failure answers for the request (a refusal, a cancel, a lost router); the other
+    // choices would be an incomplete answer: they are cancelled.
+    failed_ = true;
+    error_ = s;
+    CancelAll(lock);
+  }
+  if (--running_ > 0) return;
+  if (!failed_ && !started_) {
+    failed_ = true;
+    error_ = grpc::Status(grpc::StatusCode::INTERNAL, "empty response");
+  }
+  if (failed_) {
+    const ApiError e = FromGrpc(error_);
     if (!p_.stream || !started_) return SendError(*res_, e);
     // A stream's headers are gone: the error travels as an event, then the stream ends.
     res_->Write(Str("data: ", Dump(e.ToJson()), "\n\ndata: [DONE]\n\n"));
     return res_->End();
-  }
-  if (!p_.stream) AddUsage(choices_[prompt_].usage, &total_);
-  if (++prompt_ < p_.prompts.size()) {  // The next prompt's choice.
-    text_offset_ = 0;
-    return StartPrompt();
   }
   Finish();
 }
