@@ -393,7 +393,7 @@ void InstallStopSignalHandler() {
 absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(const RouterFlags& rf, const std::string& model,
                                                                  const std::string& grpc_address,
                                                                  const SecurityFlags& security,
-                                                                 const Router& router) {
+                                                                 const Router& router, metrics::Registry* registry) {
   if (rf.http_listen.empty()) return std::unique_ptr<openai::OpenAiServer>();
   openai::OpenAiServerOptions o;
   o.listen = rf.http_listen;
@@ -407,6 +407,7 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(const RouterFlag
   o.tls_key = security.tls.key;
   o.max_connections = static_cast<size_t>(rf.http_max_connections);
   o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(rf.http_request_timeout * 1000));
+  o.metrics = registry;
   return openai::OpenAiServer::Start(o);
 }
 
@@ -521,7 +522,7 @@ int RouterCommand(int argc, char** argv) {
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   auto target = GatewayTarget(rf, router->get(), server->address, sf);
   if (!target.ok()) return ReportError(cmd, target.status());
-  auto http = StartHttp(rf, model, (*target)->address, sf, **router);
+  auto http = StartHttp(rf, model, (*target)->address, sf, **router, &registry);
   if (!http.ok()) return ReportFlagError(cmd, http.status());
   Ready(Str("pdserve router ready: grpc=", server->address, MetricsReadyField(exporter->get()),
             HttpReadyField(http->get())));
@@ -607,7 +608,7 @@ int ServeCommand(int argc, char** argv) {
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   auto target = GatewayTarget(rf, router->get(), server->address, f.security);
   if (!target.ok()) return ReportError(cmd, target.status());
-  auto http = StartHttp(rf, f.model, (*target)->address, f.security, **router);
+  auto http = StartHttp(rf, f.model, (*target)->address, f.security, **router, &registry);
   if (!http.ok()) return ReportFlagError(cmd, http.status());
   Ready(Str("pdserve serve ready: grpc=", server->address, MetricsReadyField(exporter->get()),
             HttpReadyField(http->get())));

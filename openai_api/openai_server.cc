@@ -10,6 +10,7 @@
 #include "common/base/strings.h"
 #include "common/chat/chat_template.h"
 #include "common/http/http_server.h"
+#include "common/metrics/metrics.h"
 #include "common/tokenizer/tokenizer.h"
 #include "openai_api/generate_call.h"
 #include "openai_api/openai_request.h"
@@ -496,11 +497,40 @@ void Exchange::Finish() {
 struct OpenAiServer::Impl {
   std::unique_ptr<Gateway> gateway;
   std::unique_ptr<http::HttpServer> server;
+  metrics::CollectorHandle collector;  // Reads `server`: goes first.
 };
+
+namespace {
+
+// The HTTP server's stats as metrics, copied at each scrape.
+metrics::CollectorHandle HttpMetrics(metrics::Registry* registry, const std::string& model_name,
+                                     const http::HttpServer* server) {
+  auto& open = registry->AddGauge("pdserve_http_connections", "Open connections to the OpenAI HTTP API.",
+                                  {"model_name", "role"}).With({model_name, "router"});
+  auto& accepted = registry->AddCounter("pdserve_http_connections_total",
+                                        "Connections the OpenAI HTTP API accepted (those refused at "
+                                        "--http-max-connections included).",
+                                        {"model_name", "role"}).With({model_name, "router"});
+  auto& responses = registry->AddCounter("pdserve_http_responses_total",
+                                         "Responses of the OpenAI HTTP API by status code (its own "
+                                         "refusals included: 408, 413, 431, 503, ...).",
+                                         {"model_name", "role", "code"});
+  return metrics::CollectorHandle(registry, [&open, &accepted, &responses, model_name, server] {
+    const http::HttpStats st = server->stats();
+    open.Set(static_cast<double>(st.connections));
+    accepted.SetTotal(static_cast<double>(st.accepted));
+    for (const auto& [code, n] : st.responses) {
+      responses.With({model_name, "router", std::to_string(code)}).SetTotal(static_cast<double>(n));
+    }
+  });
+}
+
+}  // namespace
 
 OpenAiServer::OpenAiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 OpenAiServer::~OpenAiServer() {
+  impl_->collector.Reset();
   impl_->server.reset();   // Closes every connection: the exchanges' calls are cancelled.
   impl_->gateway.reset();  // Waits for them to end.
 }
@@ -537,6 +567,9 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const OpenAiSe
   });
   if (!server.ok()) return server.status();
   impl->server = std::move(*server);
+  if (options.metrics != nullptr) {
+    impl->collector = HttpMetrics(options.metrics, options.served_model_name, impl->server.get());
+  }
   return std::unique_ptr<OpenAiServer>(new OpenAiServer(std::move(impl)));
 }
 

@@ -22,6 +22,10 @@
 
 #include "absl/status/statusor.h"
 
+namespace pdserve::metrics {
+class Registry;
+}
+
 namespace pdserve::openai {
 
 struct OpenAiServerOptions {
@@ -36,6 +40,9 @@ struct OpenAiServerOptions {
   size_t max_connections = 1024;  // Open HTTP connections; the next is answered 503.
   // A request's head and body must arrive within this (408 otherwise).
   std::chrono::milliseconds request_timeout{30000};
+  // When set: pdserve_http_connections, pdserve_http_connections_total and
+  // pdserve_http_responses_total{code}, labelled with served_model_name and role "router".
+  metrics::Registry* metrics = nullptr;
 };
 
 class OpenAiServer {

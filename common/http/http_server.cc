@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -93,6 +94,21 @@ class Loop : public std::enable_shared_from_this<Loop> {
   void Stop();
   void Post(Op op);
   size_t connections() const { return count_.load(std::memory_order_relaxed); }
+  void CountResponse(int status) {
+    if (status >= 100 && status < static_cast<int>(responses_.size())) {
+      responses_[status].fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  HttpStats Stats() const {
+    HttpStats st;
+    st.connections = connections();
+    st.accepted = accepted_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < responses_.size(); ++i) {
+      const uint64_t n = responses_[i].load(std::memory_order_relaxed);
+      if (n > 0) st.responses.emplace_back(static_cast<int>(i), n);
+    }
+    return st;
+  }
 
  private:
   enum class State { kHead, kBody, kBusy, kClosing, kDraining };
@@ -131,7 +147,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
   void Close(Conn* c);
   void UpdateInterest(Conn* c);
   size_t ReadCap(const Conn& c) const;
-  std::string ErrorResponse(int status, std::string_view message) const;
+  std::string ErrorResponse(int status, std::string_view message);  // Counted.
 
   const HttpServerOptions options_;
   const HttpHandler handler_;
@@ -141,6 +157,8 @@ class Loop : public std::enable_shared_from_this<Loop> {
   std::vector<std::thread> handler_threads_;
   std::atomic<bool> stop_{false};
   std::atomic<size_t> count_{0};
+  std::atomic<uint64_t> accepted_{0};
+  std::array<std::atomic<uint64_t>, 600> responses_{};
 
   // Owned by the loop thread.
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
@@ -293,7 +311,8 @@ void Loop::Run() {
   while (!conns_.empty()) Close(conns_.begin()->second.get());
 }
 
-std::string Loop::ErrorResponse(int status, std::string_view message) const {
+std::string Loop::ErrorResponse(int status, std::string_view message) {
+  CountResponse(status);
   auto [body, type] = options_.error_body ? options_.error_body(status, message)
                                           : std::pair<std::string, std::string>(std::string(message), "text/plain");
   return Str("HTTP/1.1 ", status, " ", ReasonPhrase(status), "\r\nContent-Type: ", type, "\r\nContent-Length: ",
@@ -316,6 +335,7 @@ void Loop::Accept() {
       }
       return;
     }
+    accepted_.fetch_add(1, std::memory_order_relaxed);
     if (conns_.size() >= options_.max_connections) {
       if (tls_ == nullptr) {
         const std::string r = ErrorResponse(503, Str("the server holds its limit of ", options_.max_connections,
@@ -673,6 +693,7 @@ void HttpResponder::Send(int status, std::string_view content_type, std::string 
     std::lock_guard<std::mutex> lock(mu_);
     if (started_ || gone_) return;
     started_ = ended_ = true;
+    loop_->CountResponse(status);
     const std::string length = std::to_string(body.size());
     bytes = Head(status, content_type, extra, &length);
     if (!head_only_) bytes += body;
@@ -686,6 +707,7 @@ void HttpResponder::StartStream(int status, std::string_view content_type, const
     std::lock_guard<std::mutex> lock(mu_);
     if (started_ || gone_) return;
     started_ = true;
+    loop_->CountResponse(status);
     bytes = Head(status, content_type, extra, nullptr);
   }
   loop_->Post(internal::Op{connection_, std::move(bytes), false, false});
@@ -762,5 +784,7 @@ HttpServer::~HttpServer() {
 }
 
 size_t HttpServer::connections() const { return loop_->connections(); }
+
+HttpStats HttpServer::stats() const { return loop_->Stats(); }
 
 }  // namespace pdserve::http

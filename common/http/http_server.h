@@ -88,6 +88,13 @@ struct HttpServerOptions {
   std::function<std::pair<std::string, std::string>(int status, std::string_view message)> error_body;
 };
 
+// What a server has done, for metrics.
+struct HttpStats {
+  size_t connections = 0;  // Open now.
+  uint64_t accepted = 0;   // Connections accepted (those refused at the limit included).
+  std::vector<std::pair<int, uint64_t>> responses;  // Responses begun, by status (those seen).
+};
+
 class HttpServer {
  public:
   // Binds and starts serving; an error names `flag` (address taken, certificate unreadable).
@@ -97,6 +104,7 @@ class HttpServer {
   const std::string& address() const { return address_; }
   // Connections open now.
   size_t connections() const;
+  HttpStats stats() const;
 
  private:
   HttpServer() = default;

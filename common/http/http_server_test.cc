@@ -235,6 +235,10 @@ TEST_F(HttpServerTest, AnswersAndKeepsTheConnection) {
   r = c.Read();
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(r.body, "no route");
+  const HttpStats st = server_->stats();
+  EXPECT_EQ(st.connections, 1u);
+  EXPECT_EQ(st.accepted, 1u);
+  EXPECT_EQ(st.responses, (std::vector<std::pair<int, uint64_t>>{{200, 1}, {404, 1}}));
 }
 
 TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
@@ -301,6 +305,8 @@ TEST_F(HttpServerTest, RefusalsNameTheReasonAndClose) {
     EXPECT_NE(r.head.find("Connection: close"), std::string::npos);
     EXPECT_TRUE(c.ClosedByServer());
   }
+  EXPECT_EQ(server_->stats().responses,
+            (std::vector<std::pair<int, uint64_t>>{{400, 2}, {411, 1}, {413, 1}, {431, 1}, {505, 1}}));
 }
 
 // The attack the thread-per-connection server fell to: clients that trickle header bytes hold
@@ -334,6 +340,8 @@ TEST_F(HttpServerTest, TricklingClientsAreCutOffAtTheRequestDeadline) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(5000));
   ASSERT_TRUE(WaitFor([&] { return server_->connections() == 0; }));
+  EXPECT_EQ(server_->stats().responses, (std::vector<std::pair<int, uint64_t>>{{408, 8}, {503, 1}}));
+  EXPECT_EQ(server_->stats().accepted, 9u);
   Client c(server_->address());
   c.Send(Get("/echo"));
   EXPECT_EQ(c.Read().status, 200);

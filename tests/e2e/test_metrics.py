@@ -173,7 +173,7 @@ class MetricsTest(unittest.TestCase):
     def test_every_tier_exports_valid_metrics_that_match_the_traffic(self):
         # A corrupted page in the first transfer: one refused transfer, recomputed on decode.
         c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, prefill_args=METRICS,
-                            decode_args=METRICS, router_args=METRICS,
+                            decode_args=METRICS, router_args=(*METRICS, "--http-listen", "127.0.0.1:0"),
                             prefill_env={"PDSERVE_FAULT_CORRUPT_KV_PAGE": "3"})
         try:
             stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
@@ -184,6 +184,8 @@ class MetricsTest(unittest.TestCase):
             with self.assertRaises(grpc.RpcError) as bad:
                 generate(stub, [1, 2, 100000], 4)
             self.assertEqual(bad.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            with urllib.request.urlopen(f"http://{c.router.addresses['http']}/v1/models", timeout=30) as models:
+                self.assertEqual(models.status, 200)
             cluster.wait_idle(self, [(p, True) for p in c.prefill] + [(d, False) for d in c.decode])
             pages = {name: Exposition(scrape(p.addresses["metrics"]))
                      for name, p in (("router", c.router), ("prefill", c.prefill[0]), ("decode", c.decode[0]))}
@@ -215,6 +217,8 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(r.value("pdserve_worker_up", tier="prefill", worker=c.prefill[0].grpc), 1)
             self.assertEqual(r.value("pdserve_num_requests_running", role="router"), 0)
             self.assertEqual(r.value("pdserve_build_info"), 1)
+            self.assertEqual(r.value("pdserve_http_responses_total", role="router", code="200"), 1)
+            self.assertEqual(r.value("pdserve_http_connections_total", role="router"), 1)
             self.assertIn("version", dict(next(ls for (nm, ls) in r.samples if nm == "pdserve_build_info")))
 
             # KV transfers: bytes computed from the prompts, and equal to the workers' own totals

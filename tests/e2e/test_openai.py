@@ -377,6 +377,8 @@ class HostileClientTest(unittest.TestCase):
             self.assertTrue(answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer[:100])
             self.assertIn(b"did not arrive within 5000 ms", answer)
             s.close()
+        self.assertEqual(cluster.metric(self.s, "pdserve_http_responses_total", code="408"), 200)
+        self.wait_metric("pdserve_http_connections", 0, role="router")
 
     def test_more_streams_than_the_old_thread_pool(self):
         aborts = cluster.metric(self.s, "pdserve_request_success_total", role="router", finished_reason="abort")
