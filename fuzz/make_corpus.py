@@ -118,6 +118,8 @@ def main():
              b"Content-Length: 17\r\nExpect: 100-continue\r\nConnection: keep-alive, Upgrade\r\n\r\n{\"prompt\": \"a\"}",
              b"GET /metrics HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n",
              b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+             b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;a=b\r\nabc\r\n1A\r\n"
+             b"abcdefghijklmnopqrstuvwxyz\r\n0\r\nTrailer: x\r\n\r\nGET / HTTP/1.1\r\n",
              b"HEAD /health HTTP/1.1\r\nhost:\tb \r\nX-Empty:\r\nauthorization: Bearer k\r\n\r\n"]
     for i, h in enumerate(heads):
         write("http_request_fuzz", f"head{i}.http", h)

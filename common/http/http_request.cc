@@ -107,7 +107,8 @@ bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpReque
   out->minor_version = version[7] - '0';
   out->headers.clear();
 
-  bool has_length = false, has_transfer_encoding = false, has_host = false;
+  bool has_length = false, has_host = false;
+  std::string transfer_encoding;
   bool close = false, keep_alive = false;
   out->content_length = 0;
   out->expect_continue = false;
@@ -144,7 +145,8 @@ bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpReque
       has_length = true;
       out->content_length = n;
     } else if (name == "transfer-encoding") {
-      has_transfer_encoding = true;
+      if (!transfer_encoding.empty()) transfer_encoding += ", ";
+      transfer_encoding += LowerCopy(value);
     } else if (name == "host") {
       if (has_host) return Fail(error, 400, "two Host headers");
       has_host = true;
@@ -159,9 +161,15 @@ bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpReque
     out->headers.emplace_back(std::move(name), std::string(value));
   }
   if (out->minor_version >= 1 && !has_host) return Fail(error, 400, "an HTTP/1.1 request needs a Host header");
-  if (has_transfer_encoding) {
+  out->chunked = false;
+  if (!transfer_encoding.empty()) {
+    // Both framings at once is how requests are smuggled past proxies: refused, not resolved.
     if (has_length) return Fail(error, 400, "both Transfer-Encoding and Content-Length");
-    return Fail(error, 411, "send the body with a Content-Length (chunked request bodies are not accepted)");
+    if (out->minor_version == 0) return Fail(error, 400, "Transfer-Encoding in an HTTP/1.0 request");
+    if (transfer_encoding != "chunked") {
+      return Fail(error, 501, Str("Transfer-Encoding '", transfer_encoding, "' is not supported (only chunked)"));
+    }
+    out->chunked = true;
   }
   if (out->content_length > limits.max_body_bytes) {
     return Fail(error, 413, Str("the request body (", out->content_length, " bytes) is larger than the limit of ",
@@ -169,6 +177,71 @@ bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpReque
   }
   out->keep_alive = out->minor_version >= 1 ? !close : keep_alive && !close;
   return true;
+}
+
+ChunkedDecoder::Result ChunkedDecoder::Feed(std::string* in, std::string* body, RequestError* error) {
+  auto fail = [error](int status, std::string message) {
+    Fail(error, status, std::move(message));
+    return Result::kError;
+  };
+  size_t at = 0;  // Consumed from the front of `in`; erased once, on the way out.
+  Result result = Result::kMore;
+  while (result == Result::kMore) {
+    const std::string_view rest = std::string_view(*in).substr(at);
+    if (state_ == State::kSize) {
+      const size_t eol = rest.find("\r\n");
+      if (eol == std::string_view::npos) {
+        if (rest.size() > 1024) return fail(400, "a chunk-size line is longer than 1 KiB");
+        break;
+      }
+      std::string_view line = rest.substr(0, eol);
+      line = Trim(line.substr(0, line.find(';')));  // Extensions are ignored.
+      if (line.empty() || line.size() > 15) return fail(400, "a chunk size is not a hex number");
+      size_t size = 0;
+      for (char c : line) {
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                                      : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return fail(400, "a chunk size is not a hex number");
+        size = size * 16 + static_cast<size_t>(d);
+      }
+      at += eol + 2;
+      if (size == 0) {
+        state_ = State::kTrailer;
+      } else {
+        if (size > max_body_ - std::min(max_body_, body->size())) {
+          return fail(413, Str("the request body is larger than the limit of ", max_body_, " bytes"));
+        }
+        remaining_ = size;
+        state_ = State::kData;
+      }
+    } else if (state_ == State::kData) {
+      const size_t n = std::min(remaining_, rest.size());
+      body->append(rest.data(), n);
+      at += n;
+      remaining_ -= n;
+      if (remaining_ > 0) break;
+      state_ = State::kDataEnd;
+    } else if (state_ == State::kDataEnd) {
+      if (rest.size() < 2) break;
+      if (rest.substr(0, 2) != "\r\n") return fail(400, "a chunk's data is not followed by CRLF");
+      at += 2;
+      state_ = State::kSize;
+    } else {  // kTrailer: field lines up to an empty one.
+      const size_t eol = rest.find("\r\n");
+      if (eol == std::string_view::npos) {
+        if (trailer_bytes_ + rest.size() > 8192) return fail(431, "the trailers are larger than 8 KiB");
+        break;
+      }
+      at += eol + 2;
+      if (eol == 0) {
+        result = Result::kDone;
+      } else if ((trailer_bytes_ += eol + 2) > 8192) {
+        return fail(431, "the trailers are larger than 8 KiB");
+      }
+    }
+  }
+  in->erase(0, at);
+  return result;
 }
 
 const char* ReasonPhrase(int status) {

@@ -18,6 +18,7 @@ struct HttpRequest {
   int minor_version = 1;  // HTTP/1.<minor>.
   std::vector<std::pair<std::string, std::string>> headers;  // Names lowercased, values trimmed.
   size_t content_length = 0;
+  bool chunked = false;  // "Transfer-Encoding: chunked": the body follows in chunks (ChunkedDecoder).
   bool keep_alive = true;       // HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with keep-alive.
   bool expect_continue = false;  // "Expect: 100-continue".
   std::string body;
@@ -27,7 +28,7 @@ struct HttpRequest {
   const std::string* Header(std::string_view lowercase_name) const;
 };
 
-// Why a head was refused: the status to answer with (400, 411, 413, 431, 501, 505) and a message.
+// Why a head was refused: the status to answer with (400, 413, 431, 501, 505) and a message.
 struct RequestError {
   int status = 400;
   std::string message;
@@ -45,6 +46,25 @@ size_t FindHeadEnd(std::string_view data);
 // Parses `head` (as FindHeadEnd delimits it). Returns false with `error` set when the request
 // must be refused; the connection is then closed after the answer.
 bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpRequest* out, RequestError* error);
+
+// Decodes a chunked request body (RFC 9112 section 7.1) as its bytes arrive: chunk extensions are
+// ignored, trailer fields read and dropped. Bounded: the decoded body by max_body_bytes (413), a
+// chunk-size line by 1 KiB and the trailers by 8 KiB (400/431).
+class ChunkedDecoder {
+ public:
+  enum class Result { kMore, kDone, kError };
+  explicit ChunkedDecoder(size_t max_body_bytes) : max_body_(max_body_bytes) {}
+  // Consumes what it can from the front of `in`, appending chunk data to `body`. kDone: the body
+  // is complete and `in` starts with whatever followed it (the next request).
+  Result Feed(std::string* in, std::string* body, RequestError* error);
+
+ private:
+  enum class State { kSize, kData, kDataEnd, kTrailer };
+  State state_ = State::kSize;
+  size_t remaining_ = 0;  // Of the current chunk's data.
+  size_t trailer_bytes_ = 0;
+  size_t max_body_;
+};
 
 // The reason phrase of a status code ("OK", "Not Found", ...).
 const char* ReasonPhrase(int status);

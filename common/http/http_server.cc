@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -125,6 +126,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
     size_t out_off = 0;
     HttpRequest req;
     size_t head_len = 0;
+    std::optional<ChunkedDecoder> chunked;  // While a chunked body arrives.
     bool request_started = false;  // A byte of the current request has arrived (or: first request).
     bool got_bytes = false;        // Since request_started.
     Clock::time_point deadline;    // kHead/kBody: of the request (or idle); kDraining: of the linger.
@@ -370,7 +372,7 @@ void Loop::Accept() {
 size_t Loop::ReadCap(const Conn& c) const {
   switch (c.state) {
     case State::kHead: return options_.limits.max_head_bytes + 1;
-    case State::kBody: return c.head_len + c.req.content_length;
+    case State::kBody: return c.chunked ? kBusyReadCap : c.head_len + c.req.content_length;
     case State::kBusy: return kBusyReadCap;
     case State::kClosing: return 0;
     case State::kDraining: return SIZE_MAX;  // Read and dropped.
@@ -505,6 +507,7 @@ bool Loop::Flush(Conn* c) {
 
 void Loop::Refuse(Conn* c, int status, std::string_view message) {
   c->out += ErrorResponse(status, message);
+  c->chunked.reset();
   c->state = State::kClosing;
   c->in.clear();
   c->responder.reset();
@@ -538,17 +541,33 @@ bool Loop::Advance(Conn* c) {
       }
       c->req.remote = c->remote;
       c->state = State::kBody;
-      if (c->req.expect_continue && c->req.minor_version >= 1 &&
-          c->in.size() - c->head_len < c->req.content_length) {
+      if (c->req.chunked) {  // Decoded as it arrives: `in` holds only what is not yet decoded.
+        c->in.erase(0, c->head_len);
+        c->head_len = 0;
+        c->chunked.emplace(options_.limits.max_body_bytes);
+      }
+      const bool body_missing = c->req.chunked ? c->in.empty() : c->in.size() - c->head_len < c->req.content_length;
+      if (c->req.expect_continue && c->req.minor_version >= 1 && body_missing) {
         c->out += "HTTP/1.1 100 Continue\r\n\r\n";
         if (!Flush(c)) return false;
       }
     }
     if (c->state != State::kBody) return true;
-    if (c->in.size() - c->head_len < c->req.content_length) return true;
-    c->req.body = c->in.substr(c->head_len, c->req.content_length);
-    c->in.erase(0, c->head_len + c->req.content_length);
-    c->head_len = 0;
+    if (c->chunked) {
+      RequestError error;
+      const ChunkedDecoder::Result r = c->chunked->Feed(&c->in, &c->req.body, &error);
+      if (r == ChunkedDecoder::Result::kError) {
+        Refuse(c, error.status, error.message);
+        return Flush(c);
+      }
+      if (r == ChunkedDecoder::Result::kMore) return true;
+      c->chunked.reset();
+    } else {
+      if (c->in.size() - c->head_len < c->req.content_length) return true;
+      c->req.body = c->in.substr(c->head_len, c->req.content_length);
+      c->in.erase(0, c->head_len + c->req.content_length);
+      c->head_len = 0;
+    }
     c->state = State::kBusy;
     c->responder = std::make_shared<HttpResponder>(shared_from_this(), c->id, c->req.keep_alive, c->req.minor_version);
     if (c->req.method == "HEAD") c->responder->head_only_ = true;

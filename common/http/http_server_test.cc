@@ -241,6 +241,26 @@ TEST_F(HttpServerTest, AnswersAndKeepsTheConnection) {
   EXPECT_EQ(st.responses, (std::vector<std::pair<int, uint64_t>>{{200, 1}, {404, 1}}));
 }
 
+TEST_F(HttpServerTest, ChunkedRequestBodies) {
+  StartServer();
+  Client c(server_->address());
+  const std::string head = "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string body = "4\r\nabcd\r\n3;x=y\r\nefg\r\n0\r\n\r\n";
+  for (char ch : head + body) c.Send(std::string(1, ch));  // A byte per send.
+  EXPECT_EQ(c.Read().body, "POST||abcdefg");
+  c.Send(head + "2\r\nhi\r\n0\r\n\r\n" + Get("/echo"));  // Then a pipelined request.
+  EXPECT_EQ(c.Read().body, "POST||hi");
+  EXPECT_EQ(c.Read().body, "GET||");
+  // Expect: 100-continue before chunks, as curl sends it.
+  c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n");
+  c.SetTimeout(milliseconds(5000));
+  ASSERT_TRUE(c.Fill());
+  c.Send("1\r\nz\r\n0\r\n\r\n");
+  const Response r = c.Read();
+  EXPECT_TRUE(r.saw_continue);
+  EXPECT_EQ(r.body, "POST||z");
+}
+
 TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
   StartServer();
   Client c(server_->address());
@@ -293,7 +313,9 @@ TEST_F(HttpServerTest, RefusalsNameTheReasonAndClose) {
       {"GET /echo HTTP/1.1\r\nHost: t\r\nX: " + std::string(2000, 'x'), 431},  // No end in sight.
       {"GET /echo HTTP/1.1\r\n\r\n", 400},
       {"GET /echo HTTP/3.0\r\nHost: t\r\n\r\n", 505},
-      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n", 411},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n", 400},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413},
       {"\x16\x03\x01\x02\x10\x01\x03\x03 tls to a plain port\r\n\r\n", 400},
   };
   for (const auto& [request, status] : cases) {
@@ -306,7 +328,7 @@ TEST_F(HttpServerTest, RefusalsNameTheReasonAndClose) {
     EXPECT_TRUE(c.ClosedByServer());
   }
   EXPECT_EQ(server_->stats().responses,
-            (std::vector<std::pair<int, uint64_t>>{{400, 2}, {411, 1}, {413, 1}, {431, 1}, {505, 1}}));
+            (std::vector<std::pair<int, uint64_t>>{{400, 3}, {413, 2}, {431, 1}, {501, 1}, {505, 1}}));
 }
 
 // The attack the thread-per-connection server fell to: clients that trickle header bytes hold

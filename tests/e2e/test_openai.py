@@ -158,6 +158,16 @@ class OpenAiTest(unittest.TestCase):
         self.assertEqual([c["index"] for c in got["choices"]], [0, 1])
         self.assertEqual(got["choices"][1]["text"], grpc_greedy(self.s, 4, text=PROMPTS[1])["text"])
         self.assertEqual(got["usage"]["completion_tokens"], 8)
+        # A chunked request body (Python's http.client framing it) gets the same answer.
+        host, port = self.s.addresses["http"].rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        body = json.dumps({"prompt": PROMPTS[0], "max_tokens": 12, "temperature": 0}).encode()
+        conn.request("POST", "/v1/completions", body=iter([body[:7], body[7:]]),
+                     headers={"Content-Type": "application/json"}, encode_chunked=True)
+        r = conn.getresponse()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(json.loads(r.read())["choices"][0]["text"], grpc_greedy(self.s, 12, text=PROMPTS[0])["text"])
+        conn.close()
 
     def test_chat_completions_equal_grpc_on_the_rendered_template(self):
         messages = [{"role": "system", "content": "Answer as the scripture does."},
