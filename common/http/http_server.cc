@@ -409,9 +409,9 @@ void Loop::HandleEvent(Conn* c, uint32_t events) {
   // event will announce: read them now that the state allows more.
   while (c->ssl != nullptr && SSL_pending(c->ssl) > 0 && c->in.size() < ReadCap(*c) &&
          (c->state == State::kHead || c->state == State::kBody)) {
-    const size_t before = c->in.size();
+    const int pending = SSL_pending(c->ssl);
     if (!ReadAvailable(c) || !Advance(c)) return;
-    if (c->in.size() == before) break;
+    if (SSL_pending(c->ssl) >= pending) break;  // No progress: wait for the socket.
   }
   UpdateInterest(c);
 }

@@ -548,6 +548,18 @@ TEST_F(HttpServerTest, ServesTls) {
     EXPECT_EQ(r.body, "POST||" + body);
   }
   {
+    // A chunked body of 200 KB in one write: decoded across many records and read caps.
+    Client c(server_->address(), ctx);
+    const std::string data(200000, 'c');
+    char size[16];
+    snprintf(size, sizeof(size), "%zx", data.size());
+    c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" + std::string(size) + "\r\n" +
+           data + "\r\n0\r\n\r\n");
+    const Response r = c.Read();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, "POST||" + data);
+  }
+  {
     Client plain(server_->address());  // No handshake: cut off at the deadline, no answer.
     plain.Send("GET / HTTP/1.1\r\nHost: t\r\n\r\n");
     EXPECT_TRUE(plain.ClosedByServer());
