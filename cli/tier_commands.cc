@@ -31,6 +31,7 @@
 #include "common/rpc/server_builder.h"
 #include "decode_service/decode_grpc_service.h"
 #include "openai_api/openai_server.h"
+#include "openai_api/tool_calls.h"
 #include "prefill_service/prefill_grpc_service.h"
 #include "router/router_grpc_service.h"
 
@@ -122,7 +123,7 @@ struct RouterFlags {
   double discovery_interval = 5;
   double approx_ttl = 120;
   double recent_half_life = 2;
-  std::string http_listen, served_model_name, chat_template;
+  std::string http_listen, served_model_name, chat_template, tool_call_parser;
   int64_t http_max_connections = 1024;
   double http_request_timeout = 30;
 
@@ -137,6 +138,8 @@ struct RouterFlags {
                  "the model name clients send and see, also in metrics (default: the model directory's name)");
     flags.String("chat-template", &chat_template,
                  "a Jinja chat template file for /v1/chat/completions instead of the model's");
+    flags.String("tool-call-parser", &tool_call_parser,
+                 "find tool calls in chat output (requests with tools): hermes (Qwen, Hermes) or llama3_json");
     flags.String("policy", &policy, "routing policy: kv_aware, least_loaded or round_robin");
     flags.Double("w-prefix", &options.routing.w_prefix,
                  "kv_aware: weight of the prompt blocks a worker would still have to prefill");
@@ -177,6 +180,7 @@ struct RouterFlags {
     *out = options;
     PD_ASSIGN_OR_RETURN(out->routing.policy, ParseRoutingPolicy(policy));
     if (http_max_connections < 1) return absl::InvalidArgumentError("--http-max-connections: must be >= 1");
+    if (auto parser = openai::ParseToolParserName(tool_call_parser); !parser.ok()) return parser.status();
     if (!(http_request_timeout > 0) || http_request_timeout > 3600) {
       return absl::InvalidArgumentError("--http-request-timeout-seconds: must be in (0, 3600]");
     }
@@ -408,6 +412,7 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(const RouterFlag
   o.max_connections = static_cast<size_t>(rf.http_max_connections);
   o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(rf.http_request_timeout * 1000));
   o.metrics = registry;
+  o.tool_call_parser = rf.tool_call_parser;
   return openai::OpenAiServer::Start(o);
 }
 

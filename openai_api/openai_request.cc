@@ -296,6 +296,18 @@ bool ParseChatRequest(const std::string& body, const ParseOptions& options, Pars
     } else if (!m.contains("content") || m["content"].is_null()) {
       copy["content"] = "";
     }
+    // An assistant's earlier calls carry their arguments as JSON text (OpenAI's shape); chat
+    // templates expect the object (Hugging Face's shape), as vLLM gives it to them.
+    if (copy.contains("tool_calls") && copy["tool_calls"].is_array()) {
+      for (Json& call : copy["tool_calls"]) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+        Json& f = call["function"];
+        if (!f.contains("arguments") || !f["arguments"].is_string()) continue;
+        Json args;
+        ApiError unused;
+        if (ParseJsonObject(f["arguments"].get<std::string>(), &args, &unused)) f["arguments"] = std::move(args);
+      }
+    }
     normalized.push_back(std::move(copy));
   }
   Json tools = nullptr;
@@ -303,6 +315,23 @@ bool ParseChatRequest(const std::string& body, const ParseOptions& options, Pars
     if (!j["tools"].is_array()) return Fail(e, "tools", "'tools' must be a list");
     tools = j["tools"];
   }
+  // tool_choice: "auto" (the default with tools) parses the output with --tool-call-parser;
+  // "none" leaves it text. Forcing a call ("required", a named function) needs guided decoding.
+  std::string tool_choice = "auto";
+  if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
+    const Json& c = j["tool_choice"];
+    if (c.is_object() || (c.is_string() && c.get<std::string>() == "required")) {
+      return Fail(e, "tool_choice", "'required' and named functions are not supported (they need guided decoding)");
+    }
+    if (!c.is_string() || (c.get<std::string>() != "auto" && c.get<std::string>() != "none")) {
+      return Fail(e, "tool_choice", "'tool_choice' must be \"auto\" or \"none\"");
+    }
+    tool_choice = c.get<std::string>();
+    if (tool_choice == "auto" && options.tool_parser == ToolParser::kNone) {
+      return Fail(e, "tool_choice", "\"auto\" needs the server's --tool-call-parser");
+    }
+  }
+  if (tools.is_array() && !tools.empty() && tool_choice == "auto") out->tool_parser = options.tool_parser;
   bool add_generation_prompt = true;
   if (!Boolean(j, "add_generation_prompt", &add_generation_prompt, e)) return false;
   Json extra = Json::object();

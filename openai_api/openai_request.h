@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/chat/chat_template.h"
+#include "openai_api/tool_calls.h"
 #include "nlohmann/json.hpp"
 #include "pdserve/v1/generation.pb.h"
 
@@ -33,11 +34,15 @@ struct ParsedRequest {
   // j of prompt i (its seed, when the request has one, is seed + j).
   std::vector<v1::GenerateRequest> prompts;
   int n = 1;
+  // Chat: how the output is searched for tool calls (kNone: it is all content). Set when the
+  // request has tools, its tool_choice is "auto" (or absent) and the server has a parser.
+  ToolParser tool_parser = ToolParser::kNone;
 };
 
 struct ParseOptions {
   std::string served_model_name;
   const ChatTemplate* chat_template = nullptr;  // Null: chat completions are refused.
+  ToolParser tool_parser = ToolParser::kNone;   // --tool-call-parser.
 };
 
 // The body as a JSON object, nesting at most 64 deep (checked while parsing, without recursion).

@@ -91,6 +91,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
  private:
   void Cancel();
   void CancelAll(std::unique_lock<std::mutex>& lock);
+  // A choice's call ended (or was never started): the last one answers.
+  void EndOne(std::unique_lock<std::mutex>& lock);
   void OnMessage(size_t choice, const v1::GenerateResponse& r);
   void OnEnd(size_t choice, const grpc::Status& s);
   void SendChunk(Json choice);
@@ -114,6 +116,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   int64_t created_ = 0;
   std::vector<Choice> choices_;       // Whole responses.
   std::vector<size_t> text_offset_;   // Streams: per choice.
+  std::vector<ToolCallStream> tools_;  // Streamed chat with tool parsing: per choice.
+  std::vector<int> tool_calls_sent_;  // Per choice: the next tool call's index.
   v1::Usage total_;
 };
 
@@ -128,6 +132,7 @@ class Gateway {
         stub_(v1::Generation::NewStub(grpc::CreateChannel(o.grpc_target, grpc::InsecureChannelCredentials()))) {
     parse_.served_model_name = o.served_model_name;
     parse_.chat_template = template_.get();
+    parse_.tool_parser = ParseToolParserName(o.tool_call_parser).value_or(ToolParser::kNone);
   }
 
   // Waits for every exchange to end (the HTTP server has stopped: their calls are cancelled).
@@ -339,6 +344,8 @@ Exchange::Exchange(Gateway* gateway, std::shared_ptr<http::HttpResponder> res, P
   choices_.resize(n);
   text_offset_.resize(n);
   calls_.resize(n);
+  tools_.assign(n, ToolCallStream(p_.tool_parser));
+  tool_calls_sent_.assign(n, 0);
 }
 
 Exchange::~Exchange() { gateway_->Live(-1); }
@@ -354,6 +361,14 @@ void Exchange::Begin() {
   std::unique_lock<std::mutex> lock(mu_);
   running_ = choices_.size();
   for (size_t c = 0; c < choices_.size(); ++c) {
+    if (cancelled_ || failed_) {  // No point starting the rest.
+      if (!failed_) {
+        failed_ = true;
+        error_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      }
+      EndOne(lock);
+      continue;
+    }
     v1::GenerateRequest request = p_.prompts[c / p_.n];
     const uint64_t sample = c % p_.n;
     if (sample > 0 && request.sampling().has_seed()) {
@@ -429,14 +444,36 @@ void Exchange::OnMessage(size_t c, const v1::GenerateResponse& r) {
   std::vector<float> lps(r.logprobs().begin(), r.logprobs().end());
   std::vector<v1::TokenLogprobs> top(r.top_logprobs().begin(), r.top_logprobs().end());
   Json choice = {{"index", c}};
-  if (p_.chat) {
+  std::string finish = r.finish_reason();
+  if (p_.chat && p_.tool_parser != ToolParser::kNone) {
+    // Content that cannot begin a call goes now; a call once its end has arrived.
+    ToolCallStream::Delta d = tools_[c].Feed(r.text());
+    if (!finish.empty()) {
+      ToolCallStream::Delta last = tools_[c].Finish();
+      d.content += last.content;
+      for (auto& call : last.calls) d.calls.push_back(std::move(call));
+      if (tools_[c].called()) finish = "tool_calls";
+    }
+    Json delta = Json::object();
+    if (!d.content.empty()) delta["content"] = d.content;
+    if (!d.calls.empty()) {
+      Json calls = Json::array();
+      for (const ToolCall& call : d.calls) {
+        calls.push_back({{"index", tool_calls_sent_[c]++}, {"id", call.id}, {"type", "function"},
+                         {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      }
+      delta["tool_calls"] = std::move(calls);
+    }
+    if (delta.empty() && finish.empty() && !p_.chat_logprobs) return;  // Held back: nothing to send yet.
+    choice["delta"] = std::move(delta);
+  } else if (p_.chat) {
     choice["delta"] = r.text().empty() && !r.finish_reason().empty() ? Json::object() : Json{{"content", r.text()}};
   } else {
     choice["text"] = r.text();
   }
   choice["logprobs"] = Logprobs(*gateway_, p_, ids, lps, top, text_offset_[c]);
   text_offset_[c] += r.text().size();
-  choice["finish_reason"] = r.finish_reason().empty() ? Json(nullptr) : Json(r.finish_reason());
+  choice["finish_reason"] = finish.empty() ? Json(nullptr) : Json(finish);
   SendChunk(std::move(choice));
 }
 
@@ -450,6 +487,10 @@ void Exchange::OnEnd(size_t c, const grpc::Status& s) {
     error_ = s;
     CancelAll(lock);
   }
+  EndOne(lock);
+}
+
+void Exchange::EndOne(std::unique_lock<std::mutex>& lock) {
   if (--running_ > 0) return;
   if (!failed_ && !started_) {
     failed_ = true;
@@ -479,13 +520,27 @@ void Exchange::Finish() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     Json choice = {{"index", i}};
-    if (p_.chat) {
+    std::string finish = c.finish_reason;
+    if (p_.chat && p_.tool_parser != ToolParser::kNone) {
+      ExtractedTools t = ExtractToolCalls(p_.tool_parser, c.text);
+      Json message = {{"role", "assistant"}, {"content", t.content ? Json(*t.content) : Json(nullptr)}};
+      if (!t.calls.empty()) {
+        Json calls = Json::array();
+        for (const ToolCall& call : t.calls) {
+          calls.push_back({{"id", call.id}, {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        }
+        message["tool_calls"] = std::move(calls);
+        finish = "tool_calls";
+      }
+      choice["message"] = std::move(message);
+    } else if (p_.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
       choice["text"] = c.text;
     }
     choice["logprobs"] = Logprobs(*gateway_, p_, c.ids, c.logprobs, c.top, 0);
-    choice["finish_reason"] = c.finish_reason;
+    choice["finish_reason"] = finish;
     choices.push_back(std::move(choice));
   }
   SendJson(*res_, {{"id", id_}, {"object", p_.chat ? "chat.completion" : "text_completion"}, {"created", created_},
@@ -538,6 +593,7 @@ OpenAiServer::~OpenAiServer() {
 const std::string& OpenAiServer::address() const { return impl_->server->address(); }
 
 absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const OpenAiServerOptions& options) {
+  if (auto parser = ParseToolParserName(options.tool_call_parser); !parser.ok()) return parser.status();
   auto tokenizer = Tokenizer::Load(options.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
   std::unique_ptr<ChatTemplate> tmpl;

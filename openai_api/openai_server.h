@@ -43,6 +43,7 @@ struct OpenAiServerOptions {
   // When set: pdserve_http_connections, pdserve_http_connections_total and
   // pdserve_http_responses_total{code}, labelled with served_model_name and role "router".
   metrics::Registry* metrics = nullptr;
+  std::string tool_call_parser;  // --tool-call-parser: hermes, llama3_json, or empty (none).
 };
 
 class OpenAiServer {

@@ -113,7 +113,7 @@ PROMPTS = ["And God said", "In the beginning", "Blessed are the", "And it came t
 class OpenAiTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.s = serve()
+        cls.s = serve("--tool-call-parser", "hermes")
 
     @classmethod
     def tearDownClass(cls):
@@ -245,6 +245,28 @@ class OpenAiTest(unittest.TestCase):
         for k in (0, 1):
             self.assertEqual("".join(e["choices"][0]["delta"].get("content", "") for e in events
                                      if e["choices"][0]["index"] == k), one["choices"][0]["message"]["content"])
+
+    def test_tools_with_a_parser(self):
+        # The demo model writes no <tool_call> blocks: with tools (which this template ignores, so
+        # the prompt is the same) the answer is the plain one, content and finish reason, no calls.
+        chat = {"messages": [{"role": "user", "content": "Who made the earth?"}], "max_tokens": 6, "temperature": 0}
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+        _, plain, _ = post(self.s, "/v1/chat/completions", chat)
+        for choice in (None, "auto", "none"):
+            body = {**chat, "tools": tools, **({"tool_choice": choice} if choice else {})}
+            status, got, _ = post(self.s, "/v1/chat/completions", body)
+            self.assertEqual(status, 200, got)
+            self.assertEqual(got["choices"][0]["message"]["content"], plain["choices"][0]["message"]["content"])
+            self.assertNotIn("tool_calls", got["choices"][0]["message"])
+            self.assertEqual(got["choices"][0]["finish_reason"], "length")
+            status, raw, _ = post(self.s, "/v1/chat/completions", {**body, "stream": True}, raw=True)
+            events = sse_events(raw)
+            self.assertEqual("".join(e["choices"][0]["delta"].get("content", "") for e in events),
+                             plain["choices"][0]["message"]["content"])
+            self.assertEqual(events[-1]["choices"][0]["finish_reason"], "length")
+        for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}, "sometimes", 3):
+            status, got, _ = post(self.s, "/v1/chat/completions", {**chat, "tools": tools, "tool_choice": choice})
+            self.assertEqual((status, got["error"]["param"]), (400, "tool_choice"), got)
 
     def test_bad_requests_get_openai_errors(self):
         cases = [
@@ -417,6 +439,39 @@ class HostileClientTest(unittest.TestCase):
         self.assert_all_freed(aborts + 1)
 
 
+class ToolArgumentsTest(unittest.TestCase):
+    """Without --tool-call-parser; a template that reads an earlier call's arguments."""
+
+    def test_arguments_reach_the_template_as_an_object_and_auto_needs_a_parser(self):
+        template = os.path.join(WORKDIR, "tools.jinja")
+        with open(template, "w") as f:
+            f.write("{% for m in messages %}{{ m.role }}: {{ m.content }}{% for c in m.tool_calls or [] %}"
+                    "[{{ c.function.name }}({{ c.function.arguments.city }})]{% endfor %}\n{% endfor %}")
+        s = cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
+                                      "--kv-memory-gib", "0.05", "--http-listen", "127.0.0.1:0",
+                                      "--chat-template", template])
+        try:
+            messages = [{"role": "user", "content": "Weather?"},
+                        {"role": "assistant", "content": None,
+                         "tool_calls": [{"id": "call_1", "type": "function",
+                                         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                        {"role": "tool", "tool_call_id": "call_1", "content": "21 C"}]
+            status, got, _ = post(s, "/tokenize", {"messages": messages})
+            self.assertEqual(status, 200, got)
+            _, text, _ = post(s, "/detokenize", {"tokens": got["tokens"]})
+            # (The newline after a block tag is dropped: Hugging Face renders with trim_blocks.)
+            self.assertEqual(text["prompt"], "user: Weather?assistant: [get_weather(Paris)]tool: 21 C")
+            tools = [{"type": "function", "function": {"name": "get_weather"}}]
+            status, got, _ = post(s, "/v1/chat/completions", {"messages": messages[:1], "tools": tools,
+                                                               "tool_choice": "auto", "max_tokens": 2})
+            self.assertEqual((status, got["error"]["param"]), (400, "tool_choice"), got)
+            self.assertIn("--tool-call-parser", got["error"]["message"])
+            status, got, _ = post(s, "/v1/chat/completions", {"messages": messages[:1], "tools": tools, "max_tokens": 2})
+            self.assertEqual(status, 200, got)  # Tools without a parser: the output stays text.
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
 class OfficialClientTest(unittest.TestCase):
     """The official `openai` npm client (pinned in scripts/openai_client_setup.sh) against serve."""
 
@@ -552,6 +607,10 @@ class OpenAiLimitsTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertNotEqual(bad.returncode, 0)
         self.assertIn("endfor", bad.stderr)
+        bad = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--tool-call-parser", "mistral"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--tool-call-parser: 'mistral' is not one of hermes, llama3_json, none", bad.stderr)
 
 
 if __name__ == "__main__":
