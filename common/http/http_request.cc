@@ -190,10 +190,12 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string* in, std::string* body, 
     const std::string_view rest = std::string_view(*in).substr(at);
     if (state_ == State::kSize) {
       const size_t eol = rest.find("\r\n");
-      if (eol == std::string_view::npos) {
-        if (rest.size() > 1024) return fail(400, "a chunk-size line is longer than 1 KiB");
-        break;
+      // The same bound whether the line's end has arrived or not (else the verdict would depend
+      // on how the bytes were split).
+      if (eol == std::string_view::npos ? rest.size() > 1025 : eol > 1024) {  // 1025: a '\r' may end it.
+        return fail(400, "a chunk-size line is longer than 1 KiB");
       }
+      if (eol == std::string_view::npos) break;
       std::string_view line = rest.substr(0, eol);
       line = Trim(line.substr(0, line.find(';')));  // Extensions are ignored.
       if (line.empty() || line.size() > 15) return fail(400, "a chunk size is not a hex number");

@@ -133,6 +133,13 @@ TEST(ChunkedDecoder, DecodesWhateverTheSplit) {
     }
   }
   EXPECT_EQ(Decode("0\r\n\r\n", 1).result, ChunkedDecoder::Result::kDone);
+  // A size line of exactly 1 KiB (an extension pads it) passes, whatever the split; 1 KiB + 1 not.
+  const std::string at_bound = "1;" + std::string(1022, 'e') + "\r\nx\r\n0\r\n\r\n";
+  const std::string past_bound = "1;" + std::string(1023, 'e') + "\r\nx\r\n0\r\n\r\n";
+  for (size_t step : {size_t{1}, at_bound.size()}) {
+    EXPECT_EQ(Decode(at_bound, step).body, "x") << step;
+    EXPECT_EQ(Decode(past_bound, step).error.status, 400) << step;
+  }
 }
 
 TEST(ChunkedDecoder, RefusesMalformedAndOversizedBodies) {
