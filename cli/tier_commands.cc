@@ -139,7 +139,8 @@ struct RouterFlags {
     flags.String("chat-template", &chat_template,
                  "a Jinja chat template file for /v1/chat/completions instead of the model's");
     flags.String("tool-call-parser", &tool_call_parser,
-                 "find tool calls in chat output (requests with tools): hermes (Qwen, Hermes) or llama3_json");
+                 "find tool calls in chat output (requests with tools): hermes (Qwen, Hermes) or "
+                 "llama3_json");
     flags.String("policy", &policy, "routing policy: kv_aware, least_loaded or round_robin");
     flags.Double("w-prefix", &options.routing.w_prefix,
                  "kv_aware: weight of the prompt blocks a worker would still have to prefill");
@@ -179,8 +180,12 @@ struct RouterFlags {
   absl::Status ToOptions(RouterOptions* out) const {
     *out = options;
     PD_ASSIGN_OR_RETURN(out->routing.policy, ParseRoutingPolicy(policy));
-    if (http_max_connections < 1) return absl::InvalidArgumentError("--http-max-connections: must be >= 1");
-    if (auto parser = openai::ParseToolParserName(tool_call_parser); !parser.ok()) return parser.status();
+    if (http_max_connections < 1) {
+      return absl::InvalidArgumentError("--http-max-connections: must be >= 1");
+    }
+    if (auto parser = openai::ParseToolParserName(tool_call_parser); !parser.ok()) {
+      return parser.status();
+    }
     if (!(http_request_timeout > 0) || http_request_timeout > 3600) {
       return absl::InvalidArgumentError("--http-request-timeout-seconds: must be in (0, 3600]");
     }
@@ -394,10 +399,9 @@ void InstallStopSignalHandler() {
 
 // The OpenAI HTTP API in front of the public gRPC server at `grpc_address` (null when
 // --http-listen is empty).
-absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(const RouterFlags& rf, const std::string& model,
-                                                                 const std::string& grpc_address,
-                                                                 const SecurityFlags& security,
-                                                                 const Router& router, metrics::Registry* registry) {
+absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(
+    const RouterFlags& rf, const std::string& model, const std::string& grpc_address,
+    const SecurityFlags& security, const Router& router, metrics::Registry* registry) {
   if (rf.http_listen.empty()) return std::unique_ptr<openai::OpenAiServer>();
   openai::OpenAiServerOptions o;
   o.listen = rf.http_listen;
@@ -410,7 +414,8 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(const RouterFlag
   o.tls_cert = security.tls.cert;
   o.tls_key = security.tls.key;
   o.max_connections = static_cast<size_t>(rf.http_max_connections);
-  o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(rf.http_request_timeout * 1000));
+  o.request_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(rf.http_request_timeout * 1000));
   o.metrics = registry;
   o.tool_call_parser = rf.tool_call_parser;
   return openai::OpenAiServer::Start(o);

@@ -18,12 +18,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t end = pdserve::http::FindHeadEnd(bytes);
   pdserve::http::HttpRequest req;
   pdserve::http::RequestError error;
-  if (!pdserve::http::ParseRequestHead(bytes.substr(0, end == 0 ? size : end), limits, &req, &error)) {
+  if (!pdserve::http::ParseRequestHead(bytes.substr(0, end == 0 ? size : end), limits, &req,
+                                       &error)) {
     if (error.message.empty() || error.status < 400 || error.status > 505) __builtin_trap();
     return 0;
   }
-  if (end == 0 || req.content_length > limits.max_body_bytes || req.headers.size() > limits.max_headers ||
-      req.target.compare(0, req.path.size(), req.path) != 0 || req.method.empty() || req.minor_version > 9) {
+  if (end == 0 || req.content_length > limits.max_body_bytes ||
+      req.headers.size() > limits.max_headers ||
+      req.target.compare(0, req.path.size(), req.path) != 0 || req.method.empty() ||
+      req.minor_version > 9) {
     __builtin_trap();
   }
   for (const auto& [name, value] : req.headers) {

@@ -1,7 +1,8 @@
 // Fuzzes the OpenAI HTTP API's request parsing (bodies come from any client): completions and
 // chat bodies, the latter rendered by a chat template; and the tool-call parsers on the same
 // bytes as model output (hermes, llama3_json), whole and streamed in pieces: when the whole text
-// holds calls, the stream gives the same content and calls. No input may crash or exhaust the stack.
+// holds calls, the stream gives the same content and calls. No input may crash or exhaust the
+// stack.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -47,9 +48,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (whole.content != body) __builtin_trap();  // No calls: the text is the content.
       continue;
     }
-    if (content != whole.content.value_or("") || calls.size() != whole.calls.size()) __builtin_trap();
+    if (content != whole.content.value_or("") || calls.size() != whole.calls.size()) {
+      __builtin_trap();
+    }
     for (size_t i = 0; i < calls.size(); ++i) {
-      if (calls[i].name != whole.calls[i].name || calls[i].arguments != whole.calls[i].arguments) __builtin_trap();
+      if (calls[i].name != whole.calls[i].name || calls[i].arguments != whole.calls[i].arguments) {
+        __builtin_trap();
+      }
     }
   }
   return 0;

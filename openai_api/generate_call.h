@@ -3,11 +3,11 @@
 #ifndef PDSERVE_OPENAI_API_GENERATE_CALL_H_
 #define PDSERVE_OPENAI_API_GENERATE_CALL_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "pdserve/v1/generation.grpc.pb.h"
 
@@ -20,10 +20,12 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
 
   // Starts the call; `on_end` runs once, last. `authorization`: the client's Authorization
   // header (empty: none), passed on to the router. The call keeps itself alive until its end.
-  static std::shared_ptr<GenerateCall> Start(v1::Generation::Stub* stub, const std::string& authorization,
-                                             const v1::GenerateRequest& request, OnMessage on_message,
-                                             OnEnd on_end) {
-    auto call = std::shared_ptr<GenerateCall>(new GenerateCall(request, std::move(on_message), std::move(on_end)));
+  static std::shared_ptr<GenerateCall> Start(v1::Generation::Stub* stub,
+                                             const std::string& authorization,
+                                             const v1::GenerateRequest& request,
+                                             OnMessage on_message, OnEnd on_end) {
+    auto call = std::shared_ptr<GenerateCall>(
+        new GenerateCall(request, std::move(on_message), std::move(on_end)));
     call->self_ = call;
     if (!authorization.empty()) call->context_.AddMetadata("authorization", authorization);
     stub->async()->Generate(&call->context_, &call->request_, call.get());

@@ -208,7 +208,9 @@ bool ParseCompletionRequest(const std::string& body, const ParseOptions& options
   int64_t best_of = out->n;
   if (!Integer(j, "best_of", 1, static_cast<int64_t>(kMaxChoices), &best_of, e)) return false;
   if (best_of != out->n) return Fail(e, "best_of", "'best_of' other than n is not supported");
-  if (j.contains("suffix") && !j["suffix"].is_null()) return Fail(e, "suffix", "'suffix' is not supported");
+  if (j.contains("suffix") && !j["suffix"].is_null()) {
+    return Fail(e, "suffix", "'suffix' is not supported");
+  }
   if (!j.contains("prompt") || j["prompt"].is_null()) return Fail(e, "prompt", "'prompt' is required");
   const Json& p = j["prompt"];
   auto add_text = [&](const std::string& text) {
@@ -245,8 +247,9 @@ bool ParseCompletionRequest(const std::string& body, const ParseOptions& options
   }
   if (out->prompts.size() > 16) return Fail(e, "prompt", "at most 16 prompts per request");
   if (out->prompts.size() * static_cast<size_t>(out->n) > kMaxChoices) {
-    return Fail(e, "n", Str("prompts x n is ", out->prompts.size() * out->n, "; at most ", kMaxChoices,
-                            " choices per request"));
+    return Fail(e, "n",
+                Str("prompts x n is ", out->prompts.size() * out->n, "; at most ", kMaxChoices,
+                    " choices per request"));
   }
   return true;
 }
@@ -300,12 +303,16 @@ bool ParseChatRequest(const std::string& body, const ParseOptions& options, Pars
     // templates expect the object (Hugging Face's shape), as vLLM gives it to them.
     if (copy.contains("tool_calls") && copy["tool_calls"].is_array()) {
       for (Json& call : copy["tool_calls"]) {
-        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
+          continue;
+        }
         Json& f = call["function"];
         if (!f.contains("arguments") || !f["arguments"].is_string()) continue;
         Json args;
         ApiError unused;
-        if (ParseJsonObject(f["arguments"].get<std::string>(), &args, &unused)) f["arguments"] = std::move(args);
+        if (ParseJsonObject(f["arguments"].get<std::string>(), &args, &unused)) {
+          f["arguments"] = std::move(args);
+        }
       }
     }
     normalized.push_back(std::move(copy));
@@ -321,7 +328,8 @@ bool ParseChatRequest(const std::string& body, const ParseOptions& options, Pars
   if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
     const Json& c = j["tool_choice"];
     if (c.is_object() || (c.is_string() && c.get<std::string>() == "required")) {
-      return Fail(e, "tool_choice", "'required' and named functions are not supported (they need guided decoding)");
+      return Fail(e, "tool_choice",
+                  "'required' and named functions are not supported (they need guided decoding)");
     }
     if (!c.is_string() || (c.get<std::string>() != "auto" && c.get<std::string>() != "none")) {
       return Fail(e, "tool_choice", "'tool_choice' must be \"auto\" or \"none\"");
@@ -331,7 +339,9 @@ bool ParseChatRequest(const std::string& body, const ParseOptions& options, Pars
       return Fail(e, "tool_choice", "\"auto\" needs the server's --tool-call-parser");
     }
   }
-  if (tools.is_array() && !tools.empty() && tool_choice == "auto") out->tool_parser = options.tool_parser;
+  if (tools.is_array() && !tools.empty() && tool_choice == "auto") {
+    out->tool_parser = options.tool_parser;
+  }
   bool add_generation_prompt = true;
   if (!Boolean(j, "add_generation_prompt", &add_generation_prompt, e)) return false;
   Json extra = Json::object();

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/chat/chat_template.h"
-#include "openai_api/tool_calls.h"
 #include "nlohmann/json.hpp"
+#include "openai_api/tool_calls.h"
 #include "pdserve/v1/generation.pb.h"
 
 namespace pdserve::openai {

@@ -1,10 +1,10 @@
 #include "openai_api/openai_server.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <condition_variable>
 #include <ctime>
 #include <mutex>
-
-#include <grpcpp/grpcpp.h>
 
 #include "common/base/log.h"
 #include "common/base/strings.h"
@@ -64,7 +64,9 @@ void SendError(http::HttpResponder& res, const ApiError& e) {
   res.Send(e.http_status, "application/json", Dump(e.ToJson()), extra);
 }
 
-void SendJson(http::HttpResponder& res, const Json& j) { res.Send(200, "application/json", Dump(j)); }
+void SendJson(http::HttpResponder& res, const Json& j) {
+  res.Send(200, "application/json", Dump(j));
+}
 
 // Everything one choice accumulated.
 struct Choice {
@@ -114,22 +116,23 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   grpc::Status error_;
   std::string id_;
   int64_t created_ = 0;
-  std::vector<Choice> choices_;       // Whole responses.
-  std::vector<size_t> text_offset_;   // Streams: per choice.
+  std::vector<Choice> choices_;        // Whole responses.
+  std::vector<size_t> text_offset_;    // Streams: per choice.
   std::vector<ToolCallStream> tools_;  // Streamed chat with tool parsing: per choice.
-  std::vector<int> tool_calls_sent_;  // Per choice: the next tool call's index.
+  std::vector<int> tool_calls_sent_;   // Per choice: the next tool call's index.
   v1::Usage total_;
 };
 
 class Gateway {
  public:
-  Gateway(const OpenAiServerOptions& o, std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<ChatTemplate> tmpl,
-          int64_t max_model_len)
+  Gateway(const OpenAiServerOptions& o, std::unique_ptr<Tokenizer> tokenizer,
+          std::unique_ptr<ChatTemplate> tmpl, int64_t max_model_len)
       : options_(o),
         tokenizer_(std::move(tokenizer)),
         template_(std::move(tmpl)),
         max_model_len_(max_model_len),
-        stub_(v1::Generation::NewStub(grpc::CreateChannel(o.grpc_target, grpc::InsecureChannelCredentials()))) {
+        stub_(v1::Generation::NewStub(
+            grpc::CreateChannel(o.grpc_target, grpc::InsecureChannelCredentials()))) {
     parse_.served_model_name = o.served_model_name;
     parse_.chat_template = template_.get();
     parse_.tool_parser = ParseToolParserName(o.tool_call_parser).value_or(ToolParser::kNone);
@@ -147,8 +150,9 @@ class Gateway {
     const bool post = req.method == "POST";
     if (path == "/health" && get) return res->Send(200, "", "");
     if (path == "/v1/models" && get) {
-      Json model = {{"id", options_.served_model_name}, {"object", "model"}, {"created", std::time(nullptr)},
-                    {"owned_by", "pdserve"}, {"root", options_.served_model_name}, {"max_model_len", max_model_len_}};
+      Json model = {{"id", options_.served_model_name},   {"object", "model"},
+                    {"created", std::time(nullptr)},      {"owned_by", "pdserve"},
+                    {"root", options_.served_model_name}, {"max_model_len", max_model_len_}};
       return SendJson(*res, {{"object", "list"}, {"data", Json::array({model})}});
     }
     if (path == "/v1/completions" && post) return Generate(req, std::move(res), false);
@@ -157,10 +161,12 @@ class Gateway {
     if (path == "/detokenize" && post) return Detokenize(req, *res);
     ApiError e;
     const bool known = path == "/health" || path == "/v1/models" || path == "/v1/completions" ||
-                       path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize";
+                       path == "/v1/chat/completions" || path == "/tokenize" ||
+                       path == "/detokenize";
     e.http_status = known ? 405 : 404;
     e.type = known ? "invalid_request_error" : "NotFoundError";
-    e.message = known ? Str("Method ", req.method, " is not allowed for ", path) : Str("No route for ", req.method, " ", path);
+    e.message = known ? Str("Method ", req.method, " is not allowed for ", path)
+                      : Str("No route for ", req.method, " ", path);
     SendError(*res, e);
   }
 
@@ -198,7 +204,8 @@ class Gateway {
     const bool ok = chat ? ParseChatRequest(req.body, parse_, &parsed, &error)
                          : ParseCompletionRequest(req.body, parse_, &parsed, &error);
     if (!ok) return SendError(*res, error);
-    auto exchange = std::make_shared<Exchange>(this, std::move(res), std::move(parsed), Authorization(req));
+    auto exchange =
+        std::make_shared<Exchange>(this, std::move(res), std::move(parsed), Authorization(req));
     exchange->Begin();
   }
 
@@ -291,8 +298,9 @@ Json Bytes(const std::string& s) {
 }
 
 // OpenAI's logprobs object of a choice (or of one streamed message).
-Json Logprobs(const Gateway& g, const ParsedRequest& p, const std::vector<int32_t>& ids, const std::vector<float>& lps,
-              const std::vector<v1::TokenLogprobs>& top, size_t text_offset) {
+Json Logprobs(const Gateway& g, const ParsedRequest& p, const std::vector<int32_t>& ids,
+              const std::vector<float>& lps, const std::vector<v1::TokenLogprobs>& top,
+              size_t text_offset) {
   if (p.chat) {
     if (!p.chat_logprobs) return nullptr;
     Json content = Json::array();
@@ -305,13 +313,16 @@ Json Logprobs(const Gateway& g, const ParsedRequest& p, const std::vector<int32_
           alts.push_back({{"token", at}, {"logprob", a.logprob()}, {"bytes", Bytes(at)}});
         }
       }
-      content.push_back({{"token", t}, {"logprob", i < lps.size() ? lps[i] : 0.0f}, {"bytes", Bytes(t)},
+      content.push_back({{"token", t},
+                         {"logprob", i < lps.size() ? lps[i] : 0.0f},
+                         {"bytes", Bytes(t)},
                          {"top_logprobs", alts}});
     }
     return {{"content", content}};
   }
   if (p.logprobs < 0) return nullptr;
-  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
+  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(),
+       offsets = Json::array();
   size_t offset = text_offset;
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::string t = g.TokenText(ids[i]);
@@ -325,7 +336,10 @@ Json Logprobs(const Gateway& g, const ParsedRequest& p, const std::vector<int32_
     offsets.push_back(offset);
     offset += t.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  return {{"tokens", tokens},
+          {"token_logprobs", token_lps},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
 }
 
 Json UsageJson(const v1::Usage& u) {
@@ -335,10 +349,12 @@ Json UsageJson(const v1::Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens()}}}};
 }
 
-
-Exchange::Exchange(Gateway* gateway, std::shared_ptr<http::HttpResponder> res, ParsedRequest request,
-                   std::string authorization)
-    : gateway_(gateway), res_(std::move(res)), p_(std::move(request)), authorization_(std::move(authorization)) {
+Exchange::Exchange(Gateway* gateway, std::shared_ptr<http::HttpResponder> res,
+                   ParsedRequest request, std::string authorization)
+    : gateway_(gateway),
+      res_(std::move(res)),
+      p_(std::move(request)),
+      authorization_(std::move(authorization)) {
   gateway_->Live(1);
   const size_t n = p_.prompts.size() * static_cast<size_t>(p_.n);
   choices_.resize(n);
@@ -372,7 +388,8 @@ void Exchange::Begin() {
     v1::GenerateRequest request = p_.prompts[c / p_.n];
     const uint64_t sample = c % p_.n;
     if (sample > 0 && request.sampling().has_seed()) {
-      request.mutable_sampling()->set_seed(request.sampling().seed() + sample);  // Wraps, as uint64.
+      request.mutable_sampling()->set_seed(request.sampling().seed() +
+                                           sample);  // Wraps, as uint64.
     }
     lock.unlock();  // A call may end (and call OnEnd) before Start returns.
     auto call = GenerateCall::Start(
@@ -406,8 +423,11 @@ void Exchange::CancelAll(std::unique_lock<std::mutex>& lock) {
 }
 
 void Exchange::SendChunk(Json choice) {
-  Json j = {{"id", id_}, {"object", p_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
-            {"model", p_.model}, {"choices", Json::array({std::move(choice)})}};
+  Json j = {{"id", id_},
+            {"object", p_.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", p_.model},
+            {"choices", Json::array({std::move(choice)})}};
   if (p_.include_usage) j["usage"] = nullptr;
   res_->Write(Str("data: ", Dump(j), "\n\n"));
 }
@@ -432,7 +452,9 @@ void Exchange::OnMessage(size_t c, const v1::GenerateResponse& r) {
     if (p_.stream) {
       res_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
       for (size_t i = 0; p_.chat && i < choices_.size(); ++i) {
-        SendChunk({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+        SendChunk({{"index", i},
+                   {"delta", {{"role", "assistant"}, {"content", ""}}},
+                   {"logprobs", nullptr},
                    {"finish_reason", nullptr}});
       }
     }
@@ -459,15 +481,18 @@ void Exchange::OnMessage(size_t c, const v1::GenerateResponse& r) {
     if (!d.calls.empty()) {
       Json calls = Json::array();
       for (const ToolCall& call : d.calls) {
-        calls.push_back({{"index", tool_calls_sent_[c]++}, {"id", call.id}, {"type", "function"},
+        calls.push_back({{"index", tool_calls_sent_[c]++},
+                         {"id", call.id},
+                         {"type", "function"},
                          {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
       }
       delta["tool_calls"] = std::move(calls);
     }
-    if (delta.empty() && finish.empty() && !p_.chat_logprobs) return;  // Held back: nothing to send yet.
+    if (delta.empty() && finish.empty() && !p_.chat_logprobs) return;  // Held back: none yet.
     choice["delta"] = std::move(delta);
   } else if (p_.chat) {
-    choice["delta"] = r.text().empty() && !r.finish_reason().empty() ? Json::object() : Json{{"content", r.text()}};
+    choice["delta"] = r.text().empty() && !r.finish_reason().empty() ? Json::object()
+                                                                     : Json{{"content", r.text()}};
   } else {
     choice["text"] = r.text();
   }
@@ -509,8 +534,12 @@ void Exchange::EndOne(std::unique_lock<std::mutex>& lock) {
 void Exchange::Finish() {
   if (p_.stream) {
     if (p_.include_usage) {
-      Json j = {{"id", id_}, {"object", p_.chat ? "chat.completion.chunk" : "text_completion"},
-                {"created", created_}, {"model", p_.model}, {"choices", Json::array()}, {"usage", UsageJson(total_)}};
+      Json j = {{"id", id_},
+                {"object", p_.chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},
+                {"model", p_.model},
+                {"choices", Json::array()},
+                {"usage", UsageJson(total_)}};
       res_->Write(Str("data: ", Dump(j), "\n\n"));
     }
     res_->Write("data: [DONE]\n\n");
@@ -523,11 +552,13 @@ void Exchange::Finish() {
     std::string finish = c.finish_reason;
     if (p_.chat && p_.tool_parser != ToolParser::kNone) {
       ExtractedTools t = ExtractToolCalls(p_.tool_parser, c.text);
-      Json message = {{"role", "assistant"}, {"content", t.content ? Json(*t.content) : Json(nullptr)}};
+      Json message = {{"role", "assistant"},
+                      {"content", t.content ? Json(*t.content) : Json(nullptr)}};
       if (!t.calls.empty()) {
         Json calls = Json::array();
         for (const ToolCall& call : t.calls) {
-          calls.push_back({{"id", call.id}, {"type", "function"},
+          calls.push_back({{"id", call.id},
+                           {"type", "function"},
                            {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
         }
         message["tool_calls"] = std::move(calls);
@@ -543,8 +574,12 @@ void Exchange::Finish() {
     choice["finish_reason"] = finish;
     choices.push_back(std::move(choice));
   }
-  SendJson(*res_, {{"id", id_}, {"object", p_.chat ? "chat.completion" : "text_completion"}, {"created", created_},
-                   {"model", p_.model}, {"choices", choices}, {"usage", UsageJson(total_)}});
+  SendJson(*res_, {{"id", id_},
+                   {"object", p_.chat ? "chat.completion" : "text_completion"},
+                   {"created", created_},
+                   {"model", p_.model},
+                   {"choices", choices},
+                   {"usage", UsageJson(total_)}});
 }
 
 }  // namespace
@@ -560,12 +595,16 @@ namespace {
 // The HTTP server's stats as metrics, copied at each scrape.
 metrics::CollectorHandle HttpMetrics(metrics::Registry* registry, const std::string& model_name,
                                      const http::HttpServer* server) {
-  auto& open = registry->AddGauge("pdserve_http_connections", "Open connections to the OpenAI HTTP API.",
-                                  {"model_name", "role"}).With({model_name, "router"});
-  auto& accepted = registry->AddCounter("pdserve_http_connections_total",
-                                        "Connections the OpenAI HTTP API accepted (those refused at "
-                                        "--http-max-connections included).",
-                                        {"model_name", "role"}).With({model_name, "router"});
+  auto& open = registry
+                   ->AddGauge("pdserve_http_connections",
+                              "Open connections to the OpenAI HTTP API.", {"model_name", "role"})
+                   .With({model_name, "router"});
+  auto& accepted = registry
+                       ->AddCounter("pdserve_http_connections_total",
+                                    "Connections the OpenAI HTTP API accepted (those refused at "
+                                    "--http-max-connections included).",
+                                    {"model_name", "role"})
+                       .With({model_name, "router"});
   auto& responses = registry->AddCounter("pdserve_http_responses_total",
                                          "Responses of the OpenAI HTTP API by status code (its own "
                                          "refusals included: 408, 413, 431, 503, ...).",
@@ -593,7 +632,9 @@ OpenAiServer::~OpenAiServer() {
 const std::string& OpenAiServer::address() const { return impl_->server->address(); }
 
 absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const OpenAiServerOptions& options) {
-  if (auto parser = ParseToolParserName(options.tool_call_parser); !parser.ok()) return parser.status();
+  if (auto parser = ParseToolParserName(options.tool_call_parser); !parser.ok()) {
+    return parser.status();
+  }
   auto tokenizer = Tokenizer::Load(options.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
   std::unique_ptr<ChatTemplate> tmpl;
@@ -618,9 +659,10 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const OpenAiSe
   o.tls_key = options.tls_key;
   o.error_body = &Gateway::ErrorBody;
   Gateway* gateway = impl->gateway.get();
-  auto server = http::HttpServer::Start(o, [gateway](http::HttpRequest req, std::shared_ptr<http::HttpResponder> res) {
-    gateway->Handle(std::move(req), std::move(res));
-  });
+  auto server = http::HttpServer::Start(
+      o, [gateway](http::HttpRequest req, std::shared_ptr<http::HttpResponder> res) {
+        gateway->Handle(std::move(req), std::move(res));
+      });
   if (!server.ok()) return server.status();
   impl->server = std::move(*server);
   if (options.metrics != nullptr) {

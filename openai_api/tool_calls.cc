@@ -22,7 +22,8 @@ std::string NewCallId() {
 }
 
 std::string_view TrimLeft(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) {
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) {
     s.remove_prefix(1);
   }
   return s;
@@ -39,7 +40,8 @@ std::optional<ToolCall> CallFromJson(std::string_view text, const char* args_key
   call.id = NewCallId();
   call.name = j["name"].get<std::string>();
   const char* key = j.contains(args_key) ? args_key : "arguments";
-  call.arguments = j.contains(key) ? j[key].dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+  call.arguments = j.contains(key) ? j[key].dump(-1, ' ', false,
+                                                 nlohmann::ordered_json::error_handler_t::replace)
                                    : "{}";
   return call;
 }
@@ -82,7 +84,8 @@ ExtractedTools Hermes(std::string_view text) {
   while (pos != std::string_view::npos) {
     const size_t start = pos + kHermesOpen.size();
     const size_t end = text.find(kHermesClose, start);
-    const std::string_view block = end == std::string_view::npos ? text.substr(start) : text.substr(start, end - start);
+    const std::string_view block =
+        end == std::string_view::npos ? text.substr(start) : text.substr(start, end - start);
     auto call = CallFromJson(block, "arguments");
     if (!call) return ExtractedTools{std::string(text), {}};  // Not calls after all: all content.
     out.calls.push_back(std::move(*call));
@@ -123,14 +126,18 @@ absl::StatusOr<ToolParser> ParseToolParserName(std::string_view name) {
   if (name.empty() || name == "none") return ToolParser::kNone;
   if (name == "hermes") return ToolParser::kHermes;
   if (name == "llama3_json") return ToolParser::kLlama3Json;
-  return absl::InvalidArgumentError(Str("--tool-call-parser: '", name, "' is not one of hermes, llama3_json, none"));
+  return absl::InvalidArgumentError(
+      Str("--tool-call-parser: '", name, "' is not one of hermes, llama3_json, none"));
 }
 
 ExtractedTools ExtractToolCalls(ToolParser parser, std::string_view text) {
   switch (parser) {
-    case ToolParser::kHermes: return Hermes(text);
-    case ToolParser::kLlama3Json: return Llama3Json(text);
-    case ToolParser::kNone: break;
+    case ToolParser::kHermes:
+      return Hermes(text);
+    case ToolParser::kLlama3Json:
+      return Llama3Json(text);
+    case ToolParser::kNone:
+      break;
   }
   return ExtractedTools{std::string(text), {}};
 }
@@ -146,8 +153,11 @@ ToolCallStream::Delta ToolCallStream::Feed(std::string_view text) {
   if (parser_ == ToolParser::kLlama3Json) {
     if (mode_ == Mode::kUndecided) {
       const std::string_view s = TrimLeft(pending_);
-      if (s.empty() || (s.size() < kPythonTag.size() && kPythonTag.substr(0, s.size()) == s)) return out;
-      mode_ = s.front() == '{' || s.substr(0, kPythonTag.size()) == kPythonTag ? Mode::kCalls : Mode::kContent;
+      if (s.empty() || (s.size() < kPythonTag.size() && kPythonTag.substr(0, s.size()) == s)) {
+        return out;
+      }
+      mode_ = s.front() == '{' || s.substr(0, kPythonTag.size()) == kPythonTag ? Mode::kCalls
+                                                                               : Mode::kContent;
     }
     if (mode_ == Mode::kContent) {
       out.content = std::move(pending_);

@@ -26,7 +26,7 @@ enum class ToolParser { kNone, kHermes, kLlama3Json };
 absl::StatusOr<ToolParser> ParseToolParserName(std::string_view name);
 
 struct ToolCall {
-  std::string id;         // "call_" and 24 hex digits, unique per call.
+  std::string id;  // "call_" and 24 hex digits, unique per call.
   std::string name;
   std::string arguments;  // JSON text of an object.
 };

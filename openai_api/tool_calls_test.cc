@@ -20,7 +20,8 @@ void ExpectCalls(const std::vector<ToolCall>& got, const Want& want, const std::
   ASSERT_EQ(got.size(), want.calls.size()) << where;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].name, want.calls[i].first) << where;
-    EXPECT_EQ(Json::parse(got[i].arguments), want.calls[i].second) << where << ": " << got[i].arguments;
+    EXPECT_EQ(Json::parse(got[i].arguments), want.calls[i].second)
+        << where << ": " << got[i].arguments;
     EXPECT_EQ(got[i].id.rfind("call_", 0), 0u);
     EXPECT_EQ(got[i].id.size(), 29u);
   }
@@ -66,54 +67,70 @@ void ExpectStreamEqualsWhole(ToolParser parser, const std::string& text) {
 
 TEST(ToolCalls, HermesBlocks) {
   const std::string two =
-      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n"
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\", \"days\": 2}}\n"
       "</tool_call>\n<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>";
   ExpectWhole(ToolParser::kHermes, two,
-              {"Let me check.\n", {{"get_weather", {{"city", "Paris"}, {"days", 2}}}, {"get_time", Json::object()}}});
+              {"Let me check.\n",
+               {{"get_weather", {{"city", "Paris"}, {"days", 2}}}, {"get_time", Json::object()}}});
   // A block at the start: no content (null). The last block may be unclosed; arguments default {}.
-  const std::string unclosed_bad = "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\",";
+  const std::string unclosed_bad =
+      "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\",";
   ExpectWhole(ToolParser::kHermes, unclosed_bad, {unclosed_bad, {}});  // Not JSON: all content.
-  ExpectWhole(ToolParser::kHermes, "<tool_call>{\"name\": \"a\"}</tool_call>\n<tool_call>{\"name\": \"b\"}",
+  ExpectWhole(ToolParser::kHermes,
+              "<tool_call>{\"name\": \"a\"}</tool_call>\n<tool_call>{\"name\": \"b\"}",
               {std::nullopt, {{"a", Json::object()}, {"b", Json::object()}}});
   ExpectWhole(ToolParser::kHermes, "no calls here <tool_ca", {"no calls here <tool_ca", {}});
   // Not calls: malformed JSON, no name, a name that is not a string, nesting past the bound.
-  for (const std::string& bad :
-       {std::string("x<tool_call>{\"name\": \"a\", </tool_call>"), std::string("<tool_call>{\"arguments\": {}}</tool_call>"),
-        std::string("<tool_call>{\"name\": 5}</tool_call>"), std::string("<tool_call>[1]</tool_call>"),
-        "<tool_call>{\"name\": \"a\", \"arguments\": " + std::string(100000, '[') + "</tool_call>"}) {
+  for (const std::string& bad : {std::string("x<tool_call>{\"name\": \"a\", </tool_call>"),
+                                 std::string("<tool_call>{\"arguments\": {}}</tool_call>"),
+                                 std::string("<tool_call>{\"name\": 5}</tool_call>"),
+                                 std::string("<tool_call>[1]</tool_call>"),
+                                 "<tool_call>{\"name\": \"a\", \"arguments\": " +
+                                     std::string(100000, '[') + "</tool_call>"}) {
     ExpectWhole(ToolParser::kHermes, bad, {bad, {}});
   }
-  EXPECT_EQ(ExtractToolCalls(ToolParser::kHermes, "<tool_call>{\"name\": \"a\", \"arguments\": {}}").calls.size(), 1u);
+  EXPECT_EQ(ExtractToolCalls(ToolParser::kHermes, "<tool_call>{\"name\": \"a\", \"arguments\": {}}")
+                .calls.size(),
+            1u);
 }
 
 TEST(ToolCalls, Llama3Json) {
   ExpectWhole(ToolParser::kLlama3Json,
               " {\"name\": \"f\", \"parameters\": {\"s\": \"}{\\\"\", \"n\": [1, {\"k\": null}]}}; "
               "{\"name\": \"g\", \"parameters\": {}}\n",
-              {std::nullopt, {{"f", {{"s", "}{\""}, {"n", {1, {{"k", nullptr}}}}}}, {"g", Json::object()}}});
+              {std::nullopt,
+               {{"f", {{"s", "}{\""}, {"n", {1, {{"k", nullptr}}}}}}, {"g", Json::object()}}});
   ExpectWhole(ToolParser::kLlama3Json, "<|python_tag|>{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
               {std::nullopt, {{"f", {{"a", 1}}}}});
-  for (const std::string& text : {std::string("Hello {\"name\": \"f\", \"parameters\": {}}"),
-                                  std::string("{\"name\": \"f\", \"parameters\": {}} and then text"),
-                                  std::string("{\"parameters\": {}}"), std::string("{\"name\": \"f\""),
-                                  std::string("<|python_tag|>print(1)"), std::string("")}) {
+  for (const std::string& text :
+       {std::string("Hello {\"name\": \"f\", \"parameters\": {}}"),
+        std::string("{\"name\": \"f\", \"parameters\": {}} and then text"),
+        std::string("{\"parameters\": {}}"), std::string("{\"name\": \"f\""),
+        std::string("<|python_tag|>print(1)"), std::string("")}) {
     ExpectWhole(ToolParser::kLlama3Json, text, {text, {}});
   }
 }
 
 TEST(ToolCalls, StreamedEqualsWhole) {
   for (const std::string& text :
-       {std::string("Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-                    "</tool_call>\n<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>\n"),
-        std::string("<tool_call>{\"name\": \"a\"}</tool_call>text after<tool_call>{\"name\": \"b\"}"),
-        std::string("plain <tool_ca> text <tool_cal"), std::string("<<tool_call>{\"name\": \"x\"}</tool_call>"),
+       {std::string(
+            "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+            "\"Paris\"}}\n"
+            "</tool_call>\n<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>\n"),
+        std::string(
+            "<tool_call>{\"name\": \"a\"}</tool_call>text after<tool_call>{\"name\": \"b\"}"),
+        std::string("plain <tool_ca> text <tool_cal"),
+        std::string("<<tool_call>{\"name\": \"x\"}</tool_call>"),
         std::string("x<tool_call>{\"name\": 5}</tool_call>y"), std::string("")}) {
     ExpectStreamEqualsWhole(ToolParser::kHermes, text);
   }
   for (const std::string& text :
-       {std::string("  {\"name\": \"f\", \"parameters\": {\"a\": \"{\"}}; {\"name\": \"g\", \"parameters\": {}}"),
-        std::string("<|python_tag|>{\"name\": \"f\", \"parameters\": {}}"), std::string("<|python_ta"),
-        std::string("Sure, here {\"name\": \"f\"}"), std::string("{not json")}) {
+       {std::string("  {\"name\": \"f\", \"parameters\": {\"a\": \"{\"}}; {\"name\": \"g\", "
+                    "\"parameters\": {}}"),
+        std::string("<|python_tag|>{\"name\": \"f\", \"parameters\": {}}"),
+        std::string("<|python_ta"), std::string("Sure, here {\"name\": \"f\"}"),
+        std::string("{not json")}) {
     ExpectStreamEqualsWhole(ToolParser::kLlama3Json, text);
   }
   ExpectStreamEqualsWhole(ToolParser::kNone, "<tool_call>{\"name\": \"a\"}</tool_call>");
@@ -135,7 +152,9 @@ TEST(ToolCalls, AStreamCannotTakeBackACallWhenALaterBlockFails) {
 TEST(ToolCalls, IdsAreUnique) {
   std::set<std::string> ids;
   for (int i = 0; i < 1000; ++i) {
-    ids.insert(ExtractToolCalls(ToolParser::kHermes, "<tool_call>{\"name\": \"a\"}</tool_call>").calls[0].id);
+    ids.insert(ExtractToolCalls(ToolParser::kHermes, "<tool_call>{\"name\": \"a\"}</tool_call>")
+                   .calls[0]
+                   .id);
   }
   EXPECT_EQ(ids.size(), 1000u);
 }

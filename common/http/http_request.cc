@@ -8,11 +8,7 @@ namespace {
 // RFC 9110 token characters.
 bool IsTchar(unsigned char c) {
   if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
-  switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
-    case '.': case '^': case '_': case '`': case '|': case '~': return true;
-    default: return false;
-  }
+  return c != 0 && std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
 }
 
 bool IsToken(std::string_view s) {
@@ -70,9 +66,11 @@ size_t FindHeadEnd(std::string_view data) {
   return at == std::string_view::npos ? 0 : at + 4;
 }
 
-bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpRequest* out, RequestError* error) {
+bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpRequest* out,
+                      RequestError* error) {
   if (head.size() > limits.max_head_bytes) {
-    return Fail(error, 431, Str("the request head is larger than ", limits.max_head_bytes, " bytes"));
+    return Fail(error, 431,
+                Str("the request head is larger than ", limits.max_head_bytes, " bytes"));
   }
   if (head.size() < 4 || head.substr(head.size() - 4) != "\r\n\r\n") {
     return Fail(error, 400, "the request head does not end with an empty line");
@@ -94,13 +92,17 @@ bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpReque
   if (!IsToken(method)) return Fail(error, 400, "the request method is not a token");
   if (target.empty()) return Fail(error, 400, "the request target is empty");
   for (unsigned char c : target) {
-    if (c <= 0x20 || c == 0x7f) return Fail(error, 400, "the request target holds a control character");
+    if (c <= 0x20 || c == 0x7f) {
+      return Fail(error, 400, "the request target holds a control character");
+    }
   }
-  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.' || version[5] < '0' ||
-      version[5] > '9' || version[7] < '0' || version[7] > '9') {
+  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.' ||
+      version[5] < '0' || version[5] > '9' || version[7] < '0' || version[7] > '9') {
     return Fail(error, 400, "the request line's version is not HTTP/1.x");
   }
-  if (version[5] != '1') return Fail(error, 505, Str("HTTP version ", version, " is not supported (use HTTP/1.1)"));
+  if (version[5] != '1') {
+    return Fail(error, 505, Str("HTTP version ", version, " is not supported (use HTTP/1.1)"));
+  }
   out->method = std::string(method);
   out->target = std::string(target);
   out->path = std::string(target.substr(0, target.find('?')));
@@ -130,18 +132,23 @@ bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpReque
     const std::string_view value = Trim(line.substr(colon + 1));
     for (unsigned char c : value) {
       if ((c < 0x20 && c != '\t') || c == 0x7f) {
-        return Fail(error, 400, Str("header '", line.substr(0, colon), "' holds a control character"));
+        return Fail(error, 400,
+                    Str("header '", line.substr(0, colon), "' holds a control character"));
       }
     }
     std::string name = LowerCopy(line.substr(0, colon));
     if (name == "content-length") {
-      if (value.empty() || value.size() > 18) return Fail(error, 400, "Content-Length is not a number");
+      if (value.empty() || value.size() > 18) {
+        return Fail(error, 400, "Content-Length is not a number");
+      }
       size_t n = 0;
       for (char c : value) {
         if (c < '0' || c > '9') return Fail(error, 400, "Content-Length is not a number");
         n = n * 10 + static_cast<size_t>(c - '0');
       }
-      if (has_length && n != out->content_length) return Fail(error, 400, "two different Content-Length headers");
+      if (has_length && n != out->content_length) {
+        return Fail(error, 400, "two different Content-Length headers");
+      }
       has_length = true;
       out->content_length = n;
     } else if (name == "transfer-encoding") {
@@ -160,26 +167,34 @@ bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpReque
     }
     out->headers.emplace_back(std::move(name), std::string(value));
   }
-  if (out->minor_version >= 1 && !has_host) return Fail(error, 400, "an HTTP/1.1 request needs a Host header");
+  if (out->minor_version >= 1 && !has_host) {
+    return Fail(error, 400, "an HTTP/1.1 request needs a Host header");
+  }
   out->chunked = false;
   if (!transfer_encoding.empty()) {
     // Both framings at once is how requests are smuggled past proxies: refused, not resolved.
     if (has_length) return Fail(error, 400, "both Transfer-Encoding and Content-Length");
-    if (out->minor_version == 0) return Fail(error, 400, "Transfer-Encoding in an HTTP/1.0 request");
+    if (out->minor_version == 0) {
+      return Fail(error, 400, "Transfer-Encoding in an HTTP/1.0 request");
+    }
     if (transfer_encoding != "chunked") {
-      return Fail(error, 501, Str("Transfer-Encoding '", transfer_encoding, "' is not supported (only chunked)"));
+      return Fail(
+          error, 501,
+          Str("Transfer-Encoding '", transfer_encoding, "' is not supported (only chunked)"));
     }
     out->chunked = true;
   }
   if (out->content_length > limits.max_body_bytes) {
-    return Fail(error, 413, Str("the request body (", out->content_length, " bytes) is larger than the limit of ",
-                                limits.max_body_bytes, " bytes"));
+    return Fail(error, 413,
+                Str("the request body (", out->content_length,
+                    " bytes) is larger than the limit of ", limits.max_body_bytes, " bytes"));
   }
   out->keep_alive = out->minor_version >= 1 ? !close : keep_alive && !close;
   return true;
 }
 
-ChunkedDecoder::Result ChunkedDecoder::Feed(std::string* in, std::string* body, RequestError* error) {
+ChunkedDecoder::Result ChunkedDecoder::Feed(std::string* in, std::string* body,
+                                            RequestError* error) {
   auto fail = [error](int status, std::string message) {
     Fail(error, status, std::move(message));
     return Result::kError;
@@ -192,7 +207,8 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string* in, std::string* body, 
       const size_t eol = rest.find("\r\n");
       // The same bound whether the line's end has arrived or not (else the verdict would depend
       // on how the bytes were split).
-      if (eol == std::string_view::npos ? rest.size() > 1025 : eol > 1024) {  // 1025: a '\r' may end it.
+      if (eol == std::string_view::npos ? rest.size() > 1025
+                                        : eol > 1024) {  // 1025: a '\r' may end it.
         return fail(400, "a chunk-size line is longer than 1 KiB");
       }
       if (eol == std::string_view::npos) break;
@@ -201,8 +217,10 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string* in, std::string* body, 
       if (line.empty() || line.size() > 15) return fail(400, "a chunk size is not a hex number");
       size_t size = 0;
       for (char c : line) {
-        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                                      : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        const int d = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
         if (d < 0) return fail(400, "a chunk size is not a hex number");
         size = size * 16 + static_cast<size_t>(d);
       }
@@ -211,7 +229,8 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string* in, std::string* body, 
         state_ = State::kTrailer;
       } else {
         if (size > max_body_ - std::min(max_body_, body->size())) {
-          return fail(413, Str("the request body is larger than the limit of ", max_body_, " bytes"));
+          return fail(413,
+                      Str("the request body is larger than the limit of ", max_body_, " bytes"));
         }
         remaining_ = size;
         state_ = State::kData;
@@ -231,7 +250,9 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string* in, std::string* body, 
     } else {  // kTrailer: field lines up to an empty one.
       const size_t eol = rest.find("\r\n");
       if (eol == std::string_view::npos) {
-        if (trailer_bytes_ + rest.size() > 8192) return fail(431, "the trailers are larger than 8 KiB");
+        if (trailer_bytes_ + rest.size() > 8192) {
+          return fail(431, "the trailers are larger than 8 KiB");
+        }
         break;
       }
       at += eol + 2;
@@ -248,27 +269,48 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string* in, std::string* body, 
 
 const char* ReasonPhrase(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 422: return "Unprocessable Content";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 499: return "Client Closed Request";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 204:
+      return "No Content";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 422:
+      return "Unprocessable Content";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 499:
+      return "Client Closed Request";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
   }
 }
 

@@ -12,14 +12,15 @@
 namespace pdserve::http {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ... (case-sensitive, as sent).
-  std::string target;  // As sent: path and query.
-  std::string path;    // target up to '?'.
+  std::string method;     // "GET", "POST", ... (case-sensitive, as sent).
+  std::string target;     // As sent: path and query.
+  std::string path;       // target up to '?'.
   int minor_version = 1;  // HTTP/1.<minor>.
   std::vector<std::pair<std::string, std::string>> headers;  // Names lowercased, values trimmed.
   size_t content_length = 0;
-  bool chunked = false;  // "Transfer-Encoding: chunked": the body follows in chunks (ChunkedDecoder).
-  bool keep_alive = true;       // HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with keep-alive.
+  bool chunked =
+      false;  // "Transfer-Encoding: chunked": the body follows in chunks (ChunkedDecoder).
+  bool keep_alive = true;  // HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with keep-alive.
   bool expect_continue = false;  // "Expect: 100-continue".
   std::string body;
   std::string remote;  // The peer's address (host:port).
@@ -45,7 +46,8 @@ size_t FindHeadEnd(std::string_view data);
 
 // Parses `head` (as FindHeadEnd delimits it). Returns false with `error` set when the request
 // must be refused; the connection is then closed after the answer.
-bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpRequest* out, RequestError* error);
+bool ParseRequestHead(std::string_view head, const HeadLimits& limits, HttpRequest* out,
+                      RequestError* error);
 
 // Decodes a chunked request body (RFC 9112 section 7.1) as its bytes arrive: chunk extensions are
 // ignored, trailer fields read and dropped. Bounded: the decoded body by max_body_bytes (413), a

@@ -37,15 +37,17 @@ TEST(ParseRequestHead, ReadsTheRequestLineAndHeaders) {
 }
 
 TEST(ParseRequestHead, KeepAliveFollowsTheVersionAndConnection) {
-  EXPECT_FALSE(Parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, CLOSE\r\n\r\n").req.keep_alive);
+  EXPECT_FALSE(
+      Parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, CLOSE\r\n\r\n").req.keep_alive);
   EXPECT_FALSE(Parse("GET / HTTP/1.0\r\n\r\n").req.keep_alive);  // No Host needed in 1.0.
   EXPECT_TRUE(Parse("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").req.keep_alive);
-  EXPECT_TRUE(Parse("GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\n\r\n").req.expect_continue);
+  EXPECT_TRUE(
+      Parse("GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\n\r\n").req.expect_continue);
 }
 
 TEST(ParseRequestHead, RefusesWithTheRightStatus) {
   const std::vector<std::pair<std::string, int>> cases = {
-      {"GET / HTTP/1.1\r\n\r\n", 400},                                        // No Host.
+      {"GET / HTTP/1.1\r\n\r\n", 400},  // No Host.
       {"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505},
       {"GET / HTTP/1.1 x\r\nHost: a\r\n\r\n", 400},
       {"GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400},
@@ -62,9 +64,12 @@ TEST(ParseRequestHead, RefusesWithTheRightStatus) {
       {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400},
       {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", 400},
       {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
-      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501},
+      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: "
+       "chunked\r\n\r\n",
+       501},
       {"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
-      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", 400},
+      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+       400},
       {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 17\r\n\r\n", 413},
       {"GET / HTTP/1.1\r\nHost: a\r\n\r\nX", 400},
   };
@@ -77,7 +82,8 @@ TEST(ParseRequestHead, RefusesWithTheRightStatus) {
     EXPECT_FALSE(p.error.message.empty());
   }
   // Equal repeated lengths are one length.
-  EXPECT_TRUE(Parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\n").ok);
+  EXPECT_TRUE(
+      Parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\n").ok);
 }
 
 TEST(ParseRequestHead, BoundsTheHeadAndItsHeaders) {
@@ -151,7 +157,7 @@ TEST(ChunkedDecoder, RefusesMalformedAndOversizedBodies) {
       {"3\r\nabcd\r\n", 400},         // Data longer than announced.
       {"3\r\nabc\n\n", 400},
       {std::string(2000, '1'), 400},  // A size line that never ends.
-      {"11\r\n", 413},                 // 17 bytes > 16.
+      {"11\r\n", 413},                // 17 bytes > 16.
       {"8\r\n12345678\r\n9\r\n", 413},
       {"0\r\n" + std::string(9000, 'x'), 431},
   };

@@ -1,8 +1,8 @@
 #include "common/http/http_server.h"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -35,7 +35,8 @@ constexpr uint64_t kListenId = 0, kWakeId = 1;
 constexpr size_t kReadChunk = 64 << 10;
 constexpr size_t kBusyReadCap = 64 << 10;  // Bytes read ahead while a response is in flight.
 constexpr std::chrono::milliseconds kSweepEvery{50};
-constexpr std::chrono::milliseconds kLingerFor{2000};  // After the last response of a closing connection.
+constexpr std::chrono::milliseconds kLingerFor{
+    2000};  // After the last response of a closing connection.
 
 std::string PeerAddress(const sockaddr_storage& a) {
   char host[INET6_ADDRSTRLEN] = {};
@@ -81,7 +82,8 @@ struct Op {
 
 class Loop : public std::enable_shared_from_this<Loop> {
  public:
-  Loop(HttpServerOptions options, HttpHandler handler) : options_(std::move(options)), handler_(std::move(handler)) {}
+  Loop(HttpServerOptions options, HttpHandler handler)
+      : options_(std::move(options)), handler_(std::move(handler)) {}
 
   ~Loop() {
     if (epoll_ >= 0) close(epoll_);
@@ -129,7 +131,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
     std::optional<ChunkedDecoder> chunked;  // While a chunked body arrives.
     bool request_started = false;  // A byte of the current request has arrived (or: first request).
     bool got_bytes = false;        // Since request_started.
-    Clock::time_point deadline;    // kHead/kBody: of the request (or idle); kDraining: of the linger.
+    Clock::time_point deadline;  // kHead/kBody: of the request (or idle); kDraining: of the linger.
     Clock::time_point last_progress;
     std::shared_ptr<HttpResponder> responder;  // While kBusy.
     bool tls_read_wants_write = false, tls_write_wants_read = false;
@@ -193,8 +195,9 @@ absl::Status Loop::Init(std::string* address) {
     if (SSL_CTX_use_certificate_chain_file(tls_, options_.tls_cert.c_str()) != 1 ||
         SSL_CTX_use_PrivateKey_file(tls_, options_.tls_key.c_str(), SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(tls_) != 1) {
-      return absl::InvalidArgumentError(Str("--tls-cert/--tls-key: cannot load ", options_.tls_cert, " and ",
-                                            options_.tls_key, " for ", options_.flag, ": ", SslError()));
+      return absl::InvalidArgumentError(Str("--tls-cert/--tls-key: cannot load ", options_.tls_cert,
+                                            " and ", options_.tls_key, " for ", options_.flag, ": ",
+                                            SslError()));
     }
   }
   addrinfo hints{}, *res = nullptr;
@@ -202,15 +205,20 @@ absl::Status Loop::Init(std::string* address) {
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   const std::string port = std::to_string(hp->port);
-  if (getaddrinfo(hp->host.empty() ? nullptr : hp->host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) {
+  if (getaddrinfo(hp->host.empty() ? nullptr : hp->host.c_str(), port.c_str(), &hints, &res) != 0 ||
+      res == nullptr) {
     return absl::InvalidArgumentError(Str(options_.flag, ": cannot resolve ", options_.listen));
   }
   listen_ = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int yes = 1;
   setsockopt(listen_, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  const bool bound = listen_ >= 0 && bind(listen_, res->ai_addr, res->ai_addrlen) == 0 && listen(listen_, 1024) == 0;
+  const bool bound = listen_ >= 0 && bind(listen_, res->ai_addr, res->ai_addrlen) == 0 &&
+                     listen(listen_, 1024) == 0;
   freeaddrinfo(res);
-  if (!bound) return absl::UnavailableError(Str(options_.flag, ": cannot listen on ", options_.listen, ": ", strerror(errno)));
+  if (!bound) {
+    return absl::UnavailableError(
+        Str(options_.flag, ": cannot listen on ", options_.listen, ": ", strerror(errno)));
+  }
   sockaddr_storage a{};
   socklen_t len = sizeof(a);
   getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
@@ -219,7 +227,9 @@ absl::Status Loop::Init(std::string* address) {
 
   epoll_ = epoll_create1(EPOLL_CLOEXEC);
   wake_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (epoll_ < 0 || wake_ < 0) return absl::InternalError(Str(options_.flag, ": epoll: ", strerror(errno)));
+  if (epoll_ < 0 || wake_ < 0) {
+    return absl::InternalError(Str(options_.flag, ": epoll: ", strerror(errno)));
+  }
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kListenId;
@@ -279,8 +289,9 @@ void Loop::RunHandlers() {
       handler_(std::move(t.req), t.res);
     } catch (const std::exception& e) {
       PD_LOG(Error) << options_.flag << ": a handler failed: " << e.what();
-      auto [body, type] = options_.error_body ? options_.error_body(500, "internal error")
-                                              : std::pair<std::string, std::string>("internal error", "text/plain");
+      auto [body, type] = options_.error_body
+                              ? options_.error_body(500, "internal error")
+                              : std::pair<std::string, std::string>("internal error", "text/plain");
       t.res->Send(500, type, body);
     }
   }
@@ -315,17 +326,19 @@ void Loop::Run() {
 
 std::string Loop::ErrorResponse(int status, std::string_view message) {
   CountResponse(status);
-  auto [body, type] = options_.error_body ? options_.error_body(status, message)
-                                          : std::pair<std::string, std::string>(std::string(message), "text/plain");
-  return Str("HTTP/1.1 ", status, " ", ReasonPhrase(status), "\r\nContent-Type: ", type, "\r\nContent-Length: ",
-             body.size(), "\r\nConnection: close\r\n\r\n", body);
+  auto [body, type] = options_.error_body
+                          ? options_.error_body(status, message)
+                          : std::pair<std::string, std::string>(std::string(message), "text/plain");
+  return Str("HTTP/1.1 ", status, " ", ReasonPhrase(status), "\r\nContent-Type: ", type,
+             "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
 }
 
 void Loop::Accept() {
   for (;;) {
     sockaddr_storage a{};
     socklen_t len = sizeof(a);
-    const int fd = accept4(listen_, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd =
+        accept4(listen_, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -340,8 +353,9 @@ void Loop::Accept() {
     accepted_.fetch_add(1, std::memory_order_relaxed);
     if (conns_.size() >= options_.max_connections) {
       if (tls_ == nullptr) {
-        const std::string r = ErrorResponse(503, Str("the server holds its limit of ", options_.max_connections,
-                                                     " connections; retry later"));
+        const std::string r =
+            ErrorResponse(503, Str("the server holds its limit of ", options_.max_connections,
+                                   " connections; retry later"));
         (void)!send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       }
       close(fd);
@@ -354,7 +368,8 @@ void Loop::Accept() {
     c->fd = fd;
     c->remote = PeerAddress(a);
     const auto now = Clock::now();
-    c->request_started = true;  // The first request's clock starts at accept (TLS handshake included).
+    c->request_started =
+        true;  // The first request's clock starts at accept (TLS handshake included).
     c->deadline = now + options_.request_timeout;
     c->last_progress = now;
     if (tls_ != nullptr) {
@@ -371,11 +386,16 @@ void Loop::Accept() {
 
 size_t Loop::ReadCap(const Conn& c) const {
   switch (c.state) {
-    case State::kHead: return options_.limits.max_head_bytes + 1;
-    case State::kBody: return c.chunked ? kBusyReadCap : c.head_len + c.req.content_length;
-    case State::kBusy: return kBusyReadCap;
-    case State::kClosing: return 0;
-    case State::kDraining: return SIZE_MAX;  // Read and dropped.
+    case State::kHead:
+      return options_.limits.max_head_bytes + 1;
+    case State::kBody:
+      return c.chunked ? kBusyReadCap : c.head_len + c.req.content_length;
+    case State::kBusy:
+      return kBusyReadCap;
+    case State::kClosing:
+      return 0;
+    case State::kDraining:
+      return SIZE_MAX;  // Read and dropped.
   }
   return 0;
 }
@@ -397,7 +417,8 @@ void Loop::HandleEvent(Conn* c, uint32_t events) {
   if ((events & (EPOLLERR | EPOLLHUP)) != 0) return Close(c);
   const bool read_ready = (events & (EPOLLIN | EPOLLRDHUP)) != 0;
   if (read_ready || (c->tls_read_wants_write && (events & EPOLLOUT) != 0)) {
-    const bool reading = c->state == State::kHead || c->state == State::kBody || c->state == State::kBusy;
+    const bool reading =
+        c->state == State::kHead || c->state == State::kBody || c->state == State::kBusy;
     if ((events & EPOLLRDHUP) != 0 && reading && c->in.size() >= ReadCap(*c)) {
       return Close(c);  // The client finished sending while we do not read: it is gone.
     }
@@ -463,7 +484,8 @@ bool Loop::Flush(Conn* c) {
     ssize_t n;
     if (c->ssl != nullptr) {
       ERR_clear_error();
-      n = SSL_write(c->ssl, c->out.data() + c->out_off, static_cast<int>(std::min<size_t>(left, 1 << 20)));
+      n = SSL_write(c->ssl, c->out.data() + c->out_off,
+                    static_cast<int>(std::min<size_t>(left, 1 << 20)));
       if (n <= 0) {
         const int err = SSL_get_error(c->ssl, static_cast<int>(n));
         if (err == SSL_ERROR_WANT_WRITE) break;
@@ -526,7 +548,8 @@ bool Loop::Advance(Conn* c) {
       if (end == 0) {
         c->scanned = c->in.size();
         if (c->in.size() > options_.limits.max_head_bytes) {
-          Refuse(c, 431, Str("the request head is larger than ", options_.limits.max_head_bytes, " bytes"));
+          Refuse(c, 431,
+                 Str("the request head is larger than ", options_.limits.max_head_bytes, " bytes"));
           return Flush(c);
         }
         return true;
@@ -535,7 +558,8 @@ bool Loop::Advance(Conn* c) {
       c->scanned = 0;
       RequestError error;
       c->req = HttpRequest();
-      if (!ParseRequestHead(std::string_view(c->in).substr(0, c->head_len), options_.limits, &c->req, &error)) {
+      if (!ParseRequestHead(std::string_view(c->in).substr(0, c->head_len), options_.limits,
+                            &c->req, &error)) {
         Refuse(c, error.status, error.message);
         return Flush(c);
       }
@@ -546,7 +570,8 @@ bool Loop::Advance(Conn* c) {
         c->head_len = 0;
         c->chunked.emplace(options_.limits.max_body_bytes);
       }
-      const bool body_missing = c->req.chunked ? c->in.empty() : c->in.size() - c->head_len < c->req.content_length;
+      const bool body_missing =
+          c->req.chunked ? c->in.empty() : c->in.size() - c->head_len < c->req.content_length;
       if (c->req.expect_continue && c->req.minor_version >= 1 && body_missing) {
         c->out += "HTTP/1.1 100 Continue\r\n\r\n";
         if (!Flush(c)) return false;
@@ -569,7 +594,8 @@ bool Loop::Advance(Conn* c) {
       c->head_len = 0;
     }
     c->state = State::kBusy;
-    c->responder = std::make_shared<HttpResponder>(shared_from_this(), c->id, c->req.keep_alive, c->req.minor_version);
+    c->responder = std::make_shared<HttpResponder>(shared_from_this(), c->id, c->req.keep_alive,
+                                                   c->req.minor_version);
     if (c->req.method == "HEAD") c->responder->head_only_ = true;
     {
       std::lock_guard<std::mutex> lock(tasks_mu_);
@@ -594,8 +620,9 @@ void Loop::ApplyOps() {
     if (c->out_off == c->out.size()) c->last_progress = Clock::now();
     c->out += op.bytes;
     if (c->out.size() - c->out_off > options_.max_queued_bytes) {
-      PD_LOG(Warning) << options_.flag << ": closing " << c->remote << ": it reads its response too slowly ("
-                      << options_.max_queued_bytes << " bytes waiting)";
+      PD_LOG(Warning) << options_.flag << ": closing " << c->remote
+                      << ": it reads its response too slowly (" << options_.max_queued_bytes
+                      << " bytes waiting)";
       Close(c);
       continue;
     }
@@ -658,8 +685,10 @@ void Loop::Sweep(Clock::time_point now) {
   for (Conn* c : expired) {
     const bool handshaken = c->ssl == nullptr || SSL_is_init_finished(c->ssl);
     const bool writing = c->out_off < c->out.size();  // Then it is the write timeout.
-    if ((c->state == State::kHead || c->state == State::kBody) && c->got_bytes && handshaken && !writing) {
-      Refuse(c, 408, Str("the request did not arrive within ", options_.request_timeout.count(), " ms"));
+    if ((c->state == State::kHead || c->state == State::kBody) && c->got_bytes && handshaken &&
+        !writing) {
+      Refuse(c, 408,
+             Str("the request did not arrive within ", options_.request_timeout.count(), " ms"));
       c->last_progress = now;
       if (Flush(c)) UpdateInterest(c);
     } else {
@@ -680,9 +709,12 @@ void Loop::Close(Conn* c) {
 
 }  // namespace internal
 
-HttpResponder::HttpResponder(std::shared_ptr<internal::Loop> loop, uint64_t connection, bool keep_alive,
-                             int minor_version)
-    : loop_(std::move(loop)), connection_(connection), keep_alive_(keep_alive), minor_version_(minor_version) {}
+HttpResponder::HttpResponder(std::shared_ptr<internal::Loop> loop, uint64_t connection,
+                             bool keep_alive, int minor_version)
+    : loop_(std::move(loop)),
+      connection_(connection),
+      keep_alive_(keep_alive),
+      minor_version_(minor_version) {}
 
 HttpResponder::~HttpResponder() = default;
 
@@ -706,7 +738,8 @@ std::string HttpResponder::Head(int status, std::string_view content_type, const
   return h;
 }
 
-void HttpResponder::Send(int status, std::string_view content_type, std::string body, const Headers& extra) {
+void HttpResponder::Send(int status, std::string_view content_type, std::string body,
+                         const Headers& extra) {
   std::string bytes;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -757,7 +790,8 @@ void HttpResponder::End() {
     ended_ = true;
     if (minor_version_ >= 1 && !head_only_) bytes = "0\r\n\r\n";
   }
-  loop_->Post(internal::Op{connection_, std::move(bytes), true, !keep_alive_ || minor_version_ == 0});
+  loop_->Post(
+      internal::Op{connection_, std::move(bytes), true, !keep_alive_ || minor_version_ == 0});
 }
 
 void HttpResponder::OnCancel(std::function<void()> f) {
@@ -789,7 +823,8 @@ void HttpResponder::Cancel() {
   if (f) f();
 }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options, HttpHandler handler) {
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
+                                                              HttpHandler handler) {
   auto server = std::unique_ptr<HttpServer>(new HttpServer());
   server->loop_ = std::make_shared<internal::Loop>(options, std::move(handler));
   absl::Status s = server->loop_->Init(&server->address_);

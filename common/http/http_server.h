@@ -39,7 +39,8 @@ class Loop;
 // connection has gone) is ignored. Either Send once, or StartStream, Write..., End.
 class HttpResponder {
  public:
-  HttpResponder(std::shared_ptr<internal::Loop> loop, uint64_t connection, bool keep_alive, int minor_version);
+  HttpResponder(std::shared_ptr<internal::Loop> loop, uint64_t connection, bool keep_alive,
+                int minor_version);
   ~HttpResponder();
 
   // The whole response (Content-Length).
@@ -57,7 +58,8 @@ class HttpResponder {
  private:
   friend class internal::Loop;
   void Cancel();  // The loop: the connection went away.
-  std::string Head(int status, std::string_view content_type, const Headers& extra, const std::string* length);
+  std::string Head(int status, std::string_view content_type, const Headers& extra,
+                   const std::string* length);
 
   const std::shared_ptr<internal::Loop> loop_;
   const uint64_t connection_;
@@ -85,7 +87,8 @@ struct HttpServerOptions {
   std::string tls_cert, tls_key;  // PEM files: HTTPS (empty: plain HTTP).
   // The body and content type of the server's own refusals (400, 408, 411, 413, 431, 503, ...);
   // default: the message as text/plain.
-  std::function<std::pair<std::string, std::string>(int status, std::string_view message)> error_body;
+  std::function<std::pair<std::string, std::string>(int status, std::string_view message)>
+      error_body;
 };
 
 // What a server has done, for metrics.
@@ -98,7 +101,8 @@ struct HttpStats {
 class HttpServer {
  public:
   // Binds and starts serving; an error names `flag` (address taken, certificate unreadable).
-  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options, HttpHandler handler);
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
+                                                           HttpHandler handler);
   // Stops: closes every connection (cancelling responses in flight) and joins the threads.
   ~HttpServer();
   const std::string& address() const { return address_; }

@@ -3,6 +3,7 @@
 #include "common/http/http_server.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -16,8 +17,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 namespace pdserve::http {
 namespace {
@@ -66,7 +65,8 @@ class Client {
   }
 
   void SetTimeout(milliseconds t) {
-    timeval tv{static_cast<time_t>(t.count() / 1000), static_cast<suseconds_t>((t.count() % 1000) * 1000)};
+    timeval tv{static_cast<time_t>(t.count() / 1000),
+               static_cast<suseconds_t>((t.count() % 1000) * 1000)};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   }
 
@@ -152,8 +152,8 @@ std::string Get(const std::string& path, const std::string& extra = "") {
 }
 
 std::string Post(const std::string& path, const std::string& body, const std::string& extra = "") {
-  return "POST " + path + " HTTP/1.1\r\nHost: t\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" + extra +
-         "\r\n" + body;
+  return "POST " + path + " HTTP/1.1\r\nHost: t\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n" + extra + "\r\n" + body;
 }
 
 // Responses the test holds open and answers from its own thread.
@@ -173,9 +173,9 @@ class HttpServerTest : public ::testing::Test {
     o.listen = "127.0.0.1:0";
     if (o.handler_threads == 4) o.handler_threads = 2;
     o.error_body = [](int status, std::string_view message) {
-      return std::pair<std::string, std::string>("{\"error\":\"" + std::to_string(status) + " " + std::string(message) +
-                                                     "\"}",
-                                                 "application/json");
+      return std::pair<std::string, std::string>(
+          "{\"error\":\"" + std::to_string(status) + " " + std::string(message) + "\"}",
+          "application/json");
     };
     auto s = HttpServer::Start(o, [this](HttpRequest req, std::shared_ptr<HttpResponder> res) {
       Handle(std::move(req), std::move(res));
@@ -187,7 +187,8 @@ class HttpServerTest : public ::testing::Test {
   void Handle(HttpRequest req, std::shared_ptr<HttpResponder> res) {
     if (req.path == "/echo") {
       const std::string* x = req.Header("x-test");
-      res->Send(200, "text/plain", req.method + "|" + (x ? *x : "") + "|" + req.body, {{"X-Echo", "1"}});
+      res->Send(200, "text/plain", req.method + "|" + (x ? *x : "") + "|" + req.body,
+                {{"X-Echo", "1"}});
     } else if (req.path == "/stream") {
       const int n = std::stoi(req.target.substr(req.target.find('=') + 1));
       res->StartStream(200, "text/event-stream");
@@ -252,7 +253,9 @@ TEST_F(HttpServerTest, ChunkedRequestBodies) {
   EXPECT_EQ(c.Read().body, "POST||hi");
   EXPECT_EQ(c.Read().body, "GET||");
   // Expect: 100-continue before chunks, as curl sends it.
-  c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n");
+  c.Send(
+      "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nExpect: "
+      "100-continue\r\n\r\n");
   c.SetTimeout(milliseconds(5000));
   ASSERT_TRUE(c.Fill());
   c.Send("1\r\nz\r\n0\r\n\r\n");
@@ -327,8 +330,8 @@ TEST_F(HttpServerTest, RefusalsNameTheReasonAndClose) {
     EXPECT_NE(r.head.find("Connection: close"), std::string::npos);
     EXPECT_TRUE(c.ClosedByServer());
   }
-  EXPECT_EQ(server_->stats().responses,
-            (std::vector<std::pair<int, uint64_t>>{{400, 3}, {413, 2}, {431, 1}, {501, 1}, {505, 1}}));
+  EXPECT_EQ(server_->stats().responses, (std::vector<std::pair<int, uint64_t>>{
+                                            {400, 3}, {413, 2}, {431, 1}, {501, 1}, {505, 1}}));
 }
 
 // The attack the thread-per-connection server fell to: clients that trickle header bytes hold
@@ -362,7 +365,8 @@ TEST_F(HttpServerTest, TricklingClientsAreCutOffAtTheRequestDeadline) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(5000));
   ASSERT_TRUE(WaitFor([&] { return server_->connections() == 0; }));
-  EXPECT_EQ(server_->stats().responses, (std::vector<std::pair<int, uint64_t>>{{408, 8}, {503, 1}}));
+  EXPECT_EQ(server_->stats().responses,
+            (std::vector<std::pair<int, uint64_t>>{{408, 8}, {503, 1}}));
   EXPECT_EQ(server_->stats().accepted, 9u);
   Client c(server_->address());
   c.Send(Get("/echo"));
@@ -500,7 +504,8 @@ void WriteCertificate(const std::string& cert_path, const std::string& key_path)
   X509_gmtime_adj(X509_getm_notAfter(x), 3600);
   X509_set_pubkey(x, key);
   X509_NAME* name = X509_get_subject_name(x);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1, 0);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1, 0);
   X509_set_issuer_name(x, name);
   X509_sign(x, key, EVP_sha256());
   FILE* f = fopen(cert_path.c_str(), "w");
@@ -553,8 +558,8 @@ TEST_F(HttpServerTest, ServesTls) {
     const std::string data(200000, 'c');
     char size[16];
     snprintf(size, sizeof(size), "%zx", data.size());
-    c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" + std::string(size) + "\r\n" +
-           data + "\r\n0\r\n\r\n");
+    c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" +
+           std::string(size) + "\r\n" + data + "\r\n0\r\n\r\n");
     const Response r = c.Read();
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.body, "POST||" + data);

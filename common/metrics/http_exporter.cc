@@ -17,7 +17,8 @@ absl::StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::str
       o, [registry, options](http::HttpRequest req, std::shared_ptr<http::HttpResponder> res) {
         if (req.path != "/metrics") return res->Send(404, "text/plain", "not found: GET /metrics");
         if (req.method != "GET" && req.method != "HEAD") {
-          return res->Send(405, "text/plain", "method not allowed: GET /metrics", {{"Allow", "GET, HEAD"}});
+          return res->Send(405, "text/plain", "method not allowed: GET /metrics",
+                           {{"Allow", "GET, HEAD"}});
         }
         res->Send(200, "text/plain; version=0.0.4; charset=utf-8", registry->Render(options));
       });
