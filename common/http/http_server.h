@@ -1,10 +1,11 @@
 // An event-driven HTTP/1.1 server (epoll, non-blocking sockets, optional TLS through OpenSSL):
-// the OpenAI API's front end. One loop thread owns every connection; handlers run on a few
-// handler threads and answer through an HttpResponder, from any thread, whenever they like, so a
-// response that streams for minutes holds no thread, and thousands of clients can stream at once.
+// the front end of the OpenAI API and of /metrics. One loop thread owns every connection;
+// handlers run on a few handler threads and answer through an HttpResponder, from any thread,
+// whenever they like, so a response that streams for minutes holds no thread, and thousands of
+// clients can stream at once.
 //
-// Bounded against hostile clients: a connection may hold at most --http-max-connections slots
-// (the next is answered 503 and closed); a request's head and body must arrive within
+// Bounded against hostile clients: at most `max_connections` are open (the next is answered 503
+// and closed); a request's head and body (Content-Length or chunked) must arrive within
 // `request_timeout` of its first byte (of the connection's accept for the first request, TLS
 // handshake included), else 408 and close, so clients trickling bytes cannot hold slots; an idle
 // keep-alive connection closes after `idle_timeout`; a response the client does not read (no
