@@ -58,14 +58,19 @@ ApiError FromGrpc(const grpc::Status& s) {
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-void SendError(http::HttpResponder& res, const ApiError& e) {
-  http::Headers extra;
+// The X-Request-Id response header (none when `id` is empty).
+http::Headers IdHeader(const std::string& id) {
+  return id.empty() ? http::Headers{} : http::Headers{{"X-Request-Id", id}};
+}
+
+// `extra`: headers besides the error's own (X-Request-Id).
+void SendError(http::HttpResponder& res, const ApiError& e, http::Headers extra = {}) {
   if (e.http_status == 429) extra.emplace_back("Retry-After", "1");
   res.Send(e.http_status, "application/json", Dump(e.ToJson()), extra);
 }
 
-void SendJson(http::HttpResponder& res, const Json& j) {
-  res.Send(200, "application/json", Dump(j));
+void SendJson(http::HttpResponder& res, const Json& j, const http::Headers& extra = {}) {
+  res.Send(200, "application/json", Dump(j), extra);
 }
 
 // Everything one choice accumulated.
@@ -114,6 +119,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   bool started_ = false;  // A first message came: the response has begun (streams: headers sent).
   bool failed_ = false;   // A call failed: the others are cancelled, the error is the answer.
   grpc::Status error_;
+  std::string request_id_;  // The router's (the client's X-Request-Id, or one it assigned).
   std::string id_;
   int64_t created_ = 0;
   std::vector<Choice> choices_;        // Whole responses.
@@ -203,7 +209,13 @@ class Gateway {
     ApiError error;
     const bool ok = chat ? ParseChatRequest(req.body, parse_, &parsed, &error)
                          : ParseCompletionRequest(req.body, parse_, &parsed, &error);
-    if (!ok) return SendError(*res, error);
+    // X-Request-Id (as vLLM takes it): the request's id, so the client's trace id reaches the
+    // router's logs and the response's id ("cmpl-<id>"); echoed in the response's headers.
+    const std::string* request_id = req.Header("x-request-id");
+    if (request_id != nullptr) {
+      for (v1::GenerateRequest& g : parsed.prompts) g.set_request_id(*request_id);
+    }
+    if (!ok) return SendError(*res, error, IdHeader(request_id == nullptr ? "" : *request_id));
     auto exchange =
         std::make_shared<Exchange>(this, std::move(res), std::move(parsed), Authorization(req));
     exchange->Begin();
@@ -447,10 +459,13 @@ void Exchange::OnMessage(size_t c, const v1::GenerateResponse& r) {
   if (!started_) {
     // The first message: the request was accepted (a refusal before it is an HTTP error).
     started_ = true;
+    request_id_ = r.request_id();
     id_ = Str(p_.chat ? "chatcmpl-" : "cmpl-", r.request_id());
     created_ = std::time(nullptr);
     if (p_.stream) {
-      res_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+      http::Headers headers = IdHeader(request_id_);
+      headers.emplace_back("Cache-Control", "no-cache");
+      res_->StartStream(200, "text/event-stream", headers);
       for (size_t i = 0; p_.chat && i < choices_.size(); ++i) {
         SendChunk({{"index", i},
                    {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -523,7 +538,9 @@ void Exchange::EndOne(std::unique_lock<std::mutex>& lock) {
   }
   if (failed_) {
     const ApiError e = FromGrpc(error_);
-    if (!p_.stream || !started_) return SendError(*res_, e);
+    if (!p_.stream || !started_) {
+      return SendError(*res_, e, IdHeader(started_ ? request_id_ : p_.prompts[0].request_id()));
+    }
     // A stream's headers are gone: the error travels as an event, then the stream ends.
     res_->Write(Str("data: ", Dump(e.ToJson()), "\n\ndata: [DONE]\n\n"));
     return res_->End();
@@ -579,7 +596,8 @@ void Exchange::Finish() {
                    {"created", created_},
                    {"model", p_.model},
                    {"choices", choices},
-                   {"usage", UsageJson(total_)}});
+                   {"usage", UsageJson(total_)}},
+           IdHeader(request_id_));
 }
 
 }  // namespace

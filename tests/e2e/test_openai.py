@@ -246,6 +246,24 @@ class OpenAiTest(unittest.TestCase):
             self.assertEqual("".join(e["choices"][0]["delta"].get("content", "") for e in events
                                      if e["choices"][0]["index"] == k), one["choices"][0]["message"]["content"])
 
+    def test_request_id_header(self):
+        # The client's X-Request-Id is the request's id (as vLLM takes it), echoed back.
+        status, got, headers = post(self.s, "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 2},
+                                    {"X-Request-Id": "trace-42"})
+        self.assertEqual((status, got["id"], headers["X-Request-Id"]), (200, "cmpl-trace-42", "trace-42"))
+        status, raw, headers = post(self.s, "/v1/chat/completions",
+                                    {"messages": [{"role": "user", "content": "Who?"}], "max_tokens": 3, "n": 2,
+                                     "stream": True}, {"X-Request-Id": "trace-43"}, raw=True)
+        self.assertEqual(headers["X-Request-Id"], "trace-43")
+        self.assertEqual({e["id"] for e in sse_events(raw)}, {"chatcmpl-trace-43"})
+        # Without one: the router's own id, echoed too.
+        status, got, headers = post(self.s, "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 2})
+        self.assertEqual("cmpl-" + headers["X-Request-Id"], got["id"])
+        # A refusal names the field and still echoes the id.
+        status, got, headers = post(self.s, "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 2},
+                                    {"X-Request-Id": "x" * 300})
+        self.assertEqual((status, got["error"]["param"], headers["X-Request-Id"]), (400, "request_id", "x" * 300))
+
     def test_tools_with_a_parser(self):
         # The demo model writes no <tool_call> blocks: with tools (which this template ignores, so
         # the prompt is the same) the answer is the plain one, content and finish reason, no calls.
