@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -100,6 +101,21 @@ void WaitForStopSignal() {
 [[noreturn]] void ExitAfterShutdown(int code) {
   std::fflush(nullptr);
   std::_Exit(code);
+}
+
+// After a drain, how long Shutdown lets calls finish writing what they have queued (the drained
+// requests' last tokens) before cancelling them. Calls that are done end it at once; 1 s was too
+// short on a loaded machine (a drained stream lost its last tokens in CI).
+constexpr std::chrono::seconds kFlushCalls{10};
+
+// After serving: Shutdown has returned once every call finished, but gRPC may still hold the
+// last frames of a finished call in its buffers, and _Exit closes sockets abortively (a socket
+// with unread input is reset, and a reset can destroy what the client has not read yet: once in
+// CI, a drained stream lost its final message, "Connection reset by peer"). gRPC 1.51 offers no
+// way to wait for the flush, so give its I/O threads a moment first.
+[[noreturn]] void ExitAfterServing() {
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  ExitAfterShutdown(kExitOk);
 }
 
 // A bad --metrics-* flag is a usage error; an address that cannot be bound is not.
@@ -339,8 +355,8 @@ int RunPrefill(const TierFlags& f) {
   PD_LOG(Info) << "prefill: draining";
   MarkNotServing(*server);
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  ExitAfterShutdown(kExitOk);
+  server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
+  ExitAfterServing();
 }
 
 int RunDecode(const TierFlags& f) {
@@ -381,8 +397,8 @@ int RunDecode(const TierFlags& f) {
   PD_LOG(Info) << "decode: draining";
   MarkNotServing(*server);
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  ExitAfterShutdown(kExitOk);
+  server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
+  ExitAfterServing();
 }
 
 }  // namespace
@@ -540,7 +556,7 @@ int RouterCommand(int argc, char** argv) {
   PD_LOG(Info) << "router: shutting down";
   MarkNotServing(*server);
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  ExitAfterShutdown(kExitOk);
+  ExitAfterServing();
 }
 
 int ServeCommand(int argc, char** argv) {
@@ -627,10 +643,10 @@ int ServeCommand(int argc, char** argv) {
   MarkNotServing(*server);
   (*decode)->Drain(absl::Seconds(f.drain_seconds));
   (*prefill)->Drain(absl::Seconds(1));
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  decode_server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  prefill_server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  ExitAfterShutdown(kExitOk);
+  server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
+  decode_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
+  prefill_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
+  ExitAfterServing();
 }
 
 }  // namespace pdserve::cli
