@@ -103,20 +103,11 @@ void WaitForStopSignal() {
   std::_Exit(code);
 }
 
-// After a drain, how long Shutdown lets calls finish writing what they have queued (the drained
-// requests' last tokens) before cancelling them. Calls that are done end it at once; 1 s was too
-// short on a loaded machine (a drained stream lost its last tokens in CI).
+// After a drain, how long Shutdown lets calls finish writing what they have queued: a worker's
+// Drain returns when the engine is done, while its stream reactors may still hold the drained
+// requests' last tokens. Calls that are done end it at once; 1 s was too short on a loaded
+// machine (the call was cancelled and a drained stream lost its last tokens, once in CI).
 constexpr std::chrono::seconds kFlushCalls{10};
-
-// After serving: Shutdown has returned once every call finished, but gRPC may still hold the
-// last frames of a finished call in its buffers, and _Exit closes sockets abortively (a socket
-// with unread input is reset, and a reset can destroy what the client has not read yet: once in
-// CI, a drained stream lost its final message, "Connection reset by peer"). gRPC 1.51 offers no
-// way to wait for the flush, so give its I/O threads a moment first.
-[[noreturn]] void ExitAfterServing() {
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  ExitAfterShutdown(kExitOk);
-}
 
 // A bad --metrics-* flag is a usage error; an address that cannot be bound is not.
 int ReportFlagError(const char* cmd, const absl::Status& s) {
@@ -356,7 +347,7 @@ int RunPrefill(const TierFlags& f) {
   MarkNotServing(*server);
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
   server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
-  ExitAfterServing();
+  ExitAfterShutdown(kExitOk);
 }
 
 int RunDecode(const TierFlags& f) {
@@ -398,7 +389,7 @@ int RunDecode(const TierFlags& f) {
   MarkNotServing(*server);
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
   server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
-  ExitAfterServing();
+  ExitAfterShutdown(kExitOk);
 }
 
 }  // namespace
@@ -556,7 +547,7 @@ int RouterCommand(int argc, char** argv) {
   PD_LOG(Info) << "router: shutting down";
   MarkNotServing(*server);
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  ExitAfterServing();
+  ExitAfterShutdown(kExitOk);
 }
 
 int ServeCommand(int argc, char** argv) {
@@ -646,7 +637,7 @@ int ServeCommand(int argc, char** argv) {
   server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
   decode_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
   prefill_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
-  ExitAfterServing();
+  ExitAfterShutdown(kExitOk);
 }
 
 }  // namespace pdserve::cli
