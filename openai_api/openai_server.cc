@@ -102,7 +102,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   void EndOne(std::unique_lock<std::mutex>& lock);
   void OnMessage(size_t choice, const v1::GenerateResponse& r);
   void OnEnd(size_t choice, const grpc::Status& s);
-  void SendChunk(Json choice);
+  // One SSE event: these choices, and `usage` when the client asked for it (else no field).
+  void SendEvent(Json choices, Json usage);
+  void SendChunk(Json choice);  // A choice's event (usage null when asked for).
   void Finish();
   // Counts a choice's usage: its completion tokens; its prompt's tokens once (from sample 0).
   void AddChoiceUsage(size_t choice, const v1::Usage& u);
@@ -400,8 +402,8 @@ void Exchange::Begin() {
     v1::GenerateRequest request = p_.prompts[c / p_.n];
     const uint64_t sample = c % p_.n;
     if (sample > 0 && request.sampling().has_seed()) {
-      request.mutable_sampling()->set_seed(request.sampling().seed() +
-                                           sample);  // Wraps, as uint64.
+      // Sample j of a seeded request: seed + j (wrapping, as uint64).
+      request.mutable_sampling()->set_seed(request.sampling().seed() + sample);
     }
     lock.unlock();  // A call may end (and call OnEnd) before Start returns.
     auto call = GenerateCall::Start(
@@ -434,15 +436,17 @@ void Exchange::CancelAll(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-void Exchange::SendChunk(Json choice) {
+void Exchange::SendEvent(Json choices, Json usage) {
   Json j = {{"id", id_},
             {"object", p_.chat ? "chat.completion.chunk" : "text_completion"},
             {"created", created_},
             {"model", p_.model},
-            {"choices", Json::array({std::move(choice)})}};
-  if (p_.include_usage) j["usage"] = nullptr;
+            {"choices", std::move(choices)}};
+  if (p_.include_usage) j["usage"] = std::move(usage);
   res_->Write(Str("data: ", Dump(j), "\n\n"));
 }
+
+void Exchange::SendChunk(Json choice) { SendEvent(Json::array({std::move(choice)}), nullptr); }
 
 void Exchange::AddChoiceUsage(size_t choice, const v1::Usage& u) {
   v1::Usage counted = u;
@@ -550,15 +554,7 @@ void Exchange::EndOne(std::unique_lock<std::mutex>& lock) {
 
 void Exchange::Finish() {
   if (p_.stream) {
-    if (p_.include_usage) {
-      Json j = {{"id", id_},
-                {"object", p_.chat ? "chat.completion.chunk" : "text_completion"},
-                {"created", created_},
-                {"model", p_.model},
-                {"choices", Json::array()},
-                {"usage", UsageJson(total_)}};
-      res_->Write(Str("data: ", Dump(j), "\n\n"));
-    }
+    if (p_.include_usage) SendEvent(Json::array(), UsageJson(total_));
     res_->Write("data: [DONE]\n\n");
     return res_->End();
   }
