@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <sys/epoll.h>
@@ -298,6 +299,13 @@ void Loop::RunHandlers() {
 }
 
 void Loop::Run() {
+  // This thread does all the sockets' I/O. SSL_write and SSL_shutdown write with write(2), which
+  // raises SIGPIPE on a connection the client has closed; its default action would end the
+  // process. Blocked here, a write fails with EPIPE instead and the connection is closed.
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   epoll_event events[256];
   next_sweep_ = Clock::now() + kSweepEvery;
   while (!stop_.load()) {
