@@ -61,8 +61,8 @@ echo "--- gpu_bench" | log
 timeout 300 "$bench" 2>&1 | log
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 # The engine on an 8B shape whose weights are made in GPU memory (no checkpoint), as a user runs it.
-echo "--- bench-engine --random-weights llama3-8b --device cuda" | log
-timeout 180 "$pdserve" bench-engine --random-weights llama3-8b --device cuda --batch 64 \
+echo "--- bench-engine --random-weights llama3-8b --device cuda --kv-dtype bf16" | log
+timeout 180 "$pdserve" bench-engine --random-weights llama3-8b --device cuda --kv-dtype bf16 --batch 64 \
   --input-len 512 --output-len 32 --kv-memory-gib 16 --bw-gib 1 --format json 2>&1 | log
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 [ "$failed" = 0 ] && echo "gpu_check: all passed" | log || echo "gpu_check: FAILED (see above)" | log

@@ -171,6 +171,9 @@ absl::Status DeviceModelRunner::Forward(const ForwardBatch& batch, float* logits
   int32_t* tile_rows = tile_first + T;
   int32_t* logit_index = tile_rows + T;
   int32_t* tables = logit_index + batch.num_logit_rows();
+  // Rows per prefill tile: 64 where attention runs on tensor cores, else 16.
+  const int tile_limit =
+      cuda::PrefillTileRows(cuda::ToKvFormat(pool_->spec().dtype), static_cast<int>(c.head_dim));
   int r = 0, max_decode_context = 1;
   for (int s = 0; s < seqs; ++s) {
     const SequenceChunk& chunk = batch.sequences[s];
@@ -184,9 +187,9 @@ absl::Status DeviceModelRunner::Forward(const ForwardBatch& batch, float* logits
       decode_index[st.decode_rows++] = r;
       max_decode_context = std::max(max_decode_context, positions[r] + 1);
     } else {
-      for (int i = 0; i < n; i += cuda::kPrefillTileRows) {
+      for (int i = 0; i < n; i += tile_limit) {
         tile_first[st.tiles] = r + i;
-        tile_rows[st.tiles++] = std::min(cuda::kPrefillTileRows, n - i);
+        tile_rows[st.tiles++] = std::min(tile_limit, n - i);
       }
     }
     if (chunk.need_logits) logit_index[st.logit_rows++] = r + n - 1;

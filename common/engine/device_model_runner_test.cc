@@ -192,6 +192,40 @@ TEST_P(DeviceRunnerHostTest, MixedStepsEqualTheCpuRunnerInBf16) {
   EXPECT_EQ(agree, clear);
 }
 
+// A prompt longer than a prefill tile: chunks of 64 and 36 rows (one tile of 64 rows on the
+// tensor-core kernel, four of 16 on the f32 one), then decode steps over all 100 keys.
+TEST_P(DeviceRunnerHostTest, ChunksOfManyTilesEqualTheCpuRunner) {
+  auto cpu = CpuModelRunner::Create(options_, weights_.get(), cpu_pool_.get());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto dev = DeviceModelRunner::Create(options_, weights_.get(), device_pool_.get(), Ops());
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  const int64_t vocab = weights_->config().vocab_size;
+  SplitMix64 rng(41);
+  std::vector<int32_t> prompt(100), table(26);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng.Next() % 300);
+  for (int i = 0; i < 26; ++i) table[i] = (i * 7 + 3) % 32;  // 26 distinct blocks, out of order.
+  int clear = 0, agree = 0;
+  std::vector<float> lc(vocab), ld(vocab);
+  for (int from : {0, 64}) {
+    ForwardBatch chunk;
+    const int n = from == 0 ? 64 : 36;
+    chunk.sequences.push_back({absl::MakeConstSpan(prompt).subspan(from, n), from, table, true});
+    ASSERT_TRUE((*cpu)->Forward(chunk, lc.data()).ok());
+    ASSERT_TRUE((*dev)->Forward(chunk, ld.data()).ok());
+    ExpectLogitsAgree(lc, ld, vocab, &clear, &agree);
+  }
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<int32_t> token = {
+        static_cast<int32_t>(std::max_element(lc.begin(), lc.end()) - lc.begin())};
+    ForwardBatch d;
+    d.sequences.push_back({token, 100 + step, table, true});
+    ASSERT_TRUE((*cpu)->Forward(d, lc.data()).ok());
+    ASSERT_TRUE((*dev)->Forward(d, ld.data()).ok());
+    ExpectLogitsAgree(lc, ld, vocab, &clear, &agree);
+  }
+  EXPECT_EQ(agree, clear);
+}
+
 // The runners of one process (serve's two workers) read one device copy of the weights: one
 // upload, the same logits as a runner with its own copy, and the copy outlives the runner that
 // made it.

@@ -4,6 +4,7 @@
 // tiled prefill kernel over chunks that start mid-sequence (a cached prefix) and cross blocks.
 #include "kernels/cuda/attention_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -14,16 +15,19 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/host_device_ops.h"
+#include "kernels/cuda/host_exec.h"
 #include "kernels/cuda/kernel_test_util.h"
+#include "kernels/cuda/kv_format.h"
 
 namespace pdserve::cuda {
 namespace {
 
-using testing::RandomVector;
-using testing::TestPool;
 using testing::AttnCase;
 using testing::CaseName;
 using testing::ExpectClose;
+using testing::PrefillTolerance;
+using testing::RandomVector;
+using testing::TestPool;
 using Fixture = testing::AttentionFixture;
 
 void RunDecode(DecodeAttentionParams& p, int threads) {
@@ -52,6 +56,14 @@ TEST_P(DecodeAttentionHostTest, EqualsCpuPagedAttention) {
   p.partial_ml = partial_ml.data();
   RunDecode(p, 64);
   ExpectClose(out, f.Cpu(positions, row_seq, q));
+  // The same bits with the host layer's threads and blocks reversed (no race; host_exec.h).
+  const std::vector<float> forward = out;
+  std::fill(out.begin(), out.end(), NAN);
+  {
+    host::ScopedScheduleOrder reverse(host::ScheduleOrder::kReverse);
+    RunDecode(p, 64);
+  }
+  EXPECT_EQ(std::memcmp(forward.data(), out.data(), out.size() * sizeof(float)), 0);
 }
 
 TEST_P(DecodeAttentionHostTest, OnlyTheListedRowsOfAMixedStep) {
@@ -152,6 +164,40 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{KvDType::kInt8, 16, 1, 32, 0, 32}),  // the widest group
     CaseName);
 
+// Runs the prefill kernel that serves this pool (tensor cores or f32) over the rows, in tiles of
+// the size that kernel takes, with the host layer's threads forward and then reversed: the two
+// must give the same bits (a race between threads or blocks would not; host_exec.h).
+std::vector<float> RunPrefill(Fixture& f, const std::vector<int32_t>& positions,
+                              const std::vector<int32_t>& row_seq, const std::vector<float>& q) {
+  std::vector<float> out;
+  PrefillAttentionParams p;
+  p.a = f.Params(positions, row_seq, q, &out);
+  std::vector<int32_t> first, n;
+  MakePrefillTiles(row_seq, PrefillTileRows(ToKvFormat(f.c.dtype), f.c.head_dim), &first, &n);
+  p.num_tiles = static_cast<int>(first.size());
+  p.tile_first_row = first.data();
+  p.tile_rows = n.data();
+  EXPECT_TRUE(CreateHostDeviceOps(64)->PrefillAttention(p).ok());
+  std::vector<float> forward = out;
+  std::fill(out.begin(), out.end(), NAN);
+  {
+    host::ScopedScheduleOrder reverse(host::ScheduleOrder::kReverse);
+    EXPECT_TRUE(CreateHostDeviceOps(64)->PrefillAttention(p).ok());
+  }
+  EXPECT_EQ(std::memcmp(forward.data(), out.data(), out.size() * sizeof(float)), 0)
+      << "the output depends on the order threads run in: a race";
+  return forward;
+}
+
+// Rows of a chunk [from, to) of sequence `seq`, appended.
+void AddRows(int seq, int from, int to, std::vector<int32_t>* positions,
+             std::vector<int32_t>* row_seq) {
+  for (int pos = from; pos < to; ++pos) {
+    positions->push_back(pos);
+    row_seq->push_back(seq);
+  }
+}
+
 class PrefillAttentionHostTest : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(PrefillAttentionHostTest, EqualsCpuPagedAttentionForEveryRow) {
@@ -159,14 +205,51 @@ TEST_P(PrefillAttentionHostTest, EqualsCpuPagedAttentionForEveryRow) {
   // Sequence 0: a chunk [23, 60) after a cached prefix of 23; sequence 1: a whole prompt of 19.
   Fixture f(c, {60, 19}, 21);
   std::vector<int32_t> positions, row_seq;
-  for (int pos = 23; pos < 60; ++pos) {
-    positions.push_back(pos);
-    row_seq.push_back(0);
-  }
-  for (int pos = 0; pos < 19; ++pos) {
-    positions.push_back(pos);
-    row_seq.push_back(1);
-  }
+  AddRows(0, 23, 60, &positions, &row_seq);
+  AddRows(1, 0, 19, &positions, &row_seq);
+  SplitMix64 rng(22);
+  const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
+  ExpectClose(RunPrefill(f, positions, row_seq, q), f.Cpu(positions, row_seq, q),
+              PrefillTolerance(c.dtype, c.head_dim));
+}
+
+// Chunks longer than a tile of rows, over more keys than a key tile: a chunk [37, 200) after a
+// cached prefix (tiles of 64, 64 and 35 rows, each walking up to four key tiles), and a whole
+// prompt of 70 beside it.
+TEST_P(PrefillAttentionHostTest, LongChunksCrossRowAndKeyTiles) {
+  const AttnCase c = GetParam();
+  Fixture f(c, {200, 70}, 23, /*blocks=*/64);
+  std::vector<int32_t> positions, row_seq;
+  AddRows(0, 37, 200, &positions, &row_seq);
+  AddRows(1, 0, 70, &positions, &row_seq);
+  SplitMix64 rng(24);
+  const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
+  ExpectClose(RunPrefill(f, positions, row_seq, q), f.Cpu(positions, row_seq, q),
+              PrefillTolerance(c.dtype, c.head_dim));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PrefillAttentionHostTest,
+    ::testing::Values(AttnCase{KvDType::kF32, 4, 2, 32, 0, 0},    // f32 kernel
+                      AttnCase{KvDType::kBF16, 4, 4, 64, 0, 0},   // tensor cores from here
+                      AttnCase{KvDType::kBF16, 6, 2, 48, 11, 0},  // window shorter than a tile
+                      AttnCase{KvDType::kInt8, 4, 1, 32, 40, 0},
+                      AttnCase{KvDType::kInt4, 2, 1, 64, 0, 0},
+                      AttnCase{KvDType::kBF16, 8, 2, 128, 0, 0},   // Llama's head_dim, GQA 4
+                      AttnCase{KvDType::kInt8, 4, 2, 80, 90, 0},   // window past a key tile
+                      AttnCase{KvDType::kInt4, 2, 1, 16, 0, 0},    // one k step
+                      AttnCase{KvDType::kBF16, 4, 2, 40, 7, 0},    // f32 kernel: d % 16 != 0
+                      AttnCase{KvDType::kInt8, 2, 1, 144, 0, 0}),  // f32 kernel: d > 128
+    CaseName);
+
+// The f32 kernel takes any pool (the tensor-core one only some): asked directly it still equals
+// the CPU within f32 rounding on a bf16 pool, in its own tiles of 16 rows.
+TEST(PrefillF32KernelHostTest, OnABf16Pool) {
+  const AttnCase c{KvDType::kBF16, 4, 2, 64, 0, 0};
+  Fixture f(c, {60, 19}, 21);
+  std::vector<int32_t> positions, row_seq;
+  AddRows(0, 23, 60, &positions, &row_seq);
+  AddRows(1, 0, 19, &positions, &row_seq);
   SplitMix64 rng(22);
   const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
   std::vector<float> out;
@@ -177,18 +260,11 @@ TEST_P(PrefillAttentionHostTest, EqualsCpuPagedAttentionForEveryRow) {
   p.num_tiles = static_cast<int>(first.size());
   p.tile_first_row = first.data();
   p.tile_rows = n.data();
-  ASSERT_TRUE(CreateHostDeviceOps(64)->PrefillAttention(p).ok());
+  host::Launch(host::Grid{p.num_tiles, c.heads}, 64,
+               sizeof(float) * PrefillSharedFloats(c.head_dim),
+               [&](host::HostCtx& ctx) { PrefillAttentionBody<KvFormat::kBF16>(ctx, p); });
   ExpectClose(out, f.Cpu(positions, row_seq, q));
 }
-
-INSTANTIATE_TEST_SUITE_P(
-    Cases, PrefillAttentionHostTest,
-    ::testing::Values(AttnCase{KvDType::kF32, 4, 2, 32, 0, 0},
-                      AttnCase{KvDType::kBF16, 4, 4, 64, 0, 0},
-                      AttnCase{KvDType::kBF16, 6, 2, 48, 11, 0},  // window shorter than a tile
-                      AttnCase{KvDType::kInt8, 4, 1, 32, 40, 0},
-                      AttnCase{KvDType::kInt4, 2, 1, 64, 0, 0}),
-    CaseName);
 
 }  // namespace
 }  // namespace pdserve::cuda

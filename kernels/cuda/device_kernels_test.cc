@@ -1,6 +1,7 @@
 // GPU test (ctest label `gpu`; skips cleanly without a device): the CUDA kernels launched on the
 // device (layer_ops.h, attention_ops.h) against the CPU kernels, on the cases the host-executed
-// tests use plus device-sized ones (many splits, long prefill tiles walks).
+// tests use plus device-sized ones (many splits, long prefill tiles walks), and the tensor cores'
+// fragment layout (mma_probe.h).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -15,7 +16,9 @@
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/kernel_test_util.h"
+#include "kernels/cuda/kv_format.h"
 #include "kernels/cuda/layer_ops.h"
+#include "kernels/cuda/mma_probe_kernel.h"
 
 namespace pdserve::cuda {
 namespace {
@@ -96,7 +99,7 @@ TEST_P(DeviceAttentionTest, PrefillEqualsCpu) {
   PrefillAttentionParams p;
   p.a = f.Params(positions, row_seq, q, &out);
   std::vector<int32_t> first, n;
-  MakePrefillTiles(row_seq, kPrefillTileRows, &first, &n);
+  MakePrefillTiles(row_seq, PrefillTileRows(ToKvFormat(c.dtype), c.head_dim), &first, &n);
   DeviceVector<uint8_t> pool(f.pool.bytes);
   DeviceVector<int32_t> d_pos(positions), d_seq(row_seq), d_tables(f.tables), d_first(first), d_n(n);
   DeviceVector<float> d_q(q), d_out(out);
@@ -110,7 +113,67 @@ TEST_P(DeviceAttentionTest, PrefillEqualsCpu) {
   p.tile_first_row = d_first.get();
   p.tile_rows = d_n.get();
   ASSERT_TRUE(LaunchPrefillAttention(p, nullptr).ok());
-  ExpectClose(d_out.Get(), f.Cpu(positions, row_seq, q));
+  ExpectClose(d_out.Get(), f.Cpu(positions, row_seq, q),
+              testing::PrefillTolerance(c.dtype, c.head_dim));
+}
+
+// Device-sized prefill: a 1,000-token chunk after a cached prefix of 500 (tiles of 64 rows, each
+// walking up to 24 key tiles), head_dim 128 with GQA 4, every format.
+TEST(DeviceAttentionLongTest, PrefillOfALongChunkEqualsCpu) {
+  if (DeviceCount() == 0) GTEST_SKIP() << DescribeDevice();
+  for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8, KvDType::kInt4}) {
+    const AttnCase c{dtype, 8, 2, 128, 0, 0};
+    testing::AttentionFixture f(c, {1500}, 31, /*blocks=*/192);
+    std::vector<int32_t> positions, row_seq;
+    for (int pos = 500; pos < 1500; ++pos) positions.push_back(pos), row_seq.push_back(0);
+    SplitMix64 rng(32);
+    const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
+    std::vector<float> out;
+    PrefillAttentionParams p;
+    p.a = f.Params(positions, row_seq, q, &out);
+    std::vector<int32_t> first, n;
+    MakePrefillTiles(row_seq, PrefillTileRows(ToKvFormat(dtype), c.head_dim), &first, &n);
+    DeviceVector<uint8_t> pool(f.pool.bytes);
+    DeviceVector<int32_t> d_pos(positions), d_seq(row_seq), d_tables(f.tables), d_first(first),
+        d_n(n);
+    DeviceVector<float> d_q(q), d_out(out);
+    p.a.kv.base = pool.get();
+    p.a.tokens.positions = d_pos.get();
+    p.a.tokens.row_seq = d_seq.get();
+    p.a.tokens.block_tables = d_tables.get();
+    p.a.q = d_q.get();
+    p.a.out = d_out.get();
+    p.num_tiles = static_cast<int>(first.size());
+    p.tile_first_row = d_first.get();
+    p.tile_rows = d_n.get();
+    ASSERT_TRUE(LaunchPrefillAttention(p, nullptr).ok());
+    ExpectClose(d_out.Get(), f.Cpu(positions, row_seq, q),
+                testing::PrefillTolerance(dtype, c.head_dim));
+  }
+}
+
+// The tensor cores multiply through the fragments as dialect.h lays them out (mma_probe.h): if
+// this fails, every tensor-core kernel does, and the layout is what to fix.
+TEST(DeviceMmaTest, FragmentLayoutIsTheHardwares) {
+  if (DeviceCount() == 0) GTEST_SKIP() << DescribeDevice();
+  SplitMix64 rng(3);
+  std::vector<uint16_t> a(16 * 16), b(16 * 8);
+  std::vector<float> c(16 * 8);
+  auto small = [&] { return static_cast<float>(static_cast<int>(rng.Next() % 17) - 8) / 2; };
+  for (uint16_t& x : a) x = F32ToBf16(small());
+  for (uint16_t& x : b) x = F32ToBf16(small());
+  for (float& x : c) x = small();
+  DeviceVector<uint16_t> d_a(a), d_b(b);
+  DeviceVector<float> d_c(c), d_d(std::vector<float>(16 * 8, NAN));
+  ASSERT_TRUE(LaunchMmaProbe(d_a.get(), d_b.get(), d_c.get(), d_d.get()).ok());
+  const std::vector<float> d = d_d.Get();
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      float want = c[i * 8 + j];
+      for (int k = 0; k < 16; ++k) want += Bf16ToF32(a[i * 16 + k]) * Bf16ToF32(b[k * 8 + j]);
+      ASSERT_EQ(d[i * 8 + j], want) << "D[" << i << "][" << j << "]";  // Exact: small values.
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -6,23 +6,34 @@
 //   ctx.thread(), ctx.threads()           threadIdx.x, blockDim.x (1-D blocks, a multiple of 32)
 //   ctx.block(0|1|2), ctx.blocks(0|1|2)   blockIdx.{x,y,z}, gridDim.{x,y,z}
 //   ctx.sync()                            __syncthreads()
-//   ctx.shfl_xor(v, mask)                 __shfl_xor_sync(full mask, v, mask): every lane of the warp
-//   ctx.shared<T>()                       the block's dynamic shared memory
+//   ctx.shfl_xor(v, mask)                 __shfl_xor_sync(full mask, v, mask): every lane of the
+//   warp ctx.shared<T>()                       the block's dynamic shared memory ctx.mma_bf16(d, a,
+//   b)                 mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32,
+//                                         d += A * B on tensor cores, a warp-wide operation (every
+//                                         lane, warp-uniform control flow); fragments below
 // and does its math through the helpers below (one definition per side). Everything else is plain
 // C++ shared by both compilers. This header includes no CUDA header.
 #ifndef PDSERVE_KERNELS_CUDA_DIALECT_H_
 #define PDSERVE_KERNELS_CUDA_DIALECT_H_
 
 #include <cstdint>
+#include <cstring>  // std::memcpy in the host side of PD_HD helpers (nvcc's host pass too).
 
 #if defined(__CUDACC__)
 #define PD_HD __host__ __device__ __forceinline__
 #define PD_DEVICE __device__ __forceinline__
 #else
 #include <cmath>
-#include <cstring>
 #define PD_HD inline
 #define PD_DEVICE inline
+#endif
+
+// Unrolls the loop that follows on the device (loops over register arrays with constant bounds:
+// unrolled, the arrays stay in registers instead of local memory).
+#if defined(__CUDA_ARCH__)
+#define PD_UNROLL _Pragma("unroll")
+#else
+#define PD_UNROLL
 #endif
 
 namespace pdserve::cuda {
@@ -103,6 +114,18 @@ PD_HD double RoundEven(double x) {
 }
 PD_HD bool IsFinite(float x) { return (FloatBits(x) & 0x7f800000u) != 0x7f800000u; }
 inline constexpr float kNegInf = -__builtin_huge_valf();
+
+// Two bf16 in one 32-bit register, as the tensor-core fragments hold them: `lo` in the low half.
+PD_HD uint32_t PackBf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(FloatBf16(lo)) | (static_cast<uint32_t>(FloatBf16(hi)) << 16);
+}
+
+// Fragments of ctx.mma_bf16 (PTX's m16n8k16 layout for .bf16). Lane l of the warp: g = l / 4,
+// t = l % 4. A is 16x16 (row-major): a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..2t+1],
+// a[2] = A[g][2t+8..2t+9], a[3] = A[g+8][2t+8..2t+9]. B is 16x8 (k x n, given by columns):
+// b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]. C/D is 16x8 f32: d[0..1] = D[g][2t..2t+1],
+// d[2..3] = D[g+8][2t..2t+1]. Each register's lower-indexed element is in its low half.
+inline constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
 
 // Warp reductions: every lane gets the result. Butterfly order, the same on both sides.
 template <typename Ctx>

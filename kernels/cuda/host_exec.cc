@@ -28,6 +28,11 @@ namespace {
 // Room for a kernel body's registers-as-locals, the std::function call and sanitizer redzones.
 constexpr size_t kFiberStack = 256 * 1024;
 
+thread_local ScheduleOrder g_order = ScheduleOrder::kForward;
+
+// Words one lane hands in for an mma: a[4], b[2], c[4].
+constexpr int kMmaWords = 10;
+
 struct Barrier {
   const char* name = "";
   int parties = 0;
@@ -39,9 +44,15 @@ struct Barrier {
 
 class BlockRunner {
  public:
-  BlockRunner(Grid grid, int threads, size_t shared_bytes, const std::function<void(HostCtx&)>* body)
-      : grid_(grid), threads_(threads), shared_(shared_bytes + 16), warp_slots_(threads),
-        fibers_(threads), body_(body) {
+  BlockRunner(Grid grid, int threads, size_t shared_bytes,
+              const std::function<void(HostCtx&)>* body)
+      : grid_(grid),
+        threads_(threads),
+        shared_(shared_bytes + 16),
+        warp_slots_(threads),
+        mma_slots_(static_cast<size_t>(threads) * kMmaWords),
+        fibers_(threads),
+        body_(body) {
     block_barrier_.name = "sync()";
     block_barrier_.parties = threads;
     warp_barriers_.resize(threads / kWarpSize);
@@ -70,7 +81,8 @@ class BlockRunner {
     }
     for (;;) {
       bool all_done = true, progressed = false;
-      for (int i = 0; i < threads_; ++i) {
+      for (int k = 0; k < threads_; ++k) {
+        const int i = g_order == ScheduleOrder::kReverse ? threads_ - 1 - k : k;
         Fiber& f = fibers_[i];
         if (f.done) continue;
         all_done = false;
@@ -103,6 +115,7 @@ class BlockRunner {
   int block_[3] = {0, 0, 0};
   std::vector<unsigned char> shared_;
   std::vector<uint32_t> warp_slots_;
+  std::vector<uint32_t> mma_slots_;
   Barrier block_barrier_;
   std::vector<Barrier> warp_barriers_;
 
@@ -201,6 +214,41 @@ uint32_t HostCtx::Exchange(uint32_t bits, int mask) {
   return got;
 }
 
+void HostCtx::mma_bf16(float* d, const uint32_t* a, const uint32_t* b) {
+  const int warp = thread_ / kWarpSize, lane = thread_ % kWarpSize;
+  uint32_t* slots = &runner_->mma_slots_[static_cast<size_t>(warp) * kWarpSize * kMmaWords];
+  uint32_t* mine = slots + lane * kMmaWords;
+  for (int i = 0; i < 4; ++i) mine[i] = a[i];
+  mine[4] = b[0];
+  mine[5] = b[1];
+  runner_->Wait(runner_->warp_barriers_[warp]);
+  // The element of A at (row, k) and of B at (k, col), from the lanes that hold them.
+  auto half = [](uint32_t word, int high) {
+    return Bf16Float(static_cast<uint16_t>(high ? word >> 16 : word & 0xffffu));
+  };
+  auto a_at = [&](int row, int k) {
+    const int holder = (row % 8) * 4 + (k % 8) / 2;
+    const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return half(slots[holder * kMmaWords + reg], k & 1);
+  };
+  auto b_at = [&](int k, int col) {
+    const int holder = col * 4 + (k % 8) / 2;
+    return half(slots[holder * kMmaWords + 4 + (k >= 8 ? 1 : 0)], k & 1);
+  };
+  const int g = lane / 4, t = lane % 4;
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+    double sum = d[e];
+    for (int k = 0; k < kMmaK; ++k) {
+      sum += static_cast<double>(a_at(row, k)) * static_cast<double>(b_at(k, col));
+    }
+    out[e] = static_cast<float>(sum);
+  }
+  runner_->Wait(runner_->warp_barriers_[warp]);  // Every lane has read the others' fragments.
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
+
 float HostCtx::shfl_xor(float v, int mask) { return BitsFloat(Exchange(FloatBits(v), mask)); }
 int HostCtx::shfl_xor(int v, int mask) {
   return static_cast<int>(Exchange(static_cast<uint32_t>(v), mask));
@@ -213,11 +261,20 @@ void Launch(Grid grid, int threads, size_t shared_bytes, const std::function<voi
     std::abort();
   }
   BlockRunner runner(grid, threads, shared_bytes, &body);
-  for (int z = 0; z < grid.z; ++z) {
-    for (int y = 0; y < grid.y; ++y) {
-      for (int x = 0; x < grid.x; ++x) runner.RunBlock(x, y, z);
+  const bool reverse = g_order == ScheduleOrder::kReverse;
+  for (int zi = 0; zi < grid.z; ++zi) {
+    for (int yi = 0; yi < grid.y; ++yi) {
+      for (int xi = 0; xi < grid.x; ++xi) {
+        runner.RunBlock(reverse ? grid.x - 1 - xi : xi, reverse ? grid.y - 1 - yi : yi,
+                        reverse ? grid.z - 1 - zi : zi);
+      }
     }
   }
 }
+
+ScopedScheduleOrder::ScopedScheduleOrder(ScheduleOrder order) : previous_(g_order) {
+  g_order = order;
+}
+ScopedScheduleOrder::~ScopedScheduleOrder() { g_order = previous_; }
 
 }  // namespace pdserve::cuda::host

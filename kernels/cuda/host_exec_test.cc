@@ -4,11 +4,14 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "common/base/dtype.h"
+#include "common/base/rng.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/dialect.h"
+#include "kernels/cuda/mma_probe.h"
 
 namespace pdserve::cuda::host {
 namespace {
@@ -78,6 +81,65 @@ TEST(HostExecTest, Bf16HelpersMatchTheHostConversion) {
     EXPECT_EQ(FloatBf16(f), F32ToBf16(f)) << f;
     EXPECT_EQ(FloatBits(Bf16Float(FloatBf16(f))), FloatBits(pdserve::Bf16ToF32(F32ToBf16(f))));
   }
+}
+
+// The emulated tensor-core product, through the fragments as dialect.h lays them out, equals the
+// matrix product (the probe the GPU test runs on the hardware too). Values are small integers and
+// halves, so every sum is exact and the comparison bitwise.
+TEST(HostExecTest, MmaThroughTheFragmentsIsTheMatrixProduct) {
+  SplitMix64 rng(3);
+  std::vector<uint16_t> a(16 * 16), b(16 * 8);
+  std::vector<float> c(16 * 8), d(16 * 8, NAN);
+  auto small = [&] { return static_cast<float>(static_cast<int>(rng.Next() % 17) - 8) / 2; };
+  for (uint16_t& x : a) x = F32ToBf16(small());
+  for (uint16_t& x : b) x = F32ToBf16(small());
+  for (float& x : c) x = small();
+  Launch(Grid{1, 1, 1}, 32, 0,
+         [&](HostCtx& ctx) { MmaProbeBody(ctx, a.data(), b.data(), c.data(), d.data()); });
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      float want = c[i * 8 + j];
+      for (int k = 0; k < 16; ++k) want += Bf16ToF32(a[i * 16 + k]) * Bf16ToF32(b[k * 8 + j]);
+      ASSERT_EQ(d[i * 8 + j], want) << "D[" << i << "][" << j << "]";
+    }
+  }
+}
+
+TEST(HostExecTest, ReverseOrderRunsThreadsAndBlocksBackwards) {
+  std::vector<int> order;
+  {
+    ScopedScheduleOrder reverse(ScheduleOrder::kReverse);
+    Launch(Grid{2, 1, 1}, 32, 0,
+           [&](HostCtx& ctx) { order.push_back(ctx.block(0) * 100 + ctx.thread()); });
+  }
+  ASSERT_EQ(order.size(), 64u);
+  EXPECT_EQ(order.front(), 131);  // Block 1, thread 31 first.
+  EXPECT_EQ(order.back(), 0);
+  order.clear();
+  Launch(Grid{1, 1, 1}, 32, 0, [&](HostCtx& ctx) { order.push_back(ctx.thread()); });
+  EXPECT_EQ(order.front(), 0) << "the scope restored the forward order";
+}
+
+// A kernel that reads a neighbour's shared slot without a sync gives other results reversed:
+// what the kernel tests' forward-vs-reverse comparisons rely on to find races.
+TEST(HostExecTest, ARaceShowsAsADifferenceBetweenOrders) {
+  auto run = [](ScheduleOrder order, bool with_sync) {
+    ScopedScheduleOrder scope(order);
+    std::vector<float> got(64);
+    Launch(Grid{1, 1, 1}, 64, 64 * sizeof(float), [&](HostCtx& ctx) {
+      float* s = ctx.shared<float>();
+      const int t = ctx.thread();
+      s[t] = static_cast<float>(t);
+      if (with_sync) ctx.sync();
+      got[t] = s[(t + 1) % 64];
+      ctx.sync();
+    });
+    return got;
+  };
+  const auto racy_f = run(ScheduleOrder::kForward, false),
+             racy_r = run(ScheduleOrder::kReverse, false);
+  EXPECT_NE(std::memcmp(racy_f.data(), racy_r.data(), 64 * sizeof(float)), 0);
+  EXPECT_EQ(run(ScheduleOrder::kForward, true), run(ScheduleOrder::kReverse, true));
 }
 
 }  // namespace

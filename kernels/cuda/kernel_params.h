@@ -152,12 +152,27 @@ struct GemmParams {
   int64_t ldy = 0;
 };
 
-// Prefill: a thread block per (tile of up to kPrefillTileRows consecutive rows of one sequence,
-// query head): keys in tiles of kPrefillTileKeys with an online softmax. tile_first_row and
-// tile_rows describe the tiles (host-made: rows of a tile are consecutive positions of one
-// sequence).
+// Prefill: a thread block per (tile of up to PrefillTileRows() consecutive rows of one sequence,
+// query head): keys in tiles with an online softmax. tile_first_row and tile_rows describe the
+// tiles (host-made: rows of a tile are consecutive positions of one sequence).
+// Two kernels: on tensor cores (attention_mma_kernels.h) for bf16, int8 and int4 pools with
+// head_dim a multiple of 16 up to 128 (every model family we serve), tiles of 64 rows; else on
+// CUDA cores in f32 (attention_kernels.h: f32 pools, the exact mode, and other head sizes),
+// tiles of 16 rows.
 inline constexpr int kPrefillTileRows = 16;
 inline constexpr int kPrefillTileKeys = 32;
+inline constexpr int kPrefillMmaTileRows = 64;  // 4 warps of 16 rows.
+inline constexpr int kPrefillMmaTileKeys = 64;
+inline constexpr int kPrefillMmaThreads = 128;
+inline constexpr int kPrefillMmaMaxHeadDim = 128;
+inline constexpr bool PrefillUsesMma(KvFormat format, int head_dim) {
+  return format != KvFormat::kF32 && head_dim % 16 == 0 && head_dim >= 16 &&
+         head_dim <= kPrefillMmaMaxHeadDim;
+}
+// The most rows a prefill tile may have for the kernel that runs this pool.
+inline constexpr int PrefillTileRows(KvFormat format, int head_dim) {
+  return PrefillUsesMma(format, head_dim) ? kPrefillMmaTileRows : kPrefillTileRows;
+}
 struct PrefillAttentionParams {
   AttentionParams a;
   int num_tiles = 0;
