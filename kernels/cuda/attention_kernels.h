@@ -15,6 +15,13 @@ namespace pdserve::cuda {
 
 // Query heads per KV head that the decode kernel handles in one block.
 inline constexpr int kMaxGroup = 16;
+// Decode keys whose loads a warp (scores) or a thread (values) issues before it sums them.
+inline constexpr int kDecodeKeysPerWarp = 4;
+inline constexpr int kDecodeValueKeys = 8;
+// Elements of a head a lane holds when a warp reads a row (i = lane + 32 e): the decode kernel is
+// built for rows of up to 128 elements (4 a lane: 72-80 registers) and of up to kMaxHeadDim (8:
+// 126-136 registers, which would cost the common head sizes occupancy).
+PD_HD constexpr int DecodeElemsPerLane(int head_dim) { return head_dim <= 128 ? 4 : 8; }
 
 PD_HD constexpr bool KvQuantized(KvFormat f) { return f == KvFormat::kInt8 || f == KvFormat::kInt4; }
 
@@ -32,8 +39,10 @@ PD_HD int DecodeSharedFloats(int group, int head_dim, int split_tokens) {
 // [s * split_tokens, (s + 1) * split_tokens) of [lo, pos]; a row whose keys fall in one split
 // writes its output directly, otherwise each split writes its partial (unnormalised output,
 // max, sum) and DecodeMergeBody combines them.
-template <KvFormat F, typename Ctx>
+// E: DecodeElemsPerLane(head_dim).
+template <KvFormat F, int E, typename Ctx>
 PD_DEVICE void DecodeAttentionBody(Ctx& ctx, const DecodeAttentionParams& p) {
+  static_assert(E * kWarpSize <= kMaxHeadDim);
   const AttentionParams& a = p.a;
   const int kvh = ctx.block(0), y = ctx.block(1), split = ctx.block(2);
   const int r = p.rows != nullptr ? p.rows[y] : y;
@@ -56,26 +65,56 @@ PD_DEVICE void DecodeAttentionBody(Ctx& ctx, const DecodeAttentionParams& p) {
   for (int i = ctx.thread(); i < group * d; i += ctx.threads()) qs[i] = q[i];
   ctx.sync();
 
-  // Scores: a warp per key; the key row is read once for the group's query heads.
-  for (int t = warp; t < len; t += warps) {
-    const int key = begin + t;
-    const int32_t block = table[key / a.kv.block_size];
-    const int slot = key % a.kv.block_size;
-    const uint8_t* row = KvRow(a.kv, block, kvh, slot);
-    float acc[kMaxGroup];
-    for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.0f;
-    for (int i = lane; i < d; i += kWarpSize) {
-      const float k = KvElem<F>(row, i);
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < group) acc[g] += qs[g * d + i] * k;
+  // Scores: a warp per key; the key row is read once for the group's query heads. A warp takes
+  // kDecodeKeysPerWarp consecutive keys at a time and loads all their elements before it sums
+  // any (a lane's loads of a key's row, i = lane + 32 e, are independent): a load per warp in
+  // flight held the kernel to a tenth of the memory's bandwidth (RESULTS.md). Each key's sums
+  // are the same operations in the same order as one key at a time.
+  for (int t0 = warp * kDecodeKeysPerWarp; t0 < len; t0 += warps * kDecodeKeysPerWarp) {
+    float kv[kDecodeKeysPerWarp][E];
+    float kscale[kDecodeKeysPerWarp];
+    PD_UNROLL
+    for (int u = 0; u < kDecodeKeysPerWarp; ++u) {
+      const int t = t0 + u;
+      const uint8_t* row = nullptr;
+      int32_t block = 0;
+      int slot = 0;
+      if (t < len) {
+        const int key = begin + t;
+        block = table[key / a.kv.block_size];
+        slot = key % a.kv.block_size;
+        row = KvRow(a.kv, block, kvh, slot);
       }
+      PD_UNROLL
+      for (int e = 0; e < E; ++e) {
+        const int i = lane + e * kWarpSize;
+        kv[u][e] = row != nullptr && i < d ? KvElem<F>(row, i) : 0.0f;
+      }
+      kscale[u] = row != nullptr ? KvRowScale<F>(a.kv, block, kvh, slot) : 0.0f;
     }
-    const float kscale = KvRowScale<F>(a.kv, block, kvh, slot);
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g >= group) break;
-      float s = WarpSum(ctx, acc[g]);
-      if constexpr (KvQuantized(F)) s *= kscale;
-      if (lane == 0) logits[g * T + t] = s * a.scale;
+    PD_UNROLL
+    for (int u = 0; u < kDecodeKeysPerWarp; ++u) {
+      const int t = t0 + u;
+      if (t >= len) break;  // The same for every lane of the warp.
+      float acc[kMaxGroup];
+      PD_UNROLL
+      for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.0f;
+      PD_UNROLL
+      for (int e = 0; e < E; ++e) {
+        const int i = lane + e * kWarpSize;
+        if (i >= d) break;
+        PD_UNROLL
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g < group) acc[g] += qs[g * d + i] * kv[u][e];
+        }
+      }
+      PD_UNROLL
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= group) break;
+        float s = WarpSum(ctx, acc[g]);
+        if constexpr (KvQuantized(F)) s *= kscale[u];
+        if (lane == 0) logits[g * T + t] = s * a.scale;
+      }
     }
   }
   ctx.sync();
@@ -99,22 +138,38 @@ PD_DEVICE void DecodeAttentionBody(Ctx& ctx, const DecodeAttentionParams& p) {
   }
   ctx.sync();
 
-  // Weighted sum of values: a thread per element of the head; each value row read once.
+  // Weighted sum of values: a thread per element of the head; each value row read once. The
+  // loads of kDecodeValueKeys keys are issued before their products are summed (in key order,
+  // as one at a time), so they are in flight together.
   for (int i = ctx.thread(); i < d; i += ctx.threads()) {
     float acc[kMaxGroup];
+    PD_UNROLL
     for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.0f;
-    for (int t = 0; t < len; ++t) {
-      const int key = begin + t;
-      const int32_t block = table[key / a.kv.block_size];
-      const int slot = key % a.kv.block_size;
-      const float v = KvElem<F>(KvRow(a.kv, block, a.kv.num_kv_heads + kvh, slot), i);
-      const float vscale = KvRowScale<F>(a.kv, block, a.kv.num_kv_heads + kvh, slot);
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g >= group) break;
-        if constexpr (KvQuantized(F)) {
-          acc[g] += (logits[g * T + t] * vscale) * v;
-        } else {
-          acc[g] += logits[g * T + t] * v;
+    for (int t0 = 0; t0 < len; t0 += kDecodeValueKeys) {
+      float v[kDecodeValueKeys], vscale[kDecodeValueKeys];
+      PD_UNROLL
+      for (int u = 0; u < kDecodeValueKeys; ++u) {
+        v[u] = vscale[u] = 0.0f;
+        if (t0 + u < len) {
+          const int key = begin + t0 + u;
+          const int32_t block = table[key / a.kv.block_size];
+          const int slot = key % a.kv.block_size;
+          v[u] = KvElem<F>(KvRow(a.kv, block, a.kv.num_kv_heads + kvh, slot), i);
+          vscale[u] = KvRowScale<F>(a.kv, block, a.kv.num_kv_heads + kvh, slot);
+        }
+      }
+      PD_UNROLL
+      for (int u = 0; u < kDecodeValueKeys; ++u) {
+        if (t0 + u >= len) break;
+        const int t = t0 + u;
+        PD_UNROLL
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g >= group) break;
+          if constexpr (KvQuantized(F)) {
+            acc[g] += (logits[g * T + t] * vscale[u]) * v[u];
+          } else {
+            acc[g] += logits[g * T + t] * v[u];
+          }
         }
       }
     }

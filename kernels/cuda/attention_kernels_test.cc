@@ -161,7 +161,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{KvDType::kBF16, 6, 2, 128, 20, 16},  // window: leading splits empty
                       AttnCase{KvDType::kInt8, 8, 1, 64, 0, 16},    // GQA 8
                       AttnCase{KvDType::kInt4, 4, 2, 80, 13, 8},    // d not a power of two
-                      AttnCase{KvDType::kInt8, 16, 1, 32, 0, 32}),  // the widest group
+                      AttnCase{KvDType::kInt8, 16, 1, 32, 0, 32},   // the widest group
+                      AttnCase{KvDType::kBF16, 4, 2, 256, 0, 32},   // 8 elements a lane
+                      AttnCase{KvDType::kInt4, 2, 1, 144, 9, 16}),  // 8 a lane, the last partly
     CaseName);
 
 // Runs the prefill kernel that serves this pool (tensor cores or f32) over the rows, in tiles of

@@ -12,10 +12,10 @@ namespace {
 constexpr int kDecodeThreads = 128;
 constexpr int kPrefillThreads = 128;
 
-template <KvFormat F>
+template <KvFormat F, int E>
 __global__ void DecodeAttentionKernel(DecodeAttentionParams p) {
   DeviceCtx ctx;
-  DecodeAttentionBody<F>(ctx, p);
+  DecodeAttentionBody<F, E>(ctx, p);
 }
 __global__ void DecodeMergeKernel(DecodeAttentionParams p) {
   DeviceCtx ctx;
@@ -39,7 +39,11 @@ cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
 template <KvFormat F>
 absl::Status Decode(const DecodeAttentionParams& p, size_t smem, cudaStream_t stream) {
   const dim3 grid(p.a.kv.num_kv_heads, p.num_rows, p.max_splits);
-  DecodeAttentionKernel<F><<<grid, kDecodeThreads, smem, stream>>>(p);
+  if (DecodeElemsPerLane(p.a.kv.head_dim) == 4) {
+    DecodeAttentionKernel<F, 4><<<grid, kDecodeThreads, smem, stream>>>(p);
+  } else {
+    DecodeAttentionKernel<F, 8><<<grid, kDecodeThreads, smem, stream>>>(p);
+  }
   return LaunchStatus("DecodeAttentionKernel");
 }
 

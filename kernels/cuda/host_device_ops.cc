@@ -128,10 +128,14 @@ class HostDeviceOps final : public DeviceOps {
     const size_t smem = sizeof(float) * DecodeSharedFloats(group, a.kv.head_dim, p.split_tokens);
     host::Launch(Grid{a.kv.num_kv_heads, p.num_rows, p.max_splits}, threads_, smem, [&](HostCtx& c) {
       switch (a.kv.format) {
-        case KvFormat::kF32: return DecodeAttentionBody<KvFormat::kF32>(c, p);
-        case KvFormat::kBF16: return DecodeAttentionBody<KvFormat::kBF16>(c, p);
-        case KvFormat::kInt8: return DecodeAttentionBody<KvFormat::kInt8>(c, p);
-        case KvFormat::kInt4: return DecodeAttentionBody<KvFormat::kInt4>(c, p);
+        case KvFormat::kF32:
+          return Decode<KvFormat::kF32>(c, p);
+        case KvFormat::kBF16:
+          return Decode<KvFormat::kBF16>(c, p);
+        case KvFormat::kInt8:
+          return Decode<KvFormat::kInt8>(c, p);
+        case KvFormat::kInt4:
+          return Decode<KvFormat::kInt4>(c, p);
       }
     });
     if (p.max_splits > 1) {
@@ -163,6 +167,14 @@ class HostDeviceOps final : public DeviceOps {
     return absl::OkStatus();
   }
 
+  template <KvFormat F>
+  static void Decode(HostCtx& c, const DecodeAttentionParams& p) {
+    if (DecodeElemsPerLane(p.a.kv.head_dim) == 4) {
+      DecodeAttentionBody<F, 4>(c, p);
+    } else {
+      DecodeAttentionBody<F, 8>(c, p);
+    }
+  }
   // The tensor-core kernel runs with its own block size (its warps own fixed rows).
   absl::Status RunPrefillMma(const PrefillAttentionParams& p) {
     switch (p.a.kv.format) {
