@@ -54,7 +54,10 @@ TEST_P(DecodeAttentionHostTest, EqualsCpuPagedAttention) {
   std::vector<float> partial_ml(positions.size() * c.heads * p.max_splits * 2, NAN);
   p.partial = partial.data();
   p.partial_ml = partial_ml.data();
-  RunDecode(p, 64);
+  {
+    host::ScopedScheduleOrder order(host::ScheduleOrder::kForward);
+    RunDecode(p, 64);
+  }
   ExpectClose(out, f.Cpu(positions, row_seq, q));
   // The same bits with the host layer's threads and blocks reversed (no race; host_exec.h).
   const std::vector<float> forward = out;
@@ -179,7 +182,10 @@ std::vector<float> RunPrefill(Fixture& f, const std::vector<int32_t>& positions,
   p.num_tiles = static_cast<int>(first.size());
   p.tile_first_row = first.data();
   p.tile_rows = n.data();
-  EXPECT_TRUE(CreateHostDeviceOps(64)->PrefillAttention(p).ok());
+  {
+    host::ScopedScheduleOrder order(host::ScheduleOrder::kForward);
+    EXPECT_TRUE(CreateHostDeviceOps(64)->PrefillAttention(p).ok());
+  }
   std::vector<float> forward = out;
   std::fill(out.begin(), out.end(), NAN);
   {

@@ -18,7 +18,8 @@
 // Races: between two barriers the fibers run one after another, in the order ScheduleOrder names
 // (blocks too). A kernel whose threads race (one reads what another writes without a sync
 // between, or two blocks touch one output) gives other results in another order, so a test that
-// runs a kernel forward and reversed (ScopedScheduleOrder) and asserts the same bits finds it.
+// runs a kernel forward and reversed (ScopedScheduleOrder) and asserts the same bits finds it;
+// PDSERVE_HOST_EXEC_ORDER=reverse makes reversed the default (ctest's *_reversed entries).
 // What it does not model: memory ordering beyond that, warp-divergent shuffles (every lane must
 // take part, as with a full mask), timing and occupancy.
 #ifndef PDSERVE_KERNELS_CUDA_HOST_EXEC_H_

@@ -106,6 +106,7 @@ TEST(HostExecTest, MmaThroughTheFragmentsIsTheMatrixProduct) {
 }
 
 TEST(HostExecTest, ReverseOrderRunsThreadsAndBlocksBackwards) {
+  ScopedScheduleOrder forward(ScheduleOrder::kForward);  // Whatever PDSERVE_HOST_EXEC_ORDER says.
   std::vector<int> order;
   {
     ScopedScheduleOrder reverse(ScheduleOrder::kReverse);
@@ -117,7 +118,7 @@ TEST(HostExecTest, ReverseOrderRunsThreadsAndBlocksBackwards) {
   EXPECT_EQ(order.back(), 0);
   order.clear();
   Launch(Grid{1, 1, 1}, 32, 0, [&](HostCtx& ctx) { order.push_back(ctx.thread()); });
-  EXPECT_EQ(order.front(), 0) << "the scope restored the forward order";
+  EXPECT_EQ(order.front(), 0) << "the scope restored the order before it";
 }
 
 // A kernel that reads a neighbour's shared slot without a sync gives other results reversed:
