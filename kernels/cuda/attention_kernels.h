@@ -30,6 +30,15 @@ PD_HD int AttentionLow(const AttentionParams& a, int32_t pos) {
   return a.window > 0 ? MaxInt(0, pos - a.window + 1) : 0;
 }
 
+// Element `at` of the attention output, as its type (f32 or bf16).
+PD_DEVICE void StoreAttentionOut(const AttentionParams& a, int64_t at, float o) {
+  if (a.out_type == ActType::kBF16) {
+    static_cast<uint16_t*>(a.out)[at] = FloatBf16(o);
+  } else {
+    static_cast<float*>(a.out)[at] = o;
+  }
+}
+
 // Shared memory of the decode kernel, in floats.
 PD_HD int DecodeSharedFloats(int group, int head_dim, int split_tokens) {
   return group * head_dim + group * split_tokens + 2 * group + kWarpSize;
@@ -179,11 +188,7 @@ PD_DEVICE void DecodeAttentionBody(Ctx& ctx, const DecodeAttentionParams& p) {
       if (single) {
         const float o = acc[g] / ml[2 * g + 1];
         const int64_t at = (static_cast<int64_t>(r) * a.num_heads + h) * d + i;
-        if (a.out_type == ActType::kBF16) {
-          static_cast<uint16_t*>(a.out)[at] = FloatBf16(o);
-        } else {
-          static_cast<float*>(a.out)[at] = o;
-        }
+        StoreAttentionOut(a, at, o);
       } else {
         const int64_t part = (static_cast<int64_t>(y) * a.num_heads + h) * p.max_splits + split;
         p.partial[part * d + i] = acc[g];
@@ -220,11 +225,7 @@ PD_DEVICE void DecodeMergeBody(Ctx& ctx, const DecodeAttentionParams& p) {
     }
     const float o = acc / total;
     const int64_t at = (static_cast<int64_t>(r) * a.num_heads + h) * d + i;
-    if (a.out_type == ActType::kBF16) {
-      static_cast<uint16_t*>(a.out)[at] = FloatBf16(o);
-    } else {
-      static_cast<float*>(a.out)[at] = o;
-    }
+    StoreAttentionOut(a, at, o);
   }
 }
 
@@ -354,11 +355,7 @@ PD_DEVICE void PrefillAttentionBody(Ctx& ctx, const PrefillAttentionParams& p) {
     const int i = idx / d, c = idx % d;
     const float o = os[idx] / l[i];
     const int64_t at = (static_cast<int64_t>(first_row + i) * a.num_heads + h) * d + c;
-    if (a.out_type == ActType::kBF16) {
-      static_cast<uint16_t*>(a.out)[at] = FloatBf16(o);
-    } else {
-      static_cast<float*>(a.out)[at] = o;
-    }
+    StoreAttentionOut(a, at, o);
   }
 }
 

@@ -208,32 +208,32 @@ void AddRows(int seq, int from, int to, std::vector<int32_t>* positions,
 
 class PrefillAttentionHostTest : public ::testing::TestWithParam<AttnCase> {};
 
-TEST_P(PrefillAttentionHostTest, EqualsCpuPagedAttentionForEveryRow) {
-  const AttnCase c = GetParam();
-  // Sequence 0: a chunk [23, 60) after a cached prefix of 23; sequence 1: a whole prompt of 19.
-  Fixture f(c, {60, 19}, 21);
+// Sequences of lengths `lens`, the chunks [from, to) of each (one per sequence) as one step: the
+// kernel for this pool against the CPU's attention.
+void ExpectPrefillEqualsCpu(const AttnCase& c, const std::vector<int>& lens,
+                            const std::vector<std::pair<int, int>>& chunks, uint64_t seed,
+                            int blocks) {
+  Fixture f(c, lens, seed, blocks);
   std::vector<int32_t> positions, row_seq;
-  AddRows(0, 23, 60, &positions, &row_seq);
-  AddRows(1, 0, 19, &positions, &row_seq);
-  SplitMix64 rng(22);
+  for (size_t s = 0; s < chunks.size(); ++s) {
+    AddRows(static_cast<int>(s), chunks[s].first, chunks[s].second, &positions, &row_seq);
+  }
+  SplitMix64 rng(seed + 1);
   const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
   ExpectClose(RunPrefill(f, positions, row_seq, q), f.Cpu(positions, row_seq, q),
               PrefillTolerance(c.dtype, c.head_dim));
+}
+
+// Sequence 0: a chunk [23, 60) after a cached prefix of 23; sequence 1: a whole prompt of 19.
+TEST_P(PrefillAttentionHostTest, EqualsCpuPagedAttentionForEveryRow) {
+  ExpectPrefillEqualsCpu(GetParam(), {60, 19}, {{23, 60}, {0, 19}}, 21, Fixture::kBlocks);
 }
 
 // Chunks longer than a tile of rows, over more keys than a key tile: a chunk [37, 200) after a
 // cached prefix (tiles of 64, 64 and 35 rows, each walking up to four key tiles), and a whole
 // prompt of 70 beside it.
 TEST_P(PrefillAttentionHostTest, LongChunksCrossRowAndKeyTiles) {
-  const AttnCase c = GetParam();
-  Fixture f(c, {200, 70}, 23, /*blocks=*/64);
-  std::vector<int32_t> positions, row_seq;
-  AddRows(0, 37, 200, &positions, &row_seq);
-  AddRows(1, 0, 70, &positions, &row_seq);
-  SplitMix64 rng(24);
-  const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
-  ExpectClose(RunPrefill(f, positions, row_seq, q), f.Cpu(positions, row_seq, q),
-              PrefillTolerance(c.dtype, c.head_dim));
+  ExpectPrefillEqualsCpu(GetParam(), {200, 70}, {{37, 200}, {0, 70}}, 23, /*blocks=*/64);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -260,11 +260,7 @@ PD_DEVICE void PrefillAttentionMmaBody(Ctx& ctx, const PrefillAttentionParams& p
       for (int e = 2 * half; e < 2 * half + 2; ++e) {
         const float out = o[n][e] / total;
         const int64_t at = base + n * kMmaN + 2 * t + (e & 1);
-        if (a.out_type == ActType::kBF16) {
-          static_cast<uint16_t*>(a.out)[at] = FloatBf16(out);
-        } else {
-          static_cast<float*>(a.out)[at] = out;
-        }
+        StoreAttentionOut(a, at, out);
       }
     }
   }

@@ -87,13 +87,13 @@ TEST_P(DeviceAttentionTest, DecodeEqualsCpu) {
   ExpectClose(d_out.Get(), f.Cpu(positions, row_seq, q));
 }
 
-TEST_P(DeviceAttentionTest, PrefillEqualsCpu) {
-  const AttnCase c = GetParam();
-  testing::AttentionFixture f(c, {60, 19}, 21);
-  std::vector<int32_t> positions, row_seq;
-  for (int pos = 23; pos < 60; ++pos) positions.push_back(pos), row_seq.push_back(0);
-  for (int pos = 0; pos < 19; ++pos) positions.push_back(pos), row_seq.push_back(1);
-  SplitMix64 rng(22);
+// The prefill kernel that serves this pool, on the device, over `positions` of the fixture's
+// sequences; its output against the CPU's attention.
+void ExpectDevicePrefillEqualsCpu(testing::AttentionFixture& f,
+                                  const std::vector<int32_t>& positions,
+                                  const std::vector<int32_t>& row_seq, uint64_t seed) {
+  const AttnCase& c = f.c;
+  SplitMix64 rng(seed);
   const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
   std::vector<float> out;
   PrefillAttentionParams p;
@@ -117,38 +117,24 @@ TEST_P(DeviceAttentionTest, PrefillEqualsCpu) {
               testing::PrefillTolerance(c.dtype, c.head_dim));
 }
 
+TEST_P(DeviceAttentionTest, PrefillEqualsCpu) {
+  testing::AttentionFixture f(GetParam(), {60, 19}, 21);
+  std::vector<int32_t> positions, row_seq;
+  for (int pos = 23; pos < 60; ++pos) positions.push_back(pos), row_seq.push_back(0);
+  for (int pos = 0; pos < 19; ++pos) positions.push_back(pos), row_seq.push_back(1);
+  ExpectDevicePrefillEqualsCpu(f, positions, row_seq, 22);
+}
+
 // Device-sized prefill: a 1,000-token chunk after a cached prefix of 500 (tiles of 64 rows, each
 // walking up to 24 key tiles), head_dim 128 with GQA 4, every format.
 TEST(DeviceAttentionLongTest, PrefillOfALongChunkEqualsCpu) {
   if (DeviceCount() == 0) GTEST_SKIP() << DescribeDevice();
   for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8, KvDType::kInt4}) {
-    const AttnCase c{dtype, 8, 2, 128, 0, 0};
-    testing::AttentionFixture f(c, {1500}, 31, /*blocks=*/192);
+    testing::AttentionFixture f(AttnCase{dtype, 8, 2, 128, 0, 0}, {1500}, 31, /*blocks=*/192);
     std::vector<int32_t> positions, row_seq;
     for (int pos = 500; pos < 1500; ++pos) positions.push_back(pos), row_seq.push_back(0);
-    SplitMix64 rng(32);
-    const std::vector<float> q = RandomVector(rng, positions.size() * c.heads * c.head_dim);
-    std::vector<float> out;
-    PrefillAttentionParams p;
-    p.a = f.Params(positions, row_seq, q, &out);
-    std::vector<int32_t> first, n;
-    MakePrefillTiles(row_seq, PrefillTileRows(ToKvFormat(dtype), c.head_dim), &first, &n);
-    DeviceVector<uint8_t> pool(f.pool.bytes);
-    DeviceVector<int32_t> d_pos(positions), d_seq(row_seq), d_tables(f.tables), d_first(first),
-        d_n(n);
-    DeviceVector<float> d_q(q), d_out(out);
-    p.a.kv.base = pool.get();
-    p.a.tokens.positions = d_pos.get();
-    p.a.tokens.row_seq = d_seq.get();
-    p.a.tokens.block_tables = d_tables.get();
-    p.a.q = d_q.get();
-    p.a.out = d_out.get();
-    p.num_tiles = static_cast<int>(first.size());
-    p.tile_first_row = d_first.get();
-    p.tile_rows = d_n.get();
-    ASSERT_TRUE(LaunchPrefillAttention(p, nullptr).ok());
-    ExpectClose(d_out.Get(), f.Cpu(positions, row_seq, q),
-                testing::PrefillTolerance(dtype, c.head_dim));
+    SCOPED_TRACE(KvDTypeName(dtype));
+    ExpectDevicePrefillEqualsCpu(f, positions, row_seq, 32);
   }
 }
 
