@@ -28,7 +28,9 @@ export ASAN_OPTIONS="detect_stack_use_after_return=0:strict_string_checks=1"
 # Third-party one-time allocations only (UCX's transport tables); see the file.
 export LSAN_OPTIONS="suppressions=$(pwd)/fuzz/lsan_suppressions.txt"
 export PDSERVE_LOG_LEVEL="${PDSERVE_LOG_LEVEL:-warning}"
-(cd "$BUILD_DIR" && ctest -L unit --output-on-failure -j "$(nproc)" --timeout 900)
+# The *_reversed entries (the host execution layer's threads in reverse: races) run in the
+# Release build of test.sh; under the sanitizers they would only repeat the same memory accesses.
+(cd "$BUILD_DIR" && ctest -L unit -E '_reversed$' --output-on-failure -j "$(nproc)" --timeout 900)
 
 mkdir -p "$BUILD_DIR/crashes"
 for target in $(ls fuzz/corpus); do
