@@ -266,6 +266,47 @@ PD_DEVICE void PrefillAttentionMmaBody(Ctx& ctx, const PrefillAttentionParams& p
   }
 }
 
+// Host side, for the launchers (CUDA and the host execution layer): returns
+// Op<F, DK>::Run(args...) for the pool's format F and DK = head_dim / 16, or `unsupported` where
+// PrefillUsesMma does not hold.
+template <template <KvFormat, int> class Op, KvFormat F, typename R, typename... Args>
+R DispatchPrefillMmaDim(int head_dim, R unsupported, const Args&... args) {
+  switch (head_dim / kMmaK) {
+    case 1:
+      return Op<F, 1>::Run(args...);
+    case 2:
+      return Op<F, 2>::Run(args...);
+    case 3:
+      return Op<F, 3>::Run(args...);
+    case 4:
+      return Op<F, 4>::Run(args...);
+    case 5:
+      return Op<F, 5>::Run(args...);
+    case 6:
+      return Op<F, 6>::Run(args...);
+    case 7:
+      return Op<F, 7>::Run(args...);
+    case 8:
+      return Op<F, 8>::Run(args...);
+  }
+  return unsupported;
+}
+template <template <KvFormat, int> class Op, typename R, typename... Args>
+R DispatchPrefillMma(KvFormat format, int head_dim, R unsupported, const Args&... args) {
+  if (!PrefillUsesMma(format, head_dim)) return unsupported;
+  switch (format) {
+    case KvFormat::kBF16:
+      return DispatchPrefillMmaDim<Op, KvFormat::kBF16>(head_dim, unsupported, args...);
+    case KvFormat::kInt8:
+      return DispatchPrefillMmaDim<Op, KvFormat::kInt8>(head_dim, unsupported, args...);
+    case KvFormat::kInt4:
+      return DispatchPrefillMmaDim<Op, KvFormat::kInt4>(head_dim, unsupported, args...);
+    case KvFormat::kF32:
+      break;
+  }
+  return unsupported;
+}
+
 }  // namespace pdserve::cuda
 
 #endif  // PDSERVE_KERNELS_CUDA_ATTENTION_MMA_KERNELS_H_

@@ -65,36 +65,14 @@ absl::Status Prefill(const PrefillAttentionParams& p, size_t smem, cudaStream_t 
 }
 
 template <KvFormat F, int DK>
-absl::Status PrefillMma(const PrefillAttentionParams& p, cudaStream_t stream) {
-  const dim3 grid(p.num_tiles, p.a.num_heads);
-  PrefillAttentionMmaKernel<F, DK>
-      <<<grid, kPrefillMmaThreads, PrefillMmaSharedBytes(DK * kMmaK), stream>>>(p);
-  return LaunchStatus("PrefillAttentionMmaKernel");
-}
-
-// head_dim / 16 in 1..8 (PrefillUsesMma).
-template <KvFormat F>
-absl::Status PrefillMmaAnyDim(const PrefillAttentionParams& p, cudaStream_t stream) {
-  switch (p.a.kv.head_dim / kMmaK) {
-    case 1:
-      return PrefillMma<F, 1>(p, stream);
-    case 2:
-      return PrefillMma<F, 2>(p, stream);
-    case 3:
-      return PrefillMma<F, 3>(p, stream);
-    case 4:
-      return PrefillMma<F, 4>(p, stream);
-    case 5:
-      return PrefillMma<F, 5>(p, stream);
-    case 6:
-      return PrefillMma<F, 6>(p, stream);
-    case 7:
-      return PrefillMma<F, 7>(p, stream);
-    case 8:
-      return PrefillMma<F, 8>(p, stream);
+struct PrefillMma {
+  static absl::Status Run(const PrefillAttentionParams& p, cudaStream_t stream) {
+    const dim3 grid(p.num_tiles, p.a.num_heads);
+    PrefillAttentionMmaKernel<F, DK>
+        <<<grid, kPrefillMmaThreads, PrefillMmaSharedBytes(DK * kMmaK), stream>>>(p);
+    return LaunchStatus("PrefillAttentionMmaKernel");
   }
-  return absl::InternalError("prefill attention on tensor cores: head_dim out of range");
-}
+};
 
 absl::Status DecodeAnyFormat(const DecodeAttentionParams& p, size_t smem, cudaStream_t stream) {
   switch (p.a.kv.format) {
@@ -137,17 +115,11 @@ absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, void* strea
   }
   if (p.num_tiles == 0) return absl::OkStatus();
   if (PrefillUsesMma(a.kv.format, a.kv.head_dim)) {
-    switch (a.kv.format) {
-      case KvFormat::kBF16:
-        return PrefillMmaAnyDim<KvFormat::kBF16>(p, Stream(stream));
-      case KvFormat::kInt8:
-        return PrefillMmaAnyDim<KvFormat::kInt8>(p, Stream(stream));
-      case KvFormat::kInt4:
-        return PrefillMmaAnyDim<KvFormat::kInt4>(p, Stream(stream));
-      case KvFormat::kF32:
-        break;
-    }
-    return absl::InternalError("prefill attention on tensor cores: unexpected KV format");
+    // Made once: the dispatch returns it only for a shape PrefillUsesMma refuses.
+    static const absl::Status kUnsupported =
+        absl::InternalError("prefill attention on tensor cores: unsupported shape");
+    return DispatchPrefillMma<PrefillMma>(a.kv.format, a.kv.head_dim, kUnsupported, p,
+                                          Stream(stream));
   }
   const size_t smem = sizeof(float) * PrefillSharedFloats(a.kv.head_dim);
   switch (a.kv.format) {

@@ -6,11 +6,11 @@
 //   ctx.thread(), ctx.threads()           threadIdx.x, blockDim.x (1-D blocks, a multiple of 32)
 //   ctx.block(0|1|2), ctx.blocks(0|1|2)   blockIdx.{x,y,z}, gridDim.{x,y,z}
 //   ctx.sync()                            __syncthreads()
-//   ctx.shfl_xor(v, mask)                 __shfl_xor_sync(full mask, v, mask): every lane of the
-//   warp ctx.shared<T>()                       the block's dynamic shared memory ctx.mma_bf16(d, a,
-//   b)                 mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32,
-//                                         d += A * B on tensor cores, a warp-wide operation (every
-//                                         lane, warp-uniform control flow); fragments below
+//   ctx.shfl_xor(v, mask)                 __shfl_xor_sync(full mask, v, mask): every lane
+//   ctx.shared<T>()                       the block's dynamic shared memory
+//   ctx.mma_bf16(d, a, b)                 mma.sync m16n8k16 bf16 -> f32: d += A * B on tensor
+//                                         cores, warp-wide (every lane, warp-uniform control
+//                                         flow); the fragments are laid out below
 // and does its math through the helpers below (one definition per side). Everything else is plain
 // C++ shared by both compilers. This header includes no CUDA header.
 #ifndef PDSERVE_KERNELS_CUDA_DIALECT_H_

@@ -154,7 +154,12 @@ class HostDeviceOps final : public DeviceOps {
       return s;
     }
     if (p.num_tiles == 0) return absl::OkStatus();
-    if (PrefillUsesMma(a.kv.format, a.kv.head_dim)) return RunPrefillMma(p);
+    if (PrefillUsesMma(a.kv.format, a.kv.head_dim)) {
+      // Made once: the dispatch returns it only for a shape PrefillUsesMma refuses.
+      static const absl::Status kUnsupported =
+          absl::InternalError("prefill attention on tensor cores: unsupported shape");
+      return DispatchPrefillMma<PrefillMma>(a.kv.format, a.kv.head_dim, kUnsupported, p);
+    }
     host::Launch(Grid{p.num_tiles, a.num_heads}, threads_,
                  sizeof(float) * PrefillSharedFloats(a.kv.head_dim), [&](HostCtx& c) {
                    switch (a.kv.format) {
@@ -176,48 +181,15 @@ class HostDeviceOps final : public DeviceOps {
     }
   }
   // The tensor-core kernel runs with its own block size (its warps own fixed rows).
-  absl::Status RunPrefillMma(const PrefillAttentionParams& p) {
-    switch (p.a.kv.format) {
-      case KvFormat::kBF16:
-        return PrefillMmaAnyDim<KvFormat::kBF16>(p);
-      case KvFormat::kInt8:
-        return PrefillMmaAnyDim<KvFormat::kInt8>(p);
-      case KvFormat::kInt4:
-        return PrefillMmaAnyDim<KvFormat::kInt4>(p);
-      case KvFormat::kF32:
-        break;
-    }
-    return absl::InternalError("prefill attention on tensor cores: unexpected KV format");
-  }
-  template <KvFormat F>
-  static absl::Status PrefillMmaAnyDim(const PrefillAttentionParams& p) {
-    switch (p.a.kv.head_dim / kMmaK) {
-      case 1:
-        return PrefillMma<F, 1>(p);
-      case 2:
-        return PrefillMma<F, 2>(p);
-      case 3:
-        return PrefillMma<F, 3>(p);
-      case 4:
-        return PrefillMma<F, 4>(p);
-      case 5:
-        return PrefillMma<F, 5>(p);
-      case 6:
-        return PrefillMma<F, 6>(p);
-      case 7:
-        return PrefillMma<F, 7>(p);
-      case 8:
-        return PrefillMma<F, 8>(p);
-    }
-    return absl::InternalError("prefill attention on tensor cores: head_dim out of range");
-  }
   template <KvFormat F, int DK>
-  static absl::Status PrefillMma(const PrefillAttentionParams& p) {
-    host::Launch(Grid{p.num_tiles, p.a.num_heads}, kPrefillMmaThreads,
-                 PrefillMmaSharedBytes(DK * kMmaK),
-                 [&](HostCtx& c) { PrefillAttentionMmaBody<F, DK>(c, p); });
-    return absl::OkStatus();
-  }
+  struct PrefillMma {
+    static absl::Status Run(const PrefillAttentionParams& p) {
+      host::Launch(Grid{p.num_tiles, p.a.num_heads}, kPrefillMmaThreads,
+                   PrefillMmaSharedBytes(DK * kMmaK),
+                   [&](HostCtx& c) { PrefillAttentionMmaBody<F, DK>(c, p); });
+      return absl::OkStatus();
+    }
+  };
 
   absl::Status BeginCapture() override {
     if (recording_ != nullptr) return absl::FailedPreconditionError("already capturing");
