@@ -90,6 +90,14 @@ absl::StatusOr<SamplingParams> ToSampling(const GenerateFlags& f) {
   p.ignore_eos = f.ignore_eos;
   p.logprobs = static_cast<int32_t>(f.logprobs);
   PD_RETURN_IF_ERROR(ParseIntList(f.stop_token_ids, "--stop-token-ids", &p.stop_token_ids));
+  // The ranges (the vocabulary is checked once the model or server is known): a usage error.
+  if (absl::Status s = p.Validate(INT32_MAX); !s.ok()) {
+    std::string m(s.message());  // "top_p: ..." names the flag --top-p.
+    for (size_t i = 0; i < m.size() && m[i] != ':'; ++i) {
+      if (m[i] == '_') m[i] = '-';
+    }
+    return absl::InvalidArgumentError(Str("--", m));
+  }
   return p;
 }
 

@@ -10,9 +10,11 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -121,6 +123,19 @@ void Ready(const std::string& line) {
   std::fflush(stdout);
 }
 
+// A weight or ratio flag: a finite number >= `lo` (NaN and infinities are refused: `x < 0` lets
+// NaN through).
+absl::Status AtLeast(double v, double lo, const char* flag) {
+  if (std::isfinite(v) && v >= lo) return absl::OkStatus();
+  return absl::InvalidArgumentError(Str(flag, ": must be a finite number >= ", lo, ", got ", v));
+}
+
+// The KV transports by name, for the usage check before anything loads (the registry says which
+// are built into this binary).
+bool KnownTransport(const std::string& t) {
+  return t == "tcp" || t == "ucx" || t == "local" || t == "cuda_ipc" || t == "nccl";
+}
+
 // The router's routing flags (router and serve).
 struct RouterFlags {
   std::string policy = "kv_aware";
@@ -133,6 +148,7 @@ struct RouterFlags {
   std::string http_listen, served_model_name, chat_template, tool_call_parser;
   int64_t http_max_connections = 1024;
   double http_request_timeout = 30;
+  double http_keep_alive = 75;
 
   void Register(FlagSet& flags, bool standalone) {
     flags.String("http-listen", &http_listen,
@@ -141,6 +157,9 @@ struct RouterFlags {
               "open connections the HTTP API holds at most; the next is answered 503");
     flags.Double("http-request-timeout-seconds", &http_request_timeout,
                  "a request's head and body must reach the HTTP API within this (408 otherwise)");
+    flags.Double("http-keep-alive-seconds", &http_keep_alive,
+                 "an idle keep-alive HTTP connection closes after this (sent as Keep-Alive: "
+                 "timeout=); keep it above the idle timeout of a load balancer in front");
     flags.String("served-model-name", &served_model_name,
                  "the model name clients send and see, also in metrics (default: the model directory's name)");
     flags.String("chat-template", &chat_template,
@@ -196,21 +215,18 @@ struct RouterFlags {
     if (!(http_request_timeout > 0) || http_request_timeout > 3600) {
       return absl::InvalidArgumentError("--http-request-timeout-seconds: must be in (0, 3600]");
     }
-    if (options.routing.w_prefix < 0) return absl::InvalidArgumentError("--w-prefix: must be >= 0");
-    if (options.routing.w_queue < 0) return absl::InvalidArgumentError("--w-queue: must be >= 0");
-    if (options.routing.w_recent < 0) return absl::InvalidArgumentError("--w-recent: must be >= 0");
-    if (!(recent_half_life > 0)) {
+    if (!(http_keep_alive > 0) || http_keep_alive > 3600) {
+      return absl::InvalidArgumentError("--http-keep-alive-seconds: must be in (0, 3600]");
+    }
+    PD_RETURN_IF_ERROR(AtLeast(options.routing.w_prefix, 0, "--w-prefix"));
+    PD_RETURN_IF_ERROR(AtLeast(options.routing.w_queue, 0, "--w-queue"));
+    PD_RETURN_IF_ERROR(AtLeast(options.routing.w_recent, 0, "--w-recent"));
+    if (!(recent_half_life > 0) || !std::isfinite(recent_half_life)) {
       return absl::InvalidArgumentError("--recent-half-life-seconds: must be > 0");
     }
-    if (!(options.routing.imbalance_ratio >= 1)) {
-      return absl::InvalidArgumentError("--imbalance-ratio: must be >= 1");
-    }
-    if (!(options.routing.imbalance_min_blocks >= 0)) {
-      return absl::InvalidArgumentError("--imbalance-min-blocks: must be >= 0");
-    }
-    if (!(options.routing.temperature >= 0)) {
-      return absl::InvalidArgumentError("--routing-temperature: must be >= 0");
-    }
+    PD_RETURN_IF_ERROR(AtLeast(options.routing.imbalance_ratio, 1, "--imbalance-ratio"));
+    PD_RETURN_IF_ERROR(AtLeast(options.routing.imbalance_min_blocks, 0, "--imbalance-min-blocks"));
+    PD_RETURN_IF_ERROR(AtLeast(options.routing.temperature, 0, "--routing-temperature"));
     if (options.block_size < 1) return absl::InvalidArgumentError("--block-size: must be >= 1");
     const absl::StatusOr<KvDType> kv = ParseKvDType(kv_dtype);
     if (!kv.ok()) return absl::InvalidArgumentError(Str("--kv-dtype: ", kv.status().message()));
@@ -220,11 +236,13 @@ struct RouterFlags {
     if (options.max_inflight < 0) {
       return absl::InvalidArgumentError("--max-inflight-requests: must be >= 0");
     }
-    if (!(discovery_interval > 0)) {
+    if (!(discovery_interval > 0) || !std::isfinite(discovery_interval)) {
       return absl::InvalidArgumentError("--discovery-interval-seconds: must be > 0");
     }
-    if (!(approx_ttl > 0)) return absl::InvalidArgumentError("--approx-ttl-seconds: must be > 0");
-    if (!(worker_wait >= 0)) return absl::InvalidArgumentError("--worker-wait-seconds: must be >= 0");
+    if (!(approx_ttl > 0) || !std::isfinite(approx_ttl)) {
+      return absl::InvalidArgumentError("--approx-ttl-seconds: must be > 0");
+    }
+    PD_RETURN_IF_ERROR(AtLeast(worker_wait, 0, "--worker-wait-seconds"));
     out->worker_wait = absl::Seconds(worker_wait);
     out->discovery_interval = absl::Seconds(discovery_interval);
     out->approx_ttl = absl::Seconds(approx_ttl);
@@ -290,9 +308,25 @@ struct TierFlags {
   // The checks that need no model: addresses (syntax, then free ports) and plain ranges. Returns
   // the exit code, or -1 to go on.
   int Check(const char* cmd) const {
-    if (!(drain_seconds >= 0)) {
-      return ReportError(cmd, absl::InvalidArgumentError("--drain-seconds: must be >= 0"),
+    if (absl::Status s = AtLeast(drain_seconds, 0, "--drain-seconds"); !s.ok()) {
+      return ReportError(cmd, s, kExitUsage);
+    }
+    if (!KnownTransport(transport)) {
+      return ReportError(cmd,
+                         absl::InvalidArgumentError(Str("--transport: unknown KV transport '",
+                                                        transport,
+                                                        "' (tcp, ucx, local, cuda_ipc or nccl)")),
                          kExitUsage);
+    }
+    if (lease_ms < 1) {
+      return ReportError(cmd, absl::InvalidArgumentError("--lease-ms: must be >= 1"), kExitUsage);
+    }
+    if (kv_send_timeout_ms < 1) {
+      return ReportError(cmd, absl::InvalidArgumentError("--kv-send-timeout-ms: must be >= 1"),
+                         kExitUsage);
+    }
+    if (max_waiting < 0) {
+      return ReportError(cmd, absl::InvalidArgumentError("--max-waiting: must be >= 0"), kExitUsage);
     }
     AddressFlags addresses;
     addresses.Listen(listen, "--listen").Listen(metrics.listen, "--metrics-listen", true);
@@ -330,9 +364,6 @@ int RunPrefill(const TierFlags& f) {
   if (absl::Status s = TierDevice(o.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
-  if (f.kv_send_timeout_ms < 0) {
-    return ReportError(cmd, absl::InvalidArgumentError("--kv-send-timeout-ms: must be >= 0"), kExitUsage);
-  }
   auto worker = PrefillWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
   PrefillGrpcService service(worker->get());
@@ -362,9 +393,6 @@ int RunDecode(const TierFlags& f) {
   o.local_prefill_tokens = f.local_prefill_tokens;
   o.lease_ms = f.lease_ms;
   o.max_waiting = f.max_waiting;
-  if (f.max_waiting < 0) {
-    return ReportError(cmd, absl::InvalidArgumentError("--max-waiting: must be >= 0"), kExitUsage);
-  }
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   if (absl::Status s = TierDevice(o.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto server_options = f.security.InternalServer();
@@ -372,9 +400,6 @@ int RunDecode(const TierFlags& f) {
   auto prefill_credentials = f.security.InternalChannel();
   if (!prefill_credentials.ok()) return ReportError(cmd, prefill_credentials.status(), kExitUsage);
   o.prefill_credentials = *prefill_credentials;
-  if (f.kv_send_timeout_ms < 0) {
-    return ReportError(cmd, absl::InvalidArgumentError("--kv-send-timeout-ms: must be >= 0"), kExitUsage);
-  }
   auto worker = DecodeWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
   DecodeGrpcService service(worker->get());
@@ -408,7 +433,8 @@ void InstallStopSignalHandler() {
 // --http-listen is empty).
 absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(
     const RouterFlags& rf, const std::string& model, const std::string& grpc_address,
-    const SecurityFlags& security, const Router& router, metrics::Registry* registry) {
+    const SecurityFlags& security, const ApiKeys& keys, const Router& router,
+    metrics::Registry* registry) {
   if (rf.http_listen.empty()) return std::unique_ptr<openai::OpenAiServer>();
   openai::OpenAiServerOptions o;
   o.listen = rf.http_listen;
@@ -425,6 +451,15 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(
       std::chrono::milliseconds(static_cast<int64_t>(rf.http_request_timeout * 1000));
   o.metrics = registry;
   o.tool_call_parser = rf.tool_call_parser;
+  o.api_keys = keys;
+  o.keep_alive = std::chrono::milliseconds(static_cast<int64_t>(rf.http_keep_alive * 1000));
+  o.max_inflight = rf.options.max_inflight;
+  // OpenAI's system_fingerprint: the serving configuration (model, context, KV layout), so a
+  // client sees when it changes.
+  const v1::ModelInfo& info = router.model_info();
+  o.system_fingerprint =
+      Str("fp_", absl::Hex(std::hash<std::string>()(info.SerializeAsString()) & 0xffffffffffULL,
+                           absl::kZeroPad10));
   return openai::OpenAiServer::Start(o);
 }
 
@@ -453,6 +488,25 @@ absl::StatusOr<std::unique_ptr<HttpGatewayTarget>> GatewayTarget(const RouterFla
 
 std::string HttpReadyField(const openai::OpenAiServer* http) {
   return http == nullptr ? "" : Str(" http=", http->address());
+}
+
+// The public side's drain after a stop signal: new HTTP requests and the health endpoints say the
+// server is stopping; calls in flight finish (gRPC within `grace`), then the HTTP responses they
+// feed are written out before the process leaves. (Leaving as soon as gRPC's calls ended cut the
+// last chunks of HTTP responses still on their way to the client.)
+void DrainPublic(const StartedServer& server, openai::OpenAiServer* http,
+                 std::chrono::seconds grace) {
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  MarkNotServing(server);
+  if (http != nullptr) http->BeginDrain();
+  server.server->Shutdown(std::chrono::system_clock::now() + grace);
+  if (http != nullptr && !http->WaitDrained(deadline + kFlushCalls)) {
+    PD_LOG(Warning) << "HTTP responses still in flight at the drain's end are cut";
+  }
+}
+
+std::chrono::seconds DrainGrace(double seconds) {
+  return std::chrono::seconds(static_cast<int64_t>(std::ceil(seconds)));
 }
 
 
@@ -490,6 +544,7 @@ int DecodeCommand(int argc, char** argv) {
 int RouterCommand(int argc, char** argv) {
   const char* cmd = "router";
   std::string listen = "0.0.0.0:8000", model, prefill, decode;
+  double drain_seconds = 30;
   RouterFlags rf;
   MetricsFlags mf;
   SecurityFlags sf;
@@ -499,6 +554,8 @@ int RouterCommand(int argc, char** argv) {
   flags.String("prefill", &prefill,
                "prefill workers: host:port or dns:///name:port, comma-separated (may be empty)");
   flags.String("decode", &decode, "decode workers: host:port or dns:///name:port, comma-separated");
+  flags.Double("drain-seconds", &drain_seconds,
+               "on SIGTERM, how long requests in flight may finish (new ones are refused)");
   rf.Register(flags, true);
   mf.Register(flags);
   sf.RegisterTls(flags);
@@ -513,6 +570,9 @@ int RouterCommand(int argc, char** argv) {
       .Peers(prefill, "--prefill", true)
       .Peers(decode, "--decode", false);
   if (absl::Status s = addresses.Check(); !s.ok()) return ReportError(cmd, s, AddressExitCode(s));
+  if (absl::Status s = AtLeast(drain_seconds, 0, "--drain-seconds"); !s.ok()) {
+    return ReportError(cmd, s, kExitUsage);
+  }
   StartStopWatcher(cmd);
   metrics::Registry registry;
   RouterOptions o;
@@ -539,14 +599,13 @@ int RouterCommand(int argc, char** argv) {
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   auto target = GatewayTarget(rf, router->get(), server->address, sf);
   if (!target.ok()) return ReportError(cmd, target.status());
-  auto http = StartHttp(rf, model, (*target)->address, sf, **router, &registry);
+  auto http = StartHttp(rf, model, (*target)->address, sf, *keys, **router, &registry);
   if (!http.ok()) return ReportFlagError(cmd, http.status());
   Ready(Str("pdserve router ready: grpc=", server->address, MetricsReadyField(exporter->get()),
             HttpReadyField(http->get())));
   WaitForStopSignal();
-  PD_LOG(Info) << "router: shutting down";
-  MarkNotServing(*server);
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  PD_LOG(Info) << "router: draining";
+  DrainPublic(*server, http->get(), DrainGrace(drain_seconds));
   ExitAfterShutdown(kExitOk);
 }
 
@@ -564,6 +623,17 @@ int ServeCommand(int argc, char** argv) {
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
   if (int checked = f.Check(cmd); checked >= 0) return checked;
+  // Every flag is checked before the engines load (minutes for a large model).
+  AddressFlags http_address;
+  http_address.Listen(rf.http_listen, "--http-listen", true);
+  if (absl::Status s = http_address.Check(); !s.ok()) return ReportError(cmd, s, AddressExitCode(s));
+  RouterOptions ro;
+  if (absl::Status s = rf.ToOptions(&ro); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  // The tiers talk over loopback inside this process; TLS and API keys guard the public port.
+  auto server_options = f.security.PublicServer();
+  if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
+  auto keys = f.security.Keys();
+  if (!keys.ok()) return ReportError(cmd, keys.status(), kExitUsage);
   StartStopWatcher(cmd);
 
   // One registry: the three components' series differ by their role label.
@@ -600,8 +670,6 @@ int ServeCommand(int argc, char** argv) {
   if (!prefill_server.ok()) return ReportError(cmd, prefill_server.status());
   auto decode_server = StartGrpcServer("127.0.0.1:0", {&decode_service});
   if (!decode_server.ok()) return ReportError(cmd, decode_server.status());
-  RouterOptions ro;
-  if (absl::Status s = rf.ToOptions(&ro); !s.ok()) return ReportError(cmd, s, kExitUsage);
   ro.model_dir = f.model;
   ro.prefill = prefill_server->address;
   ro.decode = decode_server->address;
@@ -609,11 +677,6 @@ int ServeCommand(int argc, char** argv) {
   ro.kv_dtype = po.engine.kv_dtype;
   ro.local_prefill_tokens = f.local_prefill_tokens;
   ro.metrics = &registry;
-  // The tiers talk over loopback inside this process; TLS and API keys guard the public port.
-  auto server_options = f.security.PublicServer();
-  if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
-  auto keys = f.security.Keys();
-  if (!keys.ok()) return ReportError(cmd, keys.status(), kExitUsage);
   ro.api_keys = *keys;
   auto router = Router::Create(ro);
   if (!router.ok()) return ReportError(cmd, router.status());
@@ -625,16 +688,17 @@ int ServeCommand(int argc, char** argv) {
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   auto target = GatewayTarget(rf, router->get(), server->address, f.security);
   if (!target.ok()) return ReportError(cmd, target.status());
-  auto http = StartHttp(rf, f.model, (*target)->address, f.security, **router, &registry);
+  auto http = StartHttp(rf, f.model, (*target)->address, f.security, *keys, **router, &registry);
   if (!http.ok()) return ReportFlagError(cmd, http.status());
   Ready(Str("pdserve serve ready: grpc=", server->address, MetricsReadyField(exporter->get()),
             HttpReadyField(http->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "serve: draining";
   MarkNotServing(*server);
+  if (*http != nullptr) (*http)->BeginDrain();
   (*decode)->Drain(absl::Seconds(f.drain_seconds));
   (*prefill)->Drain(absl::Seconds(1));
-  server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
+  DrainPublic(*server, http->get(), kFlushCalls);
   decode_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
   prefill_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
   ExitAfterShutdown(kExitOk);

@@ -4,7 +4,9 @@
 #ifndef PDSERVE_OPENAI_API_OPENAI_REQUEST_H_
 #define PDSERVE_OPENAI_API_OPENAI_REQUEST_H_
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/chat/chat_template.h"
@@ -20,7 +22,7 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;  // Empty: null.
   std::string code;   // Empty: null.
-  nlohmann::json ToJson() const;
+  nlohmann::ordered_json ToJson() const;
 };
 
 struct ParsedRequest {
@@ -37,16 +39,26 @@ struct ParsedRequest {
   // Chat: how the output is searched for tool calls (kNone: it is all content). Set when the
   // request has tools, its tool_choice is "auto" (or absent) and the server has a parser.
   ToolParser tool_parser = ToolParser::kNone;
+  bool parallel_tool_calls = true;  // false: only the first call is returned.
 };
 
 struct ParseOptions {
   std::string served_model_name;
   const ChatTemplate* chat_template = nullptr;  // Null: chat completions are refused.
   ToolParser tool_parser = ToolParser::kNone;   // --tool-call-parser.
+  // --max-inflight-requests (0: none): a request of more choices could never be admitted.
+  int64_t max_inflight = 0;
 };
 
-// The body as a JSON object, nesting at most 64 deep (checked while parsing, without recursion).
-bool ParseJsonObject(const std::string& body, nlohmann::ordered_json* out, ApiError* error);
+// The body as a JSON object, nesting at most 64 deep, in time linear in its size (json_body.h).
+// The root's members that no endpoint reads are dropped unbuilt (as vLLM ignores unknown
+// fields); `keep_all` builds them too (a tool call's arguments).
+bool ParseJsonObject(std::string_view body, nlohmann::ordered_json* out, ApiError* error,
+                     bool keep_all = false);
+
+// A JSON integer as an int64 (false when it is not an integer or is past int64's range: a
+// uint64 above it must not wrap).
+bool JsonInt64(const nlohmann::ordered_json& v, int64_t* out);
 
 // `body` is the raw request body. On failure returns false with *error set.
 bool ParseCompletionRequest(const std::string& body, const ParseOptions& options, ParsedRequest* out,

@@ -2,9 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <ctime>
 #include <mutex>
+#include <thread>
 
 #include "common/base/log.h"
 #include "common/base/strings.h"
@@ -19,7 +22,8 @@
 namespace pdserve::openai {
 namespace {
 
-using Json = nlohmann::json;
+// Insertion order: fields as OpenAI orders them, top_logprobs by rank.
+using Json = nlohmann::ordered_json;
 
 int HttpStatus(grpc::StatusCode code) {
   switch (code) {
@@ -37,15 +41,33 @@ int HttpStatus(grpc::StatusCode code) {
   }
 }
 
+// OpenAI's error type for a status.
+std::string ErrorType(int status) {
+  return status == 401   ? "authentication_error"
+         : status == 429 ? "rate_limit_error"
+         : status >= 500 ? "server_error"
+                         : "invalid_request_error";
+}
+
+// Tests only: PDSERVE_FAULT_HTTP_DELAY_END_MS=N holds each response's last bytes back N ms after
+// its generation ended, so a test can stop the process while responses are still being
+// finished, deterministically.
+std::chrono::milliseconds FaultDelayEnd() {
+  static const std::chrono::milliseconds delay = [] {
+    const char* v = std::getenv("PDSERVE_FAULT_HTTP_DELAY_END_MS");
+    return std::chrono::milliseconds(v == nullptr ? 0 : std::atoll(v));
+  }();
+  return delay;
+}
+
+constexpr std::string_view kShuttingDown = "the server is shutting down; retry on another replica";
+
 // The router's message names the field first ("sampling.max_tokens: ..."): that is the param.
 ApiError FromGrpc(const grpc::Status& s) {
   ApiError e;
   e.http_status = HttpStatus(s.error_code());
   e.message = s.error_message();
-  e.type = e.http_status == 401 ? "authentication_error"
-           : e.http_status == 429 ? "rate_limit_error"
-           : e.http_status >= 500 ? "server_error"
-                                  : "invalid_request_error";
+  e.type = ErrorType(e.http_status);
   const size_t colon = e.message.find(':');
   if (e.http_status == 400 && colon != std::string::npos && colon < 40 &&
       e.message.find(' ') > colon) {
@@ -106,6 +128,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   void SendEvent(Json choices, Json usage);
   void SendChunk(Json choice);  // A choice's event (usage null when asked for).
   void Finish();
+  // Finish, or with the fault hook, Finish later on a thread of its own.
+  void FinishMaybeDelayed();
   // Counts a choice's usage: its completion tokens; its prompt's tokens once (from sample 0).
   void AddChoiceUsage(size_t choice, const v1::Usage& u);
 
@@ -128,6 +152,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   std::vector<size_t> text_offset_;    // Streams: per choice.
   std::vector<ToolCallStream> tools_;  // Streamed chat with tool parsing: per choice.
   std::vector<int> tool_calls_sent_;   // Per choice: the next tool call's index.
+  bool draining_at_start_ = false;     // The server was stopping when the calls began.
   v1::Usage total_;
 };
 
@@ -144,6 +169,7 @@ class Gateway {
     parse_.served_model_name = o.served_model_name;
     parse_.chat_template = template_.get();
     parse_.tool_parser = ParseToolParserName(o.tool_call_parser).value_or(ToolParser::kNone);
+    parse_.max_inflight = o.max_inflight;
   }
 
   // Waits for every exchange to end (the HTTP server has stopped: their calls are cancelled).
@@ -156,12 +182,32 @@ class Gateway {
     const std::string& path = req.path;
     const bool get = req.method == "GET" || req.method == "HEAD";
     const bool post = req.method == "POST";
-    if (path == "/health" && get) return res->Send(200, "", "");
+    const bool draining = draining_.load();
+    if (path == "/health" && get) {
+      return draining ? res->Send(503, "text/plain", std::string(kShuttingDown))
+                      : res->Send(200, "", "");
+    }
+    constexpr std::string_view kModels = "/v1/models/";
     if (path == "/v1/models" && get) {
-      Json model = {{"id", options_.served_model_name},   {"object", "model"},
-                    {"created", std::time(nullptr)},      {"owned_by", "pdserve"},
-                    {"root", options_.served_model_name}, {"max_model_len", max_model_len_}};
-      return SendJson(*res, {{"object", "list"}, {"data", Json::array({model})}});
+      return SendJson(*res, {{"object", "list"}, {"data", Json::array({ModelCard()})}});
+    }
+    if (path.rfind(kModels, 0) == 0 && path.size() > kModels.size() && get) {
+      // models.retrieve: the one model, by the name clients send.
+      if (path.substr(kModels.size()) == options_.served_model_name) return SendJson(*res, ModelCard());
+      ApiError e;
+      e.http_status = 404;
+      e.param = "model";
+      e.code = "model_not_found";
+      e.message = Str("The model `", path.substr(kModels.size()), "` does not exist.");
+      return SendError(*res, e);
+    }
+    const bool generate = (path == "/v1/completions" || path == "/v1/chat/completions") && post;
+    if (generate && draining) {
+      ApiError e;
+      e.http_status = 503;
+      e.type = ErrorType(503);
+      e.message = std::string(kShuttingDown);
+      return SendError(*res, e);
     }
     if (path == "/v1/completions" && post) return Generate(req, std::move(res), false);
     if (path == "/v1/chat/completions" && post) return Generate(req, std::move(res), true);
@@ -170,20 +216,34 @@ class Gateway {
     ApiError e;
     const bool known = path == "/health" || path == "/v1/models" || path == "/v1/completions" ||
                        path == "/v1/chat/completions" || path == "/tokenize" ||
-                       path == "/detokenize";
+                       path == "/detokenize" || path.rfind(kModels, 0) == 0;
     e.http_status = known ? 405 : 404;
-    e.type = known ? "invalid_request_error" : "NotFoundError";
     e.message = known ? Str("Method ", req.method, " is not allowed for ", path)
                       : Str("No route for ", req.method, " ", path);
     SendError(*res, e);
   }
+
+  // Before the body is read (the HTTP server's check_head): the API key, on every route but
+  // /health, so an unauthenticated client can neither tokenize nor make the server parse a body.
+  std::optional<std::pair<int, std::string>> CheckHead(const http::HttpRequest& head) const {
+    if (!options_.api_keys.enabled() || head.path == "/health") return std::nullopt;
+    const std::string* a = head.Header("authorization");
+    const std::string_view value = a == nullptr ? std::string_view() : std::string_view(*a);
+    absl::Status s = options_.api_keys.CheckAuthorization(a == nullptr ? nullptr : &value);
+    if (s.ok()) return std::nullopt;
+    return std::make_pair(401, std::string(s.message()));
+  }
+
+  void BeginDrain() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+  const std::string& system_fingerprint() const { return options_.system_fingerprint; }
 
   // The body of the HTTP server's own refusals, OpenAI-shaped.
   static std::pair<std::string, std::string> ErrorBody(int status, std::string_view message) {
     ApiError e;
     e.http_status = status;
     e.message = status == 413 ? Str(message, " (--max-request-bytes)") : std::string(message);
-    if (status >= 500) e.type = "server_error";
+    e.type = ErrorType(status);
     return {Dump(e.ToJson()), "application/json"};
   }
 
@@ -201,6 +261,12 @@ class Gateway {
   }
 
  private:
+  Json ModelCard() const {
+    return {{"id", options_.served_model_name},   {"object", "model"},
+            {"created", std::time(nullptr)},      {"owned_by", "pdserve"},
+            {"root", options_.served_model_name}, {"max_model_len", max_model_len_}};
+  }
+
   static std::string Authorization(const http::HttpRequest& req) {
     const std::string* a = req.Header("authorization");
     return a == nullptr ? "" : *a;
@@ -229,7 +295,23 @@ class Gateway {
     if (!ParseJsonObject(req.body, &j, &e)) return SendError(res, e);
     std::string text;
     bool add_special = true;
-    if (j.contains("add_special_tokens") && j["add_special_tokens"].is_boolean()) add_special = j["add_special_tokens"];
+    if (j.contains("add_special_tokens") && !j["add_special_tokens"].is_null()) {
+      if (!j["add_special_tokens"].is_boolean()) {
+        e.param = "add_special_tokens";
+        e.message = "'add_special_tokens' must be a boolean";
+        return SendError(res, e);
+      }
+      add_special = j["add_special_tokens"].get<bool>();
+    }
+    bool token_strs = false;
+    if (j.contains("return_token_strs") && !j["return_token_strs"].is_null()) {
+      if (!j["return_token_strs"].is_boolean()) {
+        e.param = "return_token_strs";
+        e.message = "'return_token_strs' must be a boolean";
+        return SendError(res, e);
+      }
+      token_strs = j["return_token_strs"].get<bool>();
+    }
     if (j.contains("prompt") && j["prompt"].is_string()) {
       text = j["prompt"].get<std::string>();
     } else if (j.contains("messages")) {
@@ -249,7 +331,14 @@ class Gateway {
       e.message = std::string(ids.status().message());
       return SendError(res, e);
     }
-    SendJson(res, {{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", max_model_len_}});
+    Json out = {{"count", ids->size()}, {"max_model_len", max_model_len_}, {"tokens", *ids}};
+    if (token_strs) {
+      // vLLM's field: each token's string as the vocabulary stores it.
+      Json strs = Json::array();
+      for (int32_t id : *ids) strs.push_back(tokenizer_->IdToToken(id).value_or(""));
+      out["token_strs"] = std::move(strs);
+    }
+    SendJson(res, out);
   }
 
   void Detokenize(const http::HttpRequest& req, http::HttpResponder& res) {
@@ -263,11 +352,13 @@ class Gateway {
     }
     std::vector<int32_t> ids;
     for (const auto& t : j["tokens"]) {
-      if (!t.is_number_integer()) {
-        e.message = "'tokens' must be a list of integers";
+      int64_t v = -1;
+      if (!JsonInt64(t, &v) || v < 0 || v >= tokenizer_->vocab_size()) {
+        e.message = Str("'tokens' must be token ids in [0, ", tokenizer_->vocab_size(), "); got ",
+                        t.dump());
         return SendError(res, e);
       }
-      ids.push_back(t.get<int32_t>());
+      ids.push_back(static_cast<int32_t>(v));
     }
     auto text = tokenizer_->Decode(ids, false);
     if (!text.ok()) {
@@ -286,6 +377,7 @@ class Gateway {
   std::mutex live_mu_;
   std::condition_variable live_cv_;
   int live_ = 0;  // Exchanges not yet ended.
+  std::atomic<bool> draining_{false};
 };
 
 void AddUsage(const v1::Usage& u, v1::Usage* total) {
@@ -342,10 +434,15 @@ Json Logprobs(const Gateway& g, const ParsedRequest& p, const std::vector<int32_
     const std::string t = g.TokenText(ids[i]);
     tokens.push_back(t);
     token_lps.push_back(i < lps.size() ? lps[i] : 0.0f);
+    // By rank, then the sampled token when it is not among them (OpenAI: up to N+1 entries).
     Json alts = Json::object();
     if (i < top.size()) {
-      for (const auto& a : top[i].top()) alts[g.TokenText(a.token_id())] = a.logprob();
+      for (const auto& a : top[i].top()) {
+        const std::string at = g.TokenText(a.token_id());
+        if (!alts.contains(at)) alts[at] = a.logprob();
+      }
     }
+    if (!alts.contains(t)) alts[t] = i < lps.size() ? lps[i] : 0.0f;
     tops.push_back(alts);
     offsets.push_back(offset);
     offset += t.size();
@@ -441,6 +538,7 @@ void Exchange::SendEvent(Json choices, Json usage) {
             {"object", p_.chat ? "chat.completion.chunk" : "text_completion"},
             {"created", created_},
             {"model", p_.model},
+            {"system_fingerprint", gateway_->system_fingerprint()},
             {"choices", std::move(choices)}};
   if (p_.include_usage) j["usage"] = std::move(usage);
   res_->Write(Str("data: ", Dump(j), "\n\n"));
@@ -500,12 +598,13 @@ void Exchange::OnMessage(size_t c, const v1::GenerateResponse& r) {
     if (!d.calls.empty()) {
       Json calls = Json::array();
       for (const ToolCall& call : d.calls) {
+        if (!p_.parallel_tool_calls && tool_calls_sent_[c] > 0) break;  // The first call only.
         calls.push_back({{"index", tool_calls_sent_[c]++},
                          {"id", call.id},
                          {"type", "function"},
                          {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
       }
-      delta["tool_calls"] = std::move(calls);
+      if (!calls.empty()) delta["tool_calls"] = std::move(calls);
     }
     if (delta.empty() && finish.empty() && !p_.chat_logprobs) return;  // Held back: none yet.
     choice["delta"] = std::move(delta);
@@ -529,6 +628,10 @@ void Exchange::OnEnd(size_t c, const grpc::Status& s) {
     // choices would be an incomplete answer: they are cancelled.
     failed_ = true;
     error_ = s;
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && gateway_->draining()) {
+      // The router's gRPC port stopped taking calls: say why, not how the connect failed.
+      error_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(kShuttingDown));
+    }
     CancelAll(lock);
   }
   EndOne(lock);
@@ -549,7 +652,17 @@ void Exchange::EndOne(std::unique_lock<std::mutex>& lock) {
     res_->Write(Str("data: ", Dump(e.ToJson()), "\n\ndata: [DONE]\n\n"));
     return res_->End();
   }
-  Finish();
+  FinishMaybeDelayed();
+}
+
+void Exchange::FinishMaybeDelayed() {
+  const std::chrono::milliseconds delay = FaultDelayEnd();
+  if (delay.count() <= 0) return Finish();
+  std::thread([self = shared_from_this(), delay] {
+    std::this_thread::sleep_for(delay);
+    std::lock_guard<std::mutex> lock(self->mu_);
+    self->Finish();
+  }).detach();
 }
 
 void Exchange::Finish() {
@@ -565,8 +678,10 @@ void Exchange::Finish() {
     std::string finish = c.finish_reason;
     if (p_.chat && p_.tool_parser != ToolParser::kNone) {
       ExtractedTools t = ExtractToolCalls(p_.tool_parser, c.text);
+      if (!p_.parallel_tool_calls && t.calls.size() > 1) t.calls.resize(1);
       Json message = {{"role", "assistant"},
-                      {"content", t.content ? Json(*t.content) : Json(nullptr)}};
+                      {"content", t.content ? Json(*t.content) : Json(nullptr)},
+                      {"refusal", nullptr}};
       if (!t.calls.empty()) {
         Json calls = Json::array();
         for (const ToolCall& call : t.calls) {
@@ -579,7 +694,7 @@ void Exchange::Finish() {
       }
       choice["message"] = std::move(message);
     } else if (p_.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
     } else {
       choice["text"] = c.text;
     }
@@ -591,6 +706,7 @@ void Exchange::Finish() {
                    {"object", p_.chat ? "chat.completion" : "text_completion"},
                    {"created", created_},
                    {"model", p_.model},
+                   {"system_fingerprint", gateway_->system_fingerprint()},
                    {"choices", choices},
                    {"usage", UsageJson(total_)}},
            IdHeader(request_id_));
@@ -645,6 +761,16 @@ OpenAiServer::~OpenAiServer() {
 
 const std::string& OpenAiServer::address() const { return impl_->server->address(); }
 
+void OpenAiServer::BeginDrain() {
+  impl_->gateway->BeginDrain();
+  impl_->server->BeginDrain();
+}
+
+bool OpenAiServer::WaitDrained(std::chrono::steady_clock::time_point deadline) {
+  BeginDrain();
+  return impl_->server->WaitDrained(deadline);
+}
+
 absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const OpenAiServerOptions& options) {
   if (auto parser = ParseToolParserName(options.tool_call_parser); !parser.ok()) {
     return parser.status();
@@ -672,7 +798,9 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const OpenAiSe
   o.tls_cert = options.tls_cert;
   o.tls_key = options.tls_key;
   o.error_body = &Gateway::ErrorBody;
+  o.idle_timeout = options.keep_alive;
   Gateway* gateway = impl->gateway.get();
+  o.check_head = [gateway](const http::HttpRequest& head) { return gateway->CheckHead(head); };
   auto server = http::HttpServer::Start(
       o, [gateway](http::HttpRequest req, std::shared_ptr<http::HttpResponder> res) {
         gateway->Handle(std::move(req), std::move(res));

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/rpc/api_keys.h"
 
 namespace pdserve::metrics {
 class Registry;
@@ -44,6 +45,13 @@ struct OpenAiServerOptions {
   // pdserve_http_responses_total{code}, labelled with served_model_name and role "router".
   metrics::Registry* metrics = nullptr;
   std::string tool_call_parser;  // --tool-call-parser: hermes, llama3_json, or empty (none).
+  // Checked on every route but /health when the request's head arrives, before its body is
+  // read (the gRPC port checks them again for generation).
+  ApiKeys api_keys;
+  // An idle keep-alive connection closes after this (--http-keep-alive-seconds).
+  std::chrono::milliseconds keep_alive{75000};
+  int64_t max_inflight = 0;        // --max-inflight-requests: more choices are a 400.
+  std::string system_fingerprint;  // In every completion (OpenAI's field); empty: none.
 };
 
 class OpenAiServer {
@@ -53,6 +61,11 @@ class OpenAiServer {
   static absl::StatusOr<std::unique_ptr<OpenAiServer>> Start(const OpenAiServerOptions& options);
   ~OpenAiServer();
   const std::string& address() const;
+  // The process is stopping: from now on /health answers 503 and new requests get a 503 that
+  // says so; responses in flight go on, and each connection closes once its response ends.
+  void BeginDrain();
+  // Waits until every response in flight has ended and been written, or `deadline` (false).
+  bool WaitDrained(std::chrono::steady_clock::time_point deadline);
 
  private:
   struct Impl;

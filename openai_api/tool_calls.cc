@@ -34,7 +34,7 @@ std::string_view TrimLeft(std::string_view s) {
 std::optional<ToolCall> CallFromJson(std::string_view text, const char* args_key) {
   nlohmann::ordered_json j;
   ApiError unused;
-  if (!ParseJsonObject(std::string(text), &j, &unused)) return std::nullopt;
+  if (!ParseJsonObject(text, &j, &unused, /*keep_all=*/true)) return std::nullopt;
   if (!j.contains("name") || !j["name"].is_string()) return std::nullopt;
   ToolCall call;
   call.id = NewCallId();

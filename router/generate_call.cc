@@ -78,6 +78,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
     d.set_request_id(routed_.downstream_id);
     d.mutable_prompt_ids()->Assign(routed_.prompt.begin(), routed_.prompt.end());
     *d.mutable_sampling() = request.sampling();
+    d.mutable_sampling()->set_max_tokens(routed_.params.max_tokens);  // Resolved from the context.
     d.set_seed(*routed_.params.seed);
     if (absl::Status admitted = router_->Admit(); !admitted.ok()) {
       End(ToGrpcStatus(admitted));
@@ -213,8 +214,16 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
     std::string finish = d.finish_reason();
     // Stop strings: cut at the first one, finish with "stop" and stop the decode worker.
     size_t cut = std::string::npos;
-    for (const std::string& s : routed_.stop) cut = std::min(cut, pending_text_.find(s));
+    size_t matched = 0;  // The length of the stop string found at `cut` (the first listed there).
+    for (const std::string& s : routed_.stop) {
+      const size_t at = pending_text_.find(s);
+      if (at < cut) {
+        cut = at;
+        matched = s.size();
+      }
+    }
     if (cut != std::string::npos) {
+      if (routed_.include_stop_str) cut += matched;
       out.set_text(pending_text_.substr(0, cut));
       pending_text_.clear();
       finish = "stop";

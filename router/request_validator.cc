@@ -33,6 +33,13 @@ absl::StatusOr<RoutedRequest> ValidateGenerateRequest(const v1::GenerateRequest&
       if (!IsValidUtf8(request.text(), &bad)) {
         return Invalid("prompt.text", Str("is not valid UTF-8 (first bad byte at offset ", bad, ")"));
       }
+      // A text that cannot fit the context whatever it encodes to is refused before the work of
+      // encoding it (a 10 MB prompt costs a second of CPU).
+      if (request.text().size() > tokenizer.MaxTextBytes(limits.context_length)) {
+        return Invalid("prompt", Str("a text of ", request.text().size(),
+                                     " bytes is more tokens than the context length of ",
+                                     limits.context_length));
+      }
       auto ids = tokenizer.Encode(request.text(),
                                   request.has_add_special_tokens() ? request.add_special_tokens() : true);
       if (!ids.ok()) return Invalid("prompt.text", std::string(ids.status().message()));
@@ -68,6 +75,10 @@ absl::StatusOr<RoutedRequest> ValidateGenerateRequest(const v1::GenerateRequest&
                        "-token prompt exceed the context length of ", context));
   }
   out.params = FromProto(sp, sp.has_seed() ? sp.seed() : fallback_seed);
+  if (!sp.has_max_tokens() && sp.max_tokens_to_context()) {
+    out.params.max_tokens = static_cast<int32_t>(
+        std::min<int64_t>(context - static_cast<int64_t>(out.prompt.size()), INT32_MAX));
+  }
   if (absl::Status s = out.params.Validate(vocab); !s.ok()) {
     return absl::InvalidArgumentError(Str("sampling.", s.message()));
   }
@@ -83,6 +94,7 @@ absl::StatusOr<RoutedRequest> ValidateGenerateRequest(const v1::GenerateRequest&
     out.stop.push_back(s);
   }
   out.skip_special_tokens = sp.has_skip_special_tokens() ? sp.skip_special_tokens() : true;
+  out.include_stop_str = sp.include_stop_str_in_output();
   out.deadline = deadline;
   if (request.timeout_ms() > 0) {
     out.deadline = std::min(deadline, std::chrono::system_clock::now() +

@@ -23,6 +23,7 @@ struct RoutedRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;  // seed resolved
   std::vector<std::string> stop;
+  bool include_stop_str = false;  // The matched stop string stays at the end of the text.
   bool skip_special_tokens = true;
   std::chrono::system_clock::time_point deadline;
 };

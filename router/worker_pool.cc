@@ -139,7 +139,7 @@ void WorkerPool::SetAddresses(const std::vector<std::string>& addresses) {
     workers_[address] = w;
     order_.push_back(w);
     PD_LOG(Info) << (options_.prefill_tier ? "prefill" : "decode") << " worker " << address
-                 << " joined";
+                 << " added; waiting for its first load report";
     StartWatch(w);
   }
 }
@@ -250,6 +250,10 @@ void WorkerPool::Apply(const std::shared_ptr<Worker>& w, const internal::v1::Loa
   w->events = options_.use_events;
   w->info = r.info();
   w->pending_blocks = 0;
+  if (!w->reported) {
+    PD_LOG(Info) << (options_.prefill_tier ? "prefill" : "decode") << " worker " << w->address
+                 << " joined (it reported its load)";
+  }
   w->reported = true;
   w->healthy = true;
   w->last_report = Clock::now();

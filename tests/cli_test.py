@@ -133,8 +133,12 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(unknown.returncode, 2)
         self.assertIn("--tempurature", unknown.stderr)
         top_p = pdserve("generate", "--model", self.model, "--prompt", "x", "--top-p", "0")
-        self.assertNotEqual(top_p.returncode, 0)
-        self.assertIn("top_p", top_p.stderr)
+        self.assertEqual(top_p.returncode, 2)
+        self.assertIn("--top-p", top_p.stderr)
+        # A sampling flag out of range is a usage error (exit 2), like any other bad flag.
+        temperature = pdserve("generate", "--model", self.model, "--prompt", "x", "--temperature", "-1")
+        self.assertEqual(temperature.returncode, 2, temperature.stderr)
+        self.assertIn("--temperature", temperature.stderr)
         invalid_utf8 = subprocess.run([PDSERVE, "generate", "--model", self.model, "--prompt",
                                        b"ok\xff".decode("latin-1").encode("latin-1")],
                                       capture_output=True)
@@ -297,6 +301,78 @@ class BadModelTest(unittest.TestCase):
 
     def test_not_a_model_dir(self):
         self.expect_error(os.path.join(WORKDIR, "nowhere"), "nowhere")
+
+
+class FlagCheckTest(unittest.TestCase):
+    """Every flag is checked before a model loads: a bad one is exit 2 naming it. The model path
+    does not exist, so a check that came after loading would fail on the model instead (exit 1)."""
+
+    NO_MODEL = "/nonexistent/pdserve-model"
+
+    def expect_usage(self, args, flag):
+        p = pdserve(*args)
+        self.assertEqual(p.returncode, 2, f"{args}: {p.stderr}")
+        self.assertIn(flag, p.stderr, args)
+
+    def test_serve_checks_every_flag_before_loading(self):
+        serve = ["serve", "--model", self.NO_MODEL]
+        self.expect_usage(serve + ["--http-listen", "127.0.0.1:-5"], "--http-listen")
+        self.expect_usage(serve + ["--policy", "fastest"], "--policy")
+        self.expect_usage(serve + ["--tool-call-parser", "mistral"], "--tool-call-parser")
+        self.expect_usage(serve + ["--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"],
+                          "--tls")
+        self.expect_usage(serve + ["--api-key-file", "/nonexistent/keys"], "--api-key-file")
+        self.expect_usage(serve + ["--lease-ms", "-5"], "--lease-ms")
+        self.expect_usage(serve + ["--kv-send-timeout-ms", "0"], "--kv-send-timeout-ms")
+        self.expect_usage(serve + ["--w-prefix", "nan"], "--w-prefix")
+        self.expect_usage(serve + ["--imbalance-ratio", "inf"], "--imbalance-ratio")
+        self.expect_usage(serve + ["--http-keep-alive-seconds", "0"], "--http-keep-alive-seconds")
+        self.expect_usage(["decode", "--model", self.NO_MODEL, "--transport", "carrier-pigeon"], "--transport")
+        self.expect_usage(["prefill", "--model", self.NO_MODEL, "--kv-send-timeout-ms", "0"],
+                          "--kv-send-timeout-ms")
+
+    def test_router_takes_drain_seconds(self):
+        router = ["router", "--model", self.NO_MODEL, "--decode", "127.0.0.1:1"]
+        # The flag exists (an unknown flag says "unknown") and is checked.
+        p = pdserve(*router, "--drain-seconds", "-1")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--drain-seconds: must be", p.stderr)
+        self.expect_usage(router + ["--w-queue", "nan"], "--w-queue")
+
+    def test_make_model_refuses_what_cannot_be_made_and_leaves_nothing(self):
+        d = os.path.join(WORKDIR, "huge")
+        p = pdserve("make-model", d, "--hidden", "100000", "--vocab", "100000")
+        self.assertEqual(p.returncode, 2, p.stderr)  # Was an uncaught std::bad_alloc (134).
+        self.assertIn("--hidden", p.stderr)
+        self.assertFalse(os.path.exists(d))
+        # In bounds, but more than this machine's memory: refused before anything is written.
+        p = pdserve("make-model", d, "--hidden", "65536", "--intermediate", "262144", "--layers", "1024")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("GiB of memory", p.stderr)
+        self.assertFalse(os.path.exists(d))
+
+    def test_a_failed_write_leaves_no_partial_files(self):
+        # A file size limit makes the weights' write fail midway (as a full disk would).
+        import resource
+        import signal
+        d = os.path.join(WORKDIR, "limited")
+
+        def limit():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+        p = subprocess.run([PDSERVE, "make-model", d, "--hidden", "256", "--intermediate", "512", "--layers", "4",
+                            "--vocab", "512"], capture_output=True, text=True, preexec_fn=limit)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("write failed", p.stderr)
+        self.assertFalse(os.path.exists(d), os.listdir(d) if os.path.exists(d) else None)
+        # Into a directory that was there: its other files stay, ours (and any .tmp) go.
+        os.makedirs(d)
+        write_json(os.path.join(d, "notes.json"), {"keep": True})
+        p = subprocess.run([PDSERVE, "make-model", d, "--hidden", "256", "--intermediate", "512", "--layers", "4",
+                            "--vocab", "512"], capture_output=True, text=True, preexec_fn=limit)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(os.listdir(d), ["notes.json"])
 
 
 if __name__ == "__main__":

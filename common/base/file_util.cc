@@ -32,11 +32,21 @@ absl::Status WriteStringToFile(const std::string& path, std::string_view content
     }
     out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
     out.flush();
-    if (!out) return absl::DataLossError(Str(tmp, ": write failed"));
+    if (!out) {
+      const int err = errno;
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(tmp, ignored);  // No half-written file is left behind.
+      return absl::DataLossError(Str(path, ": write failed: ", std::strerror(err)));
+    }
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(Str(path, ": rename failed: ", ec.message()));
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    return absl::InternalError(Str(path, ": rename failed: ", ec.message()));
+  }
   return absl::OkStatus();
 }
 

@@ -103,6 +103,16 @@ class Loop : public std::enable_shared_from_this<Loop> {
       responses_[status].fetch_add(1, std::memory_order_relaxed);
     }
   }
+  int64_t keep_alive_seconds() const {
+    return std::chrono::duration_cast<std::chrono::seconds>(options_.idle_timeout).count();
+  }
+  void BeginDrain() {
+    if (draining_.exchange(true)) return;
+    const uint64_t one = 1;
+    (void)!write(wake_, &one, sizeof(one));
+  }
+  // -1 until the loop has counted since the drain began.
+  int64_t in_flight() const { return in_flight_.load(); }
   HttpStats Stats() const {
     HttpStats st;
     st.connections = connections();
@@ -135,6 +145,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
     Clock::time_point deadline;  // kHead/kBody: of the request (or idle); kDraining: of the linger.
     Clock::time_point last_progress;
     std::shared_ptr<HttpResponder> responder;  // While kBusy.
+    size_t reserved = 0;  // Body bytes counted in buffered_ while the body arrives.
     bool tls_read_wants_write = false, tls_write_wants_read = false;
     uint32_t events = 0;
   };
@@ -153,6 +164,11 @@ class Loop : public std::enable_shared_from_this<Loop> {
   void UpdateInterest(Conn* c);
   size_t ReadCap(const Conn& c) const;
   std::string ErrorResponse(int status, std::string_view message);  // Counted.
+  // Counts `bytes` more of c's body in buffered_; false (nothing counted) past the bound.
+  bool Reserve(Conn* c, size_t bytes);
+  void Unreserve(size_t bytes) { buffered_.fetch_sub(bytes, std::memory_order_relaxed); }
+  // Draining: closes idle keep-alive connections and counts what is still in flight.
+  void DrainStep();
 
   const HttpServerOptions options_;
   const HttpHandler handler_;
@@ -164,6 +180,9 @@ class Loop : public std::enable_shared_from_this<Loop> {
   std::atomic<size_t> count_{0};
   std::atomic<uint64_t> accepted_{0};
   std::array<std::atomic<uint64_t>, 600> responses_{};
+  std::atomic<size_t> buffered_{0};  // Request bodies held (Reserve), all connections.
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> in_flight_{-1};
 
   // Owned by the loop thread.
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
@@ -177,6 +196,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
   struct Task {
     HttpRequest req;
     std::shared_ptr<HttpResponder> res;
+    size_t reserved = 0;  // Of buffered_: released once the handler is done with the body.
   };
   std::mutex tasks_mu_;
   std::condition_variable tasks_cv_;
@@ -285,7 +305,10 @@ void Loop::RunHandlers() {
       t = std::move(tasks_.front());
       tasks_.pop_front();
     }
-    if (t.res->gone()) continue;
+    if (t.res->gone()) {
+      Unreserve(t.reserved);
+      continue;
+    }
     try {
       handler_(std::move(t.req), t.res);
     } catch (const std::exception& e) {
@@ -295,6 +318,7 @@ void Loop::RunHandlers() {
                               : std::pair<std::string, std::string>("internal error", "text/plain");
       t.res->Send(500, type, body);
     }
+    Unreserve(t.reserved);  // The handler has returned: the body it was given is gone.
   }
 }
 
@@ -323,6 +347,7 @@ void Loop::Run() {
       }
     }
     ApplyOps();
+    if (draining_.load(std::memory_order_relaxed)) DrainStep();
     const auto now = Clock::now();
     if (now >= next_sweep_) {
       Sweep(now);
@@ -338,7 +363,34 @@ std::string Loop::ErrorResponse(int status, std::string_view message) {
                           ? options_.error_body(status, message)
                           : std::pair<std::string, std::string>(std::string(message), "text/plain");
   return Str("HTTP/1.1 ", status, " ", ReasonPhrase(status), "\r\nContent-Type: ", type,
-             "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
+             "\r\nContent-Length: ", body.size(), status == 503 ? "\r\nRetry-After: 1" : "",
+             "\r\nConnection: close\r\n\r\n", body);
+}
+
+bool Loop::Reserve(Conn* c, size_t bytes) {
+  const size_t limit = std::max(options_.max_buffered_body_bytes, options_.limits.max_body_bytes);
+  size_t held = buffered_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > limit || held > limit - bytes) return false;
+  } while (!buffered_.compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
+  c->reserved += bytes;
+  return true;
+}
+
+void Loop::DrainStep() {
+  std::vector<Conn*> idle;
+  int64_t busy = 0;
+  for (auto& [id, c] : conns_) {
+    const bool writing = c->out_off < c->out.size();
+    if (c->state == State::kHead && !c->request_started && !writing && c->in.empty()) {
+      idle.push_back(c.get());  // A kept-alive connection between requests.
+    } else if (c->state == State::kBusy || c->state == State::kBody || writing ||
+               (c->state == State::kHead && c->got_bytes)) {
+      ++busy;
+    }
+  }
+  for (Conn* c : idle) Close(c);
+  in_flight_.store(busy);
 }
 
 void Loop::Accept() {
@@ -536,6 +588,8 @@ bool Loop::Flush(Conn* c) {
 }
 
 void Loop::Refuse(Conn* c, int status, std::string_view message) {
+  Unreserve(c->reserved);
+  c->reserved = 0;
   c->out += ErrorResponse(status, message);
   c->chunked.reset();
   c->state = State::kClosing;
@@ -572,6 +626,16 @@ bool Loop::Advance(Conn* c) {
         return Flush(c);
       }
       c->req.remote = c->remote;
+      if (options_.check_head) {
+        if (auto refusal = options_.check_head(c->req)) {
+          Refuse(c, refusal->first, refusal->second);
+          return Flush(c);
+        }
+      }
+      if (!c->req.chunked && !Reserve(c, c->req.content_length)) {
+        Refuse(c, 503, "the server holds too many request bodies at once; retry later");
+        return Flush(c);
+      }
       c->state = State::kBody;
       if (c->req.chunked) {  // Decoded as it arrives: `in` holds only what is not yet decoded.
         c->in.erase(0, c->head_len);
@@ -593,6 +657,10 @@ bool Loop::Advance(Conn* c) {
         Refuse(c, error.status, error.message);
         return Flush(c);
       }
+      if (c->req.body.size() > c->reserved && !Reserve(c, c->req.body.size() - c->reserved)) {
+        Refuse(c, 503, "the server holds too many request bodies at once; retry later");
+        return Flush(c);
+      }
       if (r == ChunkedDecoder::Result::kMore) return true;
       c->chunked.reset();
     } else {
@@ -607,7 +675,8 @@ bool Loop::Advance(Conn* c) {
     if (c->req.method == "HEAD") c->responder->head_only_ = true;
     {
       std::lock_guard<std::mutex> lock(tasks_mu_);
-      tasks_.push_back(Task{std::move(c->req), c->responder});
+      tasks_.push_back(Task{std::move(c->req), c->responder, c->reserved});
+      c->reserved = 0;  // The task's now.
     }
     tasks_cv_.notify_one();
     return true;
@@ -636,7 +705,7 @@ void Loop::ApplyOps() {
     }
     if (op.end) {
       c->responder.reset();
-      if (op.close_after) {
+      if (op.close_after || draining_.load(std::memory_order_relaxed)) {
         c->state = State::kClosing;
       } else {
         c->state = State::kHead;
@@ -710,6 +779,7 @@ void Loop::Close(Conn* c) {
   if (c->ssl != nullptr) SSL_free(c->ssl);
   close(c->fd);
   std::shared_ptr<HttpResponder> responder = std::move(c->responder);
+  Unreserve(c->reserved);
   conns_.erase(c->id);
   count_.store(conns_.size(), std::memory_order_relaxed);
   if (responder != nullptr) responder->Cancel();
@@ -739,8 +809,9 @@ std::string HttpResponder::Head(int status, std::string_view content_type, const
   const bool close = !keep_alive_ || (length == nullptr && minor_version_ == 0);
   if (close) {
     h += "Connection: close\r\n";
-  } else if (minor_version_ == 0) {
-    h += "Connection: keep-alive\r\n";
+  } else {
+    if (minor_version_ == 0) h += "Connection: keep-alive\r\n";
+    StrAppendTo(&h, "Keep-Alive: timeout=", loop_->keep_alive_seconds(), "\r\n");
   }
   h += "\r\n";
   return h;
@@ -848,5 +919,16 @@ HttpServer::~HttpServer() {
 size_t HttpServer::connections() const { return loop_->connections(); }
 
 HttpStats HttpServer::stats() const { return loop_->Stats(); }
+
+void HttpServer::BeginDrain() { loop_->BeginDrain(); }
+
+bool HttpServer::WaitDrained(std::chrono::steady_clock::time_point deadline) {
+  loop_->BeginDrain();
+  for (;;) {
+    if (loop_->in_flight() == 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
 
 }  // namespace pdserve::http

@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -81,7 +82,9 @@ struct HttpServerOptions {
   size_t max_connections = 1024;
   HeadLimits limits;
   std::chrono::milliseconds request_timeout{30000};
-  std::chrono::milliseconds idle_timeout{5000};
+  // An idle keep-alive connection closes after this (sent as `Keep-Alive: timeout=`): longer
+  // than the idle timeout of the load balancers in front (often 60 s), so they close first.
+  std::chrono::milliseconds idle_timeout{75000};
   std::chrono::milliseconds write_timeout{60000};
   size_t max_queued_bytes = 64 << 20;
   int handler_threads = 4;
@@ -90,6 +93,14 @@ struct HttpServerOptions {
   // default: the message as text/plain.
   std::function<std::pair<std::string, std::string>(int status, std::string_view message)>
       error_body;
+  // Called on the loop thread when a request's head has arrived, before its body is read. A
+  // status refuses the request (message, then the connection closes): an API key is checked
+  // before a byte of the body is buffered or parsed. Must be cheap and must not block.
+  std::function<std::optional<std::pair<int, std::string>>(const HttpRequest& head)> check_head;
+  // Request bodies held at once, over all connections (being received or in a handler): a
+  // request whose body would pass it is answered 503 (Retry-After) instead of being read. At
+  // least max_body_bytes, so that one body of the largest size always fits.
+  size_t max_buffered_body_bytes = 256 << 20;
 };
 
 // What a server has done, for metrics.
@@ -110,6 +121,12 @@ class HttpServer {
   // Connections open now.
   size_t connections() const;
   HttpStats stats() const;
+  // Begins a drain: idle keep-alive connections close, and each connection closes once its
+  // response in flight ends. New connections are still served (the handler may refuse them).
+  void BeginDrain();
+  // Waits until no response is in flight and every queued byte is written, or `deadline`;
+  // false at the deadline. Calls BeginDrain first.
+  bool WaitDrained(std::chrono::steady_clock::time_point deadline);
 
  private:
   HttpServer() = default;

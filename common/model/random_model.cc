@@ -1,7 +1,13 @@
 #include "common/model/random_model.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <new>
+#include <tuple>
 #include <vector>
 
 #include "common/base/strings.h"
@@ -9,6 +15,7 @@
 #include "common/base/file_util.h"
 #include "common/base/rng.h"
 #include "common/base/status_macros.h"
+#include "common/model/model_config.h"
 #include "common/model/safetensors_writer.h"
 #include "common/tokenizer/bpe_trainer.h"
 #include "nlohmann/json.hpp"
@@ -33,22 +40,32 @@ Tensor Normal(SplitMix64& rng, std::string name, std::vector<int64_t> shape, dou
   return t;
 }
 
-}  // namespace
+std::string ArchName(const std::string& arch) {
+  if (arch == "llama") return "LlamaForCausalLM";
+  if (arch == "mistral") return "MistralForCausalLM";
+  if (arch == "qwen2") return "Qwen2ForCausalLM";
+  if (arch == "qwen3") return "Qwen3ForCausalLM";
+  return "";
+}
 
-absl::Status WriteRandomModel(const RandomModelSpec& s, const std::string& dir) {
-  std::string arch_name;
-  if (s.arch == "llama") arch_name = "LlamaForCausalLM";
-  if (s.arch == "mistral") arch_name = "MistralForCausalLM";
-  if (s.arch == "qwen2") arch_name = "Qwen2ForCausalLM";
-  if (s.arch == "qwen3") arch_name = "Qwen3ForCausalLM";
-  if (arch_name.empty()) {
+// Everything that can be known before a file is written: the shape against the bounds pdserve
+// loads (model_config.h), and the memory the tensors take while they are made (f32 values and
+// the writer's copy in the output dtype), against the machine's.
+absl::Status CheckSpec(const RandomModelSpec& s) {
+  if (ArchName(s.arch).empty()) {
     return absl::InvalidArgumentError(
         Str("--arch '", s.arch, "' is not one of llama, mistral, qwen2, qwen3"));
   }
-  for (auto [name, v] : {std::pair{"--layers", s.layers}, {"--hidden", s.hidden},
-                         {"--heads", s.heads}, {"--kv-heads", s.kv_heads},
-                         {"--intermediate", s.intermediate}, {"--vocab", s.vocab}}) {
+  for (auto [name, v, max] :
+       {std::tuple{"--layers", s.layers, kMaxLayers}, {"--hidden", s.hidden, kMaxHiddenSize},
+        {"--heads", s.heads, kMaxHeads}, {"--kv-heads", s.kv_heads, kMaxHeads},
+        {"--intermediate", s.intermediate, kMaxIntermediateSize},
+        {"--vocab", s.vocab, kMaxVocabSize}, {"--head-dim", std::max<int64_t>(s.head_dim, 1),
+                                              kMaxHeadDim}}) {
     if (v <= 0) return absl::InvalidArgumentError(Str(name, " must be positive"));
+    if (v > max) {
+      return absl::InvalidArgumentError(Str(name, " is ", v, "; pdserve loads at most ", max));
+    }
   }
   if (s.heads % s.kv_heads != 0) {
     return absl::InvalidArgumentError("--kv-heads must divide --heads");
@@ -58,7 +75,43 @@ absl::Status WriteRandomModel(const RandomModelSpec& s, const std::string& dir) 
     return absl::InvalidArgumentError("head dimension must be a positive even number");
   }
   if (s.shards < 1) return absl::InvalidArgumentError("--shards must be at least 1");
-  PD_RETURN_IF_ERROR(MakeDirectories(dir));
+  const double h = static_cast<double>(s.hidden), q = static_cast<double>(s.heads) * head_dim,
+               kv = static_cast<double>(s.kv_heads) * head_dim;
+  const double per_layer = h * q * 2 + h * kv * 2 + 3 * h * static_cast<double>(s.intermediate);
+  const double params =
+      static_cast<double>(s.layers) * per_layer + h * s.vocab * (s.tie_embeddings ? 1 : 2);
+  const double bytes = params * (sizeof(float) + DTypeSize(s.dtype));
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (memory > 0 && bytes > memory * 0.8) {
+    return absl::ResourceExhaustedError(
+        Str("a model of ", static_cast<int64_t>(params / 1e6), "M parameters needs ",
+            static_cast<int64_t>(bytes / (1 << 30)), " GiB of memory to be made; this machine has ",
+            static_cast<int64_t>(memory / (1 << 30)), " GiB"));
+  }
+  return absl::OkStatus();
+}
+
+// Removes what a failed WriteRandomModel wrote: the directory when it made it, else its files.
+void RemovePartialModel(const std::string& dir, bool made_dir) {
+  std::error_code ec;
+  if (made_dir) {
+    std::filesystem::remove_all(dir, ec);
+    return;
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool ours = name.rfind("tokenizer.json", 0) == 0 ||
+                      name.rfind("tokenizer_config.json", 0) == 0 ||
+                      name.rfind("config.json", 0) == 0 ||
+                      name.rfind("generation_config.json", 0) == 0 ||
+                      (name.rfind("model", 0) == 0 && name.find(".safetensors") != std::string::npos);
+    if (ours) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+absl::Status WriteRandomModelFiles(const RandomModelSpec& s, const std::string& dir) {
+  const std::string arch_name = ArchName(s.arch);
+  const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.hidden / s.heads;
 
   PD_ASSIGN_OR_RETURN(TrainedTokenizerFiles tok, TrainByteLevelTokenizer(s.vocab));
   PD_RETURN_IF_ERROR(WriteStringToFile(JoinPath(dir, "tokenizer.json"), tok.tokenizer_json));
@@ -166,6 +219,22 @@ absl::Status WriteRandomModel(const RandomModelSpec& s, const std::string& dir) 
   }
   index["weight_map"] = weight_map;
   return WriteStringToFile(JoinPath(dir, "model.safetensors.index.json"), index.dump(2));
+}
+
+}  // namespace
+
+absl::Status WriteRandomModel(const RandomModelSpec& s, const std::string& dir) {
+  PD_RETURN_IF_ERROR(CheckSpec(s));
+  const bool made_dir = !FileExists(dir);
+  PD_RETURN_IF_ERROR(MakeDirectories(dir));
+  absl::Status status;
+  try {
+    status = WriteRandomModelFiles(s, dir);
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("out of memory while making the model's tensors");
+  }
+  if (!status.ok()) RemovePartialModel(dir, made_dir);
+  return status;
 }
 
 }  // namespace pdserve

@@ -63,15 +63,26 @@ absl::Status ApiKeys::Check(const grpc::ServerContextBase& context) const {
   if (!enabled()) return absl::OkStatus();
   const auto& md = context.client_metadata();
   auto it = md.find("authorization");
-  if (it == md.end()) {
-    return absl::UnauthenticatedError("missing API key: send metadata 'authorization: Bearer <key>'");
-  }
+  if (it == md.end()) return CheckAuthorization(nullptr);
   const std::string_view value(it->second.data(), it->second.size());
-  constexpr std::string_view kBearer = "Bearer ";
-  if (value.size() <= kBearer.size() || value.substr(0, kBearer.size()) != kBearer) {
-    return absl::UnauthenticatedError("authorization metadata must be 'Bearer <key>'");
+  return CheckAuthorization(&value);
+}
+
+absl::Status ApiKeys::CheckAuthorization(const std::string_view* value) const {
+  if (!enabled()) return absl::OkStatus();
+  if (value == nullptr) {
+    return absl::UnauthenticatedError("missing API key: send 'Authorization: Bearer <key>'");
   }
-  if (!Matches(value.substr(kBearer.size()))) return absl::UnauthenticatedError("invalid API key");
+  constexpr std::string_view kBearer = "bearer";
+  const std::string_view v = *value;
+  bool scheme = v.size() > kBearer.size() && (v[kBearer.size()] == ' ' || v[kBearer.size()] == '\t');
+  for (size_t i = 0; scheme && i < kBearer.size(); ++i) {
+    scheme = (v[i] | 0x20) == kBearer[i];  // ASCII letters: case-insensitive.
+  }
+  if (!scheme) return absl::UnauthenticatedError("the Authorization value must be 'Bearer <key>'");
+  const size_t start = v.find_first_not_of(" \t", kBearer.size());
+  const std::string_view key = start == std::string_view::npos ? "" : v.substr(start);
+  if (key.empty() || !Matches(key)) return absl::UnauthenticatedError("invalid API key");
   return absl::OkStatus();
 }
 

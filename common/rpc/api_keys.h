@@ -27,6 +27,9 @@ class ApiKeys {
   bool enabled() const { return !keys_.empty(); }
   // OK, or Unauthenticated (missing, malformed or unknown key; the message never echoes it).
   absl::Status Check(const grpc::ServerContextBase& context) const;
+  // The same for an Authorization header's value (null: no header), from gRPC metadata or HTTP.
+  // The scheme is case-insensitive, as HTTP's are ("Bearer", "bearer").
+  absl::Status CheckAuthorization(const std::string_view* value) const;
   // The comparison itself (time independent of where the strings differ).
   bool Matches(std::string_view presented) const;
 

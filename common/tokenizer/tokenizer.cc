@@ -38,6 +38,40 @@ std::optional<std::string> ConfigTokenString(const Json& config, const char* key
   return std::nullopt;
 }
 
+// How many times shorter a normalizer (tokenizer.json's "normalizer") may make a text, or 0 when
+// it may delete any amount. Unicode forms: composition takes at most 3 jamo or 3 bytes of base and
+// marks into one character (bounded here by 4); lowercasing by 2; a string Replace by the ratio
+// of its lengths.
+size_t NormalizerShrink(const Json& j) {
+  if (j.is_null()) return 1;
+  const std::string type = TypeOf(j);
+  if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") return 4;
+  if (type == "Prepend") return 1;
+  if (type == "Lowercase") return 2;
+  if (type == "Replace") {
+    const Json& pattern = j.value("pattern", Json::object());
+    const std::string content = j.value("content", std::string());
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string() ||
+        content.empty()) {
+      return 0;
+    }
+    const size_t from = pattern["String"].get<std::string>().size();
+    return std::max<size_t>(1, (from + content.size() - 1) / content.size());
+  }
+  if (type == "Sequence") {
+    size_t f = 1;
+    const Json steps = j.value("normalizers", Json::array());
+    if (!steps.is_array()) return 0;
+    for (const Json& sub : steps) {
+      const size_t g = NormalizerShrink(sub);
+      if (g == 0 || f > SIZE_MAX / g) return 0;
+      f *= g;
+    }
+    return f;
+  }
+  return 0;  // Strip, and anything else.
+}
+
 // Hugging Face's clean_up_tokenization: spaces before punctuation and English contractions.
 std::string CleanUpTokenization(std::string text) {
   static const std::pair<const char*, const char*> kRules[] = {
@@ -68,6 +102,8 @@ struct Tokenizer::Impl {
   std::optional<int32_t> eos_id;
   bool clean_up_spaces = false;
   int32_t vocab_size = 0;
+  size_t max_token_bytes = 1;  // The longest stored token string (vocab and added tokens).
+  size_t shrink = 1;           // How many times shorter the normalizer may make a text (0: any).
 
   static constexpr int32_t kSequence = -1;
 
@@ -250,6 +286,16 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonUnchecked(
   }
   impl->matcher = std::make_unique<AddedTokenMatcher>(impl->added);
 
+  for (int32_t id = 0; id <= impl->bpe->max_id(); ++id) {
+    if (const std::string* t = impl->bpe->TokenOf(id)) {
+      impl->max_token_bytes = std::max(impl->max_token_bytes, t->size());
+    }
+  }
+  for (const AddedToken& a : impl->added) {
+    impl->max_token_bytes = std::max(impl->max_token_bytes, a.content.size());
+  }
+  impl->shrink = NormalizerShrink(j.value("normalizer", Json()));
+
   // Normalizer, pre-tokenizer, decoder, post-processor.
   auto normalizer = Normalizer::Parse(j.value("normalizer", Json()));
   if (!normalizer.ok()) return with_source(normalizer.status());
@@ -379,6 +425,13 @@ absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids,
 }
 
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+
+size_t Tokenizer::MaxTextBytes(int64_t max_tokens) const {
+  if (impl_->shrink == 0 || max_tokens < 0) return SIZE_MAX;
+  const unsigned __int128 bound = static_cast<unsigned __int128>(max_tokens) *
+                                  impl_->max_token_bytes * impl_->shrink;
+  return bound >= SIZE_MAX ? SIZE_MAX : static_cast<size_t>(bound);
+}
 std::optional<int32_t> Tokenizer::bos_token_id() const { return impl_->bos_id; }
 std::optional<int32_t> Tokenizer::eos_token_id() const { return impl_->eos_id; }
 bool Tokenizer::IsSpecial(int32_t id) const { return impl_->special_ids.contains(id); }

@@ -56,6 +56,11 @@ class Tokenizer {
   }
 
   int32_t vocab_size() const;
+  // A bound on the bytes of any text that encodes to at most `max_tokens` tokens: every token's
+  // stored string covers at least the bytes it encodes, and the normalizer shrinks text by at
+  // most a known factor. A longer text cannot fit, so it can be refused without encoding it.
+  // SIZE_MAX when the normalizer may delete text (Strip, Replace by a regex or by less).
+  size_t MaxTextBytes(int64_t max_tokens) const;
   std::optional<int32_t> bos_token_id() const;
   std::optional<int32_t> eos_token_id() const;
   bool IsSpecial(int32_t id) const;

@@ -34,6 +34,16 @@ for await (const chunk of stream) {
 out.chat_stream = { content, usage };
 
 out.models = (await client.models.list()).data.map((m) => m.id);
+out.retrieved = await client.models.retrieve(model);
+try {
+  await client.models.retrieve('no-such-model');
+} catch (e) {
+  out.retrieve_missing = { status: e.status, code: e.code };
+}
+
+// Most chat clients send no max_tokens.
+const unbounded = await client.chat.completions.create({ model, messages, temperature: 0 });
+out.chat_unbounded = { content: unbounded.choices[0].message.content, usage: unbounded.usage };
 
 try {
   await client.completions.create({ model: 'no-such-model', prompt, max_tokens: 2 });

@@ -12,6 +12,7 @@ import argparse
 import http.client
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -177,7 +178,7 @@ class OpenAiTest(unittest.TestCase):
                                                                "max_completion_tokens": 10, "temperature": 0})
         self.assertEqual(status, 200, got)
         self.assertEqual(got["object"], "chat.completion")
-        self.assertEqual(got["choices"][0]["message"], {"role": "assistant", "content": want["text"]})
+        self.assertEqual(got["choices"][0]["message"], {"role": "assistant", "content": want["text"], "refusal": None})
         self.assertEqual(got["usage"]["prompt_tokens"], want["usage"].prompt_tokens)
         self.assertEqual(got["usage"]["completion_tokens"], 10)
         # Streaming: a role chunk, one chunk per token batch, the usage chunk, [DONE].
@@ -285,6 +286,132 @@ class OpenAiTest(unittest.TestCase):
         for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}, "sometimes", 3):
             status, got, _ = post(self.s, "/v1/chat/completions", {**chat, "tools": tools, "tool_choice": choice})
             self.assertEqual((status, got["error"]["param"]), (400, "tool_choice"), got)
+
+    def test_chat_without_max_tokens_runs_to_the_end_of_the_context(self):
+        body = {"messages": [{"role": "user", "content": "Who made the earth?"}], "temperature": 0,
+                "ignore_eos": True}
+        status, got, _ = post(self.s, "/v1/chat/completions", body)
+        self.assertEqual(status, 200, got)
+        usage = got["usage"]
+        self.assertEqual(usage["completion_tokens"], 2048 - usage["prompt_tokens"])  # Not 16.
+        self.assertEqual(got["choices"][0]["finish_reason"], "length")
+        # Completions keep OpenAI's legacy default of 16.
+        status, got, _ = post(self.s, "/v1/completions", {"prompt": PROMPTS[0], "ignore_eos": True})
+        self.assertEqual((status, got["usage"]["completion_tokens"]), (200, 16))
+
+    def test_models_retrieve_and_openai_error_shapes(self):
+        with urllib.request.urlopen(f"http://{self.s.addresses['http']}/v1/models/pdserve-demo", timeout=10) as r:
+            card = json.loads(r.read())
+        self.assertEqual((card["id"], card["object"], card["max_model_len"]), ("pdserve-demo", "model", 2048))
+        for path in ("/v1/models/other", "/v1/nothing"):
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(f"http://{self.s.addresses['http']}{path}", timeout=10)
+            err = json.loads(e.exception.read())["error"]
+            self.assertEqual((e.exception.code, err["type"]), (404, "invalid_request_error"), path)
+        status, got, _ = post(self.s, "/v1/completions", {"model": "other", "prompt": "a"})
+        self.assertEqual((status, got["error"]["type"], got["error"]["code"]),
+                         (404, "invalid_request_error", "model_not_found"))
+        # Fields OpenAI's reference has: system_fingerprint, and the chat message's refusal.
+        status, got, headers = post(self.s, "/v1/chat/completions",
+                                    {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+        self.assertEqual(status, 200, got)
+        self.assertRegex(got["system_fingerprint"], r"^fp_[0-9a-f]{10}$")
+        self.assertIn("refusal", got["choices"][0]["message"])
+        self.assertIsNone(got["choices"][0]["message"]["refusal"])
+        # A kept-alive connection says how long it stays open idle (urllib's own close it).
+        host, port = self.s.addresses["http"].rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", "/v1/models")
+        r = conn.getresponse()
+        r.read()
+        self.assertEqual(r.getheader("Keep-Alive"), "timeout=75")
+        conn.close()
+        status, raw, _ = post(self.s, "/v1/completions", {"prompt": "a", "max_tokens": 2, "stream": True}, raw=True)
+        self.assertTrue(all(e["system_fingerprint"] == got["system_fingerprint"] for e in sse_events(raw)))
+
+    def test_completions_top_logprobs_by_rank_with_the_sampled_token(self):
+        def text(i):
+            return post(self.s, "/detokenize", {"tokens": [i]})[1]["prompt"]
+
+        stub = pbg.GenerationStub(grpc.insecure_channel(self.s.grpc))
+        for n, temperature in ((3, 0), (1, 2.0)):
+            sp = pb.SamplingParams(max_tokens=12, temperature=temperature, seed=7, logprobs=n)
+            want_ids, want_lps, want_top = [], [], []
+            for r in stub.Generate(pb.GenerateRequest(text=PROMPTS[1], sampling=sp), timeout=120):
+                want_ids += list(r.token_ids)
+                want_lps += list(r.logprobs)
+                want_top += [[(t.token_id, t.logprob) for t in tl.top] for tl in r.top_logprobs]
+            status, got, _ = post(self.s, "/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 12, "seed": 7,
+                                                              "temperature": temperature, "logprobs": n})
+            self.assertEqual(status, 200, got)
+            tops = got["choices"][0]["logprobs"]["top_logprobs"]
+            extra = 0
+            for i, top in enumerate(tops):
+                want = []
+                for tid, lp in want_top[i]:  # Rank order, as the gRPC API gives them.
+                    if text(tid) not in [k for k, _ in want]:
+                        want.append((text(tid), lp))
+                sampled = text(want_ids[i])
+                if sampled not in [k for k, _ in want]:
+                    want.append((sampled, want_lps[i]))  # OpenAI: up to N+1 entries.
+                    extra += 1
+                self.assertEqual([k for k in top], [k for k, _ in want], i)
+                for k, lp in want:
+                    self.assertAlmostEqual(top[k], lp, places=4)
+            if temperature > 0:
+                self.assertGreater(extra, 0, "no sampled token outside the top 1: the case is untested")
+
+    def test_stop_string_kept_and_token_strings(self):
+        whole = grpc_greedy(self.s, 12, text=PROMPTS[0])["text"]
+        stop = whole[4:7]
+        cut = whole.index(stop)
+        for include, want in ((False, whole[:cut]), (True, whole[:cut + len(stop)])):
+            status, got, _ = post(self.s, "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 12, "temperature": 0,
+                                                              "stop": [stop], "include_stop_str_in_output": include})
+            self.assertEqual((status, got["choices"][0]["text"], got["choices"][0]["finish_reason"]),
+                             (200, want, "stop"), include)
+        with open(os.path.join(MODEL, "tokenizer.json")) as f:
+            vocab = {i: t for t, i in json.load(f)["model"]["vocab"].items()}
+        status, got, _ = post(self.s, "/tokenize", {"prompt": "And God said", "return_token_strs": True})
+        self.assertEqual(status, 200, got)
+        self.assertEqual(got["token_strs"][1:], [vocab[i] for i in got["tokens"][1:]])
+
+    def test_integers_are_range_checked_and_unsupported_fields_refused(self):
+        for body, param in (({"prompt": [4294967396], "max_tokens": 1}, "prompt"),
+                            ({"prompt": "a", "stop_token_ids": [4294967296]}, "stop_token_ids"),
+                            ({"prompt": "a", "top_k": 18446744073709551615}, "top_k"),
+                            ({"prompt": "a", "response_format": {"type": "json_object"}}, "response_format"),
+                            ({"prompt": "a", "response_format": 5}, "response_format"),
+                            ({"prompt": "a", "guided_json": {}}, "guided_json")):
+            status, got, _ = post(self.s, "/v1/completions", body)
+            self.assertEqual((status, got["error"]["param"]), (400, param), body)
+        for body, param in (({"messages": [{"role": "user", "content": "Hi"}], "echo": True}, "echo"),
+                            ({"messages": [{"role": "user", "content": "Hi"}], "chat_template": "x"}, "chat_template"),
+                            ({"messages": [{"role": "user", "content": "Hi"}], "tools": [1]}, "tools[0]"),
+                            ({"messages": [{"role": "user", "content": "Hi"}],
+                              "tools": [{"type": "function"}]}, "tools[0].function")):
+            status, got, _ = post(self.s, "/v1/chat/completions", body)
+            self.assertEqual((status, got["error"]["param"]), (400, param), body)
+        status, got, _ = post(self.s, "/detokenize", {"tokens": [4294967396]})
+        self.assertEqual((status, got["error"]["param"]), (400, "tokens"))
+        # A prompt that cannot fit the context is refused without tokenizing 10 MB of it.
+        stub = pbg.GenerationStub(grpc.insecure_channel(self.s.grpc))
+        with self.assertRaises(grpc.RpcError) as e:
+            list(stub.Generate(pb.GenerateRequest(text="In the beginning " * 600000), timeout=60))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("bytes is more tokens than the context length", e.exception.details())
+
+    def test_continue_final_message(self):
+        messages = [{"role": "user", "content": "Who made the earth?"},
+                    {"role": "assistant", "content": "And God"}]
+        status, tok, _ = post(self.s, "/tokenize", {"messages": messages, "continue_final_message": True})
+        self.assertEqual(status, 200, tok)
+        _, text, _ = post(self.s, "/detokenize", {"tokens": tok["tokens"]})
+        self.assertTrue(text["prompt"].endswith("And God"), text)
+        want = grpc_greedy(self.s, 6, ids=tok["tokens"])
+        status, got, _ = post(self.s, "/v1/chat/completions", {"messages": messages, "continue_final_message": True,
+                                                               "max_tokens": 6, "temperature": 0})
+        self.assertEqual((status, got["choices"][0]["message"]["content"]), (200, want["text"]), got)
 
     def test_bad_requests_get_openai_errors(self):
         cases = [
@@ -484,8 +611,13 @@ class ToolArgumentsTest(unittest.TestCase):
                                                                "tool_choice": "auto", "max_tokens": 2})
             self.assertEqual((status, got["error"]["param"]), (400, "tool_choice"), got)
             self.assertIn("--tool-call-parser", got["error"]["message"])
+            # tool_choice absent means "auto" with tools (OpenAI, vLLM): refused the same way, not
+            # served as text on one spelling and refused on the other.
             status, got, _ = post(s, "/v1/chat/completions", {"messages": messages[:1], "tools": tools, "max_tokens": 2})
-            self.assertEqual(status, 200, got)  # Tools without a parser: the output stays text.
+            self.assertEqual((status, got["error"]["param"]), (400, "tool_choice"), got)
+            status, got, _ = post(s, "/v1/chat/completions", {"messages": messages[:1], "tools": tools,
+                                                               "tool_choice": "none", "max_tokens": 2})
+            self.assertEqual(status, 200, got)  # "none": the tools reach the template, the output stays text.
         finally:
             self.assertEqual(s.stop(), 0)
 
@@ -521,7 +653,15 @@ class OfficialClientTest(unittest.TestCase):
             self.assertEqual(got["chat_stream"]["usage"]["completion_tokens"], 10)
             self.assertEqual(got["models"], ["pdserve-demo"])
             self.assertEqual(got["not_found"], {"status": 404, "code": "model_not_found", "param": "model",
-                                                "type": "NotFoundError"})
+                                                "type": "invalid_request_error"})
+            self.assertEqual(got["retrieved"]["id"], "pdserve-demo")
+            self.assertEqual(got["retrieve_missing"], {"status": 404, "code": "model_not_found"})
+            # Chat without max_tokens runs to the end of the context (or EOS), as OpenAI's does:
+            # the same as the gRPC API asked for everything the context has left.
+            prompt_tokens = chat["usage"].prompt_tokens
+            whole = grpc_greedy(s, 2048 - prompt_tokens, text=render_chat(messages), add_special_tokens=False)
+            self.assertEqual(got["chat_unbounded"]["content"], whole["text"])
+            self.assertEqual(got["chat_unbounded"]["usage"]["completion_tokens"], len(whole["ids"]))
             self.assertEqual(got["bad_request"], {"status": 400, "param": "messages"})
         finally:
             self.assertEqual(s.stop(), 0)
@@ -553,6 +693,48 @@ class OpenAiLimitsTest(unittest.TestCase):
             self.assertEqual((status, got["error"]["type"]), (429, "rate_limit_error"), got)
             self.assertEqual(headers["Retry-After"], "1")
             conn.close()
+            # More choices than may ever be in flight: a 400 naming the bound, not a 429 to retry forever.
+            status, got, headers = post(s, "/v1/completions", {**body, "n": 2}, key)
+            self.assertEqual((status, got["error"]["param"]), (400, "n"), got)
+            self.assertIn("--max-inflight-requests", got["error"]["message"])
+            self.assertNotIn("Retry-After", headers)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_api_keys_guard_every_route_but_health(self):
+        s = serve(env={"PDSERVE_API_KEYS": "k1"})
+        try:
+            base = f"http://{s.addresses['http']}"
+            for method, path, body in (("POST", "/tokenize", {"prompt": "a"}), ("POST", "/detokenize", {"tokens": [1]}),
+                                       ("GET", "/v1/models", None), ("GET", "/v1/models/pdserve-demo", None),
+                                       ("POST", "/v1/completions", {"prompt": "a", "max_tokens": 1})):
+                data = None if body is None else json.dumps(body).encode()
+                for headers, want in (({}, 401), ({"Authorization": "Bearer wrong"}, 401),
+                                      ({"Authorization": "Bearer k1"}, 200),
+                                      ({"Authorization": "bearer k1"}, 200),  # Schemes are case-insensitive.
+                                      ({"Authorization": "BEARER  k1"}, 200)):
+                    req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
+                    try:
+                        with urllib.request.urlopen(req, timeout=60) as r:
+                            status = r.status
+                    except urllib.error.HTTPError as e:
+                        status = e.code
+                        if status == 401:
+                            self.assertEqual(json.loads(e.read())["error"]["type"], "authentication_error")
+                    self.assertEqual(status, want, (method, path, headers))
+            with urllib.request.urlopen(base + "/health", timeout=10) as r:
+                self.assertEqual(r.status, 200)
+            # gRPC takes the lower-case scheme too.
+            stub = pbg.GenerationStub(grpc.insecure_channel(s.grpc))
+            stub.Tokenize(pb.TokenizeRequest(text="a"), metadata=[("authorization", "bearer k1")], timeout=10)
+            # The key is checked on the head: a client without one never gets its body read.
+            host, port = s.addresses["http"].rsplit(":", 1)
+            sock = socket.create_connection((host, int(port)), timeout=10)
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 10000000\r\n\r\n{")
+            head = sock.recv(4096).decode()
+            self.assertTrue(head.startswith("HTTP/1.1 401"), head)
+            sock.close()
         finally:
             self.assertEqual(s.stop(), 0)
 
@@ -629,6 +811,66 @@ class OpenAiLimitsTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--tool-call-parser: 'mistral' is not one of hermes, llama3_json, none", bad.stderr)
+
+
+class RouterDrainTest(unittest.TestCase):
+    """SIGTERM to a router with HTTP responses still on their way: each one is finished, and a
+    request arriving meanwhile hears that the server is stopping. The fault hook holds each
+    response's last bytes back 1.5 s after its generation ended, so without the HTTP drain the
+    router's exit cuts them every time, not by chance."""
+
+    def test_sigterm_finishes_http_responses_in_flight(self):
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1,
+                            router_args=("--http-listen", "127.0.0.1:0", "--chat-template", TEMPLATE),
+                            env={"PDSERVE_FAULT_HTTP_DELAY_END_MS": "1500"})
+        try:
+            host, port = c.router.addresses["http"].rsplit(":", 1)
+            streams, wholes = [], []
+            for i in range(4):
+                conn = http.client.HTTPConnection(host, int(port), timeout=60)
+                conn.request("POST", "/v1/completions", json.dumps(
+                    {"prompt": PROMPTS[i], "max_tokens": 4, "temperature": 0, "stream": True}),
+                    {"Content-Type": "application/json"})
+                streams.append(conn)
+            for i in range(3):
+                conn = http.client.HTTPConnection(host, int(port), timeout=60)
+                conn.request("POST", "/v1/chat/completions", json.dumps(
+                    {"messages": [{"role": "user", "content": PROMPTS[i]}], "max_tokens": 4, "temperature": 0}),
+                    {"Content-Type": "application/json"})
+                wholes.append(conn)
+            # Each stream's generation is over once its finish_reason arrived; its end is held back.
+            responses = [conn.getresponse() for conn in streams]
+            bodies = []
+            for r in responses:
+                self.assertEqual(r.status, 200)
+                body = b""
+                while b"finish_reason\": \"length" not in body and b'"finish_reason":"length' not in body:
+                    line = r.fp.readline()
+                    self.assertTrue(line, body)
+                    body += line
+                bodies.append(body)
+            c.router.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            # During the drain: health and new requests say so.
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(f"http://{host}:{port}/health", timeout=10)
+            self.assertEqual(e.exception.code, 503)
+            status, got, _ = post(c.router, "/v1/completions", {"prompt": "a", "max_tokens": 2})
+            self.assertEqual(status, 503, got)
+            self.assertIn("shutting down", got["error"]["message"])
+            for r, body in zip(responses, bodies):
+                # The rest of the chunked stream, raw, up to the connection's close (a drained
+                # connection closes once its response ended): the last event and the last chunk.
+                body += r.fp.read()
+                self.assertIn(b"data: [DONE]\n\n", body)
+                self.assertTrue(body.endswith(b"0\r\n\r\n"), body[-200:])
+            for conn in wholes:
+                r = conn.getresponse()
+                got = json.loads(r.read())
+                self.assertEqual((r.status, got["usage"]["completion_tokens"]), (200, 4), got)
+            self.assertEqual(c.router.proc.wait(timeout=60), 0)
+        finally:
+            c.stop()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,240 @@
+#include "openai_api/openai_request.h"
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "common/base/strings.h"
+#include "gtest/gtest.h"
+
+namespace pdserve::openai {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// A minimal template: each message as "<role>: <content>\n", then "assistant:" when asked.
+constexpr char kTemplate[] =
+    "{%- for m in messages %}{{ m['role'] }}: {{ m['content'] }}<end>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}assistant:{%- endif %}";
+
+class OpenAiRequestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto t = ChatTemplate::FromSource(kTemplate, "<s>", "</s>");
+    ASSERT_TRUE(t.ok()) << t.status();
+    template_ = std::make_unique<ChatTemplate>(std::move(*t));
+    options_.served_model_name = "m";
+    options_.chat_template = template_.get();
+    options_.tool_parser = ToolParser::kHermes;
+  }
+
+  // The error's (status, param) for a completions body, or (200, "") when it parses.
+  std::pair<int, std::string> Completion(const std::string& body) {
+    ParsedRequest p;
+    ApiError e;
+    if (ParseCompletionRequest(body, options_, &p, &e)) return {200, ""};
+    return {e.http_status, e.param};
+  }
+  std::pair<int, std::string> Chat(const std::string& body, ParsedRequest* out = nullptr) {
+    ParsedRequest p;
+    ApiError e;
+    if (ParseChatRequest(body, options_, out != nullptr ? out : &p, &e)) return {200, ""};
+    return {e.http_status, e.param};
+  }
+
+  std::unique_ptr<ChatTemplate> template_;
+  ParseOptions options_;
+};
+
+const std::pair<int, std::string> kOk{200, ""};
+
+TEST_F(OpenAiRequestTest, IntegersPastTheirRangeAreRefusedNotWrapped) {
+  EXPECT_EQ(Completion(R"({"prompt": [4294967396]})"), (std::pair<int, std::string>{400, "prompt"}));
+  EXPECT_EQ(Completion(R"({"prompt": [[1], [-1]]})"), (std::pair<int, std::string>{400, "prompt[1]"}));
+  EXPECT_EQ(Completion(R"({"prompt": [1, 2.5]})"), (std::pair<int, std::string>{400, "prompt"}));
+  EXPECT_EQ(Completion(R"({"prompt": "x", "stop_token_ids": [4294967296]})"),
+            (std::pair<int, std::string>{400, "stop_token_ids"}));
+  EXPECT_EQ(Completion(R"({"prompt": "x", "top_k": 18446744073709551615})"),
+            (std::pair<int, std::string>{400, "top_k"}));
+  EXPECT_EQ(Completion(R"({"prompt": "x", "seed": 9223372036854775808})"),
+            (std::pair<int, std::string>{400, "seed"}));
+  EXPECT_EQ(Completion(R"({"prompt": "x", "max_tokens": 4294967297})"),
+            (std::pair<int, std::string>{400, "max_tokens"}));
+  EXPECT_EQ(Completion(R"({"prompt": "x", "n": 18446744073709551615})"),
+            (std::pair<int, std::string>{400, "n"}));
+  // In range: taken as given.
+  ParsedRequest p;
+  ApiError e;
+  ASSERT_TRUE(ParseCompletionRequest(
+      R"({"prompt": [2147483647], "stop_token_ids": [7], "seed": 9223372036854775807})", options_,
+      &p, &e))
+      << e.message;
+  EXPECT_EQ(p.prompts[0].token_ids().ids(0), 2147483647);
+  EXPECT_EQ(p.prompts[0].sampling().stop_token_ids(0), 7);
+  EXPECT_EQ(p.prompts[0].sampling().seed(), 9223372036854775807ull);
+}
+
+TEST_F(OpenAiRequestTest, FieldsThatWouldChangeTheAnswerAreRefusedByName) {
+  for (const char* field :
+       {R"("response_format": {"type": "json_object"})",
+        R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})",
+        R"("guided_json": {"type": "object"})", R"("guided_regex": "a+")",
+        R"("guided_choice": ["a", "b"])", R"("guided_grammar": "root ::= \"a\"")",
+        R"("structured_outputs": {"regex": "a"})", R"("chat_template": "{{ 1 }}")",
+        R"("min_tokens": 3)", R"("use_beam_search": true)", R"("prompt_logprobs": 1)",
+        R"("logit_bias": {"1": 5})", R"("bad_words": ["x"])", R"("allowed_token_ids": [1])",
+        R"("echo": true)"}) {
+    const std::string body = Str(R"({"messages": [{"role": "user", "content": "hi"}], )", field, "}");
+    const auto [status, param] = Chat(body);
+    EXPECT_EQ(status, 400) << field;
+    const std::string name = std::string(field).substr(1, std::string(field).find('"', 1) - 1);
+    EXPECT_EQ(param, name) << field;
+  }
+  // response_format of the wrong shape, or a type nobody has.
+  EXPECT_EQ(Chat(R"({"messages": [{"role": "user", "content": "hi"}], "response_format": 5})"),
+            (std::pair<int, std::string>{400, "response_format"}));
+  EXPECT_EQ(Chat(R"({"messages": [{"role": "user", "content": "hi"}],
+                     "response_format": {"type": "bogus"}})"),
+            (std::pair<int, std::string>{400, "response_format.type"}));
+  // Their defaults are fine: the answer is the same as without them.
+  EXPECT_EQ(Chat(R"({"messages": [{"role": "user", "content": "hi"}], "response_format":
+                     {"type": "text"}, "min_tokens": 0, "use_beam_search": false,
+                     "logit_bias": {}, "guided_json": null, "echo": false})"),
+            kOk);
+  // Completions refuse the same.
+  EXPECT_EQ(Completion(R"({"prompt": "x", "response_format": {"type": "json_object"}})"),
+            (std::pair<int, std::string>{400, "response_format"}));
+  EXPECT_EQ(Completion(R"({"prompt": "x", "echo": "yes"})"), (std::pair<int, std::string>{400, "echo"}));
+}
+
+TEST_F(OpenAiRequestTest, UnknownFieldsAreDroppedUnbuilt) {
+  ParsedRequest p;
+  ApiError e;
+  ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "metadata": {"a": [1, 2]},
+                                         "store": true, "max_tokens": 3})",
+                                     options_, &p, &e))
+      << e.message;
+  EXPECT_EQ(p.prompts[0].sampling().max_tokens(), 3);
+}
+
+TEST_F(OpenAiRequestTest, ChatWithoutMaxTokensRunsToTheContextCompletionsTo16) {
+  ParsedRequest chat;
+  ASSERT_EQ(Chat(R"({"messages": [{"role": "user", "content": "hi"}]})", &chat), kOk);
+  const v1::SamplingParams& s = chat.prompts[0].sampling();
+  EXPECT_FALSE(s.has_max_tokens());
+  EXPECT_TRUE(s.max_tokens_to_context());
+  ParsedRequest bounded;
+  ASSERT_EQ(Chat(R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})", &bounded),
+            kOk);
+  EXPECT_EQ(bounded.prompts[0].sampling().max_tokens(), 5);
+  ParsedRequest p;
+  ApiError e;
+  ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x"})", options_, &p, &e));
+  EXPECT_FALSE(p.prompts[0].sampling().has_max_tokens());  // The router's default: 16.
+  EXPECT_FALSE(p.prompts[0].sampling().max_tokens_to_context());
+}
+
+TEST_F(OpenAiRequestTest, ToolsAreCheckedAndToolChoiceIsConsistent) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  const std::string tool = R"({"type": "function", "function": {"name": "f", "parameters": {}}})";
+  EXPECT_EQ(Chat(Str("{", msgs, R"(, "tools": [1]})")), (std::pair<int, std::string>{400, "tools[0]"}));
+  EXPECT_EQ(Chat(Str("{", msgs, R"(, "tools": ["a"]})")), (std::pair<int, std::string>{400, "tools[0]"}));
+  EXPECT_EQ(Chat(Str("{", msgs, R"(, "tools": [{"type": "function"}]})")),
+            (std::pair<int, std::string>{400, "tools[0].function"}));
+  EXPECT_EQ(Chat(Str("{", msgs, R"(, "tools": [{"type": "function", "function": {"name": ""}}]})")),
+            (std::pair<int, std::string>{400, "tools[0].function.name"}));
+  EXPECT_EQ(Chat(Str("{", msgs, R"(, "tools": [)", tool, R"(, {"type": "x", "function": {}}]})")),
+            (std::pair<int, std::string>{400, "tools[1].type"}));
+  ParsedRequest p;
+  ASSERT_EQ(Chat(Str("{", msgs, R"(, "tools": [)", tool, R"(], "parallel_tool_calls": false})"), &p),
+            kOk);
+  EXPECT_EQ(p.tool_parser, ToolParser::kHermes);
+  EXPECT_FALSE(p.parallel_tool_calls);
+  // Without a parser, tools with tool_choice absent mean "auto" just as an explicit "auto" does:
+  // both refused the same way; "none" serves them as text.
+  options_.tool_parser = ToolParser::kNone;
+  EXPECT_EQ(Chat(Str("{", msgs, R"(, "tools": [)", tool, "]}")),
+            (std::pair<int, std::string>{400, "tool_choice"}));
+  EXPECT_EQ(Chat(Str("{", msgs, R"(, "tools": [)", tool, R"(], "tool_choice": "auto"})")),
+            (std::pair<int, std::string>{400, "tool_choice"}));
+  ParsedRequest none;
+  ASSERT_EQ(Chat(Str("{", msgs, R"(, "tools": [)", tool, R"(], "tool_choice": "none"})"), &none), kOk);
+  EXPECT_EQ(none.tool_parser, ToolParser::kNone);
+  EXPECT_EQ(Chat(Str("{", msgs, "}")), kOk);  // No tools: nothing to parse.
+}
+
+TEST_F(OpenAiRequestTest, ContinueFinalMessageLeavesItOpen) {
+  ParsedRequest p;
+  ASSERT_EQ(Chat(R"({"messages": [{"role": "user", "content": "hi"},
+                                  {"role": "assistant", "content": "The answer is"}],
+                     "continue_final_message": true})",
+                 &p),
+            kOk);
+  EXPECT_EQ(p.prompts[0].text(), "user: hi<end>assistant: The answer is");
+  EXPECT_EQ(Chat(R"({"messages": [{"role": "user", "content": "hi"}],
+                     "continue_final_message": true, "add_generation_prompt": true})"),
+            (std::pair<int, std::string>{400, "continue_final_message"}));
+  ParsedRequest plain;
+  ASSERT_EQ(Chat(R"({"messages": [{"role": "user", "content": "hi"}]})", &plain), kOk);
+  EXPECT_EQ(plain.prompts[0].text(), "user: hi<end>assistant:");
+}
+
+TEST_F(OpenAiRequestTest, ChoicesBeyondTheInflightBoundAreABadRequest) {
+  options_.max_inflight = 4;
+  EXPECT_EQ(Completion(R"({"prompt": "x", "n": 4})"), kOk);
+  EXPECT_EQ(Completion(R"({"prompt": "x", "n": 5})"), (std::pair<int, std::string>{400, "n"}));
+  EXPECT_EQ(Completion(R"({"prompt": ["a", "b", "c"], "n": 2})"),
+            (std::pair<int, std::string>{400, "n"}));
+  EXPECT_EQ(Chat(R"({"messages": [{"role": "user", "content": "hi"}], "n": 8})"),
+            (std::pair<int, std::string>{400, "n"}));
+}
+
+TEST_F(OpenAiRequestTest, UnknownModelIsAnInvalidRequestError) {
+  ParsedRequest p;
+  ApiError e;
+  ASSERT_FALSE(ParseCompletionRequest(R"({"prompt": "x", "model": "other"})", options_, &p, &e));
+  EXPECT_EQ(e.http_status, 404);
+  EXPECT_EQ(e.type, "invalid_request_error");
+  EXPECT_EQ(e.code, "model_not_found");
+}
+
+TEST_F(OpenAiRequestTest, StopStringInOutputAndSpecialTokensReachTheRequest) {
+  ParsedRequest p;
+  ApiError e;
+  ASSERT_TRUE(ParseCompletionRequest(
+      R"({"prompt": "x", "include_stop_str_in_output": true, "add_special_tokens": false})",
+      options_, &p, &e));
+  EXPECT_TRUE(p.prompts[0].sampling().include_stop_str_in_output());
+  EXPECT_FALSE(p.prompts[0].add_special_tokens());
+}
+
+// A body under the size limit that was quadratic to parse (an unknown field holding an array of
+// 200k objects: seconds of a handler thread) costs a small multiple of nlohmann's linear parse.
+TEST_F(OpenAiRequestTest, AJunkFieldCostsALinearParse) {
+  std::string body = R"({"prompt": "x", "max_tokens": 1, "junk": [)";
+  for (int i = 0; i < 200000; ++i) body += i == 0 ? "{}" : ",{}";
+  body += R"(], "logprobs": {)";
+  for (int i = 0; i < 1000; ++i) body += Str(i == 0 ? "" : ",", "\"k", i, "\": 1");
+  body += "}}";
+  auto seconds = [](const std::function<void()>& f) {
+    double best = 1e9;
+    for (int round = 0; round < 3; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      f();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                                .count());
+    }
+    return best;
+  };
+  ApiError e;
+  const double ours = seconds([&] {
+    ParsedRequest p;
+    EXPECT_FALSE(ParseCompletionRequest(body, options_, &p, &e));  // logprobs is not an integer.
+  });
+  EXPECT_EQ(e.param, "logprobs");
+  const double reference = seconds([&] { (void)nlohmann::json::parse(body); });
+  EXPECT_LT(ours, 5 * reference + 0.005) << ours << " s; nlohmann's parse " << reference << " s";
+}
+
+}  // namespace
+}  // namespace pdserve::openai
