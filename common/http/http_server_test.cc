@@ -80,6 +80,16 @@ class Client {
     return true;
   }
 
+  // Reads until `text` has arrived (and drops what came up to its end); false on a timeout.
+  bool ReadUntil(std::string_view text) {
+    size_t at;
+    while ((at = buf_.find(text)) == std::string::npos) {
+      if (!Fill()) return false;
+    }
+    buf_.erase(0, at + text.size());
+    return true;
+  }
+
   // True when the server closes the connection (EOF or reset) with nothing more to read.
   bool ClosedByServer() {
     while (Fill()) {
@@ -401,6 +411,99 @@ TEST_F(HttpServerTest, IdleConnectionsCloseAfterTheIdleTimeout) {
   EXPECT_TRUE(used.ClosedByServer());
   EXPECT_TRUE(fresh.ClosedByServer());
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(3000));
+}
+
+TEST_F(HttpServerTest, KeptAliveResponsesSayForHowLong) {
+  HttpServerOptions o;
+  o.idle_timeout = milliseconds(42000);
+  StartServer(o);
+  Client c(server_->address());
+  c.Send(Get("/echo"));
+  Response r = c.Read();
+  EXPECT_NE(r.head.find("Keep-Alive: timeout=42\r\n"), std::string::npos) << r.head;
+  c.Send(Get("/echo", "Connection: close\r\n"));
+  r = c.Read();
+  EXPECT_EQ(r.head.find("Keep-Alive"), std::string::npos) << r.head;
+}
+
+// check_head refuses a request on its head: the body is never waited for (a client that sends
+// only the head of a large body gets its answer at once) and never reaches the handler.
+TEST_F(HttpServerTest, AHeadCheckRefusesBeforeTheBodyIsRead) {
+  HttpServerOptions o;
+  std::atomic<int> checked{0};
+  o.check_head = [&checked](const HttpRequest& head) -> std::optional<std::pair<int, std::string>> {
+    checked.fetch_add(1);
+    if (head.Header("authorization") != nullptr) return std::nullopt;
+    return std::make_pair(401, std::string("no key"));
+  };
+  StartServer(o);
+  Client c(server_->address());
+  c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10000000\r\n\r\n{");
+  Response r = c.Read();
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.body, "{\"error\":\"401 no key\"}");
+  EXPECT_TRUE(c.ClosedByServer());
+  Client ok(server_->address());
+  ok.Send(Post("/echo", "body", "Authorization: x\r\n"));
+  EXPECT_EQ(ok.Read().body, "POST||body");
+  EXPECT_EQ(checked.load(), 2);
+}
+
+// Bodies held at once are bounded over all connections: past the bound a request is answered
+// 503 with Retry-After instead of being read; once a body is released the next fits again.
+TEST_F(HttpServerTest, BodiesHeldAtOnceAreBounded) {
+  HttpServerOptions o;
+  o.limits.max_body_bytes = 1000;
+  o.max_buffered_body_bytes = 1500;
+  StartServer(o);
+  Client first(server_->address());
+  // Its head read (the 100 Continue says so), 1,000 are counted while its body arrives.
+  first.Send("POST /hold HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n");
+  ASSERT_TRUE(first.ReadUntil("HTTP/1.1 100 Continue\r\n\r\n"));
+  Client second(server_->address());
+  second.Send(Post("/echo", std::string(600, 'b')));
+  Response r = second.Read();
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.head.find("Retry-After: 1\r\n"), std::string::npos) << r.head;
+  Client small(server_->address());
+  small.Send(Post("/echo", std::string(400, 'c')));  // 1,400: fits beside the first.
+  EXPECT_EQ(small.Read().status, 200);
+  first.Send(std::string(1000, 'a'));  // The first body completes; the handler holds it.
+  ASSERT_TRUE(WaitFor([&] { return held_.size() == 1; }));
+  {
+    std::lock_guard<std::mutex> lock(held_.mu);
+    held_.responders[0]->Send(200, "text/plain", "done");
+  }
+  EXPECT_EQ(first.Read().status, 200);
+  Client again(server_->address());  // The handler has returned: its 1,000 are free.
+  again.Send(Post("/echo", std::string(900, 'd')));
+  EXPECT_EQ(again.Read().status, 200);
+}
+
+// A drain lets responses in flight end (the streamed one finishes, then its connection closes)
+// and closes idle keep-alive connections; WaitDrained returns once nothing is left to write.
+TEST_F(HttpServerTest, DrainFinishesResponsesInFlightThenCloses) {
+  StartServer();
+  Client idle(server_->address());
+  idle.Send(Get("/echo"));
+  EXPECT_EQ(idle.Read().status, 200);
+  Client busy(server_->address());
+  busy.Send(Get("/holdstream"));
+  ASSERT_TRUE(WaitFor([&] { return held_.size() == 1; }));
+  server_->BeginDrain();
+  EXPECT_TRUE(idle.ClosedByServer());
+  EXPECT_FALSE(server_->WaitDrained(std::chrono::steady_clock::now() + milliseconds(200)));
+  std::thread finish([this] {
+    std::this_thread::sleep_for(milliseconds(300));
+    std::lock_guard<std::mutex> lock(held_.mu);
+    held_.responders[0]->Write("last words");
+    held_.responders[0]->End();
+  });
+  EXPECT_TRUE(server_->WaitDrained(std::chrono::steady_clock::now() + milliseconds(10000)));
+  finish.join();
+  Response r = busy.Read();
+  EXPECT_EQ(r.body, "last words");
+  EXPECT_TRUE(busy.ClosedByServer());
 }
 
 // Streams answered later, from another thread, with two handler threads: none holds a thread.

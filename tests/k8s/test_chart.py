@@ -396,10 +396,8 @@ class Consistency(unittest.TestCase):
                 c = container(dep)
                 flags = flag_values(c)
                 tier = c["args"][0]
-                if tier == "router":
-                    self.assertEqual(spec["terminationGracePeriodSeconds"], 45)  # 30 s for streams
-                else:
-                    self.assertEqual(spec["terminationGracePeriodSeconds"], int(flags["--drain-seconds"]) + 15)
+                # Every tier, the router too: --drain-seconds, then 15 s to write what is queued.
+                self.assertEqual(spec["terminationGracePeriodSeconds"], int(flags["--drain-seconds"]) + 15, tier)
                 self.assertTrue(spec["securityContext"]["runAsNonRoot"])
                 self.assertFalse(spec["automountServiceAccountToken"])
                 self.assertTrue(c["securityContext"]["readOnlyRootFilesystem"])
