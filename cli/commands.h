@@ -9,6 +9,7 @@ int MakeModelCommand(int argc, char** argv);
 int TrainTokenizerCommand(int argc, char** argv);
 int GenerateCommand(int argc, char** argv);
 int KvCalcCommand(int argc, char** argv);
+int GgufCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int BenchTransportCommand(int argc, char** argv);

@@ -27,6 +27,7 @@ constexpr char kUsage[] =
     "  detokenize    decode token ids (optionally as a stream)\n"
     "  chat-template render conversations with a model's chat template\n"
     "  kv-calc       KV cache memory math for a config.json\n"
+    "  gguf          inspect, dequantize or quantize (q8_0) a GGUF file\n"
     "  bench         serving benchmark against a router: TTFT/TPOT/ITL/E2E, throughput, goodput\n"
     "  bench-engine  engine throughput against this machine's bandwidth and sgemm rate\n"
     "  bench-transport KV page transfer bandwidth against a loopback TCP stream and memcpy\n"
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   if (command == "make-model") return MakeModelCommand(sub_argc, sub_argv);
   if (command == "train-tokenizer") return TrainTokenizerCommand(sub_argc, sub_argv);
   if (command == "kv-calc") return KvCalcCommand(sub_argc, sub_argv);
+  if (command == "gguf") return GgufCommand(sub_argc, sub_argv);
   if (command == "tokenize") return TokenizeCommand(sub_argc, sub_argv);
   if (command == "detokenize") return DetokenizeCommand(sub_argc, sub_argv);
   if (command == "chat-template") return ChatTemplateCommand(sub_argc, sub_argv);

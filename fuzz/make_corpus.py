@@ -48,6 +48,23 @@ def write_device_transport_corpus(frame):
     write("device_transport_fuzz", "bad_source.bin", hello + ref(2, 8192, 512, 65536 - 100))
 
 
+def gguf_file(metadata, tensors):
+    """A GGUF v3 file: metadata {key: (type id, packed value)}, tensors [(name, type, dims, raw)]."""
+    def string(s):
+        return struct.pack("<Q", len(s)) + s.encode()
+    out = struct.pack("<IIQQ", 0x46554747, 3, len(tensors), len(metadata))
+    for key, (vtype, packed) in metadata.items():
+        out += string(key) + struct.pack("<I", vtype) + packed
+    offset, blobs = 0, b""
+    for name, ttype, dims, raw in tensors:
+        out += string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", ttype, offset)
+        padded = raw + b"\0" * (-len(raw) % 32)
+        blobs += padded
+        offset += len(padded)
+    return out + b"\0" * (-len(out) % 32) + blobs
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--pdserve", required=True)
@@ -67,6 +84,17 @@ def main():
     write("safetensors_fuzz", "two_tensors.safetensors", safetensors({
         "w": ("F32", [2, 2], struct.pack("<4f", 1, 2, 3, 4)), "b": ("BF16", [2], b"\x80\x3f\x00\x40")}))
     write("safetensors_fuzz", "empty.safetensors", safetensors({}))
+    tokens = struct.pack("<IQ", 8, 2) + struct.pack("<Q", 1) + b"a" + struct.pack("<Q", 2) + b"bc"
+    write("gguf_fuzz", "llama.gguf", gguf_file(
+        {"general.architecture": (8, struct.pack("<Q", 5) + b"llama"),
+         "llama.block_count": (4, struct.pack("<I", 1)),
+         "tokenizer.ggml.tokens": (9, tokens)},
+        [("token_embd.weight", 8, [32, 2], bytes(range(68))),  # Q8_0
+         ("output_norm.weight", 0, [4], struct.pack("<4f", 1, 2, 3, 4)),
+         ("blk.0.ffn_down.weight", 12, [256, 1], bytes(144)),  # Q4_K
+         ("blk.0.ffn_up.weight", 14, [256, 1], bytes(210)),  # Q6_K
+         ("blk.0.attn_q.weight", 13, [256, 1], bytes(176))]))  # Q5_K
+    write("gguf_fuzz", "empty.gguf", gguf_file({}, []))
     for i, text in enumerate(["Hello, world!", "def f(x):\n    return x ** 2  # ok", "Ünïcödé — 漢字 🙂🙃",
                               "   spaces\t\ttabs\n\nnewlines", "<|begin_of_text|>special", "1234567890 3.14159"]):
         write("tokenizer_encode_fuzz", f"text{i}.txt", text)

@@ -1,0 +1,155 @@
+#include "common/model/gguf_writer.h"
+
+#include <cstring>
+
+#include "common/base/file_util.h"
+
+namespace pdserve {
+namespace {
+
+template <typename T>
+void Put(std::string* out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out->append(b, sizeof(T));
+}
+
+void PutString(std::string* out, std::string_view s) {
+  Put<uint64_t>(out, s.size());
+  out->append(s);
+}
+
+void PutValue(std::string* out, const GgufValue& v) {
+  switch (v.type) {
+    case GgufValueType::kUint8: return Put<uint8_t>(out, static_cast<uint8_t>(v.u));
+    case GgufValueType::kInt8: return Put<int8_t>(out, static_cast<int8_t>(v.i));
+    case GgufValueType::kUint16: return Put<uint16_t>(out, static_cast<uint16_t>(v.u));
+    case GgufValueType::kInt16: return Put<int16_t>(out, static_cast<int16_t>(v.i));
+    case GgufValueType::kUint32: return Put<uint32_t>(out, static_cast<uint32_t>(v.u));
+    case GgufValueType::kInt32: return Put<int32_t>(out, static_cast<int32_t>(v.i));
+    case GgufValueType::kUint64: return Put<uint64_t>(out, v.u);
+    case GgufValueType::kInt64: return Put<int64_t>(out, v.i);
+    case GgufValueType::kFloat32: return Put<float>(out, static_cast<float>(v.f));
+    case GgufValueType::kFloat64: return Put<double>(out, v.f);
+    case GgufValueType::kBool: return Put<uint8_t>(out, v.u != 0 ? 1 : 0);
+    case GgufValueType::kString: return PutString(out, v.s);
+    case GgufValueType::kArray:
+      Put<uint32_t>(out, static_cast<uint32_t>(v.element_type));
+      Put<uint64_t>(out, v.array.size());
+      for (const GgufValue& e : v.array) PutValue(out, e);
+      return;
+  }
+}
+
+GgufValue Scalar(GgufValueType type) {
+  GgufValue v;
+  v.type = type;
+  return v;
+}
+
+}  // namespace
+
+void GgufWriter::Set(std::string_view key, const GgufValue& value) {
+  PutString(&kv_, key);
+  Put<uint32_t>(&kv_, static_cast<uint32_t>(value.type));
+  PutValue(&kv_, value);
+  ++kv_count_;
+}
+
+void GgufWriter::SetString(std::string_view key, std::string_view value) {
+  GgufValue v = Scalar(GgufValueType::kString);
+  v.s = std::string(value);
+  Set(key, v);
+}
+void GgufWriter::SetUint32(std::string_view key, uint32_t value) {
+  GgufValue v = Scalar(GgufValueType::kUint32);
+  v.u = value;
+  Set(key, v);
+}
+void GgufWriter::SetInt32(std::string_view key, int32_t value) {
+  GgufValue v = Scalar(GgufValueType::kInt32);
+  v.i = value;
+  Set(key, v);
+}
+void GgufWriter::SetUint64(std::string_view key, uint64_t value) {
+  GgufValue v = Scalar(GgufValueType::kUint64);
+  v.u = value;
+  Set(key, v);
+}
+void GgufWriter::SetFloat32(std::string_view key, float value) {
+  GgufValue v = Scalar(GgufValueType::kFloat32);
+  v.f = value;
+  Set(key, v);
+}
+void GgufWriter::SetBool(std::string_view key, bool value) {
+  GgufValue v = Scalar(GgufValueType::kBool);
+  v.u = value ? 1 : 0;
+  Set(key, v);
+}
+void GgufWriter::SetStringArray(std::string_view key, const std::vector<std::string>& values) {
+  GgufValue v = Scalar(GgufValueType::kArray);
+  v.element_type = GgufValueType::kString;
+  for (const std::string& s : values) {
+    GgufValue e = Scalar(GgufValueType::kString);
+    e.s = s;
+    v.array.push_back(std::move(e));
+  }
+  Set(key, v);
+}
+void GgufWriter::SetInt32Array(std::string_view key, const std::vector<int32_t>& values) {
+  GgufValue v = Scalar(GgufValueType::kArray);
+  v.element_type = GgufValueType::kInt32;
+  for (int32_t x : values) {
+    GgufValue e = Scalar(GgufValueType::kInt32);
+    e.i = x;
+    v.array.push_back(e);
+  }
+  Set(key, v);
+}
+void GgufWriter::SetFloat32Array(std::string_view key, const std::vector<float>& values) {
+  GgufValue v = Scalar(GgufValueType::kArray);
+  v.element_type = GgufValueType::kFloat32;
+  for (float x : values) {
+    GgufValue e = Scalar(GgufValueType::kFloat32);
+    e.f = x;
+    v.array.push_back(e);
+  }
+  Set(key, v);
+}
+
+void GgufWriter::AddTensor(std::string_view name, GgmlType type, std::vector<int64_t> dims,
+                           std::string data) {
+  tensors_.push_back({std::string(name), type, std::move(dims), std::move(data)});
+}
+
+std::string GgufWriter::Serialize(uint64_t alignment) const {
+  std::string out;
+  Put<uint32_t>(&out, 0x46554747);  // "GGUF"
+  Put<uint32_t>(&out, 3);
+  Put<uint64_t>(&out, tensors_.size());
+  Put<uint64_t>(&out, static_cast<uint64_t>(kv_count_));
+  out += kv_;
+  uint64_t offset = 0;
+  std::vector<uint64_t> offsets;
+  for (const Tensor& t : tensors_) {
+    PutString(&out, t.name);
+    Put<uint32_t>(&out, static_cast<uint32_t>(t.dims.size()));
+    for (int64_t d : t.dims) Put<uint64_t>(&out, static_cast<uint64_t>(d));
+    Put<uint32_t>(&out, static_cast<uint32_t>(t.type));
+    Put<uint64_t>(&out, offset);
+    offsets.push_back(offset);
+    offset += (t.data.size() + alignment - 1) / alignment * alignment;
+  }
+  out.resize((out.size() + alignment - 1) / alignment * alignment, '\0');
+  for (const Tensor& t : tensors_) {
+    out += t.data;
+    out.resize((out.size() + alignment - 1) / alignment * alignment, '\0');
+  }
+  return out;
+}
+
+absl::Status GgufWriter::WriteFile(const std::string& path, uint64_t alignment) const {
+  return WriteStringToFile(path, Serialize(alignment));
+}
+
+}  // namespace pdserve

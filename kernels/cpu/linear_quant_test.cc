@@ -1,0 +1,109 @@
+#include "kernels/cpu/linear_quant.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/base/dtype.h"
+#include "common/base/thread_pool.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace pdserve::kernels {
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                           GgmlType::kQ6_K};
+
+// Random but valid blocks: any bytes, with the f16 scales made finite and of a sane size.
+std::string RandomRows(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string data(static_cast<size_t>(rows * GgmlRowBytes(type, cols)), '\0');
+  for (char& c : data) c = static_cast<char>(rng());
+  auto scale = [&](size_t at) {
+    std::uniform_real_distribution<float> u(0.001f, 0.05f);
+    const uint16_t h = F32ToF16(u(rng));
+    std::memcpy(&data[at], &h, 2);
+  };
+  const int64_t bytes = GgmlBlockBytes(type);
+  for (size_t b = 0; b < data.size(); b += static_cast<size_t>(bytes)) {
+    switch (type) {
+      case GgmlType::kQ8_0:
+      case GgmlType::kQ4_0: scale(b); break;
+      case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K: scale(b); scale(b + 2); break;
+      case GgmlType::kQ6_K: scale(b + 208); break;
+      default: break;
+    }
+  }
+  return data;
+}
+
+std::vector<float> RandomX(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, 1);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = d(rng);
+  return x;
+}
+
+TEST(QuantBlocks, Q8_0QuantizerRoundTripsWithinHalfAStep) {
+  std::vector<float> x = RandomX(256, 1);
+  x[5] = 0;
+  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // An all-zero block: d = 0, codes 0.
+  std::string q(8 * 34, '\0');
+  QuantizeRowQ8_0(x.data(), q.data(), 256);
+  std::vector<float> back(256);
+  DequantizeRow(GgmlType::kQ8_0, q.data(), back.data(), 256);
+  for (int b = 0; b < 8; ++b) {
+    float amax = 0;
+    for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(x[b * 32 + l]));
+    for (int l = 0; l < 32; ++l) {
+      EXPECT_NEAR(back[b * 32 + l], x[b * 32 + l], amax / 127 * 0.51 + 1e-3 * amax) << b << " " << l;
+    }
+  }
+  EXPECT_EQ(back[40], 0.0f);
+  // The largest element maps to +-127.
+  int code_max = 0;
+  for (int l = 0; l < 32; ++l) code_max = std::max(code_max, std::abs(int(int8_t(q[2 + l]))));
+  EXPECT_EQ(code_max, 127);
+}
+
+// The kernel equals a double-precision dot product of the dequantized weights (DequantizeRow is
+// checked against llama.cpp's gguf-py in tests/gguf), AVX2 and scalar give the same bits, and a
+// row's result does not depend on the batch it is in or on the thread split.
+TEST(LinearQuant, MatchesTheDequantizedReferenceBitwiseAcrossPathsAndBatches) {
+  ThreadPool pool(3);
+  for (GgmlType type : kTypes) {
+    SCOPED_TRACE(std::string(GgmlTypeName(type)));
+    const int64_t n = 37, k = 512, m = 13;
+    const std::string w_bytes = RandomRows(type, n, k, 7);
+    const QuantMatrixRef w{type, w_bytes.data(), n, k};
+    const std::vector<float> x = RandomX(m * k, 11);
+    std::vector<float> y(m * n), y_scalar(m * n), y_pool(m * n), y_one(n);
+    LinearQuantColumns(x.data(), m, k, w, y.data(), n, 0, n);
+    LinearQuantColumnsScalar(x.data(), m, k, w, y_scalar.data(), n, 0, n);
+    LinearQuant(x.data(), m, k, w, y_pool.data(), n, &pool);
+    EXPECT_EQ(0, std::memcmp(y.data(), y_scalar.data(), y.size() * 4));
+    EXPECT_EQ(0, std::memcmp(y.data(), y_pool.data(), y.size() * 4));
+    std::vector<float> wf(k);
+    for (int64_t t = 0; t < m; ++t) {
+      LinearQuantColumns(x.data() + t * k, 1, k, w, y_one.data(), n, 0, n);
+      EXPECT_EQ(0, std::memcmp(y_one.data(), y.data() + t * n, n * 4)) << "row " << t;
+      for (int64_t j = 0; j < n; ++j) {
+        DequantizeRow(type, w.row(j), wf.data(), k);
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          ref += static_cast<double>(wf[i]) * x[t * k + i];
+          mag += std::fabs(static_cast<double>(wf[i]) * x[t * k + i]);
+        }
+        EXPECT_NEAR(y[t * n + j], ref, 1e-5 * mag + 1e-7) << t << " " << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::kernels

@@ -1,0 +1,37 @@
+// llama.cpp's weight block formats (GGUF tensor types), read by pdserve's kernels:
+//   Q8_0  32 elements: f16 d, int8 q[32];                         w = d * q
+//   Q4_0  32 elements: f16 d, 16 bytes (low nibbles: 0..15, high: 16..31);  w = d * (q - 8)
+//   Q4_K 256 elements: f16 d, f16 dmin, 12 bytes of eight 6-bit (scale, min) pairs, 128 bytes
+//        of nibbles (each 64 elements: 32 low nibbles, then the same 32 bytes' high nibbles);
+//        sub-block s of 32: w = (d * scale_s) * q - (dmin * min_s)
+//   Q5_K as Q4_K plus 32 bytes of fifth bits (bit 2p of byte l for element l of pair p's first
+//        sub-block, bit 2p+1 for its second): q in 0..31
+//   Q6_K 256 elements: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales (one per
+//        16 elements), f16 d; w = (d * scale) * (q - 32), q in 0..63
+//
+// The dequantized value of an element is one fixed function of its block (the K-quants' minus
+// as one fused multiply-add): every kernel that reads a block, scalar or SIMD, computes these
+// bits, so a row's result never depends on which path read it.
+#ifndef PDSERVE_KERNELS_CPU_QUANT_BLOCKS_H_
+#define PDSERVE_KERNELS_CPU_QUANT_BLOCKS_H_
+
+#include <cstdint>
+
+#include "common/base/ggml_types.h"
+
+namespace pdserve::kernels {
+
+// n elements (a multiple of the type's block elements) of a row in `type` to f32. The float
+// types convert exactly.
+void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
+
+// One block of a quantized type to its BlockElements floats.
+void DequantizeBlock(GgmlType type, const uint8_t* block, float* out);
+
+// f32 to Q8_0, the same bytes as llama.cpp's quantize_row_q8_0_ref: per block of 32,
+// d = max|x| / 127 stored as f16 (round to nearest even), q = round(x / d) (halfway away from 0).
+void QuantizeRowQ8_0(const float* src, void* dst, int64_t n);
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_CPU_QUANT_BLOCKS_H_
