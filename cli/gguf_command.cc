@@ -4,6 +4,10 @@
 //                                     pdserve's kernels see it
 //   quantize IN OUT --type q8_0       the F32/F16/BF16 matrices of IN in Q8_0 (llama.cpp's bytes),
 //                                     the rest as it is
+//   convert DIR OUT --type T          a Hugging Face checkpoint as GGUF, laid out as llama.cpp's
+//                                     converter lays it out (names, llama's q/k row order, Llama
+//                                     3.1's rope_freqs); matrices in T (f32, f16, bf16, q8_0)
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -13,7 +17,9 @@
 #include "common/base/file_util.h"
 #include "common/base/strings.h"
 #include "common/model/gguf.h"
+#include "common/model/gguf_model.h"
 #include "common/model/gguf_writer.h"
+#include "common/model/model_weights.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "nlohmann/json.hpp"
 
@@ -111,6 +117,176 @@ int Quantize(const std::string& in, const std::string& out, const std::string& t
   return kExitOk;
 }
 
+// A matrix's rows as f32 (any dtype or block format), `permute_head_dim` > 0 reordering them into
+// llama.cpp's rotary layout (GGUF row g is Hugging Face row GgufRowToHf(g)).
+std::vector<float> Rows(const MatrixRef& m, int64_t permute_head_dim) {
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  const GgmlType type = m.quantized()                 ? m.quant_type
+                        : m.dtype == DType::kF32      ? GgmlType::kF32
+                        : m.dtype == DType::kBF16     ? GgmlType::kBF16
+                                                      : GgmlType::kF16;
+  for (int64_t g = 0; g < m.rows; ++g) {
+    const int64_t src = permute_head_dim > 0 ? GgufRowToHf(g, permute_head_dim) : g;
+    kernels::DequantizeRow(type, m.row(src), &out[static_cast<size_t>(g * m.cols)], m.cols);
+  }
+  return out;
+}
+
+std::string Encode(const std::vector<float>& v, GgmlType type) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  std::string out(static_cast<size_t>(GgmlRowBytes(type, n)), '\0');
+  switch (type) {
+    case GgmlType::kF32: std::memcpy(out.data(), v.data(), out.size()); break;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = type == GgmlType::kF16 ? F32ToF16(v[i]) : F32ToBf16(v[i]);
+        std::memcpy(&out[static_cast<size_t>(2 * i)], &h, 2);
+      }
+      break;
+    case GgmlType::kQ8_0: kernels::QuantizeRowQ8_0(v.data(), out.data(), n); break;
+    default: break;
+  }
+  return out;
+}
+
+int Convert(const std::string& dir, const std::string& out, const std::string& type_name) {
+  const char* cmd = "gguf convert";
+  GgmlType type;
+  if (type_name == "f32") {
+    type = GgmlType::kF32;
+  } else if (type_name == "f16") {
+    type = GgmlType::kF16;
+  } else if (type_name == "bf16") {
+    type = GgmlType::kBF16;
+  } else if (type_name == "q8_0") {
+    type = GgmlType::kQ8_0;
+  } else {
+    return ReportError(cmd, absl::InvalidArgumentError(Str("--type: '", type_name,
+                                                           "' (f32, f16, bf16 or q8_0)")),
+                       kExitUsage);
+  }
+  auto config = ModelConfig::FromFile(JoinPath(dir, "config.json"));
+  if (!config.ok()) return ReportError(cmd, config.status());
+  const ModelConfig& c = *config;
+  auto weights = ModelWeights::Load(c, dir);
+  if (!weights.ok()) return ReportError(cmd, weights.status());
+  const ModelWeights& w = **weights;
+  std::string arch;
+  switch (c.family) {
+    case ModelFamily::kLlama:
+    case ModelFamily::kMistral: arch = "llama"; break;
+    case ModelFamily::kQwen2: arch = "qwen2"; break;
+    case ModelFamily::kQwen3: arch = "qwen3"; break;
+  }
+  if (c.rope_scaling.type == RopeScaling::Type::kFactors) {
+    return ReportError(cmd, absl::InvalidArgumentError("rope scaling by factors"), kExitUsage);
+  }
+  GgufWriter g;
+  const std::string a = arch + ".";
+  g.SetString("general.architecture", arch);
+  g.SetString("general.name", BaseName(dir));
+  g.SetUint32(a + "context_length", static_cast<uint32_t>(c.max_position_embeddings));
+  g.SetUint32(a + "embedding_length", static_cast<uint32_t>(c.hidden_size));
+  g.SetUint32(a + "block_count", static_cast<uint32_t>(c.num_layers));
+  g.SetUint32(a + "feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
+  g.SetUint32(a + "attention.head_count", static_cast<uint32_t>(c.num_heads));
+  g.SetUint32(a + "attention.head_count_kv", static_cast<uint32_t>(c.num_kv_heads));
+  g.SetUint32(a + "attention.key_length", static_cast<uint32_t>(c.head_dim));
+  g.SetUint32(a + "attention.value_length", static_cast<uint32_t>(c.head_dim));
+  g.SetUint32(a + "rope.dimension_count", static_cast<uint32_t>(c.head_dim));
+  g.SetFloat32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  g.SetFloat32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
+  g.SetUint32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
+  g.SetUint32("general.file_type", type == GgmlType::kF32 ? 0 : type == GgmlType::kF16 ? 1
+                                   : type == GgmlType::kBF16 ? 32 : 7);
+  if (c.sliding_window > 0) g.SetUint32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+  if (c.bos_token_id) g.SetUint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*c.bos_token_id));
+  if (!c.eos_token_ids.empty()) {
+    g.SetUint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_ids[0]));
+  }
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type == RopeScaling::Type::kLinear) {
+    g.SetString(a + "rope.scaling.type", "linear");
+    g.SetFloat32(a + "rope.scaling.factor", static_cast<float>(rs.factor));
+  }
+  auto add_vector = [&](const std::string& name, const std::vector<float>& v) {
+    g.AddTensor(name, GgmlType::kF32, {static_cast<int64_t>(v.size())}, Encode(v, GgmlType::kF32));
+  };
+  if (rs.type == RopeScaling::Type::kLlama3) {
+    // llama.cpp's way: each frequency's divisor as an f32 tensor. pdserve reads the parameters
+    // themselves (exact), llama.cpp the tensor.
+    g.SetString("pdserve.rope.scaling.type", "llama3");
+    g.SetFloat32("pdserve.rope.scaling.factor", static_cast<float>(rs.factor));
+    g.SetFloat32("pdserve.rope.scaling.low_freq_factor", static_cast<float>(rs.low_freq_factor));
+    g.SetFloat32("pdserve.rope.scaling.high_freq_factor", static_cast<float>(rs.high_freq_factor));
+    g.SetUint32("pdserve.rope.scaling.original_max_position_embeddings",
+                static_cast<uint32_t>(rs.original_max_position));
+    std::vector<float> factors;
+    const double low = rs.original_max_position / rs.low_freq_factor;
+    const double high = rs.original_max_position / rs.high_freq_factor;
+    for (int64_t i = 0; i < c.head_dim / 2; ++i) {
+      const double freq = 1.0 / std::pow(c.rope_theta, 2.0 * i / c.head_dim);
+      const double wavelen = 2 * M_PI / freq;
+      double f = 1;
+      if (wavelen > low) {
+        f = rs.factor;
+      } else if (wavelen >= high) {
+        const double smooth = (rs.original_max_position / wavelen - rs.low_freq_factor) /
+                              (rs.high_freq_factor - rs.low_freq_factor);
+        f = 1 / ((1 - smooth) / rs.factor + smooth);
+      }
+      factors.push_back(static_cast<float>(f));
+    }
+    add_vector("rope_freqs.weight", factors);
+  }
+  auto add_matrix = [&](const std::string& name, const MatrixRef& m, int64_t permute = 0) {
+    const GgmlType t = type == GgmlType::kQ8_0 && m.cols % 32 != 0 ? GgmlType::kF16 : type;
+    g.AddTensor(name, t, {m.cols, m.rows}, Encode(Rows(m, permute), t));
+  };
+  const int64_t permute = arch == "llama" ? c.head_dim : 0;
+  auto permuted = [&](const std::vector<float>& v) {
+    std::vector<float> out(v.size());
+    for (size_t r = 0; r < v.size(); ++r) {
+      out[r] = v[static_cast<size_t>(GgufRowToHf(static_cast<int64_t>(r), c.head_dim))];
+    }
+    return out;
+  };
+  add_matrix("token_embd.weight", w.embed_tokens());
+  add_vector("output_norm.weight", w.final_norm());
+  if (w.lm_head().data != w.embed_tokens().data) add_matrix("output.weight", w.lm_head());
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const LayerWeights& L = w.layer(i);
+    const std::string p = Str("blk.", i, ".");
+    add_vector(p + "attn_norm.weight", L.input_norm);
+    add_vector(p + "ffn_norm.weight", L.post_attention_norm);
+    add_matrix(p + "attn_q.weight", L.q_proj, permute);
+    add_matrix(p + "attn_k.weight", L.k_proj, permute);
+    add_matrix(p + "attn_v.weight", L.v_proj);
+    add_matrix(p + "attn_output.weight", L.o_proj);
+    if (!L.q_bias.empty()) {
+      add_vector(p + "attn_q.bias", permute > 0 ? permuted(L.q_bias) : L.q_bias);
+      add_vector(p + "attn_k.bias", permute > 0 ? permuted(L.k_bias) : L.k_bias);
+      add_vector(p + "attn_v.bias", L.v_bias);
+    }
+    if (!L.o_bias.empty()) add_vector(p + "attn_output.bias", L.o_bias);
+    if (!L.q_norm.empty()) {
+      add_vector(p + "attn_q_norm.weight", L.q_norm);
+      add_vector(p + "attn_k_norm.weight", L.k_norm);
+    }
+    add_matrix(p + "ffn_gate.weight", L.gate_proj);
+    add_matrix(p + "ffn_up.weight", L.up_proj);
+    add_matrix(p + "ffn_down.weight", L.down_proj);
+    if (!L.gate_bias.empty()) {
+      add_vector(p + "ffn_gate.bias", L.gate_bias);
+      add_vector(p + "ffn_up.bias", L.up_bias);
+      add_vector(p + "ffn_down.bias", L.down_bias);
+    }
+  }
+  if (absl::Status s = g.WriteFile(out); !s.ok()) return ReportError(cmd, s);
+  return kExitOk;
+}
+
 }  // namespace
 
 int GgufCommand(int argc, char** argv) {
@@ -122,7 +298,7 @@ int GgufCommand(int argc, char** argv) {
                 "dequantized as the kernels see it, a float file quantized to Q8_0.");
   flags.String("out", &out, "dequantize: the directory for NAME.npy files");
   flags.String("tensor", &tensor, "dequantize: only this tensor");
-  flags.String("type", &type, "quantize: the block format (q8_0)");
+  flags.String("type", &type, "quantize: the block format (q8_0); convert: f32, f16, bf16 or q8_0");
   flags.Int("max-array", &max_array, "inspect: arrays longer than this are summarized");
   flags.AllowPositional(3);
   int code;
@@ -134,10 +310,12 @@ int GgufCommand(int argc, char** argv) {
     return Dequantize(args[1], out, tensor);
   }
   if (action == "quantize" && args.size() == 3) return Quantize(args[1], args[2], type);
+  if (action == "convert" && args.size() == 3) return Convert(args[1], args[2], type);
   return ReportError(cmd,
                      absl::InvalidArgumentError(
                          "usage: pdserve gguf inspect FILE | dequantize FILE --out DIR "
-                         "[--tensor NAME] | quantize IN OUT --type q8_0"),
+                         "[--tensor NAME] | quantize IN OUT --type q8_0 | convert DIR OUT "
+                         "--type f32|f16|bf16|q8_0"),
                      kExitUsage);
 }
 

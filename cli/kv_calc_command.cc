@@ -8,6 +8,7 @@
 #include "common/base/dtype.h"
 #include "common/base/file_util.h"
 #include "common/base/strings.h"
+#include "common/model/gguf_model.h"
 #include "common/model/model_config.h"
 #include "nlohmann/json.hpp"
 
@@ -47,8 +48,7 @@ int KvCalcCommand(int argc, char** argv) {
     return ReportError(cmd, absl::InvalidArgumentError(Str("--memory-gib: at most ", kMaxMemoryGib)),
                        kExitUsage);
   }
-  auto config = ModelConfig::FromFile(config_path.empty() ? JoinPath(model, "config.json")
-                                                          : config_path);
+  auto config = config_path.empty() ? LoadModelConfig(model) : ModelConfig::FromFile(config_path);
   if (!config.ok()) return ReportError(cmd, config.status());
   const ModelConfig& c = *config;
   if (kv_dtype.empty()) {

@@ -8,6 +8,7 @@
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
+#include "common/model/gguf_model.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/proto_convert.h"
 #include "common/kvcache/block_hash.h"
@@ -28,7 +29,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
     std::snprintf(hex, sizeof(hex), "%08x%08x", entropy(), entropy());
     r->instance_ = hex;
   }
-  PD_ASSIGN_OR_RETURN(r->config_, ModelConfig::FromFile(JoinPath(options.model_dir, "config.json")));
+  PD_ASSIGN_OR_RETURN(r->config_, LoadModelConfig(options.model_dir));
   PD_ASSIGN_OR_RETURN(r->tokenizer_, Tokenizer::Load(options.model_dir));
   PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(options.model_dir));
 

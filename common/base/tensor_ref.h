@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/base/dtype.h"
+#include "common/base/ggml_types.h"
 
 namespace pdserve {
 
@@ -29,8 +30,14 @@ struct MatrixRef {
   // columns packed end to end. A larger stride views the first `cols` columns of wider panels
   // (attention_bf16 reads a range of keys of its packed values this way).
   int64_t panel_stride = 0;
+  // A llama.cpp block format (GgmlQuantized: kernels/cpu/quant_blocks.h) when the matrix is
+  // quantized, row-major, each row GgmlRowBytes(quant_type, cols) bytes; `dtype` is then unused.
+  // The float GgmlTypes mean "not quantized".
+  GgmlType quant_type = GgmlType::kF32;
 
+  bool quantized() const { return GgmlQuantized(quant_type); }
   size_t bytes() const {
+    if (quantized()) return static_cast<size_t>(rows * GgmlRowBytes(quant_type, cols));
     if (layout != MatrixLayout::kRowMajor) {  // Panels: rows rounded up to 16, columns to 2.
       return static_cast<size_t>((rows + 15) / 16 * 16 * ((cols + 1) / 2 * 2)) * 2;
     }
@@ -38,6 +45,7 @@ struct MatrixRef {
   }
   // Row-major matrices only.
   const void* row(int64_t r) const {
+    if (quantized()) return static_cast<const uint8_t*>(data) + r * GgmlRowBytes(quant_type, cols);
     return static_cast<const uint8_t*>(data) + static_cast<size_t>(r * cols) * DTypeSize(dtype);
   }
 };

@@ -32,7 +32,8 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> CpuMatrices::Make(const Model
   }
   all.emplace_back(&weights.lm_head(), &m->lm_head_);
   auto copy_bytes = [&](const MatrixRef& x) {
-    return bf16 ? kernels::Bf16PanelsBytes(x.rows, x.cols) : x.bytes();
+    // Quantized matrices are never packed: their blocks are read as they are.
+    return bf16 && !x.quantized() ? kernels::Bf16PanelsBytes(x.rows, x.cols) : x.bytes();
   };
   if (!copied) {
     for (auto& [src, dst] : all) *dst = *src;
@@ -53,11 +54,12 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> CpuMatrices::Make(const Model
   pool.ParallelForDynamic(static_cast<int64_t>(all.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const MatrixRef& src = *all[i].first;
-      if (bf16) {
+      if (bf16 && !src.quantized()) {
         *all[i].second = kernels::PackBf16Panels(src, places[i]);
       } else {
         std::memcpy(places[i], src.data, src.bytes());
-        *all[i].second = MatrixRef{src.dtype, places[i], src.rows, src.cols};
+        *all[i].second = src;
+        all[i].second->data = places[i];
       }
     }
   });

@@ -39,6 +39,15 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
   if (options.compute_dtype == ComputeDType::kAuto) {
     return absl::InvalidArgumentError("compute dtype must be resolved (ResolveComputeDType)");
   }
+  if (weights->quantized() && options.compute_dtype == ComputeDType::kBF16) {
+    return absl::InvalidArgumentError(
+        "quantized weights (GGUF block formats) compute with f32 activations: use "
+        "--compute-dtype f32 or auto");
+  }
+  if (weights->quantized() && options.prefill_gemm == PrefillGemm::kOpenBlas) {
+    return absl::InvalidArgumentError(
+        "--prefill-gemm openblas reads f32 matrices; quantized weights use the invariant kernels");
+  }
   std::unique_ptr<CpuModelRunner> runner(new CpuModelRunner(options, weights, pool));
   PD_ASSIGN_OR_RETURN(runner->matrices_,
                       options.shared_weights != nullptr
@@ -65,6 +74,7 @@ CpuModelRunner::CpuModelRunner(const ModelRunnerOptions& options, const ModelWei
   rope_.low_freq_factor = c.rope_scaling.low_freq_factor;
   rope_.high_freq_factor = c.rope_scaling.high_freq_factor;
   rope_.original_max_position = static_cast<double>(c.rope_scaling.original_max_position);
+  rope_.freq_factors = c.rope_scaling.freq_factors.data();
   attn_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   const int64_t t = options.max_batch_tokens;
   rows_.resize(t);

@@ -77,6 +77,7 @@ absl::Status DeviceModelRunner::AllocateBuffers() {
   rope.low_freq_factor = c.rope_scaling.low_freq_factor;
   rope.high_freq_factor = c.rope_scaling.high_freq_factor;
   rope.original_max_position = static_cast<double>(c.rope_scaling.original_max_position);
+  rope.freq_factors = c.rope_scaling.freq_factors.data();
   std::vector<float> cos_sin(static_cast<size_t>(options_.max_model_len * c.head_dim));
   for (int64_t pos = 0; pos < options_.max_model_len; ++pos) {
     kernels::RopeCosSin(rope, c.head_dim, pos, &cos_sin[pos * c.head_dim]);

@@ -8,6 +8,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/engine/shared_weights.h"
+#include "common/model/gguf_model.h"
 #include "kernels/cpu/linear_bf16.h"  // AmxEnabled
 #include "nlohmann/json.hpp"
 
@@ -39,8 +40,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
                                                              const EngineOptions& options) {
   std::unique_ptr<LLMEngine> e(new LLMEngine());
   e->options_ = options;
-  PD_ASSIGN_OR_RETURN(ModelConfig config,
-                      ModelConfig::FromFile(JoinPath(model_dir, "config.json")));
+  PD_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   if (options.shared_weights != nullptr) {
     PD_ASSIGN_OR_RETURN(e->weights_, options.shared_weights->Load(config, model_dir));
   } else {

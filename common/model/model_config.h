@@ -18,12 +18,15 @@ enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3 };
 std::string_view ModelFamilyName(ModelFamily family);
 
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
+  // kFactors: each frequency divided by a factor of its own (a GGUF file's rope_freqs tensor,
+  // which is how llama.cpp's converter writes Llama 3.1's scaling).
+  enum class Type { kNone, kLinear, kLlama3, kFactors };
   Type type = Type::kNone;
   double factor = 1.0;
   double low_freq_factor = 1.0;        // llama3
   double high_freq_factor = 4.0;       // llama3
   int64_t original_max_position = 0;   // llama3
+  std::vector<float> freq_factors;     // kFactors: [head_dim / 2]
 };
 
 // Upper bounds of config.json sizes, each far above any released model (largest seen: vocabulary

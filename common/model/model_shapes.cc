@@ -1,5 +1,7 @@
 #include "common/model/model_shapes.h"
 
+#include "common/model/gguf_model.h"
+
 #include <sys/stat.h>
 
 #include <utility>
@@ -65,6 +67,7 @@ absl::StatusOr<ModelConfig> ModelShape(const std::string& name_or_path) {
   }
   struct stat st;
   if (::stat(name_or_path.c_str(), &st) == 0) {
+    if (IsGgufPath(name_or_path)) return LoadModelConfig(name_or_path);
     return ModelConfig::FromFile(S_ISDIR(st.st_mode) ? JoinPath(name_or_path, "config.json")
                                                      : name_or_path);
   }

@@ -1,5 +1,6 @@
 #include "common/model/model_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -8,6 +9,8 @@
 #include "common/base/strings.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
+#include "common/model/gguf_model.h"
+#include "kernels/cpu/quant_blocks.h"
 
 namespace pdserve {
 namespace {
@@ -65,10 +68,146 @@ class Getter {
   const Checkpoint& ckpt_;
 };
 
+// Tensors of a GGUF file by llama.cpp's names, checked against the config's shapes. Matrices are
+// read in place (quantized ones as their blocks); a llama file's q and k rows are put back in
+// Hugging Face's order (gguf_model.h), into memory the weights own.
+class GgufGetter {
+ public:
+  GgufGetter(const GgufFile& file, std::vector<std::unique_ptr<uint8_t[]>>* owned)
+      : g_(file), owned_(owned) {}
+
+  absl::StatusOr<const GgufTensor*> Get(const std::string& name, int64_t rows, int64_t cols) const {
+    const GgufTensor* t = g_.FindTensor(name);
+    if (t == nullptr) return absl::NotFoundError(Str(g_.source(), ": no tensor ", name));
+    const std::vector<int64_t> want = rows == 0 ? std::vector<int64_t>{cols}
+                                                : std::vector<int64_t>{cols, rows};
+    if (t->dims != want) {
+      return absl::InvalidArgumentError(
+          Str(g_.source(), ": tensor '", name, "' has dims [", absl::StrJoin(t->dims, ", "),
+              "], expected [", absl::StrJoin(want, ", "), "] from its metadata"));
+    }
+    return t;
+  }
+
+  // `permute_head_dim` > 0: reorder rows from llama.cpp's rotary layout (q and k of llama).
+  absl::StatusOr<MatrixRef> Matrix(const std::string& name, int64_t rows, int64_t cols,
+                                   int64_t permute_head_dim = 0) const {
+    PD_ASSIGN_OR_RETURN(const GgufTensor* t, Get(name, rows, cols));
+    MatrixRef m{DType::kF32, t->data, rows, cols};
+    switch (t->type) {
+      case GgmlType::kF32: m.dtype = DType::kF32; break;
+      case GgmlType::kF16: m.dtype = DType::kF16; break;
+      case GgmlType::kBF16: m.dtype = DType::kBF16; break;
+      default: m.quant_type = t->type; break;
+    }
+    if (permute_head_dim > 0) {
+      const size_t row_bytes = t->bytes / static_cast<size_t>(rows);
+      auto copy = std::make_unique<uint8_t[]>(t->bytes);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(copy.get() + GgufRowToHf(r, permute_head_dim) * row_bytes,
+                    t->data + r * row_bytes, row_bytes);
+      }
+      m.data = copy.get();
+      owned_->push_back(std::move(copy));
+    }
+    return m;
+  }
+
+  absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n,
+                                            int64_t permute_head_dim = 0) const {
+    PD_ASSIGN_OR_RETURN(const GgufTensor* t, Get(name, 0, n));
+    std::vector<float> v(static_cast<size_t>(n));
+    kernels::DequantizeRow(t->type, t->data, v.data(), n);
+    if (permute_head_dim > 0) {
+      std::vector<float> hf(v.size());
+      for (int64_t r = 0; r < n; ++r) hf[GgufRowToHf(r, permute_head_dim)] = v[r];
+      v = std::move(hf);
+    }
+    return v;
+  }
+
+ private:
+  const GgufFile& g_;
+  std::vector<std::unique_ptr<uint8_t[]>>* owned_;
+};
+
 }  // namespace
+
+std::string ModelWeights::weight_format() const {
+  if (!quantized_) return std::string(DTypeName(lm_head_.dtype));
+  std::vector<std::string> formats;
+  auto add = [&](const MatrixRef& m) {
+    const std::string f(m.quantized() ? GgmlTypeName(m.quant_type) : DTypeName(m.dtype));
+    if (std::find(formats.begin(), formats.end(), f) == formats.end()) formats.push_back(f);
+  };
+  for (const LayerWeights& l : layers_) {
+    for (const MatrixRef* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
+                               &l.up_proj, &l.down_proj}) {
+      add(*m);
+    }
+  }
+  add(lm_head_);
+  return absl::StrJoin(formats, "+");
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::LoadGguf(const ModelConfig& config,
+                                                                     const std::string& path) {
+  std::unique_ptr<ModelWeights> w(new ModelWeights());
+  w->config_ = config;
+  PD_ASSIGN_OR_RETURN(w->gguf_, GgufFile::Open(path));
+  const GgufGetter g(*w->gguf_, &w->owned_);
+  const ModelConfig& c = config;
+  const int64_t h = c.hidden_size;
+  const int64_t permute = GgufPermutesQk(*w->gguf_) ? c.head_dim : 0;
+  PD_ASSIGN_OR_RETURN(w->embed_tokens_, g.Matrix("token_embd.weight", c.vocab_size, h));
+  if (w->gguf_->FindTensor("output.weight") == nullptr) {
+    w->lm_head_ = w->embed_tokens_;
+  } else {
+    PD_ASSIGN_OR_RETURN(w->lm_head_, g.Matrix("output.weight", c.vocab_size, h));
+  }
+  PD_ASSIGN_OR_RETURN(w->final_norm_, g.Vector("output_norm.weight", h));
+  w->layers_.resize(c.num_layers);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerWeights& L = w->layers_[i];
+    const std::string p = Str("blk.", i, ".");
+    PD_ASSIGN_OR_RETURN(L.input_norm, g.Vector(p + "attn_norm.weight", h));
+    PD_ASSIGN_OR_RETURN(L.post_attention_norm, g.Vector(p + "ffn_norm.weight", h));
+    PD_ASSIGN_OR_RETURN(L.q_proj, g.Matrix(p + "attn_q.weight", c.q_size(), h, permute));
+    PD_ASSIGN_OR_RETURN(L.k_proj, g.Matrix(p + "attn_k.weight", c.kv_size(), h, permute));
+    PD_ASSIGN_OR_RETURN(L.v_proj, g.Matrix(p + "attn_v.weight", c.kv_size(), h));
+    PD_ASSIGN_OR_RETURN(L.o_proj, g.Matrix(p + "attn_output.weight", h, c.q_size()));
+    if (c.qkv_bias) {
+      PD_ASSIGN_OR_RETURN(L.q_bias, g.Vector(p + "attn_q.bias", c.q_size(), permute));
+      PD_ASSIGN_OR_RETURN(L.k_bias, g.Vector(p + "attn_k.bias", c.kv_size(), permute));
+      PD_ASSIGN_OR_RETURN(L.v_bias, g.Vector(p + "attn_v.bias", c.kv_size()));
+    }
+    if (c.o_bias) {
+      PD_ASSIGN_OR_RETURN(L.o_bias, g.Vector(p + "attn_output.bias", h));
+    }
+    if (c.qk_norm) {
+      PD_ASSIGN_OR_RETURN(L.q_norm, g.Vector(p + "attn_q_norm.weight", c.head_dim));
+      PD_ASSIGN_OR_RETURN(L.k_norm, g.Vector(p + "attn_k_norm.weight", c.head_dim));
+    }
+    PD_ASSIGN_OR_RETURN(L.gate_proj, g.Matrix(p + "ffn_gate.weight", c.intermediate_size, h));
+    PD_ASSIGN_OR_RETURN(L.up_proj, g.Matrix(p + "ffn_up.weight", c.intermediate_size, h));
+    PD_ASSIGN_OR_RETURN(L.down_proj, g.Matrix(p + "ffn_down.weight", h, c.intermediate_size));
+    if (c.mlp_bias) {
+      PD_ASSIGN_OR_RETURN(L.gate_bias, g.Vector(p + "ffn_gate.bias", c.intermediate_size));
+      PD_ASSIGN_OR_RETURN(L.up_bias, g.Vector(p + "ffn_up.bias", c.intermediate_size));
+      PD_ASSIGN_OR_RETURN(L.down_bias, g.Vector(p + "ffn_down.bias", h));
+    }
+    for (const MatrixRef* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj,
+                               &L.up_proj, &L.down_proj}) {
+      w->quantized_ |= m->quantized();
+    }
+  }
+  w->quantized_ |= w->lm_head_.quantized() || w->embed_tokens_.quantized();
+  return w;
+}
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const ModelConfig& config,
                                                                  const std::string& dir) {
+  if (IsGgufPath(dir)) return LoadGguf(config, dir);
   std::unique_ptr<ModelWeights> w(new ModelWeights());
   w->config_ = config;
   PD_ASSIGN_OR_RETURN(w->checkpoint_, Checkpoint::Open(dir));

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/base/tensor_ref.h"
 #include "common/model/checkpoint.h"
+#include "common/model/gguf.h"
 #include "common/model/model_config.h"
 
 namespace pdserve {
@@ -30,6 +31,7 @@ class ModelWeights {
  public:
   // Checks that every tensor the config implies is present with the right shape and a supported
   // dtype; errors name the tensor and its file.
+  // `dir`: a Hugging Face checkpoint directory, or a GGUF file (LoadGguf).
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const ModelConfig& config,
                                                             const std::string& dir);
   // Weights made instead of read, for benchmarks of a model's shape without its files
@@ -39,6 +41,9 @@ class ModelWeights {
   // (1 for the embedding); norm weights are 1 and biases 0. With `materialize` false no memory is
   // made: every matrix keeps its shape and a null data pointer, for a device runner that makes
   // the same values in its own memory (ModelRunnerOptions::synthetic_weights_seed).
+  // `path` may also be a GGUF file (gguf_model.h): then this reads its tensors by llama.cpp's names.
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGguf(const ModelConfig& config,
+                                                                const std::string& path);
   static std::unique_ptr<ModelWeights> Synthetic(const ModelConfig& config, uint64_t seed,
                                                  bool materialize);
 
@@ -49,13 +54,20 @@ class ModelWeights {
   const LayerWeights& layer(int64_t i) const { return layers_[i]; }
   // Bytes of all matrices a decode step streams (every layer's projections plus lm_head).
   size_t DecodeWeightBytes() const;
-  // The dtype most matrices use (for display).
-  DType dtype() const { return lm_head_.dtype; }
+  // The dtype most matrices use (for display; f32 for quantized weights, whose activations are).
+  DType dtype() const { return quantized_ ? DType::kF32 : lm_head_.dtype; }
+  // Some matrix is in a GGUF block format (MatrixRef::quant_type).
+  bool quantized() const { return quantized_; }
+  // "bf16", "f32", or the block formats of the matrices ("Q4_K+Q6_K"), for WorkerInfo and logs.
+  std::string weight_format() const;
 
  private:
   ModelWeights() = default;
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // Owns the mappings the MatrixRefs point into.
+  std::unique_ptr<GgufFile> gguf_;          // Or: a GGUF file's.
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // Rows reordered from the file (llama q/k).
+  bool quantized_ = false;
   std::vector<std::unique_ptr<uint16_t[]>> synthetic_;  // Or: Synthetic's matrices.
   MatrixRef embed_tokens_, lm_head_;
   std::vector<float> final_norm_;

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "common/base/check.h"
 #include "common/base/thread_pool.h"
 #include "kernels/cpu/linear_avx512.h"
+#include "kernels/cpu/linear_quant.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/simd.h"
 
 namespace pdserve::kernels {
@@ -175,6 +178,11 @@ constexpr int64_t kColumnGrain = 16;
 void LinearColumns(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                    int64_t ldy, int64_t n_begin, int64_t n_end) {
   if (m <= 0 || n_begin >= n_end) return;
+  if (w.quantized()) {  // Blocks read in place (linear_quant.h), the same order on every path.
+    LinearQuantColumns(x, m, ldx, QuantMatrixRef{w.quant_type, w.data, w.rows, w.cols}, y, ldy,
+                       n_begin, n_end);
+    return;
+  }
 #if PDSERVE_AVX2
   // AVX-512 from 8 rows of x up: below that the kernel streams weights and the AVX2 path's
   // fewer, wider-per-row loads are faster (bench/RESULTS.md). Both give the same bits.
@@ -231,8 +239,17 @@ void LinearReference(const float* x, int64_t m, int64_t ldx, const MatrixRef& w,
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t j = 0; j < w.rows; ++j) {
       double s = 0;
+      std::vector<float> deq;
+      if (w.quantized()) {
+        deq.resize(static_cast<size_t>(w.cols));
+        DequantizeRow(w.quant_type, w.row(j), deq.data(), w.cols);
+      }
       for (int64_t kk = 0; kk < w.cols; ++kk) {
         double wv = 0;
+        if (w.quantized()) {
+          s += static_cast<double>(x[t * ldx + kk]) * deq[kk];
+          continue;
+        }
         switch (w.dtype) {
           case DType::kF32: wv = static_cast<const float*>(w.data)[j * w.cols + kk]; break;
           case DType::kBF16: wv = Bf16ToF32(static_cast<const uint16_t*>(w.data)[j * w.cols + kk]); break;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/simd.h"
 
 namespace pdserve::kernels {
@@ -64,6 +65,8 @@ void RopeCosSin(const RopeParams& p, int64_t head_dim, int64_t position, float* 
     double pos = static_cast<double>(position);
     if (p.type == 1) {
       pos /= p.factor;
+    } else if (p.type == 3) {
+      inv_freq = inv_freq / static_cast<double>(p.freq_factors[i]);
     } else if (p.type == 2) {
       // Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, smooth in between.
       const double low_freq_wavelen = p.original_max_position / p.low_freq_factor;
@@ -104,6 +107,7 @@ void AddInPlace(float* x, const float* y, int64_t n) {
 
 void EmbeddingRow(const MatrixRef& table, int64_t id, float* out) {
   const int64_t n = table.cols;
+  if (table.quantized()) return DequantizeRow(table.quant_type, table.row(id), out, n);
   switch (table.dtype) {
     case DType::kF32:
       std::memcpy(out, table.row(id), n * sizeof(float));

@@ -26,6 +26,8 @@ struct RopeParams {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   double original_max_position = 8192.0;
+  // type 3: each frequency divided by its factor (GGUF's rope_freqs tensor, [head_dim / 2]).
+  const float* freq_factors = nullptr;
 };
 // Writes cos[0:d/2] and sin[0:d/2] for `position` into out[0:d].
 void RopeCosSin(const RopeParams& params, int64_t head_dim, int64_t position, float* out);

@@ -3,6 +3,12 @@ fetched by scripts/gguf_py_setup.sh): files written by gguf-py are read by `pdse
 block type is dequantized by both and compared, pdserve's Q8_0 quantizer gives gguf-py's bytes,
 files pdserve writes are read back by gguf-py, and broken files are refused with a message.
 
+GgufModelTest runs whole GGUF models: `pdserve gguf convert` of a make-model checkpoint in f32
+gives the same logits, bit for bit, as the checkpoint; in Q8_0 (pdserve's quantizer) and with
+every matrix in Q4_0, Q4_K, Q5_K or Q6_K blocks (gguf-py's writer), the engine's logits equal a
+float64 numpy reference (tests/reference/hf_reference.py) run on the weights gguf-py dequantizes
+from the same file, within 1e-4 of their range, for llama, qwen2 and qwen3 shapes.
+
 Run: /usr/bin/python3 tests/gguf/test_gguf.py --pdserve build/pdserve
 """
 
@@ -19,6 +25,8 @@ import unittest
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+import hf_reference  # noqa: E402
 PDSERVE = None
 WORKDIR = None
 gguf = None
@@ -179,6 +187,139 @@ class GgufPyTest(unittest.TestCase):
         r = run("gguf", "inspect", q2k, check=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn("tensor odd: type 10 is not supported", r.stderr)
+
+
+# Scales of random blocks so that weights are ~0.05 in size (the engine's activations stay O(1)).
+SCALE = {"Q8_0": 4e-4, "Q4_0": 8e-3, "Q4_K": 6e-5, "Q5_K": 3e-5, "Q6_K": 1.5e-5}
+PROMPT = [1, 17, 5, 203, 44, 9, 120, 3]
+STEPS = 12
+
+
+def hf_name(name):
+    """llama.cpp's tensor name to Hugging Face's."""
+    top = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight",
+           "output_norm.weight": "model.norm.weight"}
+    if name in top:
+        return top[name]
+    _, layer, rest = name.split(".", 2)
+    parts = {"attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
+             "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
+             "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+             "ffn_down.weight": "mlp.down_proj.weight"}
+    for g, h in (("attn_q", "q_proj"), ("attn_k", "k_proj"), ("attn_v", "v_proj"), ("attn_output", "o_proj")):
+        parts[g + ".weight"] = f"self_attn.{h}.weight"
+        parts[g + ".bias"] = f"self_attn.{h}.bias"
+    return f"model.layers.{layer}.{parts[rest]}"
+
+
+def reference_weights(path, cfg, llama):
+    """HF-named float64 weights from a GGUF file, dequantized by gguf-py; a llama file's q and k
+    rows put back in HF order (the inverse of llama.cpp's converter's permute)."""
+    weights = {}
+    for t in gguf.GGUFReader(path).tensors:
+        if t.name == "rope_freqs.weight":
+            continue
+        shape = [int(d) for d in reversed(t.shape)]
+        values = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(shape).astype(np.float64)
+        name = hf_name(t.name)
+        if llama and (".q_proj." in name or ".k_proj." in name):
+            heads = cfg.heads if ".q_proj." in name else cfg.kv_heads
+            rows = values.shape[0]
+            values = (values.reshape(heads, cfg.head_dim // 2, 2, *values.shape[1:]).swapaxes(1, 2)
+                      .reshape(rows, *values.shape[1:]))
+        weights[name] = values
+    if "lm_head.weight" not in weights:
+        weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
+    return weights
+
+
+def engine_logits(model, extra=()):
+    dump = model + f".{len(extra)}.npy"
+    out = json.loads(run("generate", "--model", model, "--prompt-ids", ",".join(map(str, PROMPT)),
+                         "--max-tokens", STEPS, "--temperature", 0, "--ignore-eos", "--format", "json",
+                         "--threads", 2, "--kv-memory-gib", 0.05, "--compute-dtype", "f32",
+                         "--dump-logits", dump, *extra).stdout)
+    return out["token_ids"], np.load(dump).astype(np.float64)
+
+
+class GgufModelTest(unittest.TestCase):
+    def make(self, arch):
+        hf = os.path.join(WORKDIR, f"hf_{arch}")
+        if not os.path.exists(hf):
+            run("make-model", hf, "--arch", arch, "--layers", 2, "--hidden", 256, "--heads", 4,
+                "--kv-heads", 2, "--intermediate", 512, "--vocab", 320, "--seed", 11)
+        return hf
+
+    def with_random_blocks(self, f32_path, out, qname):
+        """The f32 file with every matrix whose rows are whole 256-element blocks replaced by random
+        blocks of `qname` (gguf-py's writer; the metadata copied field by field)."""
+        reader = gguf.GGUFReader(f32_path)
+        arch = bytes(reader.get_field("general.architecture").parts[-1]).decode()
+        w = gguf.GGUFWriter(out, arch)
+        for field in reader.fields.values():
+            if field.name.startswith("GGUF.") or field.name == "general.architecture":
+                continue
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(field.name, field.contents(), vtype, sub)
+        rng = np.random.default_rng(21)
+        qtype = getattr(gguf.GGMLQuantizationType, qname)
+        for t in reader.tensors:
+            data = np.asarray(t.data)
+            shape = [int(d) for d in reversed(t.shape)]
+            if len(shape) == 2 and shape[1] % 256 == 0:
+                raw = random_blocks(qname, shape[0], shape[1], rng)
+                qk, nbytes, scales = BLOCKS[qname]
+                blocks = raw.reshape(shape[0], -1, nbytes)
+                for at in scales:
+                    d = (rng.uniform(0.5, 1.0, size=blocks.shape[:2]) * SCALE[qname]).astype(np.float16)
+                    blocks[:, :, at:at + 2] = d.view(np.uint8).reshape(*blocks.shape[:2], 2)
+                w.add_tensor(t.name, blocks.reshape(shape[0], -1), raw_dtype=qtype)
+            else:
+                w.add_tensor(t.name, data.reshape(shape).astype(np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+    def check_parity(self, name, path, hf_dir, llama):
+        tokens, logits = engine_logits(path)
+        cfg = hf_reference.Config(hf_dir)
+        ref = hf_reference.forward(cfg, reference_weights(path, cfg, llama), PROMPT + tokens[:-1])
+        ref = ref[len(PROMPT) - 1:]
+        worst = 0.0
+        for step in range(STEPS):
+            err = np.max(np.abs(logits[step] - ref[step])) / np.max(np.abs(ref[step]))
+            worst = max(worst, err)
+            self.assertLessEqual(err, 1e-4, f"{name}: step {step} relative error {err:.3g}")
+            self.assertEqual(int(np.argmax(ref[step])), tokens[step], f"{name}: step {step}")
+        # The same file in chunks of 3 tokens and batched with itself: the same bits.
+        _, chunked = engine_logits(path, ("--max-num-batched-tokens", "3"))
+        np.testing.assert_array_equal(chunked, logits, err_msg=f"{name}: chunked prefill")
+        print(f"  {name:14s} max relative error {worst:.2e}", file=sys.stderr)
+
+    def test_f32_conversion_equals_the_checkpoint_bitwise(self):
+        for arch in ("llama", "qwen2", "qwen3"):
+            hf = self.make(arch)
+            f32 = os.path.join(WORKDIR, f"{arch}_f32.gguf")
+            run("gguf", "convert", hf, f32, "--type", "f32")
+            tokens_hf, logits_hf = engine_logits(hf)
+            tokens_gguf, logits_gguf = engine_logits(f32)
+            self.assertEqual(tokens_gguf, tokens_hf, arch)
+            np.testing.assert_array_equal(logits_gguf, logits_hf, err_msg=arch)
+
+    def test_quantized_models_equal_the_float64_reference(self):
+        for arch in ("llama", "qwen2", "qwen3"):
+            hf = self.make(arch)
+            q8 = os.path.join(WORKDIR, f"{arch}_q8_0.gguf")
+            run("gguf", "convert", hf, q8, "--type", "q8_0")
+            self.check_parity(f"{arch}_Q8_0", q8, hf, arch == "llama")
+            f32 = os.path.join(WORKDIR, f"{arch}_f32.gguf")
+            run("gguf", "convert", hf, f32, "--type", "f32")
+            for qname in ("Q4_0", "Q4_K", "Q5_K", "Q6_K"):
+                path = os.path.join(WORKDIR, f"{arch}_{qname}.gguf")
+                self.with_random_blocks(f32, path, qname)
+                self.check_parity(f"{arch}_{qname}", path, hf, arch == "llama")
 
 
 if __name__ == "__main__":
