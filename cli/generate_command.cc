@@ -19,6 +19,8 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/engine/llm_engine.h"
+#include "common/model/gguf_model.h"
+#include "common/model/gguf_tokenizer.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server_builder.h"
 #include "common/tokenizer/incremental_detokenizer.h"
@@ -38,6 +40,7 @@ struct GenerateFlags {
   std::string server;
   std::string server_ca;  // Verify the router's TLS certificate with this CA.
   std::string api_key;
+  std::string tokenizer;  // Instead of the model's.
   std::string prompt;
   std::string prompt_ids;
   int64_t max_tokens = 16;
@@ -110,8 +113,10 @@ absl::StatusOr<Completion> RunLocal(const GenerateFlags& f, const FlagSet& flags
   // The tokenizer is needed for --prompt; for --prompt-ids it only turns output into text.
   std::unique_ptr<Tokenizer> tokenizer;
   absl::Status tokenizer_status = absl::NotFoundError("no tokenizer.json");
-  if (FileExists(JoinPath(f.model, "tokenizer.json"))) {
-    auto t = Tokenizer::Load(f.model);
+  const std::string tokenizer_path = f.tokenizer.empty() ? f.model : f.tokenizer;
+  if (!f.tokenizer.empty() || IsGgufPath(f.model) ||
+      FileExists(JoinPath(f.model, "tokenizer.json"))) {
+    auto t = LoadModelTokenizer(tokenizer_path);
     tokenizer_status = t.status();
     if (t.ok()) tokenizer = std::move(*t);
   }
@@ -339,7 +344,9 @@ int GenerateCommand(int argc, char** argv) {
   GenerateFlags f;
   FlagSet flags("generate", "Generates a completion on the local CPU engine, or through a "
                             "router with --server.");
-  flags.String("model", &f.model, "Hugging Face model directory (local engine)");
+  flags.String("model", &f.model, "Hugging Face model directory or GGUF file (local engine)");
+  flags.String("tokenizer", &f.tokenizer,
+               "a tokenizer directory instead of the model's (a GGUF file without a vocabulary)");
   flags.String("server", &f.server, "host:port of a router or `pdserve serve` instead of --model");
   flags.String("server-ca", &f.server_ca, "with --server: PEM CA to verify the router's TLS certificate");
   flags.String("api-key", &f.api_key, "with --server: API key (better: PDSERVE_API_KEY in the environment)");

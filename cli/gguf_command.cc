@@ -18,6 +18,7 @@
 #include "common/base/strings.h"
 #include "common/model/gguf.h"
 #include "common/model/gguf_model.h"
+#include "common/model/gguf_tokenizer.h"
 #include "common/model/gguf_writer.h"
 #include "common/model/model_weights.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -150,6 +151,19 @@ std::string Encode(const std::vector<float>& v, GgmlType type) {
   return out;
 }
 
+// A file of the tokenizer alone (llama.cpp's --vocab-only): its metadata, no tensors.
+int ConvertVocab(const std::string& dir, const std::string& out) {
+  const char* cmd = "gguf convert";
+  GgufWriter g;
+  g.SetString("general.architecture", "llama");
+  g.SetString("general.name", BaseName(dir));
+  if (absl::Status s = WriteGgufTokenizer(dir, /*bos_eos=*/true, &g); !s.ok()) {
+    return ReportError(cmd, s);
+  }
+  if (absl::Status s = g.WriteFile(out); !s.ok()) return ReportError(cmd, s);
+  return kExitOk;
+}
+
 int Convert(const std::string& dir, const std::string& out, const std::string& type_name) {
   const char* cmd = "gguf convert";
   GgmlType type;
@@ -209,6 +223,11 @@ int Convert(const std::string& dir, const std::string& out, const std::string& t
   if (rs.type == RopeScaling::Type::kLinear) {
     g.SetString(a + "rope.scaling.type", "linear");
     g.SetFloat32(a + "rope.scaling.factor", static_cast<float>(rs.factor));
+  }
+  if (FileExists(JoinPath(dir, "tokenizer.json"))) {
+    if (absl::Status s = WriteGgufTokenizer(dir, /*bos_eos=*/false, &g); !s.ok()) {
+      return ReportError(cmd, s);
+    }
   }
   auto add_vector = [&](const std::string& name, const std::vector<float>& v) {
     g.AddTensor(name, GgmlType::kF32, {static_cast<int64_t>(v.size())}, Encode(v, GgmlType::kF32));
@@ -293,6 +312,7 @@ int GgufCommand(int argc, char** argv) {
   const char* cmd = "gguf";
   std::string out, tensor, type = "q8_0";
   int64_t max_array = 16;
+  bool vocab_only = false;
   FlagSet flags("gguf inspect|dequantize|quantize FILE [OUT]",
                 "GGUF files as pdserve reads them: their metadata and tensors, each tensor "
                 "dequantized as the kernels see it, a float file quantized to Q8_0.");
@@ -300,6 +320,7 @@ int GgufCommand(int argc, char** argv) {
   flags.String("tensor", &tensor, "dequantize: only this tensor");
   flags.String("type", &type, "quantize: the block format (q8_0); convert: f32, f16, bf16 or q8_0");
   flags.Int("max-array", &max_array, "inspect: arrays longer than this are summarized");
+  flags.Bool("vocab-only", &vocab_only, "convert: the tokenizer alone (DIR holds tokenizer.json)");
   flags.AllowPositional(3);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
@@ -310,7 +331,9 @@ int GgufCommand(int argc, char** argv) {
     return Dequantize(args[1], out, tensor);
   }
   if (action == "quantize" && args.size() == 3) return Quantize(args[1], args[2], type);
-  if (action == "convert" && args.size() == 3) return Convert(args[1], args[2], type);
+  if (action == "convert" && args.size() == 3) {
+    return vocab_only ? ConvertVocab(args[1], args[2]) : Convert(args[1], args[2], type);
+  }
   return ReportError(cmd,
                      absl::InvalidArgumentError(
                          "usage: pdserve gguf inspect FILE | dequantize FILE --out DIR "

@@ -145,7 +145,7 @@ struct RouterFlags {
   double discovery_interval = 5;
   double approx_ttl = 120;
   double recent_half_life = 2;
-  std::string http_listen, served_model_name, chat_template, tool_call_parser;
+  std::string http_listen, served_model_name, chat_template, tool_call_parser, tokenizer;
   int64_t http_max_connections = 1024;
   double http_request_timeout = 30;
   double http_keep_alive = 75;
@@ -162,6 +162,8 @@ struct RouterFlags {
                  "timeout=); keep it above the idle timeout of a load balancer in front");
     flags.String("served-model-name", &served_model_name,
                  "the model name clients send and see, also in metrics (default: the model directory's name)");
+    flags.String("tokenizer", &tokenizer,
+                 "a tokenizer directory instead of the model's (a GGUF file without a vocabulary)");
     flags.String("chat-template", &chat_template,
                  "a Jinja chat template file for /v1/chat/completions instead of the model's");
     flags.String("tool-call-parser", &tool_call_parser,
@@ -232,6 +234,7 @@ struct RouterFlags {
     if (!kv.ok()) return absl::InvalidArgumentError(Str("--kv-dtype: ", kv.status().message()));
     out->kv_dtype = *kv;
     out->served_model_name = served_model_name;
+    out->tokenizer = tokenizer;
     if (options.max_resumes < 0) return absl::InvalidArgumentError("--max-resumes: must be >= 0");
     if (options.max_inflight < 0) {
       return absl::InvalidArgumentError("--max-inflight-requests: must be >= 0");
@@ -442,6 +445,7 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(
   o.model_dir = model;
   o.served_model_name = rf.served_model_name.empty() ? BaseName(model) : rf.served_model_name;
   o.chat_template = rf.chat_template;
+  o.tokenizer = rf.tokenizer;
   o.max_request_bytes = static_cast<size_t>(security.max_request_bytes);
   o.max_model_len = router.model_info().context_length();
   o.tls_cert = security.tls.cert;

@@ -6,6 +6,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/base/strings.h"
+#include "common/model/gguf_tokenizer.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -40,7 +41,7 @@ absl::Status ForEachJsonLine(const std::string& path, const std::function<absl::
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("--tokenizer PATH is required");
-  return Tokenizer::Load(path);
+  return LoadModelTokenizer(path);
 }
 
 }  // namespace

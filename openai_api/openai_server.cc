@@ -14,6 +14,8 @@
 #include "common/chat/chat_template.h"
 #include "common/http/http_server.h"
 #include "common/metrics/metrics.h"
+#include "common/model/gguf_model.h"
+#include "common/model/gguf_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "openai_api/generate_call.h"
 #include "openai_api/openai_request.h"
@@ -714,6 +716,21 @@ void Exchange::Finish() {
 
 }  // namespace
 
+// The chat template: --chat-template's file, a directory's tokenizer_config.json, or a GGUF file's
+// tokenizer.chat_template (with its BOS and EOS strings).
+absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::string& path, const std::string& file) {
+  if (!file.empty() || !IsGgufPath(path)) return ChatTemplate::Load(path, file);
+  auto g = GgufFile::Open(path);
+  if (!g.ok()) return g.status();
+  auto source = GgufChatTemplate(**g);
+  if (!source.ok()) return source.status();
+  auto files = TokenizerFilesFromGguf(**g);
+  if (!files.ok()) return files.status();
+  const nlohmann::json config = nlohmann::json::parse(files->config_json);
+  return ChatTemplate::FromSource(*source, config.value("bos_token", ""),
+                                  config.value("eos_token", ""));
+}
+
 struct OpenAiServer::Impl {
   std::unique_ptr<Gateway> gateway;
   std::unique_ptr<http::HttpServer> server;
@@ -775,10 +792,12 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const OpenAiSe
   if (auto parser = ParseToolParserName(options.tool_call_parser); !parser.ok()) {
     return parser.status();
   }
-  auto tokenizer = Tokenizer::Load(options.model_dir);
+  const std::string& tokenizer_path =
+      options.tokenizer.empty() ? options.model_dir : options.tokenizer;
+  auto tokenizer = LoadModelTokenizer(tokenizer_path);
   if (!tokenizer.ok()) return tokenizer.status();
   std::unique_ptr<ChatTemplate> tmpl;
-  auto loaded = ChatTemplate::Load(options.model_dir, options.chat_template);
+  auto loaded = LoadChatTemplate(tokenizer_path, options.chat_template);
   if (loaded.ok()) {
     tmpl = std::make_unique<ChatTemplate>(std::move(*loaded));
   } else if (loaded.status().code() != absl::StatusCode::kNotFound || !options.chat_template.empty()) {

@@ -32,7 +32,8 @@ namespace pdserve::openai {
 struct OpenAiServerOptions {
   std::string listen;             // host:port (port 0: any).
   std::string grpc_target;        // The router's public gRPC address.
-  std::string model_dir;          // Tokenizer, tokenizer_config.json (chat template).
+  std::string model_dir;          // Tokenizer, tokenizer_config.json (chat template); or a GGUF file.
+  std::string tokenizer;          // A tokenizer directory instead of the model's (empty: none).
   std::string served_model_name;  // The `model` clients send and see.
   std::string chat_template;      // A Jinja file instead of the model's (empty: the model's).
   size_t max_request_bytes = 16 << 20;

@@ -9,6 +9,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/model/gguf_model.h"
+#include "common/model/gguf_tokenizer.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/proto_convert.h"
 #include "common/kvcache/block_hash.h"
@@ -30,7 +31,9 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
     r->instance_ = hex;
   }
   PD_ASSIGN_OR_RETURN(r->config_, LoadModelConfig(options.model_dir));
-  PD_ASSIGN_OR_RETURN(r->tokenizer_, Tokenizer::Load(options.model_dir));
+  PD_ASSIGN_OR_RETURN(r->tokenizer_, LoadModelTokenizer(options.tokenizer.empty()
+                                                             ? options.model_dir
+                                                             : options.tokenizer));
   PD_ASSIGN_OR_RETURN(const std::string fingerprint, ModelFingerprint(options.model_dir));
 
   WorkerPoolOptions po;

@@ -30,7 +30,8 @@
 namespace pdserve {
 
 struct RouterOptions {
-  std::string model_dir;  // config.json and tokenizer files; no weights are read.
+  std::string model_dir;  // config.json and tokenizer files, or a GGUF file; no weights are read.
+  std::string tokenizer;  // A tokenizer directory instead of the model's (empty: the model's).
   // Comma-separated host:port or dns:///name:port entries (discovery.h).
   std::string prefill;    // May be empty: decode workers prefill.
   std::string decode;     // At least one worker.

@@ -10,6 +10,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/kvcache/block_hash.h"
+#include "common/model/gguf_model.h"
 
 namespace pdserve {
 
@@ -37,31 +38,19 @@ std::string LayoutString(const internal::v1::KvLayout& l) {
              ";layout=", l.layout(), ";hash_scheme=", l.hash_scheme(), ";device=", l.device());
 }
 
-absl::StatusOr<std::string> ModelFingerprint(const std::string& model_dir) {
-  XXH64_state_t* state = XXH64_createState();
-  XXH64_reset(state, 0);
-  PD_ASSIGN_OR_RETURN(std::string config, ReadFileToString(JoinPath(model_dir, "config.json")));
-  XXH64_update(state, config.data(), config.size());
-  std::vector<std::string> files;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(model_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") files.push_back(name);
-  }
-  std::sort(files.begin(), files.end());
-  for (const std::string& name : files) {
-    std::ifstream in(JoinPath(model_dir, name), std::ios::binary);
-    uint64_t header_len = 0;
-    in.read(reinterpret_cast<char*>(&header_len), 8);
-    if (!in || header_len > (100u << 20)) continue;
-    std::string header(header_len, '\0');
-    in.read(header.data(), static_cast<std::streamsize>(header_len));
-    XXH64_update(state, name.data(), name.size());
-    XXH64_update(state, header.data(), header.size());
-  }
-  const uint64_t h = XXH64_digest(state);
-  XXH64_freeState(state);
-  return absl::StrFormat("%016x", h);
+absl::StatusOr<std::string> ModelFingerprint(const std::string& model_path) {
+  PD_ASSIGN_OR_RETURN(const ModelConfig c, LoadModelConfig(model_path));
+  const RopeScaling& rs = c.rope_scaling;
+  std::string canonical =
+      Str(ModelFamilyName(c.family), "|", c.vocab_size, "|", c.hidden_size, "|",
+          c.intermediate_size, "|", c.num_layers, "|", c.num_heads, "|", c.num_kv_heads, "|",
+          c.head_dim, "|", absl::StrFormat("%a|%a", c.rms_norm_eps, c.rope_theta), "|",
+          static_cast<int>(rs.type), "|",
+          absl::StrFormat("%a|%a|%a", rs.factor, rs.low_freq_factor, rs.high_freq_factor), "|",
+          rs.original_max_position, "|", c.tie_word_embeddings, c.qkv_bias, c.o_bias, c.mlp_bias,
+          c.qk_norm, "|", c.sliding_window);
+  for (float f : rs.freq_factors) canonical += absl::StrFormat("|%a", f);
+  return absl::StrFormat("%016x", XXH64(canonical.data(), canonical.size(), 0));
 }
 
 void FillTopLogprobs(const TokenOutput& t, v1::TokenLogprobs* out) {

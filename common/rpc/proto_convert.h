@@ -17,9 +17,12 @@ namespace pdserve {
 internal::v1::KvLayout MakeKvLayout(const LLMEngine& engine, const std::string& fingerprint);
 std::string LayoutString(const internal::v1::KvLayout& layout);
 
-// A fingerprint of the model: XXH3-64 of config.json and of every safetensors header (names,
-// shapes, dtypes, offsets), hex. Two workers serving different weights disagree.
-absl::StatusOr<std::string> ModelFingerprint(const std::string& model_dir);
+// A fingerprint of the model's architecture: XXH64 of every ModelConfig field that shapes its
+// computation (family, sizes, heads, norm epsilon, rope and its scaling, biases, window, tied
+// output), hex. A checkpoint directory and a GGUF file of the same model (any weight format) agree,
+// so tiers may load different formats; two models of different shapes never do. (Like the
+// safetensors headers it replaced, it cannot tell two fine-tunes of one shape apart.)
+absl::StatusOr<std::string> ModelFingerprint(const std::string& model_path);
 
 void FillTopLogprobs(const TokenOutput& t, v1::TokenLogprobs* out);
 

@@ -69,6 +69,15 @@ class OracleTest(unittest.TestCase):
             print(f"  {name} {kind} {text[:60]!r}\n    ours   {ours[:24]}\n    oracle {theirs[:24]}",
                   file=sys.stderr)
         self.assertEqual(len(mismatches), 0, f"{name}: {len(mismatches)} encode mismatches")
+        if byte_level:
+            # The same tokenizer written to GGUF metadata (tokenizer.ggml.*, as llama.cpp's
+            # converter writes it) and read back from there: the same ids on every string.
+            gguf = os.path.join(tempfile.mkdtemp(prefix="pdserve_tok_"), f"{name}.gguf")
+            subprocess.run([PDSERVE, "gguf", "convert", tokdir, gguf, "--vocab-only"], check=True)
+            for flags, want in (([], plain), (["--add-special-tokens"], special)):
+                from_gguf = run([PDSERVE, "tokenize", "--tokenizer", gguf, "--input-jsonl", CORPUS] + flags)
+                bad_gguf = [i for i in range(len(self.texts)) if from_gguf[i]["token_ids"] != want[i]["token_ids"]]
+                self.assertEqual(bad_gguf[:5], [], f"{name}: the tokenizer from GGUF differs {flags}")
 
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
             for o in oracle:
