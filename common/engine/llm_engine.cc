@@ -78,6 +78,12 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
   if (options.max_num_seqs < 1 || options.max_num_batched_tokens < 1) {
     return absl::InvalidArgumentError("max_num_seqs and max_num_batched_tokens must be positive");
   }
+  if (options.backend == "cuda" && e->weights_->quantized()) {
+    return absl::UnimplementedError(
+        Str("--device cuda with quantized weights (", e->weights_->weight_format(),
+            "): the CUDA kernels read f32/bf16/f16 matrices only; quantized formats run on "
+            "--device cpu"));
+  }
   KvCacheSpec spec{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size,
                    options.kv_dtype};
   int64_t num_blocks = options.num_kv_blocks;
@@ -316,8 +322,11 @@ void LLMEngine::ReleaseHeld(const std::string& request_id) {
 
 std::string LLMEngine::numerics() const {
   if (device() != "cpu") return device() + "/bf16";
-  if (compute_dtype_ == ComputeDType::kF32) return "f32";
-  return kernels::AmxEnabled() ? "bf16/amx" : "bf16/vdpbf16ps";
+  // Quantized weights name their block formats: a worker on Q4_K computes other logits than one
+  // on bf16 weights of the same model, and the router says so (NumericsWatch).
+  const std::string weights = weights_->quantized() ? "+" + weights_->weight_format() : "";
+  if (compute_dtype_ == ComputeDType::kF32) return "f32" + weights;
+  return (kernels::AmxEnabled() ? "bf16/amx" : "bf16/vdpbf16ps") + weights;
 }
 
 std::string LLMEngine::AbortKeepingBlocks(const std::string& request_id,

@@ -44,9 +44,13 @@ absl::StatusOr<std::string> ModelFingerprint(const std::string& model_path) {
   std::string canonical =
       Str(ModelFamilyName(c.family), "|", c.vocab_size, "|", c.hidden_size, "|",
           c.intermediate_size, "|", c.num_layers, "|", c.num_heads, "|", c.num_kv_heads, "|",
-          c.head_dim, "|", absl::StrFormat("%a|%a", c.rms_norm_eps, c.rope_theta), "|",
+          // As floats: a GGUF file stores them in f32, and the kernels compute with the float.
+          c.head_dim, "|", absl::StrFormat("%a|%a", static_cast<float>(c.rms_norm_eps),
+                                           static_cast<float>(c.rope_theta)), "|",
           static_cast<int>(rs.type), "|",
-          absl::StrFormat("%a|%a|%a", rs.factor, rs.low_freq_factor, rs.high_freq_factor), "|",
+          absl::StrFormat("%a|%a|%a", static_cast<float>(rs.factor),
+                          static_cast<float>(rs.low_freq_factor),
+                          static_cast<float>(rs.high_freq_factor)), "|",
           rs.original_max_position, "|", c.tie_word_embeddings, c.qkv_bias, c.o_bias, c.mlp_bias,
           c.qk_norm, "|", c.sliding_window);
   for (float f : rs.freq_factors) canonical += absl::StrFormat("|%a", f);

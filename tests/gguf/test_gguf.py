@@ -27,6 +27,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 import hf_reference  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+import cluster  # noqa: E402
 PDSERVE = None
 WORKDIR = None
 gguf = None
@@ -320,6 +322,72 @@ class GgufModelTest(unittest.TestCase):
                 path = os.path.join(WORKDIR, f"{arch}_{qname}.gguf")
                 self.with_random_blocks(f32, path, qname)
                 self.check_parity(f"{arch}_{qname}", path, hf, arch == "llama")
+
+
+class GgufTiersTest(unittest.TestCase):
+    """A GGUF file through every tier: serve's gRPC and OpenAI APIs on its own tokenizer, equal to
+    `generate` on the file; and tiers on different files of one model (prefill on the f32
+    checkpoint, decode on its Q8_0 GGUF): they pair, pages move, and the router names the mixed
+    numerics."""
+
+    def test_serve_and_mixed_tiers(self):
+        cluster.stubs_dir()
+        import grpc
+        from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pbg
+        from pdserve.internal.v1 import worker_pb2, worker_pb2_grpc
+        hf = os.path.join(WORKDIR, "tiers_hf")
+        run("make-model", hf, "--arch", "llama", "--layers", 2, "--hidden", 128, "--heads", 4,
+            "--kv-heads", 2, "--intermediate", 256, "--vocab", 512, "--seed", 4)
+        q8 = os.path.join(WORKDIR, "tiers_q8.gguf")
+        run("gguf", "convert", hf, q8, "--type", "q8_0")
+        text = "In the beginning was the word"
+        want = json.loads(run("generate", "--model", q8, "--prompt", text, "--max-tokens", 8,
+                              "--temperature", 0, "--ignore-eos", "--format", "json",
+                              "--compute-dtype", "f32").stdout)
+        s = cluster.Process(PDSERVE, ["serve", "--model", q8, "--listen", "127.0.0.1:0", "--threads", "1",
+                                      "--kv-memory-gib", "0.05", "--http-listen", "127.0.0.1:0",
+                                      "--compute-dtype", "f32"])
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(s.grpc))
+            ids = []
+            for r in stub.Generate(pb.GenerateRequest(text=text, sampling=pb.SamplingParams(
+                    max_tokens=8, temperature=0, ignore_eos=True)), timeout=60):
+                ids += list(r.token_ids)
+            self.assertEqual(ids, want["token_ids"])
+            import urllib.request
+            req = urllib.request.Request(f"http://{s.addresses['http']}/v1/completions", data=json.dumps(
+                {"prompt": text, "max_tokens": 8, "temperature": 0, "ignore_eos": True}).encode(),
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                got = json.loads(r.read())
+            self.assertEqual(got["choices"][0]["text"], want["text"])
+            self.assertEqual(got["model"], "tiers_q8.gguf")
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+        engine = ["--transport", "tcp", "--threads", "1", "--kv-memory-gib", "0.05", "--compute-dtype", "f32"]
+        p = cluster.Process(PDSERVE, ["prefill", "--listen", "127.0.0.1:0", "--model", hf, *engine])
+        d = cluster.Process(PDSERVE, ["decode", "--listen", "127.0.0.1:0", "--model", q8, "--transport", "tcp",
+                                      "--local-prefill-tokens", "4", "--threads", "1", "--kv-memory-gib", "0.05",
+                                      "--compute-dtype", "f32"])
+        router = cluster.Process(PDSERVE, ["router", "--listen", "127.0.0.1:0", "--model", q8,
+                                           "--prefill", p.grpc, "--decode", d.grpc,
+                                           "--local-prefill-tokens", "4"])
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(router.grpc))
+            out = list(stub.Generate(pb.GenerateRequest(text=text + " and the word was", sampling=pb.SamplingParams(
+                max_tokens=6, temperature=0, ignore_eos=True)), timeout=60))
+            self.assertEqual(out[-1].finish_reason, "length")
+            self.assertEqual(sum(len(r.token_ids) for r in out), 6)
+            admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(router.grpc))
+            stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+            self.assertEqual(stats.decode[0].info.numerics, "f32+Q8_0")
+            self.assertEqual(cluster.worker_info(p.grpc, prefill=True).numerics, "f32")
+            self.assertEqual(stats.mixed_numerics_workers, 1, stats)
+            self.assertEqual(cluster.worker_info(d.grpc, prefill=False).transfers_completed, 1)  # Pages moved.
+        finally:
+            codes = [router.stop(), d.stop(), p.stop()]
+            self.assertEqual(codes, [0, 0, 0])
 
 
 if __name__ == "__main__":
