@@ -37,6 +37,7 @@ struct EngineFlags {
   bool prefix_caching = true;
   std::string prefill_gemm = "invariant";
   std::string compute_dtype = "auto";
+  std::string weight_dtype = "auto";
   bool weight_huge_pages = true;
   std::string device = "cpu";
 

@@ -145,23 +145,28 @@ void ExpectBitwiseEqual(const Result& a, const Result& b, const std::string& wha
   }
 }
 
-// A numeric mode: the linear layers' dtype and the KV pool's.
+// A numeric mode: the linear layers' dtype, the KV pool's, and the weights' (kF32: as stored;
+// Q8_0: quantized on load, read by the block kernels).
 struct Mode {
   ComputeDType compute;
   KvDType kv;
+  GgmlType weights = GgmlType::kF32;
 };
 const Mode kModes[] = {{ComputeDType::kF32, KvDType::kF32},
                        {ComputeDType::kBF16, KvDType::kF32},
                        {ComputeDType::kF32, KvDType::kInt8},
                        {ComputeDType::kF32, KvDType::kInt4},
-                       {ComputeDType::kBF16, KvDType::kInt8}};
+                       {ComputeDType::kBF16, KvDType::kInt8},
+                       {ComputeDType::kF32, KvDType::kF32, GgmlType::kQ8_0}};
 std::string ModeName(const Mode& m) {
-  return Str(ComputeDTypeName(m.compute), "_kv", KvDTypeName(m.kv));
+  return Str(ComputeDTypeName(m.compute), "_kv", KvDTypeName(m.kv),
+             GgmlQuantized(m.weights) ? Str("_w", GgmlTypeName(m.weights)) : "");
 }
 EngineOptions ModeOptions(const Mode& m) {
   EngineOptions o = SmallOptions();
   o.compute_dtype = m.compute;
   o.kv_dtype = m.kv;
+  o.weight_dtype = m.weights;
   return o;
 }
 

@@ -42,9 +42,10 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
   e->options_ = options;
   PD_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   if (options.shared_weights != nullptr) {
-    PD_ASSIGN_OR_RETURN(e->weights_, options.shared_weights->Load(config, model_dir));
+    PD_ASSIGN_OR_RETURN(e->weights_,
+                        options.shared_weights->Load(config, model_dir, options.weight_dtype));
   } else {
-    PD_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(config, model_dir));
+    PD_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(config, model_dir, options.weight_dtype));
   }
   e->eos_ids_ = config.eos_token_ids;
   for (int32_t id : GenerationConfigEos(model_dir)) {

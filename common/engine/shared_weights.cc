@@ -7,7 +7,7 @@
 namespace pdserve {
 
 absl::StatusOr<std::shared_ptr<const ModelWeights>> SharedWeights::Load(
-    const ModelConfig& config, const std::string& model_dir) {
+    const ModelConfig& config, const std::string& model_dir, GgmlType quantize_to) {
   std::lock_guard<std::mutex> lock(mu_);
   if (weights_ != nullptr) {
     if (model_dir != model_dir_) {
@@ -16,7 +16,8 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> SharedWeights::Load(
     }
     return weights_;
   }
-  PD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> loaded, ModelWeights::Load(config, model_dir));
+  PD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> loaded,
+                      ModelWeights::Load(config, model_dir, quantize_to));
   weights_ = std::move(loaded);
   model_dir_ = model_dir;
   return weights_;

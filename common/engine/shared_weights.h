@@ -28,7 +28,8 @@ class SharedWeights {
   // same object for later calls with that directory. One model per process: another directory
   // is InvalidArgument.
   absl::StatusOr<std::shared_ptr<const ModelWeights>> Load(const ModelConfig& config,
-                                                           const std::string& model_dir);
+                                                           const std::string& model_dir,
+                                                           GgmlType quantize_to = GgmlType::kF32);
 
   // CpuMatrices::Make(weights, compute_dtype, huge_pages, threads) once per (compute_dtype,
   // huge_pages); `weights` must be the ones Load returned.

@@ -205,8 +205,54 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::LoadGguf(const Model
   return w;
 }
 
+absl::Status ModelWeights::QuantizeMatrices(GgmlType type) {
+  if (type != GgmlType::kQ8_0) {
+    return absl::UnimplementedError(Str("--weight-dtype ", GgmlTypeName(type),
+                                        ": only q8_0 is made on load (so far)"));
+  }
+  const int64_t qk = GgmlBlockElements(type);
+  auto quantize = [&](MatrixRef* m) {
+    if (m->quantized() || m->cols % qk != 0) return;
+    const GgmlType from = m->dtype == DType::kF32    ? GgmlType::kF32
+                          : m->dtype == DType::kBF16 ? GgmlType::kBF16
+                                                     : GgmlType::kF16;
+    const int64_t row_bytes = GgmlRowBytes(type, m->cols);
+    auto out = std::make_unique<uint8_t[]>(static_cast<size_t>(m->rows * row_bytes));
+    std::vector<float> row(static_cast<size_t>(m->cols));
+    for (int64_t r = 0; r < m->rows; ++r) {
+      kernels::DequantizeRow(from, m->row(r), row.data(), m->cols);
+      kernels::QuantizeRowQ8_0(row.data(), out.get() + r * row_bytes, m->cols);
+    }
+    MatrixRef q{DType::kF32, out.get(), m->rows, m->cols};
+    q.quant_type = type;
+    *m = q;
+    owned_.push_back(std::move(out));
+    quantized_ = true;
+  };
+  const bool tied = lm_head_.data == embed_tokens_.data;
+  quantize(&embed_tokens_);
+  if (tied) {
+    lm_head_ = embed_tokens_;
+  } else {
+    quantize(&lm_head_);
+  }
+  for (LayerWeights& L : layers_) {
+    for (MatrixRef* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj,
+                         &L.down_proj}) {
+      quantize(m);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const ModelConfig& config,
-                                                                 const std::string& dir) {
+                                                                 const std::string& dir,
+                                                                 GgmlType quantize_to) {
+  if (GgmlQuantized(quantize_to)) {
+    PD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> w, Load(config, dir));
+    PD_RETURN_IF_ERROR(w->QuantizeMatrices(quantize_to));
+    return w;
+  }
   if (IsGgufPath(dir)) return LoadGguf(config, dir);
   std::unique_ptr<ModelWeights> w(new ModelWeights());
   w->config_ = config;

@@ -31,9 +31,12 @@ class ModelWeights {
  public:
   // Checks that every tensor the config implies is present with the right shape and a supported
   // dtype; errors name the tensor and its file.
-  // `dir`: a Hugging Face checkpoint directory, or a GGUF file (LoadGguf).
+  // `dir`: a Hugging Face checkpoint directory, or a GGUF file (LoadGguf). `quantize_to` a block
+  // format (GgmlQuantized): every float matrix whose rows are whole blocks is quantized on load
+  // (--weight-dtype; Q8_0 gives llama-quantize's bytes), into memory the weights own.
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const ModelConfig& config,
-                                                            const std::string& dir);
+                                                            const std::string& dir,
+                                                            GgmlType quantize_to = GgmlType::kF32);
   // Weights made instead of read, for benchmarks of a model's shape without its files
   // (bench-engine --random-weights). Every matrix is bf16 and never tied: matrix k (in the order
   // q, k, v, o, gate|up as one, down per layer, then lm_head, then the embedding) holds
@@ -63,6 +66,7 @@ class ModelWeights {
 
  private:
   ModelWeights() = default;
+  absl::Status QuantizeMatrices(GgmlType type);
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // Owns the mappings the MatrixRefs point into.
   std::unique_ptr<GgufFile> gguf_;          // Or: a GGUF file's.

@@ -4,7 +4,8 @@ block type is dequantized by both and compared, pdserve's Q8_0 quantizer gives g
 files pdserve writes are read back by gguf-py, and broken files are refused with a message.
 
 GgufModelTest runs whole GGUF models: `pdserve gguf convert` of a make-model checkpoint in f32
-gives the same logits, bit for bit, as the checkpoint; in Q8_0 (pdserve's quantizer) and with
+gives the same logits, bit for bit, as the checkpoint (and --weight-dtype q8_0 on the checkpoint
+as its Q8_0 file); in Q8_0 (pdserve's quantizer) and with
 every matrix in Q4_0, Q4_K, Q5_K or Q6_K blocks (gguf-py's writer), the engine's logits equal a
 float64 numpy reference (tests/reference/hf_reference.py) run on the weights gguf-py dequantizes
 from the same file, within 1e-4 of their range, for llama, qwen2 and qwen3 shapes.
@@ -316,6 +317,11 @@ class GgufModelTest(unittest.TestCase):
             q8 = os.path.join(WORKDIR, f"{arch}_q8_0.gguf")
             run("gguf", "convert", hf, q8, "--type", "q8_0")
             self.check_parity(f"{arch}_Q8_0", q8, hf, arch == "llama")
+            # The checkpoint quantized on load (--weight-dtype q8_0) is the same model, bit for bit.
+            tokens_q8, logits_q8 = engine_logits(q8)
+            tokens_load, logits_load = engine_logits(hf, ("--weight-dtype", "q8_0"))
+            self.assertEqual(tokens_load, tokens_q8, arch)
+            np.testing.assert_array_equal(logits_load, logits_q8, err_msg=f"{arch}: on-load Q8_0")
             f32 = os.path.join(WORKDIR, f"{arch}_f32.gguf")
             run("gguf", "convert", hf, f32, "--type", "f32")
             for qname in ("Q4_0", "Q4_K", "Q5_K", "Q6_K"):
