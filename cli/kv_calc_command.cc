@@ -8,6 +8,7 @@
 #include "common/base/dtype.h"
 #include "common/base/file_util.h"
 #include "common/base/strings.h"
+#include "common/model/gguf.h"
 #include "common/model/gguf_model.h"
 #include "common/model/model_config.h"
 #include "nlohmann/json.hpp"
@@ -96,6 +97,25 @@ int KvCalcCommand(int argc, char** argv) {
     return ReportError(cmd, absl::InvalidArgumentError(Str(overflow, " exceeds 2^63 bytes")),
                        kExitUsage);
   }
+  // Weight memory per format: the model's matrices (embeddings and output counted once each, as
+  // NumParameters does) at each format's bits per weight (blocks' scales included), and a GGUF
+  // file's own tensors as they are.
+  const double params = static_cast<double>(c.NumParameters());
+  const std::pair<const char*, double> kFormats[] = {
+      {"f32", 32}, {"bf16", 16}, {"q8_0", 8.5}, {"q6_k", 6.5625}, {"q5_k", 5.5}, {"q4_k", 4.5},
+      {"q4_0", 4.5}};
+  nlohmann::ordered_json weight_bytes = nlohmann::ordered_json::object();
+  for (const auto& [name, bits_per_weight] : kFormats) {
+    weight_bytes[name] = static_cast<int64_t>(params * bits_per_weight / 8);
+  }
+  nlohmann::json file_bytes = nullptr;
+  if (config_path.empty() && IsGgufPath(model)) {
+    auto g = GgufFile::Open(model);
+    if (!g.ok()) return ReportError(cmd, g.status());
+    int64_t sum = 0;
+    for (const GgufTensor& t : (*g)->tensors()) sum += static_cast<int64_t>(t.bytes);
+    file_bytes = sum;
+  }
   nlohmann::json max_tokens = nullptr, max_sequences = nullptr;
   if (memory_gib > 0) {
     const double budget = memory_gib * static_cast<double>(1ull << 30);
@@ -119,6 +139,8 @@ int KvCalcCommand(int argc, char** argv) {
     j["scale_bytes"] = total_scale_bytes;
     j["max_tokens"] = max_tokens;
     j["max_sequences"] = max_sequences;
+    j["weight_bytes"] = weight_bytes;
+    j["weight_bytes_of_file"] = file_bytes;
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
@@ -137,6 +159,15 @@ int KvCalcCommand(int argc, char** argv) {
               total_bytes / static_cast<double>(1ull << 30));
   if (total_scale_bytes > 0) {
     std::printf("of which scales:   %lld bytes\n", static_cast<long long>(total_scale_bytes));
+  }
+  std::printf("weights:          ");
+  for (const auto& [name, bytes] : weight_bytes.items()) {
+    std::printf(" %s %.2f GiB", name.c_str(), bytes.get<int64_t>() / static_cast<double>(1ull << 30));
+  }
+  std::printf("\n");
+  if (!file_bytes.is_null()) {
+    std::printf("this file's tensors: %.2f GiB\n",
+                file_bytes.get<int64_t>() / static_cast<double>(1ull << 30));
   }
   if (memory_gib > 0) {
     std::printf("%.2f GiB holds:     %lld tokens = %lld sequences of %lld\n", memory_gib,
