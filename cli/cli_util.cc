@@ -52,8 +52,9 @@ void EngineFlags::Register(FlagSet& flags) {
                "cpu, or cuda (the forward pass on GPU 0: bf16 weights and GEMMs with f32 sums, "
                "the KV pool in device memory)");
   flags.String("weight-dtype", &weight_dtype,
-               "auto (the weights as stored: a checkpoint's float dtype, a GGUF file's blocks) or "
-               "q8_0 (float matrices quantized on load to llama.cpp's Q8_0)");
+               "auto (the weights as stored: a checkpoint's float dtype, a GGUF file's blocks), "
+               "q8_0 or q4_k (float matrices quantized on load to llama.cpp's Q8_0 / Q4_K; rows "
+               "that are not whole Q4_K blocks stay as they are)");
   flags.String("compute-dtype", &compute_dtype,
                "linear layers in f32, bf16 (bf16 activations x bf16 weights, f32 sums; "
                "batch-invariant too) or auto (bf16 when the weights are bf16 and the CPU has "
@@ -92,9 +93,11 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   o->weight_huge_pages = weight_huge_pages;
   if (weight_dtype == "q8_0") {
     o->weight_dtype = GgmlType::kQ8_0;
+  } else if (weight_dtype == "q4_k") {
+    o->weight_dtype = GgmlType::kQ4_K;
   } else if (weight_dtype != "auto") {
     return absl::InvalidArgumentError(
-        Str("--weight-dtype: '", weight_dtype, "' is not auto or q8_0 (q4_k on load: not yet)"));
+        Str("--weight-dtype: '", weight_dtype, "' is not auto, q8_0 or q4_k"));
   }
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(Str("--device: '", device, "' is not cpu or cuda"));

@@ -146,6 +146,7 @@ std::string Encode(const std::vector<float>& v, GgmlType type) {
       }
       break;
     case GgmlType::kQ8_0: kernels::QuantizeRowQ8_0(v.data(), out.data(), n); break;
+    case GgmlType::kQ4_K: kernels::QuantizeRowQ4_K(v.data(), out.data(), n); break;
     default: break;
   }
   return out;
@@ -175,9 +176,11 @@ int Convert(const std::string& dir, const std::string& out, const std::string& t
     type = GgmlType::kBF16;
   } else if (type_name == "q8_0") {
     type = GgmlType::kQ8_0;
+  } else if (type_name == "q4_k") {
+    type = GgmlType::kQ4_K;
   } else {
     return ReportError(cmd, absl::InvalidArgumentError(Str("--type: '", type_name,
-                                                           "' (f32, f16, bf16 or q8_0)")),
+                                                           "' (f32, f16, bf16, q8_0 or q4_k)")),
                        kExitUsage);
   }
   auto config = ModelConfig::FromFile(JoinPath(dir, "config.json"));
@@ -212,8 +215,11 @@ int Convert(const std::string& dir, const std::string& out, const std::string& t
   g.SetFloat32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   g.SetFloat32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
   g.SetUint32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
-  g.SetUint32("general.file_type", type == GgmlType::kF32 ? 0 : type == GgmlType::kF16 ? 1
-                                   : type == GgmlType::kBF16 ? 32 : 7);
+  g.SetUint32("general.file_type", type == GgmlType::kF32    ? 0
+                                   : type == GgmlType::kF16  ? 1
+                                   : type == GgmlType::kBF16 ? 32
+                                   : type == GgmlType::kQ4_K ? 14  // Q4_K_S: all Q4_K.
+                                                             : 7);
   if (c.sliding_window > 0) g.SetUint32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
   if (c.bos_token_id) g.SetUint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*c.bos_token_id));
   if (!c.eos_token_ids.empty()) {
@@ -260,7 +266,10 @@ int Convert(const std::string& dir, const std::string& out, const std::string& t
     add_vector("rope_freqs.weight", factors);
   }
   auto add_matrix = [&](const std::string& name, const MatrixRef& m, int64_t permute = 0) {
-    const GgmlType t = type == GgmlType::kQ8_0 && m.cols % 32 != 0 ? GgmlType::kF16 : type;
+    // Rows that are not whole blocks fall back, as llama-quantize's do: Q4_K to Q8_0, to F16.
+    GgmlType t = type;
+    if (t == GgmlType::kQ4_K && m.cols % 256 != 0) t = GgmlType::kQ8_0;
+    if (t == GgmlType::kQ8_0 && m.cols % 32 != 0) t = GgmlType::kF16;
     g.AddTensor(name, t, {m.cols, m.rows}, Encode(Rows(m, permute), t));
   };
   const int64_t permute = arch == "llama" ? c.head_dim : 0;
@@ -318,7 +327,8 @@ int GgufCommand(int argc, char** argv) {
                 "dequantized as the kernels see it, a float file quantized to Q8_0.");
   flags.String("out", &out, "dequantize: the directory for NAME.npy files");
   flags.String("tensor", &tensor, "dequantize: only this tensor");
-  flags.String("type", &type, "quantize: the block format (q8_0); convert: f32, f16, bf16 or q8_0");
+  flags.String("type", &type,
+               "quantize: the block format (q8_0); convert: f32, f16, bf16, q8_0 or q4_k");
   flags.Int("max-array", &max_array, "inspect: arrays longer than this are summarized");
   flags.Bool("vocab-only", &vocab_only, "convert: the tokenizer alone (DIR holds tokenizer.json)");
   flags.AllowPositional(3);
@@ -338,7 +348,7 @@ int GgufCommand(int argc, char** argv) {
                      absl::InvalidArgumentError(
                          "usage: pdserve gguf inspect FILE | dequantize FILE --out DIR "
                          "[--tensor NAME] | quantize IN OUT --type q8_0 | convert DIR OUT "
-                         "--type f32|f16|bf16|q8_0"),
+                         "--type f32|f16|bf16|q8_0|q4_k"),
                      kExitUsage);
 }
 

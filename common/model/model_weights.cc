@@ -206,9 +206,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::LoadGguf(const Model
 }
 
 absl::Status ModelWeights::QuantizeMatrices(GgmlType type) {
-  if (type != GgmlType::kQ8_0) {
+  if (type != GgmlType::kQ8_0 && type != GgmlType::kQ4_K) {
     return absl::UnimplementedError(Str("--weight-dtype ", GgmlTypeName(type),
-                                        ": only q8_0 is made on load (so far)"));
+                                        ": q8_0 and q4_k are made on load"));
   }
   const int64_t qk = GgmlBlockElements(type);
   auto quantize = [&](MatrixRef* m) {
@@ -221,7 +221,11 @@ absl::Status ModelWeights::QuantizeMatrices(GgmlType type) {
     std::vector<float> row(static_cast<size_t>(m->cols));
     for (int64_t r = 0; r < m->rows; ++r) {
       kernels::DequantizeRow(from, m->row(r), row.data(), m->cols);
-      kernels::QuantizeRowQ8_0(row.data(), out.get() + r * row_bytes, m->cols);
+      if (type == GgmlType::kQ8_0) {
+        kernels::QuantizeRowQ8_0(row.data(), out.get() + r * row_bytes, m->cols);
+      } else {
+        kernels::QuantizeRowQ4_K(row.data(), out.get() + r * row_bytes, m->cols);
+      }
     }
     MatrixRef q{DType::kF32, out.get(), m->rows, m->cols};
     q.quant_type = type;

@@ -71,6 +71,43 @@ TEST(QuantBlocks, Q8_0QuantizerRoundTripsWithinHalfAStep) {
   EXPECT_EQ(code_max, 127);
 }
 
+// Q4_K's search: every block decodes to within a fraction of its range (4-bit codes, 6-bit scales),
+// a block of one value is exact, and the fit beats the plain min/max grid of the same codes.
+TEST(QuantBlocks, Q4_KQuantizerFitsEachBlock) {
+  std::vector<float> x = RandomX(256 * 6, 3);
+  std::fill(x.begin() + 256, x.begin() + 512, 0.25f);  // Constant block.
+  for (int i = 512; i < 768; ++i) x[i] = std::fabs(x[i]);  // All positive: min > 0.
+  std::string q(6 * 144, '\0');
+  QuantizeRowQ4_K(x.data(), q.data(), 256 * 6);
+  std::vector<float> back(x.size());
+  DequantizeRow(GgmlType::kQ4_K, q.data(), back.data(), static_cast<int64_t>(x.size()));
+  for (int b = 0; b < 6; ++b) {
+    double err = 0, naive = 0, energy = 0;
+    for (int j = 0; j < 8; ++j) {
+      float lo = 1e30f, hi = -1e30f;
+      for (int l = 0; l < 32; ++l) {
+        lo = std::min(lo, x[b * 256 + j * 32 + l]);
+        hi = std::max(hi, x[b * 256 + j * 32 + l]);
+      }
+      lo = std::min(lo, 0.0f);
+      const float step = (hi - lo) / 15;
+      for (int l = 0; l < 32; ++l) {
+        const int i = b * 256 + j * 32 + l;
+        err += (back[i] - x[i]) * (back[i] - x[i]);
+        const float r = step > 0 ? lo + step * std::nearbyint((x[i] - lo) / step) : x[i];
+        naive += (r - x[i]) * (r - x[i]);
+        energy += x[i] * x[i];
+      }
+    }
+    if (b == 1) {
+      EXPECT_LT(err, 1e-6 * energy) << "constant block";
+      continue;
+    }
+    EXPECT_LT(std::sqrt(err / energy), 0.12) << "block " << b;
+    EXPECT_LT(err, 1.5 * naive) << "block " << b;  // 6-bit scales cost a little over the ideal grid.
+  }
+}
+
 // The kernel equals a double-precision dot product of the dequantized weights (DequantizeRow is
 // checked against llama.cpp's gguf-py in tests/gguf), AVX2 and scalar give the same bits, and a
 // row's result does not depend on the batch it is in or on the thread split.

@@ -88,7 +88,126 @@ void Q6K(const uint8_t* b, float* out) {
   }
 }
 
+int NearestInt(float v) { return static_cast<int>(std::nearbyint(v)); }
+
+// llama.cpp's make_qkx2_quants for n = 32, nmax = 15, rmin -1, rdelta 0.1, 20 steps, squared
+// error: the scale of a sub-block (its codes in L) and minus its min in *the_min.
+float FitScaleMin(const float* x, const float* weights, uint8_t* L, float* the_min) {
+  constexpr int n = 32, nmax = 15, nstep = 20;
+  constexpr float rmin = -1.0f, rdelta = 0.1f;
+  float min = x[0], max = x[0];
+  float sum_w = weights[0], sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    min = std::min(min, x[i]);
+    max = std::max(max, x[i]);
+    sum_w += weights[i];
+    sum_x += weights[i] * x[i];
+  }
+  if (min > 0) min = 0;
+  if (max == min) {
+    std::memset(L, 0, n);
+    *the_min = -min;
+    return 0.0f;
+  }
+  float iscale = nmax / (max - min);
+  float scale = 1 / iscale;
+  float best = 0;
+  for (int i = 0; i < n; ++i) {
+    L[i] = static_cast<uint8_t>(std::clamp(NearestInt(iscale * (x[i] - min)), 0, nmax));
+    const float diff = scale * L[i] + min - x[i];
+    best += weights[i] * diff * diff;
+  }
+  uint8_t aux[n];
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * static_cast<float>(is) + nmax) / (max - min);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::clamp(NearestInt(iscale * (x[i] - min)), 0, nmax);
+      aux[i] = static_cast<uint8_t>(l);
+      sum_l += weights[i] * l;
+      sum_l2 += weights[i] * l * l;
+      sum_xl += weights[i] * l * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (D > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float err = 0;
+      for (int i = 0; i < n; ++i) {
+        const float diff = this_scale * aux[i] + this_min - x[i];
+        err += weights[i] * diff * diff;
+      }
+      if (err < best) {
+        std::memcpy(L, aux, n);
+        best = err;
+        scale = this_scale;
+        min = this_min;
+      }
+    }
+  }
+  *the_min = -min;
+  return scale;
+}
+
 }  // namespace
+
+void QuantizeRowQ4_K(const float* src, void* dst, int64_t n) {
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n / 256; ++b, src += 256, out += 144) {
+    uint8_t L[256];
+    float scales[8], mins[8], weights[32];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+      const float* x = src + 32 * j;
+      float sum_x2 = 0;
+      for (int l = 0; l < 32; ++l) sum_x2 += x[l] * x[l];
+      const float av_x = std::sqrt(sum_x2 / 32);
+      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[l]);
+      scales[j] = FitScaleMin(x, weights, L + 32 * j, &mins[j]);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    uint8_t* sc = out + 4;
+    std::memset(sc, 0, 12);
+    for (int j = 0; j < 8; ++j) {
+      const int ls = std::min(63, NearestInt(inv_scale * scales[j]));
+      const int lm = std::min(63, NearestInt(inv_min * mins[j]));
+      if (j < 4) {
+        sc[j] = static_cast<uint8_t>(ls);
+        sc[j + 4] = static_cast<uint8_t>(lm);
+      } else {
+        sc[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+        sc[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+        sc[j] |= static_cast<uint8_t>((lm >> 4) << 6);
+      }
+    }
+    const uint16_t d = F32ToF16(max_scale / 63.f), dmin = F32ToF16(max_min / 63.f);
+    std::memcpy(out, &d, 2);
+    std::memcpy(out + 2, &dmin, 2);
+    // The codes again, against the scales as they were stored.
+    for (int j = 0; j < 8; ++j) {
+      int s, mn;
+      ScaleMin(j, sc, &s, &mn);
+      const float dj = F16ToF32(d) * static_cast<float>(s);
+      if (dj == 0) continue;
+      const float dm = F16ToF32(dmin) * static_cast<float>(mn);
+      for (int l = 0; l < 32; ++l) {
+        L[32 * j + l] = static_cast<uint8_t>(std::clamp(NearestInt((src[32 * j + l] + dm) / dj), 0, 15));
+      }
+    }
+    uint8_t* q = out + 16;
+    for (int j = 0; j < 256; j += 64) {
+      for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+      q += 32;
+    }
+  }
+}
 
 void DequantizeBlock(GgmlType type, const uint8_t* b, float* out) {
   switch (type) {

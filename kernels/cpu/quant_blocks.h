@@ -32,6 +32,12 @@ void DequantizeBlock(GgmlType type, const uint8_t* block, float* out);
 // d = max|x| / 127 stored as f16 (round to nearest even), q = round(x / d) (halfway away from 0).
 void QuantizeRowQ8_0(const float* src, void* dst, int64_t n);
 
+// f32 to Q4_K by llama.cpp's reference search (quantize_row_q4_K_ref's: per sub-block of 32 a
+// weighted least-squares fit of scale and min over 21 candidate grids, weights |x| + rms; the
+// eight scales and mins then quantized to 6 bits against the block's largest). Ties round to
+// even (nearbyint) where llama.cpp's float trick does the same.
+void QuantizeRowQ4_K(const float* src, void* dst, int64_t n);
+
 }  // namespace pdserve::kernels
 
 #endif  // PDSERVE_KERNELS_CPU_QUANT_BLOCKS_H_

@@ -322,6 +322,14 @@ class GgufModelTest(unittest.TestCase):
             tokens_load, logits_load = engine_logits(hf, ("--weight-dtype", "q8_0"))
             self.assertEqual(tokens_load, tokens_q8, arch)
             np.testing.assert_array_equal(logits_load, logits_q8, err_msg=f"{arch}: on-load Q8_0")
+            # The same for pdserve's Q4_K quantizer: the file against the reference, on load = file.
+            q4 = os.path.join(WORKDIR, f"{arch}_q4_k.gguf")
+            run("gguf", "convert", hf, q4, "--type", "q4_k")
+            self.check_parity(f"{arch}_Q4_K(ours)", q4, hf, arch == "llama")
+            tokens_q4, logits_q4 = engine_logits(q4)
+            tokens_load, logits_load = engine_logits(hf, ("--weight-dtype", "q4_k"))
+            self.assertEqual(tokens_load, tokens_q4, arch)
+            np.testing.assert_array_equal(logits_load, logits_q4, err_msg=f"{arch}: on-load Q4_K")
             f32 = os.path.join(WORKDIR, f"{arch}_f32.gguf")
             run("gguf", "convert", hf, f32, "--type", "f32")
             for qname in ("Q4_0", "Q4_K", "Q5_K", "Q6_K"):
