@@ -35,6 +35,9 @@ MODES = {
     "bf16 compute + bf16 KV pool": ["--compute-dtype", "bf16", "--kv-dtype", "bf16"],
     "int8 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "int8"],
     "int4 KV pool": ["--compute-dtype", "f32", "--kv-dtype", "int4"],
+    # Weights quantized as they load (llama.cpp's Q8_0 bytes; Q4_K by its reference search).
+    "Q8_0 weights": ["--compute-dtype", "f32", "--weight-dtype", "q8_0"],
+    "Q4_K weights": ["--compute-dtype", "f32", "--weight-dtype", "q4_k"],
 }
 MODE_ENV = {"bf16 compute (PDSERVE_AMX=0)": {"PDSERVE_AMX": "0"}}
 

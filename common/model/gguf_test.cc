@@ -126,6 +126,14 @@ TEST(Gguf, BadFilesNameTheProblem) {
   const uint64_t big_dim = uint64_t{1} << 50;
   std::memcpy(&absurd[24 + 8 + 1 + 4], &big_dim, 8);
   Expect(absurd, "dimension 0 is");
+  // Two dimensions each in bounds whose product is not (2^33 x 2^33 wrapped a 64-bit check).
+  GgufWriter two;
+  two.AddTensor("t", GgmlType::kF32, {8, 8}, std::string(256, '\0'));
+  std::string product = two.Serialize();
+  const uint64_t d33 = uint64_t{1} << 33;
+  std::memcpy(&product[24 + 8 + 1 + 4], &d33, 8);
+  std::memcpy(&product[24 + 8 + 1 + 4 + 8], &d33, 8);
+  Expect(product, "dimension 1 is");
 
   // An array that claims more elements than the file could hold.
   GgufWriter w;
