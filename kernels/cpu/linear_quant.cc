@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <utility>
 
 #include "common/base/dtype.h"
 
@@ -71,7 +73,8 @@ struct DeqQ8_0 {
   const int8_t* q;
   explicit DeqQ8_0(const uint8_t* b)
       : d(_mm256_set1_ps(LoadF16(b))), q(reinterpret_cast<const int8_t*>(b + 2)) {}
-  __m256 operator()(int g) const {
+  template <int g>
+  __m256 At() const {
     const __m256i v = _mm256_cvtepi8_epi32(Load8Bytes(reinterpret_cast<const uint8_t*>(q + 8 * g)));
     return _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
   }
@@ -82,7 +85,8 @@ struct DeqQ4_0 {
   __m256 d;
   const uint8_t* q;
   explicit DeqQ4_0(const uint8_t* b) : d(_mm256_set1_ps(LoadF16(b))), q(b + 2) {}
-  __m256 operator()(int g) const {
+  template <int g>
+  __m256 At() const {
     const __m128i bytes = Load8Bytes(q + 8 * (g & 1));
     const __m128i nib = g < 2 ? _mm_and_si128(bytes, _mm_set1_epi8(0x0F))
                               : _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
@@ -116,19 +120,20 @@ struct DeqQ45K {
     qh = kFifth ? b + 16 : nullptr;
     qs = kFifth ? b + 48 : b + 16;
   }
-  __m256 operator()(int g) const {
-    const int pair = g / 8, high = (g / 4) & 1, part = g & 3;  // Elements 64p + 32h + 8part.
+  template <int g>
+  __m256 At() const {
+    constexpr int pair = g / 8, high = (g / 4) & 1, part = g & 3;  // Elements 64p + 32h + 8part.
     const __m128i bytes = Load8Bytes(qs + 32 * pair + 8 * part);
     __m128i q = high ? _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F))
                      : _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
     __m256i v = Widen(q);
     if constexpr (kFifth) {
-      const int bit = 2 * pair + high;
+      constexpr int bit = 2 * pair + high;
       const __m256i h = Widen(Load8Bytes(qh + 8 * part));
       v = _mm256_or_si256(v, _mm256_slli_epi32(
                                  _mm256_and_si256(_mm256_srli_epi32(h, bit), _mm256_set1_epi32(1)), 4));
     }
-    const int sub = 2 * pair + high;
+    constexpr int sub = 2 * pair + high;
     return _mm256_fmadd_ps(_mm256_set1_ps(dsc[sub]), _mm256_cvtepi32_ps(v),
                            _mm256_set1_ps(-dm[sub]));
   }
@@ -142,11 +147,12 @@ struct DeqQ6K {
   float d;
   explicit DeqQ6K(const uint8_t* b)
       : ql(b), qh(b + 128), sc(reinterpret_cast<const int8_t*>(b + 192)), d(LoadF16(b + 208)) {}
-  __m256 operator()(int g) const {
+  template <int g>
+  __m256 At() const {
     // Element e = 128 half + 32 quarter + l, l = 8 part + lane (DequantizeBlock's Q6K).
-    const int half = g / 16, quarter = (g / 4) & 3, part = g & 3;
-    const int l0 = 8 * part;
-    const uint8_t* lo = ql + 64 * half + (quarter & 1 ? 32 : 0) + l0;
+    constexpr int half = g / 16, quarter = (g / 4) & 3, part = g & 3;
+    constexpr int l0 = 8 * part;
+    const uint8_t* lo = ql + 64 * half + ((quarter & 1) ? 32 : 0) + l0;
     const __m256i low = Widen(Load8Bytes(lo));
     const __m256i nib = quarter < 2 ? _mm256_and_si256(low, _mm256_set1_epi32(0xF))
                                     : _mm256_srli_epi32(low, 4);
@@ -158,6 +164,27 @@ struct DeqQ6K {
     return _mm256_mul_ps(_mm256_set1_ps(dsc), _mm256_cvtepi32_ps(q));
   }
 };
+
+// y[t0 + r][j + c] for r < R, c < C: C weight rows, R rows of x, every block dequantized once per
+// call. C > 1 gives a row of x C independent accumulators (an FMA's latency hidden behind the
+// others'); each output still has one accumulator and one order, whatever C and R.
+// One group of 8 weights of each of C rows into their R accumulators (g known at compile time, so
+// every offset and shift is a constant).
+template <int g, int C, int R, typename Deq>
+inline void Group(const Deq* deq, const float* xb, int64_t ldx, __m256 (&acc)[C][R]) {
+  for (int c = 0; c < C; ++c) {
+    const __m256 wv = deq[c].template At<g>();
+    for (int r = 0; r < R; ++r) {
+      acc[c][r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xb + r * ldx + 8 * g), acc[c][r]);
+    }
+  }
+}
+
+template <int C, int R, typename Deq, int... G>
+inline void Block(const Deq* deq, const float* xb, int64_t ldx, __m256 (&acc)[C][R],
+                  std::integer_sequence<int, G...>) {
+  (Group<G, C, R>(deq, xb, ldx, acc), ...);
+}
 
 // y[t0 + r][j + c] for r < R, c < C: C weight rows, R rows of x, every block dequantized once per
 // call. C > 1 gives a row of x C independent accumulators (an FMA's latency hidden behind the
@@ -174,18 +201,14 @@ void RowsDot(const QuantMatrixRef& w, int64_t j, const float* x, int64_t ldx, fl
     for (int r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* xb = x + b * qk;
+    alignas(64) unsigned char storage[C * sizeof(Deq)];
+    Deq* deq = reinterpret_cast<Deq*>(storage);
     for (int c = 0; c < C; ++c) {
       // The rows stream from memory: ask for what comes 1 KiB ahead of each.
       _mm_prefetch(reinterpret_cast<const char*>(rows[c] + b * bytes + 1024), _MM_HINT_T0);
-      const Deq deq(rows[c] + b * bytes);
-      for (int g = 0; g < Deq::kGroups; ++g) {
-        const __m256 wv = deq(g);
-        for (int r = 0; r < R; ++r) {
-          acc[c][r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xb + r * ldx + 8 * g), acc[c][r]);
-        }
-      }
+      new (&deq[c]) Deq(rows[c] + b * bytes);
     }
+    Block<C, R>(deq, x + b * qk, ldx, acc, std::make_integer_sequence<int, Deq::kGroups>());
   }
   for (int c = 0; c < C; ++c) {
     for (int r = 0; r < R; ++r) y[r * ldy + j + c] = HorizontalSum(acc[c][r]);
