@@ -119,6 +119,15 @@ void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
       .With({model_name_, role_, info.layout().kv_dtype(), std::to_string(info.layout().block_size()),
              std::to_string(info.kv_bytes_per_token()), std::to_string(info.page_bytes())})
       .Set(1);
+  // What the worker computes with: its compute dtype and, for quantized weights, their block
+  // formats ("f32+Q4_K+Q6_K"): tiers on different files of one model show here.
+  registry_
+      ->AddGauge("pdserve_numerics_info",
+                 "The worker's arithmetic (value 1): compute dtype, and the block formats of "
+                 "quantized weights.",
+                 {"model_name", "role", "numerics"})
+      .With({model_name_, role_, info.numerics()})
+      .Set(1);
   kv_usage_.Set(info.total_blocks() > 0
                     ? static_cast<double>(info.used_blocks()) / info.total_blocks()
                     : 0.0);

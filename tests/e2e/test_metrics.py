@@ -253,6 +253,7 @@ class MetricsTest(unittest.TestCase):
                 self.assertEqual(page.value("pdserve_kv_cache_config_info", role=role, kv_dtype="f32",
                                             block_size="16", bytes_per_token=str(i.kv_bytes_per_token),
                                             page_bytes=str(i.page_bytes)), 1)
+                self.assertEqual(page.value("pdserve_numerics_info", role=role, numerics=i.numerics), 1)
                 self.assertEqual(page.value("pdserve_kv_cache_usage_perc", role=role), 0)
                 self.assertEqual(page.value("pdserve_num_requests_running", role=role), 0)
                 self.assertEqual(page.value("pdserve_num_requests_waiting", role=role), 0)

@@ -383,7 +383,7 @@ class GgufTiersTest(unittest.TestCase):
         p = cluster.Process(PDSERVE, ["prefill", "--listen", "127.0.0.1:0", "--model", hf, *engine])
         d = cluster.Process(PDSERVE, ["decode", "--listen", "127.0.0.1:0", "--model", q8, "--transport", "tcp",
                                       "--local-prefill-tokens", "4", "--threads", "1", "--kv-memory-gib", "0.05",
-                                      "--compute-dtype", "f32"])
+                                      "--compute-dtype", "f32", "--metrics-listen", "127.0.0.1:0"])
         router = cluster.Process(PDSERVE, ["router", "--listen", "127.0.0.1:0", "--model", q8,
                                            "--prefill", p.grpc, "--decode", d.grpc,
                                            "--local-prefill-tokens", "4"])
@@ -398,6 +398,7 @@ class GgufTiersTest(unittest.TestCase):
             self.assertEqual(stats.decode[0].info.numerics, "f32+Q8_0")
             self.assertEqual(cluster.worker_info(p.grpc, prefill=True).numerics, "f32")
             self.assertEqual(stats.mixed_numerics_workers, 1, stats)
+            self.assertEqual(cluster.metric(d, "pdserve_numerics_info", role="decode", numerics="f32+Q8_0"), 1)
             self.assertEqual(cluster.worker_info(d.grpc, prefill=False).transfers_completed, 1)  # Pages moved.
         finally:
             codes = [router.stop(), d.stop(), p.stop()]
