@@ -170,6 +170,11 @@ void ColumnsScalar(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, f
 // 140-178; batch 16 143 vs 192-221; 128-token prefill 202-242 vs 308-313 tok/s.
 constexpr int64_t kAvx512MinRows = 8;
 
+// Rows of x from which a quantized matrix's rows are dequantized to f32 for the f32 kernel (below
+// that, linear_quant reads the blocks in registers), and weight rows dequantized at a time.
+constexpr int64_t kDequantizedMinRows = 8;
+constexpr int64_t kQuantRowTile = 16;
+
 // Column ranges handed to threads are multiples of this (keeps micro-tiles whole).
 constexpr int64_t kColumnGrain = 16;
 
@@ -178,9 +183,25 @@ constexpr int64_t kColumnGrain = 16;
 void LinearColumns(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                    int64_t ldy, int64_t n_begin, int64_t n_end) {
   if (m <= 0 || n_begin >= n_end) return;
-  if (w.quantized()) {  // Blocks read in place (linear_quant.h), the same order on every path.
-    LinearQuantColumns(x, m, ldx, QuantMatrixRef{w.quant_type, w.data, w.rows, w.cols}, y, ldy,
-                       n_begin, n_end);
+  if (w.quantized()) {
+    if (m < kDequantizedMinRows) {  // Decode: blocks read in place, dequantized in registers.
+      LinearQuantColumns(x, m, ldx, QuantMatrixRef{w.quant_type, w.data, w.rows, w.cols}, y, ldy,
+                         n_begin, n_end);
+      return;
+    }
+    // Prefill: a few weight rows at a time dequantized to f32 (DequantizeBlock's bits) and
+    // multiplied by the f32 kernel, whose order of sums (one 8-lane accumulator along k, the
+    // fixed horizontal tree) is linear_quant's: the same bits as the decode path, at the f32
+    // kernel's speed, the dequantizing paid once per kQuantRowTile rows for all m rows of x.
+    thread_local std::vector<float> rows;
+    rows.resize(static_cast<size_t>(kQuantRowTile * w.cols));
+    for (int64_t j = n_begin; j < n_end; j += kQuantRowTile) {
+      const int64_t n = std::min(kQuantRowTile, n_end - j);
+      for (int64_t r = 0; r < n; ++r) {
+        DequantizeRow(w.quant_type, w.row(j + r), &rows[static_cast<size_t>(r * w.cols)], w.cols);
+      }
+      LinearColumns(x, m, ldx, MatrixRef{DType::kF32, rows.data(), n, w.cols}, y + j, ldy, 0, n);
+    }
     return;
   }
 #if PDSERVE_AVX2

@@ -9,6 +9,7 @@
 #include "common/base/dtype.h"
 #include "common/base/thread_pool.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace pdserve::kernels {
@@ -125,10 +126,19 @@ TEST(LinearQuant, MatchesTheDequantizedReferenceBitwiseAcrossPathsAndBatches) {
     LinearQuant(x.data(), m, k, w, y_pool.data(), n, &pool);
     EXPECT_EQ(0, std::memcmp(y.data(), y_scalar.data(), y.size() * 4));
     EXPECT_EQ(0, std::memcmp(y.data(), y_pool.data(), y.size() * 4));
+    // Through the linear layers' entry: 13 rows take the dequantize-to-f32 path (the f32 kernel,
+    // AVX-512 where the CPU has it), one row the block kernel: the same bits.
+    MatrixRef as_matrix{DType::kF32, w_bytes.data(), n, k};
+    as_matrix.quant_type = type;
+    std::vector<float> y_linear(m * n);
+    Linear(x.data(), m, k, as_matrix, y_linear.data(), n, &pool);
+    EXPECT_EQ(0, std::memcmp(y.data(), y_linear.data(), y.size() * 4));
     std::vector<float> wf(k);
     for (int64_t t = 0; t < m; ++t) {
       LinearQuantColumns(x.data() + t * k, 1, k, w, y_one.data(), n, 0, n);
       EXPECT_EQ(0, std::memcmp(y_one.data(), y.data() + t * n, n * 4)) << "row " << t;
+      LinearColumns(x.data() + t * k, 1, k, as_matrix, y_one.data(), n, 0, n);
+      EXPECT_EQ(0, std::memcmp(y_one.data(), y_linear.data() + t * n, n * 4)) << "row " << t;
       for (int64_t j = 0; j < n; ++j) {
         DequantizeRow(type, w.row(j), wf.data(), k);
         double ref = 0, mag = 0;
