@@ -47,6 +47,19 @@ GgufValue Scalar(GgufValueType type) {
   return v;
 }
 
+// An array of `element` values, each set from one item by `fill`.
+template <typename T, typename Fill>
+GgufValue ArrayOf(GgufValueType element, const std::vector<T>& items, Fill fill) {
+  GgufValue v = Scalar(GgufValueType::kArray);
+  v.element_type = element;
+  for (const T& item : items) {
+    GgufValue e = Scalar(element);
+    fill(item, &e);
+    v.array.push_back(std::move(e));
+  }
+  return v;
+}
+
 }  // namespace
 
 void GgufWriter::Set(std::string_view key, const GgufValue& value) {
@@ -62,59 +75,37 @@ void GgufWriter::SetString(std::string_view key, std::string_view value) {
   Set(key, v);
 }
 void GgufWriter::SetUint32(std::string_view key, uint32_t value) {
-  GgufValue v = Scalar(GgufValueType::kUint32);
-  v.u = value;
-  Set(key, v);
+  SetInteger(key, GgufValueType::kUint32, value);
 }
 void GgufWriter::SetInt32(std::string_view key, int32_t value) {
-  GgufValue v = Scalar(GgufValueType::kInt32);
-  v.i = value;
-  Set(key, v);
+  SetInteger(key, GgufValueType::kInt32, value);
 }
 void GgufWriter::SetUint64(std::string_view key, uint64_t value) {
-  GgufValue v = Scalar(GgufValueType::kUint64);
-  v.u = value;
-  Set(key, v);
+  SetInteger(key, GgufValueType::kUint64, static_cast<int64_t>(value));
+}
+void GgufWriter::SetBool(std::string_view key, bool value) {
+  SetInteger(key, GgufValueType::kBool, value ? 1 : 0);
 }
 void GgufWriter::SetFloat32(std::string_view key, float value) {
   GgufValue v = Scalar(GgufValueType::kFloat32);
   v.f = value;
   Set(key, v);
 }
-void GgufWriter::SetBool(std::string_view key, bool value) {
-  GgufValue v = Scalar(GgufValueType::kBool);
-  v.u = value ? 1 : 0;
+void GgufWriter::SetInteger(std::string_view key, GgufValueType type, int64_t value) {
+  GgufValue v = Scalar(type);
+  v.i = value;
+  v.u = static_cast<uint64_t>(value);
   Set(key, v);
 }
 void GgufWriter::SetStringArray(std::string_view key, const std::vector<std::string>& values) {
-  GgufValue v = Scalar(GgufValueType::kArray);
-  v.element_type = GgufValueType::kString;
-  for (const std::string& s : values) {
-    GgufValue e = Scalar(GgufValueType::kString);
-    e.s = s;
-    v.array.push_back(std::move(e));
-  }
-  Set(key, v);
+  Set(key, ArrayOf(GgufValueType::kString, values,
+                   [](const std::string& x, GgufValue* e) { e->s = x; }));
 }
 void GgufWriter::SetInt32Array(std::string_view key, const std::vector<int32_t>& values) {
-  GgufValue v = Scalar(GgufValueType::kArray);
-  v.element_type = GgufValueType::kInt32;
-  for (int32_t x : values) {
-    GgufValue e = Scalar(GgufValueType::kInt32);
-    e.i = x;
-    v.array.push_back(e);
-  }
-  Set(key, v);
+  Set(key, ArrayOf(GgufValueType::kInt32, values, [](int32_t x, GgufValue* e) { e->i = x; }));
 }
 void GgufWriter::SetFloat32Array(std::string_view key, const std::vector<float>& values) {
-  GgufValue v = Scalar(GgufValueType::kArray);
-  v.element_type = GgufValueType::kFloat32;
-  for (float x : values) {
-    GgufValue e = Scalar(GgufValueType::kFloat32);
-    e.f = x;
-    v.array.push_back(e);
-  }
-  Set(key, v);
+  Set(key, ArrayOf(GgufValueType::kFloat32, values, [](float x, GgufValue* e) { e->f = x; }));
 }
 
 void GgufWriter::AddTensor(std::string_view name, GgmlType type, std::vector<int64_t> dims,

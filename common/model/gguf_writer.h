@@ -36,6 +36,8 @@ class GgufWriter {
   std::string Serialize(uint64_t alignment = 32) const;
 
  private:
+  // An integer type (or bool): `value` as both of GgufValue's integer fields.
+  void SetInteger(std::string_view key, GgufValueType type, int64_t value);
   struct Tensor {
     std::string name;
     GgmlType type;
