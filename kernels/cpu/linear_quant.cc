@@ -107,13 +107,7 @@ struct DeqQ45K {
     const uint8_t* sc = b + 4;
     for (int j = 0; j < 8; ++j) {
       int s, mn;
-      if (j < 4) {
-        s = sc[j] & 63;
-        mn = sc[j + 4] & 63;
-      } else {
-        s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-        mn = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-      }
+      KQuantScaleMin(j, sc, &s, &mn);
       dsc[j] = d * static_cast<float>(s);
       dm[j] = dmin * static_cast<float>(mn);
     }

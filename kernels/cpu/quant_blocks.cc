@@ -15,17 +15,6 @@ uint16_t U16(const uint8_t* p) {
   return v;
 }
 
-// Q4_K/Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
-void ScaleMin(int j, const uint8_t* q, int* scale, int* min) {
-  if (j < 4) {
-    *scale = q[j] & 63;
-    *min = q[j + 4] & 63;
-  } else {
-    *scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 void Q8_0(const uint8_t* b, float* out) {
   const float d = F16ToF32(U16(b));
   const int8_t* q = reinterpret_cast<const int8_t*>(b + 2);
@@ -47,9 +36,9 @@ void Q45K(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* out) {
   const uint8_t* scales = b + 4;
   for (int pair = 0; pair < 4; ++pair) {
     int sc, mn;
-    ScaleMin(2 * pair, scales, &sc, &mn);
+    KQuantScaleMin(2 * pair, scales, &sc, &mn);
     const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-    ScaleMin(2 * pair + 1, scales, &sc, &mn);
+    KQuantScaleMin(2 * pair + 1, scales, &sc, &mn);
     const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
     const uint8_t* q = qs + 32 * pair;
     for (int l = 0; l < 32; ++l) {
@@ -193,7 +182,7 @@ void QuantizeRowQ4_K(const float* src, void* dst, int64_t n) {
     // The codes again, against the scales as they were stored.
     for (int j = 0; j < 8; ++j) {
       int s, mn;
-      ScaleMin(j, sc, &s, &mn);
+      KQuantScaleMin(j, sc, &s, &mn);
       const float dj = F16ToF32(d) * static_cast<float>(s);
       if (dj == 0) continue;
       const float dm = F16ToF32(dmin) * static_cast<float>(mn);

@@ -25,6 +25,17 @@ namespace pdserve::kernels {
 // types convert exactly.
 void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
 
+// Q4_K/Q5_K: the 6-bit scale and min of sub-block j (0..7) from a block's 12 packed bytes.
+inline void KQuantScaleMin(int j, const uint8_t* q, int* scale, int* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 // One block of a quantized type to its BlockElements floats.
 void DequantizeBlock(GgmlType type, const uint8_t* block, float* out);
 
