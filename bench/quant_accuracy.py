@@ -13,13 +13,10 @@ the perplexity pdserve's engine gives each format, computed without its kernels'
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
-
-import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
@@ -43,20 +40,6 @@ def held_out_stream(pdserve, model):
     for line in out.splitlines():
         stream += [config["bos_token_id"]] + json.loads(line)["token_ids"] + [config["eos_token_id"]]
     return stream
-
-
-def perplexity(cfg, weights, stream, window):
-    total, count = 0.0, 0
-    for start in range(0, len(stream) - 1, window):
-        chunk = stream[start:start + window]
-        if len(chunk) < 2:
-            break
-        logits = hf_reference.forward(cfg, weights, chunk[:-1])
-        logits = logits - logits.max(axis=-1, keepdims=True)
-        logz = np.log(np.exp(logits).sum(axis=-1))
-        total -= float(np.sum(logits[np.arange(len(chunk) - 1), chunk[1:]] - logz))
-        count += len(chunk) - 1
-    return math.exp(total / count)
 
 
 def main():
@@ -83,7 +66,7 @@ def main():
         path = os.path.join(work, f"model-{t}.gguf")
         subprocess.run([args.pdserve, "gguf", "convert", args.model, path, "--type", t], check=True)
         weights = test_gguf.reference_weights(path, cfg, llama=cfg.arch == "LlamaForCausalLM")
-        ppl = perplexity(cfg, weights, stream, window)
+        ppl, _ = hf_reference.perplexity(cfg, weights, stream, window)
         base = base or ppl
         bits = {"f32": 32, "bf16": 16, "f16": 16, "q8_0": 8.5, "q4_k": 4.5}[t]
         print(f"| {os.path.basename(os.path.normpath(args.model))} | {t} | {bits} | {ppl:.4f} | "

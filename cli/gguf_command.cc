@@ -122,10 +122,7 @@ int Quantize(const std::string& in, const std::string& out, const std::string& t
 // llama.cpp's rotary layout (GGUF row g is Hugging Face row GgufRowToHf(g)).
 std::vector<float> Rows(const MatrixRef& m, int64_t permute_head_dim) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
-  const GgmlType type = m.quantized()                 ? m.quant_type
-                        : m.dtype == DType::kF32      ? GgmlType::kF32
-                        : m.dtype == DType::kBF16     ? GgmlType::kBF16
-                                                      : GgmlType::kF16;
+  const GgmlType type = m.element_type();
   for (int64_t g = 0; g < m.rows; ++g) {
     const int64_t src = permute_head_dim > 0 ? GgufRowToHf(g, permute_head_dim) : g;
     kernels::DequantizeRow(type, m.row(src), &out[static_cast<size_t>(g * m.cols)], m.cols);
@@ -167,22 +164,26 @@ int ConvertVocab(const std::string& dir, const std::string& out) {
 
 int Convert(const std::string& dir, const std::string& out, const std::string& type_name) {
   const char* cmd = "gguf convert";
-  GgmlType type;
-  if (type_name == "f32") {
-    type = GgmlType::kF32;
-  } else if (type_name == "f16") {
-    type = GgmlType::kF16;
-  } else if (type_name == "bf16") {
-    type = GgmlType::kBF16;
-  } else if (type_name == "q8_0") {
-    type = GgmlType::kQ8_0;
-  } else if (type_name == "q4_k") {
-    type = GgmlType::kQ4_K;
-  } else {
+  // The formats, and llama.cpp's general.file_type of a file all in that format (Q4_K: its
+  // Q4_K_S; Q4_K_M mixes in Q6_K).
+  struct Format {
+    const char* name;
+    GgmlType type;
+    uint32_t file_type;
+  };
+  constexpr Format kFormats[] = {{"f32", GgmlType::kF32, 0},   {"f16", GgmlType::kF16, 1},
+                                 {"bf16", GgmlType::kBF16, 32}, {"q8_0", GgmlType::kQ8_0, 7},
+                                 {"q4_k", GgmlType::kQ4_K, 14}};
+  const Format* format = nullptr;
+  for (const Format& f : kFormats) {
+    if (type_name == f.name) format = &f;
+  }
+  if (format == nullptr) {
     return ReportError(cmd, absl::InvalidArgumentError(Str("--type: '", type_name,
                                                            "' (f32, f16, bf16, q8_0 or q4_k)")),
                        kExitUsage);
   }
+  const GgmlType type = format->type;
   auto config = ModelConfig::FromFile(JoinPath(dir, "config.json"));
   if (!config.ok()) return ReportError(cmd, config.status());
   const ModelConfig& c = *config;
@@ -195,9 +196,6 @@ int Convert(const std::string& dir, const std::string& out, const std::string& t
     case ModelFamily::kMistral: arch = "llama"; break;
     case ModelFamily::kQwen2: arch = "qwen2"; break;
     case ModelFamily::kQwen3: arch = "qwen3"; break;
-  }
-  if (c.rope_scaling.type == RopeScaling::Type::kFactors) {
-    return ReportError(cmd, absl::InvalidArgumentError("rope scaling by factors"), kExitUsage);
   }
   GgufWriter g;
   const std::string a = arch + ".";
@@ -215,11 +213,7 @@ int Convert(const std::string& dir, const std::string& out, const std::string& t
   g.SetFloat32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   g.SetFloat32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
   g.SetUint32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
-  g.SetUint32("general.file_type", type == GgmlType::kF32    ? 0
-                                   : type == GgmlType::kF16  ? 1
-                                   : type == GgmlType::kBF16 ? 32
-                                   : type == GgmlType::kQ4_K ? 14  // Q4_K_S: all Q4_K.
-                                                             : 7);
+  g.SetUint32("general.file_type", format->file_type);
   if (c.sliding_window > 0) g.SetUint32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
   if (c.bos_token_id) g.SetUint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*c.bos_token_id));
   if (!c.eos_token_ids.empty()) {

@@ -267,6 +267,10 @@ bool CheckChoices(size_t choices, const ParseOptions& o, ApiError* e) {
 
 }  // namespace
 
+bool JsonBoolField(const nlohmann::ordered_json& j, const char* key, bool* out, ApiError* e) {
+  return Boolean(j, key, out, e);
+}
+
 bool JsonInt64(const nlohmann::ordered_json& v, int64_t* out) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();

@@ -56,6 +56,9 @@ struct ParseOptions {
 bool ParseJsonObject(std::string_view body, nlohmann::ordered_json* out, ApiError* error,
                      bool keep_all = false);
 
+// An optional boolean member: absent or null leaves *out alone; another type fails naming `key`.
+bool JsonBoolField(const nlohmann::ordered_json& j, const char* key, bool* out, ApiError* error);
+
 // A JSON integer as an int64 (false when it is not an integer or is past int64's range: a
 // uint64 above it must not wrap).
 bool JsonInt64(const nlohmann::ordered_json& v, int64_t* out);

@@ -296,23 +296,10 @@ class Gateway {
     nlohmann::ordered_json j;
     if (!ParseJsonObject(req.body, &j, &e)) return SendError(res, e);
     std::string text;
-    bool add_special = true;
-    if (j.contains("add_special_tokens") && !j["add_special_tokens"].is_null()) {
-      if (!j["add_special_tokens"].is_boolean()) {
-        e.param = "add_special_tokens";
-        e.message = "'add_special_tokens' must be a boolean";
-        return SendError(res, e);
-      }
-      add_special = j["add_special_tokens"].get<bool>();
-    }
-    bool token_strs = false;
-    if (j.contains("return_token_strs") && !j["return_token_strs"].is_null()) {
-      if (!j["return_token_strs"].is_boolean()) {
-        e.param = "return_token_strs";
-        e.message = "'return_token_strs' must be a boolean";
-        return SendError(res, e);
-      }
-      token_strs = j["return_token_strs"].get<bool>();
+    bool add_special = true, token_strs = false;
+    if (!JsonBoolField(j, "add_special_tokens", &add_special, &e) ||
+        !JsonBoolField(j, "return_token_strs", &token_strs, &e)) {
+      return SendError(res, e);
     }
     if (j.contains("prompt") && j["prompt"].is_string()) {
       text = j["prompt"].get<std::string>();

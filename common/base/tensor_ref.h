@@ -36,6 +36,12 @@ struct MatrixRef {
   GgmlType quant_type = GgmlType::kF32;
 
   bool quantized() const { return GgmlQuantized(quant_type); }
+  // The element type as GGUF names it: the block format, or the float dtype.
+  GgmlType element_type() const {
+    if (quantized()) return quant_type;
+    if (dtype == DType::kF32) return GgmlType::kF32;
+    return dtype == DType::kBF16 ? GgmlType::kBF16 : GgmlType::kF16;
+  }
   size_t bytes() const {
     if (quantized()) return static_cast<size_t>(rows * GgmlRowBytes(quant_type, cols));
     if (layout != MatrixLayout::kRowMajor) {  // Panels: rows rounded up to 16, columns to 2.

@@ -213,9 +213,7 @@ absl::Status ModelWeights::QuantizeMatrices(GgmlType type) {
   const int64_t qk = GgmlBlockElements(type);
   auto quantize = [&](MatrixRef* m) {
     if (m->quantized() || m->cols % qk != 0) return;
-    const GgmlType from = m->dtype == DType::kF32    ? GgmlType::kF32
-                          : m->dtype == DType::kBF16 ? GgmlType::kBF16
-                                                     : GgmlType::kF16;
+    const GgmlType from = m->element_type();
     const int64_t row_bytes = GgmlRowBytes(type, m->cols);
     auto out = std::make_unique<uint8_t[]>(static_cast<size_t>(m->rows * row_bytes));
     std::vector<float> row(static_cast<size_t>(m->cols));

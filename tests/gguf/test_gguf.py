@@ -314,22 +314,16 @@ class GgufModelTest(unittest.TestCase):
     def test_quantized_models_equal_the_float64_reference(self):
         for arch in ("llama", "qwen2", "qwen3"):
             hf = self.make(arch)
-            q8 = os.path.join(WORKDIR, f"{arch}_q8_0.gguf")
-            run("gguf", "convert", hf, q8, "--type", "q8_0")
-            self.check_parity(f"{arch}_Q8_0", q8, hf, arch == "llama")
-            # The checkpoint quantized on load (--weight-dtype q8_0) is the same model, bit for bit.
-            tokens_q8, logits_q8 = engine_logits(q8)
-            tokens_load, logits_load = engine_logits(hf, ("--weight-dtype", "q8_0"))
-            self.assertEqual(tokens_load, tokens_q8, arch)
-            np.testing.assert_array_equal(logits_load, logits_q8, err_msg=f"{arch}: on-load Q8_0")
-            # The same for pdserve's Q4_K quantizer: the file against the reference, on load = file.
-            q4 = os.path.join(WORKDIR, f"{arch}_q4_k.gguf")
-            run("gguf", "convert", hf, q4, "--type", "q4_k")
-            self.check_parity(f"{arch}_Q4_K(ours)", q4, hf, arch == "llama")
-            tokens_q4, logits_q4 = engine_logits(q4)
-            tokens_load, logits_load = engine_logits(hf, ("--weight-dtype", "q4_k"))
-            self.assertEqual(tokens_load, tokens_q4, arch)
-            np.testing.assert_array_equal(logits_load, logits_q4, err_msg=f"{arch}: on-load Q4_K")
+            # pdserve's quantizers: each file against the reference, and the checkpoint quantized on
+            # load (--weight-dtype) the same model as the file, bit for bit.
+            for qtype, label in (("q8_0", "Q8_0"), ("q4_k", "Q4_K(ours)")):
+                path = os.path.join(WORKDIR, f"{arch}_{qtype}.gguf")
+                run("gguf", "convert", hf, path, "--type", qtype)
+                self.check_parity(f"{arch}_{label}", path, hf, arch == "llama")
+                tokens_file, logits_file = engine_logits(path)
+                tokens_load, logits_load = engine_logits(hf, ("--weight-dtype", qtype))
+                self.assertEqual(tokens_load, tokens_file, arch)
+                np.testing.assert_array_equal(logits_load, logits_file, err_msg=f"{arch}: on-load {qtype}")
             f32 = os.path.join(WORKDIR, f"{arch}_f32.gguf")
             run("gguf", "convert", hf, f32, "--type", "f32")
             for qname in ("Q4_0", "Q4_K", "Q5_K", "Q6_K"):

@@ -136,6 +136,22 @@ KV_ROUNDING = {"f32": lambda a: a, "bf16": bf16_round,
                "int8": lambda a: kv_quantize(a, 127), "int4": lambda a: kv_quantize(a, 7)}
 
 
+def perplexity(cfg, w, stream, window):
+    """exp of the mean negative log-likelihood of `stream`, read in windows of `window` tokens (each
+    window's first token predicts nothing), through forward()."""
+    total, count = 0.0, 0
+    for start in range(0, len(stream) - 1, window):
+        chunk = stream[start:start + window]
+        if len(chunk) < 2:
+            break
+        logits = forward(cfg, w, chunk[:-1])
+        logits = logits - logits.max(axis=-1, keepdims=True)
+        logz = np.log(np.exp(logits).sum(axis=-1))
+        total -= float(np.sum(logits[np.arange(len(chunk) - 1), chunk[1:]] - logz))
+        count += len(chunk) - 1
+    return math.exp(total / count), count
+
+
 def forward(cfg, w, tokens, kv="f32", compute_bf16=False):
     """Logits [len(tokens), vocab] in float64. kv: the KV pool dtype whose rounding K and V get
     (f32: none). compute_bf16: every linear layer's input and weights rounded to bf16 first
