@@ -65,8 +65,8 @@ def main():
     for t in args.types.split(","):
         path = os.path.join(work, f"model-{t}.gguf")
         subprocess.run([args.pdserve, "gguf", "convert", args.model, path, "--type", t], check=True)
-        weights = test_gguf.reference_weights(path, cfg, llama=cfg.arch == "LlamaForCausalLM")
-        ppl, _ = hf_reference.perplexity(cfg, weights, stream, window)
+        weights, act_blocks = test_gguf.reference_weights(path, cfg, llama=cfg.arch == "LlamaForCausalLM")
+        ppl, _ = hf_reference.perplexity(cfg, weights, stream, window, act_blocks)
         base = base or ppl
         bits = {"f32": 32, "bf16": 16, "f16": 16, "q8_0": 8.5, "q4_k": 4.5}[t]
         print(f"| {os.path.basename(os.path.normpath(args.model))} | {t} | {bits} | {ppl:.4f} | "

@@ -170,10 +170,9 @@ void ColumnsScalar(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, f
 // 140-178; batch 16 143 vs 192-221; 128-token prefill 202-242 vs 308-313 tok/s.
 constexpr int64_t kAvx512MinRows = 8;
 
-// Rows of x from which a quantized matrix's rows are dequantized to f32 for the f32 kernel (below
-// that, linear_quant reads the blocks in registers), and weight rows dequantized at a time.
-constexpr int64_t kDequantizedMinRows = 8;
-constexpr int64_t kQuantRowTile = 16;
+QuantMatrixRef AsQuant(const MatrixRef& w) {
+  return QuantMatrixRef{w.quant_type, w.data, w.rows, w.cols};
+}
 
 // Column ranges handed to threads are multiples of this (keeps micro-tiles whole).
 constexpr int64_t kColumnGrain = 16;
@@ -183,25 +182,10 @@ constexpr int64_t kColumnGrain = 16;
 void LinearColumns(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, float* y,
                    int64_t ldy, int64_t n_begin, int64_t n_end) {
   if (m <= 0 || n_begin >= n_end) return;
-  if (w.quantized()) {
-    if (m < kDequantizedMinRows) {  // Decode: blocks read in place, dequantized in registers.
-      LinearQuantColumns(x, m, ldx, QuantMatrixRef{w.quant_type, w.data, w.rows, w.cols}, y, ldy,
-                         n_begin, n_end);
-      return;
-    }
-    // Prefill: a few weight rows at a time dequantized to f32 (DequantizeBlock's bits) and
-    // multiplied by the f32 kernel, whose order of sums (one 8-lane accumulator along k, the
-    // fixed horizontal tree) is linear_quant's: the same bits as the decode path, at the f32
-    // kernel's speed, the dequantizing paid once per kQuantRowTile rows for all m rows of x.
-    thread_local std::vector<float> rows;
-    rows.resize(static_cast<size_t>(kQuantRowTile * w.cols));
-    for (int64_t j = n_begin; j < n_end; j += kQuantRowTile) {
-      const int64_t n = std::min(kQuantRowTile, n_end - j);
-      for (int64_t r = 0; r < n; ++r) {
-        DequantizeRow(w.quant_type, w.row(j + r), &rows[static_cast<size_t>(r * w.cols)], w.cols);
-      }
-      LinearColumns(x, m, ldx, MatrixRef{DType::kF32, rows.data(), n, w.cols}, y + j, ldy, 0, n);
-    }
+  if (w.quantized()) {  // x quantized here; LinearMulti quantizes once for all threads.
+    thread_local QuantizedActivations xq;
+    QuantizeActivations(x, m, ldx, w.cols, ActivationBlock(w.quant_type), &xq);
+    LinearQuantColumns(xq, AsQuant(w), y, ldy, n_begin, n_end);
     return;
   }
 #if PDSERVE_AVX2
@@ -251,26 +235,40 @@ void ForEachOutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPo
 
 void LinearMulti(const float* x, int64_t m, int64_t ldx, const LinearOutput* outputs,
                  int num_outputs, ThreadPool* pool) {
+  // Quantized weights read x's int8 codes: made once here (per activation block size the
+  // outputs need), not once per thread's chunk of columns.
+  // (References: a lambda naming a thread_local would read the pool thread's own copy.)
+  thread_local QuantizedActivations own32, own256;
+  QuantizedActivations& xq32 = own32;
+  QuantizedActivations& xq256 = own256;
+  bool need32 = false, need256 = false;
+  for (int i = 0; i < num_outputs; ++i) {
+    if (!outputs[i].w->quantized()) continue;
+    (ActivationBlock(outputs[i].w->quant_type) == 32 ? need32 : need256) = true;
+  }
+  const int64_t k = num_outputs > 0 ? outputs[0].w->cols : 0;
+  if (need32) QuantizeActivations(x, m, ldx, k, 32, &xq32);
+  if (need256) QuantizeActivations(x, m, ldx, k, 256, &xq256);
   ForEachOutputColumns(outputs, num_outputs, pool, [&](const LinearOutput& o, int64_t lo, int64_t hi) {
+    if (o.w->quantized()) {
+      const QuantizedActivations& xq = ActivationBlock(o.w->quant_type) == 32 ? xq32 : xq256;
+      LinearQuantColumns(xq, AsQuant(*o.w), o.y, o.ldy, lo, hi);
+      return;
+    }
     LinearColumns(x, m, ldx, *o.w, o.y, o.ldy, lo, hi);
   });
 }
 
 void LinearReference(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, double* y) {
+  if (w.quantized()) {  // With x's activation codes, as the kernel reads them.
+    LinearQuantReference(x, m, ldx, AsQuant(w), y);
+    return;
+  }
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t j = 0; j < w.rows; ++j) {
       double s = 0;
-      std::vector<float> deq;
-      if (w.quantized()) {
-        deq.resize(static_cast<size_t>(w.cols));
-        DequantizeRow(w.quant_type, w.row(j), deq.data(), w.cols);
-      }
       for (int64_t kk = 0; kk < w.cols; ++kk) {
         double wv = 0;
-        if (w.quantized()) {
-          s += static_cast<double>(x[t * ldx + kk]) * deq[kk];
-          continue;
-        }
         switch (w.dtype) {
           case DType::kF32: wv = static_cast<const float*>(w.data)[j * w.cols + kk]; break;
           case DType::kBF16: wv = Bf16ToF32(static_cast<const uint16_t*>(w.data)[j * w.cols + kk]); break;

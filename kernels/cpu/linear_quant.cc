@@ -1,12 +1,10 @@
 #include "kernels/cpu/linear_quant.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
-#include <new>
-#include <utility>
 
 #include "common/base/dtype.h"
-
 #include "common/base/thread_pool.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/simd.h"
@@ -14,37 +12,210 @@
 namespace pdserve::kernels {
 namespace {
 
-constexpr int64_t kRowGroup = 8;     // Rows of x per pass over a weight row.
 constexpr int64_t kColumnGrain = 16;  // Columns per unit of work across threads.
-constexpr int64_t kMaxBlock = 256;
+constexpr int kGroup = 4;             // Weight rows walked together (x's codes loaded once).
+constexpr int64_t kRowTile = 16;      // Rows of x per pass over a group (they stay in L2).
+// How far ahead the first row of a tile prefetches the weights, into L2: linear.cc's
+// kPrefetchBytes, for the same reason (a step streams hundreds of matrices from memory).
+constexpr int64_t kPrefetchBytes = 8192;
 
 // HorizontalSum's tree over 8 scalar lanes: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
 float SumLanes(const float* l) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
+float F16At(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return F16ToF32(v);
+}
+
+bool IsKQuant(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+}
+
+void Resize(QuantizedActivations* out, int64_t m, int64_t k, int block) {
+  out->m = m;
+  out->k = k;
+  out->block = block;
+  out->q.resize(static_cast<size_t>(m * k));
+  out->d.resize(static_cast<size_t>(m * (k / block)));
+  out->sum16.resize(static_cast<size_t>(m * (k / 16)));
+  out->sum32.resize(static_cast<size_t>(m * (k / 32)));
+}
+
+void CodeSums(QuantizedActivations* out) {
+  const int64_t n16 = out->k / 16;
+  for (int64_t i = 0; i < out->m * n16; ++i) {
+    int s = 0;
+    for (int l = 0; l < 16; ++l) s += out->q[static_cast<size_t>(i * 16 + l)];
+    out->sum16[static_cast<size_t>(i)] = static_cast<int16_t>(s);
+  }
+  for (int64_t i = 0; i < out->m * (out->k / 32); ++i) {
+    out->sum32[static_cast<size_t>(i)] =
+        static_cast<int16_t>(out->sum16[static_cast<size_t>(2 * i)] + out->sum16[static_cast<size_t>(2 * i + 1)]);
+  }
+}
+
+// The scale of a block of x and the factor its elements are multiplied by before rounding.
+void BlockScale(float amax, float* d, float* id) {
+  *d = amax / 127.0f;
+  *id = amax > 0 ? 127.0f / amax : 0.0f;
+}
+
+// ---- The weights' integer codes, element order, for the scalar twin.
+
+// Q8_0 / Q4_0: 32 signed codes and the block's scale.
+float Codes32(GgmlType type, const uint8_t* b, int8_t* q) {
+  if (type == GgmlType::kQ8_0) {
+    std::memcpy(q, b + 2, 32);
+  } else {
+    for (int l = 0; l < 16; ++l) {
+      q[l] = static_cast<int8_t>((b[2 + l] & 0xF) - 8);
+      q[l + 16] = static_cast<int8_t>((b[2 + l] >> 4) - 8);
+    }
+  }
+  return F16At(b);
+}
+
+// A K-quant block's decoded scales: Q4_K/Q5_K eight (scale, min) pairs, Q6_K sixteen scales.
+struct KScales {
+  float d = 0, dmin = 0;
+  alignas(32) int16_t sc[16] = {};
+  alignas(16) int16_t mn[8] = {};
+};
+
+KScales DecodeScales(GgmlType type, const uint8_t* b) {
+  KScales s;
+  if (type == GgmlType::kQ6_K) {
+    for (int i = 0; i < 16; ++i) s.sc[i] = static_cast<int8_t>(b[192 + i]);
+    s.d = F16At(b + 208);
+    return s;
+  }
+  s.d = F16At(b);
+  s.dmin = F16At(b + 2);
+  for (int j = 0; j < 8; ++j) {
+    int sc, mn;
+    KQuantScaleMin(j, b + 4, &sc, &mn);
+    s.sc[j] = static_cast<int16_t>(sc);
+    s.mn[j] = static_cast<int16_t>(mn);
+  }
+  return s;
+}
+
+// A K-quant block's 256 unsigned codes (0..15, 0..31 or 0..63), element order.
+void CodesK(GgmlType type, const uint8_t* b, uint8_t* q) {
+  if (type == GgmlType::kQ6_K) {
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = b + 64 * h;
+      const uint8_t* qh = b + 128 + 32 * h;
+      uint8_t* o = q + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        o[l] = static_cast<uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+        o[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+        o[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+        o[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+      }
+    }
+    return;
+  }
+  const bool fifth = type == GgmlType::kQ5_K;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = fifth ? b + 48 : b + 16;
+  for (int p = 0; p < 4; ++p) {
+    for (int l = 0; l < 32; ++l) {
+      int lo = qs[32 * p + l] & 0xF, hi = qs[32 * p + l] >> 4;
+      if (fifth) {
+        lo |= ((qh[l] >> (2 * p)) & 1) << 4;
+        hi |= ((qh[l] >> (2 * p + 1)) & 1) << 4;
+      }
+      q[64 * p + l] = static_cast<uint8_t>(lo);
+      q[64 * p + 32 + l] = static_cast<uint8_t>(hi);
+    }
+  }
+}
+
 }  // namespace
 
-void LinearQuantColumnsScalar(const float* x, int64_t m, int64_t ldx, const QuantMatrixRef& w,
-                              float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
-  const int64_t qk = GgmlBlockElements(w.type), bytes = GgmlBlockBytes(w.type);
-  const int64_t blocks = w.cols / qk;
-  float buf[kMaxBlock];
-  for (int64_t j = n_begin; j < n_end; ++j) {
-    const uint8_t* row = w.row(j);
-    for (int64_t t0 = 0; t0 < m; t0 += kRowGroup) {
-      const int64_t rows = std::min(kRowGroup, m - t0);
-      float acc[kRowGroup][8] = {};
-      for (int64_t b = 0; b < blocks; ++b) {
-        DequantizeBlock(w.type, row + b * bytes, buf);
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* xr = x + (t0 + r) * ldx + b * qk;
-          for (int64_t k = 0; k < qk; k += 8) {
-            for (int l = 0; l < 8; ++l) acc[r][l] = std::fma(buf[k + l], xr[k + l], acc[r][l]);
+int ActivationBlock(GgmlType type) { return IsKQuant(type) ? 256 : 32; }
+
+void QuantizeActivationsScalar(const float* x, int64_t m, int64_t ldx, int64_t k, int block,
+                               QuantizedActivations* out) {
+  Resize(out, m, k, block);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t b = 0; b < k / block; ++b) {
+      const float* xb = x + t * ldx + b * block;
+      float amax = 0;
+      for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      float d, id;
+      BlockScale(amax, &d, &id);
+      out->d[static_cast<size_t>(t * (k / block) + b)] = d;
+      int8_t* q = out->q.data() + t * k + b * block;
+      for (int i = 0; i < block; ++i) {
+        const float v = std::min(127.0f, std::max(-127.0f, xb[i] * id));
+        q[i] = static_cast<int8_t>(std::nearbyint(v));
+      }
+    }
+  }
+  CodeSums(out);
+}
+
+void LinearQuantColumnsScalar(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
+                              int64_t ldy, int64_t n_begin, int64_t n_end) {
+  const int64_t bytes = GgmlBlockBytes(w.type), k = w.cols;
+  if (!IsKQuant(w.type)) {
+    int8_t q[32];
+    for (int64_t j = n_begin; j < n_end; ++j) {
+      const uint8_t* row = w.row(j);
+      for (int64_t t = 0; t < xq.m; ++t) {
+        const int8_t* xc = xq.codes(t);
+        float acc[8] = {};
+        for (int64_t b = 0; b < k / 32; ++b) {
+          const float s = Codes32(w.type, row + b * bytes, q) * xq.scales(t)[b];
+          for (int l = 0; l < 8; ++l) {
+            int lane = 0;
+            for (int e = 4 * l; e < 4 * l + 4; ++e) lane += q[e] * xc[32 * b + e];
+            acc[l] = std::fma(s, static_cast<float>(lane), acc[l]);
           }
         }
+        y[t * ldy + j] = SumLanes(acc);
       }
-      for (int64_t r = 0; r < rows; ++r) y[(t0 + r) * ldy + j] = SumLanes(acc[r]);
+    }
+    return;
+  }
+  const bool six = w.type == GgmlType::kQ6_K;
+  uint8_t q[256];
+  for (int64_t j = n_begin; j < n_end; ++j) {
+    const uint8_t* row = w.row(j);
+    for (int64_t t = 0; t < xq.m; ++t) {
+      const int8_t* xc = xq.codes(t);
+      float acc = 0;
+      for (int64_t s = 0; s < k / 256; ++s) {
+        const KScales sc = DecodeScales(w.type, row + s * bytes);
+        CodesK(w.type, row + s * bytes, q);
+        const int8_t* xs = xc + 256 * s;
+        const float dx = xq.scales(t)[s];
+        int32_t itot = 0, imin = 0;
+        const int sub = six ? 16 : 32;
+        for (int g = 0; g < 256 / sub; ++g) {
+          int32_t dot = 0;
+          for (int e = g * sub; e < (g + 1) * sub; ++e) dot += q[e] * xs[e];
+          if (six) {
+            dot -= 32 * xq.sum16[static_cast<size_t>(t * (k / 16) + 16 * s + g)];
+          } else {
+            imin += sc.mn[g] * xq.sum32[static_cast<size_t>(t * (k / 32) + 8 * s + g)];
+          }
+          itot += sc.sc[g] * dot;
+        }
+        if (six) {
+          acc = std::fma(sc.d * dx, static_cast<float>(itot), acc);
+        } else {  // d * itot - dmin * imin rounded once (BlockTotal), then scaled by x's d.
+          const float p = sc.dmin * static_cast<float>(imin);
+          const float e = std::fma(sc.dmin, static_cast<float>(imin), -p);
+          acc = std::fma(dx, std::fma(sc.d, static_cast<float>(itot), -p) - e, acc);
+        }
+      }
+      y[t * ldy + j] = acc;
     }
   }
 }
@@ -52,216 +223,329 @@ void LinearQuantColumnsScalar(const float* x, int64_t m, int64_t ldx, const Quan
 #if PDSERVE_AVX2
 namespace {
 
-// Each block type's weights, 8 at a time, as __m256 of exactly DequantizeBlock's bits: the same
-// operations (a product, or the K-quants' one fused multiply-add) on the same operands. A
-// Dequantizer is made per block (its scales decoded once) and called for groups g = 0, 1, ...
-
-// An f16 scale as f32 by F16C (the conversion is exact: the same bits as F16ToF32).
 float LoadF16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
   return _cvtsh_ss(v);
 }
 
-// 8 bytes as 8 int32 lanes.
-__m256i Widen(__m128i bytes) { return _mm256_cvtepu8_epi32(bytes); }
-__m128i Load8Bytes(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
-
-struct DeqQ8_0 {
-  static constexpr int kGroups = 4;
-  __m256 d;
-  const int8_t* q;
-  explicit DeqQ8_0(const uint8_t* b)
-      : d(_mm256_set1_ps(LoadF16(b))), q(reinterpret_cast<const int8_t*>(b + 2)) {}
-  template <int g>
-  __m256 At() const {
-    const __m256i v = _mm256_cvtepi8_epi32(Load8Bytes(reinterpret_cast<const uint8_t*>(q + 8 * g)));
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
+// The first row of a tile streams the weights from memory: every cache line of the block
+// kPrefetchBytes ahead (a line a block straddles into is the next block's first).
+inline void Prefetch(const uint8_t* blk, int64_t bytes) {
+  for (int64_t off = 0; off < bytes; off += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + off), _MM_HINT_T1);
   }
-};
+}
 
-struct DeqQ4_0 {
-  static constexpr int kGroups = 4;
-  __m256 d;
-  const uint8_t* q;
-  explicit DeqQ4_0(const uint8_t* b) : d(_mm256_set1_ps(LoadF16(b))), q(b + 2) {}
-  template <int g>
-  __m256 At() const {
-    const __m128i bytes = Load8Bytes(q + 8 * (g & 1));
-    const __m128i nib = g < 2 ? _mm_and_si128(bytes, _mm_set1_epi8(0x0F))
-                              : _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
-    const __m256i v = _mm256_sub_epi32(Widen(nib), _mm256_set1_epi32(8));
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
+__m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 32 signed codes as 8 lanes of sums of 4 products (|w| * sign-adjusted x: VPMADDUBSW takes an
+// unsigned operand; x is in [-127, 127] and |w| <= 128, so no pair saturates).
+__m256i DotSigned(__m256i w, __m256i x) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+__m256i CodesQ8_0(const uint8_t* b) { return Load32(b + 2); }
+__m256i CodesQ4_0(const uint8_t* b) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+  const __m256i nib =
+      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
+  return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+}
+
+// Rows t0..t1 of x against weight rows j..j+n-1 (n <= kGroup; the missing ones repeat the last
+// and are not stored), for the 32-element formats.
+template <__m256i (*kCodes)(const uint8_t*)>
+void Group32(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, int n,
+             int64_t t0, int64_t t1, float* y, int64_t ldy) {
+  const int64_t bytes = GgmlBlockBytes(w.type), blocks = w.cols / 32;
+  const uint8_t* rows[kGroup];
+  for (int c = 0; c < kGroup; ++c) rows[c] = w.row(j + std::min(c, n - 1));
+  for (int64_t t = t0; t < t1; ++t) {
+    const int8_t* xc = xq.codes(t);
+    const float* xd = xq.scales(t);
+    __m256 acc[kGroup];
+    for (int c = 0; c < kGroup; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const __m256i x = Load32(xc + 32 * b);
+      for (int c = 0; c < kGroup; ++c) {
+        const uint8_t* blk = rows[c] + b * bytes;
+        if (t == t0) Prefetch(blk, bytes);
+        const __m256i lanes = DotSigned(kCodes(blk), x);
+        const __m256 s = _mm256_set1_ps(LoadF16(blk) * xd[b]);
+        acc[c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(lanes), acc[c]);
+      }
+    }
+    for (int c = 0; c < n; ++c) y[t * ldy + j + c] = HorizontalSum(acc[c]);
   }
-};
+}
 
-// Q4_K (kFifth false) and Q5_K.
+// A byte's bit `bit` moved to bit 4 (the fifth bit of a Q5_K code), other bits cleared.
+template <int bit>
+__m256i BitTo4(__m256i v) {
+  __m256i s;
+  if constexpr (bit < 4) {
+    s = _mm256_slli_epi16(v, 4 - bit);
+  } else if constexpr (bit > 4) {
+    s = _mm256_srli_epi16(v, bit - 4);
+  } else {
+    s = v;
+  }
+  return _mm256_and_si256(s, _mm256_set1_epi8(0x10));
+}
+
+// A Q4_K/Q5_K block's 12 packed bytes as 16 int16: the eight 6-bit scales, then the eight mins
+// (KQuantScaleMin's values, four bytes at a time).
+__m256i ScalesMins(const uint8_t* packed) {
+  uint32_t w[3];
+  std::memcpy(w, packed, 12);
+  const uint32_t six = 0x3F3F3F3Fu, four = 0x0F0F0F0Fu, two = 0x03030303u;
+  const uint32_t sc_lo = w[0] & six, mn_lo = w[1] & six;
+  const uint32_t sc_hi = (w[2] & four) | (((w[0] >> 6) & two) << 4);
+  const uint32_t mn_hi = ((w[2] >> 4) & four) | (((w[1] >> 6) & two) << 4);
+  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo),
+                                            static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
+}
+
+// Every int16 lane of the result = int16 lane `i` of a 128-bit lane of v (both lanes of v equal),
+// or lane i in the low half and lane i2 in the high half.
+template <int i, int i2 = i>
+__m256i BroadcastLane16(__m256i v) {
+  const __m256i ctrl = _mm256_setr_epi8(
+      2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1,
+      2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i2, 2 * i2 + 1, 2 * i2,
+      2 * i2 + 1, 2 * i2, 2 * i2 + 1, 2 * i2, 2 * i2 + 1, 2 * i2, 2 * i2 + 1, 2 * i2, 2 * i2 + 1,
+      2 * i2, 2 * i2 + 1, 2 * i2, 2 * i2 + 1);
+  return _mm256_shuffle_epi8(v, ctrl);
+}
+
+// Codes times the sub-block scales, 8 lanes, for pair p (sub-blocks 2p, 2p+1) of a Q4_K
+// (kFifth false) or Q5_K block; sc: the eight scales as int16 in both 128-bit lanes.
+template <bool kFifth, int p>
+inline __m256i PairQ45K(const uint8_t* qs, __m256i qh, const int8_t* x, __m256i sc, __m256i acc) {
+  const __m256i bytes = Load32(qs + 32 * p);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i lo = _mm256_and_si256(bytes, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
+  if constexpr (kFifth) {
+    lo = _mm256_or_si256(lo, BitTo4<2 * p>(qh));
+    hi = _mm256_or_si256(hi, BitTo4<2 * p + 1>(qh));
+  }
+  const __m256i plo = _mm256_maddubs_epi16(lo, Load32(x + 64 * p));
+  const __m256i phi = _mm256_maddubs_epi16(hi, Load32(x + 64 * p + 32));
+  acc = _mm256_add_epi32(acc, _mm256_madd_epi16(plo, BroadcastLane16<2 * p>(sc)));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(phi, BroadcastLane16<2 * p + 1>(sc)));
+}
+
+// One K-quant block against 256 of x's codes: 8 lanes whose sum is the block's integer total
+// (scale-weighted code products), and in *mins the mins' four partial sums (Q4_K/Q5_K).
 template <bool kFifth>
-struct DeqQ45K {
-  static constexpr int kGroups = 32;
-  float dsc[8], dm[8];  // Sub-block s: d * scale_s and dmin * min_s, as the scalar path has them.
-  const uint8_t* qh;
-  const uint8_t* qs;
-  explicit DeqQ45K(const uint8_t* b) {
-    const float d = LoadF16(b), dmin = LoadF16(b + 2);
-    const uint8_t* sc = b + 4;
-    for (int j = 0; j < 8; ++j) {
-      int s, mn;
-      KQuantScaleMin(j, sc, &s, &mn);
-      dsc[j] = d * static_cast<float>(s);
-      dm[j] = dmin * static_cast<float>(mn);
-    }
-    qh = kFifth ? b + 16 : nullptr;
-    qs = kFifth ? b + 48 : b + 16;
-  }
-  template <int g>
-  __m256 At() const {
-    constexpr int pair = g / 8, high = (g / 4) & 1, part = g & 3;  // Elements 64p + 32h + 8part.
-    const __m128i bytes = Load8Bytes(qs + 32 * pair + 8 * part);
-    __m128i q = high ? _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F))
-                     : _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
-    __m256i v = Widen(q);
-    if constexpr (kFifth) {
-      constexpr int bit = 2 * pair + high;
-      const __m256i h = Widen(Load8Bytes(qh + 8 * part));
-      v = _mm256_or_si256(v, _mm256_slli_epi32(
-                                 _mm256_and_si256(_mm256_srli_epi32(h, bit), _mm256_set1_epi32(1)), 4));
-    }
-    constexpr int sub = 2 * pair + high;
-    return _mm256_fmadd_ps(_mm256_set1_ps(dsc[sub]), _mm256_cvtepi32_ps(v),
-                           _mm256_set1_ps(-dm[sub]));
-  }
-};
+__m256i DotQ45K(const uint8_t* b, const int8_t* x, const int16_t* sum16, const int16_t* sum32,
+                __m128i* mins) {
+  (void)sum16;
+  const __m256i sm = ScalesMins(b + 4);
+  const __m256i sc = _mm256_permute2x128_si256(sm, sm, 0x00);
+  *mins = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(sum32)));
+  const uint8_t* qs = kFifth ? b + 48 : b + 16;
+  const __m256i qh = kFifth ? Load32(b + 16) : _mm256_setzero_si256();
+  __m256i acc = _mm256_setzero_si256();
+  acc = PairQ45K<kFifth, 0>(qs, qh, x, sc, acc);
+  acc = PairQ45K<kFifth, 1>(qs, qh, x, sc, acc);
+  acc = PairQ45K<kFifth, 2>(qs, qh, x, sc, acc);
+  return PairQ45K<kFifth, 3>(qs, qh, x, sc, acc);
+}
 
-struct DeqQ6K {
-  static constexpr int kGroups = 32;
-  const uint8_t* ql;
-  const uint8_t* qh;
-  const int8_t* sc;
-  float d;
-  explicit DeqQ6K(const uint8_t* b)
-      : ql(b), qh(b + 128), sc(reinterpret_cast<const int8_t*>(b + 192)), d(LoadF16(b + 208)) {}
-  template <int g>
-  __m256 At() const {
-    // Element e = 128 half + 32 quarter + l, l = 8 part + lane (DequantizeBlock's Q6K).
-    constexpr int half = g / 16, quarter = (g / 4) & 3, part = g & 3;
-    constexpr int l0 = 8 * part;
-    const uint8_t* lo = ql + 64 * half + ((quarter & 1) ? 32 : 0) + l0;
-    const __m256i low = Widen(Load8Bytes(lo));
-    const __m256i nib = quarter < 2 ? _mm256_and_si256(low, _mm256_set1_epi32(0xF))
-                                    : _mm256_srli_epi32(low, 4);
-    const __m256i hb = _mm256_and_si256(
-        _mm256_srli_epi32(Widen(Load8Bytes(qh + 32 * half + l0)), 2 * quarter), _mm256_set1_epi32(3));
-    const __m256i q = _mm256_sub_epi32(_mm256_or_si256(nib, _mm256_slli_epi32(hb, 4)),
-                                       _mm256_set1_epi32(32));
-    const float dsc = d * static_cast<float>(sc[8 * half + l0 / 16 + 2 * quarter]);
-    return _mm256_mul_ps(_mm256_set1_ps(dsc), _mm256_cvtepi32_ps(q));
-  }
-};
+template <int h, int k>
+inline __m256i QuarterQ6K(const __m256i (&q)[4], const int8_t* x, __m256i sc, __m256i acc) {
+  const __m256i p = _mm256_maddubs_epi16(q[k], Load32(x + 128 * h + 32 * k));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, BroadcastLane16<2 * k, 2 * k + 1>(sc)));
+}
 
-// y[t0 + r][j + c] for r < R, c < C: C weight rows, R rows of x, every block dequantized once per
-// call. C > 1 gives a row of x C independent accumulators (an FMA's latency hidden behind the
-// others'); each output still has one accumulator and one order, whatever C and R.
-// One group of 8 weights of each of C rows into their R accumulators (g known at compile time, so
-// every offset and shift is a constant).
-template <int g, int C, int R, typename Deq>
-inline void Group(const Deq* deq, const float* xb, int64_t ldx, __m256 (&acc)[C][R]) {
-  for (int c = 0; c < C; ++c) {
-    const __m256 wv = deq[c].template At<g>();
-    for (int r = 0; r < R; ++r) {
-      acc[c][r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xb + r * ldx + 8 * g), acc[c][r]);
+template <int h>
+inline __m256i HalfQ6K(const uint8_t* b, const int8_t* x, __m256i sc, __m256i acc) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const __m256i ql0 = Load32(b + 64 * h), ql1 = Load32(b + 64 * h + 32);
+  const __m256i qh = Load32(b + 128 + 32 * h);
+  const __m256i q[4] = {
+      _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+      _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                      _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30))};
+  // sc: this half's eight scales in both 128-bit lanes; register k's low 16 codes take scale 2k,
+  // its high 16 scale 2k + 1.
+  acc = QuarterQ6K<h, 0>(q, x, sc, acc);
+  acc = QuarterQ6K<h, 1>(q, x, sc, acc);
+  acc = QuarterQ6K<h, 2>(q, x, sc, acc);
+  return QuarterQ6K<h, 3>(q, x, sc, acc);
+}
+
+// Q6_K: sum over the 16 sub-blocks of scale * (codes . x - 32 * sum of x's codes).
+__m256i DotQ6K(const uint8_t* b, const int8_t* x, const int16_t* sum16, const int16_t*, __m128i*) {
+  const __m256i sc16 =
+      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+  __m256i acc = HalfQ6K<0>(b, x, _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_setzero_si256());
+  acc = HalfQ6K<1>(b, x, _mm256_permute2x128_si256(sc16, sc16, 0x11), acc);
+  const __m256i off = _mm256_madd_epi16(sc16, Load32(sum16));
+  return _mm256_sub_epi32(acc, _mm256_slli_epi32(off, 5));
+}
+
+// The integer sums of four 8-lane vectors, as [a, b, c, d].
+__m128i Sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+  return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+}
+__m128i Sum4(__m128i a, __m128i b, __m128i c, __m128i d) {
+  return _mm_hadd_epi32(_mm_hadd_epi32(a, b), _mm_hadd_epi32(c, d));
+}
+
+// The K-quants: rows t0..t1 of x against weight rows j..j+n-1 (n <= kGroup; the missing ones
+// repeat the last and are not stored). kDminAt: the offset of the block's f16 dmin, or -1.
+template <__m256i (*kDot)(const uint8_t*, const int8_t*, const int16_t*, const int16_t*, __m128i*),
+          int kDAt, int kDminAt>
+void GroupK(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, int n,
+            int64_t t0, int64_t t1, float* y, int64_t ldy) {
+  const int64_t bytes = GgmlBlockBytes(w.type), blocks = w.cols / 256, k = w.cols;
+  const uint8_t* rows[kGroup];
+  for (int c = 0; c < kGroup; ++c) rows[c] = w.row(j + std::min(c, n - 1));
+  for (int64_t t = t0; t < t1; ++t) {
+    const int8_t* xc = xq.codes(t);
+    const float* xd = xq.scales(t);
+    const int16_t* sum16 = xq.sum16.data() + t * (k / 16);
+    const int16_t* sum32 = xq.sum32.data() + t * (k / 32);
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t s = 0; s < blocks; ++s) {
+      __m256i dot[kGroup];
+      __m128i mins[kGroup];
+      float d[kGroup], dmin[kGroup];
+      for (int c = 0; c < kGroup; ++c) {
+        const uint8_t* blk = rows[c] + s * bytes;
+        if (t == t0) Prefetch(blk, bytes);
+        dot[c] = kDot(blk, xc + 256 * s, sum16 + 16 * s, sum32 + 8 * s, &mins[c]);
+        d[c] = LoadF16(blk + kDAt);
+        if constexpr (kDminAt >= 0) dmin[c] = LoadF16(blk + kDminAt);
+      }
+      const __m128 dx = _mm_set1_ps(xd[s]);
+      const __m128 itot = _mm_cvtepi32_ps(Sum4(dot[0], dot[1], dot[2], dot[3]));
+      if constexpr (kDminAt >= 0) {
+        // The scales' part and the mins' part nearly cancel where a row's output is small:
+        // d * itot - dmin * imin is rounded once (dmin * imin's own rounding error e taken back
+        // out), then scaled by x's d.
+        const __m128 imin = _mm_cvtepi32_ps(Sum4(mins[0], mins[1], mins[2], mins[3]));
+        const __m128 vdmin = _mm_loadu_ps(dmin);
+        const __m128 p = _mm_mul_ps(vdmin, imin);
+        const __m128 e = _mm_fmsub_ps(vdmin, imin, p);
+        const __m128 block = _mm_sub_ps(_mm_fmsub_ps(_mm_loadu_ps(d), itot, p), e);
+        acc = _mm_fmadd_ps(dx, block, acc);
+      } else {
+        acc = _mm_fmadd_ps(_mm_mul_ps(_mm_loadu_ps(d), dx), itot, acc);
+      }
     }
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc);
+    for (int c = 0; c < n; ++c) y[t * ldy + j + c] = out[c];
   }
 }
 
-template <int C, int R, typename Deq, int... G>
-inline void Block(const Deq* deq, const float* xb, int64_t ldx, __m256 (&acc)[C][R],
-                  std::integer_sequence<int, G...>) {
-  (Group<G, C, R>(deq, xb, ldx, acc), ...);
-}
+using GroupFn = void (*)(const QuantizedActivations&, const QuantMatrixRef&, int64_t, int, int64_t,
+                         int64_t, float*, int64_t);
 
-// y[t0 + r][j + c] for r < R, c < C: C weight rows, R rows of x, every block dequantized once per
-// call. C > 1 gives a row of x C independent accumulators (an FMA's latency hidden behind the
-// others'); each output still has one accumulator and one order, whatever C and R.
-template <int C, int R, typename Deq>
-void RowsDot(const QuantMatrixRef& w, int64_t j, const float* x, int64_t ldx, float* y,
-             int64_t ldy) {
-  constexpr int64_t qk = Deq::kGroups * 8;
-  const int64_t bytes = GgmlBlockBytes(w.type), blocks = w.cols / qk;
-  const uint8_t* rows[C];
-  for (int c = 0; c < C; ++c) rows[c] = w.row(j + c);
-  __m256 acc[C][R];
-  for (int c = 0; c < C; ++c) {
-    for (int r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
-  }
-  for (int64_t b = 0; b < blocks; ++b) {
-    alignas(64) unsigned char storage[C * sizeof(Deq)];
-    Deq* deq = reinterpret_cast<Deq*>(storage);
-    for (int c = 0; c < C; ++c) {
-      // The rows stream from memory: ask for what comes 1 KiB ahead of each.
-      _mm_prefetch(reinterpret_cast<const char*>(rows[c] + b * bytes + 1024), _MM_HINT_T0);
-      new (&deq[c]) Deq(rows[c] + b * bytes);
-    }
-    Block<C, R>(deq, x + b * qk, ldx, acc, std::make_integer_sequence<int, Deq::kGroups>());
-  }
-  for (int c = 0; c < C; ++c) {
-    for (int r = 0; r < R; ++r) y[r * ldy + j + c] = HorizontalSum(acc[c][r]);
-  }
-}
-
-template <int R, typename Deq>
-void ColumnsOfRows(const float* x, int64_t ldx, const QuantMatrixRef& w, float* y, int64_t ldy,
-                   int64_t n_begin, int64_t n_end) {
-  constexpr int C = R <= 2 ? 4 : 1;
-  int64_t j = n_begin;
-  for (; j + C <= n_end; j += C) RowsDot<C, R, Deq>(w, j, x, ldx, y, ldy);
-  for (; j < n_end; ++j) RowsDot<1, R, Deq>(w, j, x, ldx, y, ldy);
-}
-
-template <typename Deq>
-void Columns(const float* x, int64_t m, int64_t ldx, const QuantMatrixRef& w, float* y,
-             int64_t ldy, int64_t n_begin, int64_t n_end) {
-  for (int64_t t0 = 0; t0 < m; t0 += kRowGroup) {
-    const float* xt = x + t0 * ldx;
-    float* yt = y + t0 * ldy;
-    switch (std::min(kRowGroup, m - t0)) {
-      case 1: ColumnsOfRows<1, Deq>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
-      case 2: ColumnsOfRows<2, Deq>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
-      case 3: ColumnsOfRows<3, Deq>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
-      case 4: ColumnsOfRows<4, Deq>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
-      case 5: ColumnsOfRows<5, Deq>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
-      case 6: ColumnsOfRows<6, Deq>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
-      case 7: ColumnsOfRows<7, Deq>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
-      default: ColumnsOfRows<8, Deq>(xt, ldx, w, yt, ldy, n_begin, n_end); break;
-    }
+GroupFn GroupFor(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0: return Group32<CodesQ8_0>;
+    case GgmlType::kQ4_0: return Group32<CodesQ4_0>;
+    case GgmlType::kQ4_K: return GroupK<DotQ45K<false>, 0, 2>;
+    case GgmlType::kQ5_K: return GroupK<DotQ45K<true>, 0, 2>;
+    case GgmlType::kQ6_K: return GroupK<DotQ6K, 208, -1>;
+    default: return nullptr;
   }
 }
 
 }  // namespace
 #endif
 
-void LinearQuantColumns(const float* x, int64_t m, int64_t ldx, const QuantMatrixRef& w, float* y,
+void QuantizeActivations(const float* x, int64_t m, int64_t ldx, int64_t k, int block,
+                         QuantizedActivations* out) {
+#if PDSERVE_AVX2
+  Resize(out, m, k, block);
+  const __m256 sign = _mm256_set1_ps(-0.0f), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t b = 0; b < k / block; ++b) {
+      const float* xb = x + t * ldx + b * block;
+      __m256 mx = _mm256_setzero_ps();
+      for (int i = 0; i < block; i += 8) mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)), mx);
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, mx);
+      float amax = 0;
+      for (float v : lanes) amax = std::max(amax, v);
+      float d, id;
+      BlockScale(amax, &d, &id);
+      out->d[static_cast<size_t>(t * (k / block) + b)] = d;
+      const __m256 vid = _mm256_set1_ps(id);
+      int8_t* q = out->q.data() + t * k + b * block;
+      for (int i = 0; i < block; i += 32) {
+        __m256i v[4];
+        for (int u = 0; u < 4; ++u) {
+          const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(xb + i + 8 * u), vid);
+          v[u] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(s, lo), hi));
+        }
+        const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]),
+                                                  _mm256_packs_epi32(v[2], v[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i),
+                            _mm256_permutevar8x32_epi32(packed, order));
+      }
+    }
+  }
+  CodeSums(out);
+#else
+  QuantizeActivationsScalar(x, m, ldx, k, block, out);
+#endif
+}
+
+void LinearQuantColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                         int64_t ldy, int64_t n_begin, int64_t n_end) {
 #if PDSERVE_AVX2
-  switch (w.type) {
-    case GgmlType::kQ8_0: return Columns<DeqQ8_0>(x, m, ldx, w, y, ldy, n_begin, n_end);
-    case GgmlType::kQ4_0: return Columns<DeqQ4_0>(x, m, ldx, w, y, ldy, n_begin, n_end);
-    case GgmlType::kQ4_K: return Columns<DeqQ45K<false>>(x, m, ldx, w, y, ldy, n_begin, n_end);
-    case GgmlType::kQ5_K: return Columns<DeqQ45K<true>>(x, m, ldx, w, y, ldy, n_begin, n_end);
-    case GgmlType::kQ6_K: return Columns<DeqQ6K>(x, m, ldx, w, y, ldy, n_begin, n_end);
-    default: break;
+  if (const GroupFn group = GroupFor(w.type)) {
+    for (int64_t t0 = 0; t0 < xq.m; t0 += kRowTile) {
+      const int64_t t1 = std::min(xq.m, t0 + kRowTile);
+      for (int64_t j = n_begin; j < n_end; j += kGroup) {
+        group(xq, w, j, static_cast<int>(std::min<int64_t>(kGroup, n_end - j)), t0, t1, y, ldy);
+      }
+    }
+    return;
   }
 #endif
-  LinearQuantColumnsScalar(x, m, ldx, w, y, ldy, n_begin, n_end);
+  LinearQuantColumnsScalar(xq, w, y, ldy, n_begin, n_end);
 }
 
 void LinearQuant(const float* x, int64_t m, int64_t ldx, const QuantMatrixRef& w, float* y,
                  int64_t ldy, ThreadPool* pool) {
+  QuantizedActivations xq;
+  QuantizeActivations(x, m, ldx, w.cols, ActivationBlock(w.type), &xq);
   const int64_t units = (w.rows + kColumnGrain - 1) / kColumnGrain;
   pool->ParallelForDynamic(units, 1, [&](int64_t begin, int64_t end) {
-    LinearQuantColumns(x, m, ldx, w, y, ldy, begin * kColumnGrain,
-                       std::min(w.rows, end * kColumnGrain));
+    LinearQuantColumns(xq, w, y, ldy, begin * kColumnGrain, std::min(w.rows, end * kColumnGrain));
   });
+}
+
+void LinearQuantReference(const float* x, int64_t m, int64_t ldx, const QuantMatrixRef& w,
+                          double* y) {
+  QuantizedActivations xq;
+  QuantizeActivationsScalar(x, m, ldx, w.cols, ActivationBlock(w.type), &xq);
+  std::vector<float> wf(static_cast<size_t>(w.cols));
+  for (int64_t j = 0; j < w.rows; ++j) {
+    DequantizeRow(w.type, w.row(j), wf.data(), w.cols);
+    for (int64_t t = 0; t < m; ++t) {
+      double s = 0;
+      for (int64_t i = 0; i < w.cols; ++i) {
+        s += static_cast<double>(wf[static_cast<size_t>(i)]) * xq.scales(t)[i / xq.block] *
+             xq.codes(t)[i];
+      }
+      y[t * w.rows + j] = s;
+    }
+  }
 }
 
 }  // namespace pdserve::kernels

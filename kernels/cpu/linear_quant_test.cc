@@ -1,5 +1,6 @@
 #include "kernels/cpu/linear_quant.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -110,43 +111,113 @@ TEST(QuantBlocks, Q4_KQuantizerFitsEachBlock) {
 }
 
 // The kernel equals a double-precision dot product of the dequantized weights (DequantizeRow is
-// checked against llama.cpp's gguf-py in tests/gguf), AVX2 and scalar give the same bits, and a
-// row's result does not depend on the batch it is in or on the thread split.
+// checked against llama.cpp's gguf-py in tests/gguf) and the dequantized activation codes, AVX2
+// and scalar give the same bits, and a row's result does not depend on the batch it is in, the
+// row tile it falls in, or the thread split.
 TEST(LinearQuant, MatchesTheDequantizedReferenceBitwiseAcrossPathsAndBatches) {
   ThreadPool pool(3);
   for (GgmlType type : kTypes) {
     SCOPED_TRACE(std::string(GgmlTypeName(type)));
-    const int64_t n = 37, k = 512, m = 13;
+    const int64_t n = 37, k = 512, m = 21;  // 21 rows: a full row tile and a partial one.
     const std::string w_bytes = RandomRows(type, n, k, 7);
     const QuantMatrixRef w{type, w_bytes.data(), n, k};
     const std::vector<float> x = RandomX(m * k, 11);
+    QuantizedActivations xq, xq_scalar;
+    QuantizeActivations(x.data(), m, k, k, ActivationBlock(type), &xq);
+    QuantizeActivationsScalar(x.data(), m, k, k, ActivationBlock(type), &xq_scalar);
+    ASSERT_EQ(xq.q, xq_scalar.q);
+    ASSERT_EQ(0, std::memcmp(xq.d.data(), xq_scalar.d.data(), xq.d.size() * 4));
+    ASSERT_EQ(xq.sum16, xq_scalar.sum16);
     std::vector<float> y(m * n), y_scalar(m * n), y_pool(m * n), y_one(n);
-    LinearQuantColumns(x.data(), m, k, w, y.data(), n, 0, n);
-    LinearQuantColumnsScalar(x.data(), m, k, w, y_scalar.data(), n, 0, n);
+    LinearQuantColumns(xq, w, y.data(), n, 0, n);
+    LinearQuantColumnsScalar(xq, w, y_scalar.data(), n, 0, n);
     LinearQuant(x.data(), m, k, w, y_pool.data(), n, &pool);
     EXPECT_EQ(0, std::memcmp(y.data(), y_scalar.data(), y.size() * 4));
     EXPECT_EQ(0, std::memcmp(y.data(), y_pool.data(), y.size() * 4));
-    // Through the linear layers' entry: 13 rows take the dequantize-to-f32 path (the f32 kernel,
-    // AVX-512 where the CPU has it), one row the block kernel: the same bits.
+    // Through the linear layers' entry, one matrix and several sharing x (LinearMulti).
     MatrixRef as_matrix{DType::kF32, w_bytes.data(), n, k};
     as_matrix.quant_type = type;
-    std::vector<float> y_linear(m * n);
+    std::vector<float> y_linear(m * n), y_multi(m * 2 * n);
     Linear(x.data(), m, k, as_matrix, y_linear.data(), n, &pool);
     EXPECT_EQ(0, std::memcmp(y.data(), y_linear.data(), y.size() * 4));
-    std::vector<float> wf(k);
+    const LinearOutput outs[2] = {{&as_matrix, y_multi.data(), 2 * n},
+                                  {&as_matrix, y_multi.data() + n, 2 * n}};
+    LinearMulti(x.data(), m, k, outs, 2, &pool);
+    std::vector<double> ref(m * n);
+    LinearQuantReference(x.data(), m, k, w, ref.data());
     for (int64_t t = 0; t < m; ++t) {
-      LinearQuantColumns(x.data() + t * k, 1, k, w, y_one.data(), n, 0, n);
-      EXPECT_EQ(0, std::memcmp(y_one.data(), y.data() + t * n, n * 4)) << "row " << t;
+      EXPECT_EQ(0, std::memcmp(y_multi.data() + t * 2 * n, y.data() + t * n, n * 4)) << "row " << t;
+      EXPECT_EQ(0, std::memcmp(y_multi.data() + t * 2 * n + n, y.data() + t * n, n * 4)) << "row " << t;
       LinearColumns(x.data() + t * k, 1, k, as_matrix, y_one.data(), n, 0, n);
-      EXPECT_EQ(0, std::memcmp(y_one.data(), y_linear.data() + t * n, n * 4)) << "row " << t;
+      EXPECT_EQ(0, std::memcmp(y_one.data(), y.data() + t * n, n * 4)) << "row " << t;
+      // Columns split at an odd place (a group of 4 cut short).
+      LinearColumns(x.data() + t * k, 1, k, as_matrix, y_one.data(), n, 5, n);
+      EXPECT_EQ(0, std::memcmp(y_one.data() + 5, y.data() + t * n + 5, (n - 5) * 4)) << "row " << t;
       for (int64_t j = 0; j < n; ++j) {
-        DequantizeRow(type, w.row(j), wf.data(), k);
-        double ref = 0, mag = 0;
-        for (int64_t i = 0; i < k; ++i) {
-          ref += static_cast<double>(wf[i]) * x[t * k + i];
-          mag += std::fabs(static_cast<double>(wf[i]) * x[t * k + i]);
+        EXPECT_NEAR(y[t * n + j], ref[t * n + j], 1e-5 * std::fabs(ref[t * n + j]) + 1e-4)
+            << t << " " << j;
+      }
+    }
+  }
+}
+
+// Blocks from the quantizers (real scales and mins, not random bytes), several blocks per row.
+TEST(LinearQuant, QuantizedWeightsMatchTheReference) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+    SCOPED_TRACE(std::string(GgmlTypeName(type)));
+    const int64_t n = 9, k = 768, m = 3;
+    const std::vector<float> wf = RandomX(n * k, 17), x = RandomX(m * k, 19);
+    std::string w_bytes(static_cast<size_t>(n * GgmlRowBytes(type, k)), '\0');
+    for (int64_t j = 0; j < n; ++j) {
+      void* out = &w_bytes[static_cast<size_t>(j * GgmlRowBytes(type, k))];
+      if (type == GgmlType::kQ8_0) {
+        QuantizeRowQ8_0(wf.data() + j * k, out, k);
+      } else {
+        QuantizeRowQ4_K(wf.data() + j * k, out, k);
+      }
+    }
+    const QuantMatrixRef w{type, w_bytes.data(), n, k};
+    QuantizedActivations xq;
+    QuantizeActivations(x.data(), m, k, k, ActivationBlock(type), &xq);
+    std::vector<float> y(m * n), y_scalar(m * n);
+    std::vector<double> ref(m * n);
+    LinearQuantColumns(xq, w, y.data(), n, 0, n);
+    LinearQuantColumnsScalar(xq, w, y_scalar.data(), n, 0, n);
+    LinearQuantReference(x.data(), m, k, w, ref.data());
+    EXPECT_EQ(0, std::memcmp(y.data(), y_scalar.data(), y.size() * 4));
+    for (int64_t i = 0; i < m * n; ++i) EXPECT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-4) << i;
+  }
+}
+
+// The activation codes: each block's largest element maps to +-127, every code is x / d rounded
+// to nearest (ties to even), an all-zero block has d = 0, and the sums are the codes' sums.
+TEST(LinearQuant, ActivationCodesRoundToNearest) {
+  for (int block : {32, 256}) {
+    std::vector<float> x = RandomX(2 * 512, 5);
+    std::fill(x.begin(), x.begin() + block, 0.0f);
+    QuantizedActivations xq;
+    QuantizeActivations(x.data(), 2, 512, 512, block, &xq);
+    for (int64_t t = 0; t < 2; ++t) {
+      for (int64_t b = 0; b < 512 / block; ++b) {
+        const float d = xq.scales(t)[b];
+        float amax = 0;
+        int cmax = 0;
+        for (int i = 0; i < block; ++i) {
+          const float v = x[t * 512 + b * block + i];
+          const int q = xq.codes(t)[b * block + i];
+          amax = std::max(amax, std::fabs(v));
+          cmax = std::max(cmax, std::abs(q));
+          if (d > 0) {
+            EXPECT_LE(std::fabs(v / d - q), 0.5f + 1e-4f) << t << " " << b << " " << i;
+          }
         }
-        EXPECT_NEAR(y[t * n + j], ref, 1e-5 * mag + 1e-7) << t << " " << j;
+        EXPECT_EQ(d, amax / 127.0f);
+        EXPECT_EQ(cmax, amax > 0 ? 127 : 0);
+      }
+      for (int64_t g = 0; g < 512 / 16; ++g) {
+        int s = 0;
+        for (int i = 0; i < 16; ++i) s += xq.codes(t)[16 * g + i];
+        EXPECT_EQ(s, xq.sum16[t * 32 + g]);
       }
     }
   }

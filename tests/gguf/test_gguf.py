@@ -215,25 +215,35 @@ def hf_name(name):
     return f"model.layers.{layer}.{parts[rest]}"
 
 
+K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
+
+
 def reference_weights(path, cfg, llama):
-    """HF-named float64 weights from a GGUF file, dequantized by gguf-py; a llama file's q and k
-    rows put back in HF order (the inverse of llama.cpp's converter's permute)."""
-    weights = {}
+    """HF-named float64 weights from a GGUF file, dequantized by gguf-py (a llama file's q and k
+    rows put back in HF order, the inverse of llama.cpp's converter's permute), and the activation
+    block of each quantized matrix (the engine's integer kernels quantize x per 32 elements for
+    Q8_0/Q4_0, per 256 for the K-quants)."""
+    weights, act_blocks = {}, {}
     for t in gguf.GGUFReader(path).tensors:
         if t.name == "rope_freqs.weight":
             continue
         shape = [int(d) for d in reversed(t.shape)]
         values = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(shape).astype(np.float64)
         name = hf_name(t.name)
+        qname = t.tensor_type.name
+        if qname not in ("F32", "F16", "BF16"):
+            act_blocks[name] = 256 if qname in K_QUANTS else 32
         if llama and (".q_proj." in name or ".k_proj." in name):
             heads = cfg.heads if ".q_proj." in name else cfg.kv_heads
             rows = values.shape[0]
             values = (values.reshape(heads, cfg.head_dim // 2, 2, *values.shape[1:]).swapaxes(1, 2)
                       .reshape(rows, *values.shape[1:]))
         weights[name] = values
-    if "lm_head.weight" not in weights:
+    if "lm_head.weight" not in weights:  # Tied: the embedding matrix is the head's.
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
-    return weights
+        if "model.embed_tokens.weight" in act_blocks:
+            act_blocks["lm_head.weight"] = act_blocks["model.embed_tokens.weight"]
+    return weights, act_blocks
 
 
 def engine_logits(model, extra=()):
@@ -288,18 +298,44 @@ class GgufModelTest(unittest.TestCase):
     def check_parity(self, name, path, hf_dir, llama):
         tokens, logits = engine_logits(path)
         cfg = hf_reference.Config(hf_dir)
-        ref = hf_reference.forward(cfg, reference_weights(path, cfg, llama), PROMPT + tokens[:-1])
+        weights, act_blocks = reference_weights(path, cfg, llama)
+        ties = []
+        ref = hf_reference.forward(cfg, weights, PROMPT + tokens[:-1], act_blocks=act_blocks, ties=ties)
         ref = ref[len(PROMPT) - 1:]
-        worst = 0.0
+        scale = np.max(np.abs(ref), axis=-1)
+
+        def error(r):
+            return np.max(np.abs(logits - r), axis=-1) / scale
+
+        # The kernels quantize activations to int8: an activation within a hair of a rounding
+        # boundary (a tie candidate) may round the other way in the engine's float32, and on
+        # these small random models one such code can move the logits by ~1e-2. Where a step is
+        # off by more than 1e-4, the engine's choices are found: candidates in the order the
+        # layers run, each flipped and kept if that brings the reference closer to the engine
+        # by squared distance (the candidates after it then taken from the flipped pass, whose
+        # later activations moved). The reference with those flips must then be within 1e-4 everywhere: wrong
+        # arithmetic is not explained by a few codes rounded the other way.
+        err, flips = error(ref), []
+        candidates = sorted(ties)
+        while np.any(err > 1e-4) and candidates:
+            tie = candidates.pop(0)
+            trial_ties = []
+            trial = hf_reference.forward(cfg, weights, PROMPT + tokens[:-1], act_blocks=act_blocks,
+                                         ties=trial_ties, flips=flips + [tie])[len(PROMPT) - 1:]
+            # A flip the engine made removes its own perturbation, one it did not adds another.
+            if np.sum((logits - trial) ** 2) < np.sum((logits - ref) ** 2):
+                flips, ref, err = flips + [tie], trial, error(trial)
+                candidates = sorted(t for t in trial_ties if t > tie)
         for step in range(STEPS):
-            err = np.max(np.abs(logits[step] - ref[step])) / np.max(np.abs(ref[step]))
-            worst = max(worst, err)
-            self.assertLessEqual(err, 1e-4, f"{name}: step {step} relative error {err:.3g}")
+            self.assertLessEqual(err[step], 1e-4, f"{name}: step {step} relative error {err[step]:.3g} "
+                                 f"({len(ties)} tie candidates, {len(flips)} flipped)")
             self.assertEqual(int(np.argmax(ref[step])), tokens[step], f"{name}: step {step}")
+        worst = float(np.max(err))
         # The same file in chunks of 3 tokens and batched with itself: the same bits.
         _, chunked = engine_logits(path, ("--max-num-batched-tokens", "3"))
         np.testing.assert_array_equal(chunked, logits, err_msg=f"{name}: chunked prefill")
-        print(f"  {name:14s} max relative error {worst:.2e}", file=sys.stderr)
+        print(f"  {name:14s} max relative error {worst:.2e} ({len(ties)} tie candidates, "
+              f"{len(flips)} rounded the other way by the engine)", file=sys.stderr)
 
     def test_f32_conversion_equals_the_checkpoint_bitwise(self):
         for arch in ("llama", "qwen2", "qwen3"):

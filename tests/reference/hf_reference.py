@@ -136,15 +136,15 @@ KV_ROUNDING = {"f32": lambda a: a, "bf16": bf16_round,
                "int8": lambda a: kv_quantize(a, 127), "int4": lambda a: kv_quantize(a, 7)}
 
 
-def perplexity(cfg, w, stream, window):
+def perplexity(cfg, w, stream, window, act_blocks=None):
     """exp of the mean negative log-likelihood of `stream`, read in windows of `window` tokens (each
-    window's first token predicts nothing), through forward()."""
+    window's first token predicts nothing), through forward (act_blocks as there)()."""
     total, count = 0.0, 0
     for start in range(0, len(stream) - 1, window):
         chunk = stream[start:start + window]
         if len(chunk) < 2:
             break
-        logits = forward(cfg, w, chunk[:-1])
+        logits = forward(cfg, w, chunk[:-1], act_blocks=act_blocks)
         logits = logits - logits.max(axis=-1, keepdims=True)
         logz = np.log(np.exp(logits).sum(axis=-1))
         total -= float(np.sum(logits[np.arange(len(chunk) - 1), chunk[1:]] - logz))
@@ -152,13 +152,58 @@ def perplexity(cfg, w, stream, window):
     return math.exp(total / count), count
 
 
-def forward(cfg, w, tokens, kv="f32", compute_bf16=False):
+def quantize_activations(x, block, site=None, ties=None, flips=()):
+    """x as pdserve's integer kernels for quantized weights read it (kernels/cpu/linear_quant.h,
+    QuantizeActivations), in float32 as they compute it: per block of `block` elements
+    d = max|x| / 127 and codes rint(clip(x * (127 / max|x|), -127, 127)) (ties to even); returns
+    d * codes in float64.
+
+    The engine's activations differ from these float64 ones in their last bits, so a code within a
+    hair of a rounding boundary may round the other way there. `ties` (a list) collects such codes
+    as (site, flat index), site naming this call; a code listed in `flips` rounds the other way."""
+    x32 = np.asarray(x, dtype=np.float32)
+    blocks = x32.reshape(*x32.shape[:-1], x32.shape[-1] // block, block)
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    scaled = np.clip(blocks * inv, np.float32(-127), np.float32(127))
+    codes = np.rint(scaled).reshape(-1)
+    if ties is not None:
+        frac = (np.asarray(x, dtype=np.float64).reshape(blocks.shape) * inv).reshape(-1)
+        near = np.nonzero(np.abs(frac - np.floor(frac) - 0.5) < TIE_WINDOW)[0]
+        ties.extend((site, int(i)) for i in near)
+    for s, i in flips:
+        if s == site:
+            v = scaled.reshape(-1)[i]
+            codes[i] = np.floor(v) if codes[i] > v else np.ceil(v)
+    d = amax / np.float32(127)
+    return (codes.reshape(blocks.shape).astype(np.float64) * d.astype(np.float64)).reshape(x32.shape)
+
+
+# A code is a tie candidate when its float64 value lies this close (in code units) to a rounding
+# boundary: the engine's float32 activations differ from the reference's by ~1e-6 relative, at
+# most ~1e-4 of a code unit at |code| = 127.
+TIE_WINDOW = 5e-4
+
+
+def forward(cfg, w, tokens, kv="f32", compute_bf16=False, act_blocks=None, ties=None, flips=()):
     """Logits [len(tokens), vocab] in float64. kv: the KV pool dtype whose rounding K and V get
     (f32: none). compute_bf16: every linear layer's input and weights rounded to bf16 first
     (pdserve --compute-dtype bf16; the products and sums stay exact here), and attention's too:
     q, K and V rounded to bf16, and the softmax's unnormalised exp(s - max) rounded to bf16 before
-    it weights V (its sum, which divides, is not)."""
+    it weights V (its sum, which divides, is not). act_blocks: {weight name: block} for quantized
+    weights, whose input is quantized as the engine's integer kernels quantize it (ties and flips
+    as quantize_activations has them; a site is the number of the quantization in the pass, so
+    sites order as the layers do)."""
+    act_blocks = act_blocks or {}
+    sites = iter(range(1 << 30))
+
+    def quantize(x, name):
+        return quantize_activations(x, act_blocks[name], next(sites), ties, flips)
+
     def lin(x, name):
+        if name in act_blocks:
+            x = quantize(x, name)
         if compute_bf16:
             return bf16_round(x) @ bf16_round(w[name]).T
         return x @ w[name].T
@@ -228,5 +273,8 @@ def forward(cfg, w, tokens, kv="f32", compute_bf16=False):
             down = down + w[p + "mlp.down_proj.bias"]
         x = x + down
     x = rms_norm(x, w["model.norm.weight"], cfg.eps)
-    head = w["model.embed_tokens.weight"] if cfg.tie and "lm_head.weight" not in w else w["lm_head.weight"]
+    head_name = "model.embed_tokens.weight" if cfg.tie and "lm_head.weight" not in w else "lm_head.weight"
+    if "lm_head.weight" in act_blocks:
+        x = quantize(x, "lm_head.weight")
+    head = w[head_name]
     return bf16_round(x) @ bf16_round(head).T if compute_bf16 else x @ head.T
