@@ -229,7 +229,7 @@ float LoadF16(const uint8_t* p) {
   return _cvtsh_ss(v);
 }
 
-// The first row of a tile streams the weights from memory: every cache line of the block
+// The first rows of a tile stream the weights from memory: every cache line of the block
 // kPrefetchBytes ahead (a line a block straddles into is the next block's first).
 inline void Prefetch(const uint8_t* blk, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64) {
@@ -239,45 +239,66 @@ inline void Prefetch(const uint8_t* blk, int64_t bytes) {
 
 __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+// Rows of x a kernel call walks together: each weight block is unpacked once for all of them.
+// R rows of integer sums (and, for Q8_0/Q4_0, of float accumulators) stay in registers.
+constexpr int kRows32 = 4;
+constexpr int kRowsK = 4;
+
 // 32 signed codes as 8 lanes of sums of 4 products (|w| * sign-adjusted x: VPMADDUBSW takes an
 // unsigned operand; x is in [-127, 127] and |w| <= 128, so no pair saturates).
-__m256i DotSigned(__m256i w, __m256i x) {
-  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+__m256i DotSigned(__m256i abs_w, __m256i w, __m256i x) {
+  const __m256i p = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(x, w));
   return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-__m256i CodesQ8_0(const uint8_t* b) { return Load32(b + 2); }
-__m256i CodesQ4_0(const uint8_t* b) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-  const __m256i nib =
-      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
-  return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
-}
+struct CodesQ8_0 {
+  static __m256i At(const uint8_t* b) { return Load32(b + 2); }
+};
+struct CodesQ4_0 {
+  static __m256i At(const uint8_t* b) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    const __m256i nib =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
+    return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+  }
+};
 
-// Rows t0..t1 of x against weight rows j..j+n-1 (n <= kGroup; the missing ones repeat the last
+// Rows t..t+R-1 of x against weight rows j..j+n-1 (n <= kGroup; the missing ones repeat the last
 // and are not stored), for the 32-element formats.
-template <__m256i (*kCodes)(const uint8_t*)>
-void Group32(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, int n,
-             int64_t t0, int64_t t1, float* y, int64_t ldy) {
+template <typename Codes, int R>
+void Group32(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, int n, int64_t t,
+             bool prefetch, float* y, int64_t ldy) {
   const int64_t bytes = GgmlBlockBytes(w.type), blocks = w.cols / 32;
   const uint8_t* rows[kGroup];
   for (int c = 0; c < kGroup; ++c) rows[c] = w.row(j + std::min(c, n - 1));
-  for (int64_t t = t0; t < t1; ++t) {
-    const int8_t* xc = xq.codes(t);
-    const float* xd = xq.scales(t);
-    __m256 acc[kGroup];
-    for (int c = 0; c < kGroup; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b) {
-      const __m256i x = Load32(xc + 32 * b);
-      for (int c = 0; c < kGroup; ++c) {
-        const uint8_t* blk = rows[c] + b * bytes;
-        if (t == t0) Prefetch(blk, bytes);
-        const __m256i lanes = DotSigned(kCodes(blk), x);
-        const __m256 s = _mm256_set1_ps(LoadF16(blk) * xd[b]);
-        acc[c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(lanes), acc[c]);
+  const int8_t* xc[R];
+  const float* xd[R];
+  for (int r = 0; r < R; ++r) {
+    xc[r] = xq.codes(t + r);
+    xd[r] = xq.scales(t + r);
+  }
+  __m256 acc[kGroup][R];
+  for (int c = 0; c < kGroup; ++c) {
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i x[R];
+    for (int r = 0; r < R; ++r) x[r] = Load32(xc[r] + 32 * b);
+    for (int c = 0; c < kGroup; ++c) {
+      const uint8_t* blk = rows[c] + b * bytes;
+      if (prefetch) Prefetch(blk, bytes);
+      const __m256i wv = Codes::At(blk);
+      const __m256i abs_w = _mm256_sign_epi8(wv, wv);
+      const float dw = LoadF16(blk);
+      for (int r = 0; r < R; ++r) {
+        const __m256i lanes = DotSigned(abs_w, wv, x[r]);
+        const __m256 s = _mm256_set1_ps(dw * xd[r][b]);
+        acc[c][r] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(lanes), acc[c][r]);
       }
     }
-    for (int c = 0; c < n; ++c) y[t * ldy + j + c] = HorizontalSum(acc[c]);
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < n; ++c) y[(t + r) * ldy + j + c] = HorizontalSum(acc[c][r]);
   }
 }
 
@@ -320,10 +341,18 @@ __m256i BroadcastLane16(__m256i v) {
   return _mm256_shuffle_epi8(v, ctrl);
 }
 
-// Codes times the sub-block scales, 8 lanes, for pair p (sub-blocks 2p, 2p+1) of a Q4_K
-// (kFifth false) or Q5_K block; sc: the eight scales as int16 in both 128-bit lanes.
-template <bool kFifth, int p>
-inline __m256i PairQ45K(const uint8_t* qs, __m256i qh, const int8_t* x, __m256i sc, __m256i acc) {
+// x's codes at one block for R rows, and their per-16 / per-32 sums there.
+template <int R>
+struct XRows {
+  const int8_t* q[R];
+  const int16_t* sum16[R];
+  const int16_t* sum32[R];
+};
+
+// Codes times the sub-block scales into R rows' 8-lane sums, for pair p (sub-blocks 2p, 2p+1) of
+// a Q4_K (kFifth false) or Q5_K block; sc: the eight scales as int16 in both 128-bit lanes.
+template <bool kFifth, int p, int R>
+inline void PairQ45K(const uint8_t* qs, __m256i qh, const XRows<R>& x, __m256i sc, __m256i* acc) {
   const __m256i bytes = Load32(qs + 32 * p);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256i lo = _mm256_and_si256(bytes, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
@@ -331,65 +360,84 @@ inline __m256i PairQ45K(const uint8_t* qs, __m256i qh, const int8_t* x, __m256i 
     lo = _mm256_or_si256(lo, BitTo4<2 * p>(qh));
     hi = _mm256_or_si256(hi, BitTo4<2 * p + 1>(qh));
   }
-  const __m256i plo = _mm256_maddubs_epi16(lo, Load32(x + 64 * p));
-  const __m256i phi = _mm256_maddubs_epi16(hi, Load32(x + 64 * p + 32));
-  acc = _mm256_add_epi32(acc, _mm256_madd_epi16(plo, BroadcastLane16<2 * p>(sc)));
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(phi, BroadcastLane16<2 * p + 1>(sc)));
+  const __m256i slo = BroadcastLane16<2 * p>(sc), shi = BroadcastLane16<2 * p + 1>(sc);
+  for (int r = 0; r < R; ++r) {
+    const __m256i plo = _mm256_maddubs_epi16(lo, Load32(x.q[r] + 64 * p));
+    const __m256i phi = _mm256_maddubs_epi16(hi, Load32(x.q[r] + 64 * p + 32));
+    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(plo, slo));
+    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(phi, shi));
+  }
 }
 
-// One K-quant block against 256 of x's codes: 8 lanes whose sum is the block's integer total
-// (scale-weighted code products), and in *mins the mins' four partial sums (Q4_K/Q5_K).
+// One Q4_K/Q5_K block against R rows: per row 8 lanes whose sum is the block's integer total
+// (scale-weighted code products), and in mins[r] four partial sums of the mins' total.
 template <bool kFifth>
-__m256i DotQ45K(const uint8_t* b, const int8_t* x, const int16_t* sum16, const int16_t* sum32,
-                __m128i* mins) {
-  (void)sum16;
-  const __m256i sm = ScalesMins(b + 4);
-  const __m256i sc = _mm256_permute2x128_si256(sm, sm, 0x00);
-  *mins = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1),
-                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(sum32)));
-  const uint8_t* qs = kFifth ? b + 48 : b + 16;
-  const __m256i qh = kFifth ? Load32(b + 16) : _mm256_setzero_si256();
-  __m256i acc = _mm256_setzero_si256();
-  acc = PairQ45K<kFifth, 0>(qs, qh, x, sc, acc);
-  acc = PairQ45K<kFifth, 1>(qs, qh, x, sc, acc);
-  acc = PairQ45K<kFifth, 2>(qs, qh, x, sc, acc);
-  return PairQ45K<kFifth, 3>(qs, qh, x, sc, acc);
+struct KernelQ45K {
+  static constexpr int kDAt = 0, kDminAt = 2;
+  template <int R>
+  static void Dot(const uint8_t* b, const XRows<R>& x, __m256i* dot, __m128i* mins) {
+    const __m256i sm = ScalesMins(b + 4);
+    const __m256i sc = _mm256_permute2x128_si256(sm, sm, 0x00);
+    const __m128i mn = _mm256_extracti128_si256(sm, 1);
+    for (int r = 0; r < R; ++r) {
+      mins[r] = _mm_madd_epi16(mn, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sum32[r])));
+      dot[r] = _mm256_setzero_si256();
+    }
+    const uint8_t* qs = kFifth ? b + 48 : b + 16;
+    const __m256i qh = kFifth ? Load32(b + 16) : _mm256_setzero_si256();
+    PairQ45K<kFifth, 0, R>(qs, qh, x, sc, dot);
+    PairQ45K<kFifth, 1, R>(qs, qh, x, sc, dot);
+    PairQ45K<kFifth, 2, R>(qs, qh, x, sc, dot);
+    PairQ45K<kFifth, 3, R>(qs, qh, x, sc, dot);
+  }
+};
+
+template <int h, int k, int R>
+inline void QuarterQ6K(__m256i q, const XRows<R>& x, __m256i sc, __m256i* acc) {
+  const __m256i scale = BroadcastLane16<2 * k, 2 * k + 1>(sc);
+  for (int r = 0; r < R; ++r) {
+    const __m256i p = _mm256_maddubs_epi16(q, Load32(x.q[r] + 128 * h + 32 * k));
+    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, scale));
+  }
 }
 
-template <int h, int k>
-inline __m256i QuarterQ6K(const __m256i (&q)[4], const int8_t* x, __m256i sc, __m256i acc) {
-  const __m256i p = _mm256_maddubs_epi16(q[k], Load32(x + 128 * h + 32 * k));
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, BroadcastLane16<2 * k, 2 * k + 1>(sc)));
-}
-
-template <int h>
-inline __m256i HalfQ6K(const uint8_t* b, const int8_t* x, __m256i sc, __m256i acc) {
+template <int h, int R>
+inline void HalfQ6K(const uint8_t* b, const XRows<R>& x, __m256i sc, __m256i* acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   const __m256i ql0 = Load32(b + 64 * h), ql1 = Load32(b + 64 * h + 32);
   const __m256i qh = Load32(b + 128 + 32 * h);
-  const __m256i q[4] = {
-      _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
-      _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
-      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
-      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                      _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30))};
   // sc: this half's eight scales in both 128-bit lanes; register k's low 16 codes take scale 2k,
   // its high 16 scale 2k + 1.
-  acc = QuarterQ6K<h, 0>(q, x, sc, acc);
-  acc = QuarterQ6K<h, 1>(q, x, sc, acc);
-  acc = QuarterQ6K<h, 2>(q, x, sc, acc);
-  return QuarterQ6K<h, 3>(q, x, sc, acc);
+  QuarterQ6K<h, 0, R>(
+      _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+      x, sc, acc);
+  QuarterQ6K<h, 1, R>(
+      _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+      x, sc, acc);
+  QuarterQ6K<h, 2, R>(
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
+      x, sc, acc);
+  QuarterQ6K<h, 3, R>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                      _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+                      x, sc, acc);
 }
 
-// Q6_K: sum over the 16 sub-blocks of scale * (codes . x - 32 * sum of x's codes).
-__m256i DotQ6K(const uint8_t* b, const int8_t* x, const int16_t* sum16, const int16_t*, __m128i*) {
-  const __m256i sc16 =
-      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
-  __m256i acc = HalfQ6K<0>(b, x, _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_setzero_si256());
-  acc = HalfQ6K<1>(b, x, _mm256_permute2x128_si256(sc16, sc16, 0x11), acc);
-  const __m256i off = _mm256_madd_epi16(sc16, Load32(sum16));
-  return _mm256_sub_epi32(acc, _mm256_slli_epi32(off, 5));
-}
+// Q6_K: per row, the sum over the 16 sub-blocks of scale * (codes . x - 32 * sum of x's codes).
+struct KernelQ6K {
+  static constexpr int kDAt = 208, kDminAt = -1;
+  template <int R>
+  static void Dot(const uint8_t* b, const XRows<R>& x, __m256i* dot, __m128i*) {
+    const __m256i sc16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+    for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
+    HalfQ6K<0, R>(b, x, _mm256_permute2x128_si256(sc16, sc16, 0x00), dot);
+    HalfQ6K<1, R>(b, x, _mm256_permute2x128_si256(sc16, sc16, 0x11), dot);
+    for (int r = 0; r < R; ++r) {
+      const __m256i off = _mm256_madd_epi16(sc16, Load32(x.sum16[r]));
+      dot[r] = _mm256_sub_epi32(dot[r], _mm256_slli_epi32(off, 5));
+    }
+  }
+};
 
 // The integer sums of four 8-lane vectors, as [a, b, c, d].
 __m128i Sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
@@ -400,64 +448,92 @@ __m128i Sum4(__m128i a, __m128i b, __m128i c, __m128i d) {
   return _mm_hadd_epi32(_mm_hadd_epi32(a, b), _mm_hadd_epi32(c, d));
 }
 
-// The K-quants: rows t0..t1 of x against weight rows j..j+n-1 (n <= kGroup; the missing ones
-// repeat the last and are not stored). kDminAt: the offset of the block's f16 dmin, or -1.
-template <__m256i (*kDot)(const uint8_t*, const int8_t*, const int16_t*, const int16_t*, __m128i*),
-          int kDAt, int kDminAt>
-void GroupK(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, int n,
-            int64_t t0, int64_t t1, float* y, int64_t ldy) {
+// The K-quants: rows t..t+R-1 of x against weight rows j..j+n-1, as Group32.
+template <typename Kernel, int R>
+void GroupK(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, int n, int64_t t,
+            bool prefetch, float* y, int64_t ldy) {
   const int64_t bytes = GgmlBlockBytes(w.type), blocks = w.cols / 256, k = w.cols;
   const uint8_t* rows[kGroup];
   for (int c = 0; c < kGroup; ++c) rows[c] = w.row(j + std::min(c, n - 1));
-  for (int64_t t = t0; t < t1; ++t) {
-    const int8_t* xc = xq.codes(t);
-    const float* xd = xq.scales(t);
-    const int16_t* sum16 = xq.sum16.data() + t * (k / 16);
-    const int16_t* sum32 = xq.sum32.data() + t * (k / 32);
-    __m128 acc = _mm_setzero_ps();
-    for (int64_t s = 0; s < blocks; ++s) {
-      __m256i dot[kGroup];
-      __m128i mins[kGroup];
-      float d[kGroup], dmin[kGroup];
-      for (int c = 0; c < kGroup; ++c) {
-        const uint8_t* blk = rows[c] + s * bytes;
-        if (t == t0) Prefetch(blk, bytes);
-        dot[c] = kDot(blk, xc + 256 * s, sum16 + 16 * s, sum32 + 8 * s, &mins[c]);
-        d[c] = LoadF16(blk + kDAt);
-        if constexpr (kDminAt >= 0) dmin[c] = LoadF16(blk + kDminAt);
-      }
-      const __m128 dx = _mm_set1_ps(xd[s]);
-      const __m128 itot = _mm_cvtepi32_ps(Sum4(dot[0], dot[1], dot[2], dot[3]));
-      if constexpr (kDminAt >= 0) {
+  __m128 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm_setzero_ps();
+  for (int64_t s = 0; s < blocks; ++s) {
+    XRows<R> x;
+    for (int r = 0; r < R; ++r) {
+      x.q[r] = xq.codes(t + r) + 256 * s;
+      x.sum16[r] = xq.sum16.data() + (t + r) * (k / 16) + 16 * s;
+      x.sum32[r] = xq.sum32.data() + (t + r) * (k / 32) + 8 * s;
+    }
+    __m256i dot[kGroup][R];
+    __m128i mins[kGroup][R];
+    float d[kGroup], dmin[kGroup];
+    for (int c = 0; c < kGroup; ++c) {
+      const uint8_t* blk = rows[c] + s * bytes;
+      if (prefetch) Prefetch(blk, bytes);
+      Kernel::template Dot<R>(blk, x, dot[c], mins[c]);
+      d[c] = LoadF16(blk + Kernel::kDAt);
+      if constexpr (Kernel::kDminAt >= 0) dmin[c] = LoadF16(blk + Kernel::kDminAt);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m128 dx = _mm_set1_ps(xq.scales(t + r)[s]);
+      const __m128 itot = _mm_cvtepi32_ps(Sum4(dot[0][r], dot[1][r], dot[2][r], dot[3][r]));
+      if constexpr (Kernel::kDminAt >= 0) {
         // The scales' part and the mins' part nearly cancel where a row's output is small:
         // d * itot - dmin * imin is rounded once (dmin * imin's own rounding error e taken back
         // out), then scaled by x's d.
-        const __m128 imin = _mm_cvtepi32_ps(Sum4(mins[0], mins[1], mins[2], mins[3]));
+        const __m128 imin = _mm_cvtepi32_ps(Sum4(mins[0][r], mins[1][r], mins[2][r], mins[3][r]));
         const __m128 vdmin = _mm_loadu_ps(dmin);
         const __m128 p = _mm_mul_ps(vdmin, imin);
         const __m128 e = _mm_fmsub_ps(vdmin, imin, p);
         const __m128 block = _mm_sub_ps(_mm_fmsub_ps(_mm_loadu_ps(d), itot, p), e);
-        acc = _mm_fmadd_ps(dx, block, acc);
+        acc[r] = _mm_fmadd_ps(dx, block, acc[r]);
       } else {
-        acc = _mm_fmadd_ps(_mm_mul_ps(_mm_loadu_ps(d), dx), itot, acc);
+        acc[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_loadu_ps(d), dx), itot, acc[r]);
       }
     }
+  }
+  for (int r = 0; r < R; ++r) {
     alignas(16) float out[4];
-    _mm_store_ps(out, acc);
-    for (int c = 0; c < n; ++c) y[t * ldy + j + c] = out[c];
+    _mm_store_ps(out, acc[r]);
+    for (int c = 0; c < n; ++c) y[(t + r) * ldy + j + c] = out[c];
   }
 }
 
-using GroupFn = void (*)(const QuantizedActivations&, const QuantMatrixRef&, int64_t, int, int64_t,
-                         int64_t, float*, int64_t);
+// Columns [n_begin, n_end) for every row of x: tiles of kRowTile rows (they stay in L2), in each
+// a group of kGroup weight rows at a time (in L1) against R rows of x at a time. Every output's
+// float steps are the same whatever R, so the bits are too.
+template <int R, void (*kGroupR)(const QuantizedActivations&, const QuantMatrixRef&, int64_t, int,
+                                 int64_t, bool, float*, int64_t),
+          void (*kGroup1)(const QuantizedActivations&, const QuantMatrixRef&, int64_t, int,
+                          int64_t, bool, float*, int64_t)>
+void Tiles(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y, int64_t ldy,
+           int64_t n_begin, int64_t n_end) {
+  for (int64_t t0 = 0; t0 < xq.m; t0 += kRowTile) {
+    const int64_t t1 = std::min(xq.m, t0 + kRowTile);
+    for (int64_t j = n_begin; j < n_end; j += kGroup) {
+      const int n = static_cast<int>(std::min<int64_t>(kGroup, n_end - j));
+      int64_t t = t0;
+      for (; t + R <= t1; t += R) kGroupR(xq, w, j, n, t, t == t0, y, ldy);
+      for (; t < t1; ++t) kGroup1(xq, w, j, n, t, t == t0, y, ldy);
+    }
+  }
+}
 
-GroupFn GroupFor(GgmlType type) {
+using ColumnsFn = void (*)(const QuantizedActivations&, const QuantMatrixRef&, float*, int64_t,
+                           int64_t, int64_t);
+
+template <typename Codes>
+constexpr ColumnsFn kTiles32 = Tiles<kRows32, Group32<Codes, kRows32>, Group32<Codes, 1>>;
+template <typename Kernel>
+constexpr ColumnsFn kTilesK = Tiles<kRowsK, GroupK<Kernel, kRowsK>, GroupK<Kernel, 1>>;
+
+ColumnsFn ColumnsFor(GgmlType type) {
   switch (type) {
-    case GgmlType::kQ8_0: return Group32<CodesQ8_0>;
-    case GgmlType::kQ4_0: return Group32<CodesQ4_0>;
-    case GgmlType::kQ4_K: return GroupK<DotQ45K<false>, 0, 2>;
-    case GgmlType::kQ5_K: return GroupK<DotQ45K<true>, 0, 2>;
-    case GgmlType::kQ6_K: return GroupK<DotQ6K, 208, -1>;
+    case GgmlType::kQ8_0: return kTiles32<CodesQ8_0>;
+    case GgmlType::kQ4_0: return kTiles32<CodesQ4_0>;
+    case GgmlType::kQ4_K: return kTilesK<KernelQ45K<false>>;
+    case GgmlType::kQ5_K: return kTilesK<KernelQ45K<true>>;
+    case GgmlType::kQ6_K: return kTilesK<KernelQ6K>;
     default: return nullptr;
   }
 }
@@ -507,13 +583,8 @@ void QuantizeActivations(const float* x, int64_t m, int64_t ldx, int64_t k, int 
 void LinearQuantColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                         int64_t ldy, int64_t n_begin, int64_t n_end) {
 #if PDSERVE_AVX2
-  if (const GroupFn group = GroupFor(w.type)) {
-    for (int64_t t0 = 0; t0 < xq.m; t0 += kRowTile) {
-      const int64_t t1 = std::min(xq.m, t0 + kRowTile);
-      for (int64_t j = n_begin; j < n_end; j += kGroup) {
-        group(xq, w, j, static_cast<int>(std::min<int64_t>(kGroup, n_end - j)), t0, t1, y, ldy);
-      }
-    }
+  if (const ColumnsFn columns = ColumnsFor(w.type)) {
+    columns(xq, w, y, ldy, n_begin, n_end);
     return;
   }
 #endif
