@@ -6,7 +6,8 @@
 //                                     the rest as it is
 //   convert DIR OUT --type T          a Hugging Face checkpoint as GGUF, laid out as llama.cpp's
 //                                     converter lays it out (names, llama's q/k row order, Llama
-//                                     3.1's rope_freqs); matrices in T (f32, f16, bf16, q8_0)
+//                                     3.1's rope_freqs); matrices in T (f32, f16, bf16, q8_0,
+//                                     q4_k, or q4_k_m: llama-quantize's mix, weight_format.h)
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -142,9 +143,7 @@ std::string Encode(const std::vector<float>& v, GgmlType type) {
         std::memcpy(&out[static_cast<size_t>(2 * i)], &h, 2);
       }
       break;
-    case GgmlType::kQ8_0: kernels::QuantizeRowQ8_0(v.data(), out.data(), n); break;
-    case GgmlType::kQ4_K: kernels::QuantizeRowQ4_K(v.data(), out.data(), n); break;
-    default: break;
+    default: kernels::QuantizeRow(type, v.data(), out.data(), n); break;
   }
   return out;
 }
@@ -164,26 +163,13 @@ int ConvertVocab(const std::string& dir, const std::string& out) {
 
 int Convert(const std::string& dir, const std::string& out, const std::string& type_name) {
   const char* cmd = "gguf convert";
-  // The formats, and llama.cpp's general.file_type of a file all in that format (Q4_K: its
-  // Q4_K_S; Q4_K_M mixes in Q6_K).
-  struct Format {
-    const char* name;
-    GgmlType type;
-    uint32_t file_type;
-  };
-  constexpr Format kFormats[] = {{"f32", GgmlType::kF32, 0},   {"f16", GgmlType::kF16, 1},
-                                 {"bf16", GgmlType::kBF16, 32}, {"q8_0", GgmlType::kQ8_0, 7},
-                                 {"q4_k", GgmlType::kQ4_K, 14}};
-  const Format* format = nullptr;
-  for (const Format& f : kFormats) {
-    if (type_name == f.name) format = &f;
-  }
-  if (format == nullptr) {
+  auto parsed = ParseWeightFormat(type_name);
+  if (!parsed.ok() || *parsed == WeightFormat::kAsStored) {
     return ReportError(cmd, absl::InvalidArgumentError(Str("--type: '", type_name,
-                                                           "' (f32, f16, bf16, q8_0 or q4_k)")),
+                                                           "' (f32, f16, bf16, q8_0, q4_k or q4_k_m)")),
                        kExitUsage);
   }
-  const GgmlType type = format->type;
+  const WeightFormat format = *parsed;
   auto config = ModelConfig::FromFile(JoinPath(dir, "config.json"));
   if (!config.ok()) return ReportError(cmd, config.status());
   const ModelConfig& c = *config;
@@ -213,7 +199,7 @@ int Convert(const std::string& dir, const std::string& out, const std::string& t
   g.SetFloat32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   g.SetFloat32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
   g.SetUint32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
-  g.SetUint32("general.file_type", format->file_type);
+  g.SetUint32("general.file_type", WeightFormatFileType(format));
   if (c.sliding_window > 0) g.SetUint32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
   if (c.bos_token_id) g.SetUint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*c.bos_token_id));
   if (!c.eos_token_ids.empty()) {
@@ -259,11 +245,9 @@ int Convert(const std::string& dir, const std::string& out, const std::string& t
     }
     add_vector("rope_freqs.weight", factors);
   }
-  auto add_matrix = [&](const std::string& name, const MatrixRef& m, int64_t permute = 0) {
-    // Rows that are not whole blocks fall back, as llama-quantize's do: Q4_K to Q8_0, to F16.
-    GgmlType t = type;
-    if (t == GgmlType::kQ4_K && m.cols % 256 != 0) t = GgmlType::kQ8_0;
-    if (t == GgmlType::kQ8_0 && m.cols % 32 != 0) t = GgmlType::kF16;
+  auto add_matrix = [&](const std::string& name, const MatrixRef& m, MatrixRole role,
+                        int64_t layer = 0, int64_t permute = 0, bool tied = false) {
+    const GgmlType t = MatrixType(format, role, layer, c.num_layers, m.cols, tied);
     g.AddTensor(name, t, {m.cols, m.rows}, Encode(Rows(m, permute), t));
   };
   const int64_t permute = arch == "llama" ? c.head_dim : 0;
@@ -274,18 +258,19 @@ int Convert(const std::string& dir, const std::string& out, const std::string& t
     }
     return out;
   };
-  add_matrix("token_embd.weight", w.embed_tokens());
+  const bool tied = w.lm_head().data == w.embed_tokens().data;
+  add_matrix("token_embd.weight", w.embed_tokens(), MatrixRole::kEmbedding, 0, 0, tied);
   add_vector("output_norm.weight", w.final_norm());
-  if (w.lm_head().data != w.embed_tokens().data) add_matrix("output.weight", w.lm_head());
+  if (!tied) add_matrix("output.weight", w.lm_head(), MatrixRole::kHead);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& L = w.layer(i);
     const std::string p = Str("blk.", i, ".");
     add_vector(p + "attn_norm.weight", L.input_norm);
     add_vector(p + "ffn_norm.weight", L.post_attention_norm);
-    add_matrix(p + "attn_q.weight", L.q_proj, permute);
-    add_matrix(p + "attn_k.weight", L.k_proj, permute);
-    add_matrix(p + "attn_v.weight", L.v_proj);
-    add_matrix(p + "attn_output.weight", L.o_proj);
+    add_matrix(p + "attn_q.weight", L.q_proj, MatrixRole::kAttnQ, i, permute);
+    add_matrix(p + "attn_k.weight", L.k_proj, MatrixRole::kAttnK, i, permute);
+    add_matrix(p + "attn_v.weight", L.v_proj, MatrixRole::kAttnV, i);
+    add_matrix(p + "attn_output.weight", L.o_proj, MatrixRole::kAttnOutput, i);
     if (!L.q_bias.empty()) {
       add_vector(p + "attn_q.bias", permute > 0 ? permuted(L.q_bias) : L.q_bias);
       add_vector(p + "attn_k.bias", permute > 0 ? permuted(L.k_bias) : L.k_bias);
@@ -296,9 +281,9 @@ int Convert(const std::string& dir, const std::string& out, const std::string& t
       add_vector(p + "attn_q_norm.weight", L.q_norm);
       add_vector(p + "attn_k_norm.weight", L.k_norm);
     }
-    add_matrix(p + "ffn_gate.weight", L.gate_proj);
-    add_matrix(p + "ffn_up.weight", L.up_proj);
-    add_matrix(p + "ffn_down.weight", L.down_proj);
+    add_matrix(p + "ffn_gate.weight", L.gate_proj, MatrixRole::kFfnGate, i);
+    add_matrix(p + "ffn_up.weight", L.up_proj, MatrixRole::kFfnUp, i);
+    add_matrix(p + "ffn_down.weight", L.down_proj, MatrixRole::kFfnDown, i);
     if (!L.gate_bias.empty()) {
       add_vector(p + "ffn_gate.bias", L.gate_bias);
       add_vector(p + "ffn_up.bias", L.up_bias);
@@ -322,7 +307,7 @@ int GgufCommand(int argc, char** argv) {
   flags.String("out", &out, "dequantize: the directory for NAME.npy files");
   flags.String("tensor", &tensor, "dequantize: only this tensor");
   flags.String("type", &type,
-               "quantize: the block format (q8_0); convert: f32, f16, bf16, q8_0 or q4_k");
+               "quantize: the block format (q8_0); convert: f32, f16, bf16, q8_0, q4_k or q4_k_m");
   flags.Int("max-array", &max_array, "inspect: arrays longer than this are summarized");
   flags.Bool("vocab-only", &vocab_only, "convert: the tokenizer alone (DIR holds tokenizer.json)");
   flags.AllowPositional(3);
@@ -342,7 +327,7 @@ int GgufCommand(int argc, char** argv) {
                      absl::InvalidArgumentError(
                          "usage: pdserve gguf inspect FILE | dequantize FILE --out DIR "
                          "[--tensor NAME] | quantize IN OUT --type q8_0 | convert DIR OUT "
-                         "--type f32|f16|bf16|q8_0|q4_k"),
+                         "--type f32|f16|bf16|q8_0|q4_k|q4_k_m"),
                      kExitUsage);
 }
 

@@ -11,6 +11,7 @@
 #include "common/base/dtype.h"
 #include "common/base/ggml_types.h"
 #include "common/engine/model_runner.h"
+#include "common/model/weight_format.h"
 
 namespace pdserve {
 
@@ -40,9 +41,8 @@ struct EngineOptions {
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
   ComputeDType compute_dtype = ComputeDType::kAuto;  // Resolved in LLMEngine::Create.
   bool weight_huge_pages = true;  // ModelRunnerOptions::weight_huge_pages.
-  // A block format to quantize the model's float matrices to on load (--weight-dtype q8_0);
-  // kF32: as stored.
-  GgmlType weight_dtype = GgmlType::kF32;
+  // A format to quantize the model's float matrices to on load (--weight-dtype q4_k_m).
+  WeightFormat weight_dtype = WeightFormat::kAsStored;
   // Engines of one process (serve's prefill and decode workers) given one object load the model
   // and make the cpu runner's matrix copies once between them (shared_weights.h). Null: their own.
   std::shared_ptr<SharedWeights> shared_weights;

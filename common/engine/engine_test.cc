@@ -50,17 +50,19 @@ class TempRoot : public ::testing::Environment {
 };
 const auto* const kTempRoot = ::testing::AddGlobalTestEnvironment(new TempRoot);
 
-std::string ModelDir(const std::string& arch, DType dtype = DType::kF32) {
-  const std::string dir = JoinPath(TempRoot::Path(), arch + std::string(DTypeName(dtype)));
+// wide: rows of whole 256-element blocks (hidden 256, MLP 512), so the K-quants apply.
+std::string ModelDir(const std::string& arch, DType dtype = DType::kF32, bool wide = false) {
+  const std::string dir =
+      JoinPath(TempRoot::Path(), arch + std::string(DTypeName(dtype)) + (wide ? "_wide" : ""));
   if (!FileExists(JoinPath(dir, "config.json"))) {
     RandomModelSpec spec;
     spec.arch = arch;
     spec.dtype = dtype;
     spec.layers = 2;
-    spec.hidden = 64;
+    spec.hidden = wide ? 256 : 64;
     spec.heads = 4;
     spec.kv_heads = 2;
-    spec.intermediate = 96;
+    spec.intermediate = wide ? 512 : 96;
     spec.vocab = 300;
     spec.seed = 11;
     if (arch == "mistral") spec.sliding_window = 24;
@@ -145,22 +147,25 @@ void ExpectBitwiseEqual(const Result& a, const Result& b, const std::string& wha
   }
 }
 
-// A numeric mode: the linear layers' dtype, the KV pool's, and the weights' (kF32: as stored;
-// Q8_0: quantized on load, read by the block kernels).
+// A numeric mode: the linear layers' dtype, the KV pool's, and the weights' (as stored, or
+// quantized on load and read by the integer kernels: Q8_0, and Q4_K_M's mix of Q4_K and Q6_K on
+// the wide model).
 struct Mode {
   ComputeDType compute;
   KvDType kv;
-  GgmlType weights = GgmlType::kF32;
+  WeightFormat weights = WeightFormat::kAsStored;
+  bool wide() const { return weights == WeightFormat::kQ4_K_M; }
 };
 const Mode kModes[] = {{ComputeDType::kF32, KvDType::kF32},
                        {ComputeDType::kBF16, KvDType::kF32},
                        {ComputeDType::kF32, KvDType::kInt8},
                        {ComputeDType::kF32, KvDType::kInt4},
                        {ComputeDType::kBF16, KvDType::kInt8},
-                       {ComputeDType::kF32, KvDType::kF32, GgmlType::kQ8_0}};
+                       {ComputeDType::kF32, KvDType::kF32, WeightFormat::kQ8_0},
+                       {ComputeDType::kF32, KvDType::kF32, WeightFormat::kQ4_K_M}};
 std::string ModeName(const Mode& m) {
   return Str(ComputeDTypeName(m.compute), "_kv", KvDTypeName(m.kv),
-             GgmlQuantized(m.weights) ? Str("_w", GgmlTypeName(m.weights)) : "");
+             m.weights != WeightFormat::kAsStored ? Str("_w", WeightFormatName(m.weights)) : "");
 }
 EngineOptions ModeOptions(const Mode& m) {
   EngineOptions o = SmallOptions();
@@ -175,7 +180,9 @@ EngineOptions ModeOptions(const Mode& m) {
 // the f32 path does.
 class EngineFamilyTest : public ::testing::TestWithParam<std::tuple<std::string, Mode>> {
  protected:
-  std::string Dir() const { return ModelDir(std::get<0>(GetParam())); }
+  std::string Dir() const {
+    return ModelDir(std::get<0>(GetParam()), DType::kF32, std::get<1>(GetParam()).wide());
+  }
   EngineOptions Opts() const { return ModeOptions(std::get<1>(GetParam())); }
 };
 
@@ -521,7 +528,7 @@ class RemotePrefillTest : public ::testing::TestWithParam<Mode> {
 };
 
 TEST_P(RemotePrefillTest, ThroughCopiedPagesEqualsLocalBitwise) {
-  const std::string dir = ModelDir("qwen3");
+  const std::string dir = ModelDir("qwen3", DType::kF32, GetParam().wide());
   SamplingParams params = Greedy(12);
   params.temperature = 0.7f;
   params.seed = 1234;

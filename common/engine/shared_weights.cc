@@ -7,7 +7,7 @@
 namespace pdserve {
 
 absl::StatusOr<std::shared_ptr<const ModelWeights>> SharedWeights::Load(
-    const ModelConfig& config, const std::string& model_dir, GgmlType quantize_to) {
+    const ModelConfig& config, const std::string& model_dir, WeightFormat quantize_to) {
   std::lock_guard<std::mutex> lock(mu_);
   if (weights_ != nullptr) {
     if (model_dir != model_dir_) {

@@ -17,6 +17,7 @@
 #include "common/engine/cpu_matrices.h"
 #include "common/engine/device_weights.h"
 #include "common/model/model_config.h"
+#include "common/model/weight_format.h"
 
 namespace pdserve {
 
@@ -29,7 +30,7 @@ class SharedWeights {
   // is InvalidArgument.
   absl::StatusOr<std::shared_ptr<const ModelWeights>> Load(const ModelConfig& config,
                                                            const std::string& model_dir,
-                                                           GgmlType quantize_to = GgmlType::kF32);
+                                                           WeightFormat quantize_to = WeightFormat::kAsStored);
 
   // CpuMatrices::Make(weights, compute_dtype, huge_pages, threads) once per (compute_dtype,
   // huge_pages); `weights` must be the ones Load returned.

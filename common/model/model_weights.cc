@@ -205,25 +205,24 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::LoadGguf(const Model
   return w;
 }
 
-absl::Status ModelWeights::QuantizeMatrices(GgmlType type) {
-  if (type != GgmlType::kQ8_0 && type != GgmlType::kQ4_K) {
-    return absl::UnimplementedError(Str("--weight-dtype ", GgmlTypeName(type),
-                                        ": q8_0 and q4_k are made on load"));
+absl::Status ModelWeights::QuantizeMatrices(WeightFormat format) {
+  if (format != WeightFormat::kQ8_0 && format != WeightFormat::kQ4_K &&
+      format != WeightFormat::kQ4_K_M) {
+    return absl::UnimplementedError(Str("--weight-dtype ", WeightFormatName(format),
+                                        ": q8_0, q4_k and q4_k_m are made on load"));
   }
-  const int64_t qk = GgmlBlockElements(type);
-  auto quantize = [&](MatrixRef* m) {
-    if (m->quantized() || m->cols % qk != 0) return;
+  const int64_t layers = static_cast<int64_t>(layers_.size());
+  auto quantize = [&](MatrixRef* m, MatrixRole role, int64_t layer, bool tied) {
+    // Matrices already quantized, and rows that are not whole blocks, stay as they are.
+    const GgmlType type = MatrixType(format, role, layer, layers, m->cols, tied);
+    if (m->quantized() || !GgmlQuantized(type)) return;
     const GgmlType from = m->element_type();
     const int64_t row_bytes = GgmlRowBytes(type, m->cols);
     auto out = std::make_unique<uint8_t[]>(static_cast<size_t>(m->rows * row_bytes));
     std::vector<float> row(static_cast<size_t>(m->cols));
     for (int64_t r = 0; r < m->rows; ++r) {
       kernels::DequantizeRow(from, m->row(r), row.data(), m->cols);
-      if (type == GgmlType::kQ8_0) {
-        kernels::QuantizeRowQ8_0(row.data(), out.get() + r * row_bytes, m->cols);
-      } else {
-        kernels::QuantizeRowQ4_K(row.data(), out.get() + r * row_bytes, m->cols);
-      }
+      kernels::QuantizeRow(type, row.data(), out.get() + r * row_bytes, m->cols);
     }
     MatrixRef q{DType::kF32, out.get(), m->rows, m->cols};
     q.quant_type = type;
@@ -232,25 +231,28 @@ absl::Status ModelWeights::QuantizeMatrices(GgmlType type) {
     quantized_ = true;
   };
   const bool tied = lm_head_.data == embed_tokens_.data;
-  quantize(&embed_tokens_);
+  quantize(&embed_tokens_, MatrixRole::kEmbedding, 0, tied);
   if (tied) {
     lm_head_ = embed_tokens_;
   } else {
-    quantize(&lm_head_);
+    quantize(&lm_head_, MatrixRole::kHead, 0, false);
   }
-  for (LayerWeights& L : layers_) {
-    for (MatrixRef* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj,
-                         &L.down_proj}) {
-      quantize(m);
-    }
+  for (int64_t i = 0; i < layers; ++i) {
+    LayerWeights& L = layers_[static_cast<size_t>(i)];
+    const std::pair<MatrixRef*, MatrixRole> matrices[] = {
+        {&L.q_proj, MatrixRole::kAttnQ},      {&L.k_proj, MatrixRole::kAttnK},
+        {&L.v_proj, MatrixRole::kAttnV},      {&L.o_proj, MatrixRole::kAttnOutput},
+        {&L.gate_proj, MatrixRole::kFfnGate}, {&L.up_proj, MatrixRole::kFfnUp},
+        {&L.down_proj, MatrixRole::kFfnDown}};
+    for (const auto& [m, role] : matrices) quantize(m, role, i, false);
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const ModelConfig& config,
                                                                  const std::string& dir,
-                                                                 GgmlType quantize_to) {
-  if (GgmlQuantized(quantize_to)) {
+                                                                 WeightFormat quantize_to) {
+  if (quantize_to != WeightFormat::kAsStored) {
     PD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> w, Load(config, dir));
     PD_RETURN_IF_ERROR(w->QuantizeMatrices(quantize_to));
     return w;

@@ -13,6 +13,7 @@
 #include "common/model/checkpoint.h"
 #include "common/model/gguf.h"
 #include "common/model/model_config.h"
+#include "common/model/weight_format.h"
 
 namespace pdserve {
 
@@ -31,12 +32,13 @@ class ModelWeights {
  public:
   // Checks that every tensor the config implies is present with the right shape and a supported
   // dtype; errors name the tensor and its file.
-  // `dir`: a Hugging Face checkpoint directory, or a GGUF file (LoadGguf). `quantize_to` a block
-  // format (GgmlQuantized): every float matrix whose rows are whole blocks is quantized on load
-  // (--weight-dtype; Q8_0 gives llama-quantize's bytes), into memory the weights own.
+  // `dir`: a Hugging Face checkpoint directory, or a GGUF file (LoadGguf). `quantize_to` q8_0,
+  // q4_k or q4_k_m: every float matrix is quantized on load to its MatrixType in that format
+  // (--weight-dtype; Q8_0 gives llama-quantize's bytes), into memory the weights own; a matrix
+  // whose type falls back to a float one stays as it is.
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const ModelConfig& config,
                                                             const std::string& dir,
-                                                            GgmlType quantize_to = GgmlType::kF32);
+                                                            WeightFormat quantize_to = WeightFormat::kAsStored);
   // Weights made instead of read, for benchmarks of a model's shape without its files
   // (bench-engine --random-weights). Every matrix is bf16 and never tied: matrix k (in the order
   // q, k, v, o, gate|up as one, down per layer, then lm_head, then the embedding) holds
@@ -66,7 +68,7 @@ class ModelWeights {
 
  private:
   ModelWeights() = default;
-  absl::Status QuantizeMatrices(GgmlType type);
+  absl::Status QuantizeMatrices(WeightFormat format);
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // Owns the mappings the MatrixRefs point into.
   std::unique_ptr<GgufFile> gguf_;          // Or: a GGUF file's.

@@ -110,6 +110,38 @@ TEST(QuantBlocks, Q4_KQuantizerFitsEachBlock) {
   }
 }
 
+// Q6_K's search: every element within about half a step of its 16-element group's scale, the
+// scales int8 against the block's largest (which maps to -128 or 127), an all-zero block zero.
+TEST(QuantBlocks, Q6_KQuantizerFitsEachGroup) {
+  std::vector<float> x = RandomX(256 * 3, 23);
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);
+  std::string q(3 * 210, '\0');
+  QuantizeRowQ6_K(x.data(), q.data(), 256 * 3);
+  std::vector<float> back(x.size());
+  DequantizeRow(GgmlType::kQ6_K, q.data(), back.data(), static_cast<int64_t>(x.size()));
+  for (int b : {0, 2}) {
+    const int8_t* sc = reinterpret_cast<const int8_t*>(&q[static_cast<size_t>(b * 210 + 192)]);
+    uint16_t dh;
+    std::memcpy(&dh, &q[static_cast<size_t>(b * 210 + 208)], 2);
+    const float d = F16ToF32(dh);
+    int extreme = 0;
+    for (int j = 0; j < 16; ++j) extreme = std::max(extreme, std::abs(int(sc[j])));
+    EXPECT_GE(extreme, 127) << b;
+    double err = 0, energy = 0;
+    for (int j = 0; j < 16; ++j) {
+      const float step = std::fabs(d * sc[j]);
+      for (int i = 0; i < 16; ++i) {
+        const int e = b * 256 + 16 * j + i;
+        EXPECT_LE(std::fabs(back[e] - x[e]), 0.5f * step + 0.02f * step + 1e-6f) << b << " " << j << " " << i;
+        err += (back[e] - x[e]) * (back[e] - x[e]);
+        energy += x[e] * x[e];
+      }
+    }
+    EXPECT_LT(std::sqrt(err / energy), 0.03) << "block " << b;  // 6-bit codes: ~2% of the signal.
+  }
+  for (int e = 256; e < 512; ++e) EXPECT_EQ(back[e], 0.0f);
+}
+
 // The kernel equals a double-precision dot product of the dequantized weights (DequantizeRow is
 // checked against llama.cpp's gguf-py in tests/gguf) and the dequantized activation codes, AVX2
 // and scalar give the same bits, and a row's result does not depend on the batch it is in, the
@@ -163,18 +195,14 @@ TEST(LinearQuant, MatchesTheDequantizedReferenceBitwiseAcrossPathsAndBatches) {
 
 // Blocks from the quantizers (real scales and mins, not random bytes), several blocks per row.
 TEST(LinearQuant, QuantizedWeightsMatchTheReference) {
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     SCOPED_TRACE(std::string(GgmlTypeName(type)));
     const int64_t n = 9, k = 768, m = 3;
     const std::vector<float> wf = RandomX(n * k, 17), x = RandomX(m * k, 19);
     std::string w_bytes(static_cast<size_t>(n * GgmlRowBytes(type, k)), '\0');
     for (int64_t j = 0; j < n; ++j) {
       void* out = &w_bytes[static_cast<size_t>(j * GgmlRowBytes(type, k))];
-      if (type == GgmlType::kQ8_0) {
-        QuantizeRowQ8_0(wf.data() + j * k, out, k);
-      } else {
-        QuantizeRowQ4_K(wf.data() + j * k, out, k);
-      }
+      ASSERT_TRUE(QuantizeRow(type, wf.data() + j * k, out, k));
     }
     const QuantMatrixRef w{type, w_bytes.data(), n, k};
     QuantizedActivations xq;

@@ -142,6 +142,49 @@ float FitScaleMin(const float* x, const float* weights, uint8_t* L, float* the_m
   return scale;
 }
 
+// llama.cpp's make_qx_quants for rmse_type 1 (weights x^2), no importance matrix: symmetric
+// codes in [-nmax, nmax - 1] stored as code + nmax in L, the scale from a weighted least-squares
+// fit over 19 grids around nmax / max (the largest |x| keeping its sign). n <= 32.
+float FitSymmetricScale(int n, int nmax, const float* x, uint8_t* L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  if (amax < 1e-15f) {
+    std::memset(L, 0, static_cast<size_t>(n));
+    return 0.0f;
+  }
+  auto fit = [&](float iscale, float* sum_lx, float* sum_l2, uint8_t* codes) {
+    *sum_lx = 0;
+    *sum_l2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::clamp(NearestInt(iscale * x[i]), -nmax, nmax - 1);
+      if (codes != nullptr) codes[i] = static_cast<uint8_t>(l + nmax);
+      const float w = x[i] * x[i];
+      *sum_lx += w * x[i] * static_cast<float>(l);
+      *sum_l2 += w * static_cast<float>(l) * static_cast<float>(l);  // (w * l) * l, as llama.cpp's.
+    }
+  };
+  float sum_lx, sum_l2;
+  fit(-static_cast<float>(nmax) / max, &sum_lx, &sum_l2, L);
+  float scale = sum_l2 != 0 ? sum_lx / sum_l2 : 0.0f;
+  float best = scale * sum_lx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    const float iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
+    fit(iscale, &sum_lx, &sum_l2, nullptr);
+    if (sum_l2 > 0 && sum_lx * sum_lx > best * sum_l2) {
+      fit(iscale, &sum_lx, &sum_l2, L);
+      scale = sum_lx / sum_l2;
+      best = scale * sum_lx;
+    }
+  }
+  return scale;
+}
+
 }  // namespace
 
 void QuantizeRowQ4_K(const float* src, void* dst, int64_t n) {
@@ -230,6 +273,60 @@ void QuantizeRowQ8_0(const float* src, void* dst, int64_t n) {
       // Two roundings, as llama.cpp's: the product to float, then roundf (halves away from 0).
       const float scaled = src[l] * id;
       out[2 + l] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(scaled)));
+    }
+  }
+}
+
+bool QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
+  switch (type) {
+    case GgmlType::kQ8_0: QuantizeRowQ8_0(src, dst, n); return true;
+    case GgmlType::kQ4_K: QuantizeRowQ4_K(src, dst, n); return true;
+    case GgmlType::kQ6_K: QuantizeRowQ6_K(src, dst, n); return true;
+    default: return false;
+  }
+}
+
+void QuantizeRowQ6_K(const float* src, void* dst, int64_t n) {
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n / 256; ++b, src += 256, out += 210) {
+    uint8_t L[256];
+    float scales[16];
+    float max_scale = 0, max_abs = 0;
+    for (int j = 0; j < 16; ++j) {
+      scales[j] = FitSymmetricScale(16, 32, src + 16 * j, L + 16 * j);
+      if (std::fabs(scales[j]) > max_abs) {
+        max_abs = std::fabs(scales[j]);
+        max_scale = scales[j];
+      }
+    }
+    std::memset(out, 0, 210);
+    if (max_abs < 1e-15f) continue;  // d = 0 (f16 zero), every code and scale zero.
+    // The 16 scales as int8 against the block's d (the largest keeps its sign as -128).
+    const float iscale = -128.0f / max_scale;
+    const uint16_t dh = F32ToF16(1 / iscale);
+    std::memcpy(out + 208, &dh, 2);
+    const float d = F16ToF32(dh);
+    int8_t* sc = reinterpret_cast<int8_t*>(out + 192);
+    for (int j = 0; j < 16; ++j) {
+      sc[j] = static_cast<int8_t>(std::min(127, NearestInt(iscale * scales[j])));
+      const float dj = d * static_cast<float>(sc[j]);
+      if (dj == 0) continue;
+      for (int i = 0; i < 16; ++i) {
+        L[16 * j + i] = static_cast<uint8_t>(std::clamp(NearestInt(src[16 * j + i] / dj), -32, 31) + 32);
+      }
+    }
+    // Pack: per half of 128, low nibbles of elements l and l+64 in ql[l], of l+32 and l+96 in
+    // ql[l+32]; the two high bits of l, l+32, l+64, l+96 in qh[l] (bits 0-1, 2-3, 4-5, 6-7).
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* q = L + 128 * h;
+      uint8_t* ql = out + 64 * h;
+      uint8_t* qh = out + 128 + 32 * h;
+      for (int l = 0; l < 32; ++l) {
+        ql[l] = static_cast<uint8_t>((q[l] & 0xF) | ((q[l + 64] & 0xF) << 4));
+        ql[l + 32] = static_cast<uint8_t>((q[l + 32] & 0xF) | ((q[l + 96] & 0xF) << 4));
+        qh[l] = static_cast<uint8_t>((q[l] >> 4) | ((q[l + 32] >> 4) << 2) | ((q[l + 64] >> 4) << 4) |
+                                     ((q[l + 96] >> 4) << 6));
+      }
     }
   }
 }

@@ -49,6 +49,14 @@ void QuantizeRowQ8_0(const float* src, void* dst, int64_t n);
 // even (nearbyint) where llama.cpp's float trick does the same.
 void QuantizeRowQ4_K(const float* src, void* dst, int64_t n);
 
+// f32 to Q6_K by llama.cpp's reference search (quantize_row_q6_K_ref's: per 16 elements a
+// weighted (x^2) least-squares scale over 19 grids of codes in [-32, 31], the 16 scales then
+// int8 against the block's largest, the codes re-rounded against the stored scales).
+void QuantizeRowQ6_K(const float* src, void* dst, int64_t n);
+
+// n floats to `type`'s blocks by the quantizer above (Q8_0, Q4_K, Q6_K); false for another type.
+bool QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n);
+
 }  // namespace pdserve::kernels
 
 #endif  // PDSERVE_KERNELS_CPU_QUANT_BLOCKS_H_

@@ -352,9 +352,18 @@ class GgufModelTest(unittest.TestCase):
             hf = self.make(arch)
             # pdserve's quantizers: each file against the reference, and the checkpoint quantized on
             # load (--weight-dtype) the same model as the file, bit for bit.
-            for qtype, label in (("q8_0", "Q8_0"), ("q4_k", "Q4_K(ours)")):
+            for qtype, label in (("q8_0", "Q8_0"), ("q4_k", "Q4_K(ours)"), ("q4_k_m", "Q4_K_M(ours)")):
                 path = os.path.join(WORKDIR, f"{arch}_{qtype}.gguf")
                 run("gguf", "convert", hf, path, "--type", qtype)
+                if qtype == "q4_k_m":  # llama-quantize's mix: the head and layer 1's attn_v, ffn_down.
+                    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
+                    head = "output.weight" if "output.weight" in types else "token_embd.weight"
+                    self.assertEqual(types[head], "Q6_K", arch)
+                    self.assertEqual((types["blk.0.attn_v.weight"], types["blk.1.attn_v.weight"]),
+                                     ("Q4_K", "Q6_K"), arch)
+                    self.assertEqual((types["blk.0.ffn_down.weight"], types["blk.1.ffn_down.weight"]),
+                                     ("Q4_K", "Q6_K"), arch)
+                    self.assertEqual(types["blk.0.attn_q.weight"], "Q4_K", arch)
                 self.check_parity(f"{arch}_{label}", path, hf, arch == "llama")
                 tokens_file, logits_file = engine_logits(path)
                 tokens_load, logits_load = engine_logits(hf, ("--weight-dtype", qtype))
