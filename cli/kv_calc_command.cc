@@ -11,6 +11,7 @@
 #include "common/model/gguf.h"
 #include "common/model/gguf_model.h"
 #include "common/model/model_config.h"
+#include "common/model/weight_format.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve::cli {
@@ -107,6 +108,27 @@ int KvCalcCommand(int argc, char** argv) {
   nlohmann::ordered_json weight_bytes = nlohmann::ordered_json::object();
   for (const auto& [name, bits_per_weight] : kFormats) {
     weight_bytes[name] = static_cast<int64_t>(params * bits_per_weight / 8);
+  }
+  {  // Q4_K_M: each matrix in llama-quantize's type for it (weight_format.h), the rest f32.
+    auto bytes = [&](MatrixRole role, int64_t layer, int64_t rows, int64_t cols, bool tied = false) {
+      const GgmlType t = MatrixType(WeightFormat::kQ4_K_M, role, layer, c.num_layers, cols, tied);
+      return static_cast<double>(rows) * static_cast<double>(GgmlRowBytes(t, cols));
+    };
+    const int64_t h = c.hidden_size;
+    double total = bytes(MatrixRole::kEmbedding, 0, c.vocab_size, h, c.tie_word_embeddings);
+    if (!c.tie_word_embeddings) total += bytes(MatrixRole::kHead, 0, c.vocab_size, h);
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      total += bytes(MatrixRole::kAttnQ, i, c.q_size(), h) + bytes(MatrixRole::kAttnK, i, c.kv_size(), h) +
+               bytes(MatrixRole::kAttnV, i, c.kv_size(), h) +
+               bytes(MatrixRole::kAttnOutput, i, h, c.q_size()) +
+               bytes(MatrixRole::kFfnGate, i, c.intermediate_size, h) +
+               bytes(MatrixRole::kFfnUp, i, c.intermediate_size, h) +
+               bytes(MatrixRole::kFfnDown, i, h, c.intermediate_size) + 2.0 * h * 4;
+      // The vectors stay f32: biases and q/k norms.
+      total += 4.0 * ((c.qkv_bias ? c.q_size() + 2 * c.kv_size() : 0) + (c.o_bias ? h : 0) +
+                      (c.mlp_bias ? 2 * c.intermediate_size + h : 0) + (c.qk_norm ? 2 * c.head_dim : 0));
+    }
+    weight_bytes["q4_k_m"] = static_cast<int64_t>(total + h * 4);
   }
   nlohmann::json file_bytes = nullptr;
   if (config_path.empty() && IsGgufPath(model)) {

@@ -364,6 +364,12 @@ class GgufModelTest(unittest.TestCase):
                     self.assertEqual((types["blk.0.ffn_down.weight"], types["blk.1.ffn_down.weight"]),
                                      ("Q4_K", "Q6_K"), arch)
                     self.assertEqual(types["blk.0.attn_q.weight"], "Q4_K", arch)
+                    # kv-calc's Q4_K_M estimate for the checkpoint is the file's tensors (but the
+                    # few rope factors a llama 3 file adds).
+                    estimate = json.loads(run("kv-calc", "--model", hf, "--format", "json").stdout)
+                    actual = json.loads(run("kv-calc", "--model", path, "--format", "json").stdout)
+                    self.assertAlmostEqual(estimate["weight_bytes"]["q4_k_m"],
+                                           actual["weight_bytes_of_file"], delta=512, msg=arch)
                 self.check_parity(f"{arch}_{label}", path, hf, arch == "llama")
                 tokens_file, logits_file = engine_logits(path)
                 tokens_load, logits_load = engine_logits(hf, ("--weight-dtype", qtype))
