@@ -46,7 +46,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pdserve", default="build/pdserve")
     ap.add_argument("--model", required=True)
-    ap.add_argument("--types", default="f32,bf16,q8_0,q4_k")
+    ap.add_argument("--types", default="f32,bf16,q8_0,q4_k,q4_k_m")
     args = ap.parse_args()
     gguf_path = subprocess.run([os.path.join(ROOT, "scripts", "gguf_py_setup.sh")], check=True,
                                capture_output=True, text=True).stdout.strip()
@@ -68,7 +68,8 @@ def main():
         weights, act_blocks = test_gguf.reference_weights(path, cfg, llama=cfg.arch == "LlamaForCausalLM")
         ppl, _ = hf_reference.perplexity(cfg, weights, stream, window, act_blocks)
         base = base or ppl
-        bits = {"f32": 32, "bf16": 16, "f16": 16, "q8_0": 8.5, "q4_k": 4.5}[t]
+        matrices = [m for m in gguf.GGUFReader(path).tensors if len(m.shape) == 2]
+        bits = round(8 * sum(int(m.n_bytes) for m in matrices) / sum(int(m.n_elements) for m in matrices), 2)
         print(f"| {os.path.basename(os.path.normpath(args.model))} | {t} | {bits} | {ppl:.4f} | "
               f"{(ppl / base - 1) * 100:+.2f}% |", flush=True)
 
