@@ -45,6 +45,14 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
   return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
 }
 
+void MappedFile::Release(const void* p, size_t n) const {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(data_);
+  if (data_ == nullptr || begin < base || begin + n > base + size_ || begin + n < begin) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + n) / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

@@ -23,6 +23,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the pages wholly inside [p, p + n) from the process's resident set (MADV_DONTNEED: the
+  // mapping is read-only, so a page touched again is read back from the file). Ranges outside
+  // the mapping are left alone. For bytes that were copied elsewhere (cpu_matrices).
+  void Release(const void* p, size_t n) const;
 
  private:
   MappedFile(std::string path, const uint8_t* data, size_t size)

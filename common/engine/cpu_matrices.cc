@@ -61,6 +61,9 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> CpuMatrices::Make(const Model
         *all[i].second = src;
         all[i].second->data = places[i];
       }
+      // The copy is what the runner reads: the mapping's pages need not stay resident too
+      // (a Q4_K_M model's resident set is then its file, not twice it).
+      weights.ReleaseMappedPages(src);
     }
   });
   PD_LOG(Info) << "weights: " << (bytes >> 20) << " MiB of matrices copied, "

@@ -29,6 +29,10 @@ class Checkpoint {
   bool Has(std::string_view name) const { return tensors_.contains(AsAbsl(name)); }
   const std::string& dir() const { return dir_; }
   size_t num_files() const { return files_.size(); }
+  // MappedFile::Release on whichever shard maps [p, p + n).
+  void ReleasePages(const void* p, size_t n) const {
+    for (const auto& f : files_) f->ReleasePages(p, n);
+  }
 
  private:
   Checkpoint() = default;

@@ -192,6 +192,10 @@ int64_t GgufTensor::elements() const {
 
 GgufFile::~GgufFile() = default;
 
+void GgufFile::ReleasePages(const void* p, size_t n) const {
+  if (file_ != nullptr) file_->Release(p, n);
+}
+
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   auto file = MappedFile::Open(path);
   if (!file.ok()) return file.status();

@@ -74,6 +74,8 @@ class GgufFile {
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* FindTensor(std::string_view name) const;
+  // MappedFile::Release when the file is mapped (Open), else nothing.
+  void ReleasePages(const void* p, size_t n) const;
 
   // Bounds of what a file may declare (far above any released model).
   static constexpr uint64_t kMaxTensors = 1 << 20;

@@ -205,6 +205,11 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::LoadGguf(const Model
   return w;
 }
 
+void ModelWeights::ReleaseMappedPages(const MatrixRef& m) const {
+  if (checkpoint_ != nullptr) checkpoint_->ReleasePages(m.data, m.bytes());
+  if (gguf_ != nullptr) gguf_->ReleasePages(m.data, m.bytes());
+}
+
 absl::Status ModelWeights::QuantizeMatrices(WeightFormat format) {
   if (format != WeightFormat::kQ8_0 && format != WeightFormat::kQ4_K &&
       format != WeightFormat::kQ4_K_M) {

@@ -63,6 +63,10 @@ class ModelWeights {
   DType dtype() const { return quantized_ ? DType::kF32 : lm_head_.dtype; }
   // Some matrix is in a GGUF block format (MatrixRef::quant_type).
   bool quantized() const { return quantized_; }
+  // Drops the pages of a matrix read from a file mapping from the resident set once it has been
+  // copied elsewhere (cpu_matrices' huge-page copies): they are read from the file again if
+  // touched. Matrices in memory the weights own are left alone.
+  void ReleaseMappedPages(const MatrixRef& m) const;
   // "bf16", "f32", or the block formats of the matrices ("Q4_K+Q6_K"), for WorkerInfo and logs.
   std::string weight_format() const;
 

@@ -43,6 +43,7 @@ class SafetensorsFile {
   const std::string& path() const { return file_->path(); }
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   const SafetensorsTensor* Find(std::string_view name) const;
+  void ReleasePages(const void* p, size_t n) const { file_->Release(p, n); }  // MappedFile's.
 
  private:
   SafetensorsFile() = default;
