@@ -1,5 +1,6 @@
 // y = x W^T for the linear layers: x is [m][k] f32, W is [n][k] in f32, bf16 or f16 (read in place
-// from the checkpoint mapping), y is [m][n] f32.
+// from the checkpoint mapping) or in a GGUF block format (x then quantized to int8 and multiplied
+// by linear_quant.h's integer kernels), y is [m][n] f32.
 //
 // Batch invariance: every output element y[t][j] is computed by exactly the same sequence of
 // floating-point operations whatever m, whatever the other rows of x, and whatever range of
