@@ -134,17 +134,7 @@ std::vector<float> Rows(const MatrixRef& m, int64_t permute_head_dim) {
 std::string Encode(const std::vector<float>& v, GgmlType type) {
   const int64_t n = static_cast<int64_t>(v.size());
   std::string out(static_cast<size_t>(GgmlRowBytes(type, n)), '\0');
-  switch (type) {
-    case GgmlType::kF32: std::memcpy(out.data(), v.data(), out.size()); break;
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = type == GgmlType::kF16 ? F32ToF16(v[i]) : F32ToBf16(v[i]);
-        std::memcpy(&out[static_cast<size_t>(2 * i)], &h, 2);
-      }
-      break;
-    default: kernels::QuantizeRow(type, v.data(), out.data(), n); break;
-  }
+  kernels::EncodeRow(type, v.data(), out.data(), n);
   return out;
 }
 

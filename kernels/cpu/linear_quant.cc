@@ -63,26 +63,11 @@ void BlockScale(float amax, float* d, float* id) {
   *id = amax > 0 ? 127.0f / amax : 0.0f;
 }
 
-// ---- The weights' integer codes, element order, for the scalar twin.
-
-// Q8_0 / Q4_0: 32 signed codes and the block's scale.
-float Codes32(GgmlType type, const uint8_t* b, int8_t* q) {
-  if (type == GgmlType::kQ8_0) {
-    std::memcpy(q, b + 2, 32);
-  } else {
-    for (int l = 0; l < 16; ++l) {
-      q[l] = static_cast<int8_t>((b[2 + l] & 0xF) - 8);
-      q[l + 16] = static_cast<int8_t>((b[2 + l] >> 4) - 8);
-    }
-  }
-  return F16At(b);
-}
-
 // A K-quant block's decoded scales: Q4_K/Q5_K eight (scale, min) pairs, Q6_K sixteen scales.
 struct KScales {
   float d = 0, dmin = 0;
-  alignas(32) int16_t sc[16] = {};
-  alignas(16) int16_t mn[8] = {};
+  int16_t sc[16] = {};
+  int16_t mn[8] = {};
 };
 
 KScales DecodeScales(GgmlType type, const uint8_t* b) {
@@ -101,38 +86,6 @@ KScales DecodeScales(GgmlType type, const uint8_t* b) {
     s.mn[j] = static_cast<int16_t>(mn);
   }
   return s;
-}
-
-// A K-quant block's 256 unsigned codes (0..15, 0..31 or 0..63), element order.
-void CodesK(GgmlType type, const uint8_t* b, uint8_t* q) {
-  if (type == GgmlType::kQ6_K) {
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = b + 64 * h;
-      const uint8_t* qh = b + 128 + 32 * h;
-      uint8_t* o = q + 128 * h;
-      for (int l = 0; l < 32; ++l) {
-        o[l] = static_cast<uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
-        o[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
-        o[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-        o[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-      }
-    }
-    return;
-  }
-  const bool fifth = type == GgmlType::kQ5_K;
-  const uint8_t* qh = b + 16;
-  const uint8_t* qs = fifth ? b + 48 : b + 16;
-  for (int p = 0; p < 4; ++p) {
-    for (int l = 0; l < 32; ++l) {
-      int lo = qs[32 * p + l] & 0xF, hi = qs[32 * p + l] >> 4;
-      if (fifth) {
-        lo |= ((qh[l] >> (2 * p)) & 1) << 4;
-        hi |= ((qh[l] >> (2 * p + 1)) & 1) << 4;
-      }
-      q[64 * p + l] = static_cast<uint8_t>(lo);
-      q[64 * p + 32 + l] = static_cast<uint8_t>(hi);
-    }
-  }
 }
 
 }  // namespace
@@ -171,7 +124,8 @@ void LinearQuantColumnsScalar(const QuantizedActivations& xq, const QuantMatrixR
         const int8_t* xc = xq.codes(t);
         float acc[8] = {};
         for (int64_t b = 0; b < k / 32; ++b) {
-          const float s = Codes32(w.type, row + b * bytes, q) * xq.scales(t)[b];
+          BlockCodes32(w.type, row + b * bytes, q);
+          const float s = F16At(row + b * bytes) * xq.scales(t)[b];
           for (int l = 0; l < 8; ++l) {
             int lane = 0;
             for (int e = 4 * l; e < 4 * l + 4; ++e) lane += q[e] * xc[32 * b + e];
@@ -192,7 +146,7 @@ void LinearQuantColumnsScalar(const QuantizedActivations& xq, const QuantMatrixR
       float acc = 0;
       for (int64_t s = 0; s < k / 256; ++s) {
         const KScales sc = DecodeScales(w.type, row + s * bytes);
-        CodesK(w.type, row + s * bytes, q);
+        BlockCodesK(w.type, row + s * bytes, q);
         const int8_t* xs = xc + 256 * s;
         const float dx = xq.scales(t)[s];
         int32_t itot = 0, imin = 0;
@@ -209,7 +163,7 @@ void LinearQuantColumnsScalar(const QuantizedActivations& xq, const QuantMatrixR
         }
         if (six) {
           acc = std::fma(sc.d * dx, static_cast<float>(itot), acc);
-        } else {  // d * itot - dmin * imin rounded once (BlockTotal), then scaled by x's d.
+        } else {  // d * itot - dmin * imin rounded once, then scaled by x's d (linear_quant.h).
           const float p = sc.dmin * static_cast<float>(imin);
           const float e = std::fma(sc.dmin, static_cast<float>(imin), -p);
           acc = std::fma(dx, std::fma(sc.d, static_cast<float>(itot), -p) - e, acc);

@@ -202,7 +202,7 @@ TEST(LinearQuant, QuantizedWeightsMatchTheReference) {
     std::string w_bytes(static_cast<size_t>(n * GgmlRowBytes(type, k)), '\0');
     for (int64_t j = 0; j < n; ++j) {
       void* out = &w_bytes[static_cast<size_t>(j * GgmlRowBytes(type, k))];
-      ASSERT_TRUE(QuantizeRow(type, wf.data() + j * k, out, k));
+      ASSERT_TRUE(EncodeRow(type, wf.data() + j * k, out, k));
     }
     const QuantMatrixRef w{type, w_bytes.data(), n, k};
     QuantizedActivations xq;

@@ -15,65 +15,34 @@ uint16_t U16(const uint8_t* p) {
   return v;
 }
 
-void Q8_0(const uint8_t* b, float* out) {
+void Q32(GgmlType type, const uint8_t* b, float* out) {
   const float d = F16ToF32(U16(b));
-  const int8_t* q = reinterpret_cast<const int8_t*>(b + 2);
+  int8_t q[32];
+  BlockCodes32(type, b, q);
   for (int l = 0; l < 32; ++l) out[l] = d * static_cast<float>(q[l]);
 }
 
-void Q4_0(const uint8_t* b, float* out) {
-  const float d = F16ToF32(U16(b));
-  const uint8_t* q = b + 2;
-  for (int l = 0; l < 16; ++l) {
-    out[l] = d * static_cast<float>((q[l] & 0xF) - 8);
-    out[l + 16] = d * static_cast<float>((q[l] >> 4) - 8);
-  }
-}
-
-// Q4_K and Q5_K (qh null for Q4_K).
-void Q45K(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* out) {
+// Q4_K and Q5_K: sub-block s of 32 is fma(d * scale_s, code, -(dmin * min_s)).
+void Q45K(GgmlType type, const uint8_t* b, float* out) {
   const float d = F16ToF32(U16(b)), dmin = F16ToF32(U16(b + 2));
-  const uint8_t* scales = b + 4;
-  for (int pair = 0; pair < 4; ++pair) {
+  uint8_t q[256];
+  BlockCodesK(type, b, q);
+  for (int s = 0; s < 8; ++s) {
     int sc, mn;
-    KQuantScaleMin(2 * pair, scales, &sc, &mn);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-    KQuantScaleMin(2 * pair + 1, scales, &sc, &mn);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
-    const uint8_t* q = qs + 32 * pair;
-    for (int l = 0; l < 32; ++l) {
-      int lo = q[l] & 0xF, hi = q[l] >> 4;
-      if (qh != nullptr) {
-        lo += ((qh[l] >> (2 * pair)) & 1) << 4;
-        hi += ((qh[l] >> (2 * pair + 1)) & 1) << 4;
-      }
-      out[64 * pair + l] = std::fma(d1, static_cast<float>(lo), -m1);
-      out[64 * pair + 32 + l] = std::fma(d2, static_cast<float>(hi), -m2);
-    }
+    KQuantScaleMin(s, b + 4, &sc, &mn);
+    const float ds = d * static_cast<float>(sc), ms = dmin * static_cast<float>(mn);
+    for (int l = 0; l < 32; ++l) out[32 * s + l] = std::fma(ds, static_cast<float>(q[32 * s + l]), -ms);
   }
 }
 
+// Q6_K: element e is (d * scale[e / 16]) * (code - 32).
 void Q6K(const uint8_t* b, float* out) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
   const float d = F16ToF32(U16(b + 208));
-  for (int half = 0; half < 2; ++half) {
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      out[l] = (d * static_cast<float>(sc[is])) * static_cast<float>(q1);
-      out[l + 32] = (d * static_cast<float>(sc[is + 2])) * static_cast<float>(q2);
-      out[l + 64] = (d * static_cast<float>(sc[is + 4])) * static_cast<float>(q3);
-      out[l + 96] = (d * static_cast<float>(sc[is + 6])) * static_cast<float>(q4);
-    }
-    out += 128;
-    ql += 64;
-    qh += 32;
-    sc += 8;
+  uint8_t q[256];
+  BlockCodesK(GgmlType::kQ6_K, b, q);
+  for (int e = 0; e < 256; ++e) {
+    out[e] = (d * static_cast<float>(sc[e / 16])) * static_cast<float>(q[e] - 32);
   }
 }
 
@@ -241,15 +210,57 @@ void QuantizeRowQ4_K(const float* src, void* dst, int64_t n) {
   }
 }
 
+void BlockCodes32(GgmlType type, const uint8_t* b, int8_t* q) {
+  if (type == GgmlType::kQ8_0) {
+    std::memcpy(q, b + 2, 32);
+    return;
+  }
+  for (int l = 0; l < 16; ++l) {  // Q4_0: low nibbles are elements 0..15, high 16..31.
+    q[l] = static_cast<int8_t>((b[2 + l] & 0xF) - 8);
+    q[l + 16] = static_cast<int8_t>((b[2 + l] >> 4) - 8);
+  }
+}
+
+void BlockCodesK(GgmlType type, const uint8_t* b, uint8_t* q) {
+  if (type == GgmlType::kQ6_K) {
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = b + 64 * h;
+      const uint8_t* qh = b + 128 + 32 * h;
+      uint8_t* o = q + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        o[l] = static_cast<uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+        o[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+        o[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+        o[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+      }
+    }
+    return;
+  }
+  const bool fifth = type == GgmlType::kQ5_K;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = fifth ? b + 48 : b + 16;
+  for (int p = 0; p < 4; ++p) {
+    for (int l = 0; l < 32; ++l) {
+      int lo = qs[32 * p + l] & 0xF, hi = qs[32 * p + l] >> 4;
+      if (fifth) {
+        lo |= ((qh[l] >> (2 * p)) & 1) << 4;
+        hi |= ((qh[l] >> (2 * p + 1)) & 1) << 4;
+      }
+      q[64 * p + l] = static_cast<uint8_t>(lo);
+      q[64 * p + 32 + l] = static_cast<uint8_t>(hi);
+    }
+  }
+}
+
 void DequantizeBlock(GgmlType type, const uint8_t* b, float* out) {
   switch (type) {
     case GgmlType::kF32: std::memcpy(out, b, 4); return;
     case GgmlType::kF16: *out = F16ToF32(U16(b)); return;
     case GgmlType::kBF16: *out = Bf16ToF32(U16(b)); return;
-    case GgmlType::kQ8_0: return Q8_0(b, out);
-    case GgmlType::kQ4_0: return Q4_0(b, out);
-    case GgmlType::kQ4_K: return Q45K(b, nullptr, b + 16, out);
-    case GgmlType::kQ5_K: return Q45K(b, b + 16, b + 48, out);
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0: return Q32(type, b, out);
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: return Q45K(type, b, out);
     case GgmlType::kQ6_K: return Q6K(b, out);
   }
 }
@@ -277,8 +288,16 @@ void QuantizeRowQ8_0(const float* src, void* dst, int64_t n) {
   }
 }
 
-bool QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
+bool EncodeRow(GgmlType type, const float* src, void* dst, int64_t n) {
   switch (type) {
+    case GgmlType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return true;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = type == GgmlType::kF16 ? F32ToF16(src[i]) : F32ToBf16(src[i]);
+        std::memcpy(static_cast<uint8_t*>(dst) + 2 * i, &h, 2);
+      }
+      return true;
     case GgmlType::kQ8_0: QuantizeRowQ8_0(src, dst, n); return true;
     case GgmlType::kQ4_K: QuantizeRowQ4_K(src, dst, n); return true;
     case GgmlType::kQ6_K: QuantizeRowQ6_K(src, dst, n); return true;

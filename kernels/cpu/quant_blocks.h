@@ -36,6 +36,12 @@ inline void KQuantScaleMin(int j, const uint8_t* q, int* scale, int* min) {
   }
 }
 
+// A block's integer codes in element order: Q8_0/Q4_0 signed (Q4_0's already minus 8) into
+// codes[32]; Q4_K/Q5_K/Q6_K unsigned (0..15, 0..31, 0..63) into codes[256]. Every reader of the
+// layouts (the dequantizer below, the integer kernels' scalar twin) goes through these.
+void BlockCodes32(GgmlType type, const uint8_t* block, int8_t* codes);
+void BlockCodesK(GgmlType type, const uint8_t* block, uint8_t* codes);
+
 // One block of a quantized type to its BlockElements floats.
 void DequantizeBlock(GgmlType type, const uint8_t* block, float* out);
 
@@ -54,8 +60,9 @@ void QuantizeRowQ4_K(const float* src, void* dst, int64_t n);
 // int8 against the block's largest, the codes re-rounded against the stored scales).
 void QuantizeRowQ6_K(const float* src, void* dst, int64_t n);
 
-// n floats to `type`'s blocks by the quantizer above (Q8_0, Q4_K, Q6_K); false for another type.
-bool QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n);
+// n floats as `type`: F32, F16, BF16 (round to nearest even), or blocks by the quantizers above
+// (Q8_0, Q4_K, Q6_K); false for another type. The inverse of DequantizeRow.
+bool EncodeRow(GgmlType type, const float* src, void* dst, int64_t n);
 
 }  // namespace pdserve::kernels
 
