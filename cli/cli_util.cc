@@ -55,7 +55,8 @@ void EngineFlags::Register(FlagSet& flags) {
                "auto (the weights as stored: a checkpoint's float dtype, a GGUF file's blocks), "
                "q8_0, q4_k or q4_k_m (float matrices quantized on load to llama.cpp's Q8_0, Q4_K, "
                "or Q4_K_M's mix of Q4_K and Q6_K; rows that are not whole blocks fall back to "
-               "Q8_0 or stay as they are)");
+               "Q8_0 or stay as they are), f32, f16 or bf16 (every matrix converted on load, a "
+               "GGUF file's blocks included)");
   flags.String("compute-dtype", &compute_dtype,
                "linear layers in f32, bf16 (bf16 activations x bf16 weights, f32 sums; "
                "batch-invariant too) or auto (bf16 when the weights are bf16 and the CPU has "
@@ -93,11 +94,7 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   o->compute_dtype = *compute;
   o->weight_huge_pages = weight_huge_pages;
   auto format = ParseWeightFormat(weight_dtype);
-  if (!format.ok() || (*format != WeightFormat::kAsStored && *format != WeightFormat::kQ8_0 &&
-                       *format != WeightFormat::kQ4_K && *format != WeightFormat::kQ4_K_M)) {
-    return absl::InvalidArgumentError(
-        Str("--weight-dtype: '", weight_dtype, "' is not auto, q8_0, q4_k or q4_k_m"));
-  }
+  if (!format.ok()) return absl::InvalidArgumentError(Str("--weight-dtype: ", format.status().message()));
   o->weight_dtype = *format;
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(Str("--device: '", device, "' is not cpu or cuda"));

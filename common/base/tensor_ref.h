@@ -42,6 +42,10 @@ struct MatrixRef {
     if (dtype == DType::kF32) return GgmlType::kF32;
     return dtype == DType::kBF16 ? GgmlType::kBF16 : GgmlType::kF16;
   }
+  // A float GgmlType as the DType of an unquantized matrix.
+  static DType FloatDType(GgmlType t) {
+    return t == GgmlType::kF32 ? DType::kF32 : t == GgmlType::kBF16 ? DType::kBF16 : DType::kF16;
+  }
   size_t bytes() const {
     if (quantized()) return static_cast<size_t>(rows * GgmlRowBytes(quant_type, cols));
     if (layout != MatrixLayout::kRowMajor) {  // Panels: rows rounded up to 16, columns to 2.

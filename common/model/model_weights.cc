@@ -210,30 +210,29 @@ void ModelWeights::ReleaseMappedPages(const MatrixRef& m) const {
   if (gguf_ != nullptr) gguf_->ReleasePages(m.data, m.bytes());
 }
 
-absl::Status ModelWeights::QuantizeMatrices(WeightFormat format) {
-  if (format != WeightFormat::kQ8_0 && format != WeightFormat::kQ4_K &&
-      format != WeightFormat::kQ4_K_M) {
-    return absl::UnimplementedError(Str("--weight-dtype ", WeightFormatName(format),
-                                        ": q8_0, q4_k and q4_k_m are made on load"));
-  }
+void ModelWeights::ConvertMatrices(WeightFormat format) {
+  if (format == WeightFormat::kAsStored) return;
   const int64_t layers = static_cast<int64_t>(layers_.size());
+  // A quantized format quantizes the float matrices (a block-format one stays as it is); a float
+  // format converts every matrix that is in another type, block formats included (a GGUF
+  // file's weights in bf16 for one tier, say). A type that falls back to a float one for a
+  // quantized format (rows that are not whole blocks) leaves the matrix as it is.
+  const bool to_float = !GgmlQuantized(MatrixType(format, MatrixRole::kAttnQ, 0, 1, 256));
   auto quantize = [&](MatrixRef* m, MatrixRole role, int64_t layer, bool tied) {
-    // Matrices already quantized, and rows that are not whole blocks, stay as they are.
     const GgmlType type = MatrixType(format, role, layer, layers, m->cols, tied);
-    if (m->quantized() || !GgmlQuantized(type)) return;
+    if (to_float ? m->element_type() == type : m->quantized() || !GgmlQuantized(type)) return;
     const GgmlType from = m->element_type();
     const int64_t row_bytes = GgmlRowBytes(type, m->cols);
     auto out = std::make_unique<uint8_t[]>(static_cast<size_t>(m->rows * row_bytes));
     std::vector<float> row(static_cast<size_t>(m->cols));
     for (int64_t r = 0; r < m->rows; ++r) {
       kernels::DequantizeRow(from, m->row(r), row.data(), m->cols);
-      kernels::QuantizeRow(type, row.data(), out.get() + r * row_bytes, m->cols);
+      kernels::EncodeRow(type, row.data(), out.get() + r * row_bytes, m->cols);
     }
-    MatrixRef q{DType::kF32, out.get(), m->rows, m->cols};
-    q.quant_type = type;
+    MatrixRef q{to_float ? MatrixRef::FloatDType(type) : DType::kF32, out.get(), m->rows, m->cols};
+    if (!to_float) q.quant_type = type;
     *m = q;
     owned_.push_back(std::move(out));
-    quantized_ = true;
   };
   const bool tied = lm_head_.data == embed_tokens_.data;
   quantize(&embed_tokens_, MatrixRole::kEmbedding, 0, tied);
@@ -251,7 +250,13 @@ absl::Status ModelWeights::QuantizeMatrices(WeightFormat format) {
         {&L.down_proj, MatrixRole::kFfnDown}};
     for (const auto& [m, role] : matrices) quantize(m, role, i, false);
   }
-  return absl::OkStatus();
+  quantized_ = lm_head_.quantized() || embed_tokens_.quantized();
+  for (const LayerWeights& L : layers_) {
+    for (const MatrixRef* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj,
+                               &L.up_proj, &L.down_proj}) {
+      quantized_ |= m->quantized();
+    }
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const ModelConfig& config,
@@ -259,7 +264,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const ModelConf
                                                                  WeightFormat quantize_to) {
   if (quantize_to != WeightFormat::kAsStored) {
     PD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> w, Load(config, dir));
-    PD_RETURN_IF_ERROR(w->QuantizeMatrices(quantize_to));
+    w->ConvertMatrices(quantize_to);
     return w;
   }
   if (IsGgufPath(dir)) return LoadGguf(config, dir);

@@ -32,10 +32,11 @@ class ModelWeights {
  public:
   // Checks that every tensor the config implies is present with the right shape and a supported
   // dtype; errors name the tensor and its file.
-  // `dir`: a Hugging Face checkpoint directory, or a GGUF file (LoadGguf). `quantize_to` q8_0,
-  // q4_k or q4_k_m: every float matrix is quantized on load to its MatrixType in that format
-  // (--weight-dtype; Q8_0 gives llama-quantize's bytes), into memory the weights own; a matrix
-  // whose type falls back to a float one stays as it is.
+  // `dir`: a Hugging Face checkpoint directory, or a GGUF file (LoadGguf). `quantize_to`
+  // (--weight-dtype) converts the matrices on load into memory the weights own: q8_0, q4_k,
+  // q4_k_m quantize every float matrix to its MatrixType in that format (Q8_0 gives
+  // llama-quantize's bytes; a matrix whose type falls back to a float one stays as it is);
+  // f32, f16, bf16 convert every matrix in another type, block formats included.
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const ModelConfig& config,
                                                             const std::string& dir,
                                                             WeightFormat quantize_to = WeightFormat::kAsStored);
@@ -72,7 +73,7 @@ class ModelWeights {
 
  private:
   ModelWeights() = default;
-  absl::Status QuantizeMatrices(WeightFormat format);
+  void ConvertMatrices(WeightFormat format);
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // Owns the mappings the MatrixRefs point into.
   std::unique_ptr<GgufFile> gguf_;          // Or: a GGUF file's.

@@ -371,6 +371,16 @@ class GgufModelTest(unittest.TestCase):
                     self.assertAlmostEqual(estimate["weight_bytes"]["q4_k_m"],
                                            actual["weight_bytes_of_file"], delta=512, msg=arch)
                 self.check_parity(f"{arch}_{label}", path, hf, arch == "llama")
+                if qtype == "q4_k_m":
+                    # A GGUF file's blocks converted to f32 on load (--weight-dtype f32): the
+                    # dequantized weights with f32 activations, equal to the reference without
+                    # activation quantization.
+                    tokens_f32, logits_f32 = engine_logits(path, ("--weight-dtype", "f32"))
+                    cfg = hf_reference.Config(hf)
+                    weights, _ = reference_weights(path, cfg, arch == "llama")
+                    ref = hf_reference.forward(cfg, weights, PROMPT + tokens_f32[:-1])[len(PROMPT) - 1:]
+                    err = np.max(np.abs(logits_f32 - ref), axis=-1) / np.max(np.abs(ref), axis=-1)
+                    self.assertLessEqual(float(np.max(err)), 1e-4, f"{arch}: q4_k_m as f32")
                 tokens_file, logits_file = engine_logits(path)
                 tokens_load, logits_load = engine_logits(hf, ("--weight-dtype", qtype))
                 self.assertEqual(tokens_load, tokens_file, arch)
