@@ -5,14 +5,12 @@
 #include <cstring>
 
 #include "common/base/dtype.h"
-#include "common/base/thread_pool.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/simd.h"
 
 namespace pdserve::kernels {
 namespace {
 
-constexpr int64_t kColumnGrain = 16;  // Columns per unit of work across threads.
 constexpr int kGroup = 4;             // Weight rows walked together (x's codes loaded once).
 constexpr int64_t kRowTile = 16;      // Rows of x per pass over a group (they stay in L2).
 // How far ahead the first row of a tile prefetches the weights, into L2: linear.cc's
@@ -543,16 +541,6 @@ void LinearQuantColumns(const QuantizedActivations& xq, const QuantMatrixRef& w,
   }
 #endif
   LinearQuantColumnsScalar(xq, w, y, ldy, n_begin, n_end);
-}
-
-void LinearQuant(const float* x, int64_t m, int64_t ldx, const QuantMatrixRef& w, float* y,
-                 int64_t ldy, ThreadPool* pool) {
-  QuantizedActivations xq;
-  QuantizeActivations(x, m, ldx, w.cols, ActivationBlock(w.type), &xq);
-  const int64_t units = (w.rows + kColumnGrain - 1) / kColumnGrain;
-  pool->ParallelForDynamic(units, 1, [&](int64_t begin, int64_t end) {
-    LinearQuantColumns(xq, w, y, ldy, begin * kColumnGrain, std::min(w.rows, end * kColumnGrain));
-  });
 }
 
 void LinearQuantReference(const float* x, int64_t m, int64_t ldx, const QuantMatrixRef& w,

@@ -30,10 +30,6 @@
 
 #include "common/base/ggml_types.h"
 
-namespace pdserve {
-class ThreadPool;
-}
-
 namespace pdserve::kernels {
 
 // A [rows][cols] matrix of a quantized GgmlType, rows of GgmlRowBytes(type, cols) bytes.
@@ -78,9 +74,6 @@ void LinearQuantColumns(const QuantizedActivations& xq, const QuantMatrixRef& w,
 // The scalar twin (same bits), for the tests and CPUs without AVX2.
 void LinearQuantColumnsScalar(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                               int64_t ldy, int64_t n_begin, int64_t n_end);
-// All columns across the pool's threads (thread-count invariant), x quantized first.
-void LinearQuant(const float* x, int64_t m, int64_t ldx, const QuantMatrixRef& w, float* y,
-                 int64_t ldy, ThreadPool* pool);
 
 // Double-precision reference for tests: the dequantized weights times the dequantized
 // activations (d * q of QuantizeActivationsScalar), y [m][w.rows].
