@@ -313,8 +313,8 @@ class GgufModelTest(unittest.TestCase):
         # off by more than 1e-4, the engine's choices are found: candidates in the order the
         # layers run, each flipped and kept if that brings the reference closer to the engine
         # by squared distance (the candidates after it then taken from the flipped pass, whose
-        # later activations moved). The reference with those flips must then be within 1e-4 everywhere: wrong
-        # arithmetic is not explained by a few codes rounded the other way.
+        # later activations moved). The reference with those flips must then be within 1e-4
+        # everywhere: wrong arithmetic is not explained by a few codes rounded the other way.
         err, flips = error(ref), []
         candidates = sorted(ties)
         while np.any(err > 1e-4) and candidates:

@@ -138,7 +138,7 @@ KV_ROUNDING = {"f32": lambda a: a, "bf16": bf16_round,
 
 def perplexity(cfg, w, stream, window, act_blocks=None):
     """exp of the mean negative log-likelihood of `stream`, read in windows of `window` tokens (each
-    window's first token predicts nothing), through forward (act_blocks as there)()."""
+    window's first token predicts nothing), through forward() (act_blocks as there)."""
     total, count = 0.0, 0
     for start in range(0, len(stream) - 1, window):
         chunk = stream[start:start + window]
