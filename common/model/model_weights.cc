@@ -217,8 +217,9 @@ void ModelWeights::ConvertMatrices(WeightFormat format) {
   // format converts every matrix that is in another type, block formats included (a GGUF
   // file's weights in bf16 for one tier, say). A type that falls back to a float one for a
   // quantized format (rows that are not whole blocks) leaves the matrix as it is.
-  const bool to_float = !GgmlQuantized(MatrixType(format, MatrixRole::kAttnQ, 0, 1, 256));
-  auto quantize = [&](MatrixRef* m, MatrixRole role, int64_t layer, bool tied) {
+  const bool to_float = format == WeightFormat::kF32 || format == WeightFormat::kF16 ||
+                        format == WeightFormat::kBF16;
+  auto convert = [&](MatrixRef* m, MatrixRole role, int64_t layer, bool tied) {
     const GgmlType type = MatrixType(format, role, layer, layers, m->cols, tied);
     if (to_float ? m->element_type() == type : m->quantized() || !GgmlQuantized(type)) return;
     const GgmlType from = m->element_type();
@@ -235,11 +236,11 @@ void ModelWeights::ConvertMatrices(WeightFormat format) {
     owned_.push_back(std::move(out));
   };
   const bool tied = lm_head_.data == embed_tokens_.data;
-  quantize(&embed_tokens_, MatrixRole::kEmbedding, 0, tied);
+  convert(&embed_tokens_, MatrixRole::kEmbedding, 0, tied);
   if (tied) {
     lm_head_ = embed_tokens_;
   } else {
-    quantize(&lm_head_, MatrixRole::kHead, 0, false);
+    convert(&lm_head_, MatrixRole::kHead, 0, false);
   }
   for (int64_t i = 0; i < layers; ++i) {
     LayerWeights& L = layers_[static_cast<size_t>(i)];
@@ -248,7 +249,7 @@ void ModelWeights::ConvertMatrices(WeightFormat format) {
         {&L.v_proj, MatrixRole::kAttnV},      {&L.o_proj, MatrixRole::kAttnOutput},
         {&L.gate_proj, MatrixRole::kFfnGate}, {&L.up_proj, MatrixRole::kFfnUp},
         {&L.down_proj, MatrixRole::kFfnDown}};
-    for (const auto& [m, role] : matrices) quantize(m, role, i, false);
+    for (const auto& [m, role] : matrices) convert(m, role, i, false);
   }
   quantized_ = lm_head_.quantized() || embed_tokens_.quantized();
   for (const LayerWeights& L : layers_) {
