@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sanitizer build: clang with AddressSanitizer + UndefinedBehaviorSanitizer into build-fuzz/,
 # runs every GoogleTest binary (ctest label `unit`) there, then each libFuzzer target in fuzz/
-# for PDSERVE_FUZZ_SECONDS (default 60) on its committed seed corpus. Exits non-zero on a test
+# for PDSERVE_FUZZ_SECONDS (default 45) on its committed seed corpus. Exits non-zero on a test
 # failure, a sanitizer report or a fuzzer crash (the crashing input is kept in build-fuzz/crashes/).
 #   scripts/fuzz.sh                      # what CI runs (scripts/test.sh calls it)
 #   PDSERVE_FUZZ_SECONDS=600 scripts/fuzz.sh
@@ -13,7 +13,7 @@ if [ "${PDSERVE_SKIP_SETUP:-0}" != "1" ]; then
 fi
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 BUILD_DIR=build-fuzz
-SECONDS_EACH="${PDSERVE_FUZZ_SECONDS:-60}"
+SECONDS_EACH="${PDSERVE_FUZZ_SECONDS:-45}"
 # -O1 with line tables only: sanitizer reports keep file:line, and the build (every library with
 # ASan, on 2 cores) is lighter than -O2 -g.
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
