@@ -1,15 +1,36 @@
 # pdserve_test(NAME SOURCES... LIBS ... [LABELS ...])
 # A GoogleTest binary registered with ctest under its own name (one ctest entry per binary keeps
 # the CI log short; gtest prints each case), labelled `unit` and built by the `unit_tests` target
-# (what the sanitizer build runs: scripts/fuzz.sh).
+# (what the sanitizer build runs: scripts/fuzz.sh). Its main() (common/testing/gtest_main.cc)
+# records skipped tests under PDSERVE_SKIP_DIR and exits 77 when every test skipped.
+
+# Where the tests record what they skipped (scripts/check_skips.py reads it after ctest).
+set(PDSERVE_SKIP_DIR ${CMAKE_BINARY_DIR}/skips)
+file(MAKE_DIRECTORY ${PDSERVE_SKIP_DIR})
+
+add_library(pdserve_gtest_main STATIC ${CMAKE_CURRENT_LIST_DIR}/../common/testing/gtest_main.cc)
+target_link_libraries(pdserve_gtest_main PUBLIC GTest::gtest)
+
+# The skip record and ctest's skipped status, for any ctest entry (pdserve_test's, the variants
+# that rerun a binary with other settings, and the Python suites: tests/suite_main.py).
+function(pdserve_count_skips name)
+  set_property(TEST ${name} APPEND PROPERTY ENVIRONMENT PDSERVE_SKIP_DIR=${PDSERVE_SKIP_DIR})
+  set_property(TEST ${name} PROPERTY SKIP_RETURN_CODE 77)
+endfunction()
+
 function(pdserve_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gmock pdserve_gtest_main)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES TIMEOUT 900 LABELS "unit;${ARG_LABELS}")
+  pdserve_count_skips(${name})
   if(NOT TARGET unit_tests)
     add_custom_target(unit_tests)
   endif()
   add_dependencies(unit_tests ${name})
 endfunction()
+
+# A GoogleTest binary on this main, for tests/check_skips_test.py (not a ctest entry itself).
+add_executable(gtest_main_fixture ${CMAKE_CURRENT_LIST_DIR}/../common/testing/gtest_main_fixture.cc)
+target_link_libraries(gtest_main_fixture PRIVATE pdserve_gtest_main)

@@ -30,10 +30,31 @@ export LSAN_OPTIONS="suppressions=$(pwd)/fuzz/lsan_suppressions.txt"
 export PDSERVE_LOG_LEVEL="${PDSERVE_LOG_LEVEL:-warning}"
 # The *_reversed entries (the host execution layer's threads in reverse: races) run in the
 # Release build of test.sh; under the sanitizers they would only repeat the same memory accesses.
-(cd "$BUILD_DIR" && ctest -L unit -E '_reversed$' --output-on-failure -j "$(nproc)" --timeout 900)
+rm -f "$BUILD_DIR"/skips/*.tsv
+rc=0
+(cd "$BUILD_DIR" && ctest -L unit -E '_reversed$' --output-on-failure -j "$(nproc)" --timeout 900) || rc=$?
+# What the sanitizer build skipped, and why (it leaves CUDA out on purpose: skips only).
+/usr/bin/python3 scripts/check_skips.py "$BUILD_DIR" --skips-only || rc=1
+[ "$rc" = 0 ] || exit "$rc"
+
+# Every fuzz target the build lists (fuzz/CMakeLists.txt) runs, each with its seed corpus; a
+# target without one, or a corpus without a target, is an error, not a fuzzer left out.
+targets=$(cat "$BUILD_DIR/fuzz/fuzzers.txt")
+for target in $targets; do
+  if [ ! -d "fuzz/corpus/$target" ] || [ -z "$(ls -A "fuzz/corpus/$target")" ]; then
+    echo "fuzz.sh: fuzz target $target has no seed corpus in fuzz/corpus/$target (fuzz/make_corpus.py)" >&2
+    exit 1
+  fi
+done
+for dir in fuzz/corpus/*/; do
+  if ! grep -qx "$(basename "$dir")" <<<"$targets"; then
+    echo "fuzz.sh: fuzz/corpus/$(basename "$dir") belongs to no fuzz target in fuzz/CMakeLists.txt" >&2
+    exit 1
+  fi
+done
 
 mkdir -p "$BUILD_DIR/crashes"
-for target in $(ls fuzz/corpus); do
+for target in $targets; do
   work="$BUILD_DIR/corpus/$target"
   mkdir -p "$work"
   echo "fuzz.sh: $target for ${SECONDS_EACH}s"

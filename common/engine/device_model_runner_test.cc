@@ -61,7 +61,7 @@ class DeviceRunnerHostTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
 #if PDSERVE_TEST_ON_GPU
-    if (cuda::DeviceCount() == 0) GTEST_SKIP() << cuda::DescribeDevice();
+    if (cuda::DeviceCount() == 0) GTEST_SKIP() << "needs gpu: " << cuda::DescribeDevice();
 #endif
     dir_ = TempDir();
     RandomModelSpec spec;
@@ -574,10 +574,16 @@ TEST_P(DeviceRunnerHostTest, GraphReplayedDecodeStepsEqualEnqueuedOnes) {
 // shape only, so on the host layer (whose GEMM sums each output in one order for every m) they
 // are the same bits. On a GPU cuBLASLt picks kernels by shape, so there the test reports how far
 // apart they are (the figure DESIGN.md asks for) and holds them to bf16 tolerance.
-TEST_P(DeviceRunnerHostTest, ADecodeRowIsTheSameAloneOrInAnyBatch) {
-  // The prefills of contexts over 256 tokens cost ~10 s on the host layer: two cases (a bf16 and
-  // a quantized pool) are enough end to end; the kernel tests cover every format.
-  if (GetParam().arch != "llama") GTEST_SKIP() << "run for the llama cases only";
+// The prefills of contexts over 256 tokens cost ~10 s on the host layer: two cases (a bf16 and a
+// quantized pool) are enough end to end; the kernel tests cover every format.
+class DeviceRunnerLongContextTest : public DeviceRunnerHostTest {};
+INSTANTIATE_TEST_SUITE_P(Llama, DeviceRunnerLongContextTest,
+                         ::testing::Values(Case{"llama", KvDType::kBF16}, Case{"llama", KvDType::kInt4}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.arch + "_" + std::string(KvDTypeName(info.param.kv));
+                         });
+
+TEST_P(DeviceRunnerLongContextTest, ADecodeRowIsTheSameAloneOrInAnyBatch) {
   // Contexts of several 256-key splits: a pool of 160 blocks of 4 tokens.
   KvCacheSpec kv = device_pool_->spec();
   auto pool = KvPool::Create(kv, 160);
@@ -660,7 +666,7 @@ TEST(DeviceKvBudgetTest, OnlyADeviceBackendSizesItsCacheFromItsMemory) {
     EXPECT_NE(none.status().message().find("no GPU"), std::string::npos) << none.status();
   }
 #else
-  if (cuda::DeviceCount() == 0) GTEST_SKIP() << cuda::DescribeDevice();
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "needs gpu: " << cuda::DescribeDevice();
   auto budget = DeviceKvBudgetBytes("cuda", 0.5, c, 64);
   ASSERT_TRUE(budget.ok()) << budget.status();
   EXPECT_GT(*budget, size_t{1} << 30);

@@ -277,7 +277,7 @@ const std::string& CertDir() {
 // no connection and writes nothing.
 TEST_P(DeviceTransportTest, TheControlConnectionIsMutualTls) {
   const std::string& dir = CertDir();
-  if (dir.empty()) GTEST_SKIP() << "no openssl command to make certificates";
+  if (dir.empty()) GTEST_SKIP() << "needs openssl: no openssl command to make certificates";
   const KvTransportTls node{dir + "/node.pem", dir + "/node.key", dir + "/ca.pem"};
   const KvTransportTls intruder{dir + "/intruder.pem", dir + "/intruder.key", dir + "/ca.pem"};
   const std::string layout = "block_size=16;kv_dtype=bf16";
@@ -320,7 +320,7 @@ TEST(StreamTest, WritingToAGonePeerFailsWithoutSigpipe) {
     ::close(fds[0]);
   }
   const std::string& dir = CertDir();
-  if (dir.empty()) GTEST_SKIP() << "no openssl command to make certificates";
+  if (dir.empty()) GTEST_SKIP() << "needs openssl: no openssl command to make certificates";
   auto tls = KvTls::Create(dir + "/node.pem", dir + "/node.key", dir + "/ca.pem");
   ASSERT_TRUE(tls.ok()) << tls.status();
   int fds[2];

@@ -171,7 +171,7 @@ TEST(AttentionTest, QuantizedPoolEqualsItsDequantizedCopy) {
 // pool dtype, window and context length, including tails of fewer than 8 keys.
 TEST(AttentionTest, KvGroupIsBitwiseThePerHeadPath) {
   SetAvx512Enabled(true);
-  if (!Avx512Enabled()) GTEST_SKIP() << "no AVX-512: the grouped path is the per-head path";
+  if (!Avx512Enabled()) GTEST_SKIP() << "needs avx512: no AVX-512: the grouped path is the per-head path";
   for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8, KvDType::kInt4}) {
     for (int64_t d : {16, 64, 128}) {
       for (int64_t group : {1, 2, 3, 4, 5}) {
@@ -270,7 +270,7 @@ TEST(AttentionTest, ANonFiniteScoreMakesTheRowNaN) {
 
 TEST(AttentionTest, SoftmaxOnSixteenLanesIsBitwiseEight) {
   SetAvx512Enabled(true);
-  if (!Avx512Enabled()) GTEST_SKIP() << "no AVX-512: one path only";
+  if (!Avx512Enabled()) GTEST_SKIP() << "needs avx512: no AVX-512: one path only";
   const int64_t bs = 16, kvh = 1, heads = 2, d = 64, num_blocks = 8;
   const size_t page = PageBytes(kvh, bs, d, KvDType::kF32);
   std::vector<uint8_t> pool(num_blocks * page);

@@ -168,6 +168,7 @@ TEST(LinearBf16Amx, TilesGiveTheAmxOrderBits) {
       }
     }
   }
+  if (!AmxSupported()) GTEST_SKIP() << "needs amx_bf16: the emulated tiles only (no TDPBF16PS here)";
 }
 
 // With `accumulate` the C tiles start from y: k split at a whole tile into two calls gives one
@@ -208,6 +209,7 @@ TEST(LinearBf16Amx, AccumulateAtAWholeTileEqualsOneCall) {
       }
     }
   }
+  if (!AmxSupported()) GTEST_SKIP() << "needs amx_bf16: the emulated tiles only (no TDPBF16PS here)";
 }
 
 // The two orders are different sums: over a long k most outputs differ by a few ulps, and none by

@@ -196,7 +196,7 @@ TEST(LinearBf16, ThreePathsAreBitwiseEqual) {
       }
     }
   }
-  if (!hardware) GTEST_SKIP() << "this CPU has no AVX512-BF16: the twin and the reference were compared";
+  if (!hardware) GTEST_SKIP() << "needs avx512_bf16: this CPU has no AVX512-BF16: the twin and the reference were compared";
 }
 
 // The column kernels that take `accumulate` (AMX does not): the reference, the AVX2 twin, and

@@ -98,7 +98,7 @@ TEST_P(LinearTest, BitwiseBatchAndThreadInvariant) {
 // AVX2 path's order: every element bitwise equal, for every tile shape and remainder.
 TEST_P(LinearTest, Avx512PathIsBitwiseTheAvx2Path) {
   SetAvx512Enabled(true);
-  if (!Avx512Enabled()) GTEST_SKIP() << "this CPU has no AVX-512 (F, BW, DQ, VL)";
+  if (!Avx512Enabled()) GTEST_SKIP() << "needs avx512: this CPU has no AVX-512 (F, BW, DQ, VL)";
   ThreadPool pool(2);
   for (int64_t k : {8, 13, 64, 576, 1000}) {
     for (int64_t n : {1, 2, 7, 9, 37, 100}) {

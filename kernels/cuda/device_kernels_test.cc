@@ -53,7 +53,7 @@ class DeviceVector {
 class DeviceAttentionTest : public ::testing::TestWithParam<AttnCase> {
  protected:
   void SetUp() override {
-    if (DeviceCount() == 0) GTEST_SKIP() << DescribeDevice();
+    if (DeviceCount() == 0) GTEST_SKIP() << "needs gpu: " << DescribeDevice();
   }
 };
 
@@ -128,7 +128,7 @@ TEST_P(DeviceAttentionTest, PrefillEqualsCpu) {
 // Device-sized prefill: a 1,000-token chunk after a cached prefix of 500 (tiles of 64 rows, each
 // walking up to 24 key tiles), head_dim 128 with GQA 4, every format.
 TEST(DeviceAttentionLongTest, PrefillOfALongChunkEqualsCpu) {
-  if (DeviceCount() == 0) GTEST_SKIP() << DescribeDevice();
+  if (DeviceCount() == 0) GTEST_SKIP() << "needs gpu: " << DescribeDevice();
   for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8, KvDType::kInt4}) {
     testing::AttentionFixture f(AttnCase{dtype, 8, 2, 128, 0, 0}, {1500}, 31, /*blocks=*/192);
     std::vector<int32_t> positions, row_seq;
@@ -141,7 +141,7 @@ TEST(DeviceAttentionLongTest, PrefillOfALongChunkEqualsCpu) {
 // The tensor cores multiply through the fragments as dialect.h lays them out (mma_probe.h): if
 // this fails, every tensor-core kernel does, and the layout is what to fix.
 TEST(DeviceMmaTest, FragmentLayoutIsTheHardwares) {
-  if (DeviceCount() == 0) GTEST_SKIP() << DescribeDevice();
+  if (DeviceCount() == 0) GTEST_SKIP() << "needs gpu: " << DescribeDevice();
   SplitMix64 rng(3);
   std::vector<uint16_t> a(16 * 16), b(16 * 8);
   std::vector<float> c(16 * 8);
@@ -172,7 +172,7 @@ INSTANTIATE_TEST_SUITE_P(
     testing::CaseName);
 
 TEST(DeviceLayerKernelsTest, QkvRopeStoreWritesTheCpuBytes) {
-  if (DeviceCount() == 0) GTEST_SKIP() << DescribeDevice();
+  if (DeviceCount() == 0) GTEST_SKIP() << "needs gpu: " << DescribeDevice();
   for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8, KvDType::kInt4}) {
     SplitMix64 rng(7);
     const int heads = 8, kv_heads = 2, d = 128, rows = 5, blocks = 4, bs = 4;
@@ -220,7 +220,7 @@ TEST(DeviceLayerKernelsTest, QkvRopeStoreWritesTheCpuBytes) {
 }
 
 TEST(DeviceLayerKernelsTest, AddRmsNormAndSiluMulEqualCpu) {
-  if (DeviceCount() == 0) GTEST_SKIP() << DescribeDevice();
+  if (DeviceCount() == 0) GTEST_SKIP() << "needs gpu: " << DescribeDevice();
   SplitMix64 rng(9);
   const int rows = 9;
   const int64_t n = 4096;
@@ -264,7 +264,7 @@ TEST(DeviceLayerKernelsTest, AddRmsNormAndSiluMulEqualCpu) {
 }
 
 TEST(DeviceLayerKernelsTest, WithoutAGpuALaunchIsAnErrorNotACrash) {
-  if (DeviceCount() != 0) GTEST_SKIP() << "a GPU is present";
+  if (DeviceCount() != 0) GTEST_SKIP() << "needs no-gpu: a GPU is present";
   AddRmsNormParams p;
   p.rows = 1;
   p.n = 8;

@@ -148,14 +148,37 @@ def wait_idle(test, workers, timeout=20):
         time.sleep(0.05)
 
 
+LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metric(text, name, **labels):
+    """Sum of the series `name` (with these label values) in a Prometheus exposition. A name
+    whose family the text does not declare (# TYPE) is an error, not 0: a renamed metric must not
+    pass every "== 0" check. So is a label name that none of the family's series carries. A
+    declared family with no series of these label values sums to 0."""
+    family = name
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix) and f"# TYPE {name[:-len(suffix)]} histogram\n" in text:
+            family = name[:-len(suffix)]
+    if not re.search(rf"^# TYPE {re.escape(family)} \w+$", text, re.M):
+        raise AssertionError(f"no metric family {family!r} in the exposition")
+    total, keys = 0.0, set()
+    for line in text.splitlines():
+        if not (line.startswith(name + "{") or line.startswith(name + " ")):
+            continue
+        series, value = line.rsplit(" ", 1)
+        have = dict(LABEL.findall(series[len(name):]))
+        keys |= set(have)
+        if all(have.get(k) == str(v) for k, v in labels.items()):
+            total += float(value)
+    unknown = set(labels) - keys
+    if unknown and keys:
+        raise AssertionError(f"{name} has no label {sorted(unknown)}; its series carry {sorted(keys)}")
+    return total
+
+
 def metric(process, name, **labels):
-    """Sum of the series `name` (with these labels) on a process's /metrics."""
+    """parse_metric on a process's /metrics."""
     import urllib.request
     with urllib.request.urlopen(f"http://{process.addresses['metrics']}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
+        return parse_metric(r.read().decode(), name, **labels)

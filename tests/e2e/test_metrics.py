@@ -169,6 +169,47 @@ def used_metric_names():
     return names
 
 
+class MetricHelperTest(unittest.TestCase):
+    """cluster.metric(), which the fault, client and OpenAI suites assert counters with: a name or
+    label that is not there is an error, so a renamed metric cannot pass an "== 0" check."""
+    TEXT = ("# HELP pdserve_request_success_total Finished requests.\n"
+            "# TYPE pdserve_request_success_total counter\n"
+            'pdserve_request_success_total{role="router",finished_reason="length"} 3\n'
+            'pdserve_request_success_total{role="router",finished_reason="stop"} 2\n'
+            'pdserve_request_success_total{role="decode",finished_reason="stop"} 2\n'
+            "# HELP pdserve_router_resumes_total Resumptions.\n"
+            "# TYPE pdserve_router_resumes_total counter\n"
+            "pdserve_router_resumes_total 0\n"
+            "# HELP pdserve_kv_transfer_failures_total Failed transfers.\n"
+            "# TYPE pdserve_kv_transfer_failures_total counter\n"
+            "# HELP pdserve_ttft_seconds TTFT.\n"
+            "# TYPE pdserve_ttft_seconds histogram\n"
+            'pdserve_ttft_seconds_bucket{role="router",le="+Inf"} 5\n'
+            'pdserve_ttft_seconds_count{role="router"} 5\n')
+
+    def test_sums_the_matching_series(self):
+        self.assertEqual(cluster.parse_metric(self.TEXT, "pdserve_request_success_total"), 7)
+        self.assertEqual(cluster.parse_metric(self.TEXT, "pdserve_request_success_total", role="router"), 5)
+        self.assertEqual(cluster.parse_metric(self.TEXT, "pdserve_request_success_total", role="router",
+                                              finished_reason="stop"), 2)
+        self.assertEqual(cluster.parse_metric(self.TEXT, "pdserve_ttft_seconds_count"), 5)
+
+    def test_declared_families_without_matching_series_are_zero(self):
+        self.assertEqual(cluster.parse_metric(self.TEXT, "pdserve_request_success_total",
+                                              finished_reason="abort"), 0)
+        self.assertEqual(cluster.parse_metric(self.TEXT, "pdserve_kv_transfer_failures_total",
+                                              reason="send_error"), 0)
+        self.assertEqual(cluster.parse_metric(self.TEXT, "pdserve_router_resumes_total"), 0)
+
+    def test_an_unknown_name_or_label_is_an_error(self):
+        with self.assertRaisesRegex(AssertionError, "no metric family 'pdserve_router_resume_total'"):
+            cluster.parse_metric(self.TEXT, "pdserve_router_resume_total")
+        with self.assertRaisesRegex(AssertionError, r"has no label \['finish_reason'\]"):
+            cluster.parse_metric(self.TEXT, "pdserve_request_success_total", finish_reason="stop")
+        # A label value is matched whole, not as a substring of another label's.
+        self.assertEqual(cluster.parse_metric(self.TEXT, "pdserve_request_success_total", role="route"), 0)
+
+
 class MetricsTest(unittest.TestCase):
     def test_every_tier_exports_valid_metrics_that_match_the_traffic(self):
         # A corrupted page in the first transfer: one refused transfer, recomputed on decode.

@@ -269,7 +269,7 @@ class SecurityTest(unittest.TestCase):
                               "--page-bytes", "4096", "--repeats", "1"], capture_output=True, text=True,
                              timeout=60, env=dict(os.environ, UCX_TLS="sm,self"))
         if "not built in" in ucx.stderr:
-            self.skipTest("built without libucx-dev")
+            self.skipTest("needs ucx: built without libucx-dev")
         p = cluster.Process(PDSERVE, ["decode", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
                                       "--kv-memory-gib", "0.05", "--transport", "ucx", *tls_args()],
                             env={"UCX_TLS": "sm,self", "PDSERVE_LOG_LEVEL": "warning"})
