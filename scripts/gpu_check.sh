@@ -5,7 +5,8 @@
 # and decode as two processes over cuda_ipc against colocated generation
 # (scripts/gpu_tiers_check.sh), then gpu_bench's table of ratios to limits measured in the same
 # run (bench/gpu_bench.cc) and bench-engine on an 8B shape with weights made on the GPU. Every stage runs even if one before it failed. Writes the log and the
-# table to $OUT when it is set.
+# table to $OUT when it is set. Exits 77 where there is no GPU at all, 1 where one is there but
+# the driver cannot use it (scripts/gpu_state.sh), or where a gpu test skipped beside a usable GPU.
 #
 # Two ways to get the binaries:
 #   PDSERVE_GPU_BUNDLE=DIR  use what scripts/gpu_bundle.sh built and packed on a Debian machine
@@ -16,8 +17,25 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-}"
 log() { if [ -n "$OUT" ]; then tee -a "$OUT/gpu_check.log"; else cat; fi; }
 
+# No GPU: nothing to check (exit 77, as a skipped test). A GPU the driver cannot use: a failure,
+# not a skip (the gpu tests would otherwise all skip and pass).
+state="$(scripts/gpu_state.sh)"
+case "$state" in
+  none)
+    echo "gpu_check: no GPU on this machine (no /dev/nvidia<N>, none on the PCI bus): nothing checked" | log
+    exit 77 ;;
+  unusable)
+    echo "gpu_check: FAILED: a GPU is here but the driver lists none (nvidia-smi -L):" | log
+    nvidia-smi 2>&1 | head -5 | log
+    exit 1 ;;
+esac
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 | log || true
 failed=0
+# Every skip the gpu tests make is recorded; on a machine with a usable GPU a "needs gpu" skip
+# fails the check (scripts/check_skips.py).
+skips="$(mktemp -d)"
+mkdir -p "$skips/skips"
+export PDSERVE_SKIP_DIR="$skips/skips"
 if [ -n "${PDSERVE_GPU_BUNDLE:-}" ]; then
   dir="$(cd "$PDSERVE_GPU_BUNDLE" && pwd)"
   work="$(mktemp -d)"
@@ -46,11 +64,16 @@ else
   PDSERVE_SKIP_SETUP="${PDSERVE_SKIP_SETUP:-1}" PDSERVE_BUILD_DIR=build-gpu \
     scripts/build.sh -DPDSERVE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 2>&1 | log
   [ "${PIPESTATUS[0]}" = 0 ] || exit 1
+  rm -f build-gpu/skips/*.tsv
+  skips=build-gpu  # ctest gives the tests build-gpu/skips.
   (cd build-gpu && ctest -L gpu --output-on-failure) 2>&1 | log
   [ "${PIPESTATUS[0]}" = 0 ] || failed=1
   pdserve=build-gpu/pdserve
   bench=build-gpu/bench/gpu_bench
 fi
+echo "--- skipped gpu tests" | log
+python3 scripts/check_skips.py "$skips" --skips-only 2>&1 | log
+[ "${PIPESTATUS[0]}" = 0 ] || failed=1
 echo "--- prefill and decode over cuda_ipc" | log
 timeout 240 scripts/gpu_tiers_check.sh "$pdserve" 2>&1 | log
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1

@@ -200,6 +200,40 @@ class Judged(unittest.TestCase):
         self.assertIn("FAIL left out: the fuzzers", out.stdout)
 
 
+class GpuState(unittest.TestCase):
+    """scripts/gpu_state.sh, which scripts/gpu_check.sh starts from: "a GPU the driver cannot use"
+    is a failure there, not the skip "no GPU" is. A fake nvidia-smi and fake device nodes stand
+    in for GPUs and drivers this machine lacks."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="pdserve_gpu_state_")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def state(self, smi_output, smi_status, nodes):
+        smi = os.path.join(self.dir, "nvidia-smi")
+        with open(smi, "w") as f:
+            f.write(f"#!/bin/sh\nprintf '%s' '{smi_output}'\nexit {smi_status}\n")
+        os.chmod(smi, 0o755)
+        for n in nodes:
+            open(os.path.join(self.dir, n), "w").close()
+        out = subprocess.run([os.path.join(ROOT, "scripts", "gpu_state.sh")], capture_output=True,
+                             text=True, env=dict(os.environ, NVIDIA_SMI=smi,
+                                                 PDSERVE_GPU_DEV_GLOB=os.path.join(self.dir, "nvidia[0-9]*")))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout.strip()
+
+    def test_a_listed_gpu_is_usable(self):
+        self.assertEqual(self.state("GPU 0: NVIDIA H200 (UUID: GPU-1)\n", 0, ["nvidia0"]), "usable")
+
+    def test_a_device_node_the_driver_does_not_list_is_unusable(self):
+        self.assertEqual(self.state("NVIDIA-SMI has failed because it could not reach the "
+                                    "NVIDIA driver.\n", 9, ["nvidia0"]), "unusable")
+        self.assertEqual(self.state("", 0, ["nvidia1"]), "unusable")
+
+    def test_no_node_and_no_listing_is_none(self):
+        self.assertEqual(self.state("No devices were found\n", 6, []), "none")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--fixture", required=True)
