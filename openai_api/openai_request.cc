@@ -401,8 +401,8 @@ bool CheckTools(const Json& tools, ApiError* e) {
   return true;
 }
 
-// A message's content as text: a string, null (""), or a list of text parts joined (images are
-// not supported).
+// A message's content as text: a string, null (""), or a list of text parts joined with a newline,
+// as vLLM joins them for a template that takes text (images are not supported).
 bool ContentText(const Json& m, const std::string& where, std::string* text, ApiError* e) {
   if (!m.contains("content") || m["content"].is_null()) return true;
   const Json& c = m["content"];
@@ -413,12 +413,14 @@ bool ContentText(const Json& m, const std::string& where, std::string* text, Api
   if (!c.is_array()) {
     return Fail(e, where + ".content", Str(where, ".content must be a string or a list of text parts"));
   }
-  for (const Json& part : c) {
+  for (size_t i = 0; i < c.size(); ++i) {
+    const Json& part = c[i];
     // Every key checked for its type before it is read: json::value throws on a non-string.
     if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
         !part.contains("text") || !part["text"].is_string()) {
       return Fail(e, where + ".content", Str(where, ".content: only text parts are supported"));
     }
+    if (i > 0) *text += '\n';
     *text += part["text"].get<std::string>();
   }
   return true;

@@ -129,6 +129,7 @@ def main():
     skips = read_skips(args.build)
     print(f"check_skips: {len(skips)} skipped test(s) in {args.build}; this machine has: "
           + ", ".join(sorted(c for c, has in caps.items() if has)))
+    expected = {}  # (capability, suite, reason) -> tests: one line each.
     for suite, test, message in skips:
         cap = message.split(":", 1)[0][len("needs "):] if message.startswith("needs ") else None
         if cap not in caps or cap == "nvcc":
@@ -137,7 +138,9 @@ def main():
         elif caps[cap]:
             errors.append(f"{suite} {test}: skipped on a machine that has {cap}: {message}")
         else:
-            print(f"  skipped (no {cap} here): {suite} {test}: {message.split(':', 1)[1].strip()}")
+            expected.setdefault((cap, suite, message.split(":", 1)[1].strip()), []).append(test)
+    for (cap, suite, reason), tests in expected.items():
+        print(f"  skipped (no {cap} here): {suite}, {len(tests)} test(s) ({reason}): {', '.join(tests)}")
 
     if not args.skips_only:
         names = ctest_names(args.build)

@@ -145,7 +145,7 @@ class Judged(unittest.TestCase):
         self.skip("kernels_cpu_test", "LinearTest.Avx512", "needs avx512: this CPU has none")
         out = self.check(self.NONE)
         self.assertEqual(out.returncode, 0, out.stdout)
-        self.assertIn("skipped (no avx512 here): kernels_cpu_test LinearTest.Avx512: this CPU has none",
+        self.assertIn("skipped (no avx512 here): kernels_cpu_test, 1 test(s) (this CPU has none): LinearTest.Avx512",
                       out.stdout)
 
     def test_a_skip_for_what_the_machine_has_fails(self):

@@ -152,7 +152,9 @@ void Family<T>::Remove(const std::vector<std::string>& values) {
 template <typename T>
 void Family<T>::Render(const std::string& name, std::string* out) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (children_.empty()) return;  // Nothing observed yet: no HELP without samples.
+  // HELP and TYPE even before the first series (a reason that has not happened yet): a scraper
+  // knows the family, and a check for it reads 0 instead of not finding it (as Prometheus'
+  // own client libraries render a labelled family without children).
   Header(*this, name, out);
   for (const auto& [values, child] : children_) {
     if constexpr (std::is_same_v<T, Histogram>) {

@@ -124,7 +124,8 @@ TEST(MetricsTest, RemovedChildrenEndTheirSeries) {
   EXPECT_EQ(r.Render(), "# HELP pdserve_worker_up u\n# TYPE pdserve_worker_up gauge\n"
                         "pdserve_worker_up{worker=\"b:2\"} 0\n");
   up.Remove({"b:2"});
-  EXPECT_EQ(r.Render(), "");  // No series: no HELP or TYPE either.
+  // No series: the family is still declared.
+  EXPECT_EQ(r.Render(), "# HELP pdserve_worker_up u\n# TYPE pdserve_worker_up gauge\n");
 }
 
 TEST(RequestMetricsTest, ObservesWhatEachEventMeans) {
@@ -157,6 +158,10 @@ TEST(RequestMetricsTest, ObservesWhatEachEventMeans) {
   EXPECT_TRUE(has("pdserve_request_queue_time_seconds_count" + rt + " 0"));
   EXPECT_TRUE(has("pdserve_request_success_total{model_name=\"llama\",role=\"router\",finished_reason=\"abort\"} 1"));
   EXPECT_TRUE(has("pdserve_request_success_total{model_name=\"llama\",role=\"decode\",finished_reason=\"length\"} 1"));
+  // Families whose children come with their first event are declared from the start.
+  Registry fresh;
+  RequestMetrics unused(&fresh, "llama", "decode");
+  EXPECT_NE(fresh.Render().find("# TYPE pdserve_request_success_total counter\n"), std::string::npos);
   // The vLLM names only with the compat option.
   EXPECT_EQ(text.find("vllm:"), std::string::npos);
   RenderOptions compat;

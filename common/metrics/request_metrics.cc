@@ -16,8 +16,7 @@ Histogram& Hist(Registry* r, const std::string& suffix, const std::string& help,
 
 RequestMetrics::RequestMetrics(Registry* registry, const std::string& model_name,
                                const std::string& role)
-    : registry_(registry),
-      model_name_(model_name),
+    : model_name_(model_name),
       role_(role),
       ttft_(Hist(registry, "time_to_first_token_seconds", "Time to first token in seconds.",
                  TtftBuckets(), {model_name, role})),
@@ -46,7 +45,11 @@ RequestMetrics::RequestMetrics(Registry* registry, const std::string& model_name
                              ->AddCounter("pdserve_generation_tokens_total",
                                           "Tokens generated.", kLabels,
                                           "vllm:generation_tokens_total")
-                             .With({model_name, role})) {}
+                             .With({model_name, role})),
+      success_(registry->AddCounter("pdserve_request_success_total",
+                                    "Requests finished, by finish reason.",
+                                    {"model_name", "role", "finished_reason"},
+                                    "vllm:request_success_total")) {}
 
 void RequestMetrics::FirstToken(double ttft_seconds, int64_t prompt_tokens) {
   ttft_.Observe(ttft_seconds);
@@ -60,12 +63,9 @@ void RequestMetrics::NextToken(double gap_seconds) {
 }
 
 void RequestMetrics::Finished(const FinishedRequest& r) {
-  // Children are created on first use: a reason that never happened has no series.
-  registry_
-      ->AddCounter("pdserve_request_success_total", "Requests finished, by finish reason.",
-                   {"model_name", "role", "finished_reason"}, "vllm:request_success_total")
-      .With({model_name_, role_, r.finish_reason})
-      .Inc();
+  // Children are created on first use: a reason that never happened has no series (the family
+  // is declared, with its HELP and TYPE, from the start).
+  success_.With({model_name_, role_, r.finish_reason}).Inc();
   e2e_.Observe(r.e2e_seconds);
   if (r.generation_tokens > 1) {
     const double after_first = r.has_phases ? r.decode_seconds : r.e2e_seconds - r.ttft_seconds;

@@ -33,7 +33,6 @@ class RequestMetrics {
   void Finished(const FinishedRequest& r);
 
  private:
-  Registry* registry_;
   std::string model_name_, role_;
   Histogram& ttft_;
   Histogram& itl_;
@@ -44,6 +43,7 @@ class RequestMetrics {
   Histogram& decode_;
   Counter& prompt_tokens_;
   Counter& generation_tokens_;
+  Family<Counter>& success_;  // By finish reason: declared at start, so it reads 0, not absent.
 };
 
 }  // namespace pdserve::metrics

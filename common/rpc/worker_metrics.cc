@@ -68,6 +68,9 @@ WorkerMetrics::WorkerMetrics(metrics::Registry* registry, const std::string& mod
                                    "within the lease.",
                                    kLabels)
                          .With({model_name, role})),
+      transfer_failures_(registry_->AddCounter("pdserve_kv_transfer_failures_total",
+                                               "KV transfers that failed, by reason.",
+                                               {"model_name", "role", "reason"})),
       collector_(registry_, [this, info = std::move(info)] { Collect(info()); }) {}
 
 void WorkerMetrics::Observe(const RequestOutput& out) {
@@ -95,11 +98,7 @@ void WorkerMetrics::Observe(const RequestOutput& out) {
 void WorkerMetrics::TransferDone(double seconds) { transfer_seconds_.Observe(seconds); }
 
 void WorkerMetrics::TransferFailed(const std::string& reason) {
-  registry_
-      ->AddCounter("pdserve_kv_transfer_failures_total", "KV transfers that failed, by reason.",
-                   {"model_name", "role", "reason"})
-      .With({model_name_, role_, reason})
-      .Inc();
+  transfer_failures_.With({model_name_, role_, reason}).Inc();
   if (reason == "lease_expired") lease_expired_.Inc();
 }
 

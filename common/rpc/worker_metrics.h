@@ -55,6 +55,7 @@ class WorkerMetrics {
   metrics::Histogram& transfer_seconds_;
   metrics::Gauge& reservations_;
   metrics::Counter& lease_expired_;
+  metrics::Family<metrics::Counter>& transfer_failures_;  // By reason, declared at start.
   metrics::CollectorHandle collector_;  // Last: removed first.
 };
 

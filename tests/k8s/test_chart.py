@@ -184,6 +184,20 @@ class HelmChecks(unittest.TestCase):
         container(dep)["ports"][0]["containerPort"] = "eight thousand"
         (result,) = validate_with_schemas(self, [dep])
         self.assertIn("containerPort must be integer", result["error"])
+        # A misspelt field name is refused too (the schemas alone would let it through), at any
+        # depth and in any kind.
+        for kind, edit, field in (
+                ("Deployment", lambda d: container(d)["readinessProbe"].update(periodSecond=5),
+                 "spec.template.spec.containers[0].readinessProbe.periodSecond"),
+                ("Deployment", lambda d: d["spec"]["template"]["spec"].update(terminationGracePeriod=5),
+                 "spec.template.spec.terminationGracePeriod"),
+                ("Service", lambda d: d["spec"]["ports"][0].update(targetport=1), "spec.ports[0].targetport"),
+                ("PodDisruptionBudget", lambda d: d["spec"].update(maxUnavailble=1), "spec.maxUnavailble"),
+                ("NetworkPolicy", lambda d: d["spec"]["ingress"][0].update(form=[]), "spec.ingress[0].form")):
+            doc = json.loads(json.dumps(find(objects("values-cpu.yaml"), kind)[0]))
+            edit(doc)
+            (result,) = validate_with_schemas(self, [doc])
+            self.assertEqual(result["error"], f"unknown field {field}", kind)
 
     def autoscaled(self):
         out = render("values-cpu.yaml", ["prefill.autoscaling.enabled=true",
@@ -364,8 +378,62 @@ class Consistency(unittest.TestCase):
             self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("decode")), container_port(p["decode"], "kv-transport")),
                              {"prefill"})
             # A port no rule names is closed (the router's metrics port number is the same on
-            # every pod, so pick one that is not).
+            # every pod, so pick one that is not); with NCCL or UCX, which open ports of their own,
+            # the two worker tiers reach each other on every port, both ways.
             self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("router")), 1), set(), values)
+            self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("prefill")), 1),
+                             set() if tcp else {"decode"}, values)
+            self.assertEqual(allowed(one(docs, "NetworkPolicy", tier_name("decode")), 1),
+                             set() if tcp else {"prefill"}, values)
+
+    def test_pdbs_and_hpas_name_the_rendered_deployments(self):
+        autoscaled = render("values-cpu.yaml", ["prefill.autoscaling.enabled=true", "decode.autoscaling.enabled=true"])
+        self.assertEqual(autoscaled.returncode, 0, autoscaled.stderr)
+        cases = self.each() + [("autoscaling", [d for d in yaml.safe_load_all(autoscaled.stdout) if d])]
+        for values, docs in cases:
+            deps = find(docs, "Deployment")
+            pdbs = find(docs, "PodDisruptionBudget")
+            self.assertEqual(len(pdbs), 3, values)
+            for pdb in pdbs:
+                chosen = [d["metadata"]["name"] for d in deps if selects(pdb["spec"]["selector"]["matchLabels"], pod_labels(d))]
+                self.assertEqual(chosen, [pdb["metadata"]["name"]], (values, pdb["metadata"]["name"]))
+            hpas = find(docs, "HorizontalPodAutoscaler")
+            self.assertEqual(len(hpas), 2 if values == "autoscaling" else 0, values)
+            for hpa in hpas:
+                ref = hpa["spec"]["scaleTargetRef"]
+                self.assertEqual((ref["apiVersion"], ref["kind"]), ("apps/v1", "Deployment"))
+                self.assertEqual(ref["name"], hpa["metadata"]["name"])
+                self.assertIn(ref["name"], [d["metadata"]["name"] for d in deps])
+                self.assertIn(ref["name"], (tier_name("prefill"), tier_name("decode")))
+                # An autoscaled Deployment leaves its replica count to the HPA.
+                self.assertNotIn("replicas", one(docs, "Deployment", ref["name"])["spec"])
+
+    def test_download_init_container_fills_the_volume_the_server_reads(self):
+        out = render("values-cpu.yaml", ["model.source=download", "model.download.image=amazon/aws-cli",
+                                         "model.download.command={aws,s3,sync,s3://b/m,/models/m}",
+                                         "model.path=/models/m"])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        for dep in find(docs, "Deployment"):
+            spec = dep["spec"]["template"]["spec"]
+            (init,) = spec["initContainers"]
+            self.assertEqual((init["name"], init["image"]), ("fetch-model", "amazon/aws-cli"))
+            self.assertEqual(init["command"], ["aws", "s3", "sync", "s3://b/m", "/models/m"])
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            mounts = {m["name"]: m for m in init["volumeMounts"]}
+            self.assertEqual(sorted(mounts), ["model", "tmp"])
+            for name in mounts:
+                self.assertIn(name, volumes, dep["metadata"]["name"])  # Every mount has its volume.
+            self.assertIn("emptyDir", volumes["model"])
+            self.assertFalse(mounts["model"].get("readOnly"), "the download writes the model volume")
+            # The server reads that volume at the same place, read-only, and the model path is in it.
+            served = [m for m in container(dep)["volumeMounts"] if m["name"] == "model"]
+            self.assertEqual([(m["mountPath"], m.get("readOnly")) for m in served],
+                             [(mounts["model"]["mountPath"], True)])
+            self.assertTrue("/models/m".startswith(mounts["model"]["mountPath"] + "/"))
+            env = {e["name"]: e for e in container(dep)["env"]}
+            model = env["PDSERVE_MODEL"]["valueFrom"]["configMapKeyRef"]
+            self.assertEqual(one(docs, "ConfigMap", model["name"])["data"][model["key"]], "/models/m")
 
     def test_alert_rules_and_dashboard_are_the_files_under_deploy(self):
         with open(os.path.join(ROOT, "deploy/k8s/prometheus/pdserve-alerts.yaml"), "rb") as f:
