@@ -48,6 +48,8 @@ std::unique_ptr<cuda::DeviceOps> Ops() {
   EXPECT_TRUE(ops.ok()) << ops.status();
   return ops.ok() ? std::move(*ops) : nullptr;
 #else
+  // Production's grids, shared memory and split plans (launch_config.h) with 32 threads per block:
+  // the host layer's fibers cost per thread, and the kernel tests run production's block sizes.
   return cuda::CreateHostDeviceOps(32);
 #endif
 }

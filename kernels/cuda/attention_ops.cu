@@ -5,12 +5,10 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_ctx.cuh"
 #include "kernels/cuda/kernel_checks.h"
+#include "kernels/cuda/launch_config.h"
 
 namespace pdserve::cuda {
 namespace {
-
-constexpr int kDecodeThreads = 128;
-constexpr int kPrefillThreads = 128;
 
 template <KvFormat F, int E>
 __global__ void DecodeAttentionKernel(DecodeAttentionParams p) {
@@ -36,50 +34,66 @@ __global__ void __launch_bounds__(kPrefillMmaThreads)
 
 cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
 
+dim3 Grid(const LaunchConfig& c) {
+  return dim3(static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.grid_y),
+              static_cast<unsigned>(c.grid_z));
+}
+
+// Raises the kernel's dynamic shared memory limit where its launch needs more than the default.
+template <typename Kernel>
+absl::Status OptIn(Kernel kernel, const LaunchConfig& c, const char* name) {
+  if (!NeedsSharedOptIn(c)) return absl::OkStatus();
+  return CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(c.shared_bytes)),
+                    name);
+}
+
 template <KvFormat F>
-absl::Status Decode(const DecodeAttentionParams& p, size_t smem, cudaStream_t stream) {
-  const dim3 grid(p.a.kv.num_kv_heads, p.num_rows, p.max_splits);
+absl::Status Decode(const DecodeAttentionParams& p, const LaunchConfig& c, cudaStream_t stream) {
   if (DecodeElemsPerLane(p.a.kv.head_dim) == 4) {
-    DecodeAttentionKernel<F, 4><<<grid, kDecodeThreads, smem, stream>>>(p);
+    DecodeAttentionKernel<F, 4><<<Grid(c), c.threads, c.shared_bytes, stream>>>(p);
   } else {
-    DecodeAttentionKernel<F, 8><<<grid, kDecodeThreads, smem, stream>>>(p);
+    DecodeAttentionKernel<F, 8><<<Grid(c), c.threads, c.shared_bytes, stream>>>(p);
   }
   return LaunchStatus("DecodeAttentionKernel");
 }
 
 template <KvFormat F>
-absl::Status Prefill(const PrefillAttentionParams& p, size_t smem, cudaStream_t stream) {
-  if (smem > 48 * 1024) {
-    if (absl::Status s = CudaStatus(
-            cudaFuncSetAttribute(PrefillAttentionKernel<F>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(smem)),
-            "PrefillAttentionKernel shared memory");
-        !s.ok()) {
-      return s;
-    }
+absl::Status Prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
+  const LaunchConfig c = PrefillAttentionLaunch(p);
+  if (absl::Status s = CheckLaunch(c, "PrefillAttentionKernel", /*may_opt_in=*/true); !s.ok()) return s;
+  if (absl::Status s = OptIn(PrefillAttentionKernel<F>, c, "PrefillAttentionKernel shared memory");
+      !s.ok()) {
+    return s;
   }
-  const dim3 grid(p.num_tiles, p.a.num_heads);
-  PrefillAttentionKernel<F><<<grid, kPrefillThreads, smem, stream>>>(p);
+  PrefillAttentionKernel<F><<<Grid(c), c.threads, c.shared_bytes, stream>>>(p);
   return LaunchStatus("PrefillAttentionKernel");
 }
 
 template <KvFormat F, int DK>
 struct PrefillMma {
   static absl::Status Run(const PrefillAttentionParams& p, cudaStream_t stream) {
-    const dim3 grid(p.num_tiles, p.a.num_heads);
-    PrefillAttentionMmaKernel<F, DK>
-        <<<grid, kPrefillMmaThreads, PrefillMmaSharedBytes(DK * kMmaK), stream>>>(p);
+    const LaunchConfig c = PrefillMmaLaunch(p, DK);
+    if (absl::Status s = CheckLaunch(c, "PrefillAttentionMmaKernel", /*may_opt_in=*/true); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = OptIn(PrefillAttentionMmaKernel<F, DK>, c,
+                               "PrefillAttentionMmaKernel shared memory");
+        !s.ok()) {
+      return s;
+    }
+    PrefillAttentionMmaKernel<F, DK><<<Grid(c), c.threads, c.shared_bytes, stream>>>(p);
     return LaunchStatus("PrefillAttentionMmaKernel");
   }
 };
 
-absl::Status DecodeAnyFormat(const DecodeAttentionParams& p, size_t smem, cudaStream_t stream) {
+absl::Status DecodeAnyFormat(const DecodeAttentionParams& p, const LaunchConfig& c,
+                             cudaStream_t stream) {
   switch (p.a.kv.format) {
-    case KvFormat::kF32: return Decode<KvFormat::kF32>(p, smem, stream);
-    case KvFormat::kBF16: return Decode<KvFormat::kBF16>(p, smem, stream);
-    case KvFormat::kInt8: return Decode<KvFormat::kInt8>(p, smem, stream);
-    case KvFormat::kInt4: return Decode<KvFormat::kInt4>(p, smem, stream);
+    case KvFormat::kF32: return Decode<KvFormat::kF32>(p, c, stream);
+    case KvFormat::kBF16: return Decode<KvFormat::kBF16>(p, c, stream);
+    case KvFormat::kInt8: return Decode<KvFormat::kInt8>(p, c, stream);
+    case KvFormat::kInt4: return Decode<KvFormat::kInt4>(p, c, stream);
   }
   return absl::InternalError("unknown KV format");
 }
@@ -96,14 +110,14 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, void* stream)
   if (p.split_tokens < 1 || p.max_splits < 1 || (p.max_splits > 1 && p.partial == nullptr)) {
     return absl::InvalidArgumentError("decode attention: bad split plan");
   }
-  const int group = a.num_heads / a.kv.num_kv_heads;
-  const size_t smem = sizeof(float) * DecodeSharedFloats(group, a.kv.head_dim, p.split_tokens);
-  if (smem > 48 * 1024) {
-    return absl::InvalidArgumentError("decode attention: split too long for shared memory");
+  const LaunchConfig c = DecodeAttentionLaunch(p);
+  if (absl::Status s = CheckLaunch(c, "DecodeAttentionKernel", /*may_opt_in=*/false); !s.ok()) {
+    return s;
   }
-  const absl::Status s = DecodeAnyFormat(p, smem, Stream(stream));
+  const absl::Status s = DecodeAnyFormat(p, c, Stream(stream));
   if (!s.ok() || p.max_splits == 1) return s;
-  DecodeMergeKernel<<<dim3(a.num_heads, p.num_rows), kDecodeThreads, 0, Stream(stream)>>>(p);
+  const LaunchConfig m = DecodeMergeLaunch(p);
+  DecodeMergeKernel<<<Grid(m), m.threads, m.shared_bytes, Stream(stream)>>>(p);
   return LaunchStatus("DecodeMergeKernel");
 }
 
@@ -121,12 +135,11 @@ absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, void* strea
     return DispatchPrefillMma<PrefillMma>(a.kv.format, a.kv.head_dim, kUnsupported, p,
                                           Stream(stream));
   }
-  const size_t smem = sizeof(float) * PrefillSharedFloats(a.kv.head_dim);
   switch (a.kv.format) {
-    case KvFormat::kF32: return Prefill<KvFormat::kF32>(p, smem, Stream(stream));
-    case KvFormat::kBF16: return Prefill<KvFormat::kBF16>(p, smem, Stream(stream));
-    case KvFormat::kInt8: return Prefill<KvFormat::kInt8>(p, smem, Stream(stream));
-    case KvFormat::kInt4: return Prefill<KvFormat::kInt4>(p, smem, Stream(stream));
+    case KvFormat::kF32: return Prefill<KvFormat::kF32>(p, Stream(stream));
+    case KvFormat::kBF16: return Prefill<KvFormat::kBF16>(p, Stream(stream));
+    case KvFormat::kInt8: return Prefill<KvFormat::kInt8>(p, Stream(stream));
+    case KvFormat::kInt4: return Prefill<KvFormat::kInt4>(p, Stream(stream));
   }
   return absl::InternalError("unknown KV format");
 }

@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cuda/kernel_params.h"
+
 namespace pdserve::cuda {
 
-// Shared memory a decode block may use without opting in.
-inline constexpr int kDecodeSharedBytes = 48 * 1024;
+// Shared memory a decode block may use (it does not opt in to more: launch_config.h).
+inline constexpr int kDecodeSharedBytes = static_cast<int>(kSharedBytesDefault);
 
 struct DecodeSplit {
   int split_tokens = 0;  // Keys per split: a multiple of 32.

@@ -13,6 +13,7 @@
 #include "kernels/cuda/attention_mma_kernels.h"
 #include "kernels/cuda/host_exec.h"
 #include "kernels/cuda/kernel_checks.h"
+#include "kernels/cuda/launch_config.h"
 #include "kernels/cuda/layer_kernels.h"
 
 namespace pdserve::cuda {
@@ -23,7 +24,7 @@ using host::HostCtx;
 
 class HostDeviceOps final : public DeviceOps {
  public:
-  explicit HostDeviceOps(int threads) : threads_(threads) {}
+  explicit HostDeviceOps(int threads_override) : threads_override_(threads_override) {}
 
   std::string Describe() const override { return "host execution layer (test infrastructure)"; }
 
@@ -51,8 +52,7 @@ class HostDeviceOps final : public DeviceOps {
   }
   absl::Status RunFill(const FillParams& p) {
     if (p.count > 0) {
-      const int blocks = static_cast<int>(std::min<int64_t>(8, (p.count + threads_ - 1) / threads_));
-      host::Launch(Grid{blocks}, threads_, 0, [&](HostCtx& c) { FillBody(c, p); });
+      return Run(FillLaunch(p), "FillKernel", false, [&](HostCtx& c) { FillBody(c, p); });
     }
     return absl::OkStatus();
   }
@@ -75,18 +75,15 @@ class HostDeviceOps final : public DeviceOps {
     return Do([this, p] { return RunEmbedding(p); });
   }
   absl::Status RunEmbedding(const EmbeddingParams& p) {
-    if (p.rows > 0) host::Launch(Grid{p.rows}, threads_, 0, [&](HostCtx& c) { EmbeddingBody(c, p); });
-    return absl::OkStatus();
+    if (p.rows == 0) return absl::OkStatus();
+    return Run(EmbeddingLaunch(p), "EmbeddingKernel", false, [&](HostCtx& c) { EmbeddingBody(c, p); });
   }
   absl::Status AddRmsNorm(const AddRmsNormParams& p) override {
     return Do([this, p] { return RunAddRmsNorm(p); });
   }
   absl::Status RunAddRmsNorm(const AddRmsNormParams& p) {
-    if (p.rows > 0) {
-      host::Launch(Grid{p.rows}, threads_, kWarpSize * sizeof(float),
-                   [&](HostCtx& c) { AddRmsNormBody(c, p); });
-    }
-    return absl::OkStatus();
+    if (p.rows == 0) return absl::OkStatus();
+    return Run(AddRmsNormLaunch(p), "AddRmsNormKernel", false, [&](HostCtx& c) { AddRmsNormBody(c, p); });
   }
   absl::Status QkvRopeStore(const QkvRopeStoreParams& p) override {
     return Do([this, p] { return RunQkvRopeStore(p); });
@@ -97,7 +94,7 @@ class HostDeviceOps final : public DeviceOps {
       return s;
     }
     if (p.tokens.rows == 0) return absl::OkStatus();
-    host::Launch(Grid{p.tokens.rows}, threads_, 0, [&](HostCtx& c) {
+    return Run(QkvRopeStoreLaunch(p), "QkvRopeStoreKernel", false, [&](HostCtx& c) {
       switch (p.kv.format) {
         case KvFormat::kF32: return QkvRopeStoreBody<KvFormat::kF32>(c, p);
         case KvFormat::kBF16: return QkvRopeStoreBody<KvFormat::kBF16>(c, p);
@@ -105,14 +102,13 @@ class HostDeviceOps final : public DeviceOps {
         case KvFormat::kInt4: return QkvRopeStoreBody<KvFormat::kInt4>(c, p);
       }
     });
-    return absl::OkStatus();
   }
   absl::Status SiluMul(const SiluMulParams& p) override {
     return Do([this, p] { return RunSiluMul(p); });
   }
   absl::Status RunSiluMul(const SiluMulParams& p) {
-    if (p.rows > 0) host::Launch(Grid{p.rows}, threads_, 0, [&](HostCtx& c) { SiluMulBody(c, p); });
-    return absl::OkStatus();
+    if (p.rows == 0) return absl::OkStatus();
+    return Run(SiluMulLaunch(p), "SiluMulKernel", false, [&](HostCtx& c) { SiluMulBody(c, p); });
   }
   absl::Status DecodeAttention(const DecodeAttentionParams& p) override {
     return Do([this, p] { return RunDecodeAttention(p); });
@@ -124,9 +120,7 @@ class HostDeviceOps final : public DeviceOps {
       return s;
     }
     if (p.num_rows == 0) return absl::OkStatus();
-    const int group = a.num_heads / a.kv.num_kv_heads;
-    const size_t smem = sizeof(float) * DecodeSharedFloats(group, a.kv.head_dim, p.split_tokens);
-    host::Launch(Grid{a.kv.num_kv_heads, p.num_rows, p.max_splits}, threads_, smem, [&](HostCtx& c) {
+    absl::Status s = Run(DecodeAttentionLaunch(p), "DecodeAttentionKernel", false, [&](HostCtx& c) {
       switch (a.kv.format) {
         case KvFormat::kF32:
           return Decode<KvFormat::kF32>(c, p);
@@ -138,11 +132,8 @@ class HostDeviceOps final : public DeviceOps {
           return Decode<KvFormat::kInt4>(c, p);
       }
     });
-    if (p.max_splits > 1) {
-      host::Launch(Grid{a.num_heads, p.num_rows}, kWarpSize, 0,
-                   [&](HostCtx& c) { DecodeMergeBody(c, p); });
-    }
-    return absl::OkStatus();
+    if (!s.ok() || p.max_splits == 1) return s;
+    return Run(DecodeMergeLaunch(p), "DecodeMergeKernel", false, [&](HostCtx& c) { DecodeMergeBody(c, p); });
   }
   absl::Status PrefillAttention(const PrefillAttentionParams& p) override {
     return Do([this, p] { return RunPrefillAttention(p); });
@@ -160,16 +151,14 @@ class HostDeviceOps final : public DeviceOps {
           absl::InternalError("prefill attention on tensor cores: unsupported shape");
       return DispatchPrefillMma<PrefillMma>(a.kv.format, a.kv.head_dim, kUnsupported, p);
     }
-    host::Launch(Grid{p.num_tiles, a.num_heads}, threads_,
-                 sizeof(float) * PrefillSharedFloats(a.kv.head_dim), [&](HostCtx& c) {
-                   switch (a.kv.format) {
-                     case KvFormat::kF32: return PrefillAttentionBody<KvFormat::kF32>(c, p);
-                     case KvFormat::kBF16: return PrefillAttentionBody<KvFormat::kBF16>(c, p);
-                     case KvFormat::kInt8: return PrefillAttentionBody<KvFormat::kInt8>(c, p);
-                     case KvFormat::kInt4: return PrefillAttentionBody<KvFormat::kInt4>(c, p);
-                   }
-                 });
-    return absl::OkStatus();
+    return Run(PrefillAttentionLaunch(p), "PrefillAttentionKernel", true, [&](HostCtx& c) {
+      switch (a.kv.format) {
+        case KvFormat::kF32: return PrefillAttentionBody<KvFormat::kF32>(c, p);
+        case KvFormat::kBF16: return PrefillAttentionBody<KvFormat::kBF16>(c, p);
+        case KvFormat::kInt8: return PrefillAttentionBody<KvFormat::kInt8>(c, p);
+        case KvFormat::kInt4: return PrefillAttentionBody<KvFormat::kInt4>(c, p);
+      }
+    });
   }
 
   template <KvFormat F>
@@ -180,16 +169,30 @@ class HostDeviceOps final : public DeviceOps {
       DecodeAttentionBody<F, 8>(c, p);
     }
   }
-  // The tensor-core kernel runs with its own block size (its warps own fixed rows).
+  // The tensor-core kernel runs with its own block size always (its warps own fixed rows).
   template <KvFormat F, int DK>
   struct PrefillMma {
     static absl::Status Run(const PrefillAttentionParams& p) {
-      host::Launch(Grid{p.num_tiles, p.a.num_heads}, kPrefillMmaThreads,
-                   PrefillMmaSharedBytes(DK * kMmaK),
-                   [&](HostCtx& c) { PrefillAttentionMmaBody<F, DK>(c, p); });
+      const LaunchConfig c = PrefillMmaLaunch(p, DK);
+      if (absl::Status s = CheckLaunch(c, "PrefillAttentionMmaKernel", true); !s.ok()) return s;
+      Launch(c, [&](HostCtx& ctx) { PrefillAttentionMmaBody<F, DK>(ctx, p); });
       return absl::OkStatus();
     }
   };
+
+  static void Launch(const LaunchConfig& c, const std::function<void(HostCtx&)>& body) {
+    host::Launch(Grid{c.grid_x, c.grid_y, c.grid_z}, c.threads, c.shared_bytes, body);
+  }
+
+  // A launch as production makes it (launch_config.h, the same checks first); a block-size
+  // override (tests of other block sizes) changes only the threads per block.
+  absl::Status Run(LaunchConfig c, const char* kernel, bool may_opt_in,
+                   const std::function<void(HostCtx&)>& body) const {
+    if (threads_override_ > 0) c.threads = threads_override_;
+    if (absl::Status s = CheckLaunch(c, kernel, may_opt_in); !s.ok()) return s;
+    Launch(c, body);
+    return absl::OkStatus();
+  }
 
   absl::Status BeginCapture() override {
     if (recording_ != nullptr) return absl::FailedPreconditionError("already capturing");
@@ -231,7 +234,7 @@ class HostDeviceOps final : public DeviceOps {
     return op();
   }
 
-  int threads_;
+  int threads_override_;
   int64_t marks_ = 0;
   std::unique_ptr<std::vector<std::function<absl::Status()>>> recording_;
   std::map<int64_t, std::vector<std::function<absl::Status()>>> graphs_;
@@ -239,8 +242,8 @@ class HostDeviceOps final : public DeviceOps {
 
 }  // namespace
 
-std::unique_ptr<DeviceOps> CreateHostDeviceOps(int threads) {
-  return std::make_unique<HostDeviceOps>(threads);
+std::unique_ptr<DeviceOps> CreateHostDeviceOps(int threads_override) {
+  return std::make_unique<HostDeviceOps>(threads_override);
 }
 
 }  // namespace pdserve::cuda

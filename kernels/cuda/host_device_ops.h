@@ -11,8 +11,11 @@
 
 namespace pdserve::cuda {
 
-// threads: the block size of every kernel launch (a multiple of 32; small keeps tests fast).
-std::unique_ptr<DeviceOps> CreateHostDeviceOps(int threads = 64);
+// Every launch as production makes it: grid, block size and shared memory from launch_config.h,
+// with the CUDA launchers' checks. threads_override > 0 runs the block-size-generic kernels (all
+// but the tensor-core prefill, whose warps own fixed rows) with that block size instead, for tests
+// that the kernels hold at other sizes (a multiple of 32).
+std::unique_ptr<DeviceOps> CreateHostDeviceOps(int threads_override = 0);
 
 }  // namespace pdserve::cuda
 

@@ -56,7 +56,8 @@ class BlockRunner {
               const std::function<void(HostCtx&)>* body)
       : grid_(grid),
         threads_(threads),
-        shared_(shared_bytes + 16),
+        shared_bytes_(shared_bytes),
+        shared_(shared_bytes + kSharedGuardBytes),
         warp_slots_(threads),
         mma_slots_(static_cast<size_t>(threads) * kMmaWords),
         fibers_(threads),
@@ -100,7 +101,10 @@ class BlockRunner {
         SwitchToFiber(f);
         progressed = true;
       }
-      if (all_done) return;
+      if (all_done) {
+        CheckSharedGuard();
+        return;
+      }
       if (!progressed) Deadlock();
     }
   }
@@ -118,9 +122,25 @@ class BlockRunner {
     SwitchToScheduler(f, /*exiting=*/false);
   }
 
+  // No slack past a launch's dynamic shared memory: the guard after it (NaN bytes, as the rest)
+  // must be untouched when the block ends, or the launch aborts; a read of it reads NaN.
+  static constexpr size_t kSharedGuardBytes = 256;
+  void CheckSharedGuard() const {
+    for (size_t i = shared_bytes_; i < shared_.size(); ++i) {
+      if (shared_[i] != 0xff) {
+        std::fprintf(stderr,
+                     "host_exec: block (%d, %d, %d) wrote past its %zu bytes of dynamic shared "
+                     "memory (at byte %zu)\n",
+                     block_[0], block_[1], block_[2], shared_bytes_, i);
+        std::abort();
+      }
+    }
+  }
+
   Grid grid_;
   int threads_;
   int block_[3] = {0, 0, 0};
+  size_t shared_bytes_;
   std::vector<unsigned char> shared_;
   std::vector<uint32_t> warp_slots_;
   std::vector<uint32_t> mma_slots_;

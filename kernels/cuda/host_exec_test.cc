@@ -54,6 +54,22 @@ TEST(HostExecTest, SyncOrdersSharedMemoryAndReductionsMatch) {
   }
 }
 
+// Dynamic shared memory is exactly what the launch asked for: a block that writes past it ends
+// the launch naming the block and the byte (on a GPU the same write would corrupt another block's
+// memory or fault), and a read past it reads NaN.
+TEST(HostExecDeathTest, SharedMemoryHasNoSlack) {
+  float past = 0;
+  Launch(Grid{1, 1, 1}, 32, 8 * sizeof(float), [&](HostCtx& ctx) {
+    if (ctx.thread() == 0) past = ctx.shared<float>()[8];
+  });
+  EXPECT_TRUE(std::isnan(past));
+  EXPECT_DEATH(Launch(Grid{2, 1, 1}, 32, 8 * sizeof(float),
+                      [&](HostCtx& ctx) {
+                        if (ctx.thread() == 31 && ctx.block(0) == 1) ctx.shared<float>()[8] = 1.0f;
+                      }),
+               "block \\(1, 0, 0\\) wrote past its 32 bytes of dynamic shared memory \\(at byte 3[2-5]\\)");
+}
+
 TEST(HostExecTest, ShuffleXorSwapsLanesWithinAWarp) {
   std::vector<int> got(64);
   Launch(Grid{1, 1, 1}, 64, 0, [&](HostCtx& ctx) {

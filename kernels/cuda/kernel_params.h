@@ -164,6 +164,12 @@ inline constexpr int kPrefillTileKeys = 32;
 inline constexpr int kPrefillMmaTileRows = 64;  // 4 warps of 16 rows.
 inline constexpr int kPrefillMmaTileKeys = 64;
 inline constexpr int kPrefillMmaThreads = 128;
+// Dynamic shared memory a block gets without opting in, and the most it may opt in to
+// (cudaFuncAttributeMaxDynamicSharedMemorySize) on the architectures we build for
+// (CMAKE_CUDA_ARCHITECTURES 80;90): sm_80 allows 163 KiB, sm_90 227 KiB; the smaller binds.
+// launch_config.h checks every launch against them.
+inline constexpr size_t kSharedBytesDefault = 48 * 1024;
+inline constexpr size_t kSharedBytesOptInMax = 163 * 1024;
 inline constexpr int kPrefillMmaMaxHeadDim = 128;
 inline constexpr bool PrefillUsesMma(KvFormat format, int head_dim) {
   return format != KvFormat::kF32 && head_dim % 16 == 0 && head_dim >= 16 &&

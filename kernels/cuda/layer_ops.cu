@@ -3,12 +3,11 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_ctx.cuh"
 #include "kernels/cuda/kernel_checks.h"
+#include "kernels/cuda/launch_config.h"
 #include "kernels/cuda/layer_kernels.h"
 
 namespace pdserve::cuda {
 namespace {
-
-constexpr int kRowThreads = 256;
 
 __global__ void EmbeddingKernel(EmbeddingParams p) {
   DeviceCtx ctx;
@@ -34,18 +33,24 @@ __global__ void FillKernel(FillParams p) {
 }
 
 cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
+dim3 Grid(const LaunchConfig& c) {
+  return dim3(static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.grid_y),
+              static_cast<unsigned>(c.grid_z));
+}
 
 }  // namespace
 
 absl::Status LaunchEmbedding(const EmbeddingParams& p, void* stream) {
   if (p.rows == 0) return absl::OkStatus();
-  EmbeddingKernel<<<p.rows, kRowThreads, 0, Stream(stream)>>>(p);
+  const LaunchConfig c = EmbeddingLaunch(p);
+  EmbeddingKernel<<<Grid(c), c.threads, c.shared_bytes, Stream(stream)>>>(p);
   return LaunchStatus("EmbeddingKernel");
 }
 
 absl::Status LaunchAddRmsNorm(const AddRmsNormParams& p, void* stream) {
   if (p.rows == 0) return absl::OkStatus();
-  AddRmsNormKernel<<<p.rows, kRowThreads, kWarpSize * sizeof(float), Stream(stream)>>>(p);
+  const LaunchConfig c = AddRmsNormLaunch(p);
+  AddRmsNormKernel<<<Grid(c), c.threads, c.shared_bytes, Stream(stream)>>>(p);
   return LaunchStatus("AddRmsNormKernel");
 }
 
@@ -55,21 +60,19 @@ absl::Status LaunchQkvRopeStore(const QkvRopeStoreParams& p, void* stream) {
     return s;
   }
   if (p.tokens.rows == 0) return absl::OkStatus();
-  // A warp per head: enough warps for the q, k and v heads of one row, at most 8.
-  const int heads = p.num_heads + 2 * p.num_kv_heads;
-  const int threads = kWarpSize * (heads < 8 ? heads : 8);
+  const LaunchConfig c = QkvRopeStoreLaunch(p);
   switch (p.kv.format) {
     case KvFormat::kF32:
-      QkvRopeStoreKernel<KvFormat::kF32><<<p.tokens.rows, threads, 0, Stream(stream)>>>(p);
+      QkvRopeStoreKernel<KvFormat::kF32><<<Grid(c), c.threads, c.shared_bytes, Stream(stream)>>>(p);
       break;
     case KvFormat::kBF16:
-      QkvRopeStoreKernel<KvFormat::kBF16><<<p.tokens.rows, threads, 0, Stream(stream)>>>(p);
+      QkvRopeStoreKernel<KvFormat::kBF16><<<Grid(c), c.threads, c.shared_bytes, Stream(stream)>>>(p);
       break;
     case KvFormat::kInt8:
-      QkvRopeStoreKernel<KvFormat::kInt8><<<p.tokens.rows, threads, 0, Stream(stream)>>>(p);
+      QkvRopeStoreKernel<KvFormat::kInt8><<<Grid(c), c.threads, c.shared_bytes, Stream(stream)>>>(p);
       break;
     case KvFormat::kInt4:
-      QkvRopeStoreKernel<KvFormat::kInt4><<<p.tokens.rows, threads, 0, Stream(stream)>>>(p);
+      QkvRopeStoreKernel<KvFormat::kInt4><<<Grid(c), c.threads, c.shared_bytes, Stream(stream)>>>(p);
       break;
   }
   return LaunchStatus("QkvRopeStoreKernel");
@@ -77,14 +80,15 @@ absl::Status LaunchQkvRopeStore(const QkvRopeStoreParams& p, void* stream) {
 
 absl::Status LaunchSiluMul(const SiluMulParams& p, void* stream) {
   if (p.rows == 0) return absl::OkStatus();
-  SiluMulKernel<<<p.rows, kRowThreads, 0, Stream(stream)>>>(p);
+  const LaunchConfig c = SiluMulLaunch(p);
+  SiluMulKernel<<<Grid(c), c.threads, c.shared_bytes, Stream(stream)>>>(p);
   return LaunchStatus("SiluMulKernel");
 }
 
 absl::Status LaunchFill(const FillParams& p, void* stream) {
   if (p.count == 0) return absl::OkStatus();
-  const int64_t blocks = (p.count + kRowThreads - 1) / kRowThreads;
-  FillKernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kRowThreads, 0, Stream(stream)>>>(p);
+  const LaunchConfig c = FillLaunch(p);
+  FillKernel<<<Grid(c), c.threads, c.shared_bytes, Stream(stream)>>>(p);
   return LaunchStatus("FillKernel");
 }
 

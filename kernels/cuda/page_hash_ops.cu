@@ -1,12 +1,11 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_ctx.cuh"
+#include "kernels/cuda/launch_config.h"
 #include "kernels/cuda/page_hash.h"
 #include "kernels/cuda/page_hash_ops.h"
 
 namespace pdserve::cuda {
 namespace {
-
-constexpr int kThreads = 256;
 
 __global__ void PageHashKernel(const uint8_t* const* pages, const uint64_t* bytes, uint64_t* out) {
   DeviceCtx ctx;
@@ -18,8 +17,9 @@ __global__ void PageHashKernel(const uint8_t* const* pages, const uint64_t* byte
 absl::Status LaunchPageHash(const uint8_t* const* pages, const uint64_t* bytes, uint64_t* out,
                             int count, void* stream) {
   if (count == 0) return absl::OkStatus();
-  PageHashKernel<<<count, kThreads, kThreads * sizeof(uint64_t), static_cast<cudaStream_t>(stream)>>>(
-      pages, bytes, out);
+  const LaunchConfig c = PageHashLaunch(count);
+  PageHashKernel<<<dim3(static_cast<unsigned>(c.grid_x)), c.threads, c.shared_bytes,
+                   static_cast<cudaStream_t>(stream)>>>(pages, bytes, out);
   return LaunchStatus("PageHashKernel");
 }
 

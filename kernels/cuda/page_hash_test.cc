@@ -7,6 +7,7 @@
 #include "common/base/rng.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/host_exec.h"
+#include "kernels/cuda/launch_config.h"
 
 namespace pdserve::cuda {
 namespace {
@@ -23,7 +24,8 @@ TEST(PageHashTest, KernelEqualsHostTwinOnPagesOfEverySize) {
     pages.push_back(memory.data() + at);
     bytes.push_back(n);
   }
-  host::Launch(host::Grid{static_cast<int>(spans.size())}, 64, 64 * sizeof(uint64_t),
+  const LaunchConfig c = PageHashLaunch(static_cast<int>(spans.size()));  // As production launches it.
+  host::Launch(host::Grid{c.grid_x, c.grid_y, c.grid_z}, c.threads, c.shared_bytes,
                [&](host::HostCtx& ctx) { PageHashBody(ctx, pages.data(), bytes.data(), got.data()); });
   for (size_t i = 0; i < spans.size(); ++i) EXPECT_EQ(got[i], PageHashHost(pages[i], bytes[i])) << i;
 }
