@@ -110,6 +110,24 @@ class DeviceRunnerHostTest : public ::testing::TestWithParam<Case> {
   ModelRunnerOptions options_;
 };
 
+// The largest |device - CPU| logit difference over 1 + the row's largest |CPU logit|, over every
+// comparison of the run (printed at the end: the figure kLogitTolerance is set from).
+double g_worst_relative = 0;
+class ReportWorstDifference : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::printf("device runner vs CPU runner: worst |logit difference| / (1 + max |logit|) = %.3g "
+                "(tolerance %.3g)\n", g_worst_relative, kLogitTolerance);
+  }
+  // Measured on the host layer over every comparison of this file, every family and KV dtype
+  // (2026-12-03): worst 0.0045. The host GEMM reads bf16 inputs as cuBLASLt's bf16 GEMM does, so
+  // the device differs from the CPU runner (f32 activations) by the bf16 rounding of the
+  // activations; a GPU's other summation order adds differences of f32 size. The tolerance is
+  // 2.2x the measured figure (it was 0.02, unexplained).
+  static constexpr double kLogitTolerance = 0.01;
+};
+const auto* const kReport = ::testing::AddGlobalTestEnvironment(new ReportWorstDifference);
+
 // Logits within bf16 tolerance, and the same greedy token wherever the CPU's choice is clear.
 void ExpectLogitsAgree(const std::vector<float>& cpu, const std::vector<float>& dev, int64_t vocab,
                        int* clear, int* agree) {
@@ -125,7 +143,8 @@ void ExpectLogitsAgree(const std::vector<float>& cpu, const std::vector<float>& 
       if (c[i] > c[best_c]) best_c = static_cast<int>(i);
       if (d[i] > d[best_d]) best_d = static_cast<int>(i);
     }
-    EXPECT_LT(max_diff, 0.02 * (1 + scale)) << "row " << row;
+    g_worst_relative = std::max(g_worst_relative, max_diff / (1 + scale));
+    EXPECT_LT(max_diff, ReportWorstDifference::kLogitTolerance * (1 + scale)) << "row " << row;
     float second = -INFINITY;
     for (int64_t i = 0; i < vocab; ++i) {
       if (i != best_c) second = std::max(second, c[i]);
@@ -610,13 +629,19 @@ TEST_P(DeviceRunnerLongContextTest, ADecodeRowIsTheSameAloneOrInAnyBatch) {
   const std::vector<int32_t> a = prompt(270), b = prompt(301), c = prompt(21), d = prompt(10);
   const std::vector<int32_t> ta = blocks(0, 68), tb = blocks(68, 76), tc = blocks(144, 6),
                              td = blocks(150, 3);
-  std::vector<float> logits(3 * vocab);
+  // The CPU runner over the same chunks: the rows of several splits (the merge) against it.
+  auto cpu_pool = KvPool::Create(cpu_pool_->spec(), 160);
+  ASSERT_TRUE(cpu_pool.ok());
+  auto cpu = CpuModelRunner::Create(o, weights_.get(), cpu_pool->get());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  std::vector<float> logits(3 * vocab), cpu_logits(3 * vocab);
   for (const auto& [p, t] : {std::pair{&a, &ta}, std::pair{&b, &tb}, std::pair{&c, &tc}}) {
     for (size_t at = 0; at + 1 < p->size(); at += 64) {  // Chunks of max_batch_tokens.
       const size_t n = std::min<size_t>(64, p->size() - 1 - at);
       ForwardBatch prefill;
       prefill.sequences.push_back({absl::MakeConstSpan(*p).subspan(at, n), static_cast<int64_t>(at), *t, false});
       ASSERT_TRUE((*dev)->Forward(prefill, logits.data()).ok());
+      ASSERT_TRUE((*cpu)->Forward(prefill, cpu_logits.data()).ok());
     }
   }
   auto last = [](const std::vector<int32_t>& p) { return absl::MakeConstSpan(p).subspan(p.size() - 1); };
@@ -626,6 +651,14 @@ TEST_P(DeviceRunnerLongContextTest, ADecodeRowIsTheSameAloneOrInAnyBatch) {
   with_decodes.sequences = {{last(b), static_cast<int64_t>(b.size() - 1), tb, true}, row_a,
                             {last(c), static_cast<int64_t>(c.size() - 1), tc, true}};
   with_prefill.sequences = {{d, 0, td, false}, row_a};
+  {
+    // Rows of 270 and 301 keys (two 256-key splits each, merged) and of 21 (one), against the CPU.
+    ASSERT_TRUE((*dev)->Forward(with_decodes, logits.data()).ok());
+    ASSERT_TRUE((*cpu)->Forward(with_decodes, cpu_logits.data()).ok());
+    int clear = 0, agree = 0;
+    ExpectLogitsAgree(cpu_logits, logits, vocab, &clear, &agree);
+    EXPECT_EQ(agree, clear);
+  }
   std::vector<float> ref(vocab);
   ASSERT_TRUE((*dev)->Forward(alone, ref.data()).ok());
   for (int run = 0; run < 2; ++run) {
