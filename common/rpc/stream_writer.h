@@ -5,8 +5,11 @@
 #ifndef PDSERVE_COMMON_RPC_STREAM_WRITER_H_
 #define PDSERVE_COMMON_RPC_STREAM_WRITER_H_
 
+#include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <thread>
 
 #include <grpcpp/support/server_callback.h>
 #include <grpcpp/support/status.h>
@@ -93,11 +96,34 @@ class StreamWriter : public grpc::ServerWriteReactor<Response> {
     OnFinished();
   }
 
+  // Tests only: PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS=N writes a stream's message that
+  // carries a finish reason N ms late (a stream whose end is still on its way when the server
+  // shuts down), so a test holds a call across Shutdown deterministically instead of racing it.
+  static std::chrono::milliseconds FaultDelayFinal(const Response& message) {
+    if constexpr (requires { message.finish_reason().empty(); }) {
+      static const std::chrono::milliseconds delay = [] {
+        const char* v = std::getenv("PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS");
+        return std::chrono::milliseconds(v == nullptr ? 0 : std::atoll(v));
+      }();
+      if (!message.finish_reason().empty()) return delay;
+    }
+    return std::chrono::milliseconds(0);
+  }
+
   void MaybeWriteLocked() {
     if (writing_ || queue_.empty()) return;
     writing_ = true;
     current_ = std::move(queue_.front());
     queue_.pop_front();
+    if (const std::chrono::milliseconds delay = FaultDelayFinal(current_); delay.count() > 0) {
+      // The write counts as in flight meanwhile, so nothing finishes (or deletes) the reactor.
+      std::thread([this, delay] {
+        std::this_thread::sleep_for(delay);
+        std::lock_guard<std::mutex> lock(mu_);
+        this->StartWrite(&current_);
+      }).detach();
+      return;
+    }
     this->StartWrite(&current_);
   }
 

@@ -194,6 +194,44 @@ class SignalTest(unittest.TestCase):
                 self.assertEqual(len(got), 400)
                 self.assertEqual([p.stop() for p in procs], [0] * len(procs))
 
+    def test_shutdown_lets_calls_still_writing_finish(self):
+        """The drain ends when the engine is done; a stream may still be writing its last tokens
+        then. PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS writes each stream's last message (its
+        finish reason) 3 s late, deterministically across SIGTERM: Shutdown must let it through (its
+        deadline was 1 s once, and a drained stream lost its end in CI); every token and the finish
+        reason arrive."""
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1,
+                            env={"PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS": "3000"})
+        procs = c.workers + [c.router]
+        cluster.stubs_dir()
+        import grpc
+        from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pb_grpc
+        stub = pb_grpc.GenerationStub(grpc.insecure_channel(c.router.grpc))
+        request = pb.GenerateRequest(token_ids=pb.TokenIds(ids=list(range(1, 40))),
+                                     sampling=pb.SamplingParams(max_tokens=200, temperature=0, ignore_eos=True))
+        got, finish, first, error = [], [], threading.Event(), []
+
+        def consume():
+            try:
+                for r in stub.Generate(request, timeout=120):
+                    got.extend(r.token_ids)
+                    first.set()
+                    if r.finish_reason:
+                        finish.append(r.finish_reason)
+            except grpc.RpcError as e:
+                error.append(f"{e.code()}: {e.details()}")
+                first.set()
+
+        t = threading.Thread(target=consume)
+        t.start()
+        self.assertTrue(first.wait(60))
+        for p in procs:
+            p.proc.terminate()
+        t.join(120)
+        self.assertEqual(error, [])
+        self.assertEqual((finish, len(got)), (["length"], 200))
+        self.assertEqual([p.stop() for p in procs], [0] * len(procs))
+
     def test_stop_before_ready(self):
         """A decode worker told to stop while it starts exits 0 (it may be loading its model)."""
         proc = subprocess.Popen([PDSERVE, "decode", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
