@@ -330,6 +330,7 @@ void Loop::Run() {
   sigemptyset(&pipe);
   sigaddset(&pipe, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+  pthread_setname_np(pthread_self(), kLoopThreadName);  // In top, gdb, and the tests.
   epoll_event events[256];
   next_sweep_ = Clock::now() + kSweepEvery;
   while (!stop_.load()) {

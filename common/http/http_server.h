@@ -76,6 +76,10 @@ class HttpResponder {
 // Called on a handler thread with the whole request. Must answer through `res` (now or later).
 using HttpHandler = std::function<void(HttpRequest req, std::shared_ptr<HttpResponder> res)>;
 
+// The name of the thread that does every connection's I/O (it blocks SIGPIPE: a write to a
+// connection the client closed fails instead of ending the process).
+inline constexpr char kLoopThreadName[] = "pdserve-http";
+
 struct HttpServerOptions {
   std::string listen;                  // host:port (port 0: any).
   std::string flag = "--http-listen";  // Named in errors.
