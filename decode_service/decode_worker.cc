@@ -350,6 +350,7 @@ void DecodeWorker::DropReservation(const std::string& request_id, uint64_t tag,
     w->Post([w, kept] {
       w->engine_->ReleaseHeld(*kept);
       --w->quarantined_;
+      if (w->metrics_ != nullptr) w->metrics_->QuarantineReleased();
     });
   });
   if (quiescent) {

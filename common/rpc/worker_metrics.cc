@@ -68,6 +68,11 @@ WorkerMetrics::WorkerMetrics(metrics::Registry* registry, const std::string& mod
                                    "within the lease.",
                                    kLabels)
                          .With({model_name, role})),
+      quarantine_released_(registry_->AddCounter("pdserve_kv_quarantine_released_total",
+                                         "Reservations of given-up transfers returned once the "
+                                         "sender's late one-sided puts had landed.",
+                                         kLabels)
+                               .With({model_name, role})),
       transfer_failures_(registry_->AddCounter("pdserve_kv_transfer_failures_total",
                                                "KV transfers that failed, by reason.",
                                                {"model_name", "role", "reason"})),
@@ -101,6 +106,8 @@ void WorkerMetrics::TransferFailed(const std::string& reason) {
   transfer_failures_.With({model_name_, role_, reason}).Inc();
   if (reason == "lease_expired") lease_expired_.Inc();
 }
+
+void WorkerMetrics::QuarantineReleased() { quarantine_released_.Inc(); }
 
 void WorkerMetrics::SetReservations(int64_t active) {
   reservations_.Set(static_cast<double>(active));

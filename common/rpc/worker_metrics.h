@@ -32,6 +32,8 @@ class WorkerMetrics {
   void TransferDone(double seconds);
   // A transfer that failed; `reason` is a short label (lease_expired also counts the lease).
   void TransferFailed(const std::string& reason);
+  // A given-up transfer's reservation returned once its sender's late puts had landed.
+  void QuarantineReleased();
   void SetReservations(int64_t active);
 
  private:
@@ -55,6 +57,7 @@ class WorkerMetrics {
   metrics::Histogram& transfer_seconds_;
   metrics::Gauge& reservations_;
   metrics::Counter& lease_expired_;
+  metrics::Counter& quarantine_released_;
   metrics::Family<metrics::Counter>& transfer_failures_;  // By reason, declared at start.
   metrics::CollectorHandle collector_;  // Last: removed first.
 };

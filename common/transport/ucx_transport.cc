@@ -300,6 +300,7 @@ class UcxKvTransport : public KvTransport {
     bool posted = false;   // A put was posted.
     Clock::time_point last_putting{};  // When the receiver was last told puts are coming.
     int64_t stall_ms = 0;  // Fault injection: freeze before the next run of pages.
+    bool stalled = false;  // Fault injection: it froze once (its flush is then logged).
     absl::Status status;   // Why, when kFailed.
     Clock::time_point deadline = Clock::time_point::max();
   };
@@ -947,6 +948,7 @@ void UcxKvTransport::Pump(Outgoing& out) {
                       << " ms after its first " << out.stats.pages << " pages";
       std::this_thread::sleep_for(std::chrono::milliseconds(out.stall_ms));
       out.stall_ms = 0;
+      out.stalled = true;
     }
     for (size_t i = 0; i < n; ++i) {
       const PageCopy& page = out.queue[i];
@@ -973,6 +975,7 @@ void UcxKvTransport::Pump(Outgoing& out) {
                         << " ms after its first " << out.stats.pages << " pages";
         std::this_thread::sleep_for(std::chrono::milliseconds(stall));
         out.stall_ms = 0;
+        out.stalled = true;
       }
       out.hash.Update(pool_ + page.src_offset, page.bytes);
       ++out.stats.pages;
@@ -1039,6 +1042,10 @@ void UcxKvTransport::OnFlushed(const OutKey& key, uint8_t then, ucs_status_t sta
   if (status != UCS_OK) return FailOutgoing(out, UcxError("flush", status));
   RemotePeer* peer = remotes_[out.peer].get();
   // Every put before this point has landed: the receiver may trust the pool, or reuse it.
+  if (out.stalled) {  // Tests only: the late puts of a stalled transfer have landed.
+    PD_LOG(Warning) << "fault injection: KV transfer " << out.tag << " flushed " << out.stats.pages
+                    << " pages after its stall";
+  }
   if (then == kDone && out.cancel) then = kCancelled;
   if (then == kDone && out.abort) then = kAbort;
   if (then == kDone) {

@@ -147,6 +147,8 @@ class UcxFaultTest(unittest.TestCase):
         # went back to the free list at 1 s, the next queued request would take them (newest
         # free first) and be running when the late pages overwrite its KV, and its output would
         # differ from the local engine's. Quarantined, they return only after the sender flushed.
+        # That the late puts were made and landed is read, not assumed: the sender logs its flush
+        # after the stall, and the decode worker counts the reservation it returned only then.
         # (Checked: with the quarantine disabled, this test fails.)
         model = wide_model()
         for tls in TLS:
@@ -186,6 +188,8 @@ class UcxFaultTest(unittest.TestCase):
                         test_tiers.same_as_local(self, g, wide_local(p, 180))
                     self.assertEqual(cluster.metric(c.decode[0], "pdserve_kv_lease_expired_total"), 1)
                     idle(self, c)
+                    self.assertRegex(c.prefill[0].stderr(), r"fault injection: KV transfer \d+ flushed [1-9]\d* pages after its stall")
+                    self.assertEqual(cluster.metric(c.decode[0], "pdserve_kv_quarantine_released_total"), 1)
                 finally:
                     self.assertEqual(c.stop(), [0] * 3)
 
