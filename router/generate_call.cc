@@ -190,6 +190,9 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
     out.set_request_id(routed_.request_id);
     std::string text;
     const Clock::time_point now = Clock::now();
+    // A worker's "stop" is an EOS or a stop_token_ids token: as vLLM does, its text is not part of
+    // the output (unless include_stop_str_in_output), whether or not special tokens are skipped.
+    const bool drop_stop_token = d.finish_reason() == "stop" && !routed_.include_stop_str;
     for (int i = 0; i < d.token_ids_size(); ++i) {
       if (!got_first_) {
         got_first_ = true;
@@ -204,6 +207,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       out.add_token_ids(d.token_ids(i));
       out.add_logprobs(d.logprobs(i));
       *out.add_top_logprobs() = d.top_logprobs(i);
+      if (drop_stop_token && i + 1 == d.token_ids_size()) continue;
       auto delta = detok_->Next(d.token_ids(i));
       if (delta.ok()) text += *delta;
     }

@@ -42,9 +42,10 @@ def write_safetensors(path, tensors):
             f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
 
 
-def make_scripted_model(pdserve, out_dir, prompt_end, pieces):
+def make_scripted_model(pdserve, out_dir, prompt_end, pieces, special=()):
     """Writes the model into out_dir and its chat template beside it; returns the template's path.
-    After a prompt ending in prompt_end, greedy decoding emits pieces in order, then EOS."""
+    After a prompt ending in prompt_end, greedy decoding emits pieces in order, then EOS. Pieces
+    in `special` are special tokens (skip_special_tokens leaves them out of the text)."""
     subprocess.run([pdserve, "make-model", out_dir, "--arch", "llama", "--layers", "1", "--hidden", "64",
                     "--vocab", "300", "--seed", "1"], check=True, capture_output=True)
     with open(os.path.join(out_dir, "config.json")) as f:
@@ -60,7 +61,7 @@ def make_scripted_model(pdserve, out_dir, prompt_end, pieces):
         ids[content] = base + i
         tokenizer["added_tokens"].append({"id": base + i, "content": content, "single_word": False,
                                           "lstrip": False, "rstrip": False, "normalized": False,
-                                          "special": False})
+                                          "special": content in special})
     vocab = base + len(contents)
     config["vocab_size"] = vocab
     hidden = config["hidden_size"]

@@ -794,6 +794,35 @@ class ScriptedToolCallTest(unittest.TestCase):
         self.assertTrue(all(f is None for f in finishes[:-1]), finishes)
 
 
+class ScriptedSpecialTokenTest(unittest.TestCase):
+    """skip_special_tokens over HTTP as over gRPC, on a model whose output holds a special token."""
+
+    def test_skip_special_tokens(self):
+        model = os.path.join(WORKDIR, "scripted-special")
+        scripted_model.make_scripted_model(PDSERVE, model, "<|go|>", ["Hello", "<|sep|>", " world"],
+                                           special={"<|sep|>"})
+        s = cluster.Process(PDSERVE, ["serve", "--model", model, "--listen", "127.0.0.1:0", "--threads", "1",
+                                      "--kv-memory-gib", "0.05", "--http-listen", "127.0.0.1:0"])
+        try:
+            for skip, text in ((True, "Hello world"), (False, "Hello<|sep|> world")):
+                want = grpc_generate(s, "say<|go|>", max_tokens=8, temperature=0, skip_special_tokens=skip)
+                status, got, _ = post(s, "/v1/completions", {"prompt": "say<|go|>", "max_tokens": 8,
+                                                             "temperature": 0, "skip_special_tokens": skip})
+                self.assertEqual(status, 200, got)
+                self.assertEqual((got["choices"][0]["text"], want["text"]), (text, text), skip)
+                self.assertEqual(got["choices"][0]["finish_reason"], "stop")
+            # The default is to skip them, as vLLM's. The EOS that ended the output is not text
+            # (as in vLLM), unless include_stop_str_in_output asks for it.
+            status, got, _ = post(s, "/v1/completions", {"prompt": "say<|go|>", "max_tokens": 8, "temperature": 0})
+            self.assertEqual(got["choices"][0]["text"], "Hello world")
+            status, got, _ = post(s, "/v1/completions", {"prompt": "say<|go|>", "max_tokens": 8, "temperature": 0,
+                                                         "skip_special_tokens": False,
+                                                         "include_stop_str_in_output": True})
+            self.assertEqual(got["choices"][0]["text"], "Hello<|sep|> world<|end_of_text|>")
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
 class OfficialClientTest(unittest.TestCase):
     """The official `openai` npm client (pinned in scripts/openai_client_setup.sh) against serve."""
 
