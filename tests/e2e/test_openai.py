@@ -581,6 +581,12 @@ class OpenAiTest(unittest.TestCase):
         r = conn.getresponse()
         self.assertEqual(r.status, 200)
         r.fp.readline()  # The first event is on its way: the request holds blocks.
+        # The first token comes from the prefill worker, possibly before the decode worker has
+        # its pages and runs the request: wait for that (it ran at once in most runs, not all).
+        deadline = time.time() + 10
+        while (cluster.metric(self.s, "pdserve_num_requests_running", role="decode") == 0 and
+               time.time() < deadline):
+            time.sleep(0.01)
         self.assertGreater(cluster.metric(self.s, "pdserve_num_requests_running", role="decode"), 0)
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()
