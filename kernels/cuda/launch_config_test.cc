@@ -15,6 +15,15 @@ namespace {
 
 constexpr KvFormat kFormats[] = {KvFormat::kF32, KvFormat::kBF16, KvFormat::kInt8, KvFormat::kInt4};
 
+AttentionParams Shape(int num_heads, int num_kv_heads, int head_dim, KvFormat format) {
+  AttentionParams a;
+  a.num_heads = num_heads;
+  a.kv.num_kv_heads = num_kv_heads;
+  a.kv.head_dim = head_dim;
+  a.kv.format = format;
+  return a;
+}
+
 TEST(LaunchConfigTest, EveryAcceptedAttentionShapeFitsTheDevices) {
   int shapes = 0, opt_in = 0;
   for (KvFormat format : kFormats) {
@@ -29,10 +38,7 @@ TEST(LaunchConfigTest, EveryAcceptedAttentionShapeFitsTheDevices) {
         for (int context : {1, 257, 4096, 131072}) {
           const DecodeSplit split = PlanDecodeSplits(group, head_dim, context);
           DecodeAttentionParams d;
-          d.a.num_heads = group * kv_heads;
-          d.a.kv.num_kv_heads = kv_heads;
-          d.a.kv.head_dim = head_dim;
-          d.a.kv.format = format;
+          d.a = Shape(group * kv_heads, kv_heads, head_dim, format);
           d.num_rows = 256;
           d.split_tokens = split.split_tokens;
           d.max_splits = split.max_splits;
@@ -42,10 +48,7 @@ TEST(LaunchConfigTest, EveryAcceptedAttentionShapeFitsTheDevices) {
           EXPECT_TRUE(CheckLaunch(DecodeMergeLaunch(d), "merge", false).ok()) << shape;
         }
         PrefillAttentionParams p;
-        p.a.num_heads = group * kv_heads;
-        p.a.kv.num_kv_heads = kv_heads;
-        p.a.kv.head_dim = head_dim;
-        p.a.kv.format = format;
+        p.a = Shape(group * kv_heads, kv_heads, head_dim, format);
         p.num_tiles = 1000;
         const LaunchConfig c = PrefillUsesMma(format, head_dim)
                                    ? PrefillMmaLaunch(p, head_dim / kMmaK)
@@ -78,9 +81,7 @@ TEST(LaunchConfigTest, LimitsAreTheDevicesAndGridsAsTheKernelsIndexThem) {
   EXPECT_FALSE(CheckLaunch(c, "K", false).ok());
   // The grids as the kernel bodies read their block indices (attention_kernels.h).
   DecodeAttentionParams d;
-  d.a.num_heads = 32;
-  d.a.kv.num_kv_heads = 8;
-  d.a.kv.head_dim = 128;
+  d.a = Shape(32, 8, 128, KvFormat::kBF16);
   d.num_rows = 5;
   d.split_tokens = 256;
   d.max_splits = 3;

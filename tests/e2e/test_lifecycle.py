@@ -111,6 +111,36 @@ class PortTest(unittest.TestCase):
             self.assertNotIn("no-such-model", out.stderr, args)
 
 
+def stream_in_background(test, process, prompt_len, max_tokens):
+    """A greedy Generate of prompt ids 1..prompt_len on `process`, read on a thread; returns once
+    the first answer (or error) arrived: (thread, token ids, finish reasons, errors), the lists
+    filled as the stream goes on."""
+    cluster.stubs_dir()
+    import grpc
+    from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pb_grpc
+    stub = pb_grpc.GenerationStub(grpc.insecure_channel(process.grpc))
+    request = pb.GenerateRequest(token_ids=pb.TokenIds(ids=list(range(1, prompt_len + 1))),
+                                 sampling=pb.SamplingParams(max_tokens=max_tokens, temperature=0,
+                                                            ignore_eos=True))
+    got, finish, first, error = [], [], threading.Event(), []
+
+    def consume():
+        try:
+            for r in stub.Generate(request, timeout=120):
+                got.extend(r.token_ids)
+                first.set()
+                if r.finish_reason:
+                    finish.append(r.finish_reason)
+        except grpc.RpcError as e:
+            error.append(f"{e.code()}: {e.details()}")
+            first.set()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    test.assertTrue(first.wait(60))
+    return t, got, finish, error
+
+
 class SignalTest(unittest.TestCase):
     def test_router_waiting_for_workers_idles_and_stops_on_sigterm(self):
         """Nothing listens on the workers' ports (the router's pod started first): the router
@@ -150,29 +180,7 @@ class SignalTest(unittest.TestCase):
                     c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1)
                     procs = c.workers + [c.router]
                     entry = c.router
-                cluster.stubs_dir()
-                import grpc
-                from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pb_grpc
-                stub = pb_grpc.GenerationStub(grpc.insecure_channel(entry.grpc))
-                request = pb.GenerateRequest(token_ids=pb.TokenIds(ids=list(range(1, 60))),
-                                             sampling=pb.SamplingParams(max_tokens=400, temperature=0,
-                                                                        ignore_eos=True))
-                got, finish, first, error = [], [], threading.Event(), []
-
-                def consume():
-                    try:
-                        for r in stub.Generate(request, timeout=120):
-                            got.extend(r.token_ids)
-                            first.set()
-                            if r.finish_reason:
-                                finish.append(r.finish_reason)
-                    except grpc.RpcError as e:
-                        error.append(f"{e.code()}: {e.details()}")
-                        first.set()
-
-                t = threading.Thread(target=consume)
-                t.start()
-                self.assertTrue(first.wait(60))
+                t, got, finish, error = stream_in_background(self, entry, 59, 400)
                 for p in procs:
                     p.proc.terminate()
                 time.sleep(0.2)
@@ -203,28 +211,7 @@ class SignalTest(unittest.TestCase):
         c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1,
                             env={"PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS": "3000"})
         procs = c.workers + [c.router]
-        cluster.stubs_dir()
-        import grpc
-        from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pb_grpc
-        stub = pb_grpc.GenerationStub(grpc.insecure_channel(c.router.grpc))
-        request = pb.GenerateRequest(token_ids=pb.TokenIds(ids=list(range(1, 40))),
-                                     sampling=pb.SamplingParams(max_tokens=200, temperature=0, ignore_eos=True))
-        got, finish, first, error = [], [], threading.Event(), []
-
-        def consume():
-            try:
-                for r in stub.Generate(request, timeout=120):
-                    got.extend(r.token_ids)
-                    first.set()
-                    if r.finish_reason:
-                        finish.append(r.finish_reason)
-            except grpc.RpcError as e:
-                error.append(f"{e.code()}: {e.details()}")
-                first.set()
-
-        t = threading.Thread(target=consume)
-        t.start()
-        self.assertTrue(first.wait(60))
+        t, got, finish, error = stream_in_background(self, c.router, 39, 200)
         for p in procs:
             p.proc.terminate()
         t.join(120)
