@@ -45,11 +45,11 @@ struct Fixture {
 // eight TinyLlama-1.1B MLP matrices (45056 x 2048), larger than L3, so m = 1 streams them as a decode step
 // does. Bytes/s counts the quantized bytes; compare with BM_Linear's bf16 GEMV in the same run.
 // Types: 0 Q8_0, 1 Q4_0, 2 Q4_K, 3 Q5_K, 4 Q6_K.
-void BM_LinearQuantized(benchmark::State& state) {
+void LinearQuantized(benchmark::State& state, int64_t n) {
   const GgmlType types[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
                             GgmlType::kQ6_K};
   const GgmlType type = types[state.range(0)];
-  const int64_t m = state.range(1), n = 5632 * 8, k = 2048;  // 8 MLP matrices: past L3.
+  const int64_t m = state.range(1), k = 2048;
   SplitMix64 rng(1);
   std::vector<float> row(k);
   std::vector<uint8_t> data(static_cast<size_t>(n * GgmlRowBytes(type, k)));
@@ -84,8 +84,16 @@ void BM_LinearQuantized(benchmark::State& state) {
   state.counters["GMAC/s"] = benchmark::Counter(
       static_cast<double>(state.iterations()) * m * n * k / 1e9, benchmark::Counter::kIsRate);
 }
+void BM_LinearQuantized(benchmark::State& state) { LinearQuantized(state, 5632 * 8); }  // Past L3.
 BENCHMARK(BM_LinearQuantized)
     ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 16, 128}, {1, 2}})
+    ->ArgNames({"type", "m", "threads"})
+    ->UseRealTime();
+// The same kernels on 2048 rows (2.3 MB of Q4_K: in L3): their own rate, beside the one above
+// from memory (bench/RESULTS.md, "Where batch-1 Q4_K decode stands").
+void BM_LinearQuantizedInCache(benchmark::State& state) { LinearQuantized(state, 2048); }
+BENCHMARK(BM_LinearQuantizedInCache)
+    ->ArgsProduct({{0, 2, 4}, {1}, {1}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
 
