@@ -95,6 +95,27 @@ def main():
          ("blk.0.ffn_up.weight", 14, [256, 1], bytes(210)),  # Q6_K
          ("blk.0.attn_q.weight", 13, [256, 1], bytes(176))]))  # Q5_K
     write("gguf_fuzz", "empty.gguf", gguf_file({}, []))
+
+    def strings(items):  # A GGUF array of strings.
+        return struct.pack("<IQ", 8, len(items)) + b"".join(struct.pack("<Q", len(x.encode())) + x.encode()
+                                                             for x in items)
+
+    def text(s):
+        return (8, struct.pack("<Q", len(s.encode())) + s.encode())
+    pieces = ["<unk>", "<s>", "</s>", "<0xE4>", "<0xB8>", "<0xAD>", "\u2581", "h", "i", "\u2581h", "\u2581hi"]
+    write("gguf_fuzz", "sentencepiece_vocab.gguf", gguf_file(
+        {"tokenizer.ggml.model": text("llama"),
+         "tokenizer.ggml.tokens": (9, strings(pieces)),
+         "tokenizer.ggml.scores": (9, struct.pack("<IQ", 6, len(pieces)) +
+                                   struct.pack(f"<{len(pieces)}f", 0, 0, 0, 0, 0, 0, -9, -9, -9, -1, -2)),
+         "tokenizer.ggml.token_type": (9, struct.pack("<IQ", 5, len(pieces)) +
+                                       struct.pack(f"<{len(pieces)}i", 2, 3, 3, 6, 6, 6, 1, 1, 1, 1, 1))}, []))
+    write("gguf_fuzz", "byte_level_vocab.gguf", gguf_file(
+        {"tokenizer.ggml.model": text("gpt2"), "tokenizer.ggml.pre": text("llama-bpe"),
+         "tokenizer.ggml.tokens": (9, strings(["h", "i", "hi", "<s>"])),
+         "tokenizer.ggml.merges": (9, strings(["h i"])),
+         "tokenizer.ggml.token_type": (9, struct.pack("<IQ", 5, 4) + struct.pack("<4i", 1, 1, 1, 3)),
+         "tokenizer.ggml.bos_token_id": (4, struct.pack("<I", 3))}, []))
     for i, text in enumerate(["Hello, world!", "def f(x):\n    return x ** 2  # ok", "Ünïcödé — 漢字 🙂🙃",
                               "   spaces\t\ttabs\n\nnewlines", "<|begin_of_text|>special", "1234567890 3.14159"]):
         write("tokenizer_encode_fuzz", f"text{i}.txt", text)

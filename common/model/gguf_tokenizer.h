@@ -1,7 +1,7 @@
-// A GGUF file's tokenizer (tokenizer.ggml.*: llama.cpp's byte-level BPE, model "gpt2") as the
-// tokenizer.json and tokenizer_config.json Hugging Face would ship for it, so one tokenizer
-// implementation (common/tokenizer) encodes both byte for byte; and the reverse, for
-// `pdserve gguf convert`. SentencePiece vocabularies (model "llama") are refused by name: pass the
+// A GGUF file's tokenizer (tokenizer.ggml.*: llama.cpp's byte-level BPE, model "gpt2", and
+// SentencePiece, model "llama") as the tokenizer.json and tokenizer_config.json Hugging Face would
+// ship for it, so one tokenizer implementation (common/tokenizer) encodes both byte for byte; and
+// the reverse, for `pdserve gguf convert`. Other vocabulary kinds are refused by name: pass the
 // model's tokenizer directory instead (--tokenizer DIR).
 #ifndef PDSERVE_COMMON_MODEL_GGUF_TOKENIZER_H_
 #define PDSERVE_COMMON_MODEL_GGUF_TOKENIZER_H_
@@ -31,9 +31,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(const std::string&
 // The chat template a GGUF file carries (tokenizer.chat_template), NotFound when none.
 absl::StatusOr<std::string> GgufChatTemplate(const GgufFile& file);
 
-// Writes a Hugging Face byte-level BPE tokenizer (tokenizer.json and tokenizer_config.json of
-// `dir`) as tokenizer.ggml.* metadata, the pre-tokenizer by llama.cpp's name ("llama-bpe",
-// "qwen2", "gpt-2"); one it has no name for is refused. `bos_eos`: also the BOS and EOS ids of
+// Writes a Hugging Face tokenizer (tokenizer.json and tokenizer_config.json of `dir`) as
+// tokenizer.ggml.* metadata: byte-level BPE with the pre-tokenizer by llama.cpp's name
+// ("llama-bpe", "qwen2", "gpt-2"), or SentencePiece-style BPE in Llama 2's layout as model "llama"
+// (pieces, scores from the merges, piece types); any other is refused. `bos_eos`: also the BOS and EOS ids of
 // tokenizer_config.json (a converter that writes config.json's ids says false).
 absl::Status WriteGgufTokenizer(const std::string& dir, bool bos_eos, GgufWriter* writer);
 

@@ -347,6 +347,37 @@ class GgufModelTest(unittest.TestCase):
             self.assertEqual(tokens_gguf, tokens_hf, arch)
             np.testing.assert_array_equal(logits_gguf, logits_hf, err_msg=arch)
 
+    def test_sentencepiece_vocabulary_serves_text(self):
+        """A Llama 2-style file (SentencePiece pieces, scores and piece types in tokenizer.ggml.*,
+        model "llama", as TinyLlama's and Mistral's GGUF files carry them): text in and text out
+        equal to the checkpoint read with Llama 2's tokenizer.json (whose tokenizer the oracle
+        test holds to the npm oracle)."""
+        node_modules = subprocess.run([os.path.join(ROOT, "scripts", "oracle_setup.sh")], check=True,
+                                      capture_output=True, text=True).stdout.strip()
+        tokdir = os.path.join(node_modules, "@lenml", "tokenizer-llama2", "models")
+        hf = os.path.join(WORKDIR, "hf_sentencepiece")
+        run("make-model", hf, "--arch", "llama", "--layers", 1, "--hidden", 64, "--heads", 2,
+            "--kv-heads", 1, "--intermediate", 128, "--vocab", 32000, "--seed", 5)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(tokdir, name), os.path.join(hf, name))
+        with open(os.path.join(hf, "config.json")) as f:
+            config = json.load(f)
+        config.update(bos_token_id=1, eos_token_id=2)  # Llama 2's <s> and </s>.
+        with open(os.path.join(hf, "config.json"), "w") as f:
+            json.dump(config, f)
+        path = os.path.join(WORKDIR, "sentencepiece.gguf")
+        run("gguf", "convert", hf, path, "--type", "f32")
+        reader = gguf.GGUFReader(path)
+        self.assertEqual(bytes(reader.get_field("tokenizer.ggml.model").parts[-1]).decode(), "llama")
+        self.assertEqual(len(reader.get_field("tokenizer.ggml.scores").data), 32000)
+        self.assertIsNone(reader.get_field("tokenizer.ggml.merges"))
+        for prompt in ("The quick brown fox", "\u00dcn\u00efc\u00f6d\u00e9 \u4e2d\u6587 <s> test\n\tend"):
+            outputs = [json.loads(run("generate", "--model", m, "--prompt", prompt, "--max-tokens", 12,
+                                      "--temperature", 0, "--ignore-eos", "--format", "json",
+                                      "--compute-dtype", "f32").stdout) for m in (hf, path)]
+            for key in ("token_ids", "text", "usage"):
+                self.assertEqual(outputs[1][key], outputs[0][key], f"{prompt!r}: {key}")
+
     def test_quantized_models_equal_the_float64_reference(self):
         for arch in ("llama", "qwen2", "qwen3"):
             hf = self.make(arch)

@@ -31,6 +31,8 @@ TOKENIZERS = {  # name -> (byte-level, NFC-normalizing)
     "gemma3": (False, False),
     "pdserve-demo": (True, False),  # Trained by `pdserve train-tokenizer`: must load like HF's.
 }
+# Written to GGUF metadata and read back (gemma3's layout has no GGUF form here).
+GGUF_VOCABULARIES = ("llama3", "qwen3", "llama2", "pdserve-demo")
 DEMO_TOKENIZER = os.path.join(ROOT, "models", "pdserve-demo")
 
 
@@ -69,15 +71,18 @@ class OracleTest(unittest.TestCase):
             print(f"  {name} {kind} {text[:60]!r}\n    ours   {ours[:24]}\n    oracle {theirs[:24]}",
                   file=sys.stderr)
         self.assertEqual(len(mismatches), 0, f"{name}: {len(mismatches)} encode mismatches")
-        if byte_level:
+        sources = [tokdir]
+        if name in GGUF_VOCABULARIES:
             # The same tokenizer written to GGUF metadata (tokenizer.ggml.*, as llama.cpp's
-            # converter writes it) and read back from there: the same ids on every string.
+            # converter writes it: merges for byte-level BPE, SentencePiece scores and piece types
+            # for Llama 2) and read back from there: the same ids on every string, the same text.
             gguf = os.path.join(tempfile.mkdtemp(prefix="pdserve_tok_"), f"{name}.gguf")
             subprocess.run([PDSERVE, "gguf", "convert", tokdir, gguf, "--vocab-only"], check=True)
             for flags, want in (([], plain), (["--add-special-tokens"], special)):
                 from_gguf = run([PDSERVE, "tokenize", "--tokenizer", gguf, "--input-jsonl", CORPUS] + flags)
                 bad_gguf = [i for i in range(len(self.texts)) if from_gguf[i]["token_ids"] != want[i]["token_ids"]]
                 self.assertEqual(bad_gguf[:5], [], f"{name}: the tokenizer from GGUF differs {flags}")
+            sources.append(gguf)
 
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
             for o in oracle:
@@ -87,30 +92,11 @@ class OracleTest(unittest.TestCase):
             for o in oracle:
                 f.write(json.dumps({"token_ids": o["ids_special"]}) + "\n")
             special_file = f.name
-        try:
-            decoded = run([PDSERVE, "detokenize", "--tokenizer", tokdir, "--input-jsonl", ids_file])
-            skipped = run([PDSERVE, "detokenize", "--tokenizer", tokdir, "--input-jsonl", special_file,
-                           "--skip-special-tokens"])
-            streamed = run([PDSERVE, "detokenize", "--tokenizer", tokdir, "--input-jsonl", ids_file,
-                            "--stream", "--clean-up-tokenization-spaces", "false"])
-        finally:
-            os.unlink(ids_file)
-            os.unlink(special_file)
         bad = []
-        for i, text in enumerate(self.texts):
-            if decoded[i]["text"] != oracle[i]["decoded"]:
-                bad.append((text, "decode", decoded[i]["text"], oracle[i]["decoded"]))
-            if skipped[i]["text"] != oracle[i]["decoded_skip"]:
-                bad.append((text, "decode skip_special", skipped[i]["text"], oracle[i]["decoded_skip"]))
-            pieces = streamed[i]["stream"]
-            if "".join(pieces) != streamed[i]["text"]:
-                bad.append((text, "stream concatenation", "".join(pieces), streamed[i]["text"]))
-            if any("\ufffd" in p for p in pieces) and "\ufffd" not in streamed[i]["text"]:
-                bad.append((text, "stream showed a broken character", pieces, ""))
-            if byte_level:
-                want = unicodedata.normalize("NFC", text) if nfc else text
-                if streamed[i]["text"] != want:
-                    bad.append((text, "round trip", streamed[i]["text"], want))
+        for source in sources:
+            bad += self.decode_mismatches(source, ids_file, special_file, oracle, byte_level, nfc)
+        os.unlink(ids_file)
+        os.unlink(special_file)
         for text, kind, ours, theirs in bad[:8]:
             print(f"  {name} {kind} {text[:60]!r}\n    ours   {ours!r:.120}\n    expect {theirs!r:.120}",
                   file=sys.stderr)
@@ -119,6 +105,30 @@ class OracleTest(unittest.TestCase):
         print(f"  {name}: {len(self.texts)} strings ({size} bytes) x 2 encodes, "
               f"{len(self.texts) * 4} decodes, 0 mismatches ({elapsed:.2f} s encoding incl. load)",
               file=sys.stderr)
+
+    def decode_mismatches(self, source, ids_file, special_file, oracle, byte_level, nfc):
+        decoded = run([PDSERVE, "detokenize", "--tokenizer", source, "--input-jsonl", ids_file])
+        skipped = run([PDSERVE, "detokenize", "--tokenizer", source, "--input-jsonl", special_file,
+                       "--skip-special-tokens"])
+        streamed = run([PDSERVE, "detokenize", "--tokenizer", source, "--input-jsonl", ids_file,
+                        "--stream", "--clean-up-tokenization-spaces", "false"])
+        src = os.path.basename(source)
+        bad = []
+        for i, text in enumerate(self.texts):
+            if decoded[i]["text"] != oracle[i]["decoded"]:
+                bad.append((text, f"{src}: decode", decoded[i]["text"], oracle[i]["decoded"]))
+            if skipped[i]["text"] != oracle[i]["decoded_skip"]:
+                bad.append((text, f"{src}: decode skip_special", skipped[i]["text"], oracle[i]["decoded_skip"]))
+            pieces = streamed[i]["stream"]
+            if "".join(pieces) != streamed[i]["text"]:
+                bad.append((text, f"{src}: stream concatenation", "".join(pieces), streamed[i]["text"]))
+            if any("\ufffd" in p for p in pieces) and "\ufffd" not in streamed[i]["text"]:
+                bad.append((text, f"{src}: stream showed a broken character", pieces, ""))
+            if byte_level:
+                want = unicodedata.normalize("NFC", text) if nfc else text
+                if streamed[i]["text"] != want:
+                    bad.append((text, f"{src}: round trip", streamed[i]["text"], want))
+        return bad
 
     def test_llama3(self):
         self.check("llama3")
