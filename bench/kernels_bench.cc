@@ -44,10 +44,10 @@ struct Fixture {
 // Quantized weights through the linear layers' entry (x quantized per call, as in the engine):
 // eight TinyLlama-1.1B MLP matrices (45056 x 2048), larger than L3, so m = 1 streams them as a decode step
 // does. Bytes/s counts the quantized bytes; compare with BM_Linear's bf16 GEMV in the same run.
-// Types: 0 Q8_0, 1 Q4_0, 2 Q4_K, 3 Q5_K, 4 Q6_K.
+// Types: 0 Q8_0, 1 Q4_0, 2 Q4_K, 3 Q5_K, 4 Q6_K, 5 Q5_0.
 void LinearQuantized(benchmark::State& state, int64_t n) {
   const GgmlType types[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                            GgmlType::kQ6_K};
+                            GgmlType::kQ6_K, GgmlType::kQ5_0};
   const GgmlType type = types[state.range(0)];
   const int64_t m = state.range(1), k = 2048;
   SplitMix64 rng(1);
@@ -55,10 +55,12 @@ void LinearQuantized(benchmark::State& state, int64_t n) {
   std::vector<uint8_t> data(static_cast<size_t>(n * GgmlRowBytes(type, k)));
   for (int64_t j = 0; j < n; ++j) {
     for (float& v : row) v = static_cast<float>(rng.Normal()) * 0.05f;
-    // Q8_0 and Q4_K by the quantizers; the other types as random bytes with sane f16 scales.
+    // Q8_0, Q5_0 and Q4_K by the quantizers; the others as random bytes with sane f16 scales.
     uint8_t* out = data.data() + j * GgmlRowBytes(type, k);
     if (type == GgmlType::kQ8_0) {
       QuantizeRowQ8_0(row.data(), out, k);
+    } else if (type == GgmlType::kQ5_0) {
+      QuantizeRowQ5_0(row.data(), out, k);
     } else if (type == GgmlType::kQ4_K) {
       QuantizeRowQ4_K(row.data(), out, k);
     } else {
@@ -86,7 +88,7 @@ void LinearQuantized(benchmark::State& state, int64_t n) {
 }
 void BM_LinearQuantized(benchmark::State& state) { LinearQuantized(state, 5632 * 8); }  // Past L3.
 BENCHMARK(BM_LinearQuantized)
-    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 16, 128}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 16, 128}, {1, 2}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
 // The same kernels on 2048 rows (2.3 MB of Q4_K: in L3): their own rate, beside the one above

@@ -93,7 +93,8 @@ def main():
          ("output_norm.weight", 0, [4], struct.pack("<4f", 1, 2, 3, 4)),
          ("blk.0.ffn_down.weight", 12, [256, 1], bytes(144)),  # Q4_K
          ("blk.0.ffn_up.weight", 14, [256, 1], bytes(210)),  # Q6_K
-         ("blk.0.attn_q.weight", 13, [256, 1], bytes(176))]))  # Q5_K
+         ("blk.0.attn_q.weight", 13, [256, 1], bytes(176)),  # Q5_K
+         ("blk.0.attn_k.weight", 6, [32, 1], bytes(range(22)))]))  # Q5_0
     write("gguf_fuzz", "empty.gguf", gguf_file({}, []))
 
     def strings(items):  # A GGUF array of strings.

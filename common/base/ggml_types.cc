@@ -7,6 +7,7 @@ std::optional<GgmlType> GgmlTypeFromId(uint32_t id) {
     case 0: return GgmlType::kF32;
     case 1: return GgmlType::kF16;
     case 2: return GgmlType::kQ4_0;
+    case 6: return GgmlType::kQ5_0;
     case 8: return GgmlType::kQ8_0;
     case 12: return GgmlType::kQ4_K;
     case 13: return GgmlType::kQ5_K;
@@ -21,6 +22,7 @@ std::string_view GgmlTypeName(GgmlType type) {
     case GgmlType::kF32: return "F32";
     case GgmlType::kF16: return "F16";
     case GgmlType::kQ4_0: return "Q4_0";
+    case GgmlType::kQ5_0: return "Q5_0";
     case GgmlType::kQ8_0: return "Q8_0";
     case GgmlType::kQ4_K: return "Q4_K";
     case GgmlType::kQ5_K: return "Q5_K";
@@ -33,6 +35,7 @@ std::string_view GgmlTypeName(GgmlType type) {
 int64_t GgmlBlockElements(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_0:
+    case GgmlType::kQ5_0:
     case GgmlType::kQ8_0: return 32;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
@@ -47,6 +50,7 @@ int64_t GgmlBlockBytes(GgmlType type) {
     case GgmlType::kF16:
     case GgmlType::kBF16: return 2;
     case GgmlType::kQ4_0: return 18;   // f16 d, 16 bytes of nibbles.
+    case GgmlType::kQ5_0: return 22;   // f16 d, 4 bytes of fifth bits, 16 bytes of nibbles.
     case GgmlType::kQ8_0: return 34;   // f16 d, 32 int8.
     case GgmlType::kQ4_K: return 144;  // f16 d, dmin; 12 bytes of 6-bit scales/mins; 128 nibbles.
     case GgmlType::kQ5_K: return 176;  // Q4_K's and 32 bytes of fifth bits.

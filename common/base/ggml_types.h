@@ -1,5 +1,6 @@
 // The tensor types of GGUF files that pdserve reads: llama.cpp's float types and the block
-// formats `llama-quantize` writes for Q8_0, Q4_0, Q4_K_M and Q5_K_M files. Each block format
+// formats `llama-quantize` writes for Q8_0, Q4_0, Q4_K_M and Q5_K_M files (Q5_0: Q4_K_M's
+// fallback for rows that are not whole 256-element blocks). Each block format
 // packs `BlockElements` consecutive elements of a row into `BlockBytes` bytes (the layouts are in
 // kernels/cpu/quant_blocks.h). The numbers are GGUF's own type ids.
 #ifndef PDSERVE_COMMON_BASE_GGML_TYPES_H_
@@ -15,6 +16,7 @@ enum class GgmlType : uint32_t {
   kF32 = 0,
   kF16 = 1,
   kQ4_0 = 2,
+  kQ5_0 = 6,
   kQ8_0 = 8,
   kQ4_K = 12,
   kQ5_K = 13,

@@ -284,7 +284,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(const uint8_t* data, s
     std::optional<GgmlType> gt = GgmlTypeFromId(*type);
     if (!gt) {
       return r.Error(Str("tensor ", n, ": type ", *type,
-                         " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"));
+                         " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)"));
     }
     tensor.type = *gt;
     if (tensor.dims[0] % GgmlBlockElements(*gt) != 0) {

@@ -63,8 +63,11 @@ GgmlType MatrixType(WeightFormat format, MatrixRole role, int64_t layer, int64_t
       break;
     }
   }
-  if ((t == GgmlType::kQ4_K || t == GgmlType::kQ6_K) && cols % 256 != 0) t = GgmlType::kQ8_0;
-  if (t == GgmlType::kQ8_0 && cols % 32 != 0) t = GgmlType::kF16;
+  if (cols % 256 != 0) {  // llama-quantize's tensor_type_fallback.
+    if (t == GgmlType::kQ4_K) t = GgmlType::kQ5_0;
+    if (t == GgmlType::kQ6_K) t = GgmlType::kQ8_0;
+  }
+  if ((t == GgmlType::kQ8_0 || t == GgmlType::kQ5_0) && cols % 32 != 0) t = GgmlType::kF16;
   return t;
 }
 

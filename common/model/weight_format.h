@@ -33,8 +33,8 @@ enum class MatrixRole { kEmbedding, kHead, kAttnQ, kAttnK, kAttnV, kAttnOutput, 
 
 // The type of one matrix (in layer `layer` of `layers`; rows of `cols` elements) in `format`
 // (not kAsStored); `tied`: the embeddings are also the head, and take the head's type. Rows that
-// are not whole blocks fall back as llama-quantize's do: Q6_K to Q8_0, Q4_K to Q8_0 (llama.cpp
-// takes Q5_0, a type pdserve does not read), Q8_0 to F16.
+// are not whole blocks fall back as llama-quantize's do: Q6_K to Q8_0, Q4_K to Q5_0, and a 32-element
+// type whose rows are not whole blocks either to F16.
 GgmlType MatrixType(WeightFormat format, MatrixRole role, int64_t layer, int64_t layers,
                     int64_t cols, bool tied = false);
 

@@ -26,7 +26,8 @@ TEST(WeightFormat, Q4_K_MPicksLlamaQuantizesTypes) {
     }
   }
   EXPECT_EQ(more, 16);
-  EXPECT_EQ(MatrixType(f, MatrixRole::kFfnGate, 0, 32, 4000), GgmlType::kQ8_0);
+  EXPECT_EQ(MatrixType(f, MatrixRole::kFfnGate, 0, 32, 4000), GgmlType::kQ5_0);
+  EXPECT_EQ(MatrixType(f, MatrixRole::kFfnGate, 0, 32, 4001), GgmlType::kF16);
   EXPECT_EQ(MatrixType(f, MatrixRole::kHead, 0, 32, 4000), GgmlType::kQ8_0);
   EXPECT_EQ(MatrixType(f, MatrixRole::kHead, 0, 32, 4001), GgmlType::kF16);
   EXPECT_EQ(MatrixType(WeightFormat::kQ4_K, MatrixRole::kHead, 0, 32, 4096), GgmlType::kQ4_K);

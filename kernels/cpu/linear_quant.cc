@@ -254,6 +254,25 @@ void Group32(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j,
   }
 }
 
+// Q5_0: Q4_0's nibbles (at byte 6) with the fifth bits of qh: byte l of the broadcast word's
+// byte l / 8 keeps bit l % 8, compared to that bit to give 0xFF where it is set.
+struct CodesQ5_0 {
+  static __m256i At(const uint8_t* b) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6));
+    const __m256i nib =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    const __m256i byte_of = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), byte_of);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    const __m256i code = _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    return _mm256_sub_epi8(code, _mm256_set1_epi8(16));
+  }
+};
+
 // A byte's bit `bit` moved to bit 4 (the fifth bit of a Q5_K code), other bits cleared.
 template <int bit>
 __m256i BitTo4(__m256i v) {
@@ -483,6 +502,7 @@ ColumnsFn ColumnsFor(GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0: return kTiles32<CodesQ8_0>;
     case GgmlType::kQ4_0: return kTiles32<CodesQ4_0>;
+    case GgmlType::kQ5_0: return kTiles32<CodesQ5_0>;
     case GgmlType::kQ4_K: return kTilesK<KernelQ45K<false>>;
     case GgmlType::kQ5_K: return kTilesK<KernelQ45K<true>>;
     case GgmlType::kQ6_K: return kTilesK<KernelQ6K>;

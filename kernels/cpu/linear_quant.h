@@ -2,15 +2,15 @@
 // place: the bytes a decode step streams are the quantized ones.
 //
 // Integer dot products, as llama.cpp's CPU backend does them: each row of x is quantized to int8
-// (QuantizeActivations: per block of 32 elements for Q8_0/Q4_0, per 256 for the K-quants, scale
-// max|x|/127, round to nearest even), the weight codes are multiplied by those int8 in exact
+// (QuantizeActivations: per block of 32 elements for Q8_0/Q4_0/Q5_0, per 256 for the K-quants,
+// scale max|x|/127, round to nearest even), the weight codes are multiplied by those int8 in exact
 // integer arithmetic (AVX2 VPMADDUBSW/VPMADDWD), and only the per-block sums meet floats.
 //
 // Batch invariance, as the f32 and bf16 kernels keep it: y[t][j] is one fixed sequence of
 // operations whatever m, the other rows, or the columns a thread was given. Integer sums are
 // exact, so only the float steps need an order, and they have one per format:
-//   Q8_0, Q4_0  eight lanes, lane l holding the integer sum of elements 4l..4l+3 of each block;
-//               per block b in order: acc[l] = fma(d_w(b) * d_x(b), lane_l, acc[l]); then the
+//   Q8_0, Q4_0, Q5_0  eight lanes, lane l holding the integer sum of elements 4l..4l+3 of each
+//               block; per block b in order: acc[l] = fma(d_w(b) * d_x(b), lane_l, acc[l]); then the
 //               kernels' fixed horizontal-sum tree.
 //   Q4_K, Q5_K  per block of 256 in order, with T = sum_s scale_s * dot_s and
 //               M = sum_s min_s * xsum_s (xsum_s: the sum of x's codes in sub-block s):

@@ -16,7 +16,7 @@
 namespace pdserve::kernels {
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
                            GgmlType::kQ6_K};
 
 // Random but valid blocks: any bytes, with the f16 scales made finite and of a sane size.
@@ -33,7 +33,8 @@ std::string RandomRows(GgmlType type, int64_t rows, int64_t cols, uint32_t seed)
   for (size_t b = 0; b < data.size(); b += static_cast<size_t>(bytes)) {
     switch (type) {
       case GgmlType::kQ8_0:
-      case GgmlType::kQ4_0: scale(b); break;
+      case GgmlType::kQ4_0:
+      case GgmlType::kQ5_0: scale(b); break;
       case GgmlType::kQ4_K:
       case GgmlType::kQ5_K: scale(b); scale(b + 2); break;
       case GgmlType::kQ6_K: scale(b + 208); break;
@@ -71,6 +72,29 @@ TEST(QuantBlocks, Q8_0QuantizerRoundTripsWithinHalfAStep) {
   int code_max = 0;
   for (int l = 0; l < 32; ++l) code_max = std::max(code_max, std::abs(int(int8_t(q[2 + l]))));
   EXPECT_EQ(code_max, 127);
+}
+
+// Q5_0: the element of largest magnitude is code 0 (d = it / -16, so -16 d gives it back to f16's
+// precision), the others within half a step; an all-zero block is all zero.
+TEST(QuantBlocks, Q5_0QuantizerRoundTripsWithinHalfAStep) {
+  std::vector<float> x = RandomX(256, 2);
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);
+  std::string q(8 * 22, '\0');
+  QuantizeRowQ5_0(x.data(), q.data(), 256);
+  std::vector<float> back(256);
+  DequantizeRow(GgmlType::kQ5_0, q.data(), back.data(), 256);
+  for (int b = 0; b < 8; ++b) {
+    float amax = 0;
+    int at = 0;
+    for (int l = 0; l < 32; ++l) {
+      if (std::fabs(x[b * 32 + l]) > amax) amax = std::fabs(x[b * 32 + l]), at = l;
+    }
+    for (int l = 0; l < 32; ++l) {
+      EXPECT_NEAR(back[b * 32 + l], x[b * 32 + l], amax / 16 * 0.51 + 1e-3 * amax) << b << " " << l;
+    }
+    EXPECT_NEAR(back[b * 32 + at], x[b * 32 + at], 1e-3 * amax) << b;
+  }
+  for (int l = 64; l < 96; ++l) EXPECT_EQ(back[l], 0.0f);
 }
 
 // Q4_K's search: every block decodes to within a fraction of its range (4-bit codes, 6-bit scales),
@@ -194,7 +218,7 @@ TEST(LinearQuant, MatchesTheDequantizedReferenceBitwiseAcrossPathsAndBatches) {
 
 // Blocks from the quantizers (real scales and mins, not random bytes), several blocks per row.
 TEST(LinearQuant, QuantizedWeightsMatchTheReference) {
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     SCOPED_TRACE(std::string(GgmlTypeName(type)));
     const int64_t n = 9, k = 768, m = 3;
     const std::vector<float> wf = RandomX(n * k, 17), x = RandomX(m * k, 19);

@@ -215,6 +215,17 @@ void BlockCodes32(GgmlType type, const uint8_t* b, int8_t* q) {
     std::memcpy(q, b + 2, 32);
     return;
   }
+  if (type == GgmlType::kQ5_0) {  // As Q4_0, with bit l of qh the fifth bit of element l.
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    for (int l = 0; l < 16; ++l) {
+      const int lo = (b[6 + l] & 0xF) | (((qh >> l) & 1) << 4);
+      const int hi = (b[6 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4);
+      q[l] = static_cast<int8_t>(lo - 16);
+      q[l + 16] = static_cast<int8_t>(hi - 16);
+    }
+    return;
+  }
   for (int l = 0; l < 16; ++l) {  // Q4_0: low nibbles are elements 0..15, high 16..31.
     q[l] = static_cast<int8_t>((b[2 + l] & 0xF) - 8);
     q[l + 16] = static_cast<int8_t>((b[2 + l] >> 4) - 8);
@@ -258,7 +269,8 @@ void DequantizeBlock(GgmlType type, const uint8_t* b, float* out) {
     case GgmlType::kF16: *out = F16ToF32(U16(b)); return;
     case GgmlType::kBF16: *out = Bf16ToF32(U16(b)); return;
     case GgmlType::kQ8_0:
-    case GgmlType::kQ4_0: return Q32(type, b, out);
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ5_0: return Q32(type, b, out);
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K: return Q45K(type, b, out);
     case GgmlType::kQ6_K: return Q6K(b, out);
@@ -288,6 +300,34 @@ void QuantizeRowQ8_0(const float* src, void* dst, int64_t n) {
   }
 }
 
+void QuantizeRowQ5_0(const float* src, void* dst, int64_t n) {
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  for (int64_t i = 0; i < n / 32; ++i, src += 32, out += 22) {
+    float amax = 0, max = 0;  // The element of largest magnitude, with its sign (the first).
+    for (int l = 0; l < 32; ++l) {
+      if (amax < std::fabs(src[l])) {
+        amax = std::fabs(src[l]);
+        max = src[l];
+      }
+    }
+    const float d = max / -16;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    const uint16_t h = F32ToF16(d);
+    std::memcpy(out, &h, 2);
+    uint32_t qh = 0;
+    for (int l = 0; l < 16; ++l) {
+      // Two roundings, as llama.cpp's: the product to float, then + 16.5 truncated.
+      const float x0 = src[l] * id, x1 = src[16 + l] * id;
+      const int c0 = std::min(31, static_cast<int>(static_cast<int8_t>(x0 + 16.5f)));
+      const int c1 = std::min(31, static_cast<int>(static_cast<int8_t>(x1 + 16.5f)));
+      out[6 + l] = static_cast<uint8_t>((c0 & 0xF) | ((c1 & 0xF) << 4));
+      qh |= static_cast<uint32_t>((c0 >> 4) & 1) << l;
+      qh |= static_cast<uint32_t>((c1 >> 4) & 1) << (l + 16);
+    }
+    std::memcpy(out + 2, &qh, 4);
+  }
+}
+
 bool EncodeRow(GgmlType type, const float* src, void* dst, int64_t n) {
   switch (type) {
     case GgmlType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return true;
@@ -299,6 +339,7 @@ bool EncodeRow(GgmlType type, const float* src, void* dst, int64_t n) {
       }
       return true;
     case GgmlType::kQ8_0: QuantizeRowQ8_0(src, dst, n); return true;
+    case GgmlType::kQ5_0: QuantizeRowQ5_0(src, dst, n); return true;
     case GgmlType::kQ4_K: QuantizeRowQ4_K(src, dst, n); return true;
     case GgmlType::kQ6_K: QuantizeRowQ6_K(src, dst, n); return true;
     default: return false;

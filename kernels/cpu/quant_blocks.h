@@ -1,6 +1,8 @@
 // llama.cpp's weight block formats (GGUF tensor types), read by pdserve's kernels:
 //   Q8_0  32 elements: f16 d, int8 q[32];                         w = d * q
 //   Q4_0  32 elements: f16 d, 16 bytes (low nibbles: 0..15, high: 16..31);  w = d * (q - 8)
+//   Q5_0  32 elements: f16 d, 4 bytes qh (bit l: element l's fifth bit), 16 bytes of nibbles as
+//         Q4_0's;  w = d * (q - 16), q in 0..31
 //   Q4_K 256 elements: f16 d, f16 dmin, 12 bytes of eight 6-bit (scale, min) pairs, 128 bytes
 //        of nibbles (each 64 elements: 32 low nibbles, then the same 32 bytes' high nibbles);
 //        sub-block s of 32: w = (d * scale_s) * q - (dmin * min_s)
@@ -36,7 +38,7 @@ inline void KQuantScaleMin(int j, const uint8_t* q, int* scale, int* min) {
   }
 }
 
-// A block's integer codes in element order: Q8_0/Q4_0 signed (Q4_0's already minus 8) into
+// A block's integer codes in element order: Q8_0/Q4_0/Q5_0 signed (minus 8 / 16) into
 // codes[32]; Q4_K/Q5_K/Q6_K unsigned (0..15, 0..31, 0..63) into codes[256]. Every reader of the
 // layouts (the dequantizer below, the integer kernels' scalar twin) goes through these.
 void BlockCodes32(GgmlType type, const uint8_t* block, int8_t* codes);
@@ -48,6 +50,10 @@ void DequantizeBlock(GgmlType type, const uint8_t* block, float* out);
 // f32 to Q8_0, the same bytes as llama.cpp's quantize_row_q8_0_ref: per block of 32,
 // d = max|x| / 127 stored as f16 (round to nearest even), q = round(x / d) (halfway away from 0).
 void QuantizeRowQ8_0(const float* src, void* dst, int64_t n);
+
+// f32 to Q5_0, the same bytes as llama.cpp's quantize_row_q5_0_ref: per block of 32, d = (the
+// element of largest magnitude) / -16 as f16, code = min(31, trunc(x * (1 / d) + 16.5)).
+void QuantizeRowQ5_0(const float* src, void* dst, int64_t n);
 
 // f32 to Q4_K by llama.cpp's reference search (quantize_row_q4_K_ref's: per sub-block of 32 a
 // weighted least-squares fit of scale and min over 21 candidate grids, weights |x| + rms; the
@@ -61,7 +67,7 @@ void QuantizeRowQ4_K(const float* src, void* dst, int64_t n);
 void QuantizeRowQ6_K(const float* src, void* dst, int64_t n);
 
 // n floats as `type`: F32, F16, BF16 (round to nearest even), or blocks by the quantizers above
-// (Q8_0, Q4_K, Q6_K); false for another type. The inverse of DequantizeRow.
+// (Q8_0, Q5_0, Q4_K, Q6_K); false for another type. The inverse of DequantizeRow.
 bool EncodeRow(GgmlType type, const float* src, void* dst, int64_t n);
 
 }  // namespace pdserve::kernels

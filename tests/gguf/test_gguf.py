@@ -38,6 +38,7 @@ gguf = None
 BLOCKS = {
     "Q8_0": (32, 34, [0]),
     "Q4_0": (32, 18, [0]),
+    "Q5_0": (32, 22, [0]),
     "Q4_K": (256, 144, [0, 2]),
     "Q5_K": (256, 176, [0, 2]),
     "Q6_K": (256, 210, [208]),
@@ -193,7 +194,7 @@ class GgufPyTest(unittest.TestCase):
 
 
 # Scales of random blocks so that weights are ~0.05 in size (the engine's activations stay O(1)).
-SCALE = {"Q8_0": 4e-4, "Q4_0": 8e-3, "Q4_K": 6e-5, "Q5_K": 3e-5, "Q6_K": 1.5e-5}
+SCALE = {"Q8_0": 4e-4, "Q4_0": 8e-3, "Q5_0": 4e-3, "Q4_K": 6e-5, "Q5_K": 3e-5, "Q6_K": 1.5e-5}
 PROMPT = [1, 17, 5, 203, 44, 9, 120, 3]
 STEPS = 12
 
@@ -222,7 +223,7 @@ def reference_weights(path, cfg, llama):
     """HF-named float64 weights from a GGUF file, dequantized by gguf-py (a llama file's q and k
     rows put back in HF order, the inverse of llama.cpp's converter's permute), and the activation
     block of each quantized matrix (the engine's integer kernels quantize x per 32 elements for
-    Q8_0/Q4_0, per 256 for the K-quants)."""
+    Q8_0/Q4_0/Q5_0, per 256 for the K-quants)."""
     weights, act_blocks = {}, {}
     for t in gguf.GGUFReader(path).tensors:
         if t.name == "rope_freqs.weight":
@@ -347,6 +348,32 @@ class GgufModelTest(unittest.TestCase):
             self.assertEqual(tokens_gguf, tokens_hf, arch)
             np.testing.assert_array_equal(logits_gguf, logits_hf, err_msg=arch)
 
+    def test_q4_k_m_of_rows_that_are_not_whole_256_blocks(self):
+        """Rows of 160 (as Qwen2.5-0.5B's 896): llama-quantize's fallbacks, Q4_K to Q5_0 and Q6_K
+        to Q8_0, with gguf-py's bytes for the same f32 values; the file equal to the reference,
+        and to the checkpoint quantized on load."""
+        hf = os.path.join(WORKDIR, "hf_rows160")
+        run("make-model", hf, "--arch", "llama", "--layers", 2, "--hidden", 160, "--heads", 2,
+            "--kv-heads", 1, "--intermediate", 320, "--vocab", 320, "--seed", 13)
+        f32, q4km = (os.path.join(WORKDIR, f"rows160_{t}.gguf") for t in ("f32", "q4_k_m"))
+        run("gguf", "convert", hf, f32, "--type", "f32")
+        run("gguf", "convert", hf, q4km, "--type", "q4_k_m")
+        values = {t.name: np.asarray(t.data, dtype=np.float32) for t in gguf.GGUFReader(f32).tensors}
+        got = {t.name: t for t in gguf.GGUFReader(q4km).tensors}
+        want_types = {"blk.0.attn_q.weight": "Q5_0", "blk.0.ffn_gate.weight": "Q5_0",
+                      "blk.0.ffn_down.weight": "Q5_0", "blk.1.ffn_down.weight": "Q8_0",
+                      "blk.1.attn_v.weight": "Q8_0", "output.weight": "Q8_0"}
+        for name, qname in want_types.items():
+            t = got[name]
+            self.assertEqual(t.tensor_type.name, qname, name)
+            want = gguf.quants.quantize(values[name], t.tensor_type)
+            self.assertEqual(np.asarray(t.data).tobytes(), want.tobytes(), name)
+        self.check_parity("llama_rows160_Q4_K_M", q4km, hf, True)
+        tokens_file, logits_file = engine_logits(q4km)
+        tokens_load, logits_load = engine_logits(hf, ("--weight-dtype", "q4_k_m"))
+        self.assertEqual(tokens_load, tokens_file)
+        np.testing.assert_array_equal(logits_load, logits_file)
+
     def test_sentencepiece_vocabulary_serves_text(self):
         """A Llama 2-style file (SentencePiece pieces, scores and piece types in tokenizer.ggml.*,
         model "llama", as TinyLlama's and Mistral's GGUF files carry them): text in and text out
@@ -418,7 +445,7 @@ class GgufModelTest(unittest.TestCase):
                 np.testing.assert_array_equal(logits_load, logits_file, err_msg=f"{arch}: on-load {qtype}")
             f32 = os.path.join(WORKDIR, f"{arch}_f32.gguf")
             run("gguf", "convert", hf, f32, "--type", "f32")
-            for qname in ("Q4_0", "Q4_K", "Q5_K", "Q6_K"):
+            for qname in ("Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K"):
                 path = os.path.join(WORKDIR, f"{arch}_{qname}.gguf")
                 self.with_random_blocks(f32, path, qname)
                 self.check_parity(f"{arch}_{qname}", path, hf, arch == "llama")
