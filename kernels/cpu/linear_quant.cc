@@ -427,7 +427,11 @@ void GroupK(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, 
   const uint8_t* rows[kGroup];
   for (int c = 0; c < kGroup; ++c) rows[c] = w.row(j + std::min(c, n - 1));
   __m128 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm_setzero_ps();
+  const float* xd[R];  // x's block scales (scales() divides: kept out of the loop).
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm_setzero_ps();
+    xd[r] = xq.scales(t + r);
+  }
   for (int64_t s = 0; s < blocks; ++s) {
     XRows<R> x;
     for (int r = 0; r < R; ++r) {
@@ -446,7 +450,7 @@ void GroupK(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, 
       if constexpr (Kernel::kDminAt >= 0) dmin[c] = LoadF16(blk + Kernel::kDminAt);
     }
     for (int r = 0; r < R; ++r) {
-      const __m128 dx = _mm_set1_ps(xq.scales(t + r)[s]);
+      const __m128 dx = _mm_set1_ps(xd[r][s]);
       const __m128 itot = _mm_cvtepi32_ps(Sum4(dot[0][r], dot[1][r], dot[2][r], dot[3][r]));
       if constexpr (Kernel::kDminAt >= 0) {
         // The scales' part and the mins' part nearly cancel where a row's output is small:
