@@ -191,6 +191,15 @@ inline void Prefetch(const uint8_t* blk, int64_t bytes) {
 
 __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+// acc + v, kept in this order: integer adds reassociate freely, and GCC turns a kernel's chain of
+// accumulations into a tree of temporaries that spill (a quarter of the R = 4 kernel's
+// instructions were stack moves). The empty asm makes the sum opaque, so the chain stays a chain.
+inline __m256i Accumulate(__m256i acc, __m256i v) {
+  __m256i s = _mm256_add_epi32(acc, v);
+  asm("" : "+x"(s));
+  return s;
+}
+
 // Rows of x a kernel call walks together: each weight block is unpacked once for all of them.
 // R rows of integer sums (and, for Q8_0/Q4_0, of float accumulators) stay in registers.
 constexpr int kRows32 = 4;
@@ -335,8 +344,8 @@ inline void PairQ45K(const uint8_t* qs, __m256i qh, const XRows<R>& x, __m256i s
   for (int r = 0; r < R; ++r) {
     const __m256i plo = _mm256_maddubs_epi16(lo, Load32(x.q[r] + 64 * p));
     const __m256i phi = _mm256_maddubs_epi16(hi, Load32(x.q[r] + 64 * p + 32));
-    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(plo, slo));
-    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(phi, shi));
+    acc[r] = Accumulate(acc[r], _mm256_madd_epi16(plo, slo));
+    acc[r] = Accumulate(acc[r], _mm256_madd_epi16(phi, shi));
   }
 }
 
@@ -368,7 +377,7 @@ inline void QuarterQ6K(__m256i q, const XRows<R>& x, __m256i sc, __m256i* acc) {
   const __m256i scale = BroadcastLane16<2 * k, 2 * k + 1>(sc);
   for (int r = 0; r < R; ++r) {
     const __m256i p = _mm256_maddubs_epi16(q, Load32(x.q[r] + 128 * h + 32 * k));
-    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, scale));
+    acc[r] = Accumulate(acc[r], _mm256_madd_epi16(p, scale));
   }
 }
 
