@@ -223,11 +223,27 @@ class SignalTest(unittest.TestCase):
         """A decode worker told to stop while it starts exits 0 (it may be loading its model)."""
         proc = subprocess.Popen([PDSERVE, "decode", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
                                  "--kv-memory-gib", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(0.05)
+        # Until main() installs its handler (the first thing it does), SIGTERM's default action
+        # is the kernel's and no program can exit 0 from it; under a loaded machine the dynamic
+        # loader alone took over 50 ms (a fixed sleep here was flaky). So: wait until the
+        # process catches SIGTERM (/proc's SigCgt), then stop it, still long before it is ready.
+        deadline = time.time() + 10
+        while not catches_sigterm(proc.pid) and time.time() < deadline:
+            time.sleep(0.001)
+        self.assertIsNone(proc.poll(), "the worker must still be starting")
         proc.terminate()
         self.assertEqual(proc.wait(timeout=30), 0)
         proc.stdout.close()
         proc.stderr.close()
+
+
+def catches_sigterm(pid):
+    """Whether process `pid` has a SIGTERM handler installed (bit 15 of /proc's SigCgt mask)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (15 - 1)))
+    return False
 
 
 class InputTest(unittest.TestCase):
