@@ -21,18 +21,17 @@ std::vector<Merge> MergesFromScores(const std::vector<std::string>& pieces,
                                     const std::vector<float>& scores) {
   // transformers: vocab = {piece: id} (a repeated piece keeps its last id); the pieces are walked
   // as dict(vocab_scores) holds them (first position, last score).
-  std::unordered_map<std::string_view, size_t> id;
+  struct Entry {
+    size_t id;
+    float score;
+  };
+  std::unordered_map<std::string_view, Entry> vocab;
   std::vector<size_t> order;
-  std::unordered_map<std::string_view, float> score;
   for (size_t i = 0; i < pieces.size(); ++i) {
     float s = i < scores.size() ? scores[i] : 0.0f;
     if (std::isnan(s)) s = -std::numeric_limits<float>::infinity();  // Keeps the sort ordered.
-    if (id.emplace(pieces[i], i).second) {
-      order.push_back(i);
-    } else {
-      id[pieces[i]] = i;
-    }
-    score[pieces[i]] = s;
+    auto [it, first] = vocab.insert_or_assign(pieces[i], Entry{i, s});
+    if (first) order.push_back(i);
   }
   struct Candidate {
     size_t left_id, right_id;
@@ -46,11 +45,11 @@ std::vector<Merge> MergesFromScores(const std::vector<std::string>& pieces,
     local.clear();
     for (size_t k = 1; k < p.size(); ++k) {
       if (!CharBoundary(p, k)) continue;
-      auto l = id.find(p.substr(0, k));
-      if (l == id.end()) continue;
-      auto r = id.find(p.substr(k));
-      if (r == id.end()) continue;
-      local.push_back({l->second, r->second, score[p], i, k});
+      auto l = vocab.find(p.substr(0, k));
+      if (l == vocab.end()) continue;
+      auto r = vocab.find(p.substr(k));
+      if (r == vocab.end()) continue;
+      local.push_back({l->second.id, r->second.id, vocab.at(p).score, i, k});
     }
     std::sort(local.begin(), local.end(), [](const Candidate& a, const Candidate& b) {
       return a.left_id != b.left_id ? a.left_id < b.left_id : a.right_id < b.right_id;

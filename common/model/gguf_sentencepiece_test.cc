@@ -186,6 +186,16 @@ TEST(SentencePieceGguf, TokenizerJsonRoundTripsThroughGguf) {
   GgufWriter refused;
   const absl::Status s = WriteGgufTokenizer(dir, true, &refused);
   EXPECT_NE(s.message().find("Llama 2's layout"), std::string::npos) << s;
+
+  // A value of the wrong type (unk_token null) is the file's error, not an exception.
+  std::string null_unk = test_tokenizers::kSentencePieceJson;
+  const std::string unk_field = "\"unk_token\": \"<unk>\"";
+  null_unk.replace(null_unk.find(unk_field), unk_field.size(), "\"unk_token\": null");
+  ASSERT_TRUE(WriteStringToFile(JoinPath(dir, "tokenizer.json"), null_unk).ok());
+  GgufWriter malformed;
+  const absl::Status m = WriteGgufTokenizer(dir, true, &malformed);
+  EXPECT_EQ(m.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.message().find("malformed tokenizer file"), std::string::npos) << m;
   std::filesystem::remove_all(dir);
 }
 

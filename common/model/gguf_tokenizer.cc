@@ -18,8 +18,12 @@ namespace {
 // std::map objects: a vocabulary of 150k keys (ordered_json finds a key by a linear search).
 using Json = nlohmann::json;
 
-// llama.cpp's token types.
-constexpr int64_t kNormal = 1, kControl = 3, kUserDefined = 4;
+// A GGUF piece's type (tokenizer.ggml.token_type; PieceType's values), normal when absent.
+PieceType TypeAt(const std::vector<GgufValue>* types, size_t id) {
+  return static_cast<PieceType>(types != nullptr ? (*types)[id].i : 1);
+}
+
+int32_t TypeId(PieceType t) { return static_cast<int32_t>(t); }
 
 // The pre-tokenizers llama.cpp names in tokenizer.ggml.pre, as tokenizer.json writes them.
 constexpr std::string_view kLlama3Regex =
@@ -169,9 +173,8 @@ float NumberOf(const GgufValue& v) {
 absl::StatusOr<TokenizerFiles> SentencePieceFiles(const GgufFile& g) {
   const auto* tokens = Array(g, "tokenizer.ggml.tokens", GgufValueType::kString);
   if (tokens == nullptr) {
-    return absl::InvalidArgumentError(Str(g.source(),
-                                          ": tokenizer.ggml.tokens must be a string "
-                                          "array"));
+    return absl::InvalidArgumentError(
+        Str(g.source(), ": tokenizer.ggml.tokens must be a string array"));
   }
   PD_RETURN_IF_ERROR(CheckUtf8(g, "tokenizer.ggml.tokens", tokens));
   PD_RETURN_IF_ERROR(CheckChatTemplateUtf8(g));
@@ -198,7 +201,7 @@ absl::StatusOr<TokenizerFiles> SentencePieceFiles(const GgufFile& g) {
     pieces.push_back(t);
     piece_scores.push_back(scores != nullptr ? NumberOf((*scores)[id]) : 0.0f);
     vocab[t] = id;  // A repeated piece keeps its last id, as transformers' dict does.
-    const auto type = static_cast<PieceType>(types != nullptr ? (*types)[id].i : 1);
+    const PieceType type = TypeAt(types, id);
     if (type == PieceType::kControl || type == PieceType::kUnknown) {
       added.push_back(AddedToken(id, t, /*special=*/true, /*normalized=*/false));
     } else if (type == PieceType::kUserDefined) {
@@ -279,10 +282,10 @@ absl::StatusOr<TokenizerFiles> TokenizerFilesFromGguf(const GgufFile& g) {
   Json added = Json::array();
   for (size_t id = 0; id < tokens->size(); ++id) {
     const std::string& t = (*tokens)[id].s;
-    const int64_t type = types != nullptr ? (*types)[id].i : kNormal;
-    if (type == kControl || type == kUserDefined) {
-      added.push_back(AddedToken(id, t, /*special=*/type == kControl,
-                                 /*normalized=*/type == kUserDefined));
+    const PieceType type = TypeAt(types, id);
+    if (type == PieceType::kControl || type == PieceType::kUserDefined) {
+      added.push_back(AddedToken(id, t, /*special=*/type == PieceType::kControl,
+                                 /*normalized=*/type == PieceType::kUserDefined));
     } else if (!vocab.contains(t)) {
       vocab[t] = id;
     }
@@ -354,7 +357,7 @@ TokenTable ReadTokenTable(const Json& j) {
     if (id < 0 || id > (1 << 22)) return;
     for (size_t i = t.tokens.size(); i <= static_cast<size_t>(id); ++i) {
       t.tokens.push_back(Str("[PAD", i, "]"));
-      t.types.push_back(static_cast<int32_t>(kUserDefined));
+      t.types.push_back(TypeId(PieceType::kUserDefined));
     }
     t.tokens[static_cast<size_t>(id)] = token;
     t.types[static_cast<size_t>(id)] = type;
@@ -362,11 +365,11 @@ TokenTable ReadTokenTable(const Json& j) {
   const Json& model = j.value("model", Json::object());
   const Json vocab = model.value("vocab", Json::object());  // items() must not outlive it.
   for (const auto& [token, id] : vocab.items()) {
-    if (id.is_number_integer()) put(id.get<int64_t>(), token, static_cast<int32_t>(kNormal));
+    if (id.is_number_integer()) put(id.get<int64_t>(), token, TypeId(PieceType::kNormal));
   }
   for (const Json& a : j.value("added_tokens", Json::array())) {
     put(a.value("id", int64_t{-1}), a.value("content", ""),
-        static_cast<int32_t>(a.value("special", false) ? kControl : kUserDefined));
+        TypeId(a.value("special", false) ? PieceType::kControl : PieceType::kUserDefined));
   }
   for (const Json& m : model.value("merges", Json::array())) {
     if (m.is_string()) {
@@ -480,7 +483,7 @@ absl::Status WriteSentencePiece(const Json& j, const Json& config, bool bos_eos,
     } else if (types[i] == PieceType::kNormal && IsBytePiece(t.tokens[i])) {
       types[i] = PieceType::kByte;
     }
-    t.types[i] = static_cast<int32_t>(types[i]);
+    t.types[i] = TypeId(types[i]);
   }
   w->SetString("tokenizer.ggml.model", "llama");
   w->SetString("tokenizer.ggml.pre", "default");
@@ -495,9 +498,7 @@ absl::Status WriteSentencePiece(const Json& j, const Json& config, bool bos_eos,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status WriteGgufTokenizer(const std::string& dir, bool bos_eos, GgufWriter* w) {
+absl::Status WriteGgufTokenizerUnchecked(const std::string& dir, bool bos_eos, GgufWriter* w) {
   const std::string path = JoinPath(dir, "tokenizer.json");
   PD_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
   const Json j = Json::parse(text, nullptr, false);
@@ -517,6 +518,20 @@ absl::Status WriteGgufTokenizer(const std::string& dir, bool bos_eos, GgufWriter
   }
   if (model.value("byte_fallback", false)) return WriteSentencePiece(j, config, bos_eos, path, w);
   return WriteByteLevel(j, config, bos_eos, path, w);
+}
+
+}  // namespace
+
+absl::Status WriteGgufTokenizer(const std::string& dir, bool bos_eos, GgufWriter* w) {
+  // The writers read the JSON through nlohmann's typed accessors, which throw on a value of
+  // another type (an unk_token of null, a type that is a number): the file's error, not a crash,
+  // as Tokenizer::FromJson does.
+  try {
+    return WriteGgufTokenizerUnchecked(dir, bos_eos, w);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(
+        Str(JoinPath(dir, "tokenizer.json"), ": malformed tokenizer file: ", e.what()));
+  }
 }
 
 }  // namespace pdserve
