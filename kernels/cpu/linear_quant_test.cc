@@ -52,21 +52,43 @@ std::vector<float> RandomX(int64_t n, uint32_t seed) {
   return x;
 }
 
+// x (whole blocks of 32) encoded as `type` into *q and decoded back.
+std::vector<float> RoundTrip(GgmlType type, const std::vector<float>& x, std::string* q) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  q->assign(static_cast<size_t>(GgmlRowBytes(type, n)), '\0');
+  EXPECT_TRUE(EncodeRow(type, x.data(), q->data(), n));
+  std::vector<float> back(x.size());
+  DequantizeRow(type, q->data(), back.data(), n);
+  return back;
+}
+
+// Every element within half a step (its block's max |x| / `levels`) of x; returns, per block of
+// 32, the index of its element of largest magnitude (the first).
+std::vector<int> ExpectWithinHalfAStep(const std::vector<float>& x, const std::vector<float>& back,
+                                       float levels) {
+  std::vector<int> largest;
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0;
+    int at = 0;
+    for (int l = 0; l < 32; ++l) {
+      if (std::fabs(x[b * 32 + l]) > amax) amax = std::fabs(x[b * 32 + l]), at = l;
+    }
+    for (int l = 0; l < 32; ++l) {
+      EXPECT_NEAR(back[b * 32 + l], x[b * 32 + l], amax / levels * 0.51 + 1e-3 * amax)
+          << b << " " << l;
+    }
+    largest.push_back(at);
+  }
+  return largest;
+}
+
 TEST(QuantBlocks, Q8_0QuantizerRoundTripsWithinHalfAStep) {
   std::vector<float> x = RandomX(256, 1);
   x[5] = 0;
   std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // An all-zero block: d = 0, codes 0.
-  std::string q(8 * 34, '\0');
-  QuantizeRowQ8_0(x.data(), q.data(), 256);
-  std::vector<float> back(256);
-  DequantizeRow(GgmlType::kQ8_0, q.data(), back.data(), 256);
-  for (int b = 0; b < 8; ++b) {
-    float amax = 0;
-    for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(x[b * 32 + l]));
-    for (int l = 0; l < 32; ++l) {
-      EXPECT_NEAR(back[b * 32 + l], x[b * 32 + l], amax / 127 * 0.51 + 1e-3 * amax) << b << " " << l;
-    }
-  }
+  std::string q;
+  const std::vector<float> back = RoundTrip(GgmlType::kQ8_0, x, &q);
+  ExpectWithinHalfAStep(x, back, 127);
   EXPECT_EQ(back[40], 0.0f);
   // The largest element maps to +-127.
   int code_max = 0;
@@ -79,20 +101,12 @@ TEST(QuantBlocks, Q8_0QuantizerRoundTripsWithinHalfAStep) {
 TEST(QuantBlocks, Q5_0QuantizerRoundTripsWithinHalfAStep) {
   std::vector<float> x = RandomX(256, 2);
   std::fill(x.begin() + 64, x.begin() + 96, 0.0f);
-  std::string q(8 * 22, '\0');
-  QuantizeRowQ5_0(x.data(), q.data(), 256);
-  std::vector<float> back(256);
-  DequantizeRow(GgmlType::kQ5_0, q.data(), back.data(), 256);
+  std::string q;
+  const std::vector<float> back = RoundTrip(GgmlType::kQ5_0, x, &q);
+  const std::vector<int> largest = ExpectWithinHalfAStep(x, back, 16);
   for (int b = 0; b < 8; ++b) {
-    float amax = 0;
-    int at = 0;
-    for (int l = 0; l < 32; ++l) {
-      if (std::fabs(x[b * 32 + l]) > amax) amax = std::fabs(x[b * 32 + l]), at = l;
-    }
-    for (int l = 0; l < 32; ++l) {
-      EXPECT_NEAR(back[b * 32 + l], x[b * 32 + l], amax / 16 * 0.51 + 1e-3 * amax) << b << " " << l;
-    }
-    EXPECT_NEAR(back[b * 32 + at], x[b * 32 + at], 1e-3 * amax) << b;
+    const float amax = std::fabs(x[b * 32 + largest[b]]);
+    EXPECT_NEAR(back[b * 32 + largest[b]], x[b * 32 + largest[b]], 1e-3 * amax) << b;
   }
   for (int l = 64; l < 96; ++l) EXPECT_EQ(back[l], 0.0f);
 }
