@@ -109,6 +109,12 @@ TEST(QuantBlocks, Q5_0QuantizerRoundTripsWithinHalfAStep) {
     EXPECT_NEAR(back[b * 32 + largest[b]], x[b * 32 + largest[b]], 1e-3 * amax) << b;
   }
   for (int l = 64; l < 96; ++l) EXPECT_EQ(back[l], 0.0f);
+  // A block of subnormals: 1 / d is infinite, the codes are clamped before their conversion to
+  // an integer (undefined for an infinity) and the block decodes to zeros (d is f16 zero).
+  std::vector<float> tiny(32, 1e-40f);
+  tiny[3] = -2e-40f;
+  const std::vector<float> tiny_back = RoundTrip(GgmlType::kQ5_0, tiny, &q);
+  for (float v : tiny_back) EXPECT_EQ(v, 0.0f);
 }
 
 // Q4_K's search: every block decodes to within a fraction of its range (4-bit codes, 6-bit scales),

@@ -316,10 +316,13 @@ void QuantizeRowQ5_0(const float* src, void* dst, int64_t n) {
     std::memcpy(out, &h, 2);
     uint32_t qh = 0;
     for (int l = 0; l < 16; ++l) {
-      // Two roundings, as llama.cpp's: the product to float, then + 16.5 truncated.
-      const float x0 = src[l] * id, x1 = src[16 + l] * id;
-      const int c0 = std::min(31, static_cast<int>(static_cast<int8_t>(x0 + 16.5f)));
-      const int c1 = std::min(31, static_cast<int>(static_cast<int8_t>(x1 + 16.5f)));
+      // Two roundings, as llama.cpp's: the product to float, then + 16.5 truncated to 0..31.
+      // Clamped before the conversion (the same codes for finite x; a subnormal d's infinite
+      // 1 / d or a NaN weight would otherwise make it undefined).
+      auto code = [](float v) {
+        return static_cast<int>(std::min(31.0f, std::max(0.0f, v + 16.5f)));
+      };
+      const int c0 = code(src[l] * id), c1 = code(src[16 + l] * id);
       out[6 + l] = static_cast<uint8_t>((c0 & 0xF) | ((c1 & 0xF) << 4));
       qh |= static_cast<uint32_t>((c0 >> 4) & 1) << l;
       qh |= static_cast<uint32_t>((c1 >> 4) & 1) << (l + 16);
