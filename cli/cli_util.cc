@@ -1,7 +1,9 @@
 #include "cli/cli_util.h"
 
+#include <algorithm>
 #include <cstdio>
 
+#include "common/base/status_macros.h"
 #include "common/base/strings.h"
 
 namespace pdserve::cli {
@@ -27,7 +29,17 @@ bool ParseFlagsOrExit(FlagSet& flags, const std::string& command, int argc, char
   return true;
 }
 
-void EngineFlags::Register(FlagSet& flags) {
+void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
+  if (with_speculative) {
+    flags.String("speculative", &speculative,
+                 "speculative decoding: none, or ngram (drafts from the request's own prompt and "
+                 "output, verified in the next step; the output is identical to plain decoding, "
+                 "only faster where text repeats)");
+    flags.Int("num-speculative-tokens", &num_speculative_tokens,
+              "the most drafted tokens per decode step (a request may ask for fewer)");
+    flags.Int("spec-ngram-min", &spec_ngram_min, "ngram: the shortest context suffix matched");
+    flags.Int("spec-ngram-max", &spec_ngram_max, "ngram: the longest context suffix matched (tried first)");
+  }
   flags.Int("threads", &threads, "compute threads (0: all cores)");
   flags.Int("block-size", &block_size, "KV cache block size in tokens");
   flags.String("kv-dtype", &kv_dtype, "KV cache dtype: f32, bf16, int8 or int4 (int8/int4: symmetric codes with an f32 scale per token and head, in the page)");
@@ -113,7 +125,12 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
     return absl::InvalidArgumentError("--max-num-batched-tokens: must be positive");
   }
   if (max_model_len < 0) return absl::InvalidArgumentError("--max-model-len: must be >= 0");
-  return absl::OkStatus();
+  PD_ASSIGN_OR_RETURN(o->speculative.method, ParseSpeculativeMethod(speculative));
+  constexpr int64_t kLimit = 1 << 20;  // Validate names the real bounds; this keeps the casts exact.
+  o->speculative.num_tokens = static_cast<int32_t>(std::clamp<int64_t>(num_speculative_tokens, -1, kLimit));
+  o->speculative.ngram_min = static_cast<int32_t>(std::clamp<int64_t>(spec_ngram_min, -1, kLimit));
+  o->speculative.ngram_max = static_cast<int32_t>(std::clamp<int64_t>(spec_ngram_max, -1, kLimit));
+  return o->speculative.Validate();
 }
 
 }  // namespace pdserve::cli

@@ -40,8 +40,14 @@ struct EngineFlags {
   std::string weight_dtype = "auto";
   bool weight_huge_pages = true;
   std::string device = "cpu";
+  // Speculative decoding (decode-side engines: generate, decode, serve, bench-engine).
+  std::string speculative = "none";
+  int64_t num_speculative_tokens = 5;
+  int64_t spec_ngram_min = 2;
+  int64_t spec_ngram_max = 4;
 
-  void Register(FlagSet& flags);
+  // `speculative`: also the speculative decoding flags (not for prefill workers).
+  void Register(FlagSet& flags, bool speculative = true);
   absl::Status ToOptions(EngineOptions* options) const;
 };
 

@@ -294,7 +294,7 @@ struct TierFlags {
                 "refuse requests (RESOURCE_EXHAUSTED) when this many wait here (0: no limit)");
     }
     flags.Double("drain-seconds", &drain_seconds, "on SIGTERM, how long running requests may finish");
-    engine.Register(flags);
+    engine.Register(flags, /*speculative=*/decode);
     metrics.Register(flags);
     security.RegisterTls(flags);
   }
@@ -664,6 +664,7 @@ int ServeCommand(int argc, char** argv) {
   po.engine.shared_weights = std::make_shared<SharedWeights>();
   if (po.engine.backend == "cuda") po.engine.engines_per_device = 2;
   dopts.engine = po.engine;
+  po.engine.speculative = SpeculativeOptions{};  // The prefill worker samples one token.
   auto prefill = PrefillWorker::Create(po);
   if (!prefill.ok()) return ReportError(cmd, prefill.status());
   auto decode = DecodeWorker::Create(dopts);

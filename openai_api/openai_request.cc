@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "common/base/strings.h"
+#include "common/sampling/sampling_params.h"
 #include "openai_api/json_body.h"
 
 namespace pdserve::openai {
@@ -219,6 +220,13 @@ bool Common(const Json& j, const ParseOptions& o, ParsedRequest* out, v1::Sampli
     if (!TokenIdList(j["stop_token_ids"], "stop_token_ids", &ids, e)) return false;
     for (int32_t id : ids) s->add_stop_token_ids(id);
   }
+  if (j.contains("num_speculative_tokens") && !j["num_speculative_tokens"].is_null()) {
+    int64_t k = 0;
+    if (!Integer(j, "num_speculative_tokens", 0, SamplingParams::kMaxSpeculativeTokens, &k, e)) {
+      return false;
+    }
+    s->set_num_speculative_tokens(static_cast<int32_t>(k));
+  }
   bool include_stop = false;
   if (!Boolean(j, "include_stop_str_in_output", &include_stop, e)) return false;
   s->set_include_stop_str_in_output(include_stop);
@@ -246,7 +254,8 @@ bool KnownField(std::string_view key) {
       "repetition_penalty", "best_of", "user", "seed", "ignore_eos", "skip_special_tokens",
       "include_stop_str_in_output", "add_special_tokens", "add_generation_prompt",
       "continue_final_message", "chat_template_kwargs", "tools", "tool_choice",
-      "parallel_tool_calls", "response_format", "return_token_strs", "tokens"};
+      "parallel_tool_calls", "response_format", "return_token_strs", "tokens",
+      "num_speculative_tokens"};
   if (known->contains(key)) return true;
   for (const Unsupported& u : kUnsupported) {
     if (key == u.key) return true;

@@ -173,15 +173,16 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
   Lap(ForwardPhase::kEmbedding);
   for (int64_t layer = 0; layer < c.num_layers; ++layer) Layer(layer, batch, rows);
 
-  // Final norm and lm_head on the rows that are sampled (the last token of such sequences).
+  // Final norm and lm_head on the rows that are sampled (each sequence's last num_logits).
   int64_t m = 0;
   int64_t r = 0;
   for (const SequenceChunk& chunk : batch.sequences) {
     r += static_cast<int64_t>(chunk.tokens.size());
-    if (!chunk.need_logits) continue;
-    kernels::RmsNorm(&x_[(r - 1) * hidden], weights_->final_norm().data(), hidden,
-                     static_cast<float>(c.rms_norm_eps), &logit_in_[m * hidden]);
-    ++m;
+    for (int64_t row = r - chunk.num_logits; row < r; ++row) {
+      kernels::RmsNorm(&x_[row * hidden], weights_->final_norm().data(), hidden,
+                       static_cast<float>(c.rms_norm_eps), &logit_in_[m * hidden]);
+      ++m;
+    }
   }
   if (m > 0) {
     // Never OpenBLAS here: a sequence's logits must not depend on how many rows are sampled.

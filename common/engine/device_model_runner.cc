@@ -158,7 +158,7 @@ absl::Status DeviceModelRunner::Forward(const ForwardBatch& batch, float* logits
   // the metadata itself is read from device memory at replay).
   bool graph = options_.device_graphs;
   for (const SequenceChunk& s : batch.sequences) {
-    graph = graph && s.tokens.size() == 1 && s.need_logits;
+    graph = graph && s.tokens.size() == 1 && s.num_logits == 1;
     st.table_stride = std::max(st.table_stride, static_cast<int>(s.block_table.size()));
   }
   if (graph) st.table_stride = max_table_;
@@ -193,7 +193,7 @@ absl::Status DeviceModelRunner::Forward(const ForwardBatch& batch, float* logits
         tile_rows[st.tiles++] = std::min(tile_limit, n - i);
       }
     }
-    if (chunk.need_logits) logit_index[st.logit_rows++] = r + n - 1;
+    for (int i = n - chunk.num_logits; i < n; ++i) logit_index[st.logit_rows++] = r + i;
     int32_t* table = tables + static_cast<size_t>(s) * st.table_stride;
     std::copy(chunk.block_table.begin(), chunk.block_table.end(), table);
     std::fill(table + chunk.block_table.size(), table + st.table_stride, 0);

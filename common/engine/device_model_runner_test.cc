@@ -645,7 +645,7 @@ TEST_P(DeviceRunnerLongContextTest, ADecodeRowIsTheSameAloneOrInAnyBatch) {
     }
   }
   auto last = [](const std::vector<int32_t>& p) { return absl::MakeConstSpan(p).subspan(p.size() - 1); };
-  const SequenceChunk row_a{last(a), static_cast<int64_t>(a.size() - 1), ta, true};
+  const SequenceChunk row_a{last(a), static_cast<int64_t>(a.size() - 1), ta, 1};
   ForwardBatch alone, with_decodes, with_prefill;
   alone.sequences = {row_a};
   with_decodes.sequences = {{last(b), static_cast<int64_t>(b.size() - 1), tb, true}, row_a,

@@ -11,6 +11,7 @@
 #include "common/base/dtype.h"
 #include "common/base/ggml_types.h"
 #include "common/engine/model_runner.h"
+#include "common/engine/speculative.h"
 #include "common/model/weight_format.h"
 
 namespace pdserve {
@@ -38,6 +39,7 @@ struct EngineOptions {
                                        // the KV pool holds.
   bool enable_prefix_caching = true;
   bool enable_kv_events = false;       // Log prefix-cache changes for routers (workers drain them).
+  SpeculativeOptions speculative;      // Drafts verified per decode step (off by default).
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
   ComputeDType compute_dtype = ComputeDType::kAuto;  // Resolved in LLMEngine::Create.
   bool weight_huge_pages = true;  // ModelRunnerOptions::weight_huge_pages.

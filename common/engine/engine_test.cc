@@ -272,6 +272,59 @@ TEST_P(EngineFamilyTest, ThreadCountAndRepeatAreBitwiseIdentical) {
   ExpectBitwiseEqual(RunEngine(dir, one, {r}).at("r"), a.at("r"), "run twice");
 }
 
+// A prompt that repeats itself with small edits (what a rewrite or an edit asks for), so n-gram
+// drafts are proposed, some kept and some rejected.
+std::vector<int32_t> RepeatingPrompt(uint64_t seed) {
+  const std::vector<int32_t> phrase = Prompt(9, seed);
+  std::vector<int32_t> p;
+  for (int copy = 0; copy < 3; ++copy) {
+    p.insert(p.end(), phrase.begin(), phrase.end());
+    p[p.size() - 1 - static_cast<size_t>(copy)] = static_cast<int32_t>(seed % 200 + copy);
+  }
+  p.insert(p.end(), phrase.begin(), phrase.begin() + 4);
+  return p;
+}
+
+// Speculative decoding's promise: whatever is drafted, the output equals plain decoding, ids and
+// logits bitwise, greedy and seeded (top-p, top-k, penalties), batched with arrivals staggered.
+TEST_P(EngineFamilyTest, SpeculativeEqualsPlainBitwise) {
+  const std::string dir = Dir();
+  std::vector<Request> requests;
+  for (int i = 0; i < 6; ++i) {
+    SamplingParams p = Greedy(24);
+    if (i % 3 == 1) {
+      p.temperature = 0.7f;
+      p.top_k = 20;
+      p.seed = 300 + i;
+    } else if (i % 3 == 2) {
+      p.temperature = 1.0f;
+      p.top_p = 0.9f;
+      p.frequency_penalty = 0.4f;
+      p.repetition_penalty = 1.1f;
+      p.seed = 300 + i;
+    }
+    requests.push_back({"s" + std::to_string(i), RepeatingPrompt(60 + i), p});
+  }
+  const std::vector<int> arrivals = {0, 0, 2, 3, 5, 9};
+  EngineStats plain_stats, spec_stats;
+  const auto plain = RunEngine(dir, Opts(), requests, arrivals, &plain_stats);
+  EngineOptions o = Opts();
+  o.speculative.method = SpeculativeMethod::kNgram;
+  o.speculative.num_tokens = 4;
+  o.speculative.ngram_min = 1;
+  o.speculative.ngram_max = 3;
+  const auto spec = RunEngine(dir, o, requests, arrivals, &spec_stats);
+  for (const Request& r : requests) ExpectBitwiseEqual(spec.at(r.id), plain.at(r.id), r.id);
+  EXPECT_EQ(plain_stats.spec_drafts, 0);
+  // Both outcomes were exercised, or the equality proves little.
+  EXPECT_GT(spec_stats.spec_accepted_tokens, 0);
+  EXPECT_GT(spec_stats.spec_draft_tokens, spec_stats.spec_accepted_tokens);
+  EXPECT_EQ(spec_stats.generated_tokens, plain_stats.generated_tokens);
+  int64_t by_position = 0;
+  for (int64_t n : spec_stats.spec_accepted_by_position) by_position += n;
+  EXPECT_EQ(by_position, spec_stats.spec_accepted_tokens);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Families, EngineFamilyTest,
     ::testing::Combine(::testing::Values("llama", "mistral", "qwen2", "qwen3"),
@@ -739,6 +792,115 @@ TEST(EngineTest, ResumedRequestContinuesLikeAnUninterruptedRun) {
   bad.resume_output = {1, 100000};
   s = engine->AddRequest("b", Prompt(5, 1), Greedy(4), bad);
   EXPECT_NE(s.message().find("resume_output_ids: token id 100000 at position 1"), absl::string_view::npos) << s;
+}
+
+EngineOptions SpeculativeOptionsForTest(int32_t k = 4) {
+  EngineOptions o = SmallOptions();
+  o.speculative.method = SpeculativeMethod::kNgram;
+  o.speculative.num_tokens = k;
+  o.speculative.ngram_min = 1;
+  o.speculative.ngram_max = 3;
+  return o;
+}
+
+// Preempted while speculating (drafted slots and all), recomputed, the same bits as a roomy plain
+// run; stop tokens, max_tokens and max_model_len end a request inside an accepted draft as plain
+// decoding ends it; nothing leaks (RunEngine checks every block is free at the end).
+TEST(EngineTest, SpeculativeUnderPreemptionAndStopsEqualsPlain) {
+  const std::string dir = ModelDir("llama");
+  std::vector<Request> requests;
+  for (int i = 0; i < 6; ++i) {
+    SamplingParams p = Greedy(30);
+    if (i % 2) {
+      p.temperature = 1.0f;
+      p.seed = 70 + i;
+    }
+    requests.push_back({"p" + std::to_string(i), RepeatingPrompt(80 + i), p});
+  }
+  const auto roomy = RunEngine(dir, SmallOptions(), requests);
+  // A stop token and a max_tokens taken from the plain output, so they fall mid-draft.
+  const std::vector<int32_t>& t0 = roomy.at("p0").tokens;
+  requests[0].params.stop_token_ids = {t0[17]};
+  requests[2].params.max_tokens = 11;
+  const auto plain_cut = RunEngine(dir, SmallOptions(), requests);
+  EngineOptions tight = SpeculativeOptionsForTest();
+  tight.num_kv_blocks = 26;  // 6 sequences of up to 61 tokens need 96 blocks of 4: preemption.
+  tight.max_model_len = 100;
+  EngineStats stats;
+  const auto squeezed = RunEngine(dir, tight, requests, {}, &stats);
+  EXPECT_GT(stats.preemptions, 0) << "the squeezed run must preempt, or it proves nothing";
+  EXPECT_GT(stats.spec_accepted_tokens, 0);
+  for (const Request& r : requests) {
+    ExpectBitwiseEqual(squeezed.at(r.id), plain_cut.at(r.id), r.id);
+    EXPECT_EQ(squeezed.at(r.id).finish_reason, plain_cut.at(r.id).finish_reason) << r.id;
+  }
+  EXPECT_EQ(plain_cut.at("p0").finish_reason, "stop");
+  EXPECT_EQ(plain_cut.at("p2").tokens.size(), 11u);
+  // The context's end: a draft never runs past max_model_len.
+  EngineOptions short_context = SpeculativeOptionsForTest();
+  short_context.max_model_len = 40;
+  const Request near_end{"e", RepeatingPrompt(7), Greedy(30)};
+  EngineOptions plain_short = SmallOptions();
+  plain_short.max_model_len = 40;
+  const auto plain_end = RunEngine(dir, plain_short, {near_end});
+  ExpectBitwiseEqual(RunEngine(dir, short_context, {near_end}).at("e"), plain_end.at("e"), "end");
+  EXPECT_EQ(plain_end.at("e").finish_reason, "length");
+}
+
+// Requests aborted at every stage of a speculating batch leave no block behind; a request's
+// num_speculative_tokens bounds its drafts (0: none) without changing its output.
+TEST(EngineTest, SpeculativeAbortsFreeEverythingAndRequestsChooseTheirDraftLength) {
+  const std::string dir = ModelDir("llama");
+  auto engine = *LLMEngine::Create(dir, SpeculativeOptionsForTest());
+  std::vector<RequestOutput> outs;
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(engine->AddRequest("c" + std::to_string(i), RepeatingPrompt(90 + i), Greedy(40)).ok());
+  }
+  for (int step = 0; engine->HasUnfinished(); ++step) {
+    ASSERT_TRUE(engine->Step(&outs).ok());
+    engine->Abort("c" + std::to_string(step % 12), &outs);  // Prefilling, drafting, or gone.
+  }
+  EXPECT_GT(engine->Stats().spec_drafts, 0);
+  EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
+
+  const Request r{"r", RepeatingPrompt(5), Greedy(24)};
+  const auto plain = RunEngine(dir, SmallOptions(), {r});
+  for (int32_t k : {0, 1, 2}) {
+    Request asked = r;
+    asked.params.num_speculative_tokens = k;
+    EngineStats stats;
+    const auto out = RunEngine(dir, SpeculativeOptionsForTest(4), {asked}, {}, &stats);
+    ExpectBitwiseEqual(out.at("r"), plain.at("r"), Str("k=", k));
+    EXPECT_LE(stats.spec_draft_tokens, stats.spec_drafts * k) << k;
+    if (k == 0) EXPECT_EQ(stats.spec_drafts, 0);
+    for (size_t pos = static_cast<size_t>(std::max(k, 0)); pos < 4; ++pos) {
+      EXPECT_EQ(stats.spec_accepted_by_position[pos], 0) << k;
+    }
+  }
+}
+
+TEST(EngineTest, SpeculativeOptionsAreChecked) {
+  const std::string dir = ModelDir("llama");
+  EngineOptions o = SpeculativeOptionsForTest();
+  o.speculative.num_tokens = 17;
+  auto bad = LLMEngine::Create(dir, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--num-speculative-tokens"), absl::string_view::npos);
+  o = SpeculativeOptionsForTest();
+  o.speculative.ngram_max = 0;
+  bad = LLMEngine::Create(dir, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--spec-ngram-max"), absl::string_view::npos);
+  o = SpeculativeOptionsForTest();
+  o.backend = "cuda";
+  bad = LLMEngine::Create(dir, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnimplemented) << bad.status();
+  auto engine = *LLMEngine::Create(dir, SpeculativeOptionsForTest());
+  SamplingParams p = Greedy(4);
+  p.num_speculative_tokens = 17;
+  absl::Status s = engine->AddRequest("x", {1, 2}, p);
+  EXPECT_NE(s.message().find("num_speculative_tokens"), absl::string_view::npos) << s;
 }
 
 TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {

@@ -15,7 +15,9 @@ struct SequenceChunk {
   absl::Span<const int32_t> tokens;       // The tokens to run (a prefill chunk or 1 decode token).
   int64_t start_position = 0;             // Position of tokens[0]; positions before it are cached.
   absl::Span<const int32_t> block_table;  // Must cover start_position + tokens.size() tokens.
-  bool need_logits = false;               // Return logits of the last token.
+  // Return logits of the last num_logits tokens: 0 none, 1 a prefill's last chunk or a decode
+  // token, more a decode token followed by speculative drafts (each position's next token).
+  int32_t num_logits = 0;
 };
 
 struct ForwardBatch {
@@ -28,7 +30,7 @@ struct ForwardBatch {
   }
   int64_t num_logit_rows() const {
     int64_t n = 0;
-    for (const SequenceChunk& s : sequences) n += s.need_logits ? 1 : 0;
+    for (const SequenceChunk& s : sequences) n += s.num_logits;
     return n;
   }
 };

@@ -85,6 +85,15 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
             "): the CUDA kernels read f32/bf16/f16 matrices only; quantized formats run on "
             "--device cpu"));
   }
+  PD_RETURN_IF_ERROR(options.speculative.Validate());
+  if (options.backend != "cpu" && options.speculative.enabled()) {
+    // Identity with plain decoding rests on a position's logits being the same bits inside a
+    // chunk as alone; cuBLASLt's GEMMs do not promise that.
+    return absl::UnimplementedError(
+        Str("--speculative ", SpeculativeMethodName(options.speculative.method), " with --device ",
+            options.backend, ": speculative decoding runs on --device cpu, where a drafted "
+            "position computes the same bits as plain decoding"));
+  }
   KvCacheSpec spec{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size,
                    options.kv_dtype};
   int64_t num_blocks = options.num_kv_blocks;
@@ -137,7 +146,10 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
   ModelRunnerOptions ro;
   ro.threads = options.threads;
   ro.max_batch_tokens = options.max_num_batched_tokens;
-  ro.max_logit_rows = options.max_num_seqs;
+  // A speculating decode asks for logits at each drafted position too.
+  const int64_t logit_rows_per_seq =
+      1 + (options.speculative.enabled() ? options.speculative.num_tokens : 0);
+  ro.max_logit_rows = options.max_num_seqs * logit_rows_per_seq;
   ro.max_model_len = e->max_model_len_;
   ro.prefill_gemm = options.prefill_gemm;
   PD_ASSIGN_OR_RETURN(ro.compute_dtype,
@@ -158,7 +170,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
                       options.runner_factory
                           ? options.runner_factory(ro, e->weights_.get(), e->pool_.get())
                           : CreateModelRunner(options.backend, ro, e->weights_.get(), e->pool_.get()));
-  e->logits_.resize(static_cast<size_t>(options.max_num_seqs) * config.vocab_size);
+  e->logits_.resize(static_cast<size_t>(ro.max_logit_rows) * config.vocab_size);
   e->sampled_.reserve(options.max_num_seqs);
   return e;
 }
@@ -363,8 +375,28 @@ void LLMEngine::SetLayerObserver(LayerObserver observer) {
   }
 }
 
+void LLMEngine::Draft(Sequence* seq) {
+  seq->draft.clear();
+  const SpeculativeOptions& so = options_.speculative;
+  const int32_t asked = seq->params.num_speculative_tokens;
+  int64_t k = asked < 0 ? so.num_tokens : std::min(asked, so.num_tokens);
+  // Nothing past what the request may still produce (every accepted draft is followed by one
+  // sampled token) or past the context (the drafts' positions must exist).
+  k = std::min({k, seq->params.max_tokens - seq->num_generated() - 1,
+                max_model_len_ - static_cast<int64_t>(seq->tokens.size())});
+  if (k <= 0) return;
+  k = seq->speculation.NextLength(static_cast<int32_t>(k));
+  if (k <= 0) return;
+  NgramPropose(seq->tokens, so.ngram_min, so.ngram_max, static_cast<int32_t>(k), &seq->draft);
+}
+
 absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   const Clock::time_point step_start = Clock::now();
+  if (options_.speculative.enabled()) {
+    for (Sequence* seq : scheduler_->running()) {
+      if (seq->num_uncomputed() == 1) Draft(seq);
+    }
+  }
   scheduler_->Schedule(&schedule_);
   if (schedule_.chunks.empty()) return absl::OkStatus();
   ++stats_.steps;
@@ -372,13 +404,20 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   sampled_.clear();
   for (const ScheduledChunk& chunk : schedule_.chunks) {
     Sequence* seq = chunk.seq;
-    const bool completes = seq->num_computed + chunk.num_tokens ==
+    const int64_t drafted = static_cast<int64_t>(seq->draft.size());
+    const bool completes = seq->num_computed + chunk.num_tokens - drafted ==
                            static_cast<int64_t>(seq->tokens.size());
     SequenceChunk sc;
-    sc.tokens = absl::MakeConstSpan(seq->tokens).subspan(seq->num_computed, chunk.num_tokens);
+    if (drafted > 0) {  // The last token, then the draft; logits at each position.
+      seq->step_tokens.assign(1, seq->tokens.back());
+      seq->step_tokens.insert(seq->step_tokens.end(), seq->draft.begin(), seq->draft.end());
+      sc.tokens = seq->step_tokens;
+    } else {
+      sc.tokens = absl::MakeConstSpan(seq->tokens).subspan(seq->num_computed, chunk.num_tokens);
+    }
     sc.start_position = seq->num_computed;
     sc.block_table = blocks_->BlockTable(seq->id);
-    sc.need_logits = completes;
+    sc.num_logits = completes ? static_cast<int32_t>(1 + drafted) : 0;
     batch_.sequences.push_back(sc);
     if (completes) sampled_.push_back(seq);
     if (seq->num_computed < seq->num_prompt_tokens) {
@@ -393,25 +432,34 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   const Clock::time_point forward_end = Clock::now();
   stats_.forward_seconds += Seconds(forward_end - forward_start);
 
-  const int64_t bs = blocks_->block_size();
   for (const ScheduledChunk& chunk : schedule_.chunks) {
     Sequence* seq = chunk.seq;
-    seq->num_computed += chunk.num_tokens;
-    ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
-    blocks_->Publish(seq->id, absl::MakeConstSpan(seq->block_hashes)
-                                  .subspan(0, std::min<size_t>(seq->block_hashes.size(),
-                                                               seq->num_computed / bs)));
+    // A draft's KV counts once its token is accepted (below).
+    seq->num_computed += chunk.num_tokens - static_cast<int64_t>(seq->draft.size());
+    PublishComputed(seq);
   }
   const int64_t vocab = config().vocab_size;
   const Clock::time_point sample_start = Clock::now();
   stats_.schedule_seconds += Seconds(sample_start - forward_end);
-  for (size_t i = 0; i < sampled_.size(); ++i) {
-    Sequence* seq = sampled_[i];
-    const float* row = &logits_[i * vocab];
-    if (logits_observer_) logits_observer_(seq->request_id, row, vocab);
-    const SampledToken t = sampler_.Sample(row, vocab, seq->params, seq->sampler);
+  size_t row = 0;
+  for (Sequence* seq : sampled_) {
     RequestOutput out = MakeOutput(*seq);
-    const std::optional<std::string> reason = Append(seq, t, &out);
+    std::optional<std::string> reason;
+    // Walk the positions as plain decoding would, one seeded draw each: a draft token is kept
+    // exactly when it is the token drawn, and the first draw that differs ends the walk.
+    const int64_t drafted = static_cast<int64_t>(seq->draft.size());
+    int64_t accepted = 0;
+    for (int64_t i = 0; i <= drafted; ++i) {
+      const float* logits = &logits_[(row + i) * vocab];
+      if (logits_observer_) logits_observer_(seq->request_id, logits, vocab);
+      const SampledToken t = sampler_.Sample(logits, vocab, seq->params, seq->sampler);
+      reason = Append(seq, t, &out);
+      if (reason || i == drafted || t.token != seq->draft[i]) break;
+      ++accepted;
+      ++seq->num_computed;  // The draft's KV, computed this step, is the token's.
+    }
+    row += static_cast<size_t>(drafted + 1);
+    if (drafted > 0) EndSpeculation(seq, drafted, accepted, reason.has_value());
     out.completion_tokens = seq->num_generated();
     out.ttft_seconds = Seconds(seq->first_token - seq->arrival);
     if (reason) {
@@ -424,6 +472,27 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   stats_.sample_seconds += Seconds(step_end - sample_start);
   stats_.step_seconds += Seconds(step_end - step_start);
   return absl::OkStatus();
+}
+
+void LLMEngine::PublishComputed(Sequence* seq) {
+  const int64_t bs = blocks_->block_size();
+  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+  blocks_->Publish(seq->id, absl::MakeConstSpan(seq->block_hashes)
+                                .subspan(0, std::min<size_t>(seq->block_hashes.size(),
+                                                             seq->num_computed / bs)));
+}
+
+void LLMEngine::EndSpeculation(Sequence* seq, int64_t drafted, int64_t accepted, bool finished) {
+  stats_.spec_drafts += 1;
+  stats_.spec_draft_tokens += drafted;
+  stats_.spec_accepted_tokens += accepted;
+  for (int64_t i = 0; i < accepted; ++i) ++stats_.spec_accepted_by_position[i];
+  seq->speculation.Record(static_cast<int32_t>(drafted), static_cast<int32_t>(accepted));
+  seq->draft.clear();
+  // Accepted tokens' full blocks are published (as plain decoding would have by now); rejected
+  // positions' slots go back to the pool unless the request ends (its blocks go together).
+  PublishComputed(seq);
+  if (!finished) blocks_->Truncate(seq->id, static_cast<int64_t>(seq->tokens.size()));
 }
 
 RequestOutput LLMEngine::MakeOutput(const Sequence& seq) const {

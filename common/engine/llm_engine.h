@@ -6,6 +6,7 @@
 #ifndef PDSERVE_COMMON_ENGINE_LLM_ENGINE_H_
 #define PDSERVE_COMMON_ENGINE_LLM_ENGINE_H_
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -37,7 +38,8 @@ struct TokenOutput {
 // What one step produced for one request.
 struct RequestOutput {
   std::string request_id;
-  // New this step (0 or 1 for now); inline, so an output costs no allocation.
+  // New this step: 0 or 1, more when speculative drafts were accepted; inline, so a plain
+  // decode step's output costs no allocation.
   absl::InlinedVector<TokenOutput, 1> tokens;
   bool finished = false;
   std::string finish_reason;        // "stop", "length" or "abort" when finished.
@@ -79,6 +81,12 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t prompt_tokens_computed = 0;
   int64_t generated_tokens = 0;
+  // Speculative decoding (vLLM's spec_decode counters): verification steps of a request with a
+  // draft, drafted tokens, accepted tokens, and accepted tokens by their position in the draft.
+  int64_t spec_drafts = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  std::array<int64_t, SpeculativeOptions::kMaxTokens> spec_accepted_by_position{};
   // Where the steps' time went (cumulative), each part timed on its own: the whole of Step; the
   // model's forward pass; sampling + output records; and the scheduler's own work before the
   // forward pass (choosing the batch, reserving blocks, building the batch) and after it
@@ -166,6 +174,7 @@ class LLMEngine {
   // "cuda/bf16".
   std::string numerics() const;
   int64_t num_kv_blocks() const { return pool_->num_blocks(); }
+  const SpeculativeOptions& speculative() const { return options_.speculative; }
   EngineStats Stats() const;
   // Prefix-cache changes since the last call (EngineOptions::enable_kv_events), and the full set.
   void DrainKvEvents(std::vector<KvEvent>* out) { blocks_->DrainEvents(out); }
@@ -180,6 +189,12 @@ class LLMEngine {
   // Appends a sampled token; returns the finish reason, or nullopt to continue.
   std::optional<std::string> Append(Sequence* seq, const SampledToken& t, RequestOutput* out);
   void Finish(Sequence* seq);
+  // Proposes seq->draft for this step (speculative decoding on, the request decoding).
+  void Draft(Sequence* seq);
+  // After a step that verified a draft: counters, the request's acceptance, and its blocks.
+  void EndSpeculation(Sequence* seq, int64_t drafted, int64_t accepted, bool finished);
+  // Hashes and publishes the full blocks whose KV is computed.
+  void PublishComputed(Sequence* seq);
   // Marks `out` finished with `reason` and sets its phase times.
   void SetFinished(const Sequence& seq, const std::string& reason, RequestOutput* out) const;
   absl::Status ValidateRequest(const std::string& request_id, const std::vector<int32_t>& prompt,

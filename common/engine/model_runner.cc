@@ -93,6 +93,10 @@ absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelRunnerOp
                                             ", ", end, ") outside [0, ", options.max_model_len,
                                             "]"));
     }
+    if (s.num_logits < 0 || s.num_logits > static_cast<int64_t>(s.tokens.size())) {
+      return absl::InvalidArgumentError(Str("sequence ", i, ": asks for logits of ", s.num_logits,
+                                            " of its ", s.tokens.size(), " tokens"));
+    }
     if (static_cast<int64_t>(s.block_table.size()) * bs < end) {
       return absl::InvalidArgumentError(Str("sequence ", i, ": block table holds ",
                                             s.block_table.size() * bs, " tokens, needs ", end));

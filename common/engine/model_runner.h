@@ -93,7 +93,8 @@ struct ModelRunnerOptions {
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
-  // logits: [batch.num_logit_rows()][vocab], in the order of sequences with need_logits.
+  // logits: [batch.num_logit_rows()][vocab], the rows of each sequence's last
+  // num_logits tokens, in batch order.
   // InvalidArgument if the batch exceeds the sizes the runner was built for.
   virtual absl::Status Forward(const ForwardBatch& batch, float* logits) = 0;
   virtual std::string_view backend() const = 0;

@@ -48,6 +48,22 @@ void Scheduler::Schedule(SchedulerOutput* out) {
     ++i;
   }
 
+  // Speculative tokens ride on the decode steps once every running sequence has its token, where
+  // the budget and free blocks allow: a draft never preempts anyone.
+  for (ScheduledChunk& c : out->chunks) {
+    Sequence* seq = c.seq;
+    if (seq->draft.empty()) continue;
+    const int64_t k = std::min<int64_t>(static_cast<int64_t>(seq->draft.size()), budget);
+    if (out->preempted.empty() && c.num_tokens == 1 && seq->num_uncomputed() == 1 && k > 0 &&
+        blocks_->Reserve(seq->id, seq->num_computed + 1 + k).ok()) {
+      seq->draft.resize(static_cast<size_t>(k));
+      c.num_tokens += k;
+      budget -= k;
+    } else {
+      seq->draft.clear();
+    }
+  }
+  for (size_t i = out->chunks.size(); i < running_.size(); ++i) running_[i]->draft.clear();
   if (!out->preempted.empty()) {
     for (const ScheduledChunk& c : out->chunks) out->num_tokens += c.num_tokens;
     return;
@@ -71,6 +87,7 @@ void Scheduler::Schedule(SchedulerOutput* out) {
 }
 
 bool Scheduler::Admit(Sequence* seq, int64_t budget, SchedulerOutput* out) {
+  seq->draft.clear();  // Drafts are for running sequences.
   const int64_t bs = blocks_->block_size();
   const int64_t len = static_cast<int64_t>(seq->tokens.size());
   if (blocks_->Has(seq->id)) {  // Prefilled elsewhere: its blocks are reserved already.

@@ -29,7 +29,8 @@ struct SchedulerOptions {
 
 struct ScheduledChunk {
   Sequence* seq;
-  int64_t num_tokens;  // Starting at seq->num_computed.
+  // Starting at seq->num_computed; for a decode with a draft, 1 + seq->draft.size().
+  int64_t num_tokens;
 };
 
 // The scheduler's decision for one step.
@@ -52,6 +53,8 @@ class Scheduler {
   void RemoveKeepBlocks(Sequence* seq);
 
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  // Running sequences, oldest first (the engine drafts speculative tokens for them).
+  const std::vector<Sequence*>& running() const { return running_; }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
 

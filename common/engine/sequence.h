@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine/speculative.h"
 #include "common/kvcache/block_hash.h"
 #include "common/kvcache/block_manager.h"
 #include "common/sampling/sampler.h"
@@ -29,6 +30,12 @@ struct Sequence {
   std::vector<BlockHash> block_hashes;  // Of the full blocks of `tokens`.
   SamplingParams params;
   SamplerState sampler;
+  // Speculative decoding: tokens proposed to follow tokens.back(), verified by the next step
+  // (the scheduler trims or drops them to fit; empty unless the sequence is decoding), that
+  // step's input (tokens.back() then the draft), and the request's acceptance so far.
+  std::vector<int32_t> draft;
+  std::vector<int32_t> step_tokens;
+  SpeculationState speculation;
   Clock::time_point arrival;
   Clock::time_point first_scheduled;
   Clock::time_point first_token;

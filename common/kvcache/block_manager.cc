@@ -114,6 +114,17 @@ void BlockManager::Free(SeqId seq) {
   seqs_.erase(it);
 }
 
+void BlockManager::Truncate(SeqId seq, int64_t num_tokens) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  SeqBlocks& s = it->second;
+  const int64_t keep = std::max<int64_t>((num_tokens + block_size_ - 1) / block_size_, s.published);
+  while (static_cast<int64_t>(s.table.size()) > keep) {
+    Release(s.table.back());
+    s.table.pop_back();
+  }
+}
+
 absl::Span<const BlockId> BlockManager::BlockTable(SeqId seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return {};

@@ -86,6 +86,9 @@ class BlockManager {
 
   // Releases `seq`'s blocks (last block first, so a prompt's tail is evicted before its head).
   void Free(SeqId seq);
+  // Releases the blocks of `seq` past the first `num_tokens` tokens (speculative positions that
+  // were rejected). Published blocks are never released here: `num_tokens` must cover them.
+  void Truncate(SeqId seq, int64_t num_tokens);
 
   bool Has(SeqId seq) const { return seqs_.contains(seq); }
   absl::Span<const BlockId> BlockTable(SeqId seq) const;

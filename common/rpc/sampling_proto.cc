@@ -20,6 +20,7 @@ SamplingParams FromProto(const v1::SamplingParams& p, std::optional<uint64_t> se
   s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
   s.ignore_eos = p.ignore_eos();
   s.logprobs = p.logprobs();
+  if (p.has_num_speculative_tokens()) s.num_speculative_tokens = p.num_speculative_tokens();
   return s;
 }
 

@@ -50,6 +50,15 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
   info.set_numerics(core.engine->numerics());
   info.set_prefix_query_tokens(s.kv.prefix_query_tokens);
   info.set_prefix_hit_tokens(s.kv.prefix_hit_tokens);
+  const SpeculativeOptions& spec = core.engine->speculative();
+  if (spec.enabled()) {
+    info.set_spec_drafts(s.spec_drafts);
+    info.set_spec_draft_tokens(s.spec_draft_tokens);
+    info.set_spec_accepted_tokens(s.spec_accepted_tokens);
+    for (int32_t i = 0; i < spec.num_tokens; ++i) {
+      info.add_spec_accepted_by_position(s.spec_accepted_by_position[static_cast<size_t>(i)]);
+    }
+  }
   return info;
 }
 

@@ -143,6 +143,33 @@ void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
   transfer_bytes_.SetTotal(static_cast<double>(info.transfer_bytes()));
   transfer_pages_.SetTotal(static_cast<double>(info.transfer_pages()));
   transfers_.SetTotal(static_cast<double>(info.transfers_completed()));
+  if (info.spec_accepted_by_position_size() > 0) CollectSpeculative(info);
+}
+
+void WorkerMetrics::CollectSpeculative(const internal::v1::WorkerInfo& info) {
+  // vLLM's spec_decode counters, under both names; registered once speculation reports.
+  const auto counter = [&](const char* name, const char* help, const char* vllm) -> metrics::Counter& {
+    return registry_->AddCounter(name, help, kLabels, vllm).With({model_name_, role_});
+  };
+  counter("pdserve_spec_decode_num_drafts_total",
+          "Decode steps of a request that verified a speculative draft.",
+          "vllm:spec_decode_num_drafts_total")
+      .SetTotal(static_cast<double>(info.spec_drafts()));
+  counter("pdserve_spec_decode_num_draft_tokens_total", "Speculative tokens drafted.",
+          "vllm:spec_decode_num_draft_tokens_total")
+      .SetTotal(static_cast<double>(info.spec_draft_tokens()));
+  counter("pdserve_spec_decode_num_accepted_tokens_total",
+          "Drafted tokens accepted (each one the token plain decoding samples).",
+          "vllm:spec_decode_num_accepted_tokens_total")
+      .SetTotal(static_cast<double>(info.spec_accepted_tokens()));
+  auto& by_position = registry_->AddCounter(
+      "pdserve_spec_decode_num_accepted_tokens_per_pos_total",
+      "Drafted tokens accepted, by their position in the draft (0 first).",
+      {"model_name", "role", "position"}, "vllm:spec_decode_num_accepted_tokens_per_pos_total");
+  for (int i = 0; i < info.spec_accepted_by_position_size(); ++i) {
+    by_position.With({model_name_, role_, std::to_string(i)})
+        .SetTotal(static_cast<double>(info.spec_accepted_by_position(i)));
+  }
 }
 
 }  // namespace pdserve

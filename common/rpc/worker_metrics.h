@@ -39,6 +39,8 @@ class WorkerMetrics {
  private:
   // Gauges and totals from a WorkerInfo snapshot (before each scrape).
   void Collect(const internal::v1::WorkerInfo& info);
+  // Speculative decoding's counters, once a worker reports them (vLLM's spec_decode names).
+  void CollectSpeculative(const internal::v1::WorkerInfo& info);
 
   std::unique_ptr<metrics::Registry> own_registry_;
   metrics::Registry* registry_;

@@ -33,6 +33,11 @@ absl::Status SamplingParams::Validate(int64_t vocab_size) const {
   if (logprobs < 0 || logprobs > kMaxLogprobs) {
     return Bad("logprobs", Str("must be in [0, ", kMaxLogprobs, "], got ", logprobs));
   }
+  if (num_speculative_tokens < -1 || num_speculative_tokens > kMaxSpeculativeTokens) {
+    return Bad("num_speculative_tokens", Str("must be -1 (the worker's setting), 0 (off) or up to ",
+                                             kMaxSpeculativeTokens, ", got ",
+                                             num_speculative_tokens));
+  }
   for (int32_t id : stop_token_ids) {
     if (id < 0 || id >= vocab_size) {
       return Bad("stop_token_ids", Str("holds ", id, ", outside the vocabulary of ", vocab_size));

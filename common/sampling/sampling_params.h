@@ -23,8 +23,13 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t logprobs = 0;  // Top-N alternatives to report besides the chosen token; 0 none.
+  // Speculative decoding for this request: -1 as the worker is set (--speculative), 0 off, k at
+  // most k drafted tokens per step (never more than the worker's --num-speculative-tokens). The
+  // output is the same either way; only its speed changes.
+  int32_t num_speculative_tokens = -1;
 
   static constexpr int32_t kMaxLogprobs = 20;
+  static constexpr int32_t kMaxSpeculativeTokens = 16;
 
   // InvalidArgument naming the field and the accepted range. `vocab_size` bounds token ids.
   absl::Status Validate(int64_t vocab_size) const;

@@ -1,0 +1,81 @@
+#include "common/engine/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/base/strings.h"
+
+namespace pdserve {
+
+absl::StatusOr<SpeculativeMethod> ParseSpeculativeMethod(std::string_view name) {
+  if (name == "none" || name.empty()) return SpeculativeMethod::kNone;
+  if (name == "ngram") return SpeculativeMethod::kNgram;
+  return absl::InvalidArgumentError(
+      Str("--speculative: '", name, "' is not a method; use none or ngram"));
+}
+
+std::string_view SpeculativeMethodName(SpeculativeMethod method) {
+  switch (method) {
+    case SpeculativeMethod::kNone: return "none";
+    case SpeculativeMethod::kNgram: return "ngram";
+  }
+  return "none";
+}
+
+absl::Status SpeculativeOptions::Validate() const {
+  if (num_tokens < 0 || num_tokens > kMaxTokens) {
+    return absl::InvalidArgumentError(Str("--num-speculative-tokens: ", num_tokens,
+                                          " is outside [0, ", kMaxTokens, "]"));
+  }
+  if (ngram_min < 1 || ngram_min > kMaxNgram) {
+    return absl::InvalidArgumentError(
+        Str("--spec-ngram-min: ", ngram_min, " is outside [1, ", kMaxNgram, "]"));
+  }
+  if (ngram_max < ngram_min || ngram_max > kMaxNgram) {
+    return absl::InvalidArgumentError(Str("--spec-ngram-max: ", ngram_max, " is outside [",
+                                          ngram_min, " (--spec-ngram-min), ", kMaxNgram, "]"));
+  }
+  return absl::OkStatus();
+}
+
+int32_t NgramPropose(absl::Span<const int32_t> context, int32_t min_n, int32_t max_n, int32_t k,
+                     std::vector<int32_t>* out) {
+  out->clear();
+  const int64_t len = static_cast<int64_t>(context.size());
+  if (k <= 0) return 0;
+  for (int64_t n = std::min<int64_t>(max_n, len - 1); n >= min_n; --n) {
+    const int32_t* suffix = context.data() + len - n;
+    // Latest start j < len - n whose n tokens equal the suffix (the suffix itself excluded).
+    for (int64_t j = len - n - 1; j >= 0; --j) {
+      if (context[j] != suffix[0] || !std::equal(suffix, suffix + n, context.data() + j)) continue;
+      const int64_t from = j + n;
+      const int64_t count = std::min<int64_t>(k, len - from);
+      out->assign(context.begin() + from, context.begin() + from + count);
+      return static_cast<int32_t>(count);
+    }
+  }
+  return 0;
+}
+
+int32_t SpeculationState::NextLength(int32_t k) {
+  if (pause > 0) {
+    --pause;
+    return 0;
+  }
+  // Draft what the recent acceptance says is likely to be kept, plus one to probe for more.
+  const int32_t expected = static_cast<int32_t>(std::lround(acceptance * k)) + 1;
+  return std::clamp(expected, 1, k);
+}
+
+void SpeculationState::Record(int32_t drafted, int32_t accepted) {
+  if (drafted <= 0) return;
+  acceptance = 0.5 * acceptance + 0.5 * static_cast<double>(accepted) / drafted;
+  if (accepted > 0) {
+    misses = 0;
+    return;
+  }
+  ++misses;
+  if (misses >= 2) pause = std::min(kMaxPause, 1 << std::min(misses - 2, 4));
+}
+
+}  // namespace pdserve

@@ -1,0 +1,62 @@
+// Speculative decoding without a draft model: tokens proposed from the request's own prompt and
+// output (n-gram prompt lookup), verified by the next forward pass as one chunk. The engine keeps
+// a drafted token exactly when the seeded sampler, walking the chunk's positions, samples it, so
+// the output equals plain decoding token for token and logprob for logprob (the kernels give a
+// position the same bits inside a chunk as alone, and the sampler is keyed by output position).
+//
+// Pure functions and plain state; the engine (llm_engine.cc) drives them on its thread.
+#ifndef PDSERVE_COMMON_ENGINE_SPECULATIVE_H_
+#define PDSERVE_COMMON_ENGINE_SPECULATIVE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/sampling/sampling_params.h"
+
+namespace pdserve {
+
+enum class SpeculativeMethod { kNone, kNgram };
+
+absl::StatusOr<SpeculativeMethod> ParseSpeculativeMethod(std::string_view name);
+std::string_view SpeculativeMethodName(SpeculativeMethod method);
+
+struct SpeculativeOptions {
+  SpeculativeMethod method = SpeculativeMethod::kNone;
+  int32_t num_tokens = 5;  // The most drafted tokens per step (a request may ask for fewer).
+  int32_t ngram_min = 2;   // Shortest suffix of the context matched (prompt_lookup_min).
+  int32_t ngram_max = 4;   // Longest (prompt_lookup_max); tried first.
+
+  static constexpr int32_t kMaxTokens = SamplingParams::kMaxSpeculativeTokens;
+  static constexpr int32_t kMaxNgram = 16;
+  // InvalidArgument naming the flag.
+  absl::Status Validate() const;
+  bool enabled() const { return method != SpeculativeMethod::kNone && num_tokens > 0; }
+};
+
+// Prompt lookup: for n from max_n down to min_n, finds the latest earlier occurrence of the last n
+// tokens of `context` and appends to *out (cleared first) up to `k` tokens that followed it.
+// Returns the number proposed (0: no match). O(len * max_n).
+int32_t NgramPropose(absl::Span<const int32_t> context, int32_t min_n, int32_t max_n, int32_t k,
+                     std::vector<int32_t>* out);
+
+// Per-request adaptation: how many tokens to draft next, from how the last drafts fared. A
+// request whose drafts are rejected drafts fewer and, after a run of misses, pauses drafting for
+// a doubling number of steps (up to kMaxPause), so text that does not repeat pays little.
+struct SpeculationState {
+  static constexpr int32_t kMaxPause = 16;
+  double acceptance = 1.0;  // Moving average of accepted / drafted.
+  int32_t misses = 0;       // Drafts in a row with nothing accepted.
+  int32_t pause = 0;        // Steps left without drafting.
+
+  // The draft length to ask for this step (0: skip), at most `k`; counts a paused step.
+  int32_t NextLength(int32_t k);
+  void Record(int32_t drafted, int32_t accepted);
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_SPECULATIVE_H_

@@ -1,0 +1,152 @@
+#include "common/engine/speculative.h"
+
+#include "common/engine/scheduler.h"
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+std::vector<int32_t> Propose(const std::vector<int32_t>& context, int32_t min_n, int32_t max_n,
+                             int32_t k) {
+  std::vector<int32_t> out = {99};  // Cleared by the call.
+  const int32_t n = NgramPropose(context, min_n, max_n, k, &out);
+  EXPECT_EQ(n, static_cast<int32_t>(out.size()));
+  return out;
+}
+
+TEST(NgramProposeTest, LongestSuffixFirstThenLatestOccurrence) {
+  // Suffix [2 3]: at 1 (then 4 5) and at 6 (then 9); the 3-gram [1 2 3] only at 0 (then 4 5 6).
+  const std::vector<int32_t> c = {1, 2, 3, 4, 5, 6, 2, 3, 9, 1, 2, 3};
+  EXPECT_EQ(Propose(c, 1, 3, 3), (std::vector<int32_t>{4, 5, 6}));
+  EXPECT_EQ(Propose(c, 1, 2, 3), (std::vector<int32_t>{9, 1, 2}));  // Latest [2 3].
+  EXPECT_EQ(Propose(c, 1, 2, 1), (std::vector<int32_t>{9}));
+  EXPECT_EQ(Propose(c, 4, 4, 3), std::vector<int32_t>{});  // [9 1 2 3] occurs once.
+  EXPECT_EQ(Propose(c, 1, 3, 0), std::vector<int32_t>{});
+}
+
+TEST(NgramProposeTest, ProposalsStopAtTheContextEndAndNeverMatchTheSuffixItself) {
+  EXPECT_EQ(Propose({5, 5, 5}, 1, 2, 4), (std::vector<int32_t>{5}));  // [5 5] at 0, then 5.
+  EXPECT_EQ(Propose({7}, 1, 3, 4), std::vector<int32_t>{});
+  EXPECT_EQ(Propose({}, 1, 3, 4), std::vector<int32_t>{});
+  EXPECT_EQ(Propose({1, 2, 3}, 1, 3, 4), std::vector<int32_t>{});
+}
+
+TEST(SpeculationStateTest, DraftsShrinkAndPauseOnMissesAndRecover) {
+  SpeculationState s;
+  EXPECT_EQ(s.NextLength(5), 5);
+  s.Record(5, 5);
+  EXPECT_EQ(s.NextLength(5), 5);
+  s.Record(5, 0);  // acceptance 0.5: round(2.5) + 1.
+  EXPECT_EQ(s.NextLength(5), 4);
+  s.Record(4, 0);  // Two misses in a row: pause one step.
+  EXPECT_EQ(s.NextLength(5), 0);
+  EXPECT_EQ(s.NextLength(5), 2);  // acceptance 0.25: round(1.25) + 1.
+  for (int i = 0; i < 10; ++i) {
+    s.Record(1, 0);
+    while (s.pause > 0) s.NextLength(5);
+  }
+  s.Record(1, 0);
+  EXPECT_EQ(s.pause, SpeculationState::kMaxPause);
+  while (s.pause > 0) EXPECT_EQ(s.NextLength(5), 0);
+  EXPECT_EQ(s.NextLength(5), 1);
+  s.Record(1, 1);  // A hit ends the run of misses.
+  EXPECT_EQ(s.misses, 0);
+  EXPECT_GE(s.NextLength(5), 1);
+}
+
+TEST(SpeculativeOptionsTest, ParseAndValidate) {
+  EXPECT_EQ(*ParseSpeculativeMethod("ngram"), SpeculativeMethod::kNgram);
+  EXPECT_EQ(*ParseSpeculativeMethod("none"), SpeculativeMethod::kNone);
+  const absl::Status bad = ParseSpeculativeMethod("eagle").status();
+  EXPECT_NE(bad.message().find("--speculative: 'eagle'"), absl::string_view::npos) << bad;
+  SpeculativeOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  EXPECT_FALSE(o.enabled());
+  o.method = SpeculativeMethod::kNgram;
+  EXPECT_TRUE(o.enabled());
+  o.ngram_min = 5;
+  EXPECT_NE(o.Validate().message().find("--spec-ngram-max"), absl::string_view::npos);
+  o.ngram_min = 0;
+  EXPECT_NE(o.Validate().message().find("--spec-ngram-min"), absl::string_view::npos);
+}
+
+Sequence Decoding(SeqId id, int len) {
+  Sequence s;
+  s.id = id;
+  s.tokens.assign(static_cast<size_t>(len), 1);
+  s.num_prompt_tokens = len;
+  return s;
+}
+
+// Drafts ride on decode steps after every running sequence has its token: trimmed to the budget,
+// dropped when blocks are short, never a cause of preemption.
+TEST(SchedulerDraftTest, DraftsTakeWhatIsLeftAndNeverPreempt) {
+  BlockManager bm(6, 4, false);
+  Scheduler sched({8, 64}, &bm);
+  Sequence a = Decoding(1, 4), b = Decoding(2, 4);
+  sched.AddWaiting(&a);
+  sched.AddWaiting(&b);
+  SchedulerOutput out;
+  sched.Schedule(&out);  // Prefill both: 1 block each.
+  a.num_computed = b.num_computed = 4;
+  a.tokens.push_back(2);
+  b.tokens.push_back(2);
+  // Both decode (position 4: a second block each, 2 left); a's 3 drafts fit in its second
+  // block, b's 8 need the last two.
+  a.draft = {5, 6, 7};
+  b.draft = {1, 2, 3, 4, 5, 6, 7, 8};
+  sched.Schedule(&out);
+  ASSERT_EQ(out.chunks.size(), 2u);
+  EXPECT_TRUE(out.preempted.empty());
+  EXPECT_EQ(out.chunks[0].num_tokens, 4);
+  EXPECT_EQ(a.draft.size(), 3u);
+  EXPECT_EQ(out.chunks[1].num_tokens, 9);
+  EXPECT_EQ(bm.NumAvailableBlocks(), 0);
+  // Rolled back: b kept 2 of its drafts (7 tokens: 2 blocks), a none (5 tokens: 2 blocks).
+  bm.Truncate(b.id, 7);
+  EXPECT_EQ(bm.NumAvailableBlocks(), 2);
+  EXPECT_EQ(bm.BlockTable(b.id).size(), 2u);
+  bm.Truncate(a.id, 5);
+  EXPECT_EQ(bm.NumAvailableBlocks(), 2);
+  // With no block left, a draft is dropped rather than preempting anyone.
+  Sequence c = Decoding(3, 7);
+  sched.AddWaiting(&c);
+  a.draft.clear();
+  b.draft.clear();
+  sched.Schedule(&out);  // c's prefill takes the last 2 blocks.
+  ASSERT_EQ(out.chunks.size(), 3u);
+  EXPECT_EQ(bm.NumAvailableBlocks(), 0);
+  c.num_computed = 7;
+  c.tokens.push_back(2);
+  a.draft = {5, 6, 7, 8, 9};  // Needs a third block.
+  sched.Schedule(&out);
+  EXPECT_TRUE(out.preempted.empty());
+  EXPECT_TRUE(a.draft.empty());
+  EXPECT_EQ(out.chunks[0].num_tokens, 1);
+}
+
+TEST(SchedulerDraftTest, DraftsAreTrimmedToTheBudgetAndDroppedForPrefills) {
+  BlockManager bm(64, 4, false);
+  Scheduler sched({8, 6}, &bm);
+  Sequence a = Decoding(1, 4), b = Decoding(2, 4);
+  sched.AddWaiting(&a);
+  SchedulerOutput out;
+  sched.Schedule(&out);
+  a.num_computed = 4;
+  a.tokens.push_back(2);
+  a.draft = {1, 2, 3, 4, 5, 6, 7, 8};
+  sched.AddWaiting(&b);
+  b.draft = {1, 2};  // Not running: dropped on admission.
+  sched.Schedule(&out);
+  ASSERT_EQ(out.chunks.size(), 1u);  // a: 1 + 5 drafts fill the budget; b waits.
+  EXPECT_EQ(out.chunks[0].num_tokens, 6);
+  EXPECT_EQ(a.draft.size(), 5u);
+  EXPECT_EQ(out.num_tokens, 6);
+  a.draft.clear();
+  sched.Schedule(&out);
+  ASSERT_EQ(out.chunks.size(), 2u);
+  EXPECT_TRUE(b.draft.empty());
+}
+
+}  // namespace
+}  // namespace pdserve
