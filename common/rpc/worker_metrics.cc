@@ -79,11 +79,13 @@ WorkerMetrics::WorkerMetrics(metrics::Registry* registry, const std::string& mod
       collector_(registry_, [this, info = std::move(info)] { Collect(info()); }) {}
 
 void WorkerMetrics::Observe(const RequestOutput& out) {
-  if (!out.tokens.empty()) {
-    if (out.first_token) {
+  // One observation per token, as the router counts them: tokens that arrive together (accepted
+  // speculative drafts) follow the first after no gap.
+  for (size_t i = 0; i < out.tokens.size(); ++i) {
+    if (i == 0 && out.first_token) {
       requests_.FirstToken(out.ttft_seconds, out.prompt_tokens);
     } else {
-      requests_.NextToken(out.itl_seconds);
+      requests_.NextToken(i == 0 ? out.itl_seconds : 0.0);
     }
   }
   if (out.finished) {

@@ -86,15 +86,24 @@ class FaultTest(unittest.TestCase):
         # 32 streams (half greedy, half seeded with penalties) through 2 decode workers; one is
         # killed with SIGKILL while they run. The router continues each broken stream on the
         # other worker with the tokens already sent: no gap, no duplicate, same tokens and
-        # logprobs as the fault-free run.
-        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=2, router_args=METRICS)
+        # logprobs as the fault-free run. The decode workers speculate (n-gram drafts), and the
+        # fault-free run does not (num_speculative_tokens 0 per request): a resumed speculating
+        # stream still equals plain decoding.
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=2, router_args=METRICS,
+                            decode_args=("--speculative", "ngram", "--spec-ngram-min", "1"))
         victim = c.decode[0]
         try:
             stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
             ps = prompts(32, 41, 20, 90)
             reqs = [request(p, 160, seed=None if i % 2 == 0 else 1000 + i) for i, p in enumerate(ps)]
+            plain = []
+            for r in reqs:
+                q = pb.GenerateRequest()
+                q.CopyFrom(r)
+                q.sampling.num_speculative_tokens = 0
+                plain.append(q)
             with concurrent.futures.ThreadPoolExecutor(32) as pool:
-                want = list(pool.map(lambda r: collect(stub, r), reqs))
+                want = list(pool.map(lambda r: collect(stub, r), plain))
             for w in want:
                 self.assertEqual(len(w["token_ids"]), 160)
             wait_idle(self, [(p, True) for p in c.prefill] + [(d, False) for d in c.decode])
@@ -128,6 +137,7 @@ class FaultTest(unittest.TestCase):
             admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(c.router.grpc))
             stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
             self.assertGreater(stats.resumes, 0)
+            self.assertGreater(info(c.decode[1].grpc, False).spec_accepted_tokens, 0)
             self.assertEqual(metric(c.router, "pdserve_router_resumes_total"), stats.resumes)
             self.assertEqual(metric(c.router, "pdserve_request_success_total", finished_reason="length"),
                              2 * len(reqs))

@@ -213,8 +213,12 @@ class MetricHelperTest(unittest.TestCase):
 class MetricsTest(unittest.TestCase):
     def test_every_tier_exports_valid_metrics_that_match_the_traffic(self):
         # A corrupted page in the first transfer: one refused transfer, recomputed on decode.
+        # The decode worker speculates (n-gram drafts): the same tokens, and vLLM's spec_decode
+        # counters beside the rest.
         c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, prefill_args=METRICS,
-                            decode_args=METRICS, router_args=(*METRICS, "--http-listen", "127.0.0.1:0"),
+                            decode_args=(*METRICS, "--speculative", "ngram", "--num-speculative-tokens", "3",
+                                         "--spec-ngram-min", "1"),
+                            router_args=(*METRICS, "--http-listen", "127.0.0.1:0"),
                             prefill_env={"PDSERVE_FAULT_CORRUPT_KV_PAGE": "3"})
         try:
             stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
@@ -300,6 +304,15 @@ class MetricsTest(unittest.TestCase):
                 self.assertEqual(page.value("pdserve_num_requests_waiting", role=role), 0)
                 self.assertEqual(page.value("pdserve_num_preemptions_total", role=role), 0)
             self.assertGreater(d_info.prefix_query_tokens, 0)
+            self.assertEqual(d.value("pdserve_time_to_first_token_seconds_count", role="decode") +
+                             d.value("pdserve_inter_token_latency_seconds_count", role="decode"), sum(lengths))
+            self.assertEqual(d.value("pdserve_spec_decode_num_drafts_total"), d_info.spec_drafts)
+            self.assertEqual(d.value("pdserve_spec_decode_num_draft_tokens_total"), d_info.spec_draft_tokens)
+            self.assertEqual(d.value("pdserve_spec_decode_num_accepted_tokens_total"), d_info.spec_accepted_tokens)
+            for pos in range(3):
+                self.assertEqual(d.value("pdserve_spec_decode_num_accepted_tokens_per_pos_total", position=str(pos)),
+                                 d_info.spec_accepted_by_position[pos])
+            self.assertGreater(d_info.spec_draft_tokens, 0)
 
             # A client that cancels mid-stream ends as finished_reason "abort", everywhere.
             call = stub.Generate(request(prompts(1, 22, 50, 51)[0], 3000), timeout=60)

@@ -43,7 +43,7 @@ def local(ids, max_tokens=16, extra=(), model=None):
 
 
 def request(ids, max_tokens=16, **sampling):
-    sp = pb.SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, logprobs=2, **sampling)
+    sp = pb.SamplingParams(**{"temperature": 0, **sampling}, max_tokens=max_tokens, ignore_eos=True, logprobs=2)
     return pb.GenerateRequest(token_ids=pb.TokenIds(ids=ids), sampling=sp)
 
 
@@ -283,6 +283,58 @@ class TiersTest(unittest.TestCase):
             self.assertEqual(c.stop(), [0] * 3)
         self.assertIn("kv_dtype is int4 here but int8 on the peer", c.decode[0].stderr())
         self.assertIn("its KV cache dtype is int4, this router's is int8", c.router.stderr())
+
+    def test_speculative_decoding_equals_plain_through_the_tiers(self):
+        # Decode workers that speculate (n-gram drafts from each request's own tokens): every
+        # request, greedy or seeded with penalties, streams the ids, logprobs and text that plain
+        # decoding gives: greedy ones against `generate` in another process, seeded ones against
+        # the same request with speculation turned off for it (num_speculative_tokens 0).
+        rng = random.Random(5)
+        ps = []
+        for n in range(12):  # Prompts that repeat themselves with small edits, and plain ones.
+            phrase = [rng.randrange(3, 500) for _ in range(rng.randrange(6, 20))]
+            p = phrase * 3 + phrase[:3] if n % 3 else [rng.randrange(3, 500) for _ in range(40)]
+            p[len(phrase) + 1] = 7
+            ps.append(p)
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=2, decode=2,
+                            decode_args=("--speculative", "ngram", "--num-speculative-tokens", "4",
+                                         "--spec-ngram-min", "1"))
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            greedy = [request(p, 40) for p in ps]
+            seeded = [request(p, 40, temperature=0.9, top_p=0.95, seed=500 + i, frequency_penalty=0.3)
+                      for i, p in enumerate(ps)]
+            plain = []
+            for r in seeded:
+                q = pb.GenerateRequest()
+                q.CopyFrom(r)
+                q.sampling.num_speculative_tokens = 0
+                plain.append(q)
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                got = list(pool.map(lambda r: collect(stub, r), greedy + seeded + plain))
+            want = [local(p, 40) for p in ps]
+            for g, w in zip(got[:12], want):
+                same_as_local(self, g, w)
+            for g, w in zip(got[12:24], got[24:]):
+                self.assertEqual((g["token_ids"], g["logprobs"], g["top"], g["text"]),
+                                 (w["token_ids"], w["logprobs"], w["top"], w["text"]))
+            decodes = [info(d, False) for d in c.decode]
+            self.assertGreater(sum(i.remote_prefills for i in decodes), 0)
+            accepted = sum(i.spec_accepted_tokens for i in decodes)
+            drafted = sum(i.spec_draft_tokens for i in decodes)
+            self.assertGreater(accepted, 0)
+            self.assertGreater(drafted, accepted)
+            self.assertEqual(sum(sum(i.spec_accepted_by_position) for i in decodes), accepted)
+            self.assertEqual([len(i.spec_accepted_by_position) for i in decodes], [4, 4])
+            # A request asking for more drafts than the worker allows is fine (capped); out of
+            # range is refused by the router, naming the field.
+            with self.assertRaises(grpc.RpcError) as e:
+                list(stub.Generate(request([5, 6, 7], 3, num_speculative_tokens=17), timeout=10))
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("num_speculative_tokens", e.exception.details())
+            wait_no_blocks_in_use(self, c)
+        finally:
+            self.assertEqual(c.stop(), [0] * 5)
 
     def test_bad_input_is_invalid_argument_naming_the_field(self):
         c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1)
