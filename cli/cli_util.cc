@@ -32,13 +32,20 @@ bool ParseFlagsOrExit(FlagSet& flags, const std::string& command, int argc, char
 void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
   if (with_speculative) {
     flags.String("speculative", &speculative,
-                 "speculative decoding: none, or ngram (drafts from the request's own prompt and "
-                 "output, verified in the next step; the output is identical to plain decoding, "
-                 "only faster where text repeats)");
+                 "speculative decoding: none, ngram (drafts from the request's own prompt and "
+                 "output by n-gram lookup) or suffix (suffix decoding: the most frequent "
+                 "continuation in an index of the request's tokens and of this worker's recent "
+                 "outputs); drafts are verified in the next step and the output is identical to "
+                 "plain decoding, only faster where text repeats");
     flags.Int("num-speculative-tokens", &num_speculative_tokens,
               "the most drafted tokens per decode step (a request may ask for fewer)");
     flags.Int("spec-ngram-min", &spec_ngram_min, "ngram: the shortest context suffix matched");
     flags.Int("spec-ngram-max", &spec_ngram_max, "ngram: the longest context suffix matched (tried first)");
+    flags.Int("spec-suffix-depth", &spec_suffix_depth,
+              "suffix: the longest substring indexed, match and draft together (memory: up to this "
+              "many index nodes per token of a request)");
+    flags.Double("spec-suffix-min-prob", &spec_suffix_min_prob,
+                 "suffix: draft a token while its share of the matched continuations is at least this");
   }
   flags.Int("threads", &threads, "compute threads (0: all cores)");
   flags.Int("block-size", &block_size, "KV cache block size in tokens");
@@ -130,6 +137,8 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   o->speculative.num_tokens = static_cast<int32_t>(std::clamp<int64_t>(num_speculative_tokens, -1, kLimit));
   o->speculative.ngram_min = static_cast<int32_t>(std::clamp<int64_t>(spec_ngram_min, -1, kLimit));
   o->speculative.ngram_max = static_cast<int32_t>(std::clamp<int64_t>(spec_ngram_max, -1, kLimit));
+  o->speculative.suffix_depth = static_cast<int32_t>(std::clamp<int64_t>(spec_suffix_depth, -1, kLimit));
+  o->speculative.suffix_min_prob = spec_suffix_min_prob;
   return o->speculative.Validate();
 }
 

@@ -45,6 +45,8 @@ struct EngineFlags {
   int64_t num_speculative_tokens = 5;
   int64_t spec_ngram_min = 2;
   int64_t spec_ngram_max = 4;
+  int64_t spec_suffix_depth = 24;
+  double spec_suffix_min_prob = 0.1;
 
   // `speculative`: also the speculative decoding flags (not for prefill workers).
   void Register(FlagSet& flags, bool speculative = true);

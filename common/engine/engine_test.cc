@@ -313,16 +313,20 @@ TEST_P(EngineFamilyTest, SpeculativeEqualsPlainBitwise) {
   o.speculative.num_tokens = 4;
   o.speculative.ngram_min = 1;
   o.speculative.ngram_max = 3;
-  const auto spec = RunEngine(dir, o, requests, arrivals, &spec_stats);
-  for (const Request& r : requests) ExpectBitwiseEqual(spec.at(r.id), plain.at(r.id), r.id);
   EXPECT_EQ(plain_stats.spec_drafts, 0);
-  // Both outcomes were exercised, or the equality proves little.
-  EXPECT_GT(spec_stats.spec_accepted_tokens, 0);
-  EXPECT_GT(spec_stats.spec_draft_tokens, spec_stats.spec_accepted_tokens);
-  EXPECT_EQ(spec_stats.generated_tokens, plain_stats.generated_tokens);
-  int64_t by_position = 0;
-  for (int64_t n : spec_stats.spec_accepted_by_position) by_position += n;
-  EXPECT_EQ(by_position, spec_stats.spec_accepted_tokens);
+  for (SpeculativeMethod method : {SpeculativeMethod::kNgram, SpeculativeMethod::kSuffix}) {
+    o.speculative.method = method;
+    const std::string name(SpeculativeMethodName(method));
+    const auto spec = RunEngine(dir, o, requests, arrivals, &spec_stats);
+    for (const Request& r : requests) ExpectBitwiseEqual(spec.at(r.id), plain.at(r.id), name + " " + r.id);
+    // Both outcomes were exercised, or the equality proves little.
+    EXPECT_GT(spec_stats.spec_accepted_tokens, 0) << name;
+    EXPECT_GT(spec_stats.spec_draft_tokens, spec_stats.spec_accepted_tokens) << name;
+    EXPECT_EQ(spec_stats.generated_tokens, plain_stats.generated_tokens) << name;
+    int64_t by_position = 0;
+    for (int64_t n : spec_stats.spec_accepted_by_position) by_position += n;
+    EXPECT_EQ(by_position, spec_stats.spec_accepted_tokens) << name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -823,16 +827,20 @@ TEST(EngineTest, SpeculativeUnderPreemptionAndStopsEqualsPlain) {
   requests[0].params.stop_token_ids = {t0[17]};
   requests[2].params.max_tokens = 11;
   const auto plain_cut = RunEngine(dir, SmallOptions(), requests);
-  EngineOptions tight = SpeculativeOptionsForTest();
-  tight.num_kv_blocks = 26;  // 6 sequences of up to 61 tokens need 96 blocks of 4: preemption.
-  tight.max_model_len = 100;
-  EngineStats stats;
-  const auto squeezed = RunEngine(dir, tight, requests, {}, &stats);
-  EXPECT_GT(stats.preemptions, 0) << "the squeezed run must preempt, or it proves nothing";
-  EXPECT_GT(stats.spec_accepted_tokens, 0);
-  for (const Request& r : requests) {
-    ExpectBitwiseEqual(squeezed.at(r.id), plain_cut.at(r.id), r.id);
-    EXPECT_EQ(squeezed.at(r.id).finish_reason, plain_cut.at(r.id).finish_reason) << r.id;
+  for (SpeculativeMethod method : {SpeculativeMethod::kNgram, SpeculativeMethod::kSuffix}) {
+    EngineOptions tight = SpeculativeOptionsForTest();
+    tight.speculative.method = method;
+    tight.num_kv_blocks = 26;  // 6 sequences of up to 61 tokens need 96 blocks of 4: preemption.
+    tight.max_model_len = 100;
+    EngineStats stats;
+    const auto squeezed = RunEngine(dir, tight, requests, {}, &stats);
+    const std::string name(SpeculativeMethodName(method));
+    EXPECT_GT(stats.preemptions, 0) << "the squeezed run must preempt, or it proves nothing";
+    EXPECT_GT(stats.spec_accepted_tokens, 0) << name;
+    for (const Request& r : requests) {
+      ExpectBitwiseEqual(squeezed.at(r.id), plain_cut.at(r.id), name + " " + r.id);
+      EXPECT_EQ(squeezed.at(r.id).finish_reason, plain_cut.at(r.id).finish_reason) << r.id;
+    }
   }
   EXPECT_EQ(plain_cut.at("p0").finish_reason, "stop");
   EXPECT_EQ(plain_cut.at("p2").tokens.size(), 11u);

@@ -171,6 +171,9 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
                           ? options.runner_factory(ro, e->weights_.get(), e->pool_.get())
                           : CreateModelRunner(options.backend, ro, e->weights_.get(), e->pool_.get()));
   e->logits_.resize(static_cast<size_t>(ro.max_logit_rows) * config.vocab_size);
+  if (options.speculative.method == SpeculativeMethod::kSuffix) {
+    e->recent_outputs_ = std::make_unique<SuffixTrie>(options.speculative.suffix_depth);
+  }
   e->sampled_.reserve(options.max_num_seqs);
   return e;
 }
@@ -387,7 +390,32 @@ void LLMEngine::Draft(Sequence* seq) {
   if (k <= 0) return;
   k = seq->speculation.NextLength(static_cast<int32_t>(k));
   if (k <= 0) return;
-  NgramPropose(seq->tokens, so.ngram_min, so.ngram_max, static_cast<int32_t>(k), &seq->draft);
+  if (so.method == SpeculativeMethod::kNgram) {
+    NgramPropose(seq->tokens, so.ngram_min, so.ngram_max, static_cast<int32_t>(k), &seq->draft);
+    return;
+  }
+  // Suffix decoding: the request's own index (its prompt's last kSuffixPromptTokens and all its
+  // output, brought up to date here) and the worker's recent outputs; the likelier draft wins.
+  constexpr int64_t kSuffixPromptTokens = 4096;
+  if (seq->suffix == nullptr) {
+    seq->suffix = std::make_unique<SuffixTrie>(so.suffix_depth);
+    seq->suffix_indexed = std::max<int64_t>(0, seq->num_prompt_tokens - kSuffixPromptTokens);
+  }
+  seq->suffix->Append(absl::MakeConstSpan(seq->tokens).subspan(seq->suffix_indexed));
+  seq->suffix_indexed = static_cast<int64_t>(seq->tokens.size());
+  const auto own = seq->suffix->Propose(seq->tokens, static_cast<int32_t>(k), so.suffix_min_prob,
+                                        &seq->draft);
+  const auto recent = recent_outputs_->Propose(seq->tokens, static_cast<int32_t>(k),
+                                               so.suffix_min_prob, &suffix_scratch_);
+  if (recent.score > own.score) seq->draft.swap(suffix_scratch_);
+}
+
+void LLMEngine::RememberOutput(const Sequence& seq) {
+  // Bounded: past kMaxRecentNodes the index starts again from the outputs that follow.
+  constexpr int64_t kMaxRecentNodes = int64_t{1} << 20;
+  if (recent_outputs_->num_nodes() > kMaxRecentNodes) recent_outputs_->Clear();
+  recent_outputs_->Append(absl::MakeConstSpan(seq.tokens).subspan(seq.num_prompt_tokens));
+  recent_outputs_->EndSequence();
 }
 
 absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
@@ -464,6 +492,7 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
     out.ttft_seconds = Seconds(seq->first_token - seq->arrival);
     if (reason) {
       SetFinished(*seq, *reason, &out);
+      if (recent_outputs_ != nullptr) RememberOutput(*seq);
       Finish(seq);  // Destroys seq.
     }
     outputs->push_back(std::move(out));

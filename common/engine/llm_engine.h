@@ -195,6 +195,8 @@ class LLMEngine {
   void EndSpeculation(Sequence* seq, int64_t drafted, int64_t accepted, bool finished);
   // Hashes and publishes the full blocks whose KV is computed.
   void PublishComputed(Sequence* seq);
+  // Suffix decoding: indexes a finished request's output for later requests' drafts.
+  void RememberOutput(const Sequence& seq);
   // Marks `out` finished with `reason` and sets its phase times.
   void SetFinished(const Sequence& seq, const std::string& reason, RequestOutput* out) const;
   absl::Status ValidateRequest(const std::string& request_id, const std::vector<int32_t>& prompt,
@@ -225,6 +227,9 @@ class LLMEngine {
   ForwardBatch batch_;
   std::vector<float> logits_;
   std::vector<Sequence*> sampled_;
+  // Suffix decoding: the outputs of this engine's recent requests, and a draft buffer.
+  std::unique_ptr<SuffixTrie> recent_outputs_;
+  std::vector<int32_t> suffix_scratch_;
 };
 
 }  // namespace pdserve

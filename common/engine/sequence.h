@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/engine/speculative.h"
+#include "common/engine/suffix_trie.h"
 #include "common/kvcache/block_hash.h"
 #include "common/kvcache/block_manager.h"
 #include "common/sampling/sampler.h"
@@ -36,6 +38,8 @@ struct Sequence {
   std::vector<int32_t> draft;
   std::vector<int32_t> step_tokens;
   SpeculationState speculation;
+  std::unique_ptr<SuffixTrie> suffix;  // Suffix decoding: the request's own tokens, indexed
+  int64_t suffix_indexed = 0;          // up to here.
   Clock::time_point arrival;
   Clock::time_point first_scheduled;
   Clock::time_point first_token;

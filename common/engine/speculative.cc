@@ -10,14 +10,16 @@ namespace pdserve {
 absl::StatusOr<SpeculativeMethod> ParseSpeculativeMethod(std::string_view name) {
   if (name == "none" || name.empty()) return SpeculativeMethod::kNone;
   if (name == "ngram") return SpeculativeMethod::kNgram;
+  if (name == "suffix") return SpeculativeMethod::kSuffix;
   return absl::InvalidArgumentError(
-      Str("--speculative: '", name, "' is not a method; use none or ngram"));
+      Str("--speculative: '", name, "' is not a method; use none, ngram or suffix"));
 }
 
 std::string_view SpeculativeMethodName(SpeculativeMethod method) {
   switch (method) {
     case SpeculativeMethod::kNone: return "none";
     case SpeculativeMethod::kNgram: return "ngram";
+    case SpeculativeMethod::kSuffix: return "suffix";
   }
   return "none";
 }
@@ -34,6 +36,14 @@ absl::Status SpeculativeOptions::Validate() const {
   if (ngram_max < ngram_min || ngram_max > kMaxNgram) {
     return absl::InvalidArgumentError(Str("--spec-ngram-max: ", ngram_max, " is outside [",
                                           ngram_min, " (--spec-ngram-min), ", kMaxNgram, "]"));
+  }
+  if (suffix_depth < 2 || suffix_depth > kMaxSuffixDepth) {
+    return absl::InvalidArgumentError(
+        Str("--spec-suffix-depth: ", suffix_depth, " is outside [2, ", kMaxSuffixDepth, "]"));
+  }
+  if (!(suffix_min_prob >= 0 && suffix_min_prob <= 1)) {
+    return absl::InvalidArgumentError(
+        Str("--spec-suffix-min-prob: ", suffix_min_prob, " is outside [0, 1]"));
   }
   return absl::OkStatus();
 }

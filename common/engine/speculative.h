@@ -1,5 +1,6 @@
 // Speculative decoding without a draft model: tokens proposed from the request's own prompt and
-// output (n-gram prompt lookup), verified by the next forward pass as one chunk. The engine keeps
+// output (n-gram prompt lookup, or suffix decoding over a SuffixTrie of the request and of the
+// worker's recent outputs), verified by the next forward pass as one chunk. The engine keeps
 // a drafted token exactly when the seeded sampler, walking the chunk's positions, samples it, so
 // the output equals plain decoding token for token and logprob for logprob (the kernels give a
 // position the same bits inside a chunk as alone, and the sampler is keyed by output position).
@@ -19,7 +20,7 @@
 
 namespace pdserve {
 
-enum class SpeculativeMethod { kNone, kNgram };
+enum class SpeculativeMethod { kNone, kNgram, kSuffix };
 
 absl::StatusOr<SpeculativeMethod> ParseSpeculativeMethod(std::string_view name);
 std::string_view SpeculativeMethodName(SpeculativeMethod method);
@@ -29,9 +30,12 @@ struct SpeculativeOptions {
   int32_t num_tokens = 5;  // The most drafted tokens per step (a request may ask for fewer).
   int32_t ngram_min = 2;   // Shortest suffix of the context matched (prompt_lookup_min).
   int32_t ngram_max = 4;   // Longest (prompt_lookup_max); tried first.
+  int32_t suffix_depth = 24;        // Suffix: longest substring indexed (match + draft).
+  double suffix_min_prob = 0.1;     // Suffix: a drafted token's least share of continuations.
 
   static constexpr int32_t kMaxTokens = SamplingParams::kMaxSpeculativeTokens;
   static constexpr int32_t kMaxNgram = 16;
+  static constexpr int32_t kMaxSuffixDepth = 64;
   // InvalidArgument naming the flag.
   absl::Status Validate() const;
   bool enabled() const { return method != SpeculativeMethod::kNone && num_tokens > 0; }

@@ -1,6 +1,7 @@
 #include "common/engine/speculative.h"
 
 #include "common/engine/scheduler.h"
+#include "common/engine/suffix_trie.h"
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -29,6 +30,54 @@ TEST(NgramProposeTest, ProposalsStopAtTheContextEndAndNeverMatchTheSuffixItself)
   EXPECT_EQ(Propose({7}, 1, 3, 4), std::vector<int32_t>{});
   EXPECT_EQ(Propose({}, 1, 3, 4), std::vector<int32_t>{});
   EXPECT_EQ(Propose({1, 2, 3}, 1, 3, 4), std::vector<int32_t>{});
+}
+
+std::vector<int32_t> SuffixDraft(const SuffixTrie& trie, const std::vector<int32_t>& context,
+                                 int32_t k, double min_prob, SuffixTrie::Draft* d = nullptr) {
+  std::vector<int32_t> out = {99};
+  const SuffixTrie::Draft got = trie.Propose(context, k, min_prob, &out);
+  if (d != nullptr) *d = got;
+  EXPECT_EQ(got.match_length == 0, out.empty());
+  return out;
+}
+
+TEST(SuffixTrieTest, LongestMatchThenMostFrequentContinuation) {
+  SuffixTrie t(8);
+  // "1 2 3" is followed by 4 twice and by 5 once; "9 2 3" only by 5.
+  t.Append({1, 2, 3, 4, 7, 1, 2, 3, 4, 8, 1, 2, 3, 5, 6, 9, 2, 3, 5, 6});
+  SuffixTrie::Draft d;
+  EXPECT_EQ(SuffixDraft(t, {0, 1, 2, 3}, 1, 0.1, &d), (std::vector<int32_t>{4}));
+  EXPECT_EQ(d.match_length, 3);
+  EXPECT_DOUBLE_EQ(d.score, 2.0 / 3);
+  // After [2 3] alone: 4 twice, 5 twice; the first to reach the top count wins the tie.
+  EXPECT_EQ(SuffixDraft(t, {7, 2, 3}, 1, 0.1), (std::vector<int32_t>{4}));
+  EXPECT_EQ(SuffixDraft(t, {9, 2, 3}, 3, 0.1), (std::vector<int32_t>{5, 6}));  // Ends: no more.
+  // A continuation less likely than min_prob is not drafted: after [1 2 3 4], 7 and 8 half each.
+  EXPECT_EQ(SuffixDraft(t, {1, 2, 3}, 3, 0.6), (std::vector<int32_t>{4}));
+  EXPECT_EQ(SuffixDraft(t, {1, 2, 3}, 3, 0.7), std::vector<int32_t>{});
+  EXPECT_EQ(SuffixDraft(t, {42}, 3, 0.1), std::vector<int32_t>{});
+  EXPECT_EQ(SuffixDraft(t, {}, 3, 0.1), std::vector<int32_t>{});
+}
+
+TEST(SuffixTrieTest, SequencesDoNotJoinAndDepthBoundsTheIndex) {
+  SuffixTrie t(3);
+  t.Append({1, 2});
+  t.EndSequence();
+  t.Append({3, 4});
+  // [2 3] never occurred: the boundary is not a substring.
+  EXPECT_EQ(SuffixDraft(t, {2}, 2, 0.0), std::vector<int32_t>{});
+  EXPECT_EQ(SuffixDraft(t, {1}, 4, 0.0), (std::vector<int32_t>{2}));
+  // Depth 3: at most 3 tokens per path; a match of 2 leaves one to draft.
+  t.Clear();
+  t.Append({1, 2, 3, 4, 5, 1, 2});
+  EXPECT_EQ(SuffixDraft(t, {1, 2}, 4, 0.0), (std::vector<int32_t>{3}));
+  EXPECT_EQ(SuffixDraft(t, {5, 1}, 4, 0.0), (std::vector<int32_t>{2}));  // [5 1] then 2: depth 3.
+  // Nodes: one per new substring of up to 3 tokens.
+  SuffixTrie u(3);
+  u.Append({1, 2, 3});
+  EXPECT_EQ(u.num_nodes(), 1 + 6);  // Root; 1, 2, 3; 1 2, 2 3; 1 2 3.
+  u.Append(1);
+  EXPECT_EQ(u.num_nodes(), 1 + 6 + 2);  // 3 1 and 2 3 1 are new; 1 is not.
 }
 
 TEST(SpeculationStateTest, DraftsShrinkAndPauseOnMissesAndRecover) {
@@ -68,6 +117,13 @@ TEST(SpeculativeOptionsTest, ParseAndValidate) {
   EXPECT_NE(o.Validate().message().find("--spec-ngram-max"), absl::string_view::npos);
   o.ngram_min = 0;
   EXPECT_NE(o.Validate().message().find("--spec-ngram-min"), absl::string_view::npos);
+  o = SpeculativeOptions{};
+  EXPECT_EQ(*ParseSpeculativeMethod("suffix"), SpeculativeMethod::kSuffix);
+  o.suffix_depth = 1;
+  EXPECT_NE(o.Validate().message().find("--spec-suffix-depth"), absl::string_view::npos);
+  o.suffix_depth = 24;
+  o.suffix_min_prob = 1.5;
+  EXPECT_NE(o.Validate().message().find("--spec-suffix-min-prob"), absl::string_view::npos);
 }
 
 Sequence Decoding(SeqId id, int len) {

@@ -296,8 +296,13 @@ class TiersTest(unittest.TestCase):
             p = phrase * 3 + phrase[:3] if n % 3 else [rng.randrange(3, 500) for _ in range(40)]
             p[len(phrase) + 1] = 7
             ps.append(p)
+        for method in ("ngram", "suffix"):
+            with self.subTest(method=method):
+                self.speculative_cluster_equals_plain(method, ps)
+
+    def speculative_cluster_equals_plain(self, method, ps):
         c = cluster.Cluster(PDSERVE, MODEL, prefill=2, decode=2,
-                            decode_args=("--speculative", "ngram", "--num-speculative-tokens", "4",
+                            decode_args=("--speculative", method, "--num-speculative-tokens", "4",
                                          "--spec-ngram-min", "1"))
         try:
             stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))

@@ -1,0 +1,86 @@
+#include "common/engine/suffix_trie.h"
+
+#include <algorithm>
+
+#include "common/base/check.h"
+
+namespace pdserve {
+
+SuffixTrie::SuffixTrie(int32_t max_depth) : max_depth_(max_depth) {
+  PD_CHECK(max_depth >= 2);
+  Clear();
+}
+
+void SuffixTrie::Clear() {
+  nodes_.assign(1, Node{});
+  children_.clear();
+  active_.clear();
+}
+
+void SuffixTrie::EndSequence() { active_.clear(); }
+
+int32_t SuffixTrie::Child(int32_t node, int32_t token) const {
+  auto it = children_.find(Key(node, token));
+  return it == children_.end() ? -1 : it->second;
+}
+
+void SuffixTrie::Append(int32_t token) {
+  // Extend the empty substring and each active one (they end at the previous token); the
+  // longest, at max_depth already, cannot grow.
+  next_active_.clear();
+  const size_t extend = std::min<size_t>(active_.size(), static_cast<size_t>(max_depth_ - 1));
+  for (size_t i = 0; i <= extend; ++i) {
+    const int32_t parent = i == 0 ? 0 : active_[i - 1];
+    auto [it, inserted] = children_.try_emplace(Key(parent, token), static_cast<int32_t>(nodes_.size()));
+    if (inserted) {
+      Node n;
+      n.token = token;
+      nodes_.push_back(n);
+    }
+    const int32_t child = it->second;
+    Node& c = nodes_[static_cast<size_t>(child)];
+    ++c.count;
+    Node& p = nodes_[static_cast<size_t>(parent)];
+    ++p.continuations;
+    if (p.best_child < 0 || (p.best_child != child && c.count > nodes_[static_cast<size_t>(p.best_child)].count)) {
+      p.best_child = child;
+    }
+    next_active_.push_back(child);
+  }
+  active_.swap(next_active_);
+}
+
+SuffixTrie::Draft SuffixTrie::Propose(absl::Span<const int32_t> context, int32_t k, double min_prob,
+                                      std::vector<int32_t>* out) const {
+  out->clear();
+  Draft d;
+  if (k <= 0) return d;
+  const int64_t len = static_cast<int64_t>(context.size());
+  // The longest suffix that occurred with a continuation.
+  int32_t node = -1;
+  for (int64_t m = std::min<int64_t>(len, max_depth_ - 1); m >= 1 && node < 0; --m) {
+    int32_t at = 0;
+    for (int64_t i = len - m; i < len && at >= 0; ++i) at = Child(at, context[i]);
+    if (at >= 0 && nodes_[static_cast<size_t>(at)].continuations > 0) {
+      node = at;
+      d.match_length = static_cast<int32_t>(m);
+    }
+  }
+  if (node < 0) return d;
+  // Follow the most frequent continuation while it is likely enough (the index ends at
+  // max_depth: a draft is short).
+  for (int32_t depth = d.match_length; static_cast<int32_t>(out->size()) < k && depth < max_depth_; ++depth) {
+    const Node& n = nodes_[static_cast<size_t>(node)];
+    if (n.best_child < 0 || n.continuations == 0) break;
+    const Node& c = nodes_[static_cast<size_t>(n.best_child)];
+    const double prob = static_cast<double>(c.count) / n.continuations;
+    if (prob < min_prob) break;
+    out->push_back(c.token);
+    d.score += prob;
+    node = n.best_child;
+  }
+  if (out->empty()) d.match_length = 0;
+  return d;
+}
+
+}  // namespace pdserve

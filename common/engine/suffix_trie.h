@@ -1,0 +1,67 @@
+// Suffix decoding's index: every substring of up to max_depth tokens of the sequences appended,
+// with how often each occurred and, per substring, its most frequent continuation. A draft
+// follows the longest suffix of a context found in the index, then the most frequent next token
+// while its share of the continuations stays at least min_prob (a confidence cut, as suffix
+// decoding in Arctic Inference and vLLM does).
+//
+// Memory: up to max_depth nodes per appended token (a node per new substring), so callers bound
+// what they append. Not thread-safe.
+#ifndef PDSERVE_COMMON_ENGINE_SUFFIX_TRIE_H_
+#define PDSERVE_COMMON_ENGINE_SUFFIX_TRIE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
+
+namespace pdserve {
+
+class SuffixTrie {
+ public:
+  explicit SuffixTrie(int32_t max_depth);
+
+  // Appends a token to the current sequence: each substring ending with it (up to max_depth
+  // tokens) gains an occurrence.
+  void Append(int32_t token);
+  void Append(absl::Span<const int32_t> tokens) {
+    for (int32_t t : tokens) Append(t);
+  }
+  // The next Append starts a new sequence (no substring spans the boundary).
+  void EndSequence();
+  void Clear();
+
+  struct Draft {
+    int32_t match_length = 0;  // Context tokens matched (0: nothing proposed).
+    double score = 0;          // Sum of the proposed tokens' shares (expected accepted tokens).
+  };
+  // Appends to *out (cleared first) up to k tokens continuing the longest suffix of `context`
+  // (at most max_depth - 1 tokens) that occurred with a continuation.
+  Draft Propose(absl::Span<const int32_t> context, int32_t k, double min_prob,
+                std::vector<int32_t>* out) const;
+
+  int64_t num_nodes() const { return static_cast<int64_t>(nodes_.size()); }
+  int32_t max_depth() const { return max_depth_; }
+
+ private:
+  struct Node {
+    int32_t count = 0;          // Occurrences of this substring.
+    int32_t continuations = 0;  // Of them, followed by a token (the children's counts' sum).
+    int32_t best_child = -1;    // Most frequent continuation (the first to reach its count).
+    int32_t token = -1;         // The last token of the substring.
+  };
+  static uint64_t Key(int32_t node, int32_t token) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(node)) << 32) | static_cast<uint32_t>(token);
+  }
+  int32_t Child(int32_t node, int32_t token) const;
+
+  const int32_t max_depth_;
+  std::vector<Node> nodes_;  // nodes_[0]: the empty substring.
+  absl::flat_hash_map<uint64_t, int32_t> children_;
+  std::vector<int32_t> active_;  // Nodes of the substrings ending at the last token, shortest first.
+  std::vector<int32_t> next_active_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_SUFFIX_TRIE_H_
