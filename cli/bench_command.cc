@@ -43,7 +43,45 @@ struct PolicyResult {
   bool have_stats = false;
   double decode_max_mean = 0, prefill_max_mean = 0;
   std::vector<int64_t> decode_decisions;
+  // Speculative decoding during the run (the decode tier's counters, after minus before).
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
+  std::vector<int64_t> spec_accepted_by_position;
 };
+
+// The decode tier's speculative decoding totals, as the router last heard them.
+struct SpecTotals {
+  int64_t drafts = 0, draft_tokens = 0, accepted = 0;
+  std::vector<int64_t> by_position;
+  bool operator==(const SpecTotals& o) const {
+    return drafts == o.drafts && draft_tokens == o.draft_tokens && accepted == o.accepted &&
+           by_position == o.by_position;
+  }
+};
+
+SpecTotals SumSpec(const internal::v1::RouterStats& stats) {
+  SpecTotals t;
+  for (const auto& w : stats.decode()) {
+    const internal::v1::WorkerInfo& i = w.info();
+    t.drafts += i.spec_drafts();
+    t.draft_tokens += i.spec_draft_tokens();
+    t.accepted += i.spec_accepted_tokens();
+    if (t.by_position.size() < static_cast<size_t>(i.spec_accepted_by_position_size())) {
+      t.by_position.resize(static_cast<size_t>(i.spec_accepted_by_position_size()));
+    }
+    for (int p = 0; p < i.spec_accepted_by_position_size(); ++p) {
+      t.by_position[static_cast<size_t>(p)] += i.spec_accepted_by_position(p);
+    }
+  }
+  return t;
+}
+
+bool GetStats(internal::v1::RouterAdmin::Stub* admin, const std::string& api_key,
+              internal::v1::RouterStats* out) {
+  grpc::ClientContext ctx;
+  AddApiKey(&ctx, api_key);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return admin->GetRouterStats(&ctx, {}, out).ok();
+}
 
 double MaxOverMean(const google::protobuf::RepeatedPtrField<internal::v1::RoutedWorker>& ws) {
   if (ws.empty()) return 0;
@@ -115,13 +153,32 @@ absl::StatusOr<PolicyResult> Measure(const std::shared_ptr<grpc::Channel>& chann
   PD_ASSIGN_OR_RETURN(const std::vector<BenchRequest> requests, WorkloadFor(info, workload));
   PolicyResult r;
   r.rate = workload.rate;
-  r.summary = Summarize(RunLoad(channel, requests, load), slo);
   auto admin = internal::v1::RouterAdmin::NewStub(channel);
-  grpc::ClientContext ctx;
-  AddApiKey(&ctx, load.api_key);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  if (admin->GetRouterStats(&ctx, {}, &r.stats).ok()) {
+  internal::v1::RouterStats before;
+  const bool have_before = GetStats(admin.get(), load.api_key, &before);
+  r.summary = Summarize(RunLoad(channel, requests, load), slo);
+  if (GetStats(admin.get(), load.api_key, &r.stats)) {
     r.have_stats = true;
+    // Workers report after each step: wait (at most 3 s) until two reports 100 ms apart agree,
+    // so the last steps' speculation is counted.
+    for (int i = 0; i < 30; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      internal::v1::RouterStats again;
+      if (!GetStats(admin.get(), load.api_key, &again)) break;
+      const bool settled = SumSpec(again) == SumSpec(r.stats);
+      r.stats = std::move(again);
+      if (settled) break;
+    }
+    if (have_before) {
+      const SpecTotals b = SumSpec(before), a = SumSpec(r.stats);
+      r.spec_drafts = a.drafts - b.drafts;
+      r.spec_draft_tokens = a.draft_tokens - b.draft_tokens;
+      r.spec_accepted = a.accepted - b.accepted;
+      r.spec_accepted_by_position = a.by_position;
+      for (size_t p = 0; p < b.by_position.size() && p < a.by_position.size(); ++p) {
+        r.spec_accepted_by_position[p] -= b.by_position[p];
+      }
+    }
     r.label = r.stats.policy();
     r.decode_max_mean = MaxOverMean(r.stats.decode());
     r.prefill_max_mean = MaxOverMean(r.stats.prefill());
@@ -173,6 +230,18 @@ nlohmann::json ToJson(const PolicyResult& r) {
     int64_t transfer_bytes = 0;
     for (const auto& w : r.stats.decode()) transfer_bytes += w.info().transfer_bytes();
     j["kv_transfer_bytes"] = transfer_bytes;
+    if (r.spec_drafts > 0) {  // As vLLM's spec decoding log line: rates of the run's drafts.
+      j["spec_drafts"] = r.spec_drafts;
+      j["spec_draft_tokens"] = r.spec_draft_tokens;
+      j["spec_accepted_tokens"] = r.spec_accepted;
+      j["spec_acceptance_rate"] = static_cast<double>(r.spec_accepted) / r.spec_draft_tokens;
+      j["spec_mean_acceptance_length"] = 1.0 + static_cast<double>(r.spec_accepted) / r.spec_drafts;
+      std::vector<double> per_position;
+      for (int64_t n : r.spec_accepted_by_position) {
+        per_position.push_back(static_cast<double>(n) / r.spec_drafts);
+      }
+      j["spec_acceptance_by_position"] = per_position;
+    }
   }
   return j;
 }
@@ -231,6 +300,13 @@ void PrintBlock(const PolicyResult& r, const Slo& slo) {
     std::printf("%-40s %lld / %lld\n", "Local / remote prefills:",
                 static_cast<long long>(r.stats.local_prefills()),
                 static_cast<long long>(r.stats.remote_prefills()));
+    if (r.spec_drafts > 0) {
+      std::printf("%-40s %.3f (%lld of %lld drafted)\n", "Speculative acceptance rate:",
+                  static_cast<double>(r.spec_accepted) / r.spec_draft_tokens,
+                  static_cast<long long>(r.spec_accepted), static_cast<long long>(r.spec_draft_tokens));
+      std::printf("%-40s %.2f\n", "Mean acceptance length:",
+                  1.0 + static_cast<double>(r.spec_accepted) / r.spec_drafts);
+    }
   }
   if (!s.first_error.empty()) std::printf("%-40s %s\n", "First error:", s.first_error.c_str());
   std::printf("==================================================\n");

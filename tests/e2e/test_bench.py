@@ -89,6 +89,41 @@ class BenchTest(unittest.TestCase):
         # One stream: the run lasts at least the sum of the requests' latencies.
         self.assertGreaterEqual(r["duration_s"] * 1000, 4 * r["e2el_mean_ms"] * 0.999)
 
+    def test_serving_bench_reports_speculative_acceptance(self):
+        serve = cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
+                                          "--kv-blocks", "256", "--speculative", "ngram",
+                                          "--num-speculative-tokens", "3", "--spec-ngram-min", "1"])
+        try:
+            runs = []
+            for _ in range(2):
+                out = run("bench", "--server", serve.grpc, "--num-prompts", "6", "--input-len", "16",
+                          "--output-len", "40", "--format", "json")
+                runs.append(json.loads(out.stdout)[0])
+            text = run("bench", "--server", serve.grpc, "--num-prompts", "2", "--input-len", "16",
+                       "--output-len", "40").stdout
+        finally:
+            self.assertEqual(serve.stop(), 0)
+        for r in runs:
+            self.assertEqual((r["ok"], r["completion_tokens"]), (6, 240), r)
+            # The run's own drafts (counters after minus before): the same workload, the same
+            # greedy outputs, the same drafts both times.
+            self.assertGreater(r["spec_drafts"], 0, r)
+            self.assertLessEqual(r["spec_accepted_tokens"], r["spec_draft_tokens"])
+            self.assertLessEqual(r["spec_draft_tokens"], 3 * r["spec_drafts"])
+            self.assertAlmostEqual(r["spec_acceptance_rate"], r["spec_accepted_tokens"] / r["spec_draft_tokens"])
+            self.assertAlmostEqual(r["spec_mean_acceptance_length"], 1 + r["spec_accepted_tokens"] / r["spec_drafts"])
+            self.assertEqual(len(r["spec_acceptance_by_position"]), 3)
+            self.assertAlmostEqual(sum(r["spec_acceptance_by_position"]) * r["spec_drafts"],
+                                   r["spec_accepted_tokens"])
+        self.assertEqual([r["spec_drafts"] for r in runs][0], runs[1]["spec_drafts"])
+        self.assertEqual(runs[0]["spec_accepted_tokens"], runs[1]["spec_accepted_tokens"])
+        self.assertIn("Speculative acceptance rate:", text)
+        self.assertIn("Mean acceptance length:", text)
+        # Without speculation, nothing is reported.
+        self.assertNotIn("spec_drafts", json.loads(run("bench", "--server", self.serve.grpc, "--num-prompts", "2",
+                                                       "--input-len", "8", "--output-len", "4",
+                                                       "--format", "json").stdout)[0])
+
     def test_engine_bench_json(self):
         out = run("bench-engine", "--model", MODEL, "--batch", "2", "--input-len", "16",
                   "--output-len", "4", "--threads", "1", "--kv-blocks", "64", "--bw-gib", "0.125",
