@@ -13,6 +13,9 @@
 #include "common/base/strings.h"
 #include "common/base/thread_pool.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cli/flags.h"
+#include "common/base/file_util.h"
 #include "common/engine/llm_engine.h"
 #include "common/model/model_shapes.h"
 #include "kernels/cpu/linear_avx512.h"
@@ -32,9 +35,9 @@ double SecondsSince(Clock::time_point t) {
 
 int BenchEngineCommand(int argc, char** argv) {
   const char* cmd = "bench-engine";
-  std::string model, random_weights, format = "text";
+  std::string model, random_weights, format = "text", prompts = "random";
   int64_t batch = 1, input_len = 128, output_len = 64, sgemm_n = 1536, prefill_rounds = 3;
-  double bw_gib = 2.0;
+  double bw_gib = 2.0, temperature = 0;
   EngineFlags ef;
   FlagSet flags("bench-engine", "Measures engine prefill/decode throughput against this "
                                 "machine's read bandwidth and sgemm rate.");
@@ -50,6 +53,12 @@ int BenchEngineCommand(int argc, char** argv) {
   flags.Int("prefill-rounds", &prefill_rounds,
             "prefills of --batch fresh prompts; the fastest is reported (the first is also reported: "
             "it touches the buffers and KV pages for the first time)");
+  flags.String("prompts", &prompts,
+               "random (uniform token ids), repeat (a random 32-token phrase repeated to "
+               "--input-len), or a file of prompts, one per line as comma-separated token ids "
+               "(--input-len is then each line's own; the lines are used in turn)");
+  flags.Double("temperature", &temperature,
+               "decode sampling temperature (0 greedy; otherwise seeded per sequence)");
   flags.String("format", &format, "text or json");
   flags.Double("bw-gib", &bw_gib, "buffer for the read-bandwidth measurement (>> last-level cache)");
   flags.Int("sgemm-n", &sgemm_n, "matrix size for the sgemm-rate measurement");
@@ -68,6 +77,35 @@ int BenchEngineCommand(int argc, char** argv) {
                          kExitUsage);
     }
     shape = *c;
+  }
+  std::vector<std::vector<int32_t>> prompt_lines;
+  if (prompts != "random" && prompts != "repeat") {
+    auto text = ReadFileToString(prompts);
+    if (!text.ok()) {
+      return ReportError(cmd, absl::InvalidArgumentError(Str("--prompts: '", prompts,
+                                                             "' is not random, repeat or a file")),
+                         kExitUsage);
+    }
+    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
+      std::vector<int32_t> ids;
+      if (absl::Status s = ParseIntList(std::string(line), "--prompts", &ids); !s.ok()) {
+        return ReportError(cmd, s, kExitUsage);
+      }
+      if (!prompt_lines.empty() && ids.size() != prompt_lines[0].size()) {
+        return ReportError(cmd, absl::InvalidArgumentError(Str(
+                                    "--prompts: line ", prompt_lines.size() + 1, " holds ", ids.size(),
+                                    " tokens, the first ", prompt_lines[0].size(), "; give prompts of one length")),
+                           kExitUsage);
+      }
+      prompt_lines.push_back(std::move(ids));
+    }
+    if (prompt_lines.empty()) {
+      return ReportError(cmd, absl::InvalidArgumentError("--prompts: the file holds no prompt"), kExitUsage);
+    }
+    input_len = static_cast<int64_t>(prompt_lines[0].size());
+  }
+  if (!(temperature >= 0)) {
+    return ReportError(cmd, absl::InvalidArgumentError("--temperature: must be >= 0"), kExitUsage);
   }
   if (batch < 1 || input_len < 1 || output_len < 2 || bw_gib <= 0 || sgemm_n < 64 ||
       prefill_rounds < 1) {
@@ -98,9 +136,16 @@ int BenchEngineCommand(int argc, char** argv) {
     const bool last = round == prefill_rounds - 1;
     for (int64_t b = 0; b < batch; ++b) {
       std::vector<int32_t> prompt(input_len);
-      for (int32_t& t : prompt) t = static_cast<int32_t>(rng.Next() % c.vocab_size);
+      const size_t period = prompts == "repeat" ? 32 : prompt.size();
+      for (size_t i = 0; i < prompt.size(); ++i) {
+        prompt[i] = i < period ? static_cast<int32_t>(rng.Next() % c.vocab_size) : prompt[i - period];
+      }
+      if (!prompt_lines.empty()) {
+        prompt = prompt_lines[static_cast<size_t>(round * batch + b) % prompt_lines.size()];
+      }
       SamplingParams p;
-      p.temperature = 0;
+      p.temperature = static_cast<float>(temperature);
+      p.seed = static_cast<uint64_t>(round * batch + b);
       p.ignore_eos = true;
       p.max_tokens = last ? static_cast<int32_t>(output_len) : 1;
       if (absl::Status s = engine.AddRequest(Str("bench-", round, "-", b), std::move(prompt), p);
@@ -167,7 +212,9 @@ int BenchEngineCommand(int argc, char** argv) {
                             (input_len * (input_len + 1) / 2.0);
   const double prefill_flops = 2.0 * proj_params * batch * input_len + attn_flops +
                                2.0 * batch * c.vocab_size * c.hidden_size;
-  const double decode_tok_s = batch * decode_steps / decode_s;
+  // Tokens, not steps: a step that accepted speculative drafts produced more than one.
+  const int64_t decode_tokens = after.generated_tokens - before.generated_tokens;
+  const double decode_tok_s = static_cast<double>(decode_tokens) / decode_s;
   const double prefill_tok_s = batch * input_len / prefill_s;
   const double effective_bw = decode_bytes / decode_s;
   std::vector<double> step_bw(decode_steps);  // Each step's bytes over its time.
@@ -217,6 +264,20 @@ int BenchEngineCommand(int argc, char** argv) {
   j["prefill_tok_s"] = prefill_tok_s;
   j["prefill_first_tok_s"] = batch * input_len / prefill_first_s;
   j["decode_tok_s"] = decode_tok_s;
+  j["prompts"] = prompts;
+  j["temperature"] = temperature;
+  j["decode_steps"] = decode_steps;
+  j["speculative"] = std::string(SpeculativeMethodName(engine.speculative().method));
+  if (engine.speculative().enabled()) {
+    const int64_t drafts = after.spec_drafts - before.spec_drafts;
+    const int64_t drafted = after.spec_draft_tokens - before.spec_draft_tokens;
+    const int64_t accepted = after.spec_accepted_tokens - before.spec_accepted_tokens;
+    j["spec_drafts"] = drafts;
+    j["spec_draft_tokens"] = drafted;
+    j["spec_accepted_tokens"] = accepted;
+    j["spec_acceptance_rate"] = drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0;
+    j["spec_mean_acceptance_length"] = drafts > 0 ? 1.0 + static_cast<double>(accepted) / drafts : 0.0;
+  }
   j["decode_step_ms"] = decode_s / decode_steps * 1e3;
   j["decode_step_ms_median"] = median_step_s * 1e3;
   j["decode_bytes_per_step"] = decode_bytes / decode_steps;
@@ -262,6 +323,11 @@ int BenchEngineCommand(int argc, char** argv) {
               decode_tok_s, effective_bw / 1e9, 100 * effective_bw / read_bw, read_bw / 1e9);
   std::printf("         median step %.2f ms: %.2f GB/s = %5.1f%% of read bandwidth\n",
               median_step_s * 1e3, median_bw / 1e9, 100 * median_bw / read_bw);
+  if (j.contains("spec_drafts")) {
+    std::printf("speculative %s: %lld steps, acceptance rate %.3f, mean acceptance length %.2f\n",
+                j["speculative"].get<std::string>().c_str(), static_cast<long long>(decode_steps),
+                j["spec_acceptance_rate"].get<double>(), j["spec_mean_acceptance_length"].get<double>());
+  }
   std::printf("decode step: %.1f%% forward, %.2f%% sampling, %.2f%% scheduler\n", 100 * forward_share,
               100 * sample_share, 100 * schedule_share);
   for (const auto& [name, phases] : {std::pair{"prefill", &prefill_phases},

@@ -67,11 +67,12 @@ TEST(SuffixTrieTest, SequencesDoNotJoinAndDepthBoundsTheIndex) {
   // [2 3] never occurred: the boundary is not a substring.
   EXPECT_EQ(SuffixDraft(t, {2}, 2, 0.0), std::vector<int32_t>{});
   EXPECT_EQ(SuffixDraft(t, {1}, 4, 0.0), (std::vector<int32_t>{2}));
-  // Depth 3: at most 3 tokens per path; a match of 2 leaves one to draft.
+  // Depth 3: at most 3 tokens per path, so the match is cut short to leave room for the draft.
   t.Clear();
   t.Append({1, 2, 3, 4, 5, 1, 2});
-  EXPECT_EQ(SuffixDraft(t, {1, 2}, 4, 0.0), (std::vector<int32_t>{3}));
-  EXPECT_EQ(SuffixDraft(t, {5, 1}, 4, 0.0), (std::vector<int32_t>{2}));  // [5 1] then 2: depth 3.
+  EXPECT_EQ(SuffixDraft(t, {1, 2}, 1, 0.0), (std::vector<int32_t>{3}));  // Matched [1 2].
+  EXPECT_EQ(SuffixDraft(t, {1, 2}, 4, 0.0), (std::vector<int32_t>{3, 4}));  // Matched [2].
+  EXPECT_EQ(SuffixDraft(t, {5, 1}, 4, 0.0), (std::vector<int32_t>{2, 3}));
   // Nodes: one per new substring of up to 3 tokens.
   SuffixTrie u(3);
   u.Append({1, 2, 3});

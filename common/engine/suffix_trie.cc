@@ -56,9 +56,9 @@ SuffixTrie::Draft SuffixTrie::Propose(absl::Span<const int32_t> context, int32_t
   Draft d;
   if (k <= 0) return d;
   const int64_t len = static_cast<int64_t>(context.size());
-  // The longest suffix that occurred with a continuation.
+  // The longest suffix that occurred with a continuation, leaving the index depth for k tokens.
   int32_t node = -1;
-  for (int64_t m = std::min<int64_t>(len, max_depth_ - 1); m >= 1 && node < 0; --m) {
+  for (int64_t m = std::min<int64_t>(len, std::max(1, max_depth_ - k)); m >= 1 && node < 0; --m) {
     int32_t at = 0;
     for (int64_t i = len - m; i < len && at >= 0; ++i) at = Child(at, context[i]);
     if (at >= 0 && nodes_[static_cast<size_t>(at)].continuations > 0) {
