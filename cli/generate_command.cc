@@ -160,27 +160,9 @@ absl::StatusOr<Completion> RunLocal(const GenerateFlags& f, const FlagSet& flags
   while (engine->HasUnfinished() && !stopped) {
     std::vector<RequestOutput> outs;
     PD_RETURN_IF_ERROR(engine->Step(&outs));
-    for (RequestOutput& o : outs) {
-      for (TokenOutput& t : o.tokens) {
-        if (c.tokens.empty()) first_token = Clock::now();
-        if (detok && !stopped) {
-          auto delta = detok->Next(t.token);
-          if (delta.ok()) {
-            c.text += *delta;
-            if (stops.empty()) sink(*delta);  // With stop strings the text is shown at the end.
-          }
-        }
-        c.tokens.push_back(std::move(t));
-      }
-      if (o.finished) {
-        c.finish_reason = o.finish_reason;
-        c.cached_tokens = o.cached_tokens;
-        if (detok) {
-          const std::string rest = detok->Finish();
-          c.text += rest;
-          if (stops.empty()) sink(rest);
-        }
-      }
+    // Stop strings are looked for after each token, as the router does: tokens that came with
+    // it (accepted speculative drafts) past the one completing a stop string are not output.
+    const auto find_stop = [&] {
       for (const std::string& s : stops) {
         const size_t at = c.text.find(s);
         if (at != std::string::npos) {
@@ -188,7 +170,33 @@ absl::StatusOr<Completion> RunLocal(const GenerateFlags& f, const FlagSet& flags
           c.finish_reason = "stop";
           stopped = true;
           engine->Abort("generate-0", nullptr);
+          return;
         }
+      }
+    };
+    for (RequestOutput& o : outs) {
+      for (TokenOutput& t : o.tokens) {
+        if (stopped) break;
+        if (c.tokens.empty()) first_token = Clock::now();
+        if (detok) {
+          auto delta = detok->Next(t.token);
+          if (delta.ok()) {
+            c.text += *delta;
+            if (stops.empty()) sink(*delta);  // With stop strings the text is shown at the end.
+          }
+        }
+        c.tokens.push_back(std::move(t));
+        find_stop();
+      }
+      if (o.finished && !stopped) {
+        c.finish_reason = o.finish_reason;
+        c.cached_tokens = o.cached_tokens;
+        if (detok) {
+          const std::string rest = detok->Finish();
+          c.text += rest;
+          if (stops.empty()) sink(rest);
+        }
+        find_stop();
       }
     }
   }

@@ -74,6 +74,25 @@ TEST_F(OpenAiRequestTest, IntegersPastTheirRangeAreRefusedNotWrapped) {
   EXPECT_EQ(p.prompts[0].sampling().seed(), 9223372036854775807ull);
 }
 
+TEST_F(OpenAiRequestTest, NumSpeculativeTokensIsPassedOnOrRefusedOutOfRange) {
+  ParsedRequest p;
+  ApiError e;
+  ASSERT_TRUE(ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}],
+                                   "num_speculative_tokens": 0})", options_, &p, &e))
+      << e.message;
+  ASSERT_TRUE(p.prompts[0].sampling().has_num_speculative_tokens());
+  EXPECT_EQ(p.prompts[0].sampling().num_speculative_tokens(), 0);
+  ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "num_speculative_tokens": 16})", options_, &p, &e));
+  EXPECT_EQ(p.prompts[0].sampling().num_speculative_tokens(), 16);
+  ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x"})", options_, &p, &e));
+  EXPECT_FALSE(p.prompts[0].sampling().has_num_speculative_tokens());  // The worker's setting.
+  for (const char* bad : {"17", "-1", "2.5", "\"4\""}) {
+    EXPECT_EQ(Completion(Str(R"({"prompt": "x", "num_speculative_tokens": )", bad, "}")),
+              (std::pair<int, std::string>{400, "num_speculative_tokens"}))
+        << bad;
+  }
+}
+
 TEST_F(OpenAiRequestTest, FieldsThatWouldChangeTheAnswerAreRefusedByName) {
   for (const char* field :
        {R"("response_format": {"type": "json_object"})",

@@ -188,12 +188,19 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
   void Relay(const internal::v1::DecodeResponse& d) {
     v1::GenerateResponse out;
     out.set_request_id(routed_.request_id);
-    std::string text;
     const Clock::time_point now = Clock::now();
     // A worker's "stop" is an EOS or a stop_token_ids token: as vLLM does, its text is not part of
     // the output (unless include_stop_str_in_output), whether or not special tokens are skipped.
     const bool drop_stop_token = d.finish_reason() == "stop" && !routed_.include_stop_str;
-    for (int i = 0; i < d.token_ids_size(); ++i) {
+    const bool last = !d.finish_reason().empty();
+    std::string finish = d.finish_reason();
+    // Stop strings: cut at the first one, finish with "stop" and stop the decode worker. Checked
+    // after each token, so that tokens past the one completing a stop string (several arrive
+    // together when speculative drafts were accepted) are not returned or counted: the output
+    // is what one token per message gives.
+    size_t cut = std::string::npos;
+    size_t matched = 0;  // The length of the stop string found at `cut` (the first listed there).
+    for (int i = 0; i < d.token_ids_size() && cut == std::string::npos; ++i) {
       if (!got_first_) {
         got_first_ = true;
         first_token_ = now;
@@ -207,23 +214,18 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       out.add_token_ids(d.token_ids(i));
       out.add_logprobs(d.logprobs(i));
       *out.add_top_logprobs() = d.top_logprobs(i);
-      if (drop_stop_token && i + 1 == d.token_ids_size()) continue;
-      auto delta = detok_->Next(d.token_ids(i));
-      if (delta.ok()) text += *delta;
-    }
-    completion_tokens_ += d.token_ids_size();
-    const bool last = !d.finish_reason().empty();
-    if (last) text += detok_->Finish();
-    pending_text_ += text;
-    std::string finish = d.finish_reason();
-    // Stop strings: cut at the first one, finish with "stop" and stop the decode worker.
-    size_t cut = std::string::npos;
-    size_t matched = 0;  // The length of the stop string found at `cut` (the first listed there).
-    for (const std::string& s : routed_.stop) {
-      const size_t at = pending_text_.find(s);
-      if (at < cut) {
-        cut = at;
-        matched = s.size();
+      ++completion_tokens_;
+      if (!(drop_stop_token && i + 1 == d.token_ids_size())) {
+        auto delta = detok_->Next(d.token_ids(i));
+        if (delta.ok()) pending_text_ += *delta;
+      }
+      if (last && i + 1 == d.token_ids_size()) pending_text_ += detok_->Finish();
+      for (const std::string& s : routed_.stop) {
+        const size_t at = pending_text_.find(s);
+        if (at < cut) {
+          cut = at;
+          matched = s.size();
+        }
       }
     }
     if (cut != std::string::npos) {

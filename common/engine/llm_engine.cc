@@ -410,6 +410,29 @@ void LLMEngine::Draft(Sequence* seq) {
   if (recent.score > own.score) seq->draft.swap(suffix_scratch_);
 }
 
+void LLMEngine::DraftForRunning() {
+  drafting_.clear();
+  draft_acceptance_.clear();
+  draft_lengths_.clear();
+  int64_t rows = 0, decoding = 0;
+  for (Sequence* seq : scheduler_->running()) {
+    rows += seq->num_uncomputed();
+    if (seq->num_uncomputed() != 1) continue;
+    ++decoding;
+    Draft(seq);
+    if (seq->draft.empty()) continue;
+    drafting_.push_back(seq);
+    draft_acceptance_.push_back(seq->speculation.acceptance);
+    draft_lengths_.push_back(static_cast<int32_t>(seq->draft.size()));
+  }
+  // Past the step's ridge a drafted row costs what a plain one does: keep what pays.
+  BudgetDrafts(step_cost_, std::min(rows, options_.max_num_batched_tokens),
+               static_cast<double>(decoding), draft_acceptance_, absl::MakeSpan(draft_lengths_));
+  for (size_t i = 0; i < drafting_.size(); ++i) {
+    drafting_[i]->draft.resize(static_cast<size_t>(draft_lengths_[i]));
+  }
+}
+
 void LLMEngine::RememberOutput(const Sequence& seq) {
   // Bounded: past kMaxRecentNodes the index starts again from the outputs that follow.
   constexpr int64_t kMaxRecentNodes = int64_t{1} << 20;
@@ -420,21 +443,19 @@ void LLMEngine::RememberOutput(const Sequence& seq) {
 
 absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   const Clock::time_point step_start = Clock::now();
-  if (options_.speculative.enabled()) {
-    for (Sequence* seq : scheduler_->running()) {
-      if (seq->num_uncomputed() == 1) Draft(seq);
-    }
-  }
+  if (options_.speculative.enabled()) DraftForRunning();
   scheduler_->Schedule(&schedule_);
   if (schedule_.chunks.empty()) return absl::OkStatus();
   ++stats_.steps;
   batch_.sequences.clear();
   sampled_.clear();
+  bool decode_only = true;  // Every chunk a decode token (and its draft): a step the cost model fits.
   for (const ScheduledChunk& chunk : schedule_.chunks) {
     Sequence* seq = chunk.seq;
     const int64_t drafted = static_cast<int64_t>(seq->draft.size());
     const bool completes = seq->num_computed + chunk.num_tokens - drafted ==
                            static_cast<int64_t>(seq->tokens.size());
+    decode_only = decode_only && completes && chunk.num_tokens == 1 + drafted;
     SequenceChunk sc;
     if (drafted > 0) {  // The last token, then the draft; logits at each position.
       seq->step_tokens.assign(1, seq->tokens.back());
@@ -459,6 +480,9 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   PD_RETURN_IF_ERROR(runner_->Forward(batch_, logits_.data()));
   const Clock::time_point forward_end = Clock::now();
   stats_.forward_seconds += Seconds(forward_end - forward_start);
+  if (decode_only && options_.speculative.enabled()) {
+    step_cost_.Observe(batch_.num_tokens(), Seconds(forward_end - forward_start));
+  }
 
   for (const ScheduledChunk& chunk : schedule_.chunks) {
     Sequence* seq = chunk.seq;

@@ -191,6 +191,8 @@ class LLMEngine {
   void Finish(Sequence* seq);
   // Proposes seq->draft for this step (speculative decoding on, the request decoding).
   void Draft(Sequence* seq);
+  // Drafts for every decoding request, then trims them to what the step cost model says pays.
+  void DraftForRunning();
   // After a step that verified a draft: counters, the request's acceptance, and its blocks.
   void EndSpeculation(Sequence* seq, int64_t drafted, int64_t accepted, bool finished);
   // Hashes and publishes the full blocks whose KV is computed.
@@ -230,6 +232,10 @@ class LLMEngine {
   // Suffix decoding: the outputs of this engine's recent requests, and a draft buffer.
   std::unique_ptr<SuffixTrie> recent_outputs_;
   std::vector<int32_t> suffix_scratch_;
+  StepCostModel step_cost_;  // Decode steps' time by rows (speculation's draft budget).
+  std::vector<Sequence*> drafting_;
+  std::vector<double> draft_acceptance_;
+  std::vector<int32_t> draft_lengths_;
 };
 
 }  // namespace pdserve

@@ -88,4 +88,52 @@ void SpeculationState::Record(int32_t drafted, int32_t accepted) {
   if (misses >= 2) pause = std::min(kMaxPause, 1 << std::min(misses - 2, 4));
 }
 
+void StepCostModel::Observe(int64_t rows, double seconds) {
+  const double x = static_cast<double>(rows);
+  s0_ = kDecay * s0_ + 1;
+  s1_ = kDecay * s1_ + x;
+  s2_ = kDecay * s2_ + x * x;
+  sy_ = kDecay * sy_ + seconds;
+  sxy_ = kDecay * sxy_ + x * seconds;
+  const double mean = s1_ / s0_;
+  const double variance = s2_ / s0_ - mean * mean;
+  // Refit only while the rows vary (a step or two off the mean in recent history); otherwise the
+  // last slope stands.
+  if (s0_ < 8 || variance < 1.0) return;
+  const double b = (s0_ * sxy_ - s1_ * sy_) / (s0_ * s2_ - s1_ * s1_);
+  b_ = std::max(0.0, b);
+  a_ = std::max(0.0, (sy_ - b_ * s1_) / s0_);
+  ready_ = true;
+}
+
+void BudgetDrafts(const StepCostModel& cost, int64_t base_rows, double base_tokens,
+                  absl::Span<const double> acceptance, absl::Span<int32_t> lengths) {
+  if (!cost.ready() || cost.b() <= 0) return;  // No slope yet, or rows are free: keep them all.
+  struct Candidate {
+    double p;
+    size_t request;
+  };
+  std::vector<Candidate> candidates;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    double p = 1;
+    for (int32_t i = 0; i < lengths[r]; ++i) {
+      p *= std::clamp(acceptance[r], 0.0, 1.0);
+      candidates.push_back({p, r});
+    }
+  }
+  // Most likely first; within a request the probabilities fall, so its kept tokens are a prefix.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.p > y.p; });
+  std::vector<int32_t> kept(lengths.size(), 0);
+  double t = cost.a() + cost.b() * static_cast<double>(base_rows);
+  double e = base_tokens;
+  for (const Candidate& c : candidates) {
+    if (c.p * t < cost.b() * e) break;
+    ++kept[c.request];
+    t += cost.b();
+    e += c.p;
+  }
+  for (size_t r = 0; r < lengths.size(); ++r) lengths[r] = std::min(lengths[r], kept[r]);
+}
+
 }  // namespace pdserve

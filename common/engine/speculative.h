@@ -61,6 +61,33 @@ struct SpeculationState {
   void Record(int32_t drafted, int32_t accepted);
 };
 
+// What a decode step costs by its rows, T = a + b * rows, fitted by exponentially weighted least
+// squares over the engine's recent decode steps. Below the ridge (a memory-bound step: weights
+// read once whatever the rows) b is small and drafts are nearly free; past it (many rows: compute)
+// each drafted row costs about what a plain one does.
+class StepCostModel {
+ public:
+  void Observe(int64_t rows, double seconds);
+  // True once the steps seen span enough different row counts for a slope.
+  bool ready() const { return ready_; }
+  double a() const { return a_; }
+  double b() const { return b_; }
+
+ private:
+  static constexpr double kDecay = 0.97;  // A step's weight halves after ~23 more.
+  double s0_ = 0, s1_ = 0, s2_ = 0, sy_ = 0, sxy_ = 0;
+  bool ready_ = false;
+  double a_ = 0, b_ = 0;
+};
+
+// Trims drafts to what pays for itself in one step: a drafted token at position i of a request
+// whose acceptance is q is kept with probability q^(i+1); taken in order of that probability, a
+// token stays while it adds at least as many expected tokens per second as the step gives
+// (p * T >= b * E, T and E the step's time and expected tokens so far, starting from
+// `base_rows` rows that produce `base_tokens`). lengths[r] (request r's draft) may only shrink.
+void BudgetDrafts(const StepCostModel& cost, int64_t base_rows, double base_tokens,
+                  absl::Span<const double> acceptance, absl::Span<int32_t> lengths);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_COMMON_ENGINE_SPECULATIVE_H_

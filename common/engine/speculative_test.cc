@@ -104,6 +104,48 @@ TEST(SpeculationStateTest, DraftsShrinkAndPauseOnMissesAndRecover) {
   EXPECT_GE(s.NextLength(5), 1);
 }
 
+TEST(StepCostModelTest, FitsTheSlopeOnceRowsVary) {
+  StepCostModel m;
+  for (int i = 0; i < 40; ++i) m.Observe(16, 0.010);  // Rows never vary: no slope.
+  EXPECT_FALSE(m.ready());
+  for (int i = 0; i < 40; ++i) {
+    const int rows = 1 + i % 20;
+    m.Observe(rows, 0.002 + 0.0005 * rows);
+  }
+  ASSERT_TRUE(m.ready());
+  EXPECT_NEAR(m.b(), 0.0005, 1e-4);  // The old constant steps still weigh a little.
+  EXPECT_NEAR(m.a() + m.b() * 16, 0.010, 1e-3);
+}
+
+StepCostModel CostOf(double a, double b) {
+  StepCostModel m;
+  for (int i = 0; i < 64; ++i) m.Observe(1 + i % 8, a + b * (1 + i % 8));
+  return m;
+}
+
+TEST(BudgetDraftsTest, KeepsWhatPaysBelowTheRidgeAndLittlePastIt) {
+  // Memory-bound (a step costs 10 rows' worth before its first row): sure drafts all stay; an
+  // unlikely one stays only while it beats the step's own rate.
+  const StepCostModel memory = CostOf(0.010, 0.001);
+  std::vector<int32_t> lengths = {5, 5};
+  BudgetDrafts(memory, 2, 2, std::vector<double>{1.0, 0.1}, absl::MakeSpan(lengths));
+  EXPECT_EQ(lengths, (std::vector<int32_t>{5, 0}));  // 0.1 x 0.017 s < 0.001 x 7 tokens.
+  lengths = {5};
+  BudgetDrafts(memory, 1, 1, std::vector<double>{0.3}, absl::MakeSpan(lengths));
+  // 0.3 x 0.011 s >= 0.001 x 1 token; then 0.09 x 0.012 < 0.001 x 1.3.
+  EXPECT_EQ(lengths, (std::vector<int32_t>{1}));
+  // Compute-bound (rows are most of the step's cost): only drafts about as sure as a plain token
+  // pay.
+  const StepCostModel compute = CostOf(0.002, 0.001);
+  lengths = {4, 4, 4};
+  BudgetDrafts(compute, 16, 16, std::vector<double>{1.0, 0.9, 0.5}, absl::MakeSpan(lengths));
+  EXPECT_EQ(lengths, (std::vector<int32_t>{4, 0, 0}));
+  // No slope yet: nothing trimmed.
+  lengths = {3};
+  BudgetDrafts(StepCostModel{}, 1, 1, std::vector<double>{0.0}, absl::MakeSpan(lengths));
+  EXPECT_EQ(lengths, (std::vector<int32_t>{3}));
+}
+
 TEST(SpeculativeOptionsTest, ParseAndValidate) {
   EXPECT_EQ(*ParseSpeculativeMethod("ngram"), SpeculativeMethod::kNgram);
   EXPECT_EQ(*ParseSpeculativeMethod("none"), SpeculativeMethod::kNone);

@@ -331,6 +331,25 @@ class TiersTest(unittest.TestCase):
             self.assertGreater(drafted, accepted)
             self.assertEqual(sum(sum(i.spec_accepted_by_position) for i in decodes), accepted)
             self.assertEqual([len(i.spec_accepted_by_position) for i in decodes], [4, 4])
+            # Stop strings are cut by the router: a stream that speculates stops at the same token
+            # (tokens that arrived with it are neither returned nor counted).
+            stopped = 0
+            for i, w in enumerate(want):
+                if len(w["text"]) < 30:
+                    continue
+                stop = w["text"][12 + i % 5:16 + i % 5]
+                pair = []
+                for k in (None, 0):
+                    r = request(ps[i], 40, stop=[stop])
+                    if k is not None:
+                        r.sampling.num_speculative_tokens = k
+                    pair.append(collect(stub, r))
+                self.assertEqual(pair[0]["finish_reason"], "stop")
+                self.assertEqual((pair[0]["token_ids"], pair[0]["text"], pair[0]["usage"].completion_tokens),
+                                 (pair[1]["token_ids"], pair[1]["text"], pair[1]["usage"].completion_tokens))
+                self.assertEqual(pair[0]["text"], w["text"][:w["text"].find(stop)])
+                stopped += 1
+            self.assertGreater(stopped, 3)
             # A request asking for more drafts than the worker allows is fine (capped); out of
             # range is refused by the router, naming the field.
             with self.assertRaises(grpc.RpcError) as e:

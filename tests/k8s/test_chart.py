@@ -224,6 +224,8 @@ class HelmChecks(unittest.TestCase):
             (None, ["ports.decode=70000"], "at '/ports/decode': maximum"),
             (None, ["tls.enabled=true"], "at '/tls/secretName'"),
             (None, ["extraEnv[0].value=x"], "at '/extraEnv/0': missing property 'name'"),
+            (None, ["decode.speculative.method=eagle"], "at '/decode/speculative/method'"),
+            (None, ["decode.speculative.numTokens=17"], "at '/decode/speculative/numTokens': maximum"),
         ]
         for values, sets, message in cases:
             out = render(values, sets)
@@ -494,6 +496,21 @@ class Consistency(unittest.TestCase):
         for tier in ("router", "prefill", "decode"):
             names = [e["name"] for e in container(one(docs, "Deployment", tier_name(tier)))["env"]]
             self.assertEqual("PDSERVE_COMPUTE_DTYPE" in names, tier != "router", tier)
+
+    def test_speculative_decoding_reaches_the_decode_workers_only(self):
+        out = render(None, ["decode.speculative.method=suffix", "decode.speculative.numTokens=3"])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        flags = {tier: flag_values(container(one(docs, "Deployment", tier_name(tier))))
+                 for tier in ("router", "prefill", "decode")}
+        self.assertEqual((flags["decode"]["--speculative"], flags["decode"]["--num-speculative-tokens"]),
+                         ("suffix", "3"))
+        self.assertTrue(flags["decode"].keys() <= known_flags("decode")[0])
+        for tier in ("router", "prefill"):
+            self.assertNotIn("--speculative", flags[tier], tier)
+        # Off by default: no flag at all.
+        docs = [d for d in yaml.safe_load_all(render(None, []).stdout) if d]
+        self.assertNotIn("--speculative", flag_values(container(one(docs, "Deployment", tier_name("decode")))))
 
     def test_every_flag_and_variable_is_known_to_the_binary(self):
         for values, docs in self.each():

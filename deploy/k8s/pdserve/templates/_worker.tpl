@@ -59,6 +59,10 @@ spec:
             - --local-prefill-tokens={{ $v.localPrefillTokens }}
             - --lease-ms={{ $v.leaseMs }}
             - --max-waiting={{ $v.maxWaiting }}
+            {{- if ne $v.speculative.method "none" }}
+            - --speculative={{ $v.speculative.method }}
+            - --num-speculative-tokens={{ $v.speculative.numTokens }}
+            {{- end }}
             {{- end }}
             {{- if ne $root.Values.engine.device "cpu" }}
             - --device={{ $root.Values.engine.device }}
