@@ -82,10 +82,12 @@ TEST_F(OpenAiRequestTest, NumSpeculativeTokensIsPassedOnOrRefusedOutOfRange) {
       << e.message;
   ASSERT_TRUE(p.prompts[0].sampling().has_num_speculative_tokens());
   EXPECT_EQ(p.prompts[0].sampling().num_speculative_tokens(), 0);
-  ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "num_speculative_tokens": 16})", options_, &p, &e));
-  EXPECT_EQ(p.prompts[0].sampling().num_speculative_tokens(), 16);
-  ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x"})", options_, &p, &e));
-  EXPECT_FALSE(p.prompts[0].sampling().has_num_speculative_tokens());  // The worker's setting.
+  ParsedRequest most;
+  ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "num_speculative_tokens": 16})", options_, &most, &e));
+  EXPECT_EQ(most.prompts[0].sampling().num_speculative_tokens(), 16);
+  ParsedRequest unset;
+  ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x"})", options_, &unset, &e));
+  EXPECT_FALSE(unset.prompts[0].sampling().has_num_speculative_tokens());  // The worker's setting.
   for (const char* bad : {"17", "-1", "2.5", "\"4\""}) {
     EXPECT_EQ(Completion(Str(R"({"prompt": "x", "num_speculative_tokens": )", bad, "}")),
               (std::pair<int, std::string>{400, "num_speculative_tokens"}))

@@ -511,7 +511,11 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
       ++seq->num_computed;  // The draft's KV, computed this step, is the token's.
     }
     row += static_cast<size_t>(drafted + 1);
-    if (drafted > 0) EndSpeculation(seq, drafted, accepted, reason.has_value());
+    if (drafted > 0) {
+      EndSpeculation(seq, drafted, accepted, reason.has_value());
+    } else if (options_.speculative.enabled()) {
+      seq->speculation.Idle();
+    }
     out.completion_tokens = seq->num_generated();
     out.ttft_seconds = Seconds(seq->first_token - seq->arrival);
     if (reason) {

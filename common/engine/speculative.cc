@@ -72,14 +72,16 @@ int32_t SpeculationState::NextLength(int32_t k) {
     --pause;
     return 0;
   }
-  // Draft what the recent acceptance says is likely to be kept, plus one to probe for more.
-  const int32_t expected = static_cast<int32_t>(std::lround(acceptance * k)) + 1;
-  return std::clamp(expected, 1, k);
+  // The run of acceptances to expect, q / (1 - q), plus one to probe for more.
+  const double run = acceptance >= 1 ? k : acceptance / (1 - acceptance);
+  return std::clamp(static_cast<int32_t>(std::lround(std::min<double>(run, k))) + 1, 1, k);
 }
 
 void SpeculationState::Record(int32_t drafted, int32_t accepted) {
   if (drafted <= 0) return;
-  acceptance = 0.5 * acceptance + 0.5 * static_cast<double>(accepted) / drafted;
+  // Tokens tried: the accepted ones and the first rejected one, if any.
+  const int32_t tried = accepted + (accepted < drafted ? 1 : 0);
+  acceptance = 0.5 * acceptance + 0.5 * static_cast<double>(accepted) / tried;
   if (accepted > 0) {
     misses = 0;
     return;
@@ -87,6 +89,8 @@ void SpeculationState::Record(int32_t drafted, int32_t accepted) {
   ++misses;
   if (misses >= 2) pause = std::min(kMaxPause, 1 << std::min(misses - 2, 4));
 }
+
+void SpeculationState::Idle() { acceptance += kRelax * (kPrior - acceptance); }
 
 void StepCostModel::Observe(int64_t rows, double seconds) {
   const double x = static_cast<double>(rows);

@@ -52,13 +52,20 @@ int32_t NgramPropose(absl::Span<const int32_t> context, int32_t min_n, int32_t m
 // a doubling number of steps (up to kMaxPause), so text that does not repeat pays little.
 struct SpeculationState {
   static constexpr int32_t kMaxPause = 16;
-  double acceptance = 1.0;  // Moving average of accepted / drafted.
-  int32_t misses = 0;       // Drafts in a row with nothing accepted.
-  int32_t pause = 0;        // Steps left without drafting.
+  static constexpr double kPrior = 0.5;   // Where the estimate drifts without evidence,
+  static constexpr double kRelax = 0.05;  // by this share per step.
+  // The chance that a drafted token is accepted once the ones before it were (a moving average
+  // of accepted / tried, tried = accepted + the first rejected).
+  double acceptance = 1.0;
+  int32_t misses = 0;  // Drafts in a row with nothing accepted.
+  int32_t pause = 0;   // Steps left without drafting.
 
   // The draft length to ask for this step (0: skip), at most `k`; counts a paused step.
   int32_t NextLength(int32_t k);
   void Record(int32_t drafted, int32_t accepted);
+  // A decode step without a draft verified (none proposed, or the step's budget cut it): the
+  // estimate drifts back towards kPrior, so a request is not shut out for good by early misses.
+  void Idle();
 };
 
 // What a decode step costs by its rows, T = a + b * rows, fitted by exponentially weighted least

@@ -52,6 +52,9 @@ TEST(SuffixTrieTest, LongestMatchThenMostFrequentContinuation) {
   // After [2 3] alone: 4 twice, 5 twice; the first to reach the top count wins the tie.
   EXPECT_EQ(SuffixDraft(t, {7, 2, 3}, 1, 0.1), (std::vector<int32_t>{4}));
   EXPECT_EQ(SuffixDraft(t, {9, 2, 3}, 3, 0.1), (std::vector<int32_t>{5, 6}));  // Ends: no more.
+  // No longer than the match: three matched tokens draft three (after [1 2 3 4], 7 and 8 tie).
+  EXPECT_EQ(SuffixDraft(t, {0, 1, 2, 3}, 5, 0.1), (std::vector<int32_t>{4, 7, 1}));
+  EXPECT_EQ(SuffixDraft(t, {6, 9, 2, 3}, 5, 0.1), (std::vector<int32_t>{5, 6}));
   // A continuation less likely than min_prob is not drafted: after [1 2 3 4], 7 and 8 half each.
   EXPECT_EQ(SuffixDraft(t, {1, 2, 3}, 3, 0.6), (std::vector<int32_t>{4}));
   EXPECT_EQ(SuffixDraft(t, {1, 2, 3}, 3, 0.7), std::vector<int32_t>{});
@@ -70,9 +73,12 @@ TEST(SuffixTrieTest, SequencesDoNotJoinAndDepthBoundsTheIndex) {
   // Depth 3: at most 3 tokens per path, so the match is cut short to leave room for the draft.
   t.Clear();
   t.Append({1, 2, 3, 4, 5, 1, 2});
-  EXPECT_EQ(SuffixDraft(t, {1, 2}, 1, 0.0), (std::vector<int32_t>{3}));  // Matched [1 2].
-  EXPECT_EQ(SuffixDraft(t, {1, 2}, 4, 0.0), (std::vector<int32_t>{3, 4}));  // Matched [2].
-  EXPECT_EQ(SuffixDraft(t, {5, 1}, 4, 0.0), (std::vector<int32_t>{2, 3}));
+  SuffixTrie::Draft d;
+  EXPECT_EQ(SuffixDraft(t, {1, 2}, 1, 0.0, &d), (std::vector<int32_t>{3}));
+  EXPECT_EQ(d.match_length, 2);
+  // Four asked: the match is cut to [2], and one matched token drafts one.
+  EXPECT_EQ(SuffixDraft(t, {1, 2}, 4, 0.0, &d), (std::vector<int32_t>{3}));
+  EXPECT_EQ(d.match_length, 1);
   // Nodes: one per new substring of up to 3 tokens.
   SuffixTrie u(3);
   u.Append({1, 2, 3});
@@ -86,11 +92,14 @@ TEST(SpeculationStateTest, DraftsShrinkAndPauseOnMissesAndRecover) {
   EXPECT_EQ(s.NextLength(5), 5);
   s.Record(5, 5);
   EXPECT_EQ(s.NextLength(5), 5);
-  s.Record(5, 0);  // acceptance 0.5: round(2.5) + 1.
-  EXPECT_EQ(s.NextLength(5), 4);
-  s.Record(4, 0);  // Two misses in a row: pause one step.
+  s.Record(5, 2);  // 2 of 3 tried: 0.5 x 1 + 0.5 x 2/3; run 5 -> all 5.
+  EXPECT_NEAR(s.acceptance, 5.0 / 6, 1e-12);
+  EXPECT_EQ(s.NextLength(5), 5);
+  s.Record(5, 0);  // 0.417: a run of 0.71 expected, + 1.
+  EXPECT_EQ(s.NextLength(5), 2);
+  s.Record(2, 0);  // Two misses in a row: pause one step.
   EXPECT_EQ(s.NextLength(5), 0);
-  EXPECT_EQ(s.NextLength(5), 2);  // acceptance 0.25: round(1.25) + 1.
+  EXPECT_EQ(s.NextLength(5), 1);  // 0.208: a run of 0.26, + 1.
   for (int i = 0; i < 10; ++i) {
     s.Record(1, 0);
     while (s.pause > 0) s.NextLength(5);
@@ -102,6 +111,11 @@ TEST(SpeculationStateTest, DraftsShrinkAndPauseOnMissesAndRecover) {
   s.Record(1, 1);  // A hit ends the run of misses.
   EXPECT_EQ(s.misses, 0);
   EXPECT_GE(s.NextLength(5), 1);
+  // Steps without a verified draft bring a low estimate back towards the prior.
+  s.acceptance = 0;
+  for (int i = 0; i < 200; ++i) s.Idle();
+  EXPECT_NEAR(s.acceptance, SpeculationState::kPrior, 1e-3);
+  EXPECT_EQ(s.NextLength(5), 2);
 }
 
 TEST(StepCostModelTest, FitsTheSlopeOnceRowsVary) {

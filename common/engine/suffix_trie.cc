@@ -67,6 +67,9 @@ SuffixTrie::Draft SuffixTrie::Propose(absl::Span<const int32_t> context, int32_t
     }
   }
   if (node < 0) return d;
+  // No longer than the match it follows (Arctic's max_spec_factor 1): one matched token is weak
+  // evidence for five more.
+  k = std::min(k, d.match_length);
   // Follow the most frequent continuation while it is likely enough (the index ends at
   // max_depth: a draft is short).
   for (int32_t depth = d.match_length; static_cast<int32_t>(out->size()) < k && depth < max_depth_; ++depth) {

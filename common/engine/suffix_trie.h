@@ -35,9 +35,9 @@ class SuffixTrie {
     int32_t match_length = 0;  // Context tokens matched (0: nothing proposed).
     double score = 0;          // Sum of the proposed tokens' shares (expected accepted tokens).
   };
-  // Appends to *out (cleared first) up to k tokens continuing the longest suffix of `context`
-  // (at most max_depth - k tokens, so that k fit in the index) that occurred with a
-  // continuation.
+  // Appends to *out (cleared first) up to k tokens, and no more than the match is long,
+  // continuing the longest suffix of `context` (at most max_depth - k tokens, so that k fit in
+  // the index) that occurred with a continuation.
   Draft Propose(absl::Span<const int32_t> context, int32_t k, double min_prob,
                 std::vector<int32_t>* out) const;
 
