@@ -403,11 +403,13 @@ void LLMEngine::Draft(Sequence* seq) {
   }
   seq->suffix->Append(absl::MakeConstSpan(seq->tokens).subspan(seq->suffix_indexed));
   seq->suffix_indexed = static_cast<int64_t>(seq->tokens.size());
-  const auto own = seq->suffix->Propose(seq->tokens, static_cast<int32_t>(k), so.suffix_min_prob,
-                                        &seq->draft);
-  const auto recent = recent_outputs_->Propose(seq->tokens, static_cast<int32_t>(k),
-                                               so.suffix_min_prob, &suffix_scratch_);
-  if (recent.score > own.score) seq->draft.swap(suffix_scratch_);
+  const auto own = seq->suffix->ProposeForCurrent(static_cast<int32_t>(k), so.suffix_min_prob,
+                                                  &seq->draft);
+  if (static_cast<int64_t>(seq->draft.size()) < k) {  // The recent outputs may know more.
+    const auto recent = recent_outputs_->Propose(seq->tokens, static_cast<int32_t>(k),
+                                                 so.suffix_min_prob, &suffix_scratch_);
+    if (recent.score > own.score) seq->draft.swap(suffix_scratch_);
+  }
 }
 
 void LLMEngine::DraftForRunning() {

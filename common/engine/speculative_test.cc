@@ -62,6 +62,26 @@ TEST(SuffixTrieTest, LongestMatchThenMostFrequentContinuation) {
   EXPECT_EQ(SuffixDraft(t, {}, 3, 0.1), std::vector<int32_t>{});
 }
 
+// The current sequence's own suffixes (what a request drafts from) give what an explicit context
+// of the same tokens gives.
+TEST(SuffixTrieTest, ProposeForCurrentEqualsProposeOnTheSequence) {
+  SuffixTrie t(6);
+  std::vector<int32_t> seq;
+  uint64_t x = 1;
+  for (int i = 0; i < 400; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    seq.push_back(static_cast<int32_t>((x >> 33) % 7));  // Few symbols: many repeats.
+    t.Append(seq.back());
+    for (int32_t k : {1, 3, 5}) {
+      std::vector<int32_t> a, b;
+      const SuffixTrie::Draft da = t.ProposeForCurrent(k, 0.2, &a);
+      const SuffixTrie::Draft db = t.Propose(seq, k, 0.2, &b);
+      ASSERT_EQ(a, b) << i << " " << k;
+      ASSERT_EQ(da.match_length, db.match_length);
+    }
+  }
+}
+
 TEST(SuffixTrieTest, SequencesDoNotJoinAndDepthBoundsTheIndex) {
   SuffixTrie t(3);
   t.Append({1, 2});

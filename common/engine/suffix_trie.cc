@@ -56,17 +56,53 @@ SuffixTrie::Draft SuffixTrie::Propose(absl::Span<const int32_t> context, int32_t
   Draft d;
   if (k <= 0) return d;
   const int64_t len = static_cast<int64_t>(context.size());
-  // The longest suffix that occurred with a continuation, leaving the index depth for k tokens.
-  int32_t node = -1;
-  for (int64_t m = std::min<int64_t>(len, std::max(1, max_depth_ - k)); m >= 1 && node < 0; --m) {
+  const auto walk = [&](int64_t m) {  // The node of the context's last m tokens, or -1.
     int32_t at = 0;
     for (int64_t i = len - m; i < len && at >= 0; ++i) at = Child(at, context[i]);
-    if (at >= 0 && nodes_[static_cast<size_t>(at)].continuations > 0) {
+    return at;
+  };
+  // The longest suffix in the index (if m tokens are, so are their last m - 1: a binary search),
+  // then the longest from there that occurred with a continuation, leaving depth for k tokens.
+  int64_t lo = 0, hi = std::min<int64_t>(len, std::max(1, max_depth_ - k));
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (walk(mid) >= 0) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  int32_t node = -1;
+  for (int64_t m = lo; m >= 1 && node < 0; --m) {
+    const int32_t at = walk(m);
+    if (nodes_[static_cast<size_t>(at)].continuations > 0) {
       node = at;
       d.match_length = static_cast<int32_t>(m);
     }
   }
   if (node < 0) return d;
+  return Continue(node, d.match_length, k, min_prob, out);
+}
+
+SuffixTrie::Draft SuffixTrie::ProposeForCurrent(int32_t k, double min_prob,
+                                                std::vector<int32_t>* out) const {
+  out->clear();
+  if (k <= 0) return {};
+  // active_[i] is the suffix of i + 1 tokens: the longest one within the cap that continued.
+  const int64_t longest = std::min<int64_t>(static_cast<int64_t>(active_.size()), std::max(1, max_depth_ - k));
+  for (int64_t m = longest; m >= 1; --m) {
+    const int32_t node = active_[static_cast<size_t>(m - 1)];
+    if (nodes_[static_cast<size_t>(node)].continuations > 0) {
+      return Continue(node, static_cast<int32_t>(m), k, min_prob, out);
+    }
+  }
+  return {};
+}
+
+SuffixTrie::Draft SuffixTrie::Continue(int32_t node, int32_t match_length, int32_t k,
+                                       double min_prob, std::vector<int32_t>* out) const {
+  Draft d;
+  d.match_length = match_length;
   // No longer than the match it follows (Arctic's max_spec_factor 1): one matched token is weak
   // evidence for five more.
   k = std::min(k, d.match_length);

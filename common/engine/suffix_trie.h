@@ -40,6 +40,9 @@ class SuffixTrie {
   // the index) that occurred with a continuation.
   Draft Propose(absl::Span<const int32_t> context, int32_t k, double min_prob,
                 std::vector<int32_t>* out) const;
+  // The same for the context that is the current sequence itself (what was appended since the
+  // last EndSequence), in O(max_depth): its suffixes' nodes are at hand.
+  Draft ProposeForCurrent(int32_t k, double min_prob, std::vector<int32_t>* out) const;
 
   int64_t num_nodes() const { return static_cast<int64_t>(nodes_.size()); }
   int32_t max_depth() const { return max_depth_; }
@@ -55,6 +58,9 @@ class SuffixTrie {
     return (static_cast<uint64_t>(static_cast<uint32_t>(node)) << 32) | static_cast<uint32_t>(token);
   }
   int32_t Child(int32_t node, int32_t token) const;
+  // Drafts from `node`, a matched suffix of match_length tokens.
+  Draft Continue(int32_t node, int32_t match_length, int32_t k, double min_prob,
+                 std::vector<int32_t>* out) const;
 
   const int32_t max_depth_;
   std::vector<Node> nodes_;  // nodes_[0]: the empty substring.
