@@ -105,9 +105,14 @@ class BenchTest(unittest.TestCase):
             self.assertEqual(serve.stop(), 0)
         for r in runs:
             self.assertEqual((r["ok"], r["completion_tokens"]), (6, 240), r)
-            # The run's own drafts (counters after minus before): the same workload, the same
-            # greedy outputs, the same drafts both times.
+            # The run's own drafts (counters after minus before). How many there are is not
+            # fixed: the step budget trims drafts by the measured cost of this machine's steps,
+            # and the batches the bench's arrivals make differ between runs. Each draft is
+            # verified in a decode step that yields at least one token, and a request's first
+            # token comes from its prefill: at most 240 - 6 drafts per run (the second run's
+            # figure would pass that if the counters were the server's totals).
             self.assertGreater(r["spec_drafts"], 0, r)
+            self.assertLessEqual(r["spec_drafts"] + r["spec_accepted_tokens"], 240 - 6, r)
             self.assertLessEqual(r["spec_accepted_tokens"], r["spec_draft_tokens"])
             self.assertLessEqual(r["spec_draft_tokens"], 3 * r["spec_drafts"])
             self.assertAlmostEqual(r["spec_acceptance_rate"], r["spec_accepted_tokens"] / r["spec_draft_tokens"])
@@ -115,8 +120,6 @@ class BenchTest(unittest.TestCase):
             self.assertEqual(len(r["spec_acceptance_by_position"]), 3)
             self.assertAlmostEqual(sum(r["spec_acceptance_by_position"]) * r["spec_drafts"],
                                    r["spec_accepted_tokens"])
-        self.assertEqual([r["spec_drafts"] for r in runs][0], runs[1]["spec_drafts"])
-        self.assertEqual(runs[0]["spec_accepted_tokens"], runs[1]["spec_accepted_tokens"])
         self.assertIn("Speculative acceptance rate:", text)
         self.assertIn("Mean acceptance length:", text)
         # Without speculation, nothing is reported.
