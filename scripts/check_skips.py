@@ -63,6 +63,7 @@ def capabilities():
     gpus = gpu_count()
     caps = {
         "avx512": {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags,
+        "avx512_vnni": {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"} <= flags,
         "avx512_bf16": "avx512_bf16" in flags,
         "amx_bf16": {"amx_bf16", "amx_tile"} <= flags,
         "gpu": gpus > 0,

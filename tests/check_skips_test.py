@@ -139,7 +139,7 @@ class Judged(unittest.TestCase):
         return subprocess.run([sys.executable, CHECK, self.build, *args], capture_output=True,
                               text=True, env=env)
 
-    NONE = "avx512=0,avx512_bf16=0,amx_bf16=0,gpu=0,no-gpu=1,openssl=1,ucx=1,nvcc=1"
+    NONE = "avx512=0,avx512_vnni=0,avx512_bf16=0,amx_bf16=0,gpu=0,no-gpu=1,openssl=1,ucx=1,nvcc=1"
 
     def test_a_skip_for_what_the_machine_lacks_passes_and_is_listed(self):
         self.skip("kernels_cpu_test", "LinearTest.Avx512", "needs avx512: this CPU has none")

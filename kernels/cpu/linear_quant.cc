@@ -5,17 +5,13 @@
 #include <cstring>
 
 #include "common/base/dtype.h"
+#include "kernels/cpu/linear_quant_simd.h"
+#include "kernels/cpu/linear_quant_vnni.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/simd.h"
 
 namespace pdserve::kernels {
 namespace {
-
-constexpr int kGroup = 4;             // Weight rows walked together (x's codes loaded once).
-constexpr int64_t kRowTile = 16;      // Rows of x per pass over a group (they stay in L2).
-// How far ahead the first row of a tile prefetches the weights, into L2: linear.cc's
-// kPrefetchBytes, for the same reason (a step streams hundreds of matrices from memory).
-constexpr int64_t kPrefetchBytes = 8192;
 
 // HorizontalSum's tree over 8 scalar lanes: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
 float SumLanes(const float* l) {
@@ -175,21 +171,7 @@ void LinearQuantColumnsScalar(const QuantizedActivations& xq, const QuantMatrixR
 #if PDSERVE_AVX2
 namespace {
 
-float LoadF16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return _cvtsh_ss(v);
-}
-
-// The first rows of a tile stream the weights from memory: every cache line of the block
-// kPrefetchBytes ahead (a line a block straddles into is the next block's first).
-inline void Prefetch(const uint8_t* blk, int64_t bytes) {
-  for (int64_t off = 0; off < bytes; off += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + off), _MM_HINT_T1);
-  }
-}
-
-__m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+using namespace quant_simd;  // NOLINT: the shared pieces of both paths.
 
 // acc + v, kept in this order: integer adds reassociate freely, and GCC turns a kernel's chain of
 // accumulations into a tree of temporaries that spill (a quarter of the R = 4 kernel's
@@ -211,18 +193,6 @@ __m256i DotSigned(__m256i abs_w, __m256i w, __m256i x) {
   const __m256i p = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(x, w));
   return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
-
-struct CodesQ8_0 {
-  static __m256i At(const uint8_t* b) { return Load32(b + 2); }
-};
-struct CodesQ4_0 {
-  static __m256i At(const uint8_t* b) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-    const __m256i nib =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
-    return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
-  }
-};
 
 // Rows t..t+R-1 of x against weight rows j..j+n-1 (n <= kGroup; the missing ones repeat the last
 // and are not stored), for the 32-element formats.
@@ -263,52 +233,6 @@ void Group32(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j,
   }
 }
 
-// Q5_0: Q4_0's nibbles (at byte 6) with the fifth bits of qh: byte l of the broadcast word's
-// byte l / 8 keeps bit l % 8, compared to that bit to give 0xFF where it is set.
-struct CodesQ5_0 {
-  static __m256i At(const uint8_t* b) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6));
-    const __m256i nib =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
-    uint32_t qh;
-    std::memcpy(&qh, b + 2, 4);
-    const __m256i byte_of = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), byte_of);
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-    const __m256i code = _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
-    return _mm256_sub_epi8(code, _mm256_set1_epi8(16));
-  }
-};
-
-// A byte's bit `bit` moved to bit 4 (the fifth bit of a Q5_K code), other bits cleared.
-template <int bit>
-__m256i BitTo4(__m256i v) {
-  __m256i s;
-  if constexpr (bit < 4) {
-    s = _mm256_slli_epi16(v, 4 - bit);
-  } else if constexpr (bit > 4) {
-    s = _mm256_srli_epi16(v, bit - 4);
-  } else {
-    s = v;
-  }
-  return _mm256_and_si256(s, _mm256_set1_epi8(0x10));
-}
-
-// A Q4_K/Q5_K block's 12 packed bytes as 16 int16: the eight 6-bit scales, then the eight mins
-// (KQuantScaleMin's values, four bytes at a time).
-__m256i ScalesMins(const uint8_t* packed) {
-  uint32_t w[3];
-  std::memcpy(w, packed, 12);
-  const uint32_t six = 0x3F3F3F3Fu, four = 0x0F0F0F0Fu, two = 0x03030303u;
-  const uint32_t sc_lo = w[0] & six, mn_lo = w[1] & six;
-  const uint32_t sc_hi = (w[2] & four) | (((w[0] >> 6) & two) << 4);
-  const uint32_t mn_hi = ((w[2] >> 4) & four) | (((w[1] >> 6) & two) << 4);
-  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo),
-                                            static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
-}
-
 // Every int16 lane of the result = int16 lane `i` of a 128-bit lane of v (both lanes of v equal),
 // or lane i in the low half and lane i2 in the high half.
 template <int i, int i2 = i>
@@ -320,14 +244,6 @@ __m256i BroadcastLane16(__m256i v) {
       2 * i2, 2 * i2 + 1, 2 * i2, 2 * i2 + 1);
   return _mm256_shuffle_epi8(v, ctrl);
 }
-
-// x's codes at one block for R rows, and their per-16 / per-32 sums there.
-template <int R>
-struct XRows {
-  const int8_t* q[R];
-  const int16_t* sum16[R];
-  const int16_t* sum32[R];
-};
 
 // Codes times the sub-block scales into R rows' 8-lane sums, for pair p (sub-blocks 2p, 2p+1) of
 // a Q4_K (kFifth false) or Q5_K block; sc: the eight scales as int16 in both 128-bit lanes.
@@ -419,92 +335,9 @@ struct KernelQ6K {
   }
 };
 
-// The integer sums of four 8-lane vectors, as [a, b, c, d].
-__m128i Sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
-  const __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
-  return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
-}
-__m128i Sum4(__m128i a, __m128i b, __m128i c, __m128i d) {
-  return _mm_hadd_epi32(_mm_hadd_epi32(a, b), _mm_hadd_epi32(c, d));
-}
-
-// The K-quants: rows t..t+R-1 of x against weight rows j..j+n-1, as Group32.
-template <typename Kernel, int R>
-void GroupK(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, int n, int64_t t,
-            bool prefetch, float* y, int64_t ldy) {
-  const int64_t bytes = GgmlBlockBytes(w.type), blocks = w.cols / 256, k = w.cols;
-  const uint8_t* rows[kGroup];
-  for (int c = 0; c < kGroup; ++c) rows[c] = w.row(j + std::min(c, n - 1));
-  __m128 acc[R];
-  const float* xd[R];  // x's block scales (scales() divides: kept out of the loop).
-  for (int r = 0; r < R; ++r) {
-    acc[r] = _mm_setzero_ps();
-    xd[r] = xq.scales(t + r);
-  }
-  for (int64_t s = 0; s < blocks; ++s) {
-    XRows<R> x;
-    for (int r = 0; r < R; ++r) {
-      x.q[r] = xq.codes(t + r) + 256 * s;
-      x.sum16[r] = xq.sum16.data() + (t + r) * (k / 16) + 16 * s;
-      x.sum32[r] = xq.sum32.data() + (t + r) * (k / 32) + 8 * s;
-    }
-    __m256i dot[kGroup][R];
-    __m128i mins[kGroup][R];
-    float d[kGroup], dmin[kGroup];
-    for (int c = 0; c < kGroup; ++c) {
-      const uint8_t* blk = rows[c] + s * bytes;
-      if (prefetch) Prefetch(blk, bytes);
-      Kernel::template Dot<R>(blk, x, dot[c], mins[c]);
-      d[c] = LoadF16(blk + Kernel::kDAt);
-      if constexpr (Kernel::kDminAt >= 0) dmin[c] = LoadF16(blk + Kernel::kDminAt);
-    }
-    for (int r = 0; r < R; ++r) {
-      const __m128 dx = _mm_set1_ps(xd[r][s]);
-      const __m128 itot = _mm_cvtepi32_ps(Sum4(dot[0][r], dot[1][r], dot[2][r], dot[3][r]));
-      if constexpr (Kernel::kDminAt >= 0) {
-        // The scales' part and the mins' part nearly cancel where a row's output is small:
-        // d * itot - dmin * imin is rounded once (dmin * imin's own rounding error e taken back
-        // out), then scaled by x's d.
-        const __m128 imin = _mm_cvtepi32_ps(Sum4(mins[0][r], mins[1][r], mins[2][r], mins[3][r]));
-        const __m128 vdmin = _mm_loadu_ps(dmin);
-        const __m128 p = _mm_mul_ps(vdmin, imin);
-        const __m128 e = _mm_fmsub_ps(vdmin, imin, p);
-        const __m128 block = _mm_sub_ps(_mm_fmsub_ps(_mm_loadu_ps(d), itot, p), e);
-        acc[r] = _mm_fmadd_ps(dx, block, acc[r]);
-      } else {
-        acc[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_loadu_ps(d), dx), itot, acc[r]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    alignas(16) float out[4];
-    _mm_store_ps(out, acc[r]);
-    for (int c = 0; c < n; ++c) y[(t + r) * ldy + j + c] = out[c];
-  }
-}
-
-// Columns [n_begin, n_end) for every row of x: tiles of kRowTile rows (they stay in L2), in each
-// a group of kGroup weight rows at a time (in L1) against R rows of x at a time. Every output's
-// float steps are the same whatever R, so the bits are too.
-template <int R, void (*kGroupR)(const QuantizedActivations&, const QuantMatrixRef&, int64_t, int,
-                                 int64_t, bool, float*, int64_t),
-          void (*kGroup1)(const QuantizedActivations&, const QuantMatrixRef&, int64_t, int,
-                          int64_t, bool, float*, int64_t)>
-void Tiles(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y, int64_t ldy,
-           int64_t n_begin, int64_t n_end) {
-  for (int64_t t0 = 0; t0 < xq.m; t0 += kRowTile) {
-    const int64_t t1 = std::min(xq.m, t0 + kRowTile);
-    for (int64_t j = n_begin; j < n_end; j += kGroup) {
-      const int n = static_cast<int>(std::min<int64_t>(kGroup, n_end - j));
-      int64_t t = t0;
-      for (; t + R <= t1; t += R) kGroupR(xq, w, j, n, t, t == t0, y, ldy);
-      for (; t < t1; ++t) kGroup1(xq, w, j, n, t, t == t0, y, ldy);
-    }
-  }
-}
-
-using ColumnsFn = void (*)(const QuantizedActivations&, const QuantMatrixRef&, float*, int64_t,
-                           int64_t, int64_t);
+#define PD_QUANT_TARGET
+#include "kernels/cpu/linear_quant_group.inc"
+#undef PD_QUANT_TARGET
 
 template <typename Codes>
 constexpr ColumnsFn kTiles32 = Tiles<kRows32, Group32<Codes, kRows32>, Group32<Codes, 1>>;
@@ -568,6 +401,12 @@ void QuantizeActivations(const float* x, int64_t m, int64_t ldx, int64_t k, int 
 void LinearQuantColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                         int64_t ldy, int64_t n_begin, int64_t n_end) {
 #if PDSERVE_AVX2
+  if (QuantVnniEnabled()) {
+    if (const ColumnsFn columns = QuantColumnsVnni(w.type)) {
+      columns(xq, w, y, ldy, n_begin, n_end);
+      return;
+    }
+  }
   if (const ColumnsFn columns = ColumnsFor(w.type)) {
     columns(xq, w, y, ldy, n_begin, n_end);
     return;

@@ -11,6 +11,7 @@
 #include "common/base/thread_pool.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_quant_vnni.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace pdserve::kernels {
@@ -94,6 +95,12 @@ TEST(QuantBlocks, Q8_0QuantizerRoundTripsWithinHalfAStep) {
   int code_max = 0;
   for (int l = 0; l < 32; ++l) code_max = std::max(code_max, std::abs(int(int8_t(q[2 + l]))));
   EXPECT_EQ(code_max, 127);
+  // A block of subnormals: 1 / d is infinite; the codes are clamped before their conversion to
+  // an integer (undefined for an infinity) and the block decodes to zeros (d is f16 zero).
+  std::vector<float> tiny(32, 1e-40f);
+  tiny[5] = -3e-40f;
+  tiny[9] = 0.0f;  // 0 x infinity: NaN, clamped too.
+  for (float v : RoundTrip(GgmlType::kQ8_0, tiny, &q)) EXPECT_EQ(v, 0.0f);
 }
 
 // Q5_0: the element of largest magnitude is code 0 (d = it / -16, so -16 d gives it back to f16's
@@ -232,6 +239,30 @@ TEST(LinearQuant, MatchesTheDequantizedReferenceBitwiseAcrossPathsAndBatches) {
         EXPECT_NEAR(y[t * n + j], ref[t * n + j], 1e-5 * std::fabs(ref[t * n + j]) + 1e-4)
             << t << " " << j;
       }
+    }
+  }
+}
+
+// The AVX512-VNNI path gives the AVX2 path's bits for every format, any number of rows of x (a
+// whole kernel of 4, a partial one, several tiles) and a column range cut inside a group.
+TEST(LinearQuant, VnniPathIsBitwiseTheAvx2Path) {
+  if (!QuantVnniEnabled()) GTEST_SKIP() << "needs avx512_vnni: this CPU has no AVX512-VNNI (or it is switched off)";
+  for (GgmlType type : kTypes) {
+    SCOPED_TRACE(std::string(GgmlTypeName(type)));
+    const int64_t n = 23, k = 768;
+    const std::string w_bytes = RandomRows(type, n, k, 3);
+    const QuantMatrixRef w{type, w_bytes.data(), n, k};
+    for (int64_t m : {1, 3, 4, 5, 16, 21}) {
+      const std::vector<float> x = RandomX(m * k, 29 + static_cast<uint32_t>(m));
+      QuantizedActivations xq;
+      QuantizeActivations(x.data(), m, k, k, ActivationBlock(type), &xq);
+      std::vector<float> vnni(m * n, -1.0f), avx2(m * n, -1.0f);
+      LinearQuantColumns(xq, w, vnni.data(), n, 2, n);
+      SetQuantVnniEnabled(false);
+      LinearQuantColumns(xq, w, avx2.data(), n, 2, n);
+      SetQuantVnniEnabled(true);
+      EXPECT_EQ(0, std::memcmp(vnni.data(), avx2.data(), vnni.size() * 4)) << "m " << m;
+      EXPECT_EQ(vnni[0], -1.0f);  // Columns before n_begin untouched.
     }
   }
 }

@@ -294,7 +294,9 @@ void QuantizeRowQ8_0(const float* src, void* dst, int64_t n) {
     std::memcpy(out, &h, 2);
     for (int l = 0; l < 32; ++l) {
       // Two roundings, as llama.cpp's: the product to float, then roundf (halves away from 0).
-      const float scaled = src[l] * id;
+      // Clamped before the conversion: the same codes for finite x (|x / d| <= 127 then), and
+      // defined for a subnormal block's infinite 1 / d or a NaN weight.
+      const float scaled = std::min(127.0f, std::max(-127.0f, src[l] * id));
       out[2 + l] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(scaled)));
     }
   }
