@@ -9,7 +9,9 @@
 
 // GCC 12's AVX-512 insert/extract intrinsics start from _mm512_undefined_*(), a self-initialised
 // value, and -Wmaybe-uninitialized reports it once they are inlined (a false positive).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace pdserve::kernels {
 
