@@ -4,7 +4,8 @@
 # ../shared/BUILD-NOTES.md says (targets llama-bench, llama-batched-bench).
 #   bench/llama_cpp_side_by_side.sh FILE.gguf [FILE.gguf ...]
 # Env: LLAMA_BIN (default .cache/llama.cpp/build/bin), PDSERVE (default build/pdserve),
-# ROUNDS (default 2), THREADS (default 2).
+# ROUNDS (default 2), THREADS (default 2), ISAS (default "native"; "native avx2" runs pdserve a
+# second time with PDSERVE_KERNEL_ISA=avx2, its AVX2 kernels, in the same round).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 L=${LLAMA_BIN:-$ROOT/.cache/llama.cpp/build/bin}
@@ -18,14 +19,20 @@ for round in $(seq "${ROUNDS:-2}"); do
       $PY -c "import json,sys; [print('round $round $m llama.cpp prefill512 %.1f tok/s' % json.loads(l)['avg_ts']) for l in sys.stdin]"
     "$L/llama-bench" -m "$m" -t "$T" -p 0 -n 32 -d 512 -r 2 -o jsonl 2>/dev/null |
       $PY -c "import json,sys; [print('round $round $m llama.cpp decode@512 %.1f tok/s' % json.loads(l)['avg_ts']) for l in sys.stdin]"
-    "$P" bench-engine --model "$m" --threads "$T" --batch 1 --input-len 512 --output-len 32 \
-        --kv-memory-gib 1 --compute-dtype f32 --prefill-rounds 1 --format json 2>/dev/null |
-      $PY -c "import json,sys; j=json.load(sys.stdin); print('round $round $m pdserve prefill512 %.1f tok/s decode@512 %.1f tok/s (%.2f of read bandwidth)' % (j['prefill_tok_s'], j['decode_tok_s'], j['decode_bw_ratio']))"
+    for isa in ${ISAS:-native}; do
+      env $([ "$isa" = native ] || echo PDSERVE_KERNEL_ISA=$isa) "$P" bench-engine --model "$m" --threads "$T" \
+          --batch 1 --input-len 512 --output-len 32 --kv-memory-gib 1 --compute-dtype f32 --prefill-rounds 1 \
+          --format json 2>/dev/null |
+        $PY -c "import json,sys; j=json.load(sys.stdin); print('round $round $m pdserve[$isa] prefill512 %.1f tok/s decode@512 %.1f tok/s (%.2f of read bandwidth)' % (j['prefill_tok_s'], j['decode_tok_s'], j['decode_bw_ratio']))"
+    done
     # 16 sequences of 64 prompt tokens, 32 generated each.
     "$L/llama-batched-bench" -m "$m" -t "$T" -c 2048 -b 2048 -ub 512 -npp 64 -ntg 32 -npl 16 2>/dev/null |
       $PY -c "import sys; r=[l.split('|') for l in sys.stdin if l.startswith('|')][-1]; print('round $round $m llama.cpp batch16 prefill %s tok/s decode %s tok/s' % (r[6].strip(), r[8].strip()))"
-    "$P" bench-engine --model "$m" --threads "$T" --batch 16 --input-len 64 --output-len 32 \
-        --kv-memory-gib 1 --compute-dtype f32 --prefill-rounds 1 --format json 2>/dev/null |
-      $PY -c "import json,sys; j=json.load(sys.stdin); print('round $round $m pdserve batch16 prefill %.1f tok/s decode %.1f tok/s' % (j['prefill_tok_s'], j['decode_tok_s']))"
+    for isa in ${ISAS:-native}; do
+      env $([ "$isa" = native ] || echo PDSERVE_KERNEL_ISA=$isa) "$P" bench-engine --model "$m" --threads "$T" \
+          --batch 16 --input-len 64 --output-len 32 --kv-memory-gib 1 --compute-dtype f32 --prefill-rounds 1 \
+          --format json 2>/dev/null |
+        $PY -c "import json,sys; j=json.load(sys.stdin); print('round $round $m pdserve[$isa] batch16 prefill %.1f tok/s decode %.1f tok/s' % (j['prefill_tok_s'], j['decode_tok_s']))"
+    done
   done
 done

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -44,6 +45,9 @@ struct PolicyResult {
   double decode_max_mean = 0, prefill_max_mean = 0;
   std::vector<int64_t> decode_decisions;
   // Speculative decoding during the run (the decode tier's counters, after minus before).
+  // spec_on: a decode worker speculates (it reports acceptance by position); a run may still
+  // draft nothing (the step budget keeps only drafts that pay on this machine).
+  bool spec_on = false;
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
   std::vector<int64_t> spec_accepted_by_position;
 };
@@ -171,6 +175,7 @@ absl::StatusOr<PolicyResult> Measure(const std::shared_ptr<grpc::Channel>& chann
     }
     if (have_before) {
       const SpecTotals b = SumSpec(before), a = SumSpec(r.stats);
+      r.spec_on = !a.by_position.empty();
       r.spec_drafts = a.drafts - b.drafts;
       r.spec_draft_tokens = a.draft_tokens - b.draft_tokens;
       r.spec_accepted = a.accepted - b.accepted;
@@ -230,16 +235,17 @@ nlohmann::json ToJson(const PolicyResult& r) {
     int64_t transfer_bytes = 0;
     for (const auto& w : r.stats.decode()) transfer_bytes += w.info().transfer_bytes();
     j["kv_transfer_bytes"] = transfer_bytes;
-    if (r.spec_drafts > 0) {  // As vLLM's spec decoding log line: rates of the run's drafts.
+    if (r.spec_on) {  // As vLLM's spec decoding log line: rates of the run's drafts.
+      // A run without drafts: rate 0, mean acceptance length 1 (each step made one token).
+      const double drafts = static_cast<double>(std::max<int64_t>(r.spec_drafts, 1));
       j["spec_drafts"] = r.spec_drafts;
       j["spec_draft_tokens"] = r.spec_draft_tokens;
       j["spec_accepted_tokens"] = r.spec_accepted;
-      j["spec_acceptance_rate"] = static_cast<double>(r.spec_accepted) / r.spec_draft_tokens;
-      j["spec_mean_acceptance_length"] = 1.0 + static_cast<double>(r.spec_accepted) / r.spec_drafts;
+      j["spec_acceptance_rate"] = static_cast<double>(r.spec_accepted) /
+                                  static_cast<double>(std::max<int64_t>(r.spec_draft_tokens, 1));
+      j["spec_mean_acceptance_length"] = 1.0 + static_cast<double>(r.spec_accepted) / drafts;
       std::vector<double> per_position;
-      for (int64_t n : r.spec_accepted_by_position) {
-        per_position.push_back(static_cast<double>(n) / r.spec_drafts);
-      }
+      for (int64_t n : r.spec_accepted_by_position) per_position.push_back(static_cast<double>(n) / drafts);
       j["spec_acceptance_by_position"] = per_position;
     }
   }
@@ -300,12 +306,14 @@ void PrintBlock(const PolicyResult& r, const Slo& slo) {
     std::printf("%-40s %lld / %lld\n", "Local / remote prefills:",
                 static_cast<long long>(r.stats.local_prefills()),
                 static_cast<long long>(r.stats.remote_prefills()));
-    if (r.spec_drafts > 0) {
+    if (r.spec_on) {
       std::printf("%-40s %.3f (%lld of %lld drafted)\n", "Speculative acceptance rate:",
-                  static_cast<double>(r.spec_accepted) / r.spec_draft_tokens,
+                  static_cast<double>(r.spec_accepted) /
+                      static_cast<double>(std::max<int64_t>(r.spec_draft_tokens, 1)),
                   static_cast<long long>(r.spec_accepted), static_cast<long long>(r.spec_draft_tokens));
       std::printf("%-40s %.2f\n", "Mean acceptance length:",
-                  1.0 + static_cast<double>(r.spec_accepted) / r.spec_drafts);
+                  1.0 + static_cast<double>(r.spec_accepted) /
+                            static_cast<double>(std::max<int64_t>(r.spec_drafts, 1)));
     }
   }
   if (!s.first_error.empty()) std::printf("%-40s %s\n", "First error:", s.first_error.c_str());

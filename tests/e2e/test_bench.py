@@ -106,22 +106,27 @@ class BenchTest(unittest.TestCase):
         for r in runs:
             self.assertEqual((r["ok"], r["completion_tokens"]), (6, 240), r)
             # The run's own drafts (counters after minus before). How many there are is not
-            # fixed: the step budget trims drafts by the measured cost of this machine's steps,
-            # and the batches the bench's arrivals make differ between runs. Each draft is
-            # verified in a decode step that yields at least one token, and a request's first
-            # token comes from its prefill: at most 240 - 6 drafts per run (the second run's
-            # figure would pass that if the counters were the server's totals).
-            self.assertGreater(r["spec_drafts"], 0, r)
+            # fixed: the step budget keeps only the drafts that pay by the measured cost of this
+            # machine's steps (it may keep none once it has measured them), and the batches the
+            # bench's arrivals make differ between runs. Each draft is verified in a decode step
+            # that yields at least one token, and a request's first token comes from its
+            # prefill: at most 240 - 6 drafts per run (the second run's figure would pass that
+            # if the counters were the server's totals).
+            self.assertGreaterEqual(r["spec_drafts"], 0, r)
             self.assertLessEqual(r["spec_drafts"] + r["spec_accepted_tokens"], 240 - 6, r)
             self.assertLessEqual(r["spec_accepted_tokens"], r["spec_draft_tokens"])
             self.assertLessEqual(r["spec_draft_tokens"], 3 * r["spec_drafts"])
-            self.assertAlmostEqual(r["spec_acceptance_rate"], r["spec_accepted_tokens"] / r["spec_draft_tokens"])
-            self.assertAlmostEqual(r["spec_mean_acceptance_length"], 1 + r["spec_accepted_tokens"] / r["spec_drafts"])
+            drafts, tokens = max(r["spec_drafts"], 1), max(r["spec_draft_tokens"], 1)
+            self.assertAlmostEqual(r["spec_acceptance_rate"], r["spec_accepted_tokens"] / tokens)
+            self.assertAlmostEqual(r["spec_mean_acceptance_length"], 1 + r["spec_accepted_tokens"] / drafts)
             self.assertEqual(len(r["spec_acceptance_by_position"]), 3)
-            self.assertAlmostEqual(sum(r["spec_acceptance_by_position"]) * r["spec_drafts"],
-                                   r["spec_accepted_tokens"])
-        self.assertIn("Speculative acceptance rate:", text)
-        self.assertIn("Mean acceptance length:", text)
+            self.assertAlmostEqual(sum(r["spec_acceptance_by_position"]) * drafts, r["spec_accepted_tokens"])
+        # The first run starts with no measured step cost: its first steps keep every draft, and
+        # a 1-token n-gram over 16 random prompt tokens and 40 outputs finds matches.
+        self.assertGreater(runs[0]["spec_drafts"], 0, runs)
+        # The text report has the lines whenever the decode tier speculates, drafts or not.
+        self.assertRegex(text, r"Speculative acceptance rate: +[0-9.]+ \([0-9]+ of [0-9]+ drafted\)")
+        self.assertRegex(text, r"Mean acceptance length: +[0-9.]+")
         # Without speculation, nothing is reported.
         self.assertNotIn("spec_drafts", json.loads(run("bench", "--server", self.serve.grpc, "--num-prompts", "2",
                                                        "--input-len", "8", "--output-len", "4",
