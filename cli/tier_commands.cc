@@ -23,8 +23,10 @@
 #include "cli/address_flags.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/kv_events_flags.h"
 #include "cli/metrics_flags.h"
 #include "cli/security_flags.h"
+#include "cli/tracing_flags.h"
 #include "common/base/file_util.h"
 #include "common/base/host_port.h"
 #include "common/base/log.h"
@@ -275,6 +277,8 @@ struct TierFlags {
   EngineFlags engine;
   MetricsFlags metrics;
   SecurityFlags security;
+  KvEventsFlags kv_events;
+  TracingFlags tracing;
 
   void Register(FlagSet& flags, bool decode) {
     flags.String("listen", &listen, "gRPC address, host:port (port 0 picks one)");
@@ -297,6 +301,8 @@ struct TierFlags {
     engine.Register(flags, /*speculative=*/decode);
     metrics.Register(flags);
     security.RegisterTls(flags);
+    kv_events.Register(flags);
+    tracing.Register(flags);
   }
 
   KvTransportOptions TransportOptions() const {
@@ -331,6 +337,8 @@ struct TierFlags {
     if (max_waiting < 0) {
       return ReportError(cmd, absl::InvalidArgumentError("--max-waiting: must be >= 0"), kExitUsage);
     }
+    if (absl::Status s = kv_events.Check(); !s.ok()) return ReportError(cmd, s, kExitUsage);
+    if (absl::Status s = tracing.Check(); !s.ok()) return ReportError(cmd, s, kExitUsage);
     AddressFlags addresses;
     addresses.Listen(listen, "--listen").Listen(metrics.listen, "--metrics-listen", true);
     if (transport == "tcp") addresses.Listen(transport_listen, "--transport-listen");
@@ -354,6 +362,11 @@ struct TierFlags {
   }
 };
 
+// The model's name in metrics: --served-model-name, else the model directory's.
+std::string ModelName(const TierFlags& f) {
+  return f.served_model_name.empty() ? BaseName(f.model) : f.served_model_name;
+}
+
 int RunPrefill(const TierFlags& f) {
   const char* cmd = "prefill";
   metrics::Registry registry;
@@ -367,6 +380,12 @@ int RunPrefill(const TierFlags& f) {
   if (absl::Status s = TierDevice(o.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
+  auto kv_events = f.kv_events.Start(o.engine.block_size, o.engine.backend);
+  if (!kv_events.ok()) return ReportError(cmd, kv_events.status(), kExitUsage);
+  o.kv_events = kv_events->get();
+  auto tracer = StartTracer(f.tracing, "prefill", ModelName(f), &registry);
+  if (!tracer.ok()) return ReportError(cmd, tracer.status(), kExitUsage);
+  o.tracer = tracer->tracer.get();
   auto worker = PrefillWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
   PrefillGrpcService service(worker->get());
@@ -375,12 +394,14 @@ int RunPrefill(const TierFlags& f) {
   auto exporter = f.metrics.Start(&registry);
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   Ready(Str("pdserve prefill ready: grpc=", server->address, " transport=",
-            (*worker)->TransportDescription(), MetricsReadyField(exporter->get())));
+            (*worker)->TransportDescription(), MetricsReadyField(exporter->get()),
+            KvEventsReadyField(kv_events->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "prefill: draining";
   MarkNotServing(*server);
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
   server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
+  if (tracer->tracer != nullptr) tracer->tracer->Flush();  // The last spans.
   ExitAfterShutdown(kExitOk);
 }
 
@@ -403,6 +424,12 @@ int RunDecode(const TierFlags& f) {
   auto prefill_credentials = f.security.InternalChannel();
   if (!prefill_credentials.ok()) return ReportError(cmd, prefill_credentials.status(), kExitUsage);
   o.prefill_credentials = *prefill_credentials;
+  auto kv_events = f.kv_events.Start(o.engine.block_size, o.engine.backend);
+  if (!kv_events.ok()) return ReportError(cmd, kv_events.status(), kExitUsage);
+  o.kv_events = kv_events->get();
+  auto tracer = StartTracer(f.tracing, "decode", ModelName(f), &registry);
+  if (!tracer.ok()) return ReportError(cmd, tracer.status(), kExitUsage);
+  o.tracer = tracer->tracer.get();
   auto worker = DecodeWorker::Create(o);
   if (!worker.ok()) return ReportError(cmd, worker.status());
   DecodeGrpcService service(worker->get());
@@ -411,12 +438,14 @@ int RunDecode(const TierFlags& f) {
   auto exporter = f.metrics.Start(&registry);
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
   Ready(Str("pdserve decode ready: grpc=", server->address, " transport=",
-            (*worker)->TransportDescription(), MetricsReadyField(exporter->get())));
+            (*worker)->TransportDescription(), MetricsReadyField(exporter->get()),
+            KvEventsReadyField(kv_events->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "decode: draining";
   MarkNotServing(*server);
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
   server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
+  if (tracer->tracer != nullptr) tracer->tracer->Flush();  // The last spans.
   ExitAfterShutdown(kExitOk);
 }
 
@@ -552,6 +581,7 @@ int RouterCommand(int argc, char** argv) {
   RouterFlags rf;
   MetricsFlags mf;
   SecurityFlags sf;
+  TracingFlags tf;
   FlagSet flags("router", "Runs the router: the public pdserve.v1.Generation API over the tiers.");
   flags.String("listen", &listen, "public gRPC address, host:port");
   flags.String("model", &model, "the model directory (config.json and tokenizer; no weights)");
@@ -564,6 +594,7 @@ int RouterCommand(int argc, char** argv) {
   mf.Register(flags);
   sf.RegisterTls(flags);
   sf.RegisterPublic(flags);
+  tf.Register(flags);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
@@ -577,6 +608,7 @@ int RouterCommand(int argc, char** argv) {
   if (absl::Status s = AtLeast(drain_seconds, 0, "--drain-seconds"); !s.ok()) {
     return ReportError(cmd, s, kExitUsage);
   }
+  if (absl::Status s = tf.Check(); !s.ok()) return ReportError(cmd, s, kExitUsage);
   StartStopWatcher(cmd);
   metrics::Registry registry;
   RouterOptions o;
@@ -593,6 +625,11 @@ int RouterCommand(int argc, char** argv) {
   auto keys = sf.Keys();
   if (!keys.ok()) return ReportError(cmd, keys.status(), kExitUsage);
   o.api_keys = *keys;
+  auto tracer = StartTracer(tf, "router",
+                            rf.served_model_name.empty() ? BaseName(model) : rf.served_model_name,
+                            &registry);
+  if (!tracer.ok()) return ReportError(cmd, tracer.status(), kExitUsage);
+  o.tracer = tracer->tracer.get();
   auto router = Router::Create(o);
   if (!router.ok()) return ReportError(cmd, router.status());
   GenerationService service(router->get());
@@ -610,6 +647,7 @@ int RouterCommand(int argc, char** argv) {
   WaitForStopSignal();
   PD_LOG(Info) << "router: draining";
   DrainPublic(*server, http->get(), DrainGrace(drain_seconds));
+  if (tracer->tracer != nullptr) tracer->tracer->Flush();  // The last spans.
   ExitAfterShutdown(kExitOk);
 }
 
@@ -665,6 +703,17 @@ int ServeCommand(int argc, char** argv) {
   if (po.engine.backend == "cuda") po.engine.engines_per_device = 2;
   dopts.engine = po.engine;
   po.engine.speculative = SpeculativeOptions{};  // The prefill worker samples one token.
+  // KV events: the decode worker's cache (every request's KV ends there; the prefill worker's
+  // cache only saves it recomputing shared prefixes).
+  auto kv_events = f.kv_events.Start(dopts.engine.block_size, dopts.engine.backend);
+  if (!kv_events.ok()) return ReportError(cmd, kv_events.status(), kExitUsage);
+  dopts.kv_events = kv_events->get();
+  // One tracer for the three: a request's router, decode and prefill spans in one process.
+  auto tracer = StartTracer(f.tracing, "serve",
+                            rf.served_model_name.empty() ? BaseName(f.model) : rf.served_model_name,
+                            &registry);
+  if (!tracer.ok()) return ReportError(cmd, tracer.status(), kExitUsage);
+  po.tracer = dopts.tracer = tracer->tracer.get();
   auto prefill = PrefillWorker::Create(po);
   if (!prefill.ok()) return ReportError(cmd, prefill.status());
   auto decode = DecodeWorker::Create(dopts);
@@ -683,6 +732,7 @@ int ServeCommand(int argc, char** argv) {
   ro.local_prefill_tokens = f.local_prefill_tokens;
   ro.metrics = &registry;
   ro.api_keys = *keys;
+  ro.tracer = tracer->tracer.get();
   auto router = Router::Create(ro);
   if (!router.ok()) return ReportError(cmd, router.status());
   GenerationService service(router->get());
@@ -696,7 +746,7 @@ int ServeCommand(int argc, char** argv) {
   auto http = StartHttp(rf, f.model, (*target)->address, f.security, *keys, **router, &registry);
   if (!http.ok()) return ReportFlagError(cmd, http.status());
   Ready(Str("pdserve serve ready: grpc=", server->address, MetricsReadyField(exporter->get()),
-            HttpReadyField(http->get())));
+            HttpReadyField(http->get()), KvEventsReadyField(kv_events->get())));
   WaitForStopSignal();
   PD_LOG(Info) << "serve: draining";
   MarkNotServing(*server);
@@ -706,6 +756,7 @@ int ServeCommand(int argc, char** argv) {
   DrainPublic(*server, http->get(), kFlushCalls);
   decode_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
   prefill_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
+  if (tracer->tracer != nullptr) tracer->tracer->Flush();  // The last spans.
   ExitAfterShutdown(kExitOk);
 }
 

@@ -13,6 +13,8 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 # Debian builds cpp-httplib as a library; pkg-config adds the CPPHTTPLIB_* defines it was built with.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# KV cache events in vLLM's format (ZeroMQ PUB/ROUTER sockets).
+pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
 # The tcp KV transport's mutual TLS.
 find_package(OpenSSL REQUIRED)
 # The ucx KV transport (libucx-dev): PDSERVE_UCX=AUTO builds it when found.

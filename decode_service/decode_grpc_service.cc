@@ -27,9 +27,13 @@ class Sink : public DecodeSink {
 
 class GenerateCall : public StreamWriter<internal::v1::DecodeResponse> {
  public:
-  GenerateCall(DecodeWorker* worker, const internal::v1::DecodeRequest& request)
+  GenerateCall(DecodeWorker* worker, grpc::CallbackServerContext* context,
+               const internal::v1::DecodeRequest& request)
       : worker_(worker), request_id_(request.request_id()), sink_(std::make_shared<Sink>(this)) {
     DecodeJob job;
+    const auto& md = context->client_metadata();
+    if (auto it = md.find("traceparent"); it != md.end()) job.traceparent.assign(it->second.data(), it->second.size());
+    if (auto it = md.find("tracestate"); it != md.end()) job.tracestate.assign(it->second.data(), it->second.size());
     job.request_id = request.request_id();
     job.prompt.assign(request.prompt_ids().begin(), request.prompt_ids().end());
     job.params = FromProto(request.sampling(), request.seed());
@@ -78,7 +82,7 @@ void Sink::OnError(const absl::Status& status) {
 
 grpc::ServerWriteReactor<internal::v1::DecodeResponse>* DecodeGrpcService::Generate(
     grpc::CallbackServerContext* context, const internal::v1::DecodeRequest* request) {
-  return new GenerateCall(worker_, *request);
+  return new GenerateCall(worker_, context, *request);
 }
 
 grpc::ServerUnaryReactor* DecodeGrpcService::GetWorkerInfo(

@@ -10,10 +10,12 @@
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
+#include "common/kvevents/kv_event_publisher.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/grpc_workarounds.h"
 #include "common/rpc/proto_convert.h"
 #include "common/rpc/server_builder.h"
+#include "common/tracing/span.h"
 
 namespace pdserve {
 
@@ -75,6 +77,7 @@ void DecodeWorker::Cancel(const std::string& request_id) {
   Post([this, request_id] {
     auto it = active_.find(request_id);
     if (it == active_.end()) return;
+    it->second.span.AddEvent("cancelled");
     std::vector<RequestOutput> aborted;
     if (it->second.remote) {
       it->second.remote->context.TryCancel();
@@ -133,6 +136,14 @@ void DecodeWorker::Start(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
   }
   Active& active = active_[id];
   active.sink = std::move(sink);
+  active.span = Span::FromHeaders(options_.tracer, "pdserve.decode", SpanKind::kServer,
+                                  job.traceparent, job.tracestate);
+  if (active.span.recording()) {
+    active.span.Set("pdserve.role", "decode");
+    active.span.Set("pdserve.request_id", id);
+    active.span.Set("gen_ai.usage.input_tokens", static_cast<int64_t>(job.prompt.size()));
+    active.span.Set("pdserve.resumed_tokens", static_cast<int64_t>(job.resume.size()));
+  }
   // Conditional disaggregation: a prompt whose part this pool has not cached is short is cheaper
   // to prefill here than to send across.
   if (!job.prefill_address.empty() && job.resume.empty() &&
@@ -143,7 +154,9 @@ void DecodeWorker::Start(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
   }
   RequestOptions options;
   options.resume_output = std::move(job.resume);
+  active.phase = active.span.Child("pdserve.decode.prefill");
   if (absl::Status s = engine_->AddRequest(id, std::move(job.prompt), job.params, options); !s.ok()) {
+    active.span.SetError(std::string(s.message()));
     active.sink->OnError(s);
     active_.erase(id);
     return;
@@ -155,6 +168,7 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
   const std::string id = job.request_id;
   // A reservation holds its blocks until the pages arrive, and cannot be preempted meanwhile:
   // keep a block per running sequence free so they can grow, else queue the request here.
+  Span reserve = active.span.Child("pdserve.decode.reserve");
   const EngineStats stats = engine_->Stats();
   const int64_t bs = engine_->kv_spec().block_size;
   const int64_t needed = (static_cast<int64_t>(job.prompt.size()) + bs - 1) / bs;
@@ -163,8 +177,11 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
           ? absl::StatusOr<RemotePrefillPlan>(absl::ResourceExhaustedError("pool is busy"))
           : engine_->ReserveForRemotePrefill(id, job.prompt, job.params);
   if (!plan.ok()) {
+    reserve.SetError(std::string(plan.status().message()));
+    reserve.End();
     if (plan.status().code() == absl::StatusCode::kResourceExhausted) {
       // No room to reserve now: queue it here; the scheduler admits it when blocks free up.
+      active.phase = active.span.Child("pdserve.decode.prefill");
       if (absl::Status s = engine_->AddRequest(id, std::move(job.prompt), job.params); !s.ok()) {
         active.sink->OnError(s);
         active_.erase(id);
@@ -180,6 +197,11 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
   const KvCacheSpec& spec = engine_->kv_spec();
   KvPool& pool = engine_->kv_pool();
   const int64_t first_block = plan->cached_tokens / spec.block_size;
+  if (reserve.recording()) {
+    reserve.Set("pdserve.cached_tokens", static_cast<int64_t>(plan->cached_tokens));
+    reserve.Set("pdserve.reserved_blocks", static_cast<int64_t>(plan->blocks.size() - first_block));
+  }
+  reserve.End();
   std::vector<ByteRange> ranges;
   auto remote = std::make_shared<Remote>();
   remote->tag = next_tag_++;
@@ -221,6 +243,18 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
   active.remote = remote;
   remote->context.set_deadline(std::chrono::system_clock::now() +
                                std::chrono::milliseconds(options_.lease_ms));
+  // From the Prefill call to the pages checked: the prefill worker's spans are its children.
+  active.phase = active.span.Child("pdserve.decode.remote_prefill", SpanKind::kClient);
+  if (active.phase.context().valid()) {
+    remote->context.AddMetadata("traceparent", active.phase.traceparent());
+    if (!active.phase.context().tracestate.empty()) {
+      remote->context.AddMetadata("tracestate", active.phase.context().tracestate);
+    }
+  }
+  if (active.phase.recording()) {
+    active.phase.Set("pdserve.prefill_worker", job.prefill_address);
+    active.phase.Set("pdserve.transport", transport_->endpoint());
+  }
   internal::v1::PrefillWorker::Stub* stub = PrefillStub(job.prefill_address);
   stub->async()->Prefill(&remote->context, &remote->request, &remote->response,
                          [this, id, remote](grpc::Status status) {
@@ -297,8 +331,16 @@ void DecodeWorker::CheckRemotes() {
   for (const std::string& id : ready) {
     Active& active = active_[id];
     std::shared_ptr<Remote> remote = std::move(active.remote);
+    Span verify = active.span.Child("pdserve.decode.verify");
     const TransferPoll poll = transport_->Poll(remote->tag);
     transport_->Release(remote->tag);
+    if (active.phase.recording()) {
+      active.phase.Set("pdserve.transfer_pages", static_cast<int64_t>(poll.stats.pages));
+      active.phase.Set("pdserve.transfer_bytes", static_cast<int64_t>(poll.stats.bytes));
+      active.phase.Set("pdserve.prefill_cached_tokens",
+                       static_cast<int64_t>(remote->response.cached_tokens()));
+    }
+    active.phase.End();
     ++transfers_.completed;
     transfers_.pages += poll.stats.pages;
     transfers_.bytes += poll.stats.bytes;
@@ -310,9 +352,10 @@ void DecodeWorker::CheckRemotes() {
     for (const auto& top : p.top_logprobs().top()) {
       first.top_logprobs.emplace_back(top.token_id(), top.logprob());
     }
-    if (absl::Status s = engine_->CompleteRemotePrefill(id, first, p.cached_tokens(), &outputs_); !s.ok()) {
-      FallBackToLocal(id, s, "bad_first_token");
-    }
+    absl::Status completed = engine_->CompleteRemotePrefill(id, first, p.cached_tokens(), &outputs_);
+    if (!completed.ok()) verify.SetError(std::string(completed.message()));
+    verify.End();
+    if (!completed.ok()) FallBackToLocal(id, completed, "bad_first_token");
   }
 }
 
@@ -325,6 +368,9 @@ void DecodeWorker::FallBackToLocal(const std::string& request_id, const absl::St
   metrics_->TransferFailed(reason);
   PD_LOG(Warning) << "request " << request_id << ": remote prefill failed (" << why
                   << "); prefilling locally";
+  it->second.phase.SetError(Str(reason, ": ", why.message()));
+  it->second.phase = it->second.span.Child("pdserve.decode.prefill");
+  it->second.phase.Set("pdserve.fallback", reason);
   remote->context.TryCancel();
   DropReservation(request_id, remote->tag, nullptr);
   if (absl::Status s = engine_->AddRequest(request_id, remote->prompt, remote->params); !s.ok()) {
@@ -363,11 +409,39 @@ void DecodeWorker::DropReservation(const std::string& request_id, uint64_t tag,
                 << " is quiescent";
 }
 
+void DecodeWorker::Trace(Active& active, const RequestOutput& out) {
+  if (!active.span.recording()) return;
+  if (active.tokens == 0 && !out.tokens.empty()) {
+    // The first token: prefill (or the remote prefill's verification) is over.
+    active.phase.End();
+    active.phase = active.span.Child("pdserve.decode.generate");
+    active.span.AddEvent("first_token");
+  }
+  // An event per kTraceTokens tokens, not a span per token.
+  constexpr int64_t kTraceTokens = 16;
+  const int64_t before = active.tokens;
+  active.tokens += static_cast<int64_t>(out.tokens.size());
+  if (active.tokens / kTraceTokens > before / kTraceTokens) {
+    active.phase.AddEvent("tokens", {{"gen_ai.usage.output_tokens", active.tokens}});
+  }
+  if (out.finished) {
+    active.phase.Set("gen_ai.usage.output_tokens", active.tokens);
+    active.span.Set("gen_ai.usage.output_tokens", static_cast<int64_t>(out.completion_tokens));
+    active.span.Set("gen_ai.response.finish_reasons", std::vector<std::string>{out.finish_reason});
+    active.span.Set("pdserve.cached_tokens", static_cast<int64_t>(out.cached_tokens));
+    // Before the last message goes out: the router's attempt span, which ends when the stream
+    // does, then holds this one.
+    active.phase.End();
+    active.span.End();
+  }
+}
+
 void DecodeWorker::Dispatch(std::vector<RequestOutput>& outputs) {
   for (RequestOutput& out : outputs) {
     auto it = active_.find(out.request_id);
     if (it == active_.end()) continue;
     metrics_->Observe(out);
+    Trace(it->second, out);
     it->second.sink->OnOutput(out);
     if (out.finished) active_.erase(it);
   }
@@ -384,6 +458,7 @@ void DecodeWorker::PublishInfo() {
   events_.clear();
   engine_->DrainKvEvents(&events_);
   publisher_.Publish(info, events_);
+  if (options_.kv_events != nullptr) options_.kv_events->Publish(events_);
   std::lock_guard<std::mutex> lock(mu_);
   info_ = std::move(info);
 }

@@ -31,11 +31,15 @@
 #include "common/rpc/load_publisher.h"
 #include "common/rpc/worker_core.h"
 #include "common/rpc/worker_metrics.h"
+#include "common/tracing/span.h"
 #include <grpcpp/security/credentials.h>
 
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 
 namespace pdserve {
+
+class KvEventPublisher;
+class Tracer;
 
 struct DecodeWorkerOptions {
   std::string model_dir;
@@ -57,6 +61,10 @@ struct DecodeWorkerOptions {
   metrics::Registry* metrics = nullptr;
   // Calls to prefill workers (mutual TLS); null: insecure.
   std::shared_ptr<grpc::ChannelCredentials> prefill_credentials;
+  // Publishes the prefix cache's events in vLLM's format too (--kv-events-publisher); not owned,
+  // outlives the worker; null: off.
+  KvEventPublisher* kv_events = nullptr;
+  Tracer* tracer = nullptr;  // Each request's spans (not owned); null: no tracing.
 };
 
 // Receives one request's outputs, on the worker's scheduler thread.
@@ -75,6 +83,7 @@ struct DecodeJob {
   // Resumption (another decode worker died): output already delivered, recomputed here with the
   // prompt. Always prefilled locally.
   std::vector<int32_t> resume;
+  std::string traceparent, tracestate;  // The router's W3C trace context (empty: none).
 };
 
 class DecodeWorker {
@@ -98,6 +107,10 @@ class DecodeWorker {
   struct Active {
     std::shared_ptr<DecodeSink> sink;
     std::shared_ptr<Remote> remote;  // Set while a remote prefill is in flight.
+    // Tracing: the request's span here and its current phase's (reserve, remote_prefill or
+    // prefill, then generate), and the tokens streamed so far.
+    Span span, phase;
+    int64_t tokens = 0;
   };
 
   explicit DecodeWorker(const DecodeWorkerOptions& options) : options_(options) {}
@@ -116,6 +129,7 @@ class DecodeWorker {
   void DropReservation(const std::string& request_id, uint64_t tag,
                        std::vector<RequestOutput>* outputs);
   void Dispatch(std::vector<RequestOutput>& outputs);
+  void Trace(Active& active, const RequestOutput& out);  // Its spans' phases and events.
   void PublishInfo();
   internal::v1::PrefillWorker::Stub* PrefillStub(const std::string& address);
 

@@ -18,16 +18,16 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
   using OnMessage = std::function<void(const v1::GenerateResponse&)>;
   using OnEnd = std::function<void(const grpc::Status&)>;
 
-  // Starts the call; `on_end` runs once, last. `authorization`: the client's Authorization
-  // header (empty: none), passed on to the router. The call keeps itself alive until its end.
-  static std::shared_ptr<GenerateCall> Start(v1::Generation::Stub* stub,
-                                             const std::string& authorization,
-                                             const v1::GenerateRequest& request,
-                                             OnMessage on_message, OnEnd on_end) {
+  // Starts the call; `on_end` runs once, last. `metadata`: the client's headers passed on to the
+  // router as gRPC metadata (Authorization, W3C traceparent and tracestate; lower-case names).
+  // The call keeps itself alive until its end.
+  static std::shared_ptr<GenerateCall> Start(
+      v1::Generation::Stub* stub, const std::vector<std::pair<std::string, std::string>>& metadata,
+      const v1::GenerateRequest& request, OnMessage on_message, OnEnd on_end) {
     auto call = std::shared_ptr<GenerateCall>(
         new GenerateCall(request, std::move(on_message), std::move(on_end)));
     call->self_ = call;
-    if (!authorization.empty()) call->context_.AddMetadata("authorization", authorization);
+    for (const auto& [name, value] : metadata) call->context_.AddMetadata(name, value);
     stub->async()->Generate(&call->context_, &call->request_, call.get());
     call->StartRead(&call->response_);
     call->StartCall();

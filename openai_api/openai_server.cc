@@ -115,7 +115,7 @@ class Gateway;
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
   Exchange(Gateway* gateway, std::shared_ptr<http::HttpResponder> res, ParsedRequest request,
-           std::string authorization);
+           std::vector<std::pair<std::string, std::string>> metadata);
   ~Exchange();
   void Begin();
 
@@ -138,7 +138,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   Gateway* const gateway_;
   const std::shared_ptr<http::HttpResponder> res_;
   const ParsedRequest p_;
-  const std::string authorization_;
+  const std::vector<std::pair<std::string, std::string>> metadata_;  // Forwarded headers.
 
   std::mutex mu_;  // Everything below: the calls' callbacks run concurrently.
   std::vector<std::weak_ptr<GenerateCall>> calls_;
@@ -269,9 +269,15 @@ class Gateway {
             {"root", options_.served_model_name}, {"max_model_len", max_model_len_}};
   }
 
-  static std::string Authorization(const http::HttpRequest& req) {
-    const std::string* a = req.Header("authorization");
-    return a == nullptr ? "" : *a;
+  // The headers the router reads: the API key, and the W3C trace context (the request's spans
+  // join the client's trace).
+  static std::vector<std::pair<std::string, std::string>> Forwarded(const http::HttpRequest& req) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const char* name : {"authorization", "traceparent", "tracestate"}) {
+      const std::string* v = req.Header(name);
+      if (v != nullptr && !v->empty()) out.emplace_back(name, *v);
+    }
+    return out;
   }
 
   void Generate(const http::HttpRequest& req, std::shared_ptr<http::HttpResponder> res, bool chat) {
@@ -287,7 +293,7 @@ class Gateway {
     }
     if (!ok) return SendError(*res, error, IdHeader(request_id == nullptr ? "" : *request_id));
     auto exchange =
-        std::make_shared<Exchange>(this, std::move(res), std::move(parsed), Authorization(req));
+        std::make_shared<Exchange>(this, std::move(res), std::move(parsed), Forwarded(req));
     exchange->Begin();
   }
 
@@ -450,11 +456,12 @@ Json UsageJson(const v1::Usage& u) {
 }
 
 Exchange::Exchange(Gateway* gateway, std::shared_ptr<http::HttpResponder> res,
-                   ParsedRequest request, std::string authorization)
+                   ParsedRequest request,
+                   std::vector<std::pair<std::string, std::string>> metadata)
     : gateway_(gateway),
       res_(std::move(res)),
       p_(std::move(request)),
-      authorization_(std::move(authorization)) {
+      metadata_(std::move(metadata)) {
   gateway_->Live(1);
   const size_t n = p_.prompts.size() * static_cast<size_t>(p_.n);
   choices_.resize(n);
@@ -493,7 +500,7 @@ void Exchange::Begin() {
     }
     lock.unlock();  // A call may end (and call OnEnd) before Start returns.
     auto call = GenerateCall::Start(
-        gateway_->stub(), authorization_, request,
+        gateway_->stub(), metadata_, request,
         [self, c](const v1::GenerateResponse& r) { self->OnMessage(c, r); },
         [self, c](const grpc::Status& s) { self->OnEnd(c, s); });
     lock.lock();

@@ -9,9 +9,13 @@ namespace {
 // ran out) cancels the job when it has not started sending pages.
 class PrefillCall : public grpc::ServerUnaryReactor {
  public:
-  PrefillCall(PrefillWorker* worker, const internal::v1::PrefillRequest& request,
-              internal::v1::PrefillResponse* response)
+  PrefillCall(PrefillWorker* worker, grpc::CallbackServerContext* context,
+              const internal::v1::PrefillRequest& request, internal::v1::PrefillResponse* response)
       : worker_(worker) {
+    const auto& md = context->client_metadata();
+    std::string traceparent, tracestate;
+    if (auto it = md.find("traceparent"); it != md.end()) traceparent.assign(it->second.data(), it->second.size());
+    if (auto it = md.find("tracestate"); it != md.end()) tracestate.assign(it->second.data(), it->second.size());
     // The reactor and response stay valid until Finish; the worker calls `done` exactly once.
     ticket_ = worker_->Submit(request, [this, response](absl::StatusOr<internal::v1::PrefillResponse> r) {
       if (!r.ok()) {
@@ -20,7 +24,7 @@ class PrefillCall : public grpc::ServerUnaryReactor {
       }
       *response = std::move(*r);
       Finish(grpc::Status::OK);
-    });
+    }, std::move(traceparent), std::move(tracestate));
   }
 
  private:
@@ -36,7 +40,7 @@ class PrefillCall : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* PrefillGrpcService::Prefill(grpc::CallbackServerContext* context,
                                                       const internal::v1::PrefillRequest* request,
                                                       internal::v1::PrefillResponse* response) {
-  return new PrefillCall(worker_, *request, response);
+  return new PrefillCall(worker_, context, *request, response);
 }
 
 grpc::ServerUnaryReactor* PrefillGrpcService::GetWorkerInfo(

@@ -4,6 +4,7 @@
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
+#include "common/kvevents/kv_event_publisher.h"
 #include "common/rpc/proto_convert.h"
 #include "common/transport/layout_check.h"
 
@@ -34,7 +35,8 @@ PrefillWorker::~PrefillWorker() {
   if (thread_.joinable()) thread_.join();
 }
 
-uint64_t PrefillWorker::Submit(const internal::v1::PrefillRequest& request, Done done) {
+uint64_t PrefillWorker::Submit(const internal::v1::PrefillRequest& request, Done done,
+                               std::string traceparent, std::string tracestate) {
   const uint64_t ticket = next_ticket_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -44,8 +46,17 @@ uint64_t PrefillWorker::Submit(const internal::v1::PrefillRequest& request, Done
     }
     ++in_flight_;
   }
-  Post([this, request, ticket, done = std::move(done)]() mutable {
-    Start(request, std::move(done), ticket);
+  Span span = Span::FromHeaders(options_.tracer, "pdserve.prefill", SpanKind::kServer, traceparent,
+                                tracestate);
+  if (span.recording()) {
+    span.Set("pdserve.role", "prefill");
+    span.Set("pdserve.request_id", request.request_id());
+    span.Set("gen_ai.usage.input_tokens", static_cast<int64_t>(request.prompt_ids_size()));
+    span.Set("pdserve.transfer_tag", static_cast<int64_t>(request.transfer_tag()));
+  }
+  auto held = std::make_shared<Span>(std::move(span));  // Commands are copyable; a Span is not.
+  Post([this, request, ticket, done = std::move(done), held]() mutable {
+    Start(request, std::move(done), ticket, std::move(*held));
   });
   return ticket;
 }
@@ -63,6 +74,7 @@ void PrefillWorker::Cancel(uint64_t ticket) {
     Job job = std::move(it->second);
     jobs_.erase(it);
     tickets_.erase(t);
+    job.span.AddEvent("cancelled");
     std::vector<RequestOutput> aborted;
     engine_->Abort(job.engine_id, &aborted);  // Frees its blocks.
     for (const RequestOutput& out : aborted) metrics_->Observe(out);
@@ -96,8 +108,9 @@ void PrefillWorker::Drain(absl::Duration timeout) {
 }
 
 void PrefillWorker::Start(const internal::v1::PrefillRequest& request, Done done,
-                          uint64_t ticket) {
+                          uint64_t ticket, Span span) {
   auto fail = [&](const absl::Status& s) {
+    span.SetError(std::string(s.message()));
     {
       std::lock_guard<std::mutex> lock(mu_);
       --in_flight_;
@@ -130,6 +143,8 @@ void PrefillWorker::Start(const internal::v1::PrefillRequest& request, Done done
   job.engine_id = Str(request.request_id(), "#", next_job_++);
   job.sent_upto.assign(spec.num_layers, request.first_block());
   job.start = std::chrono::steady_clock::now();
+  job.span = std::move(span);
+  job.phase = job.span.Child("pdserve.prefill.queue");  // Until its first chunk is computed.
   SamplingParams params = FromProto(request.sampling(), request.seed());
   params.max_tokens = 1;  // The decode worker samples the rest.
   params.ignore_eos = true;
@@ -139,6 +154,7 @@ void PrefillWorker::Start(const internal::v1::PrefillRequest& request, Done done
   hold.hold_blocks_after_finish = true;  // Until every page is sent.
   if (absl::Status s = engine_->AddRequest(job.engine_id, std::move(prompt), params, hold);
       !s.ok()) {
+    span = std::move(job.span);
     return fail(s);
   }
   tickets_[ticket] = job.engine_id;
@@ -156,6 +172,16 @@ void PrefillWorker::OnLayer(int64_t layer, const SchedulerOutput& schedule) {
     auto it = jobs_.find(chunk.seq->request_id);
     if (it == jobs_.end()) continue;
     Job& job = it->second;
+    if (layer == 0 && job.span.recording()) {
+      if (!job.computing) {
+        job.computing = true;
+        job.phase.End();  // The queue: its first chunk is being computed.
+        job.phase = job.span.Child("pdserve.prefill.compute");
+      }
+      job.chunk = job.phase.Child("pdserve.prefill.chunk");
+      job.chunk.Set("pdserve.chunk_tokens", static_cast<int64_t>(chunk.num_tokens));
+      job.chunk.Set("pdserve.chunk_start", static_cast<int64_t>(chunk.seq->num_computed));
+    }
     if (!job.error.ok()) continue;
     const int64_t total = job.request.prompt_ids_size();
     const int64_t computed = chunk.seq->num_computed + chunk.num_tokens;
@@ -186,6 +212,8 @@ void PrefillWorker::Complete(const RequestOutput& output) {
   Job job = std::move(it->second);
   jobs_.erase(it);
   tickets_.erase(job.ticket);
+  job.chunk.End();
+  job.phase.End();
   auto finish = [this](Done& done, absl::StatusOr<internal::v1::PrefillResponse> r) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -198,9 +226,14 @@ void PrefillWorker::Complete(const RequestOutput& output) {
     engine_->ReleaseHeld(job.engine_id);
     ++transfers_.failures;
     metrics_->TransferFailed(job.error.ok() ? "no_token" : "send_error");
+    job.span.SetError(job.error.ok() ? "prefill produced no token" : std::string(job.error.message()));
     finish(job.done, job.error.ok() ? absl::InternalError("prefill produced no token") : job.error);
     return;
   }
+  job.span.Set("pdserve.cached_tokens", static_cast<int64_t>(output.cached_tokens));
+  // Until the transport has sent every page (the pages of earlier layers went during compute).
+  job.phase = job.span.Child("pdserve.prefill.transfer", SpanKind::kProducer);
+  job.phase.Set("pdserve.transport", job.request.transport_endpoint());
   internal::v1::PrefillResponse response;
   response.set_first_token(output.tokens[0].token);
   response.set_logprob(output.tokens[0].logprob);
@@ -218,9 +251,17 @@ void PrefillWorker::Complete(const RequestOutput& output) {
           if (!sent.ok()) {
             ++transfers_.failures;
             metrics_->TransferFailed("send_error");
+            shared->phase.SetError(std::string(sent.status().message()));
+            shared->span.SetError(std::string(sent.status().message()));
             finish(shared->done, sent.status());
             return;
           }
+          if (shared->phase.recording()) {
+            shared->phase.Set("pdserve.transfer_pages", static_cast<int64_t>(sent->pages));
+            shared->phase.Set("pdserve.transfer_bytes", static_cast<int64_t>(sent->bytes));
+          }
+          shared->phase.End();
+          shared->span.End();
           ++transfers_.completed;
           transfers_.pages += sent->pages;
           transfers_.bytes += sent->bytes;
@@ -242,6 +283,7 @@ void PrefillWorker::PublishInfo() {
   events_.clear();
   engine_->DrainKvEvents(&events_);
   publisher_.Publish(info, events_);
+  if (options_.kv_events != nullptr) options_.kv_events->Publish(events_);
   std::lock_guard<std::mutex> lock(mu_);
   info_ = std::move(info);
 }
@@ -256,6 +298,7 @@ void PrefillWorker::Loop() {
       if (absl::Status s = engine_->Step(&outputs_); !s.ok()) {
         PD_LOG(Error) << "prefill step failed: " << s;
       }
+      for (auto& [id, job] : jobs_) job.chunk.End();  // This step's chunks are computed.
       for (const RequestOutput& out : outputs_) {
         metrics_->Observe(out);
         if (out.finished) Complete(out);

@@ -24,9 +24,13 @@
 #include "common/rpc/load_publisher.h"
 #include "common/rpc/worker_core.h"
 #include "common/rpc/worker_metrics.h"
+#include "common/tracing/span.h"
 #include "pdserve/internal/v1/worker.pb.h"
 
 namespace pdserve {
+
+class KvEventPublisher;
+class Tracer;
 
 struct PrefillWorkerOptions {
   std::string model_dir;
@@ -38,6 +42,10 @@ struct PrefillWorkerOptions {
   KvTransportOptions transport_options;
   // Where the worker's metrics go (role "prefill"); null: a registry of its own, not exported.
   metrics::Registry* metrics = nullptr;
+  // Publishes the prefix cache's events in vLLM's format too (--kv-events-publisher); not owned,
+  // outlives the worker; null: off.
+  KvEventPublisher* kv_events = nullptr;
+  Tracer* tracer = nullptr;  // Each job's spans (not owned); null: no tracing.
 };
 
 class PrefillWorker {
@@ -47,8 +55,10 @@ class PrefillWorker {
   static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(const PrefillWorkerOptions& options);
   ~PrefillWorker();
 
-  // Returns a ticket for Cancel. `done` is called exactly once.
-  uint64_t Submit(const internal::v1::PrefillRequest& request, Done done);
+  // Returns a ticket for Cancel. `done` is called exactly once. `traceparent`/`tracestate`: the
+  // caller's W3C trace context (empty: none).
+  uint64_t Submit(const internal::v1::PrefillRequest& request, Done done,
+                  std::string traceparent = "", std::string tracestate = "");
   // The caller no longer wants the answer (its RPC was cancelled: the client left or the decode
   // worker's lease ran out). A job that has not sent a page yet is dropped, its blocks freed and
   // `done` called with Cancelled; one already sending finishes (its blocks must stay valid until
@@ -70,12 +80,15 @@ class PrefillWorker {
     std::vector<int64_t> sent_upto;  // Per layer: blocks [first_block, sent_upto) submitted.
     absl::Status error;              // A failed submit: finish with it.
     std::chrono::steady_clock::time_point start;
+    // Tracing: the job's span; its phase (queue, compute, transfer) and the chunk being computed.
+    Span span, phase, chunk;
+    bool computing = false;  // Its first chunk was scheduled.
   };
 
   explicit PrefillWorker(const PrefillWorkerOptions& options) : options_(options) {}
   void Post(std::function<void()> command) { commands_.Post(std::move(command)); }
   void Loop();
-  void Start(const internal::v1::PrefillRequest& request, Done done, uint64_t ticket);
+  void Start(const internal::v1::PrefillRequest& request, Done done, uint64_t ticket, Span span);
   void OnLayer(int64_t layer, const SchedulerOutput& schedule);
   void Complete(const RequestOutput& output);
   void PublishInfo();

@@ -16,6 +16,7 @@
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/stream_writer.h"
 #include "common/tokenizer/incremental_detokenizer.h"
+#include "common/tracing/span.h"
 #include "router/lenient_request.h"
 
 namespace pdserve {
@@ -23,15 +24,29 @@ namespace {
 
 class GenerateCall;
 
+std::string Metadata(const grpc::CallbackServerContext& context, const char* name) {
+  const auto& md = context.client_metadata();
+  auto it = md.find(name);
+  return it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
 // One try on a decode worker: the downstream stream. Deletes itself after telling the call
 // that it ended.
 class DecodeAttempt : public grpc::ClientReadReactor<internal::v1::DecodeResponse> {
  public:
-  DecodeAttempt(GenerateCall* call, Route route) : call_(call), route_(std::move(route)) {}
+  DecodeAttempt(GenerateCall* call, Route route, Span span)
+      : call_(call), route_(std::move(route)), span_(std::move(span)) {}
 
   void Start(internal::v1::DecodeRequest request, std::chrono::system_clock::time_point deadline) {
     request_ = std::move(request);
     context_.set_deadline(deadline);
+    // The decode worker's spans join this attempt's (W3C trace context in the metadata).
+    if (span_.context().valid()) {
+      context_.AddMetadata("traceparent", span_.traceparent());
+      if (!span_.context().tracestate.empty()) {
+        context_.AddMetadata("tracestate", span_.context().tracestate);
+      }
+    }
     WorkerPool::DecodeStub(*route_.decode.worker)->async()->Generate(&context_, &request_, this);
     StartRead(&response_);
     StartCall();
@@ -45,6 +60,7 @@ class DecodeAttempt : public grpc::ClientReadReactor<internal::v1::DecodeRespons
 
   GenerateCall* const call_;
   const Route route_;
+  Span span_;  // pdserve.router.decode_attempt: this try, from the call to its end.
   grpc::ClientContext context_;
   internal::v1::DecodeRequest request_;
   internal::v1::DecodeResponse response_;
@@ -55,6 +71,16 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
  public:
   GenerateCall(Router* router, grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw)
       : router_(router), context_(context) {
+    // The request's span: under the client's trace when it sent a traceparent, else a new
+    // trace that --trace-sample-ratio samples. Attributes follow OpenTelemetry's GenAI
+    // conventions where they apply.
+    span_ = Span::FromHeaders(router_->options().tracer, "pdserve.generate", SpanKind::kServer,
+                              Metadata(*context, "traceparent"), Metadata(*context, "tracestate"));
+    if (span_.recording()) {
+      span_.Set("gen_ai.operation.name", "text_completion");
+      span_.Set("gen_ai.request.model", router_->model_info().name());
+      span_.Set("pdserve.role", "router");
+    }
     if (absl::Status auth = router_->api_keys().Check(*context); !auth.ok()) {
       End(ToGrpcStatus(auth));
       return;
@@ -65,12 +91,25 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       return;
     }
     const v1::GenerateRequest& request = *parsed;
+    Span prepare = span_.Child("pdserve.router.prepare");  // Validation and tokenization.
     auto routed = router_->Prepare(request, context->deadline());
     if (!routed.ok()) {
+      prepare.SetError(std::string(routed.status().message()));
+      prepare.End();
       End(ToGrpcStatus(routed.status()));
       return;
     }
     routed_ = std::move(*routed);
+    prepare.Set("gen_ai.usage.input_tokens", static_cast<int64_t>(routed_.prompt.size()));
+    prepare.End();
+    if (span_.recording()) {
+      span_.Set("gen_ai.request.id", routed_.request_id);
+      span_.Set("gen_ai.usage.input_tokens", static_cast<int64_t>(routed_.prompt.size()));
+      span_.Set("gen_ai.request.max_tokens", static_cast<int64_t>(routed_.params.max_tokens));
+      span_.Set("gen_ai.request.temperature", static_cast<double>(routed_.params.temperature));
+      span_.Set("gen_ai.request.top_p", static_cast<double>(routed_.params.top_p));
+      span_.Set("gen_ai.request.seed", static_cast<int64_t>(*routed_.params.seed));
+    }
     detok_ = std::make_unique<IncrementalDetokenizer>(&router_->tokenizer(),
                                                       routed_.skip_special_tokens, routed_.prompt);
     for (const std::string& s : routed_.stop) max_stop_ = std::max(max_stop_, s.size());
@@ -80,16 +119,27 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
     *d.mutable_sampling() = request.sampling();
     d.mutable_sampling()->set_max_tokens(routed_.params.max_tokens);  // Resolved from the context.
     d.set_seed(*routed_.params.seed);
+    Span admit = span_.Child("pdserve.router.admit");
     if (absl::Status admitted = router_->Admit(); !admitted.ok()) {
+      admit.SetError(std::string(admitted.message()));
+      admit.End();
       End(ToGrpcStatus(admitted));
       return;
     }
+    admit.End();
+    Span routing = span_.Child("pdserve.router.route");
     auto route = router_->RouteRequest(routed_.prompt);
     if (!route.ok()) {
+      routing.SetError(std::string(route.status().message()));
+      routing.End();
       router_->Release();
       End(ToGrpcStatus(route.status()));
       return;
     }
+    routing.Set("pdserve.decode_worker", WorkerPool::Address(*route->decode.worker));
+    routing.Set("pdserve.prefill_worker",
+                route->prefill ? WorkerPool::Address(*route->prefill->worker) : "local");
+    routing.End();
     router_->metrics().Running(1);
     StartAttempt(std::move(*route));
   }
@@ -107,8 +157,21 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
     if (attempts_ > 0) request.set_request_id(Str(routed_.downstream_id, "~", attempts_));
     if (route.prefill) request.set_prefill_address(WorkerPool::Address(*route.prefill->worker));
     request.mutable_resume_output_ids()->Assign(generated_.begin(), generated_.end());
+    Span span;
+    {
+      std::lock_guard<std::mutex> lock(span_mu_);
+      span = span_.Child("pdserve.router.decode_attempt", SpanKind::kClient);
+    }
+    if (span.recording()) {
+      span.Set("pdserve.attempt", static_cast<int64_t>(attempts_));
+      span.Set("pdserve.decode_worker", WorkerPool::Address(*route.decode.worker));
+      span.Set("pdserve.prefill_worker",
+               route.prefill ? WorkerPool::Address(*route.prefill->worker) : "local");
+      span.Set("pdserve.resumed_tokens", static_cast<int64_t>(generated_.size()));
+      span.Set("pdserve.downstream_id", request.request_id());
+    }
     ++attempts_;
-    auto* attempt = new DecodeAttempt(this, std::move(route));
+    auto* attempt = new DecodeAttempt(this, std::move(route), std::move(span));
     refs_.fetch_add(1);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -156,6 +219,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
   // Closes the public stream; the first end of the request is what the metrics count. A full
   // router or worker answers RESOURCE_EXHAUSTED with gRPC's retry pushback trailer.
   void End(const grpc::Status& status) {
+    EndSpan(status);
     if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && !ended_.exchange(true)) {
       context_->AddTrailingMetadata("grpc-retry-pushback-ms",
                                     std::to_string(router_->options().retry_after_ms));
@@ -171,6 +235,20 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       }
     }
     Close(status);
+  }
+
+  // The request's span ends with the request's first end (later calls change nothing).
+  void EndSpan(const grpc::Status& status) {
+    std::lock_guard<std::mutex> lock(span_mu_);
+    if (!span_.recording()) return;
+    span_.Set("gen_ai.usage.output_tokens", static_cast<int64_t>(completion_tokens_));
+    if (finished_) span_.Set("gen_ai.response.finish_reasons", std::vector<std::string>{finish_reason_});
+    span_.Set("pdserve.attempts", static_cast<int64_t>(attempts_));
+    if (!status.ok()) {
+      span_.SetError(Str(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                         ": ", status.error_message()));
+    }
+    span_.End();
   }
 
   void Record(const std::string& finish_reason) {
@@ -204,6 +282,11 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       if (!got_first_) {
         got_first_ = true;
         first_token_ = now;
+        {
+          std::lock_guard<std::mutex> lock(span_mu_);
+          span_.AddEvent("first_token", {{"gen_ai.server.time_to_first_token",
+                                          Seconds(now - arrival_)}});
+        }
         router_->metrics().requests().FirstToken(Seconds(now - arrival_),
                                                  static_cast<int64_t>(routed_.prompt.size()));
       } else {
@@ -266,6 +349,8 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
 
   Router* router_;
   grpc::CallbackServerContext* const context_;
+  std::mutex span_mu_;  // span_: the constructor, the attempts' callbacks and End touch it.
+  Span span_;           // pdserve.generate: the request at this router.
   std::atomic<bool> ended_{false};  // The retry hint was added.
   const Clock::time_point arrival_ = Clock::now();
   Clock::time_point first_token_, last_token_;
@@ -340,6 +425,11 @@ void DecodeAttempt::OnReadDone(bool ok) {
 }
 
 void DecodeAttempt::OnDone(const grpc::Status& status) {
+  if (!status.ok()) {
+    span_.SetError(Str(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                       ": ", status.error_message()));
+  }
+  span_.End();
   call_->OnAttemptDone(this, status);
   delete this;
 }

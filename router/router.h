@@ -29,6 +29,8 @@
 
 namespace pdserve {
 
+class Tracer;
+
 struct RouterOptions {
   std::string model_dir;  // config.json and tokenizer files, or a GGUF file; no weights are read.
   std::string tokenizer;  // A tokenizer directory instead of the model's (empty: the model's).
@@ -62,6 +64,7 @@ struct RouterOptions {
   // Calls to the workers (mutual TLS); null: insecure.
   std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
   ApiKeys api_keys;  // Required on the public API when set.
+  Tracer* tracer = nullptr;  // Each request's spans (not owned); null: no tracing.
 };
 
 // Limits on a route: a resumed request avoids the decode workers that failed it and is

@@ -86,7 +86,8 @@ absl::Status BlockManager::Reserve(SeqId seq, int64_t num_tokens) {
   return absl::OkStatus();
 }
 
-void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes) {
+void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes,
+                           absl::Span<const int32_t> tokens) {
   if (!prefix_caching_) return;
   auto it = seqs_.find(seq);
   PD_CHECK_MSG(it != seqs_.end(), "Publish: unknown sequence");
@@ -100,7 +101,13 @@ void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes) {
     if (index_.try_emplace(hashes[i], s.table[i]).second) {
       m.hashed = true;
       m.hash = hashes[i];
-      if (events_on_) events_.push_back({KvEvent::Type::kStored, hashes[i]});
+      if (events_on_) {
+        KvEvent e{KvEvent::Type::kStored, hashes[i], i > 0 ? hashes[i - 1] : BlockHash{}, {}};
+        if (static_cast<int64_t>(tokens.size()) >= (i + 1) * block_size_) {
+          e.tokens.assign(tokens.begin() + i * block_size_, tokens.begin() + (i + 1) * block_size_);
+        }
+        events_.push_back(std::move(e));
+      }
     }
   }
   s.published = std::max(s.published, n);
@@ -156,7 +163,7 @@ BlockId BlockManager::TakeBlock() {
     --num_cached_;
     BlockMeta& m = blocks_[b];
     index_.erase(m.hash);
-    if (events_on_) events_.push_back({KvEvent::Type::kRemoved, m.hash});
+    if (events_on_) events_.push_back({KvEvent::Type::kRemoved, m.hash, {}, {}});
     m.hashed = false;
     ++evictions_;
   }

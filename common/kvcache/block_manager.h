@@ -46,11 +46,16 @@ struct KvCacheStats {
   }
 };
 
-// A change to the set of reusable prefix blocks, for routers that track workers' caches.
+// A change to the set of reusable prefix blocks, for routers that track workers' caches. A
+// stored block also names its parent (the previous block's hash; BlockHash{} for a prompt's
+// first block) and, when the publisher was given them, its tokens (for consumers that key blocks
+// by their own hash of the tokens, as vLLM's KV event stream allows).
 struct KvEvent {
   enum class Type { kStored, kRemoved };
   Type type;
   BlockHash hash;
+  BlockHash parent;
+  std::vector<int32_t> tokens;  // Stored only: block_size tokens, or empty.
 };
 
 class BlockManager {
@@ -82,7 +87,10 @@ class BlockManager {
   int64_t BlocksNeeded(SeqId seq, int64_t num_tokens) const;
 
   // Publishes `seq`'s full blocks whose KV is computed: hashes[i] is the hash of block i.
-  void Publish(SeqId seq, absl::Span<const BlockHash> hashes);
+  // `tokens` (the sequence's tokens, at least hashes.size() blocks of them, or empty) go into the
+  // stored events.
+  void Publish(SeqId seq, absl::Span<const BlockHash> hashes,
+               absl::Span<const int32_t> tokens = {});
 
   // Releases `seq`'s blocks (last block first, so a prompt's tail is evicted before its head).
   void Free(SeqId seq);

@@ -151,6 +151,32 @@ TEST(BlockManagerTest, EventsTrackTheReusableSet) {
   EXPECT_EQ(events.size(), 3u);  // Drained: nothing new.
 }
 
+TEST(BlockManagerTest, StoredEventsNameTheirParentAndTokens) {
+  BlockManager bm(8, 2, true);
+  bm.EnableEvents(true);
+  const auto a = Tokens(5, 1);  // Two full blocks and one token.
+  const auto h = Hashes(a, 2);
+  auto p = bm.PlanAdmit(h, 2, 5, 5);
+  bm.CommitAdmit(1, *p);
+  bm.Publish(1, h, a);
+  std::vector<KvEvent> events;
+  bm.DrainEvents(&events);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].parent, BlockHash{});
+  EXPECT_EQ(events[0].tokens, std::vector<int32_t>(a.begin(), a.begin() + 2));
+  EXPECT_EQ(events[1].parent, h[0]);
+  EXPECT_EQ(events[1].tokens, std::vector<int32_t>(a.begin() + 2, a.begin() + 4));
+  // Without tokens (a caller that has none to give) the events carry none.
+  const auto b = Tokens(2, 40);
+  auto q = bm.PlanAdmit(Hashes(b, 2), 2, 2, 2);
+  bm.CommitAdmit(2, *q);
+  bm.Publish(2, Hashes(b, 2));
+  bm.DrainEvents(&events);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_TRUE(events[2].tokens.empty());
+  EXPECT_EQ(events[2].hash, Hashes(b, 2)[0]);
+}
+
 // Random admit / share / grow / publish / free sequences: the invariants hold after every
 // operation, and when every sequence has ended every block is free or cached again.
 TEST(BlockManagerTest, PropertyNeverLeaksNeverDoubleFrees) {

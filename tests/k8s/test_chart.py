@@ -512,6 +512,58 @@ class Consistency(unittest.TestCase):
         docs = [d for d in yaml.safe_load_all(render(None, []).stdout) if d]
         self.assertNotIn("--speculative", flag_values(container(one(docs, "Deployment", tier_name("decode")))))
 
+    def test_kv_events_reach_both_worker_tiers_with_their_ports(self):
+        out = render(None, ["kvEvents.enabled=true", "kvEvents.topic=kv@pods", "ports.kvEvents=6557"])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        for tier in ("prefill", "decode"):
+            c = container(one(docs, "Deployment", tier_name(tier)))
+            flags = flag_values(c)
+            self.assertEqual((flags["--kv-events-publisher"], flags["--kv-events-endpoint"],
+                              flags["--kv-events-replay-endpoint"], flags["--kv-events-topic"]),
+                             ("zmq", "tcp://*:6557", "tcp://*:5558", "kv@pods"), tier)
+            self.assertTrue(flags.keys() <= known_flags(tier)[0])
+            self.assertEqual((container_port(c, "kv-events"), container_port(c, "kv-events-rpl")), (6557, 5558))
+            svc = one(docs, "Service", tier_name(tier))
+            ports = {p["name"]: (p["port"], p["targetPort"]) for p in svc["spec"]["ports"]}
+            self.assertEqual((ports["kv-events"], ports["kv-events-rpl"]),
+                             ((6557, "kv-events"), (5558, "kv-events-rpl")))
+            # Open to every peer by default (networkPolicy.kvEventsFrom empty).
+            rules = one(docs, "NetworkPolicy", tier_name(tier))["spec"]["ingress"]
+            kv = [r for r in rules if 6557 in [p["port"] for p in r.get("ports", [])]]
+            self.assertEqual(len(kv), 1)
+            self.assertEqual(sorted(p["port"] for p in kv[0]["ports"]), [5558, 6557])
+            self.assertNotIn("from", kv[0])
+        self.assertNotIn("--kv-events-publisher", flag_values(container(one(docs, "Deployment", tier_name("router")))))
+        # Off by default: no flag, no port.
+        docs = [d for d in yaml.safe_load_all(render(None, []).stdout) if d]
+        for tier in ("prefill", "decode"):
+            c = container(one(docs, "Deployment", tier_name(tier)))
+            self.assertNotIn("--kv-events-publisher", flag_values(c))
+            self.assertNotIn("kv-events", [p["name"] for p in c["ports"]])
+        bad = render(None, ["kvEvents.bufferSteps=0"])
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("at '/kvEvents/bufferSteps'", bad.stderr)
+
+    def test_tracing_reaches_every_tier_as_opentelemetry_variables(self):
+        out = render(None, ["tracing.otlpEndpoint=http://otel:4318/v1/traces", "tracing.sampleRatio=0.25"])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        for tier in ("router", "prefill", "decode"):
+            env = {e["name"]: e.get("value") for e in container(one(docs, "Deployment", tier_name(tier)))["env"]}
+            self.assertEqual((env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"], env["OTEL_TRACES_SAMPLER"],
+                              env["OTEL_TRACES_SAMPLER_ARG"], env["OTEL_SERVICE_NAME"]),
+                             ("http://otel:4318/v1/traces", "parentbased_traceidratio", "0.25", "pdserve"), tier)
+        docs = [d for d in yaml.safe_load_all(render(None, []).stdout) if d]
+        for tier in ("router", "prefill", "decode"):
+            names = [e["name"] for e in container(one(docs, "Deployment", tier_name(tier)))["env"]]
+            self.assertFalse([n for n in names if n.startswith("OTEL_")], tier)
+        for bad, where in ((["tracing.sampleRatio=2"], "/tracing/sampleRatio"),
+                           (["tracing.otlpEndpoint=otel:4318"], "/tracing/otlpEndpoint")):
+            r = render(None, bad)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(f"at '{where}'", r.stderr)
+
     def test_every_flag_and_variable_is_known_to_the_binary(self):
         for values, docs in self.each():
             for dep in find(docs, "Deployment"):

@@ -89,6 +89,18 @@ app.kubernetes.io/component: {{ .tier }}
       name: {{ $cm }}
       key: PDSERVE_{{ . }}
 {{- end }}
+{{- with .root.Values.tracing }}
+{{- if .otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+  value: {{ .otlpEndpoint | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: parentbased_traceidratio
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .sampleRatio | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .serviceName | quote }}
+{{- end }}
+{{- end }}
 {{- with .root.Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}

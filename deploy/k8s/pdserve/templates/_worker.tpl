@@ -69,6 +69,13 @@ spec:
             {{- end }}
             - --metrics-listen=0.0.0.0:{{ $root.Values.ports.metrics }}
             - --drain-seconds={{ $v.drainSeconds }}
+            {{- if $root.Values.kvEvents.enabled }}
+            - --kv-events-publisher=zmq
+            - "--kv-events-endpoint=tcp://*:{{ $root.Values.ports.kvEvents }}"
+            - "--kv-events-replay-endpoint=tcp://*:{{ $root.Values.ports.kvEventsReplay }}"
+            - --kv-events-topic={{ $root.Values.kvEvents.topic }}
+            - --kv-events-buffer-steps={{ $root.Values.kvEvents.bufferSteps }}
+            {{- end }}
             {{- with include "pdserve.tlsArgs" $root | trim }}{{ . | nindent 12 }}{{ end }}
             {{- with $v.extraArgs }}
             {{- toYaml . | nindent 12 }}
@@ -91,6 +98,14 @@ spec:
             - name: metrics
               containerPort: {{ $root.Values.ports.metrics }}
               protocol: TCP
+            {{- if $root.Values.kvEvents.enabled }}
+            - name: kv-events
+              containerPort: {{ $root.Values.ports.kvEvents }}
+              protocol: TCP
+            - name: kv-events-rpl
+              containerPort: {{ $root.Values.ports.kvEventsReplay }}
+              protocol: TCP
+            {{- end }}
           {{- /* Loading weights comes before the gRPC port opens: up to 10 minutes. */}}
           {{- include "pdserve.probes" (dict "root" $root "port" $port "startupFailures" 120) | trim | nindent 10 }}
           resources: {{- include "pdserve.resources" $v | nindent 12 }}
@@ -128,4 +143,14 @@ spec:
       port: {{ $root.Values.ports.metrics }}
       targetPort: metrics
       protocol: TCP
+    {{- if $root.Values.kvEvents.enabled }}
+    - name: kv-events
+      port: {{ $root.Values.ports.kvEvents }}
+      targetPort: kv-events
+      protocol: TCP
+    - name: kv-events-rpl
+      port: {{ $root.Values.ports.kvEventsReplay }}
+      targetPort: kv-events-rpl
+      protocol: TCP
+    {{- end }}
 {{- end -}}

@@ -1,0 +1,78 @@
+#include "common/kvevents/kv_event_batch.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/kvevents/msgpack_writer.h"
+
+namespace pdserve {
+namespace {
+
+BlockHash H(uint64_t lo) { return BlockHash{lo, lo * 31 + 7}; }
+
+KvEvent Stored(uint64_t hash, uint64_t parent, std::vector<int32_t> tokens) {
+  return KvEvent{KvEvent::Type::kStored, H(hash), parent == 0 ? BlockHash{} : H(parent),
+                 std::move(tokens)};
+}
+
+KvEvent Removed(uint64_t hash) { return KvEvent{KvEvent::Type::kRemoved, H(hash), {}, {}}; }
+
+// The expected bytes are built field by field from the layout kv_event_batch.h documents (vLLM's
+// array_like structs), so a change of the layout must change both.
+TEST(KvEventBatch, StoredChainsShareAnEventRemovedBlocksToo) {
+  const std::vector<KvEvent> events = {
+      Stored(10, 0, {1, 2}), Stored(11, 10, {3, 4}),  // A prompt's first two blocks: one event.
+      Stored(20, 99, {5, 6}),                          // Another sequence's block.
+      Removed(30), Removed(31),
+  };
+  const std::string got = EncodeKvEventBatch(2.5, events, 2, "CPU");
+
+  MsgpackWriter w;
+  w.Array(2);
+  w.Double(2.5);
+  w.Array(3);
+  w.Array(8);
+  w.Str("BlockStored");
+  w.Array(2);
+  w.Uint(10);
+  w.Uint(11);
+  w.Nil();
+  w.Array(4);
+  for (int t : {1, 2, 3, 4}) w.Int(t);
+  w.Int(2);
+  w.Nil();
+  w.Str("CPU");
+  w.Nil();
+  w.Array(8);
+  w.Str("BlockStored");
+  w.Array(1);
+  w.Uint(20);
+  w.Uint(99);
+  w.Array(2);
+  w.Int(5);
+  w.Int(6);
+  w.Int(2);
+  w.Nil();
+  w.Str("CPU");
+  w.Nil();
+  w.Array(3);
+  w.Str("BlockRemoved");
+  w.Array(2);
+  w.Uint(30);
+  w.Uint(31);
+  w.Str("CPU");
+  EXPECT_EQ(got, w.bytes());
+}
+
+TEST(KvEventBatch, HashesAreTheLow64BitsAndClearedIsATaggedEmptyArray) {
+  EXPECT_EQ(ExternalBlockHash(BlockHash{0x1122334455667788ULL, 5}), 0x1122334455667788ULL);
+  const std::string cleared = EncodeAllBlocksCleared(0.0);
+  // [0.0, [["AllBlocksCleared"]]]
+  const std::string want = std::string("\x92\xcb", 2) + std::string(8, '\0') + "\x91\x91\xb0" +
+                           "AllBlocksCleared";
+  EXPECT_EQ(cleared, want);
+}
+
+}  // namespace
+}  // namespace pdserve
