@@ -10,63 +10,13 @@
 
 #include "bench/link_limits.h"
 #include "cli/cli_util.h"
+#include "cli/kv_transfer_timing.h"
 #include "cli/commands.h"
 #include "common/base/strings.h"
 #include "common/transport/kv_transport.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve::cli {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-struct KvRun {
-  double bytes_per_second = 0;
-  int64_t pages = 0;
-};
-
-// Moves `bytes` of pages from `sender`'s pool to `receiver`'s in `pages_per_submit` batches, as
-// a prefill worker does per chunk; timed from the Expect to the receiver's kDone.
-absl::StatusOr<KvRun> TransferOnce(KvTransport& sender, KvTransport& receiver, uint64_t tag,
-                                   size_t bytes, size_t page_bytes, size_t pages_per_submit) {
-  const size_t n_pages = bytes / page_bytes;
-  std::vector<PageCopy> pages(n_pages);
-  for (size_t i = 0; i < n_pages; ++i) pages[i] = {i * page_bytes, i * page_bytes, page_bytes};
-  const auto start = Clock::now();
-  if (absl::Status s = receiver.Expect(tag, {{0, n_pages * page_bytes}}); !s.ok()) return s;
-  for (size_t i = 0; i < n_pages; i += pages_per_submit) {
-    const size_t n = std::min(pages_per_submit, n_pages - i);
-    if (absl::Status s = sender.Submit(receiver.endpoint(), tag, {pages.data() + i, n}); !s.ok()) {
-      return s;
-    }
-  }
-  std::atomic<bool> finished{false};
-  absl::StatusOr<TransferStats> sent = absl::UnknownError("unfinished");
-  sender.Finish(receiver.endpoint(), tag, [&](absl::StatusOr<TransferStats> s) {
-    sent = std::move(s);
-    finished = true;
-  });
-  TransferPoll poll;
-  for (;;) {
-    poll = receiver.Poll(tag);
-    if (poll.state != TransferState::kPending) break;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  receiver.Release(tag);
-  while (!finished) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  if (poll.state != TransferState::kDone) return poll.status;
-  if (!sent.ok()) return sent.status();
-  if (poll.stats.bytes != static_cast<int64_t>(n_pages * page_bytes) ||
-      poll.stats.checksum != sent->checksum) {
-    return absl::DataLossError(Str("transfer ", tag, ": receiver got ", poll.stats.bytes,
-                                   " bytes with checksum ", poll.stats.checksum, ", sender sent ",
-                                   sent->bytes, " with ", sent->checksum));
-  }
-  return KvRun{static_cast<double>(poll.stats.bytes) / secs, poll.stats.pages};
-}
-
-}  // namespace
 
 int BenchTransportCommand(int argc, char** argv) {
   const char* cmd = "bench-transport";
@@ -119,13 +69,13 @@ int BenchTransportCommand(int argc, char** argv) {
   double kv = 0, stream = 0, copy = 0;
   int64_t pages = 0;
   for (int64_t r = 0; r < repeats; ++r) {
-    auto run = TransferOnce(**sender, **receiver, static_cast<uint64_t>(r + 1), n,
-                            static_cast<size_t>(page_bytes), static_cast<size_t>(pages_per_submit));
+    auto run = TimeKvTransfer(**sender, **receiver, static_cast<uint64_t>(r + 1), n,
+                              static_cast<size_t>(page_bytes), static_cast<size_t>(pages_per_submit));
     if (!run.ok()) return ReportError(cmd, run.status());
     if (r == 0 && std::memcmp(src.data(), dst.data(), n) != 0) {
       return ReportError(cmd, absl::DataLossError("the destination pool differs from the source"));
     }
-    kv = std::max(kv, run->bytes_per_second);
+    kv = std::max(kv, static_cast<double>(run->bytes) / run->seconds);
     pages = run->pages;
     auto bw = bench::LoopbackStreamBandwidth(n, static_cast<size_t>(socket_chunk), 1);
     if (!bw.ok()) return ReportError(cmd, bw.status());

@@ -11,6 +11,7 @@ int GenerateCommand(int argc, char** argv);
 int KvCalcCommand(int argc, char** argv);
 int GgufCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);
+int ProfileCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int BenchTransportCommand(int argc, char** argv);
 int TokenizeCommand(int argc, char** argv);

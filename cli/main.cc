@@ -30,6 +30,7 @@ constexpr char kUsage[] =
     "  gguf          inspect, dequantize or quantize (q8_0) a GGUF file\n"
     "  bench         serving benchmark against a router: TTFT/TPOT/ITL/E2E, throughput, goodput\n"
     "  bench-engine  engine throughput against this machine's bandwidth and sgemm rate\n"
+    "  profile       step costs and KV transfer of this machine, fitted for the capacity planner\n"
     "  bench-transport KV page transfer bandwidth against a loopback TCP stream and memcpy\n"
     "\n"
     "`pdserve <command> --help` lists a command's flags.\n";
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   if (command == "detokenize") return DetokenizeCommand(sub_argc, sub_argv);
   if (command == "chat-template") return ChatTemplateCommand(sub_argc, sub_argv);
   if (command == "bench-engine") return BenchEngineCommand(sub_argc, sub_argv);
+  if (command == "profile") return ProfileCommand(sub_argc, sub_argv);
   if (command == "bench-transport") return BenchTransportCommand(sub_argc, sub_argv);
   if (command == "bench") return BenchCommand(sub_argc, sub_argv);
   std::fprintf(stderr, "pdserve: unknown command '%s'\n\n%s", command.c_str(), kUsage);

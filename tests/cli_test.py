@@ -303,6 +303,79 @@ class BadModelTest(unittest.TestCase):
         self.expect_error(os.path.join(WORKDIR, "nowhere"), "nowhere")
 
 
+class ProfileTest(unittest.TestCase):
+    """pdserve profile: the points it measured, the fit it wrote (checked here by recomputing
+    every prediction from the coefficients), the transfer fit, the roofline against the formula."""
+
+    def test_measured_profile(self):
+        model = os.path.join(WORKDIR, "profile_model")
+        ok("make-model", model, "--arch", "llama", "--layers", "2", "--hidden", "64", "--heads", "4",
+           "--kv-heads", "2", "--vocab", "512", "--seed", "3")
+        out = os.path.join(WORKDIR, "profile.json")
+        ok("profile", "--model", model, "--threads", "1", "--out", out, "--chunks", "16,64,128",
+           "--contexts", "0,64", "--batches", "1,4,8", "--decode-contexts", "32,96", "--repeats", "2",
+           "--decode-steps", "5", "--kv-memory-gib", "0.05")
+        with open(out) as f:
+            p = json.load(f)
+        self.assertEqual((p["format"], p["modelled"]), ("pdserve-profile-v1", False))
+        self.assertEqual((p["model"]["num_layers"], p["model"]["hidden_size"]), (2, 64))
+        points = p["points"]
+        self.assertEqual([q["kind"] for q in points], ["prefill"] * 6 + ["decode"] * 6)
+        fit = p["step_cost"]
+        coef = [fit["a_seconds"], fit["b_per_token"], fit["c_per_prefill_pair"], fit["d_per_sequence"],
+                fit["e_per_decode_key"]]
+        for c in coef:
+            self.assertGreaterEqual(c, 0)
+        worst = 0
+        for i, q in enumerate(points):
+            if q["kind"] == "prefill":
+                n, ctx = [(n, ctx) for ctx in (0, 64) for n in (16, 64, 128)][i]
+                self.assertEqual((q["tokens"], q["sequences"], q["decode_context"]), (n, 1, 0))
+                self.assertEqual(q["prefill_pairs"], n * (ctx + (n + 1) / 2))
+            else:
+                batch = (1, 4, 8)[(i - 6) % 3]
+                self.assertEqual((q["tokens"], q["sequences"], q["prefill_pairs"]), (batch, batch, 0))
+                self.assertGreaterEqual(q["decode_context"], batch * (32 if i < 9 else 96))
+            predicted = (coef[0] + coef[1] * q["tokens"] + coef[2] * q["prefill_pairs"] +
+                         coef[3] * q["sequences"] + coef[4] * q["decode_context"])
+            self.assertAlmostEqual(predicted, q["predicted_seconds"], delta=1e-12 + 1e-9 * predicted)
+            self.assertGreater(q["seconds"], 0)
+            worst = max(worst, abs(predicted - q["seconds"]) / q["seconds"])
+        self.assertAlmostEqual(worst, fit["max_relative_error"])
+        t = p["transport"]
+        page = 2 * 2 * 16 * 16 * 4  # K and V, 2 KV heads, 16 tokens, 16 dims, f32.
+        mib = (1 << 20) // page + 1
+        self.assertEqual((t["name"], t["page_bytes"]), ("tcp", page))
+        self.assertEqual([(x["pages"], x["bytes"]) for x in t["points"]],
+                         [(1, page), (mib, mib * page), (16 * mib, 16 * mib * page)])
+        self.assertGreater(t["bytes_per_second"], 0)
+
+    def test_roofline_profile_is_the_formula(self):
+        path = os.path.join(WORKDIR, "config.json")
+        write_json(path, LLAMA_31_8B)
+        p = json.loads(ok("profile", "--model", path, "--roofline-gbps", "4800", "--roofline-tflops", "989"))
+        self.assertTrue(p["modelled"])
+        h, i, layers, heads, kv, hd, vocab = 4096, 14336, 32, 32, 8, 128, 128256
+        params = layers * (2 * h * heads * hd + 2 * h * kv * hd + 3 * h * i + 2 * h) + 2 * vocab * h + h
+        self.assertEqual(p["model"]["parameters"], params)
+        c = p["step_cost"]
+        self.assertAlmostEqual(c["a_seconds"], params * 2 / 4800e9)
+        self.assertAlmostEqual(c["b_per_token"], 2 * params / 989e12)
+        self.assertAlmostEqual(c["c_per_prefill_pair"], 4 * layers * heads * hd / 989e12)
+        self.assertAlmostEqual(c["e_per_decode_key"], 2 * layers * kv * hd * 2 / 4800e9)
+        self.assertNotIn("points", p)
+
+    def test_bad_flags_name_them(self):
+        for args, flag in ((["--model", "m", "--chunks", "1,16"], "--chunks"),
+                           (["--model", "m", "--roofline-gbps", "100"], "--roofline-gbps"),
+                           (["--model", "m", "--batches", "4,x"], "--batches"),
+                           (["--model", "m", "--transport", "rdma"], "--transport"),
+                           (["--chunks", "16"], "--model")):
+            r = pdserve("profile", *args)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(flag, r.stderr)
+
+
 class FlagCheckTest(unittest.TestCase):
     """Every flag is checked before a model loads: a bad one is exit 2 naming it. The model path
     does not exist, so a check that came after loading would fail on the model instead (exit 1)."""
