@@ -46,6 +46,9 @@ void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
               "many index nodes per token of a request)");
     flags.Double("spec-suffix-min-prob", &spec_suffix_min_prob,
                  "suffix: draft a token while its share of the matched continuations is at least this");
+    flags.Bool("spec-step-budget", &spec_step_budget,
+               "keep only the drafted tokens that pay by the measured cost of this machine's "
+               "steps (false: every draft the per-request adaptation allows)");
   }
   flags.Int("threads", &threads, "compute threads (0: all cores)");
   flags.Int("block-size", &block_size, "KV cache block size in tokens");
@@ -139,6 +142,7 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   o->speculative.ngram_max = static_cast<int32_t>(std::clamp<int64_t>(spec_ngram_max, -1, kLimit));
   o->speculative.suffix_depth = static_cast<int32_t>(std::clamp<int64_t>(spec_suffix_depth, -1, kLimit));
   o->speculative.suffix_min_prob = spec_suffix_min_prob;
+  o->speculative.step_budget = spec_step_budget;
   return o->speculative.Validate();
 }
 

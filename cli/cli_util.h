@@ -47,6 +47,7 @@ struct EngineFlags {
   int64_t spec_ngram_max = 4;
   int64_t spec_suffix_depth = 24;
   double spec_suffix_min_prob = 0.1;
+  bool spec_step_budget = true;
 
   // `speculative`: also the speculative decoding flags (not for prefill workers).
   void Register(FlagSet& flags, bool speculative = true);

@@ -428,8 +428,10 @@ void LLMEngine::DraftForRunning() {
     draft_lengths_.push_back(static_cast<int32_t>(seq->draft.size()));
   }
   // Past the step's ridge a drafted row costs what a plain one does: keep what pays.
-  BudgetDrafts(step_cost_, std::min(rows, options_.max_num_batched_tokens),
-               static_cast<double>(decoding), draft_acceptance_, absl::MakeSpan(draft_lengths_));
+  if (options_.speculative.step_budget) {
+    BudgetDrafts(step_cost_, std::min(rows, options_.max_num_batched_tokens),
+                 static_cast<double>(decoding), draft_acceptance_, absl::MakeSpan(draft_lengths_));
+  }
   for (size_t i = 0; i < drafting_.size(); ++i) {
     drafting_[i]->draft.resize(static_cast<size_t>(draft_lengths_[i]));
   }

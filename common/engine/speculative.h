@@ -32,6 +32,10 @@ struct SpeculativeOptions {
   int32_t ngram_max = 4;   // Longest (prompt_lookup_max); tried first.
   int32_t suffix_depth = 24;        // Suffix: longest substring indexed (match + draft).
   double suffix_min_prob = 0.1;     // Suffix: a drafted token's least share of continuations.
+  // Keep only the drafted tokens that the measured cost of this machine's steps says pay
+  // (BudgetDrafts). Off: every draft the per-request adaptation allows; for tests, whose counts
+  // must not depend on how fast the machine ran the steps (the output is the same either way).
+  bool step_budget = true;
 
   static constexpr int32_t kMaxTokens = SamplingParams::kMaxSpeculativeTokens;
   static constexpr int32_t kMaxNgram = 16;

@@ -31,10 +31,10 @@ Tracer::Tracer(const TracingOptions& options) : options_(options) {
   const size_t slash = options_.endpoint.find('/', host);
   scheme_host_port_ = options_.endpoint.substr(0, slash);
   path_ = slash == std::string::npos ? "/v1/traces" : options_.endpoint.substr(slash);
-  // As OpenTelemetry's TraceIdRatioBased sampler: the trace id's last 8 bytes (big-endian)
-  // below ratio * 2^63... here 2^64, so ratio 1 keeps every trace.
+  // As OpenTelemetry's TraceIdRatioBased sampler: a trace whose id's last 8 bytes (big-endian)
+  // are below ratio * 2^64 is kept (ratio 1: every trace; 2^64 itself is not a uint64).
   sample_all_ = options_.sample_ratio >= 1;
-  sample_below_ = static_cast<uint64_t>(std::ldexp(options_.sample_ratio, 64));
+  if (!sample_all_) sample_below_ = static_cast<uint64_t>(std::ldexp(options_.sample_ratio, 64));
 }
 
 absl::StatusOr<std::unique_ptr<Tracer>> Tracer::Start(const TracingOptions& options) {

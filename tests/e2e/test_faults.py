@@ -90,7 +90,8 @@ class FaultTest(unittest.TestCase):
         # fault-free run does not (num_speculative_tokens 0 per request): a resumed speculating
         # stream still equals plain decoding.
         c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=2, router_args=METRICS,
-                            decode_args=("--speculative", "ngram", "--spec-ngram-min", "1"))
+                            decode_args=("--speculative", "ngram", "--spec-ngram-min", "1",
+                                         "--spec-step-budget=false"))
         victim = c.decode[0]
         try:
             stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))

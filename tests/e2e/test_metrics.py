@@ -217,7 +217,7 @@ class MetricsTest(unittest.TestCase):
         # counters beside the rest.
         c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, prefill_args=METRICS,
                             decode_args=(*METRICS, "--speculative", "ngram", "--num-speculative-tokens", "3",
-                                         "--spec-ngram-min", "1"),
+                                         "--spec-ngram-min", "1", "--spec-step-budget=false"),
                             router_args=(*METRICS, "--http-listen", "127.0.0.1:0"),
                             prefill_env={"PDSERVE_FAULT_CORRUPT_KV_PAGE": "3"})
         try:
