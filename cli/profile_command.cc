@@ -12,8 +12,6 @@
 #include <optional>
 #include <thread>
 
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/kv_transfer_timing.h"
@@ -37,17 +35,15 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& text, const char* flag) {
-  std::vector<int64_t> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    int64_t v;
-    if (!absl::SimpleAtoi(part, &v) || v < 0) {
-      return absl::InvalidArgumentError(Str(flag, ": '", part, "' is not a count"));
-    }
-    out.push_back(v);
+// A list flag (ParseIntList) of counts: non-negative, not empty; widened for the arithmetic.
+absl::StatusOr<std::vector<int64_t>> ParseCounts(const std::string& text, const char* flag) {
+  std::vector<int32_t> v;
+  PD_RETURN_IF_ERROR(ParseIntList(text, flag, &v));
+  if (v.empty()) return absl::InvalidArgumentError(Str(flag, ": empty"));
+  for (int32_t x : v) {
+    if (x < 0) return absl::InvalidArgumentError(Str(flag, ": ", x, " is not a count"));
   }
-  if (out.empty()) return absl::InvalidArgumentError(Str(flag, ": empty"));
-  return out;
+  return std::vector<int64_t>(v.begin(), v.end());
 }
 
 Json ModelJson(const ModelConfig& c, const std::string& name) {
@@ -81,7 +77,7 @@ SamplingParams Greedy(int32_t max_tokens) {
   return p;
 }
 
-// Runs steps until `id` finished (prefills and its one token).
+// Runs steps until no request is left (a prefix's prefill and its one token).
 absl::Status RunToEnd(LLMEngine& engine) {
   std::vector<RequestOutput> outs;
   while (engine.HasUnfinished()) {
@@ -287,10 +283,10 @@ int ProfileCommand(int argc, char** argv) {
   if (transport != "tcp" && transport != "ucx" && transport != "local") {
     return usage("--transport: must be tcp, ucx or local");
   }
-  auto chunk_list = ParseList(chunks, "--chunks");
-  auto context_list = ParseList(contexts, "--contexts");
-  auto batch_list = ParseList(batches, "--batches");
-  auto decode_context_list = ParseList(decode_contexts, "--decode-contexts");
+  auto chunk_list = ParseCounts(chunks, "--chunks");
+  auto context_list = ParseCounts(contexts, "--contexts");
+  auto batch_list = ParseCounts(batches, "--batches");
+  auto decode_context_list = ParseCounts(decode_contexts, "--decode-contexts");
   for (const auto* l : {&chunk_list, &context_list, &batch_list, &decode_context_list}) {
     if (!l->ok()) return ReportError(cmd, l->status(), kExitUsage);
   }
