@@ -383,6 +383,7 @@ int RunPrefill(const TierFlags& f) {
   auto kv_events = f.kv_events.Start(o.engine.block_size, o.engine.backend);
   if (!kv_events.ok()) return ReportError(cmd, kv_events.status(), kExitUsage);
   o.kv_events = kv_events->get();
+  o.engine.kv_event_tokens = o.kv_events != nullptr;
   auto tracer = StartTracer(f.tracing, "prefill", ModelName(f), &registry);
   if (!tracer.ok()) return ReportError(cmd, tracer.status(), kExitUsage);
   o.tracer = tracer->tracer.get();
@@ -427,6 +428,7 @@ int RunDecode(const TierFlags& f) {
   auto kv_events = f.kv_events.Start(o.engine.block_size, o.engine.backend);
   if (!kv_events.ok()) return ReportError(cmd, kv_events.status(), kExitUsage);
   o.kv_events = kv_events->get();
+  o.engine.kv_event_tokens = o.kv_events != nullptr;
   auto tracer = StartTracer(f.tracing, "decode", ModelName(f), &registry);
   if (!tracer.ok()) return ReportError(cmd, tracer.status(), kExitUsage);
   o.tracer = tracer->tracer.get();
@@ -708,6 +710,7 @@ int ServeCommand(int argc, char** argv) {
   auto kv_events = f.kv_events.Start(dopts.engine.block_size, dopts.engine.backend);
   if (!kv_events.ok()) return ReportError(cmd, kv_events.status(), kExitUsage);
   dopts.kv_events = kv_events->get();
+  dopts.engine.kv_event_tokens = dopts.kv_events != nullptr;
   // One tracer for the three: a request's router, decode and prefill spans in one process.
   auto tracer = StartTracer(f.tracing, "serve",
                             rf.served_model_name.empty() ? BaseName(f.model) : rf.served_model_name,

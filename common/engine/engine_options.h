@@ -39,6 +39,9 @@ struct EngineOptions {
                                        // the KV pool holds.
   bool enable_prefix_caching = true;
   bool enable_kv_events = false;       // Log prefix-cache changes for routers (workers drain them).
+  // The stored events also carry each block's tokens (KV events in vLLM's format need them;
+  // pdserve's routers do not: off, no copy per stored block).
+  bool kv_event_tokens = false;
   SpeculativeOptions speculative;      // Drafts verified per decode step (off by default).
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
   ComputeDType compute_dtype = ComputeDType::kAuto;  // Resolved in LLMEngine::Create.

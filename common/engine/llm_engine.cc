@@ -300,7 +300,7 @@ absl::Status LLMEngine::CompleteRemotePrefill(const std::string& request_id,
     return absl::InvalidArgumentError(Str("bad first token ", first.token, " for '", request_id, "'"));
   }
   seq->num_computed = seq->num_prompt_tokens;
-  blocks_->Publish(seq->id, seq->block_hashes, seq->tokens);
+  blocks_->Publish(seq->id, seq->block_hashes, EventTokens(*seq));
   stats_.prompt_tokens_computed += seq->num_prompt_tokens - seq->num_cached_prompt_tokens;
   seq->num_cached_prompt_tokens =
       std::clamp<int64_t>(prefill_cached_tokens, 0, seq->num_prompt_tokens);
@@ -535,13 +535,18 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   return absl::OkStatus();
 }
 
+absl::Span<const int32_t> LLMEngine::EventTokens(const Sequence& seq) const {
+  if (!options_.kv_event_tokens) return {};
+  return seq.tokens;
+}
+
 void LLMEngine::PublishComputed(Sequence* seq) {
   const int64_t bs = blocks_->block_size();
   ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
   blocks_->Publish(seq->id,
                    absl::MakeConstSpan(seq->block_hashes)
                        .subspan(0, std::min<size_t>(seq->block_hashes.size(), seq->num_computed / bs)),
-                   seq->tokens);
+                   EventTokens(*seq));
 }
 
 void LLMEngine::EndSpeculation(Sequence* seq, int64_t drafted, int64_t accepted, bool finished) {

@@ -197,6 +197,8 @@ class LLMEngine {
   void EndSpeculation(Sequence* seq, int64_t drafted, int64_t accepted, bool finished);
   // Hashes and publishes the full blocks whose KV is computed.
   void PublishComputed(Sequence* seq);
+  // The tokens for the block manager's stored events (EngineOptions::kv_event_tokens), or none.
+  absl::Span<const int32_t> EventTokens(const Sequence& seq) const;
   // Suffix decoding: indexes a finished request's output for later requests' drafts.
   void RememberOutput(const Sequence& seq);
   // Marks `out` finished with `reason` and sets its phase times.
