@@ -48,7 +48,8 @@ void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
                  "suffix: draft a token while its share of the matched continuations is at least this");
     flags.Bool("spec-step-budget", &spec_step_budget,
                "keep only the drafted tokens that pay by the measured cost of this machine's "
-               "steps (false: every draft the per-request adaptation allows)");
+               "steps, and pause drafting that costs more than it saves (false: every draft the "
+               "per-request adaptation allows)");
   }
   flags.Int("threads", &threads, "compute threads (0: all cores)");
   flags.Int("block-size", &block_size, "KV cache block size in tokens");

@@ -400,14 +400,20 @@ void LLMEngine::Draft(Sequence* seq) {
   if (seq->suffix == nullptr) {
     seq->suffix = std::make_unique<SuffixTrie>(so.suffix_depth);
     seq->suffix_indexed = std::max<int64_t>(0, seq->num_prompt_tokens - kSuffixPromptTokens);
+    // Growing the index's tables as it fills costs more than what is indexed (each growth
+    // copies them into fresh memory): room for the prompt and the first kSuffixOutputRoom
+    // tokens of output at once.
+    constexpr int64_t kSuffixOutputRoom = 256;
+    seq->suffix->Reserve(static_cast<int64_t>(seq->tokens.size()) - seq->suffix_indexed +
+                         std::min(seq->params.max_tokens - seq->num_generated(), kSuffixOutputRoom));
   }
   seq->suffix->Append(absl::MakeConstSpan(seq->tokens).subspan(seq->suffix_indexed));
   seq->suffix_indexed = static_cast<int64_t>(seq->tokens.size());
   const auto own = seq->suffix->ProposeForCurrent(static_cast<int32_t>(k), so.suffix_min_prob,
                                                   &seq->draft);
   if (static_cast<int64_t>(seq->draft.size()) < k) {  // The recent outputs may know more.
-    const auto recent = recent_outputs_->Propose(seq->tokens, static_cast<int32_t>(k),
-                                                 so.suffix_min_prob, &suffix_scratch_);
+    const auto recent = recent_outputs_->ProposeFrom(seq->tokens, static_cast<int32_t>(k), so.suffix_min_prob,
+                                                     &seq->recent_match, &suffix_scratch_);
     if (recent.score > own.score) seq->draft.swap(suffix_scratch_);
   }
 }
@@ -416,6 +422,10 @@ void LLMEngine::DraftForRunning() {
   drafting_.clear();
   draft_acceptance_.clear();
   draft_lengths_.clear();
+  draft_seconds_ = 0;
+  draft_decoding_ = 0;
+  if (options_.speculative.step_budget && draft_ledger_.Paused()) return;
+  const Clock::time_point start = Clock::now();
   int64_t rows = 0, decoding = 0;
   for (Sequence* seq : scheduler_->running()) {
     rows += seq->num_uncomputed();
@@ -435,6 +445,21 @@ void LLMEngine::DraftForRunning() {
   for (size_t i = 0; i < drafting_.size(); ++i) {
     drafting_[i]->draft.resize(static_cast<size_t>(draft_lengths_[i]));
   }
+  draft_seconds_ = Seconds(Clock::now() - start);
+  draft_decoding_ = decoding;
+}
+
+void LLMEngine::AccountDrafts(int64_t drafted, int64_t accepted, double sample_seconds,
+                              int64_t sampled_rows) {
+  if (!options_.speculative.step_budget || !step_cost_.ready() || draft_decoding_ == 0) return;
+  if (drafted == 0 && draft_seconds_ == 0) return;
+  // An accepted token saves a plain decode step's time per token; the drafts cost their
+  // drafting, their rows (the cost model's slope) and their share of the sampling.
+  const double per_token =
+      (step_cost_.a() + step_cost_.b() * static_cast<double>(draft_decoding_)) / static_cast<double>(draft_decoding_);
+  const double cost = draft_seconds_ + step_cost_.b() * static_cast<double>(drafted) +
+                      sample_seconds * static_cast<double>(drafted) / static_cast<double>(std::max<int64_t>(1, sampled_rows));
+  draft_ledger_.Record(per_token * static_cast<double>(accepted), cost);
 }
 
 void LLMEngine::RememberOutput(const Sequence& seq) {
@@ -498,6 +523,7 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   const Clock::time_point sample_start = Clock::now();
   stats_.schedule_seconds += Seconds(sample_start - forward_end);
   size_t row = 0;
+  int64_t step_drafted = 0, step_accepted = 0;
   for (Sequence* seq : sampled_) {
     RequestOutput out = MakeOutput(*seq);
     std::optional<std::string> reason;
@@ -515,6 +541,8 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
       ++seq->num_computed;  // The draft's KV, computed this step, is the token's.
     }
     row += static_cast<size_t>(drafted + 1);
+    step_drafted += drafted;
+    step_accepted += accepted;
     if (drafted > 0) {
       EndSpeculation(seq, drafted, accepted, reason.has_value());
     } else if (options_.speculative.enabled()) {
@@ -531,6 +559,9 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   }
   const Clock::time_point step_end = Clock::now();
   stats_.sample_seconds += Seconds(step_end - sample_start);
+  if (options_.speculative.enabled()) {
+    AccountDrafts(step_drafted, step_accepted, Seconds(step_end - sample_start), static_cast<int64_t>(row));
+  }
   stats_.step_seconds += Seconds(step_end - step_start);
   return absl::OkStatus();
 }

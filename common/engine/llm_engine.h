@@ -193,6 +193,9 @@ class LLMEngine {
   void Draft(Sequence* seq);
   // Drafts for every decoding request, then trims them to what the step cost model says pays.
   void DraftForRunning();
+  // After a step: what its drafts saved and cost, to the ledger that pauses drafting that does
+  // not pay (with the step budget on).
+  void AccountDrafts(int64_t drafted, int64_t accepted, double sample_seconds, int64_t sampled_rows);
   // After a step that verified a draft: counters, the request's acceptance, and its blocks.
   void EndSpeculation(Sequence* seq, int64_t drafted, int64_t accepted, bool finished);
   // Hashes and publishes the full blocks whose KV is computed.
@@ -235,6 +238,9 @@ class LLMEngine {
   std::unique_ptr<SuffixTrie> recent_outputs_;
   std::vector<int32_t> suffix_scratch_;
   StepCostModel step_cost_;  // Decode steps' time by rows (speculation's draft budget).
+  DraftLedger draft_ledger_;  // Whether drafting pays as a whole (with the step budget).
+  double draft_seconds_ = 0;  // The step's drafting.
+  int64_t draft_decoding_ = 0;  // The step's decoding sequences.
   std::vector<Sequence*> drafting_;
   std::vector<double> draft_acceptance_;
   std::vector<int32_t> draft_lengths_;

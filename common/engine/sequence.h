@@ -40,6 +40,7 @@ struct Sequence {
   SpeculationState speculation;
   std::unique_ptr<SuffixTrie> suffix;  // Suffix decoding: the request's own tokens, indexed
   int64_t suffix_indexed = 0;          // up to here.
+  SuffixTrie::Cursor recent_match;     // Where its tokens matched the worker's recent outputs.
   Clock::time_point arrival;
   Clock::time_point first_scheduled;
   Clock::time_point first_token;

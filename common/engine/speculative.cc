@@ -110,6 +110,24 @@ void StepCostModel::Observe(int64_t rows, double seconds) {
   ready_ = true;
 }
 
+bool DraftLedger::Paused() {
+  if (pause_ == 0) return false;
+  --pause_;
+  return true;
+}
+
+void DraftLedger::Record(double saved_seconds, double cost_seconds) {
+  balance_ += (steps_ == 0 ? 1.0 : 0.2) * (saved_seconds - cost_seconds - balance_);
+  if (++steps_ < kEvidence) return;
+  if (balance_ < 0) {
+    pause_ = next_pause_;
+    next_pause_ = std::min(2 * next_pause_, kMaxPause);
+    steps_ = 0;  // A fresh verdict after the pause.
+  } else {
+    next_pause_ = kMinPause;
+  }
+}
+
 void BudgetDrafts(const StepCostModel& cost, int64_t base_rows, double base_tokens,
                   absl::Span<const double> acceptance, absl::Span<int32_t> lengths) {
   if (!cost.ready() || cost.b() <= 0) return;  // No slope yet, or rows are free: keep them all.

@@ -33,7 +33,7 @@ struct SpeculativeOptions {
   int32_t suffix_depth = 24;        // Suffix: longest substring indexed (match + draft).
   double suffix_min_prob = 0.1;     // Suffix: a drafted token's least share of continuations.
   // Keep only the drafted tokens that the measured cost of this machine's steps says pay
-  // (BudgetDrafts). Off: every draft the per-request adaptation allows; for tests, whose counts
+  // (BudgetDrafts), and pause drafting that costs more than it saves (DraftLedger). Off: every draft the per-request adaptation allows; for tests, whose counts
   // must not depend on how fast the machine ran the steps (the output is the same either way).
   bool step_budget = true;
 
@@ -89,6 +89,29 @@ class StepCostModel {
   double s0_ = 0, s1_ = 0, s2_ = 0, sy_ = 0, sxy_ = 0;
   bool ready_ = false;
   double a_ = 0, b_ = 0;
+};
+
+// Whether drafting pays the engine as a whole, by what it measured: each step that verified
+// drafts adds to a moving balance what its accepted tokens saved (a plain decode token's time
+// each) less what the drafts cost (the drafting itself, their rows in the forward pass and their
+// sampling). BudgetDrafts prices only the rows; where the drafting and sampling are a large
+// share of a short step (a small model's), the balance goes negative and drafting pauses for a
+// doubling number of steps (kMinPause..kMaxPause), then probes again.
+class DraftLedger {
+ public:
+  static constexpr int32_t kEvidence = 8;  // Drafting steps before a verdict.
+  static constexpr int32_t kMinPause = 8;
+  static constexpr int32_t kMaxPause = 128;
+  // True while paused; counts a paused step.
+  bool Paused();
+  void Record(double saved_seconds, double cost_seconds);
+  int32_t pause() const { return pause_; }
+
+ private:
+  double balance_ = 0;  // Seconds saved per drafting step, a moving average.
+  int32_t steps_ = 0;   // Drafting steps since the last verdict.
+  int32_t pause_ = 0;
+  int32_t next_pause_ = kMinPause;
 };
 
 // Trims drafts to what pays for itself in one step: a drafted token at position i of a request

@@ -82,6 +82,46 @@ TEST(SuffixTrieTest, ProposeForCurrentEqualsProposeOnTheSequence) {
   }
 }
 
+// A cursor kept on a growing context drafts what a fresh search does while the index does not
+// change (here: an index of earlier sequences, the context growing by 1-3 tokens a call, k
+// varying), and after a Clear it searches again rather than follow stale nodes.
+TEST(SuffixTrieTest, ProposeFromACursorEqualsProposeOnAFixedIndex) {
+  SuffixTrie t(8);
+  uint64_t x = 3;
+  const auto next = [&x](uint64_t n) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int32_t>((x >> 33) % n);
+  };
+  for (int s = 0; s < 20; ++s) {
+    for (int i = 0; i < 60; ++i) t.Append(next(5));
+    t.EndSequence();
+  }
+  t.Reserve(1000);  // Room changes nothing drafted.
+  std::vector<int32_t> context;
+  SuffixTrie::Cursor cursor;
+  int extended = 0;
+  for (int step = 0; step < 500; ++step) {
+    const int64_t grow = 1 + next(3);
+    for (int64_t i = 0; i < grow; ++i) context.push_back(next(5));
+    const int32_t k = 1 + next(5);
+    const int32_t before = cursor.node;
+    std::vector<int32_t> a, b;
+    const SuffixTrie::Draft da = t.ProposeFrom(context, k, 0.2, &cursor, &a);
+    const SuffixTrie::Draft db = t.Propose(context, k, 0.2, &b);
+    ASSERT_EQ(a, b) << step;
+    ASSERT_EQ(da.match_length, db.match_length) << step;
+    ASSERT_EQ(cursor.context_size, static_cast<int64_t>(context.size()));
+    extended += before >= 0 && cursor.node >= 0;
+  }
+  EXPECT_GT(extended, 100);  // The cursor was followed, not only searched again.
+  t.Clear();
+  t.Append({1, 2, 3, 4});
+  std::vector<int32_t> out;
+  context = {9, 1, 2};
+  EXPECT_EQ(t.ProposeFrom(context, 1, 0.0, &cursor, &out).match_length, 2);
+  EXPECT_EQ(out, (std::vector<int32_t>{3}));
+}
+
 TEST(SuffixTrieTest, SequencesDoNotJoinAndDepthBoundsTheIndex) {
   SuffixTrie t(3);
   t.Append({1, 2});
@@ -105,6 +145,31 @@ TEST(SuffixTrieTest, SequencesDoNotJoinAndDepthBoundsTheIndex) {
   EXPECT_EQ(u.num_nodes(), 1 + 6);  // Root; 1, 2, 3; 1 2, 2 3; 1 2 3.
   u.Append(1);
   EXPECT_EQ(u.num_nodes(), 1 + 6 + 2);  // 3 1 and 2 3 1 are new; 1 is not.
+}
+
+TEST(DraftLedgerTest, PausesDraftingThatCostsMoreThanItSavesThenProbesAgain) {
+  DraftLedger paying;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_FALSE(paying.Paused());
+    paying.Record(2e-3, 1e-3);
+  }
+  DraftLedger losing;
+  for (int i = 0; i < DraftLedger::kEvidence - 1; ++i) losing.Record(1e-3, 2e-3);
+  EXPECT_FALSE(losing.Paused());  // Not yet enough evidence.
+  losing.Record(1e-3, 2e-3);
+  // Paused kMinPause steps, then probes kEvidence steps; a loss again doubles the pause.
+  for (int32_t pause : {DraftLedger::kMinPause, 2 * DraftLedger::kMinPause, 4 * DraftLedger::kMinPause}) {
+    for (int32_t i = 0; i < pause; ++i) ASSERT_TRUE(losing.Paused()) << pause << " " << i;
+    ASSERT_FALSE(losing.Paused());
+    for (int i = 0; i < DraftLedger::kEvidence; ++i) losing.Record(1e-3, 2e-3);
+  }
+  // Drafting that pays again after a pause resets the doubling.
+  while (losing.Paused()) {
+  }
+  for (int i = 0; i < DraftLedger::kEvidence + 10; ++i) losing.Record(3e-3, 1e-3);
+  EXPECT_FALSE(losing.Paused());
+  for (int i = 0; i < 30 && losing.pause() == 0; ++i) losing.Record(1e-3, 3e-3);
+  EXPECT_EQ(losing.pause(), DraftLedger::kMinPause);
 }
 
 TEST(SpeculationStateTest, DraftsShrinkAndPauseOnMissesAndRecover) {

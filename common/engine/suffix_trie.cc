@@ -1,6 +1,7 @@
 #include "common/engine/suffix_trie.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "common/base/check.h"
 
@@ -15,6 +16,14 @@ void SuffixTrie::Clear() {
   nodes_.assign(1, Node{});
   children_.clear();
   active_.clear();
+  ++generation_;
+}
+
+void SuffixTrie::Reserve(int64_t tokens) {
+  // A token adds at most max_depth nodes (fewer where substrings repeat).
+  const size_t more = static_cast<size_t>(std::max<int64_t>(0, tokens)) * static_cast<size_t>(max_depth_);
+  nodes_.reserve(nodes_.size() + more);
+  children_.reserve(children_.size() + more);
 }
 
 void SuffixTrie::EndSequence() { active_.clear(); }
@@ -50,38 +59,84 @@ void SuffixTrie::Append(int32_t token) {
   active_.swap(next_active_);
 }
 
-SuffixTrie::Draft SuffixTrie::Propose(absl::Span<const int32_t> context, int32_t k, double min_prob,
-                                      std::vector<int32_t>* out) const {
-  out->clear();
-  Draft d;
-  if (k <= 0) return d;
+int32_t SuffixTrie::Walk(absl::Span<const int32_t> context, int64_t m) const {
   const int64_t len = static_cast<int64_t>(context.size());
-  const auto walk = [&](int64_t m) {  // The node of the context's last m tokens, or -1.
-    int32_t at = 0;
-    for (int64_t i = len - m; i < len && at >= 0; ++i) at = Child(at, context[i]);
-    return at;
-  };
-  // The longest suffix in the index (if m tokens are, so are their last m - 1: a binary search),
-  // then the longest from there that occurred with a continuation, leaving depth for k tokens.
-  int64_t lo = 0, hi = std::min<int64_t>(len, std::max(1, max_depth_ - k));
+  int32_t at = 0;
+  for (int64_t i = len - m; i < len && at >= 0; ++i) at = Child(at, context[i]);
+  return at;
+}
+
+int64_t SuffixTrie::LongestPresent(absl::Span<const int32_t> context) const {
+  // If m tokens are in the index, so are their last m - 1: a binary search.
+  int64_t lo = 0, hi = std::min<int64_t>(static_cast<int64_t>(context.size()), max_depth_);
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
-    if (walk(mid) >= 0) {
+    if (Walk(context, mid) >= 0) {
       lo = mid;
     } else {
       hi = mid - 1;
     }
   }
+  return lo;
+}
+
+std::pair<int32_t, int32_t> SuffixTrie::LongestContinued(absl::Span<const int32_t> context,
+                                                         int64_t present, int32_t present_node,
+                                                         int64_t cap) const {
+  // The longest from the longest in the index, within the cap, that occurred with a continuation.
+  for (int64_t m = std::min(present, cap); m >= 1; --m) {
+    const int32_t at = m == present ? present_node : Walk(context, m);
+    if (nodes_[static_cast<size_t>(at)].continuations > 0) return {at, static_cast<int32_t>(m)};
+  }
+  return {-1, 0};
+}
+
+SuffixTrie::Draft SuffixTrie::Propose(absl::Span<const int32_t> context, int32_t k, double min_prob,
+                                      std::vector<int32_t>* out) const {
+  out->clear();
+  if (k <= 0) return {};
+  const int64_t present = LongestPresent(context);
+  // Leave depth for k tokens.
+  const auto [node, length] =
+      LongestContinued(context, present, Walk(context, present), std::max(1, max_depth_ - k));
+  if (node < 0) return {};
+  return Continue(node, length, k, min_prob, out);
+}
+
+SuffixTrie::Draft SuffixTrie::ProposeFrom(absl::Span<const int32_t> context, int32_t k,
+                                          double min_prob, Cursor* cursor,
+                                          std::vector<int32_t>* out) const {
+  out->clear();
+  const int64_t len = static_cast<int64_t>(context.size());
+  // The context's longest suffix in the index: if p tokens were and g more came, it is at most
+  // p + g long (a longer one would have been longer before), so it is p + g where the index
+  // continues the match with the g tokens, and searched for where not.
   int32_t node = -1;
-  for (int64_t m = lo; m >= 1 && node < 0; --m) {
-    const int32_t at = walk(m);
-    if (nodes_[static_cast<size_t>(at)].continuations > 0) {
-      node = at;
-      d.match_length = static_cast<int32_t>(m);
+  int64_t present = 0;
+  if (cursor->node >= 0 && cursor->generation == generation_ && cursor->context_size <= len) {
+    node = cursor->node;
+    present = cursor->match_length;
+    for (int64_t i = cursor->context_size; i < len && node >= 0; ++i, ++present) {
+      node = Child(node, context[i]);
+    }
+    // At the index's depth the match cannot grow, only slide: its last max_depth tokens.
+    if (node < 0 && present > max_depth_ && len >= max_depth_) {
+      present = max_depth_;
+      node = Walk(context, present);
     }
   }
-  if (node < 0) return d;
-  return Continue(node, d.match_length, k, min_prob, out);
+  if (node < 0) {
+    present = LongestPresent(context);
+    node = Walk(context, present);
+  }
+  cursor->node = node;
+  cursor->match_length = static_cast<int32_t>(present);
+  cursor->context_size = len;
+  cursor->generation = generation_;
+  if (k <= 0) return {};
+  const auto [at, length] = LongestContinued(context, present, node, std::max(1, max_depth_ - k));
+  if (at < 0) return {};
+  return Continue(at, length, k, min_prob, out);
 }
 
 SuffixTrie::Draft SuffixTrie::ProposeForCurrent(int32_t k, double min_prob,

@@ -10,6 +10,7 @@
 #define PDSERVE_COMMON_ENGINE_SUFFIX_TRIE_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -30,6 +31,9 @@ class SuffixTrie {
   // The next Append starts a new sequence (no substring spans the boundary).
   void EndSequence();
   void Clear();
+  // Room for `tokens` more appended tokens without growing the index's tables on the way (a
+  // prompt indexed at once: growing them is half of its cost).
+  void Reserve(int64_t tokens);
 
   struct Draft {
     int32_t match_length = 0;  // Context tokens matched (0: nothing proposed).
@@ -40,6 +44,21 @@ class SuffixTrie {
   // the index) that occurred with a continuation.
   Draft Propose(absl::Span<const int32_t> context, int32_t k, double min_prob,
                 std::vector<int32_t>* out) const;
+  // Where a context matched, kept between calls (ProposeFrom) for a context that grows by a few
+  // tokens at a time.
+  struct Cursor {
+    int32_t node = -1;         // The node of the context's longest suffix in the index (-1: search).
+    int32_t match_length = 0;  // Its length.
+    int64_t context_size = 0;  // The context's length then.
+    uint64_t generation = 0;   // The index's Clears before it (a Clear invalidates it).
+  };
+  // Propose for a context that has only grown since `cursor` was set on it: the longest suffix
+  // in the index is extended by the new tokens (a lookup each) and searched for again
+  // (Propose's walks) only where that fails or the index was cleared. While the index does not
+  // change, the draft is Propose's; where it learned a longer match since, it may be shorter
+  // (a draft is a guess: the output does not depend on it).
+  Draft ProposeFrom(absl::Span<const int32_t> context, int32_t k, double min_prob, Cursor* cursor,
+                    std::vector<int32_t>* out) const;
   // The same for the context that is the current sequence itself (what was appended since the
   // last EndSequence), in O(max_depth): its suffixes' nodes are at hand.
   Draft ProposeForCurrent(int32_t k, double min_prob, std::vector<int32_t>* out) const;
@@ -58,6 +77,14 @@ class SuffixTrie {
     return (static_cast<uint64_t>(static_cast<uint32_t>(node)) << 32) | static_cast<uint32_t>(token);
   }
   int32_t Child(int32_t node, int32_t token) const;
+  // The node of `context`'s last m tokens, or -1 if they are not in the index.
+  int32_t Walk(absl::Span<const int32_t> context, int64_t m) const;
+  // The length of the longest suffix of `context` in the index.
+  int64_t LongestPresent(absl::Span<const int32_t> context) const;
+  // The node of the longest suffix of `context` of at most `cap` tokens that occurred with a
+  // continuation, and its length ({-1, 0} if none), given the longest in the index and its node.
+  std::pair<int32_t, int32_t> LongestContinued(absl::Span<const int32_t> context, int64_t present,
+                                               int32_t present_node, int64_t cap) const;
   // Drafts from `node`, a matched suffix of match_length tokens.
   Draft Continue(int32_t node, int32_t match_length, int32_t k, double min_prob,
                  std::vector<int32_t>* out) const;
@@ -67,6 +94,7 @@ class SuffixTrie {
   absl::flat_hash_map<uint64_t, int32_t> children_;
   std::vector<int32_t> active_;  // Nodes of the substrings ending at the last token, shortest first.
   std::vector<int32_t> next_active_;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace pdserve
