@@ -48,6 +48,26 @@ def write_device_transport_corpus(frame):
     write("device_transport_fuzz", "bad_source.bin", hello + ref(2, 8192, 512, 65536 - 100))
 
 
+def write_grammar_corpus():
+    """Constraint grammars (the syntax of common/structured/grammar_parser.h), each optionally
+    followed by a NUL and bytes for the matcher; good ones and ones that must be refused."""
+    seeds = {
+        "json.gbnf": b'root ::= value\nvalue ::= object | array | string | number | "true" | "false" | "null"\n'
+                     b'object ::= "{" ( string ":" value ( "," string ":" value )* )? "}"\n'
+                     b'array ::= "[" ( value ( "," value )* )? "]"\n'
+                     b'string ::= "\\"" ( [^"\\\\\\x00-\\x1F] | "\\\\" ["\\\\/bfnrt] )* "\\""\n'
+                     b'number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )?\n\x00{"a":[1,2.5,"x\\n"]}',
+        "repeat.gbnf": b'root ::= "a"{2,4} "b"{3} ("c" | [d-f])+ "g"? ([^a-z\\u00e9] | .)* # comment\n'
+                       b'\x00aabbbcdx\xc3\xa9',
+        "classes.gbnf": b"root ::= [a-zA-Z\\u03b1-\\u03c9\\U00010000-\\U0001FFFF]{1,3} 'q'\x00\xce\xb1\xf0\x90\x80\x80q",
+        "nullable_star.gbnf": b'root ::= ("a"? "b"?)* x\nx ::= "c" | ""\x00abbac',
+        "left_recursive.gbnf": b'root ::= root "x" | "y"',
+        "bad.gbnf": b'root ::= ( "a" | [z-a] ',
+    }
+    for name, data in seeds.items():
+        write("grammar_fuzz", name, data)
+
+
 def gguf_file(metadata, tensors):
     """A GGUF v3 file: metadata {key: (type id, packed value)}, tensors [(name, type, dims, raw)]."""
     def string(s):
@@ -130,6 +150,7 @@ def main():
     write("frame_reader_fuzz", "stream.bin", b"\x01" + stream)
     write("frame_reader_fuzz", "pages_only.bin", b"\x00" + frame(2, 2, 2048, page) + frame(2, 2, 3072, page))
     write_device_transport_corpus(frame)
+    write_grammar_corpus()
     reqs = [
         pb.GenerateRequest(text="Hello there", sampling=pb.SamplingParams(max_tokens=8, temperature=0.7, top_p=0.9,
                                                                          stop=["\n", "END"], logprobs=2)),

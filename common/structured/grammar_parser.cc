@@ -1,0 +1,459 @@
+#include "common/structured/grammar_parser.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/base/status_macros.h"
+#include "common/base/strings.h"
+#include "common/structured/utf8_ranges.h"
+
+namespace pdserve::structured {
+namespace {
+
+constexpr int64_t kMaxRepeat = 1 << 16;
+constexpr int kMaxNesting = 256;  // Groups within groups.
+
+using CodeRanges = std::vector<std::pair<uint32_t, uint32_t>>;  // Inclusive.
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-';
+}
+
+// Sorted, merged, without the surrogates.
+CodeRanges Normalize(CodeRanges r) {
+  std::sort(r.begin(), r.end());
+  CodeRanges merged;
+  for (const auto& [lo, hi] : r) {
+    if (!merged.empty() && lo <= merged.back().second + 1) {
+      merged.back().second = std::max(merged.back().second, hi);
+    } else {
+      merged.push_back({lo, hi});
+    }
+  }
+  CodeRanges out;
+  for (const auto& [lo, hi] : merged) {
+    if (lo < 0xD800 && hi >= 0xD800) {
+      out.push_back({lo, 0xD7FF});
+      if (hi > 0xDFFF) out.push_back({0xE000, hi});
+    } else if (lo >= 0xD800 && lo <= 0xDFFF) {
+      if (hi > 0xDFFF) out.push_back({0xE000, hi});
+    } else {
+      out.push_back({lo, hi});
+    }
+  }
+  return out;
+}
+
+CodeRanges Complement(const CodeRanges& r) {
+  CodeRanges out;
+  uint32_t next = 0;
+  for (const auto& [lo, hi] : r) {
+    if (lo > next) out.push_back({next, lo - 1});
+    next = hi + 1;
+  }
+  if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
+  return Normalize(out);
+}
+
+class Parser {
+ public:
+  Parser(std::string_view text, Grammar* g) : text_(text), g_(g) {}
+
+  absl::Status Parse(std::string_view root) {
+    SkipSpace();
+    if (AtEnd()) return Error("the grammar has no rules");
+    while (!AtEnd()) {
+      const std::string name = ParseName();
+      if (name.empty()) return Error("expected a rule name");
+      SkipSpace();
+      if (!Consume("::=")) return Error(Str("expected '::=' after '", name, "'"));
+      const int32_t id = RuleId(name);
+      if (defined_[static_cast<size_t>(id)]) return Error(Str("rule '", name, "' is defined twice"));
+      defined_[static_cast<size_t>(id)] = true;
+      current_ = name;
+      std::vector<GrammarSequence> alternatives;
+      PD_RETURN_IF_ERROR(ParseAlternatives(&alternatives, 0));
+      g_->rule(id).alternatives = std::move(alternatives);
+      SkipSpace();
+    }
+    for (int32_t id = 0; id < g_->num_rules(); ++id) {
+      if (!defined_[static_cast<size_t>(id)] && !helper_[static_cast<size_t>(id)]) {
+        return absl::InvalidArgumentError(
+            Str("grammar: rule '", g_->rule(id).name, "' is used but not defined"));
+      }
+    }
+    const auto it = ids_.find(std::string(root));
+    if (it == ids_.end()) return absl::InvalidArgumentError(Str("grammar: no rule '", root, "' (the root)"));
+    g_->set_root(it->second);
+    return g_->Finalize();
+  }
+
+ private:
+  bool AtEnd() const { return pos_ >= text_.size(); }
+  char Peek(size_t ahead = 0) const { return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0'; }
+  bool Consume(std::string_view s) {
+    if (text_.substr(pos_, s.size()) != s) return false;
+    pos_ += s.size();
+    return true;
+  }
+
+  absl::Status Error(std::string_view what) const {
+    int64_t line = 1, column = 1;
+    for (size_t i = 0; i < pos_ && i < text_.size(); ++i) {
+      if (text_[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    return absl::InvalidArgumentError(Str("grammar: line ", line, " column ", column, ": ", what));
+  }
+
+  void SkipSpace() {
+    while (!AtEnd()) {
+      const char c = Peek();
+      if (c == '#') {
+        while (!AtEnd() && Peek() != '\n') ++pos_;
+      } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+        ++pos_;
+      } else {
+        return;
+      }
+    }
+  }
+
+  std::string ParseName() {
+    const size_t start = pos_;
+    while (!AtEnd() && IsNameChar(Peek())) ++pos_;
+    return std::string(text_.substr(start, pos_ - start));
+  }
+
+  // True if a rule definition (`name ::=`) starts here: the current rule ends.
+  bool AtRuleStart() const {
+    size_t p = pos_;
+    while (p < text_.size() && IsNameChar(text_[p])) ++p;
+    if (p == pos_) return false;
+    while (p < text_.size() && (text_[p] == ' ' || text_[p] == '\t' || text_[p] == '\n' || text_[p] == '\r')) ++p;
+    return text_.substr(p, 3) == "::=";
+  }
+
+  int32_t RuleId(const std::string& name) {
+    auto [it, inserted] = ids_.try_emplace(name, g_->num_rules());
+    if (inserted) {
+      g_->AddRule(name);
+      defined_.push_back(false);
+      helper_.push_back(false);
+    }
+    return it->second;
+  }
+
+  // Bounds what a grammar may grow to while it is parsed (repetitions multiply it), so that a
+  // hostile one fails fast instead of after allocating it.
+  absl::Status Grow(int64_t elements, int64_t rules = 0) {
+    elements_ += elements;
+    if (elements_ > Grammar::kMaxElements || g_->num_rules() + rules > Grammar::kMaxRules) {
+      return Error(Str("the grammar is too large (over ", Grammar::kMaxElements, " elements or ",
+                       Grammar::kMaxRules, " rules)"));
+    }
+    return absl::OkStatus();
+  }
+
+  int32_t Helper(std::string_view what) {
+    const int32_t id = g_->AddRule(Str(current_, "::", what, g_->num_rules()));
+    defined_.push_back(true);
+    helper_.push_back(true);
+    return id;
+  }
+
+  GrammarElement RuleElement(int32_t id) { return {GrammarElement::Kind::kRule, id}; }
+  GrammarElement ByteElement(const ByteSet& set) { return {GrammarElement::Kind::kBytes, g_->ByteSetIndex(set)}; }
+
+  absl::Status ParseAlternatives(std::vector<GrammarSequence>* out, int depth) {
+    if (depth > kMaxNesting) return Error(Str("groups nested deeper than ", kMaxNesting));
+    out->emplace_back();
+    while (true) {
+      SkipSpace();
+      if (Peek() == ')' && depth == 0) return Error("unexpected ')'");
+      if (AtEnd() || Peek() == ')' || AtRuleStart()) return absl::OkStatus();
+      if (Peek() == '|') {
+        ++pos_;
+        out->emplace_back();
+        continue;
+      }
+      GrammarSequence item;
+      PD_RETURN_IF_ERROR(ParseItem(&item, depth));
+      PD_RETURN_IF_ERROR(Grow(static_cast<int64_t>(item.size())));
+      GrammarSequence& seq = out->back();
+      seq.insert(seq.end(), item.begin(), item.end());
+    }
+  }
+
+  absl::Status ParseItem(GrammarSequence* out, int depth) {
+    PD_RETURN_IF_ERROR(ParsePrimary(out, depth));
+    while (true) {  // Postfix operators (x** is x* repeated: allowed, as GBNF does).
+      const char c = Peek();
+      if (c == '*' || c == '+' || c == '?') {
+        ++pos_;
+        PD_RETURN_IF_ERROR(Grow(2 * static_cast<int64_t>(out->size()) + 2, 1));
+        *out = c == '?' ? Optional(*out) : c == '*' ? Star(*out) : Plus(*out);
+      } else if (c == '{') {
+        ++pos_;
+        int64_t m = 0, n = 0;
+        bool bounded = true;
+        PD_RETURN_IF_ERROR(ParseCount(&m));
+        n = m;
+        if (Peek() == ',') {
+          ++pos_;
+          SkipSpace();
+          if (Peek() == '}') {
+            bounded = false;
+          } else {
+            PD_RETURN_IF_ERROR(ParseCount(&n));
+          }
+        }
+        SkipSpace();
+        if (!Consume("}")) return Error("expected '}' closing a repetition");
+        if (bounded && n < m) return Error(Str("repetition {", m, ",", n, "}: the maximum is below the minimum"));
+        PD_RETURN_IF_ERROR(Repeat(out, m, bounded ? n : -1));
+      } else {
+        return absl::OkStatus();
+      }
+    }
+  }
+
+  absl::Status ParseCount(int64_t* v) {
+    SkipSpace();
+    if (!(Peek() >= '0' && Peek() <= '9')) return Error("expected a repetition count");
+    *v = 0;
+    while (Peek() >= '0' && Peek() <= '9') {
+      *v = *v * 10 + (Peek() - '0');
+      ++pos_;
+      if (*v > kMaxRepeat) return Error(Str("repetition count over ", kMaxRepeat));
+    }
+    SkipSpace();
+    return absl::OkStatus();
+  }
+
+  GrammarSequence Optional(const GrammarSequence& x) {
+    const int32_t h = Helper("opt");
+    g_->rule(h).alternatives = {x, {}};
+    return {RuleElement(h)};
+  }
+  GrammarSequence Star(const GrammarSequence& x) {
+    const int32_t h = Helper("star");
+    GrammarSequence again = x;
+    again.push_back(RuleElement(h));
+    g_->rule(h).alternatives = {std::move(again), {}};
+    return {RuleElement(h)};
+  }
+  GrammarSequence Plus(const GrammarSequence& x) {
+    GrammarSequence out = x;
+    const GrammarSequence star = Star(x);
+    out.insert(out.end(), star.begin(), star.end());
+    return out;
+  }
+  // x{m,n} (n < 0: unbounded): m copies, then n - m nested optional ones.
+  absl::Status Repeat(GrammarSequence* x, int64_t m, int64_t n) {
+    const int64_t copies = std::max(m, n) + 1;
+    PD_RETURN_IF_ERROR(Grow(copies * static_cast<int64_t>(std::max<size_t>(1, x->size())), n < 0 ? 1 : n - m));
+    GrammarSequence out;
+    for (int64_t i = 0; i < m; ++i) out.insert(out.end(), x->begin(), x->end());
+    if (n < 0) {
+      const GrammarSequence star = Star(*x);
+      out.insert(out.end(), star.begin(), star.end());
+    } else if (n > m) {
+      // O_k ::= x O_(k+1) | "" ... the last: x | "".
+      int32_t next = -1;
+      for (int64_t k = n - m; k >= 1; --k) {
+        const int32_t h = Helper("upto");
+        GrammarSequence body = *x;
+        if (next >= 0) body.push_back(RuleElement(next));
+        g_->rule(h).alternatives = {std::move(body), {}};
+        next = h;
+      }
+      out.push_back(RuleElement(next));
+    }
+    *x = std::move(out);
+    return absl::OkStatus();
+  }
+
+  absl::Status ParsePrimary(GrammarSequence* out, int depth) {
+    const char c = Peek();
+    if (c == '"' || c == '\'') {
+      ++pos_;
+      while (true) {
+        if (AtEnd()) return Error("unterminated string");
+        if (Peek() == c) {
+          ++pos_;
+          return absl::OkStatus();
+        }
+        uint32_t cp = 0;
+        PD_RETURN_IF_ERROR(ParseChar(&cp));
+        uint8_t buf[4];
+        const int len = EncodeUtf8(cp, buf);
+        for (int i = 0; i < len; ++i) {
+          ByteSet set;
+          set.set(buf[i]);
+          out->push_back(ByteElement(set));
+        }
+      }
+    }
+    if (c == '[') {
+      ++pos_;
+      const bool negated = Consume("^");
+      CodeRanges ranges;
+      while (true) {
+        if (AtEnd()) return Error("unterminated character class");
+        if (Peek() == ']') {
+          ++pos_;
+          break;
+        }
+        uint32_t lo = 0, hi = 0;
+        PD_RETURN_IF_ERROR(ParseChar(&lo));
+        hi = lo;
+        if (Peek() == '-' && Peek(1) != ']' && Peek(1) != '\0') {
+          ++pos_;
+          PD_RETURN_IF_ERROR(ParseChar(&hi));
+          if (hi < lo) return Error("character range out of order");
+        }
+        ranges.push_back({lo, hi});
+      }
+      ranges = Normalize(std::move(ranges));
+      if (negated) ranges = Complement(ranges);
+      return ClassElements(ranges, out);
+    }
+    if (c == '.') {
+      ++pos_;
+      return ClassElements(Normalize({{0, kMaxCodePoint}}), out);
+    }
+    if (c == '(') {
+      ++pos_;
+      std::vector<GrammarSequence> alternatives;
+      PD_RETURN_IF_ERROR(ParseAlternatives(&alternatives, depth + 1));
+      SkipSpace();
+      if (!Consume(")")) return Error("expected ')'");
+      if (alternatives.size() == 1) {
+        *out = std::move(alternatives[0]);
+      } else {
+        const int32_t h = Helper("group");
+        g_->rule(h).alternatives = std::move(alternatives);
+        out->push_back(RuleElement(h));
+      }
+      return absl::OkStatus();
+    }
+    if (IsNameChar(c)) {
+      out->push_back(RuleElement(RuleId(ParseName())));
+      return absl::OkStatus();
+    }
+    if (AtEnd()) return Error("unexpected end of the grammar");
+    return Error(Str("unexpected '", std::string(1, c), "'"));
+  }
+
+  // A class: one byte set for its ASCII part, plus the UTF-8 sequences of the rest (a helper
+  // rule of alternatives if there is any).
+  absl::Status ClassElements(const CodeRanges& ranges, GrammarSequence* out) {
+    ByteSet ascii;
+    std::vector<ByteRangeSequence> multi;
+    for (const auto& [lo, hi] : ranges) {
+      for (uint32_t b = lo; b <= std::min<uint32_t>(hi, 0x7F); ++b) ascii.set(b);
+      if (hi >= 0x80) Utf8Sequences(std::max<uint32_t>(lo, 0x80), hi, &multi);
+    }
+    if (multi.empty()) {
+      if (ascii.none()) return Error("the character class matches nothing");
+      out->push_back(ByteElement(ascii));
+      return absl::OkStatus();
+    }
+    const int32_t h = Helper("class");
+    std::vector<GrammarSequence> alternatives;
+    if (ascii.any()) alternatives.push_back({ByteElement(ascii)});
+    for (const ByteRangeSequence& seq : multi) {
+      GrammarSequence alt;
+      for (const auto& [lo, hi] : seq) {
+        ByteSet set;
+        for (int b = lo; b <= hi; ++b) set.set(static_cast<size_t>(b));
+        alt.push_back(ByteElement(set));
+      }
+      alternatives.push_back(std::move(alt));
+    }
+    g_->rule(h).alternatives = std::move(alternatives);
+    out->push_back(RuleElement(h));
+    return absl::OkStatus();
+  }
+
+  // One code point of a string or class: UTF-8 as written, or an escape.
+  absl::Status ParseChar(uint32_t* cp) {
+    const auto byte = [&](size_t i) { return static_cast<uint8_t>(text_[i]); };
+    if (Peek() == '\\') {
+      ++pos_;
+      const char e = Peek();
+      ++pos_;
+      switch (e) {
+        case 'n': *cp = '\n'; return absl::OkStatus();
+        case 'r': *cp = '\r'; return absl::OkStatus();
+        case 't': *cp = '\t'; return absl::OkStatus();
+        case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/':
+          *cp = static_cast<uint32_t>(e);
+          return absl::OkStatus();
+        case 'x': return ParseHex(2, cp);
+        case 'u': return ParseHex(4, cp);
+        case 'U': return ParseHex(8, cp);
+        default:
+          --pos_;
+          return Error(Str("unknown escape '\\", std::string(1, e), "'"));
+      }
+    }
+    const uint8_t b0 = byte(pos_);
+    const int len = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 0;
+    if (len == 0 || pos_ + static_cast<size_t>(len) > text_.size()) return Error("invalid UTF-8");
+    uint32_t v = len == 1 ? b0 : b0 & (0x7F >> len);
+    for (int i = 1; i < len; ++i) {
+      const uint8_t b = byte(pos_ + static_cast<size_t>(i));
+      if ((b & 0xC0) != 0x80) return Error("invalid UTF-8");
+      v = (v << 6) | (b & 0x3F);
+    }
+    pos_ += static_cast<size_t>(len);
+    *cp = v;
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseHex(int digits, uint32_t* cp) {
+    uint32_t v = 0;
+    for (int i = 0; i < digits; ++i) {
+      const char h = Peek();
+      int d = -1;
+      if (h >= '0' && h <= '9') d = h - '0';
+      if (h >= 'a' && h <= 'f') d = h - 'a' + 10;
+      if (h >= 'A' && h <= 'F') d = h - 'A' + 10;
+      if (d < 0) return Error(Str("expected ", digits, " hex digits"));
+      v = v * 16 + static_cast<uint32_t>(d);
+      ++pos_;
+    }
+    if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) return Error("escape is not a code point");
+    *cp = v;
+    return absl::OkStatus();
+  }
+
+  std::string_view text_;
+  Grammar* g_;
+  size_t pos_ = 0;
+  int64_t elements_ = 0;
+  std::string current_;
+  absl::flat_hash_map<std::string, int32_t> ids_;
+  std::vector<bool> defined_, helper_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Grammar>> ParseGrammar(std::string_view text, std::string_view root) {
+  auto g = std::make_shared<Grammar>();
+  Parser p(text, g.get());
+  PD_RETURN_IF_ERROR(p.Parse(root));
+  return std::shared_ptr<const Grammar>(std::move(g));
+}
+
+}  // namespace pdserve::structured
