@@ -699,11 +699,16 @@ TEST_F(HttpServerTest, ServesTls) {
     // write(2), which raises SIGPIPE on a closed connection; that must close the connection
     // (cancelling the response), not end the process (it ended this test in 1 of ~4 runs before
     // the loop thread blocked SIGPIPE).
+    // The server must then close the connection. Its responder is cancelled only if the
+    // handler had not ended the response yet: /big queues its 64 MiB and ends in ~30 ms, which a
+    // loaded machine's client can outlast before it leaves (then the bytes were in flight, not
+    // cancelled, and that was this test's flake); the connection closing is what is certain.
     auto c = std::make_unique<Client>(server_->address(), ctx);
     c->Send(Get("/big"));
     ASSERT_TRUE(c->Fill());
     c.reset();
-    ASSERT_TRUE(WaitFor([&] { return held_.cancelled.load() == 1; }));
+    ASSERT_TRUE(WaitFor([&] { return server_->connections() == 0; }));
+    EXPECT_LE(held_.cancelled.load(), 1);
   }
   {
     Client plain(server_->address());  // No handshake: cut off at the deadline, no answer.
