@@ -3,7 +3,10 @@
 // each stack's top the byte set that may come next). Also what the token mask is computed from
 // (token_trie).
 //
-// Copyable (a copy is an independent state); not thread-safe.
+// Stacks are persistent and hash-consed in a pool that a matcher shares with its copies: a
+// stack is the id of its top node (a frame and the id of the stack below it), equal stacks have
+// equal ids, and a copy or a step copies a few ids, not frames. Copies of one matcher must stay
+// on one thread (they append to the same pool); matchers made separately share nothing.
 #ifndef PDSERVE_COMMON_STRUCTURED_GRAMMAR_MATCHER_H_
 #define PDSERVE_COMMON_STRUCTURED_GRAMMAR_MATCHER_H_
 
@@ -16,6 +19,8 @@
 
 namespace pdserve::structured {
 
+class StackPool;
+
 class GrammarMatcher {
  public:
   // Parse stacks kept at most (an ambiguous grammar's extra ones are dropped: the output still
@@ -23,6 +28,11 @@ class GrammarMatcher {
   static constexpr size_t kMaxStacks = 1 << 12;
 
   explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
+  GrammarMatcher(const GrammarMatcher&);
+  GrammarMatcher& operator=(const GrammarMatcher&);
+  GrammarMatcher(GrammarMatcher&&) noexcept;
+  GrammarMatcher& operator=(GrammarMatcher&&) noexcept;
+  ~GrammarMatcher();
 
   // Consumes `byte` if the grammar allows it here; false, and nothing consumed, if not.
   bool Advance(uint8_t byte);
@@ -33,30 +43,25 @@ class GrammarMatcher {
   // Some byte may come next.
   bool CanContinue() const { return !stacks_.empty(); }
   // The bytes that may come next.
-  ByteSet NextBytes() const;
+  const ByteSet& NextBytes() const { return next_bytes_; }
   void Reset();
   int64_t num_stacks() const { return static_cast<int64_t>(stacks_.size()); }
   const Grammar& grammar() const { return *grammar_; }
 
  private:
-  // A stack frame: rule, alternative, and the position of the next element in it.
-  using Frame = uint64_t;
-  using Stack = std::vector<Frame>;
-  static Frame MakeFrame(uint64_t rule, uint64_t alt, uint64_t pos) { return rule << 44 | alt << 24 | pos; }
-  static int32_t FrameRule(Frame f) { return static_cast<int32_t>(f >> 44); }
-  static int32_t FrameAlt(Frame f) { return static_cast<int32_t>((f >> 24) & 0xFFFFF); }
-  static int32_t FramePos(Frame f) { return static_cast<int32_t>(f & 0xFFFFFF); }
-  const GrammarElement& Top(const Stack& s) const;
-  // Moves past the top frame's element (a tail position's frame is dropped).
-  void Step(Stack* s) const;
-  // Expands rule references until each stack's top is a byte set, adding those to *out and
-  // setting *accepting if one empties (the root completed).
-  void Expand(Stack s, std::vector<Stack>* out, bool* accepting) const;
-  void Settle(std::vector<Stack>* stacks);  // Sorted, unique, bounded.
+  // Expands rule references from stack `s` until each stack's top is a byte set, adding those
+  // to *out and setting *accepting if one empties (the root completed).
+  void Expand(int32_t s, std::vector<int32_t>* out, bool* accepting) const;
+  // Moves past stack s's top element (a tail position's frame is dropped); the new stack.
+  int32_t Step(int32_t s) const;
+  void Settle(std::vector<int32_t>* stacks);  // Sorted, unique, bounded; next_bytes_.
 
   std::shared_ptr<const Grammar> grammar_;
-  std::vector<Stack> stacks_;
+  std::shared_ptr<StackPool> pool_;
+  std::vector<int32_t> stacks_;  // Ids of the stacks (-1: the empty stack is never kept).
+  ByteSet next_bytes_;
   bool accepting_ = false;
+  mutable std::vector<int32_t> work_;  // Expand's, kept for its capacity.
 };
 
 }  // namespace pdserve::structured
