@@ -9,6 +9,7 @@
 #include "common/structured/grammar_parser.h"
 #include "common/structured/token_trie.h"
 #include "common/structured/utf8_ranges.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 
 namespace pdserve::structured {
@@ -272,6 +273,49 @@ TEST(TokenTrieTest, MaskEqualsTryingEveryToken) {
     }
   }
   EXPECT_GT(checked, 100000);
+}
+
+// The same on a real vocabulary: the demo model's byte-level BPE (Llama 3's layout), its tokens'
+// bytes from Tokenizer::TokenBytes, a JSON grammar with whitespace, walks that pick among the
+// allowed tokens as a sampler would.
+TEST(TokenTrieTest, MaskOnTheDemoTokenizerEqualsTryingEveryToken) {
+  auto tok = Tokenizer::Load(PDSERVE_DEMO_MODEL_DIR);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  std::vector<std::string> vocab;
+  for (int32_t id = 0; id < (*tok)->vocab_size(); ++id) vocab.push_back((*tok)->TokenBytes(id).value_or(""));
+  const TokenTrie trie(vocab);
+  const auto g = Parse(R"(
+    root   ::= ws value ws
+    value  ::= object | array | string | number | "true" | "false" | "null"
+    object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
+    array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+    string ::= "\"" ( [^"\\\x00-\x1F] | "\\" ["\\/bfnrt] )* "\""
+    number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )?
+    ws     ::= [ \t\n]{0,4}
+  )");
+  ASSERT_NE(g, nullptr);
+  std::mt19937 rng(9);
+  int64_t allowed_total = 0;
+  for (int walk = 0; walk < 6; ++walk) {
+    GrammarMatcher m(g);
+    // Half the walks start inside a key (where nearly every token may come), half at the start.
+    if (walk % 2 == 1) ASSERT_TRUE(m.Advance(std::string_view(" {\"")));
+    for (int step = 0; step < 25; ++step) {
+      std::vector<uint8_t> mask;
+      trie.FillMask(m, &mask);
+      std::vector<int32_t> allowed;
+      for (size_t t = 0; t < vocab.size(); ++t) {
+        GrammarMatcher copy = m;
+        const bool ok = !vocab[t].empty() && copy.Advance(vocab[t]);
+        ASSERT_EQ(mask[t] != 0, ok) << "walk " << walk << " step " << step << " token " << t;
+        if (ok) allowed.push_back(static_cast<int32_t>(t));
+      }
+      allowed_total += static_cast<int64_t>(allowed.size());
+      if (allowed.empty()) break;
+      ASSERT_TRUE(m.Advance(vocab[static_cast<size_t>(allowed[rng() % allowed.size()])]));
+    }
+  }
+  EXPECT_GT(allowed_total, 1000);  // Inside strings most of the vocabulary is allowed.
 }
 
 }  // namespace

@@ -34,6 +34,16 @@ class ByteLevelDecoder : public Decoder {
     }
     tokens->assign(1, Utf8Lossy(bytes));
   }
+  void MidSequence(std::string* t, bool*) const override {
+    std::string b;
+    size_t pos = 0;
+    while (pos < t->size()) {
+      auto byte = CodePointToByte(NextCodePoint(*t, &pos));
+      if (!byte) return;  // Kept as its own UTF-8, as DecodeChain does.
+      b.push_back(static_cast<char>(*byte));
+    }
+    *t = std::move(b);
+  }
 };
 
 class MetaspaceDecoder : public Decoder {
@@ -47,6 +57,7 @@ class MetaspaceDecoder : public Decoder {
       if (i == 0 && strip_first_ && !t.empty() && t[0] == ' ') t.erase(0, 1);
     }
   }
+  void MidSequence(std::string* t, bool*) const override { *t = absl::StrReplaceAll(*t, {{replacement_, " "}}); }
 
  private:
   std::string replacement_;
@@ -60,6 +71,7 @@ class ReplaceDecoder : public Decoder {
   void DecodeChain(std::vector<std::string>* tokens) const override {
     for (std::string& t : *tokens) t = absl::StrReplaceAll(t, {{pattern_, content_}});
   }
+  void MidSequence(std::string* t, bool*) const override { *t = absl::StrReplaceAll(*t, {{pattern_, content_}}); }
 
  private:
   std::string pattern_;
@@ -97,6 +109,10 @@ class ByteFallbackDecoder : public Decoder {
     flush();
     tokens->swap(out);
   }
+  void MidSequence(std::string* t, bool*) const override {
+    const int byte = ParseByteToken(*t);
+    if (byte >= 0) *t = std::string(1, static_cast<char>(byte));
+  }
 
  private:
   static int ParseByteToken(const std::string& t) {
@@ -126,6 +142,7 @@ class FuseDecoder : public Decoder {
     for (const std::string& t : *tokens) joined += t;
     tokens->assign(1, std::move(joined));
   }
+  void MidSequence(std::string*, bool* fused) const override { *fused = true; }
 };
 
 // Removes up to `start` leading and `stop` trailing copies of a character from each token.
@@ -149,6 +166,12 @@ class StripDecoder : public Decoder {
       t = t.substr(begin, end - begin);
     }
   }
+  void MidSequence(std::string* t, bool* fused) const override {
+    if (*fused) return;  // After Fuse it strips the text's ends only.
+    std::vector<std::string> one = {std::move(*t)};
+    DecodeChain(&one);
+    *t = std::move(one[0]);
+  }
 
  private:
   std::string content_;
@@ -160,6 +183,9 @@ class SequenceDecoder : public Decoder {
   explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
   void DecodeChain(std::vector<std::string>* tokens) const override {
     for (const auto& s : steps_) s->DecodeChain(tokens);
+  }
+  void MidSequence(std::string* t, bool* fused) const override {
+    for (const auto& s : steps_) s->MidSequence(t, fused);
   }
 
  private:

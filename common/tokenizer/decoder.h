@@ -17,6 +17,11 @@ class Decoder {
   virtual ~Decoder() = default;
   // Rewrites the token strings in place (some steps fuse them into one).
   virtual void DecodeChain(std::vector<std::string>* tokens) const = 0;
+  // One token's string to the bytes it adds in the middle of a text: the chain without what only
+  // touches a text's ends (a first token's stripped space, Strip after Fuse) and without the
+  // repair of invalid UTF-8 (a token may hold part of a character). `fused`: a Fuse came before
+  // (later steps then see whole texts).
+  virtual void MidSequence(std::string* token, bool* fused) const = 0;
 
   // nullptr for a JSON null (tokens are then joined as they are).
   static absl::StatusOr<std::unique_ptr<Decoder>> Parse(const nlohmann::json& j);

@@ -436,6 +436,23 @@ std::optional<int32_t> Tokenizer::bos_token_id() const { return impl_->bos_id; }
 std::optional<int32_t> Tokenizer::eos_token_id() const { return impl_->eos_id; }
 bool Tokenizer::IsSpecial(int32_t id) const { return impl_->special_ids.contains(id); }
 
+std::optional<std::string> Tokenizer::TokenBytes(int32_t id) const {
+  if (impl_->special_ids.contains(id)) return std::nullopt;
+  std::string t;
+  auto added = impl_->added_by_id.find(id);
+  if (added != impl_->added_by_id.end()) {
+    if (impl_->added[added->second].special) return std::nullopt;
+    t = impl_->added[added->second].content;
+  } else {
+    const std::string* token = impl_->bpe->TokenOf(id);
+    if (token == nullptr) return std::nullopt;
+    t = *token;
+  }
+  bool fused = false;
+  if (impl_->decoder) impl_->decoder->MidSequence(&t, &fused);
+  return t;
+}
+
 std::optional<std::string> Tokenizer::IdToToken(int32_t id) const {
   auto it = impl_->added_by_id.find(id);
   if (it != impl_->added_by_id.end()) return impl_->added[it->second].content;

@@ -66,6 +66,12 @@ class Tokenizer {
   bool IsSpecial(int32_t id) const;
   // The token's string as stored (byte-level characters for BPE tokens), or nullopt.
   std::optional<std::string> IdToToken(int32_t id) const;
+  // The bytes the token adds to a text in its middle (what a constraint on the text sees):
+  // byte-level characters and <0xHH> tokens as their bytes, the metaspace as a space, without
+  // Decode's repair of invalid UTF-8 (a token may be part of a character) and without what
+  // only a text's start sees (a stripped first space). nullopt for special tokens and ids
+  // outside the vocabulary.
+  std::optional<std::string> TokenBytes(int32_t id) const;
   std::optional<int32_t> TokenToId(std::string_view token) const;
 
  private:

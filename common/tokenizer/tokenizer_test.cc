@@ -122,6 +122,44 @@ TEST(TokenizerTest, SentencePieceStyleBpe) {
   EXPECT_EQ(*(*tok)->Encode("<s>hi</s>", false), (std::vector<int32_t>{1, 10, 2}));
 }
 
+// TokenBytes: a text's tokens' bytes, joined, are the text (byte-level: exactly, including
+// tokens that hold part of a character; SentencePiece-style: with the leading space the decoder
+// strips from a whole text only); special tokens have none.
+TEST(TokenizerTest, TokenBytesJoinedAreTheText) {
+  auto tok = Trained(1000);
+  int partial = 0;
+  for (std::string text : {"The quick brown fox.", "  leading spaces\n\nand\ttabs  ",
+                           "héllo wörld 世界 🎉🎉 ∀x∈ℝ", "x = f(3.14159) + 65536;"}) {
+    auto ids = tok->Encode(text, false);
+    ASSERT_TRUE(ids.ok());
+    std::string joined;
+    for (int32_t id : *ids) {
+      const auto b = tok->TokenBytes(id);
+      ASSERT_TRUE(b.has_value()) << id;
+      const auto one = tok->Decode(std::vector<int32_t>{id}, false);
+      if (*one != *b) ++partial;  // Decode alone repairs a partial character; TokenBytes not.
+      joined += *b;
+    }
+    EXPECT_EQ(joined, text);
+  }
+  EXPECT_GT(partial, 0) << "no token held part of a character: the UTF-8 path went untested";
+  for (int32_t id = 0; id < tok->vocab_size(); ++id) {
+    EXPECT_EQ(tok->TokenBytes(id).has_value(), !tok->IsSpecial(id)) << id;
+  }
+  EXPECT_FALSE(tok->TokenBytes(tok->vocab_size() + 5).has_value());
+
+  auto sp = Tokenizer::FromJson(kSentencePieceJson, R"({"bos_token": "<s>", "eos_token": "</s>"})", "sp");
+  ASSERT_TRUE(sp.ok());
+  EXPECT_EQ(*(*sp)->TokenBytes(10), " hi");  // Mid-text: the metaspace is a space.
+  EXPECT_EQ(*(*sp)->TokenBytes(6), " ");
+  EXPECT_EQ(*(*sp)->TokenBytes(3), "\xE4");  // A byte token: its byte, not U+FFFD.
+  EXPECT_FALSE((*sp)->TokenBytes(1).has_value());
+  const std::vector<int32_t> sp_ids = *(*sp)->Encode("hi中 hi", false);
+  std::string joined;
+  for (int32_t id : sp_ids) joined += *(*sp)->TokenBytes(id);
+  EXPECT_EQ(joined, " hi中 hi");
+}
+
 TEST(TokenizerTest, LlamaConfigFlagsDecideBosAndEos) {
   auto tok = Tokenizer::FromJson(
       kSentencePieceJson,
