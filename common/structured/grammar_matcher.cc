@@ -2,50 +2,157 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 
 namespace pdserve::structured {
 
-// Hash-consed stack nodes: (frame, below) -> id, so a stack is one id and equal stacks are
-// equal ids. Append-only.
-class StackPool {
+// The tables a matcher and its copies share: hash-consed stack nodes, interned states and the
+// transitions between them. Append-only.
+class MatcherStates {
  public:
+  static constexpr size_t kMaxTransitions = size_t{1} << 21;  // ~40 MiB of cache at most.
+
+  explicit MatcherStates(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {}
+
+  struct State {
+    std::vector<int32_t> stacks;  // Sorted stack ids, each top a byte set.
+    ByteSet next;                 // The bytes some stack's top takes.
+    bool accepting = false;       // The root can end here.
+  };
+  const State& state(int32_t id) const { return states_[static_cast<size_t>(id)]; }
+
+  int32_t Initial() {
+    std::vector<int32_t> stacks;
+    bool accepting = false;
+    const int32_t root = grammar_->root();
+    const size_t alts = grammar_->rule(root).alternatives.size();
+    for (size_t a = 0; a < alts; ++a) Expand(Push(Frame(static_cast<uint64_t>(root), a, 0), -1), &stacks, &accepting);
+    return Intern(std::move(stacks), accepting);
+  }
+
+  int32_t Next(int32_t id, uint8_t byte) {
+    const uint64_t key = static_cast<uint64_t>(id) << 8 | byte;
+    if (auto it = transitions_.find(key); it != transitions_.end()) return it->second;
+    int32_t next = -1;
+    if (state(id).next[byte]) {
+      std::vector<int32_t> stacks;
+      bool accepting = false;
+      const std::vector<int32_t> from = state(id).stacks;  // Interning may move states_.
+      for (int32_t s : from) {
+        if (!grammar_->byte_set(TopElement(s).index)[byte]) continue;
+        Expand(Step(s), &stacks, &accepting);
+      }
+      if (!stacks.empty() || accepting) next = Intern(std::move(stacks), accepting);
+    }
+    // A cache: past its bound it starts again (the states stay; ids held by matchers stay valid).
+    if (transitions_.size() >= kMaxTransitions) transitions_.clear();
+    transitions_.emplace(key, next);
+    return next;
+  }
+
+ private:
   // A frame: rule, alternative, and the position of the next element in it.
   static uint64_t Frame(uint64_t rule, uint64_t alt, uint64_t pos) { return rule << 44 | alt << 24 | pos; }
   static int32_t Rule(uint64_t f) { return static_cast<int32_t>(f >> 44); }
   static size_t Alt(uint64_t f) { return static_cast<size_t>((f >> 24) & 0xFFFFF); }
   static size_t Pos(uint64_t f) { return static_cast<size_t>(f & 0xFFFFFF); }
 
-  int32_t Push(uint64_t frame, int32_t below) {
-    auto [it, inserted] = ids_.try_emplace(Key{frame, below}, static_cast<int32_t>(nodes_.size()));
-    if (inserted) nodes_.push_back({frame, below});
-    return it->second;
-  }
-  uint64_t frame(int32_t id) const { return nodes_[static_cast<size_t>(id)].frame; }
-  int32_t below(int32_t id) const { return nodes_[static_cast<size_t>(id)].below; }
-
- private:
-  struct Key {
+  struct NodeKey {
     uint64_t frame;
     int32_t below;
-    bool operator==(const Key& o) const { return frame == o.frame && below == o.below; }
+    bool operator==(const NodeKey& o) const { return frame == o.frame && below == o.below; }
     template <typename H>
-    friend H AbslHashValue(H h, const Key& k) {
+    friend H AbslHashValue(H h, const NodeKey& k) {
       return H::combine(std::move(h), k.frame, k.below);
     }
   };
-  struct Node {
-    uint64_t frame;
-    int32_t below;
-  };
-  std::vector<Node> nodes_;
-  absl::flat_hash_map<Key, int32_t> ids_;
+
+  int32_t Push(uint64_t frame, int32_t below) {
+    auto [it, inserted] = node_ids_.try_emplace(NodeKey{frame, below}, static_cast<int32_t>(nodes_.size()));
+    if (inserted) nodes_.push_back({frame, below});
+    return it->second;
+  }
+  const GrammarSequence& Alternative(uint64_t f) const { return grammar_->rule(Rule(f)).alternatives[Alt(f)]; }
+  const GrammarElement& TopElement(int32_t s) const {
+    const uint64_t f = nodes_[static_cast<size_t>(s)].frame;
+    return Alternative(f)[Pos(f)];
+  }
+
+  // Moves past stack s's top element; a tail position's frame is dropped (the caller continues
+  // directly), so right recursion does not grow stacks.
+  int32_t Step(int32_t s) {
+    const NodeKey n = nodes_[static_cast<size_t>(s)];
+    const size_t next = Pos(n.frame) + 1;
+    if (next == Alternative(n.frame).size()) return n.below;
+    return Push(Frame(static_cast<uint64_t>(Rule(n.frame)), Alt(n.frame), next), n.below);
+  }
+
+  // Expands rule references from stack s until each stack's top is a byte set, adding those to
+  // *out and setting *accepting if one empties (the root completed).
+  void Expand(int32_t s, std::vector<int32_t>* out, bool* accepting) {
+    work_.clear();
+    absl::flat_hash_set<int32_t> seen;  // Only where the grammar has epsilon cycles.
+    const size_t limit = out->size() + 4 * GrammarMatcher::kMaxStacks;
+    while (true) {
+      if (grammar_->epsilon_cycles() && !seen.insert(s).second) {
+        // Expanded already: the same outcomes again.
+      } else if (s < 0) {
+        *accepting = true;
+      } else {
+        const NodeKey n = nodes_[static_cast<size_t>(s)];
+        const GrammarSequence& alt = Alternative(n.frame);
+        if (Pos(n.frame) == alt.size()) {  // An empty alternative.
+          s = n.below;
+          continue;
+        }
+        const GrammarElement& e = alt[Pos(n.frame)];
+        if (e.kind == GrammarElement::Kind::kBytes) {
+          out->push_back(s);
+        } else {
+          const int32_t caller = Step(s);  // The caller continues after the reference.
+          const size_t alts = grammar_->rule(e.index).alternatives.size();
+          for (size_t a = 0; a < alts; ++a) {
+            work_.push_back(Push(Frame(static_cast<uint64_t>(e.index), a, 0), caller));
+          }
+        }
+      }
+      if (work_.empty() || out->size() > limit) return;
+      s = work_.back();
+      work_.pop_back();
+    }
+  }
+
+  int32_t Intern(std::vector<int32_t> stacks, bool accepting) {
+    std::sort(stacks.begin(), stacks.end());
+    stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+    if (stacks.size() > GrammarMatcher::kMaxStacks) stacks.resize(GrammarMatcher::kMaxStacks);
+    std::vector<int32_t> key = stacks;
+    key.push_back(accepting ? -1 : -2);
+    auto [it, inserted] = state_ids_.try_emplace(std::move(key), static_cast<int32_t>(states_.size()));
+    if (inserted) {
+      State st;
+      st.accepting = accepting;
+      for (int32_t s : stacks) st.next |= grammar_->byte_set(TopElement(s).index);
+      st.stacks = std::move(stacks);
+      states_.push_back(std::move(st));
+    }
+    return it->second;
+  }
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::vector<NodeKey> nodes_;
+  absl::flat_hash_map<NodeKey, int32_t> node_ids_;
+  std::vector<State> states_;
+  absl::flat_hash_map<std::vector<int32_t>, int32_t> state_ids_;
+  absl::flat_hash_map<uint64_t, int32_t> transitions_;
+  std::vector<int32_t> work_;
 };
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
-    : grammar_(std::move(grammar)), pool_(std::make_shared<StackPool>()) {
+    : grammar_(std::move(grammar)), states_(std::make_shared<MatcherStates>(grammar_)) {
   Reset();
 }
 
@@ -55,96 +162,30 @@ GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
 GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher&&) noexcept = default;
 GrammarMatcher::~GrammarMatcher() = default;
 
-void GrammarMatcher::Reset() {
-  stacks_.clear();
-  accepting_ = false;
-  const int32_t root = grammar_->root();
-  const size_t alts = grammar_->rule(root).alternatives.size();
-  for (size_t a = 0; a < alts; ++a) {
-    Expand(pool_->Push(StackPool::Frame(static_cast<uint64_t>(root), a, 0), -1), &stacks_, &accepting_);
-  }
-  Settle(&stacks_);
-}
+void GrammarMatcher::Reset() { state_ = states_->Initial(); }
 
-int32_t GrammarMatcher::Step(int32_t s) const {
-  const uint64_t f = pool_->frame(s);
-  const size_t size = grammar_->rule(StackPool::Rule(f)).alternatives[StackPool::Alt(f)].size();
-  const size_t next = StackPool::Pos(f) + 1;
-  // Nothing left in this alternative: return straight to the caller.
-  if (next == size) return pool_->below(s);
-  return pool_->Push(StackPool::Frame(static_cast<uint64_t>(StackPool::Rule(f)), StackPool::Alt(f), next),
-                     pool_->below(s));
-}
+int64_t GrammarMatcher::num_stacks() const { return static_cast<int64_t>(states_->state(state_).stacks.size()); }
 
-void GrammarMatcher::Expand(int32_t s, std::vector<int32_t>* out, bool* accepting) const {
-  std::vector<int32_t>& work = work_;
-  work.clear();
-  absl::flat_hash_set<int32_t> seen;  // Only where the grammar has epsilon cycles.
-  const size_t limit = out->size() + 4 * kMaxStacks;
-  while (true) {
-    if (grammar_->epsilon_cycles() && !seen.insert(s).second) {
-      // Expanded already: the same outcomes again.
-    } else if (s < 0) {
-      *accepting = true;
-    } else {
-      const uint64_t f = pool_->frame(s);
-      const GrammarSequence& alt = grammar_->rule(StackPool::Rule(f)).alternatives[StackPool::Alt(f)];
-      if (StackPool::Pos(f) == alt.size()) {  // An empty alternative.
-        s = pool_->below(s);
-        continue;
-      }
-      const GrammarElement& e = alt[StackPool::Pos(f)];
-      if (e.kind == GrammarElement::Kind::kBytes) {
-        out->push_back(s);
-      } else {
-        const int32_t caller = Step(s);  // The caller continues after the reference.
-        const size_t alts = grammar_->rule(e.index).alternatives.size();
-        for (size_t a = 0; a < alts; ++a) {
-          work.push_back(pool_->Push(StackPool::Frame(static_cast<uint64_t>(e.index), a, 0), caller));
-        }
-      }
-    }
-    if (work.empty() || out->size() > limit) return;
-    s = work.back();
-    work.pop_back();
-  }
-}
+int32_t GrammarMatcher::Next(int32_t state, uint8_t byte) const { return states_->Next(state, byte); }
 
-void GrammarMatcher::Settle(std::vector<int32_t>* stacks) {
-  std::sort(stacks->begin(), stacks->end());
-  stacks->erase(std::unique(stacks->begin(), stacks->end()), stacks->end());
-  if (stacks->size() > kMaxStacks) stacks->resize(kMaxStacks);
-  next_bytes_.reset();
-  for (int32_t s : *stacks) {
-    const uint64_t f = pool_->frame(s);
-    next_bytes_ |= grammar_->byte_set(
-        grammar_->rule(StackPool::Rule(f)).alternatives[StackPool::Alt(f)][StackPool::Pos(f)].index);
-  }
-}
+const ByteSet& GrammarMatcher::NextBytes(int32_t state) const { return states_->state(state).next; }
+
+bool GrammarMatcher::CanEnd(int32_t state) const { return states_->state(state).accepting; }
 
 bool GrammarMatcher::Advance(uint8_t byte) {
-  if (!next_bytes_[byte]) return false;
-  std::vector<int32_t> next;
-  bool accepting = false;
-  for (int32_t s : stacks_) {
-    const uint64_t f = pool_->frame(s);
-    const GrammarElement& e = grammar_->rule(StackPool::Rule(f)).alternatives[StackPool::Alt(f)][StackPool::Pos(f)];
-    if (!grammar_->byte_set(e.index)[byte]) continue;
-    Expand(Step(s), &next, &accepting);
-  }
-  if (next.empty() && !accepting) return false;
-  Settle(&next);
-  stacks_ = std::move(next);
-  accepting_ = accepting;
+  const int32_t next = states_->Next(state_, byte);
+  if (next < 0) return false;
+  state_ = next;
   return true;
 }
 
 bool GrammarMatcher::Advance(std::string_view bytes) {
-  GrammarMatcher copy = *this;
+  int32_t s = state_;
   for (char c : bytes) {
-    if (!copy.Advance(static_cast<uint8_t>(c))) return false;
+    s = states_->Next(s, static_cast<uint8_t>(c));
+    if (s < 0) return false;
   }
-  *this = std::move(copy);
+  state_ = s;
   return true;
 }
 

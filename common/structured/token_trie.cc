@@ -48,21 +48,22 @@ TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes)
 
 void TokenTrie::FillMask(const GrammarMatcher& matcher, std::vector<uint8_t>* allowed) const {
   allowed->assign(static_cast<size_t>(vocab_size_), 0);
-  Walk(0, matcher, allowed);
+  Walk(0, matcher, matcher.state(), allowed);
 }
 
-void TokenTrie::Walk(uint32_t node, const GrammarMatcher& state, std::vector<uint8_t>* allowed) const {
+void TokenTrie::Walk(uint32_t node, const GrammarMatcher& m, int32_t state,
+                     std::vector<uint8_t>* allowed) const {
   const Node& n = nodes_[node];
-  const ByteSet next = state.NextBytes();
+  const ByteSet next = m.NextBytes(state);  // A copy: Next may add states (and move them).
   for (uint32_t c = n.first_child; c < n.first_child + n.num_children; ++c) {
     const Node& child = nodes_[c];
     if (!next[child.byte]) continue;
-    GrammarMatcher after = state;
-    if (!after.Advance(child.byte)) continue;
+    const int32_t after = m.Next(state, child.byte);
+    if (after < 0) continue;
     for (int32_t t = child.first_token; t < child.first_token + child.num_tokens; ++t) {
       (*allowed)[static_cast<size_t>(tokens_[static_cast<size_t>(t)])] = 1;
     }
-    if (child.num_children > 0 && after.CanContinue()) Walk(c, after, allowed);
+    if (child.num_children > 0) Walk(c, m, after, allowed);
   }
 }
 

@@ -32,7 +32,7 @@ class TokenTrie {
     int32_t first_token = 0;  // Tokens ending here: tokens_[first_token, first_token + num_tokens).
     int32_t num_tokens = 0;
   };
-  void Walk(uint32_t node, const GrammarMatcher& state, std::vector<uint8_t>* allowed) const;
+  void Walk(uint32_t node, const GrammarMatcher& m, int32_t state, std::vector<uint8_t>* allowed) const;
 
   std::vector<Node> nodes_;  // nodes_[0]: the root (the empty prefix).
   std::vector<int32_t> tokens_;
