@@ -66,18 +66,21 @@ int32_t SuffixTrie::Walk(absl::Span<const int32_t> context, int64_t m) const {
   return at;
 }
 
-int64_t SuffixTrie::LongestPresent(absl::Span<const int32_t> context) const {
+std::pair<int64_t, int32_t> SuffixTrie::LongestPresent(absl::Span<const int32_t> context) const {
   // If m tokens are in the index, so are their last m - 1: a binary search.
   int64_t lo = 0, hi = std::min<int64_t>(static_cast<int64_t>(context.size()), max_depth_);
+  int32_t node = 0;  // The root: the empty suffix.
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
-    if (Walk(context, mid) >= 0) {
+    const int32_t at = Walk(context, mid);
+    if (at >= 0) {
       lo = mid;
+      node = at;
     } else {
       hi = mid - 1;
     }
   }
-  return lo;
+  return {lo, node};
 }
 
 std::pair<int32_t, int32_t> SuffixTrie::LongestContinued(absl::Span<const int32_t> context,
@@ -95,10 +98,9 @@ SuffixTrie::Draft SuffixTrie::Propose(absl::Span<const int32_t> context, int32_t
                                       std::vector<int32_t>* out) const {
   out->clear();
   if (k <= 0) return {};
-  const int64_t present = LongestPresent(context);
+  const auto [present, present_node] = LongestPresent(context);
   // Leave depth for k tokens.
-  const auto [node, length] =
-      LongestContinued(context, present, Walk(context, present), std::max(1, max_depth_ - k));
+  const auto [node, length] = LongestContinued(context, present, present_node, std::max(1, max_depth_ - k));
   if (node < 0) return {};
   return Continue(node, length, k, min_prob, out);
 }
@@ -125,10 +127,7 @@ SuffixTrie::Draft SuffixTrie::ProposeFrom(absl::Span<const int32_t> context, int
       node = Walk(context, present);
     }
   }
-  if (node < 0) {
-    present = LongestPresent(context);
-    node = Walk(context, present);
-  }
+  if (node < 0) std::tie(present, node) = LongestPresent(context);
   cursor->node = node;
   cursor->match_length = static_cast<int32_t>(present);
   cursor->context_size = len;

@@ -79,8 +79,8 @@ class SuffixTrie {
   int32_t Child(int32_t node, int32_t token) const;
   // The node of `context`'s last m tokens, or -1 if they are not in the index.
   int32_t Walk(absl::Span<const int32_t> context, int64_t m) const;
-  // The length of the longest suffix of `context` in the index.
-  int64_t LongestPresent(absl::Span<const int32_t> context) const;
+  // The length of the longest suffix of `context` in the index, and its node.
+  std::pair<int64_t, int32_t> LongestPresent(absl::Span<const int32_t> context) const;
   // The node of the longest suffix of `context` of at most `cap` tokens that occurred with a
   // continuation, and its length ({-1, 0} if none), given the longest in the index and its node.
   std::pair<int32_t, int32_t> LongestContinued(absl::Span<const int32_t> context, int64_t present,
