@@ -10,19 +10,13 @@
 #include "benchmark/benchmark.h"
 #include "common/structured/grammar_matcher.h"
 #include "common/structured/grammar_parser.h"
+#include "common/structured/test_grammars.h"
 #include "common/structured/token_trie.h"
 
 namespace pdserve::structured {
 namespace {
 
-constexpr char kJson[] = R"(
-  root   ::= value
-  value  ::= object | array | string | number | "true" | "false" | "null"
-  object ::= "{" ( string ":" value ( "," string ":" value )* )? "}"
-  array  ::= "[" ( value ( "," value )* )? "]"
-  string ::= "\"" ( [^"\\\x00-\x1F] | "\\" ["\\/bfnrt] )* "\""
-  number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )?
-)";
+using test_grammars::kCompactJson;
 
 // A vocabulary shaped like a byte-level BPE one: every byte, then words of 2-10 bytes, some with
 // a leading space or punctuation.
@@ -44,7 +38,7 @@ std::vector<std::string> Vocabulary(size_t n) {
 }
 
 void BM_TokenMask(benchmark::State& state) {
-  const auto grammar = *ParseGrammar(kJson);
+  const auto grammar = *ParseGrammar(kCompactJson);
   const TokenTrie trie(Vocabulary(static_cast<size_t>(state.range(0))));
   GrammarMatcher m(grammar);
   // (The grammar is compact: no whitespace between tokens.)
@@ -65,7 +59,7 @@ BENCHMARK(BM_TokenMask)
     ->Unit(benchmark::kMicrosecond);
 
 void BM_MatcherAdvance(benchmark::State& state) {
-  const auto grammar = *ParseGrammar(kJson);
+  const auto grammar = *ParseGrammar(kCompactJson);
   const std::string text = R"({"name":"pdserve","tiers":[1,2.5,{"x":null}],"ok":true})";
   for (auto _ : state) {
     GrammarMatcher m(grammar);

@@ -7,6 +7,7 @@
 #include "common/base/strings.h"
 #include "common/structured/grammar_matcher.h"
 #include "common/structured/grammar_parser.h"
+#include "common/structured/test_grammars.h"
 #include "common/structured/token_trie.h"
 #include "common/structured/utf8_ranges.h"
 #include "common/tokenizer/tokenizer.h"
@@ -145,31 +146,36 @@ TEST(GrammarTest, ClassesMatchTheirCodePointsAsUtf8) {
 }
 
 TEST(GrammarTest, BadGrammarsAreRefusedNamingTheProblem) {
-  EXPECT_NE(ErrorOf("root ::= foo").find("rule 'foo' is used but not defined"), std::string::npos);
-  EXPECT_NE(ErrorOf("a ::= \"x\"").find("no rule 'root'"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= \"x\"\nroot ::= \"y\"").find("defined twice"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= root \"x\" | \"y\"").find("rule 'root' is left-recursive"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= a\na ::= b? c\nb ::= \"x\"\nc ::= a \"y\" | \"z\"").find("left-recursive"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= \"x\" root").find("matches no string"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= \"abc").find("line 1 column 14: unterminated string"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::=\n  [a-").find("line 2"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= [z-a]").find("out of order"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= \"a\"{3,2}").find("below the minimum"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= \"a\"{99999999}").find("repetition count over"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= (\"ab\"{60000}){60000}").find("too large"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= (((\"a\"{0,60000}){0,60000}){0,60000})").find("too large"), std::string::npos);
   std::string wide = "root ::= ";
   for (int i = 0; i < 40; ++i) wide += "(\"a\"{30000}) ";
-  EXPECT_NE(ErrorOf(wide).find("too large"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= \"\\q\"").find("unknown escape"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= \"\\uD800\"").find("not a code point"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= [^\\x00-\\U0010FFFF]").find("matches nothing"), std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= ) ").find("unexpected ')'"), std::string::npos);
-  EXPECT_NE(ErrorOf("").find("no rules"), std::string::npos);
   std::string deep = "root ::= ";
   for (int i = 0; i < 300; ++i) deep += "(";
-  EXPECT_NE(ErrorOf(deep).find("nested deeper"), std::string::npos);
+  const std::pair<std::string, std::string> cases[] = {
+      {"root ::= foo", "rule 'foo' is used but not defined"},
+      {"a ::= \"x\"", "no rule 'root'"},
+      {"root ::= \"x\"\nroot ::= \"y\"", "defined twice"},
+      {"root ::= root \"x\" | \"y\"", "rule 'root' is left-recursive"},
+      {"root ::= a\na ::= b? c\nb ::= \"x\"\nc ::= a \"y\" | \"z\"", "left-recursive"},
+      {"root ::= \"x\" root", "matches no string"},
+      {"root ::= \"abc", "line 1 column 14: unterminated string"},
+      {"root ::=\n  [a-", "line 2"},
+      {"root ::= [z-a]", "out of order"},
+      {"root ::= \"a\"{3,2}", "below the minimum"},
+      {"root ::= \"a\"{99999999}", "repetition count over"},
+      {"root ::= (\"ab\"{60000}){60000}", "too large"},
+      {"root ::= (((\"a\"{0,60000}){0,60000}){0,60000})", "too large"},
+      {wide, "too large"},
+      {"root ::= \"\\q\"", "unknown escape"},
+      {"root ::= \"\\uD800\"", "not a code point"},
+      {"root ::= [^\\x00-\\U0010FFFF]", "matches nothing"},
+      {"root ::= ) ", "unexpected ')'"},
+      {"", "no rules"},
+      {deep, "nested deeper"},
+  };
+  for (const auto& [grammar, message] : cases) {
+    EXPECT_NE(ErrorOf(grammar).find(message), std::string::npos)
+        << grammar.substr(0, 80) << "\ngave: " << ErrorOf(grammar);
+  }
 }
 
 // Random regular grammars written twice, as a grammar and as an ECMAScript regex, give the same
@@ -231,17 +237,52 @@ TEST(GrammarTest, RegularGrammarsMatchWhatStdRegexMatches) {
   EXPECT_GT(matched, 5000);  // Both answers were exercised.
 }
 
-// The trie's mask equals trying every token's bytes from the same state (the brute force), along
-// random walks of a JSON-like grammar, on a vocabulary of random byte strings and of every byte.
+// Walks of `walks` random steps from the grammar's start (odd walks after `odd_prefix`), each
+// step picking one of the allowed tokens as a sampler would; at every step the trie's mask must
+// equal trying every token's bytes from the same state (the brute force).
+struct MaskChecks {
+  int64_t checked = 0;  // Tokens compared.
+  int64_t allowed = 0;  // Of them, allowed.
+};
+MaskChecks ExpectMaskEqualsTryingEveryToken(const std::shared_ptr<const Grammar>& g,
+                                         const std::vector<std::string>& vocab, int walks, int steps,
+                                         uint32_t seed, std::string_view odd_prefix = {}) {
+  const TokenTrie trie(vocab);
+  std::mt19937 rng(seed);
+  MaskChecks n;
+  for (int walk = 0; walk < walks; ++walk) {
+    GrammarMatcher m(g);
+    if (walk % 2 == 1 && !m.Advance(odd_prefix)) ADD_FAILURE() << "the prefix does not match";
+    for (int step = 0; step < steps; ++step) {
+      std::vector<uint8_t> mask;
+      trie.FillMask(m, &mask);
+      std::vector<int32_t> allowed;
+      for (size_t t = 0; t < vocab.size(); ++t) {
+        GrammarMatcher copy = m;
+        const bool ok = !vocab[t].empty() && copy.Advance(vocab[t]);
+        if ((mask[t] != 0) != ok) {
+          ADD_FAILURE() << "walk " << walk << " step " << step << " token " << t << " '" << vocab[t]
+                        << "': mask " << int{mask[t]} << ", brute force " << ok;
+          return n;
+        }
+        ++n.checked;
+        if (ok) allowed.push_back(static_cast<int32_t>(t));
+      }
+      n.allowed += static_cast<int64_t>(allowed.size());
+      if (allowed.empty()) break;
+      if (!m.Advance(vocab[static_cast<size_t>(allowed[rng() % allowed.size()])])) {
+        ADD_FAILURE() << "an allowed token was refused";
+        return n;
+      }
+    }
+  }
+  return n;
+}
+
+// On a vocabulary of every byte and random byte strings of JSON's characters, plus an empty
+// (special) token that is never allowed.
 TEST(TokenTrieTest, MaskEqualsTryingEveryToken) {
-  const auto g = Parse(R"(
-    root   ::= value
-    value  ::= object | array | string | number | "true" | "false" | "null"
-    object ::= "{" ( string ":" value ( "," string ":" value )* )? "}"
-    array  ::= "[" ( value ( "," value )* )? "]"
-    string ::= "\"" ( [^"\\\x00-\x1F] | "\\" ["\\/bfnrt] )* "\""
-    number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )?
-  )");
+  const auto g = Parse(test_grammars::kCompactJson);
   ASSERT_NE(g, nullptr);
   std::mt19937 rng(3);
   std::vector<std::string> vocab;
@@ -252,70 +293,21 @@ TEST(TokenTrieTest, MaskEqualsTryingEveryToken) {
     for (char& c : t) c = pieces[rng() % pieces.size()];
     vocab.push_back(t);
   }
-  vocab.push_back("");  // A special token: never allowed.
-  const TokenTrie trie(vocab);
-  int checked = 0;
-  for (int walk = 0; walk < 12; ++walk) {
-    GrammarMatcher m(g);
-    for (int step = 0; step < 40; ++step) {
-      std::vector<uint8_t> mask;
-      trie.FillMask(m, &mask);
-      std::vector<int32_t> allowed;
-      for (size_t t = 0; t < vocab.size(); ++t) {
-        GrammarMatcher copy = m;
-        const bool ok = !vocab[t].empty() && copy.Advance(vocab[t]);
-        ASSERT_EQ(mask[t] != 0, ok) << "walk " << walk << " step " << step << " token '" << vocab[t] << "'";
-        if (ok) allowed.push_back(static_cast<int32_t>(t));
-        ++checked;
-      }
-      if (allowed.empty()) break;
-      ASSERT_TRUE(m.Advance(vocab[static_cast<size_t>(allowed[rng() % allowed.size()])]));
-    }
-  }
-  EXPECT_GT(checked, 100000);
+  vocab.push_back("");
+  EXPECT_GT(ExpectMaskEqualsTryingEveryToken(g, vocab, 12, 40, 3).checked, 100000);
 }
 
-// The same on a real vocabulary: the demo model's byte-level BPE (Llama 3's layout), its tokens'
-// bytes from Tokenizer::TokenBytes, a JSON grammar with whitespace, walks that pick among the
-// allowed tokens as a sampler would.
+// On a real vocabulary: the demo model's byte-level BPE (Llama 3's layout), its tokens' bytes
+// from Tokenizer::TokenBytes, JSON with whitespace; half the walks start inside a key.
 TEST(TokenTrieTest, MaskOnTheDemoTokenizerEqualsTryingEveryToken) {
   auto tok = Tokenizer::Load(PDSERVE_DEMO_MODEL_DIR);
   ASSERT_TRUE(tok.ok()) << tok.status();
   std::vector<std::string> vocab;
   for (int32_t id = 0; id < (*tok)->vocab_size(); ++id) vocab.push_back((*tok)->TokenBytes(id).value_or(""));
-  const TokenTrie trie(vocab);
-  const auto g = Parse(R"(
-    root   ::= ws value ws
-    value  ::= object | array | string | number | "true" | "false" | "null"
-    object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
-    array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
-    string ::= "\"" ( [^"\\\x00-\x1F] | "\\" ["\\/bfnrt] )* "\""
-    number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )?
-    ws     ::= [ \t\n]{0,4}
-  )");
+  const auto g = Parse(test_grammars::kSpacedJson);
   ASSERT_NE(g, nullptr);
-  std::mt19937 rng(9);
-  int64_t allowed_total = 0;
-  for (int walk = 0; walk < 6; ++walk) {
-    GrammarMatcher m(g);
-    // Half the walks start inside a key (where nearly every token may come), half at the start.
-    if (walk % 2 == 1) ASSERT_TRUE(m.Advance(std::string_view(" {\"")));
-    for (int step = 0; step < 25; ++step) {
-      std::vector<uint8_t> mask;
-      trie.FillMask(m, &mask);
-      std::vector<int32_t> allowed;
-      for (size_t t = 0; t < vocab.size(); ++t) {
-        GrammarMatcher copy = m;
-        const bool ok = !vocab[t].empty() && copy.Advance(vocab[t]);
-        ASSERT_EQ(mask[t] != 0, ok) << "walk " << walk << " step " << step << " token " << t;
-        if (ok) allowed.push_back(static_cast<int32_t>(t));
-      }
-      allowed_total += static_cast<int64_t>(allowed.size());
-      if (allowed.empty()) break;
-      ASSERT_TRUE(m.Advance(vocab[static_cast<size_t>(allowed[rng() % allowed.size()])]));
-    }
-  }
-  EXPECT_GT(allowed_total, 1000);  // Inside strings most of the vocabulary is allowed.
+  // Inside strings most of the vocabulary is allowed.
+  EXPECT_GT(ExpectMaskEqualsTryingEveryToken(g, vocab, 6, 25, 9, " {\"").allowed, 1000);
 }
 
 }  // namespace
