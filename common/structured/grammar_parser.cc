@@ -1,6 +1,7 @@
 #include "common/structured/grammar_parser.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,48 +17,11 @@ namespace {
 constexpr int64_t kMaxRepeat = 1 << 16;
 constexpr int kMaxNesting = 256;  // Groups within groups.
 
-using CodeRanges = std::vector<std::pair<uint32_t, uint32_t>>;  // Inclusive.
-
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          c == '-';
 }
 
-// Sorted, merged, without the surrogates.
-CodeRanges Normalize(CodeRanges r) {
-  std::sort(r.begin(), r.end());
-  CodeRanges merged;
-  for (const auto& [lo, hi] : r) {
-    if (!merged.empty() && lo <= merged.back().second + 1) {
-      merged.back().second = std::max(merged.back().second, hi);
-    } else {
-      merged.push_back({lo, hi});
-    }
-  }
-  CodeRanges out;
-  for (const auto& [lo, hi] : merged) {
-    if (lo < 0xD800 && hi >= 0xD800) {
-      out.push_back({lo, 0xD7FF});
-      if (hi > 0xDFFF) out.push_back({0xE000, hi});
-    } else if (lo >= 0xD800 && lo <= 0xDFFF) {
-      if (hi > 0xDFFF) out.push_back({0xE000, hi});
-    } else {
-      out.push_back({lo, hi});
-    }
-  }
-  return out;
-}
-
-CodeRanges Complement(const CodeRanges& r) {
-  CodeRanges out;
-  uint32_t next = 0;
-  for (const auto& [lo, hi] : r) {
-    if (lo > next) out.push_back({next, lo - 1});
-    next = hi + 1;
-  }
-  if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
-  return Normalize(out);
-}
 
 class Parser {
  public:
@@ -323,13 +287,13 @@ class Parser {
         }
         ranges.push_back({lo, hi});
       }
-      ranges = Normalize(std::move(ranges));
-      if (negated) ranges = Complement(ranges);
+      ranges = NormalizeRanges(std::move(ranges));
+      if (negated) ranges = ComplementRanges(ranges);
       return ClassElements(ranges, out);
     }
     if (c == '.') {
       ++pos_;
-      return ClassElements(Normalize({{0, kMaxCodePoint}}), out);
+      return ClassElements(NormalizeRanges({{0, kMaxCodePoint}}), out);
     }
     if (c == '(') {
       ++pos_;
@@ -454,6 +418,24 @@ absl::StatusOr<std::shared_ptr<const Grammar>> ParseGrammar(std::string_view tex
   Parser p(text, g.get());
   PD_RETURN_IF_ERROR(p.Parse(root));
   return std::shared_ptr<const Grammar>(std::move(g));
+}
+
+std::string GrammarLiteral(std::string_view bytes) {
+  std::string out = "\"";
+  for (char c : bytes) {
+    const auto b = static_cast<uint8_t>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (b < 0x20 || b == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", b);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace pdserve::structured

@@ -14,6 +14,7 @@
 #define PDSERVE_COMMON_STRUCTURED_GRAMMAR_PARSER_H_
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,10 @@ namespace pdserve::structured {
 // syntax error, or naming the rule that is undefined, left-recursive or matches nothing.
 absl::StatusOr<std::shared_ptr<const Grammar>> ParseGrammar(std::string_view text,
                                                             std::string_view root = "root");
+
+// A literal of the syntax matching exactly `text` (UTF-8 passes through as written; quotes,
+// backslashes and control characters escaped).
+std::string GrammarLiteral(std::string_view text);
 
 }  // namespace pdserve::structured
 

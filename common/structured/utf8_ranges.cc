@@ -1,5 +1,7 @@
 #include "common/structured/utf8_ranges.h"
 
+#include <algorithm>
+
 namespace pdserve::structured {
 
 int EncodeUtf8(uint32_t c, uint8_t buf[4]) {
@@ -56,6 +58,41 @@ void Utf8Sequences(uint32_t lo, uint32_t hi, std::vector<ByteRangeSequence>* out
   ByteRangeSequence seq;
   for (int i = 0; i < n; ++i) seq.push_back({a[i], b[i]});
   out->push_back(std::move(seq));
+}
+
+CodeRanges NormalizeRanges(CodeRanges r) {
+  std::sort(r.begin(), r.end());
+  CodeRanges merged;
+  for (const auto& [lo, hi] : r) {
+    if (!merged.empty() && lo <= merged.back().second + 1) {
+      merged.back().second = std::max(merged.back().second, hi);
+    } else {
+      merged.push_back({lo, hi});
+    }
+  }
+  CodeRanges out;
+  for (const auto& [lo, hi] : merged) {
+    if (lo < 0xD800 && hi >= 0xD800) {
+      out.push_back({lo, 0xD7FF});
+      if (hi > 0xDFFF) out.push_back({0xE000, hi});
+    } else if (lo >= 0xD800 && lo <= 0xDFFF) {
+      if (hi > 0xDFFF) out.push_back({0xE000, hi});
+    } else {
+      out.push_back({lo, hi});
+    }
+  }
+  return out;
+}
+
+CodeRanges ComplementRanges(const CodeRanges& r) {
+  CodeRanges out;
+  uint32_t next = 0;
+  for (const auto& [lo, hi] : r) {
+    if (lo > next) out.push_back({next, lo - 1});
+    next = hi + 1;
+  }
+  if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
+  return NormalizeRanges(out);
 }
 
 }  // namespace pdserve::structured

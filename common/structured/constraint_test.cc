@@ -1,0 +1,247 @@
+// The constraint compilers (JSON schema, regex, choice) against hand-checked strings, their
+// refusals, and the vocabulary layer's masks against the matcher token by token. The
+// independent oracles (python3-jsonschema, Python's re) check real generations in
+// tests/e2e/test_structured_outputs.py.
+#include <string>
+#include <vector>
+
+#include "common/structured/constraint.h"
+#include "common/structured/grammar_matcher.h"
+#include "common/structured/grammar_parser.h"
+#include "common/structured/regex_grammar.h"
+#include "common/structured/token_constraint.h"
+#include "gtest/gtest.h"
+
+namespace pdserve::structured {
+namespace {
+
+using Kind = OutputConstraint::Kind;
+
+bool Matches(const std::shared_ptr<const Grammar>& g, std::string_view s) {
+  GrammarMatcher m(g);
+  return m.Advance(s) && m.CanEnd();
+}
+
+std::shared_ptr<const Grammar> Compile(Kind kind, std::string value, std::vector<std::string> choices = {}) {
+  auto g = CompileConstraint({kind, std::move(value), std::move(choices)});
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : nullptr;
+}
+
+std::string ErrorOf(Kind kind, std::string value) {
+  auto g = CompileConstraint({kind, std::move(value), {}});
+  return g.ok() ? "" : std::string(g.status().message());
+}
+
+struct Case {
+  std::string value;
+  std::vector<std::string> match, refuse;
+};
+
+TEST(RegexGrammarTest, FullMatchesAsPythonDoes) {
+  const std::vector<Case> cases = {
+      {"abc", {"abc"}, {"ab", "abcd", ""}},
+      {"^a|b$", {"a", "b"}, {"ab", ""}},
+      {"[a-c]+x?", {"a", "cabx", "bbb"}, {"x", "ad", ""}},
+      {"\\d{3}-\\d{2,}", {"123-45", "000-123456"}, {"12-34", "123-4", "abc-12"}},
+      {"(?:ab){2}|(?P<n>c)*", {"abab", "", "ccc"}, {"ab", "abc"}},
+      {"[^a-z\\d]{1,2}", {"A", "_!"}, {"a", "5", "ABC", ""}},
+      {"\\w+@\\w+\\.com", {"a_1@b.com"}, {"a@b.org", "@b.com"}},
+      {"x.y", {"x-y", "x\xc3\xa9y"}, {"x\ny", "xy"}},
+      {"a{,2}b{2}c{1,}", {"bbc", "aabbcc"}, {"aaabbc", "abc"}},
+      {"\\.\\*\\u00e9\\x41", {".*\xc3\xa9" "A"}, {"a*\xc3\xa9" "A"}},
+      {"a{x}", {"a{x}"}, {"a"}},  // Not a quantifier: literal, as Python reads it.
+      {"(a|bc)*?d+?", {"abcad", "d", "dd"}, {"", "ab"}},
+      {"[-a\\]]", {"-", "a", "]"}, {"b"}},
+  };
+  for (const Case& c : cases) {
+    const auto g = Compile(Kind::kRegex, c.value);
+    ASSERT_NE(g, nullptr) << c.value;
+    for (const std::string& s : c.match) EXPECT_TRUE(Matches(g, s)) << c.value << " should match '" << s << "'";
+    for (const std::string& s : c.refuse) EXPECT_FALSE(Matches(g, s)) << c.value << " should refuse '" << s << "'";
+  }
+}
+
+TEST(RegexGrammarTest, RefusesWhatIsNotRegularWithTheConstructNamed) {
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {"(a)\\1", "backreferences are not supported at offset 3"},
+      {"a(?=b)", "lookarounds"},
+      {"(?i)a", "lookarounds, inline flags"},
+      {"\\bword", "word boundaries"},
+      {"a^b", "'^' is supported only at the start"},
+      {"a$b", "'$' is supported only at the end"},
+      {"*a", "nothing to repeat at offset 0"},
+      {"a{3,2}", "maximum is below its minimum"},
+      {"a++", "possessive"},
+      {"(ab", "missing ')'"},
+      {"ab)", "unbalanced ')'"},
+      {"[ab", "unterminated character class"},
+      {"[z-a]", "out of order"},
+      {"\\q", "unknown escape \\q"},
+      {"a\\", "trailing backslash"},
+      {"[^\\x00-\\U0010FFFF]", "matches nothing"},
+  };
+  for (const auto& [pattern, message] : refusals) {
+    const std::string e = ErrorOf(Kind::kRegex, pattern);
+    EXPECT_NE(e.find("regex: "), std::string::npos) << pattern << ": " << e;
+    EXPECT_NE(e.find(message), std::string::npos) << pattern << ": " << e;
+  }
+}
+
+TEST(RegexGrammarTest, InsideAJsonStringQuotesAndBackslashesAreEscaped) {
+  RegexOptions json;
+  json.json_string = true;
+  auto expr = RegexToGrammar("a\"b\\\\c[^x]", json);
+  ASSERT_TRUE(expr.ok()) << expr.status();
+  auto g = ParseGrammar("root ::= " + *expr);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Matches(*g, "a\\\"b\\\\cy"));  // The JSON text of a"b\cy.
+  EXPECT_FALSE(Matches(*g, "a\"b\\\\cy"));   // A bare quote would end the string.
+  EXPECT_FALSE(Matches(*g, "a\\\"b\\\\c\""));  // [^x] leaves out what JSON escapes.
+  EXPECT_FALSE(Matches(*g, "a\\\"b\\\\c\n"));
+}
+
+TEST(JsonSchemaTest, CompactJsonThatValidates) {
+  const std::vector<Case> cases = {
+      {R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name","age"]})",
+       {R"({"name":"Ann","age":31})", R"({"name":"","age":-4})"},
+       {R"({"age":31,"name":"Ann"})", R"({"name":"Ann"})", R"({"name":"Ann","age":3.5})",
+        R"({ "name":"Ann","age":31})", R"({"name":"Ann","age":31,"x":1})"}},
+      // Optional properties in order, any subset.
+      {R"({"properties":{"a":{"type":"boolean"},"b":{"type":"null"},"c":{"type":"number"}},"required":["b"]})",
+       {R"({"b":null})", R"({"a":true,"b":null})", R"({"b":null,"c":-1.5e3})", R"({"a":false,"b":null,"c":0})"},
+       {"{}", R"({"a":true})", R"({"b":null,"a":true})", R"({"b":null,})"}},
+      {R"({"properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"string"}})",
+       {R"({})", R"({"a":1,"z":"q"})", R"({"z":"q","y":""})"},
+       {R"({"z":1})"}},
+      {R"({"type":"object"})", {R"({})", R"({"k":[1,{"x":null}],"j":"s"})"}, {R"([])"}},
+      {R"({"enum":["red",1,null,{"a":[true]}]})", {R"("red")", "1", "null", R"({"a":[true]})"}, {R"("blue")", "2"}},
+      {R"({"const":"x\"y"})", {R"("x\"y")"}, {R"("xy")"}},
+      {R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})",
+       {"[1]", "[1,2,3]"}, {"[]", "[1,2,3,4]", "[1,]"}},
+      {R"({"type":"array","items":{"type":"string"}})", {"[]", R"(["a","b"])"}, {"[1]"}},
+      {R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":false})",
+       {"[]", "[1]", R"([1,"a"])"}, {R"([1,"a",2])", R"(["a"])"}},
+      {R"({"type":"array","prefixItems":[{"type":"integer"}],"items":{"type":"boolean"},"minItems":2})",
+       {"[1,true]", "[1,true,false]"}, {"[1]", "[]"}},
+      {R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]})", {"5", R"("ab")"}, {R"("abc")", "true"}},
+      {R"({"type":["string","null"],"minLength":2})", {R"("ab")", "null"}, {R"("a")"}},
+      {R"({"type":"string","nullable":true})", {R"("a")", "null"}, {"1"}},
+      {R"({"type":"string","pattern":"^[A-Z]{2}-\\d+$"})", {R"("AB-12")"}, {R"("ab-12")", R"("AB-")"}},
+      {R"({"type":"string","format":"date"})", {R"("2024-02-29")"}, {R"("2024-13-01")", R"("24-01-01")"}},
+      {R"({"type":"string","format":"uuid"})", {R"("123e4567-e89b-12d3-a456-426614174000")"}, {R"("123")"}},
+      {R"({"type":"string"})", {R"("a\nb\u00e9\"")", "\"\xc3\xa9\""}, {"\"a\nb\"", R"("\x")"}},
+      {R"({"type":"number"})", {"0", "-0.5", "1e9", "12.25E-3"}, {"01", ".5", "1.", "+1"}},
+      // Recursive through $defs.
+      {R"({"$ref":"#/$defs/node","$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"]}}})",
+       {R"({"v":1})", R"({"v":1,"kids":[{"v":2,"kids":[]},{"v":3}]})"}, {R"({"v":1,"kids":[{}]})"}},
+      {R"({"definitions":{"x":{"type":"boolean"}},"type":"object","properties":{"f":{"$ref":"#/definitions/x"}},"required":["f"]})",
+       {R"({"f":true})"}, {R"({"f":1})"}},
+      {R"({"properties":{"a":{"allOf":[{"type":"integer"}]}}})", {R"({"a":7})", "{}"}, {R"({"a":"7"})"}},
+      {R"({"title":"t","description":"d","type":"boolean","default":true})", {"true", "false"}, {"1"}},
+      {"true", {"1", R"({"a":[]})"}, {"x"}},
+  };
+  for (const Case& c : cases) {
+    const auto g = Compile(Kind::kJsonSchema, c.value);
+    ASSERT_NE(g, nullptr) << c.value;
+    for (const std::string& s : c.match) EXPECT_TRUE(Matches(g, s)) << c.value << " should match " << s;
+    for (const std::string& s : c.refuse) EXPECT_FALSE(Matches(g, s)) << c.value << " should refuse " << s;
+  }
+}
+
+TEST(JsonSchemaTest, RefusesWhatItCannotEnforceNamingTheKeywordAndWhere) {
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {R"({"type":"integer","minimum":0})", "json_schema: keyword 'minimum' is not supported"},
+      {R"({"properties":{"a":{"type":"string","maxLength":"x"}}})", "json_schema at /properties/a/maxLength: must be an integer"},
+      {R"({"type":"strin"})", "json_schema at /type: unknown type 'strin'"},
+      {R"({"$ref":"#/$defs/missing"})", "'#/$defs/missing' does not resolve"},
+      {R"({"$ref":"http://x/y.json"})", "only local references"},
+      {R"({"properties":{"a":{}},"required":["b"]})", "'b' is not in properties"},
+      {R"({"type":"string","format":"email"})", "format \"email\" is not supported"},
+      {R"({"allOf":[{"type":"string"},{"maxLength":3}]})", "allOf of more than one schema"},
+      {R"({"type":"string","pattern":"(a)\\1"})", "/pattern: regex: backreferences"},
+      {R"({"type":"array","minItems":3,"maxItems":2})", "maxItems is below minItems"},
+      {R"({"not":{"type":"string"}})", "keyword 'not' is not supported"},
+      {"false", "matches nothing"},
+      {"[1,2]", "a schema must be an object or a boolean"},
+      {"{", "not valid JSON"},
+      {R"({"$ref":"#","type":"string"})", "keyword 'type' beside $ref"},
+      {R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}})", "json_schema"},  // Matches nothing.
+  };
+  for (const auto& [schema, message] : refusals) {
+    const std::string e = ErrorOf(Kind::kJsonSchema, schema);
+    EXPECT_NE(e.find(message), std::string::npos) << schema << ": '" << e << "'";
+  }
+}
+
+TEST(ConstraintTest, ChoiceAndJsonObject) {
+  const auto g = Compile(Kind::kChoice, "", {"yes", "no", "n/a \"x\""});
+  ASSERT_NE(g, nullptr);
+  for (const char* s : {"yes", "no", "n/a \"x\""}) EXPECT_TRUE(Matches(g, s)) << s;
+  for (const char* s : {"ye", "yesno", "", "No"}) EXPECT_FALSE(Matches(g, s)) << s;
+  EXPECT_NE(ErrorOf(Kind::kChoice, "").find("choice: must list"), std::string::npos);
+  const auto obj = Compile(Kind::kJsonObject, "");
+  ASSERT_NE(obj, nullptr);
+  EXPECT_TRUE(Matches(obj, R"({"a":{"b":[1,"2",null]}})"));
+  EXPECT_FALSE(Matches(obj, "[1]"));
+  EXPECT_NE(ErrorOf(Kind::kGrammar, "root ::= x").find("grammar: "), std::string::npos);
+}
+
+// A toy vocabulary: the mask from the cache equals trying each token against a matcher, at
+// every step of a walk; EOS is allowed exactly where the constraint can end; cached masks are
+// reused across requests of one constraint.
+TEST(TokenConstraintTest, MasksEqualTokenByTokenChecks) {
+  const std::vector<std::string> vocab = {"", "{", "}", "\"", "a", "ab", "\":", "1", "12", ",", "\"a\":", "x", ""};
+  const int32_t eos = 12;  // Special: no bytes.
+  ConstraintCache cache(vocab, /*vocab_size=*/16, {eos});
+  const OutputConstraint c{Kind::kJsonSchema,
+                           R"({"properties":{"a":{"type":"integer"}},"required":["a"]})", {}};
+  auto tc = cache.Start(c);
+  ASSERT_TRUE(tc.ok()) << tc.status();
+  const auto grammar = CompileConstraint(c);
+  ASSERT_TRUE(grammar.ok());
+  GrammarMatcher reference(*grammar);
+  const std::vector<int32_t> walk = {1, 10, 8, 7, 2};  // {"a":121}
+  for (size_t step = 0; step <= walk.size(); ++step) {
+    const TokenMask& mask = (*tc)->Mask();
+    int64_t allowed = 0;
+    for (int32_t t = 0; t < 16; ++t) {
+      bool expect = false;
+      if (t == eos) {
+        expect = reference.CanEnd();
+      } else if (t < static_cast<int32_t>(vocab.size()) && !vocab[t].empty()) {
+        GrammarMatcher m = reference;
+        expect = m.Advance(vocab[t]);
+      }
+      EXPECT_EQ(mask.Test(t), expect) << "step " << step << " token " << t;
+      allowed += expect;
+    }
+    EXPECT_EQ(mask.allowed, allowed);
+    if (step == walk.size()) break;
+    ASSERT_TRUE((*tc)->Accept(walk[step]));
+    ASSERT_TRUE(reference.Advance(vocab[walk[step]]));
+  }
+  EXPECT_TRUE((*tc)->CanEnd());
+  EXPECT_FALSE((*tc)->Accept(eos));  // EOS is the caller's.
+  // A second request of the same constraint reuses the compiled grammar and its masks.
+  const int64_t computed = cache.masks_computed();
+  auto again = cache.Start(c);
+  ASSERT_TRUE(again.ok());
+  for (int32_t t : walk) {
+    (*again)->Mask();
+    ASSERT_TRUE((*again)->Accept(t));
+  }
+  EXPECT_EQ(cache.compiled(), 1);
+  EXPECT_EQ(cache.masks_computed(), computed);
+  EXPECT_EQ((*again)->AllowedPrefix({1, 10, 11}), 0u);  // Already complete: nothing more.
+  auto fresh = cache.Start(c);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ((*fresh)->AllowedPrefix({1, 10, 7, 11, 2}), 3u);
+  // A bad constraint is an error naming its field, and nothing is cached.
+  auto bad = cache.Start({Kind::kRegex, "(", {}});
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(cache.compiled(), 1);
+}
+
+}  // namespace
+}  // namespace pdserve::structured

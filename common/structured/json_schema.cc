@@ -1,0 +1,388 @@
+#include "common/structured/json_schema.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "common/base/status_macros.h"
+#include "common/base/strings.h"
+#include "common/structured/grammar_parser.h"
+#include "common/structured/regex_grammar.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve::structured {
+namespace {
+
+using Json = nlohmann::ordered_json;  // Properties keep the schema's order.
+
+constexpr int kMaxDepth = 128;
+
+const char kBaseRules[] = R"(json-value ::= json-object | json-array | json-string | json-number | "true" | "false" | "null"
+json-object ::= "{" (json-string ":" json-value ("," json-string ":" json-value)*)? "}"
+json-array ::= "[" (json-value ("," json-value)*)? "]"
+json-string ::= "\"" json-char* "\""
+json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
+json-int ::= "-"? ("0" | [1-9] [0-9]{0,15})
+json-number ::= json-int ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?
+json-date ::= [0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01])
+json-time ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])
+json-uuid ::= [0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12}
+)";
+
+// Keywords that describe and constrain nothing.
+const absl::flat_hash_set<std::string>& Annotations() {
+  static const auto* set = new absl::flat_hash_set<std::string>{
+      "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+      "readOnly", "writeOnly"};
+  return *set;
+}
+
+const absl::flat_hash_set<std::string>& Supported() {
+  static const auto* set = new absl::flat_hash_set<std::string>{
+      "type", "properties", "required", "additionalProperties", "enum", "const", "items",
+      "prefixItems", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "$defs",
+      "definitions", "minLength", "maxLength", "pattern", "format", "nullable"};
+  return *set;
+}
+
+std::string JsonText(const Json& v) {
+  return v.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::strict);
+}
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const Json& root) : root_(root) {}
+
+  absl::StatusOr<std::string> Compile() {
+    PD_ASSIGN_OR_RETURN(std::string expr, Visit(root_, "", 0));
+    std::string out = "root ::= " + expr + "\n";
+    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+    return out + kBaseRules;
+  }
+
+ private:
+  static absl::Status Bad(std::string_view path, std::string_view what) {
+    return absl::InvalidArgumentError(
+        Str("json_schema", path.empty() ? "" : Str(" at ", path), ": ", what));
+  }
+
+  std::string NewRule(std::string body) {
+    std::string name = Str("s", rules_.size());
+    rules_.emplace_back(name, std::move(body));
+    return name;
+  }
+
+  absl::StatusOr<std::string> Visit(const Json& s, const std::string& path, int depth) {
+    if (depth > kMaxDepth) return Bad(path, Str("nested deeper than ", kMaxDepth));
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return std::string("json-value");
+      return Bad(path, "the schema `false` matches nothing");
+    }
+    if (!s.is_object()) return Bad(path, "a schema must be an object or a boolean");
+    for (const auto& [key, unused] : s.items()) {
+      if (!Supported().contains(key) && !Annotations().contains(key)) {
+        return Bad(path, Str("keyword '", key, "' is not supported"));
+      }
+    }
+    if (s.contains("$ref")) {
+      for (const auto& [key, unused] : s.items()) {
+        if (key != "$ref" && key != "$defs" && key != "definitions" && !Annotations().contains(key)) {
+          return Bad(path, Str("keyword '", key, "' beside $ref is not supported"));
+        }
+      }
+      return Ref(s["$ref"], path, depth);
+    }
+    std::vector<std::string> alternatives;
+    if (s.contains("enum") || s.contains("const")) {
+      if (s.contains("const")) alternatives.push_back(GrammarLiteral(JsonText(s["const"])));
+      if (s.contains("enum")) {
+        const Json& e = s["enum"];
+        if (!e.is_array() || e.empty()) return Bad(path + "/enum", "must be a non-empty array");
+        for (const Json& v : e) alternatives.push_back(GrammarLiteral(JsonText(v)));
+      }
+      if (s.contains("const") && s.contains("enum")) {
+        return Bad(path, "enum and const together are not supported");
+      }
+    } else if (s.contains("anyOf") || s.contains("oneOf") || s.contains("allOf")) {
+      for (const char* key : {"anyOf", "oneOf", "allOf"}) {
+        if (!s.contains(key)) continue;
+        const Json& list = s[key];
+        const std::string p = Str(path, "/", key);
+        if (!list.is_array() || list.empty()) return Bad(p, "must be a non-empty array");
+        if (std::string_view(key) == "allOf" && list.size() != 1) {
+          return Bad(p, "allOf of more than one schema is not supported");
+        }
+        if (!alternatives.empty()) return Bad(path, "more than one of anyOf, oneOf, allOf");
+        for (size_t i = 0; i < list.size(); ++i) {
+          PD_ASSIGN_OR_RETURN(std::string a, Visit(list[i], Str(p, "/", i), depth + 1));
+          alternatives.push_back(std::move(a));
+        }
+      }
+      for (const char* key : {"type", "properties", "items", "pattern", "minLength", "maxLength",
+                              "minItems", "maxItems", "format", "prefixItems"}) {
+        if (s.contains(key)) return Bad(path, Str("keyword '", key, "' beside anyOf/oneOf/allOf is not supported"));
+      }
+    } else {
+      PD_ASSIGN_OR_RETURN(std::vector<std::string> types, Types(s, path));
+      for (const std::string& t : types) {
+        PD_ASSIGN_OR_RETURN(std::string a, Typed(s, t, path, depth));
+        alternatives.push_back(std::move(a));
+      }
+    }
+    if (s.contains("nullable")) {
+      if (!s["nullable"].is_boolean()) return Bad(path + "/nullable", "must be a boolean");
+      if (s["nullable"].get<bool>()) alternatives.push_back("\"null\"");
+    }
+    if (alternatives.size() == 1) return alternatives[0];
+    std::string out = "(";
+    for (size_t i = 0; i < alternatives.size(); ++i) out += (i > 0 ? " | " : "") + alternatives[i];
+    return out + ")";
+  }
+
+  absl::StatusOr<std::vector<std::string>> Types(const Json& s, const std::string& path) {
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const Json& x : t) {
+          if (!x.is_string()) return Bad(path + "/type", "must be a type name or a list of them");
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        return Bad(path + "/type", "must be a type name or a list of them");
+      }
+      for (const std::string& name : types) {
+        static const absl::flat_hash_set<std::string> kNames = {
+            "string", "integer", "number", "boolean", "null", "object", "array"};
+        if (!kNames.contains(name)) return Bad(path + "/type", Str("unknown type '", name, "'"));
+      }
+      return types;
+    }
+    // No type: what its keywords describe, else any value.
+    auto has = [&](std::initializer_list<const char*> keys) {
+      for (const char* k : keys) {
+        if (s.contains(k)) return true;
+      }
+      return false;
+    };
+    if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
+    if (has({"items", "prefixItems", "minItems", "maxItems"})) types.push_back("array");
+    if (has({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
+    if (types.empty()) types.push_back("any");
+    return types;
+  }
+
+  absl::StatusOr<std::string> Typed(const Json& s, const std::string& t, const std::string& path,
+                                    int depth) {
+    if (t == "any") return std::string("json-value");
+    if (t == "null") return std::string("\"null\"");
+    if (t == "boolean") return std::string("(\"true\" | \"false\")");
+    if (t == "integer") return std::string("json-int");
+    if (t == "number") return std::string("json-number");
+    if (t == "string") return String(s, path);
+    if (t == "array") return Array(s, path, depth);
+    return Object(s, path, depth);
+  }
+
+  absl::StatusOr<int64_t> Count(const Json& s, const char* key, const std::string& path, int64_t fallback) {
+    if (!s.contains(key)) return fallback;
+    const Json& v = s[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 16)) {
+      return Bad(Str(path, "/", key), Str("must be an integer in [0, ", 1 << 16, "]"));
+    }
+    return v.get<int64_t>();
+  }
+
+  absl::StatusOr<std::string> String(const Json& s, const std::string& path) {
+    PD_ASSIGN_OR_RETURN(int64_t min, Count(s, "minLength", path, 0));
+    PD_ASSIGN_OR_RETURN(int64_t max, Count(s, "maxLength", path, -1));
+    if (max >= 0 && max < min) return Bad(path, "maxLength is below minLength");
+    const bool lengths = s.contains("minLength") || s.contains("maxLength");
+    if (s.contains("pattern")) {
+      if (lengths || s.contains("format")) {
+        return Bad(path, "pattern together with minLength, maxLength or format is not supported");
+      }
+      if (!s["pattern"].is_string()) return Bad(path + "/pattern", "must be a string");
+      RegexOptions options;
+      options.json_string = true;
+      auto expr = RegexToGrammar(s["pattern"].get<std::string>(), options);
+      if (!expr.ok()) return Bad(path + "/pattern", std::string(expr.status().message()));
+      return Str("(\"\\\"\" ", *expr, " \"\\\"\")");
+    }
+    if (s.contains("format")) {
+      if (lengths) return Bad(path, "format together with minLength or maxLength is not supported");
+      const Json& f = s["format"];
+      static const absl::flat_hash_map<std::string, std::string> kFormats = {
+          {"date", "json-date"}, {"time", "json-time"}, {"date-time", "json-date \"T\" json-time"},
+          {"uuid", "json-uuid"}};
+      const auto it = f.is_string() ? kFormats.find(f.get<std::string>()) : kFormats.end();
+      if (it == kFormats.end()) {
+        return Bad(path + "/format", Str("format ", JsonText(f), " is not supported (date, time, date-time, uuid are)"));
+      }
+      return Str("(\"\\\"\" ", it->second, " \"\\\"\")");
+    }
+    if (!lengths) return std::string("json-string");
+    return Str("(\"\\\"\" json-char{", min, ",", max >= 0 ? Str(max) : "", "} \"\\\"\")");
+  }
+
+  absl::StatusOr<std::string> Array(const Json& s, const std::string& path, int depth) {
+    PD_ASSIGN_OR_RETURN(int64_t min, Count(s, "minItems", path, 0));
+    PD_ASSIGN_OR_RETURN(int64_t max, Count(s, "maxItems", path, -1));
+    if (max >= 0 && max < min) return Bad(path, "maxItems is below minItems");
+    std::vector<std::string> prefix;
+    if (s.contains("prefixItems")) {
+      const Json& p = s["prefixItems"];
+      if (!p.is_array()) return Bad(path + "/prefixItems", "must be an array of schemas");
+      for (size_t i = 0; i < p.size(); ++i) {
+        PD_ASSIGN_OR_RETURN(std::string e, Visit(p[i], Str(path, "/prefixItems/", i), depth + 1));
+        prefix.push_back(std::move(e));
+      }
+    }
+    std::string item = "json-value";  // Past the prefix; empty: none allowed.
+    if (s.contains("items")) {
+      const Json& it = s["items"];
+      if (it.is_boolean() && !it.get<bool>()) {
+        item.clear();
+      } else {
+        PD_ASSIGN_OR_RETURN(item, Visit(it, path + "/items", depth + 1));
+      }
+    }
+    const int64_t k = static_cast<int64_t>(prefix.size());
+    if (max >= 0 && k > max) prefix.resize(static_cast<size_t>(max));
+    if (item.empty() && min > k) return Bad(path, "minItems exceeds prefixItems with items false");
+    // The items after the prefix, each after a comma.
+    std::string tail;
+    if (!item.empty() && (max < 0 || max > k)) {
+      const int64_t lo = std::max<int64_t>(0, min - k);
+      tail = Str("(\",\" ", item, "){", lo, ",", max >= 0 ? Str(max - k) : "", "}");
+    }
+    if (prefix.empty()) {
+      if (item.empty() || max == 0) return std::string("(\"[\" \"]\")");
+      const std::string rest = Str("(\",\" ", item, "){", std::max<int64_t>(0, min - 1), ",",
+                                   max >= 0 ? Str(max - 1) : "", "}");
+      if (min == 0) return Str("(\"[\" (", item, " ", rest, ")? \"]\")");
+      return Str("(\"[\" ", item, " ", rest, " \"]\")");
+    }
+    // p0 ("," p1 ("," p2 ... tail)?)?: element j may end the array when j >= minItems.
+    std::string inner = tail.empty() ? "\"\"" : tail;
+    for (int64_t j = static_cast<int64_t>(prefix.size()) - 1; j >= 0; --j) {
+      std::string seq = Str(j == 0 ? "" : "\",\" ", prefix[static_cast<size_t>(j)], " ", inner);
+      inner = j >= min ? Str("(", seq, ")?") : Str("(", seq, ")");
+    }
+    return Str("(\"[\" ", inner, " \"]\")");
+  }
+
+  absl::StatusOr<std::string> Object(const Json& s, const std::string& path, int depth) {
+    struct Property {
+      std::string key_literal;
+      std::string value;
+      bool required = false;
+    };
+    std::vector<Property> props;
+    absl::flat_hash_set<std::string> required;
+    if (s.contains("required")) {
+      const Json& r = s["required"];
+      if (!r.is_array()) return Bad(path + "/required", "must be an array of names");
+      for (const Json& name : r) {
+        if (!name.is_string()) return Bad(path + "/required", "must be an array of names");
+        required.insert(name.get<std::string>());
+      }
+    }
+    if (s.contains("properties")) {
+      const Json& p = s["properties"];
+      if (!p.is_object()) return Bad(path + "/properties", "must be an object of schemas");
+      for (const auto& [key, schema] : p.items()) {
+        PD_ASSIGN_OR_RETURN(std::string value,
+                            Visit(schema, Str(path, "/properties/", key), depth + 1));
+        props.push_back({GrammarLiteral(JsonText(Json(key)) + ":"), std::move(value), required.contains(key)});
+      }
+    }
+    for (const std::string& name : required) {
+      const bool known = s.contains("properties") && s["properties"].contains(name);
+      if (!known) return Bad(path + "/required", Str("'", name, "' is not in properties"));
+    }
+    std::string extra;  // A pair's grammar beyond `properties`; empty: none.
+    const bool additional_given = s.contains("additionalProperties");
+    if (additional_given) {
+      const Json& a = s["additionalProperties"];
+      if (!(a.is_boolean() && !a.get<bool>())) {
+        PD_ASSIGN_OR_RETURN(std::string value, Visit(a, path + "/additionalProperties", depth + 1));
+        extra = Str("json-string \":\" ", value);
+      }
+    } else if (!s.contains("properties")) {
+      extra = "json-string \":\" json-value";
+    }
+    // first_i: the pairs from property i on when none came before; rest_i: after one did.
+    std::string first = extra.empty() ? "\"\"" : Str("(", extra, " (\",\" ", extra, ")*)?");
+    std::string rest = extra.empty() ? "\"\"" : Str("(\",\" ", extra, ")*");
+    for (int64_t i = static_cast<int64_t>(props.size()) - 1; i >= 0; --i) {
+      const Property& p = props[static_cast<size_t>(i)];
+      const std::string pair = Str(p.key_literal, " ", p.value);
+      const std::string next_rest = rest;
+      const std::string next_first = first;
+      rest = NewRule(p.required ? Str("\",\" ", pair, " ", next_rest)
+                                : Str("(\",\" ", pair, ")? ", next_rest));
+      first = NewRule(p.required ? Str(pair, " ", next_rest)
+                                 : Str(pair, " ", next_rest, " | ", next_first));
+    }
+    return Str("(\"{\" ", first, " \"}\")");
+  }
+
+  absl::StatusOr<std::string> Ref(const Json& ref, const std::string& path, int depth) {
+    if (!ref.is_string()) return Bad(path + "/$ref", "must be a string");
+    const std::string r = ref.get<std::string>();
+    if (auto it = refs_.find(r); it != refs_.end()) return it->second;
+    if (r.empty() || r[0] != '#') return Bad(path + "/$ref", Str("'", r, "': only local references (#...) are supported"));
+    const Json* target = &root_;
+    std::string_view pointer = std::string_view(r).substr(1);
+    while (!pointer.empty()) {
+      if (pointer[0] != '/') return Bad(path + "/$ref", Str("'", r, "' is not a JSON pointer"));
+      pointer.remove_prefix(1);
+      const size_t end = std::min(pointer.find('/'), pointer.size());
+      std::string token(pointer.substr(0, end));
+      pointer.remove_prefix(end);
+      for (size_t at; (at = token.find("~1")) != std::string::npos;) token.replace(at, 2, "/");
+      for (size_t at; (at = token.find("~0")) != std::string::npos;) token.replace(at, 2, "~");
+      if (target->is_object() && target->contains(token)) {
+        target = &(*target)[token];
+      } else if (target->is_array() && !token.empty() &&
+                 token.find_first_not_of("0123456789") == std::string::npos &&
+                 token.size() < 9 && std::stoul(token) < target->size()) {
+        target = &(*target)[std::stoul(token)];
+      } else {
+        return Bad(path + "/$ref", Str("'", r, "' does not resolve"));
+      }
+    }
+    // The rule is named before its body is compiled: a recursive reference finds it.
+    const std::string name = Str("ref", refs_.size());
+    refs_[r] = name;
+    const size_t slot = rules_.size();
+    rules_.emplace_back(name, "");
+    PD_ASSIGN_OR_RETURN(std::string body, Visit(*target, r.substr(1), depth + 1));
+    rules_[slot].second = std::move(body);
+    return name;
+  }
+
+  const Json& root_;
+  std::vector<std::pair<std::string, std::string>> rules_;
+  absl::flat_hash_map<std::string, std::string> refs_;
+};
+
+}  // namespace
+
+std::string JsonBaseRules() { return kBaseRules; }
+
+std::string JsonObjectGrammar() { return std::string("root ::= json-object\n") + kBaseRules; }
+
+absl::StatusOr<std::string> JsonSchemaToGrammar(std::string_view schema_json) {
+  Json schema = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
+  if (schema.is_discarded()) return absl::InvalidArgumentError("json_schema: not valid JSON");
+  return SchemaCompiler(schema).Compile();
+}
+
+}  // namespace pdserve::structured

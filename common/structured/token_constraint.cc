@@ -1,0 +1,112 @@
+#include "common/structured/token_constraint.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/base/strings.h"
+
+namespace pdserve::structured {
+
+struct CompiledConstraint {
+  std::shared_ptr<const Grammar> grammar;
+  GrammarMatcher prototype;  // Its tables are shared by every request's copy.
+  absl::flat_hash_map<int32_t, TokenMask> masks;  // By matcher state.
+  explicit CompiledConstraint(std::shared_ptr<const Grammar> g) : grammar(g), prototype(g) {}
+};
+
+TokenConstraint::TokenConstraint(ConstraintCache* cache, std::shared_ptr<CompiledConstraint> compiled)
+    : cache_(cache), compiled_(std::move(compiled)), matcher_(compiled_->prototype) {}
+
+TokenConstraint::~TokenConstraint() = default;
+
+bool TokenConstraint::Accept(int32_t token) {
+  const std::string& b = cache_->bytes(token);
+  return !b.empty() && matcher_.Advance(b);
+}
+
+const TokenMask& TokenConstraint::Mask() { return cache_->MaskFor(compiled_.get(), matcher_); }
+
+size_t TokenConstraint::AllowedPrefix(const std::vector<int32_t>& tokens) const {
+  int32_t state = matcher_.state();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& b = cache_->bytes(tokens[i]);
+    if (b.empty()) return i;
+    for (char c : b) {
+      state = matcher_.Next(state, static_cast<uint8_t>(c));
+      if (state < 0) return i;
+    }
+  }
+  return tokens.size();
+}
+
+ConstraintCache::ConstraintCache(const std::vector<std::string>& token_bytes, int64_t vocab_size,
+                                 std::vector<int32_t> eos_ids, size_t max_grammars,
+                                 int64_t max_mask_bytes)
+    : token_bytes_(token_bytes.begin(),
+                   token_bytes.begin() + std::min<int64_t>(vocab_size, static_cast<int64_t>(token_bytes.size()))),
+      trie_(token_bytes_),
+      vocab_size_(vocab_size),
+      eos_ids_(std::move(eos_ids)),
+      max_grammars_(std::max<size_t>(1, max_grammars)),
+      max_mask_bytes_(max_mask_bytes) {}
+
+ConstraintCache::~ConstraintCache() = default;
+
+const std::string& ConstraintCache::bytes(int32_t token) const {
+  static const std::string kNone;
+  if (token < 0 || static_cast<size_t>(token) >= token_bytes_.size()) return kNone;
+  return token_bytes_[static_cast<size_t>(token)];
+}
+
+absl::StatusOr<std::unique_ptr<TokenConstraint>> ConstraintCache::Start(const OutputConstraint& c) {
+  std::string key = c.Key();
+  auto it = grammars_.find(key);
+  if (it != grammars_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second.second);
+    return std::make_unique<TokenConstraint>(this, it->second.first);
+  }
+  auto grammar = CompileConstraint(c);
+  if (!grammar.ok()) return grammar.status();
+  ++compiled_count_;
+  auto compiled = std::make_shared<CompiledConstraint>(*grammar);
+  if (grammars_.size() >= max_grammars_) {
+    grammars_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  lru_.push_front(key);
+  grammars_.emplace(std::move(key), std::make_pair(compiled, lru_.begin()));
+  live_.erase(std::remove_if(live_.begin(), live_.end(), [](const auto& w) { return w.expired(); }),
+              live_.end());
+  live_.push_back(compiled);
+  return std::make_unique<TokenConstraint>(this, std::move(compiled));
+}
+
+const TokenMask& ConstraintCache::MaskFor(CompiledConstraint* c, const GrammarMatcher& m) {
+  ++mask_lookups_;
+  auto it = c->masks.find(m.state());
+  if (it != c->masks.end()) return it->second;
+  const int64_t words = (vocab_size_ + 63) / 64;
+  if (mask_bytes_ + words * 8 > max_mask_bytes_) {  // Over the bound: start the caches again.
+    for (const auto& w : live_) {
+      if (auto live = w.lock()) live->masks.clear();
+    }
+    mask_bytes_ = 0;
+  }
+  ++masks_computed_;
+  trie_.FillMask(m, &scratch_);
+  TokenMask mask;
+  mask.words.assign(static_cast<size_t>(words), 0);
+  for (size_t t = 0; t < scratch_.size(); ++t) {
+    if (scratch_[t]) mask.words[t >> 6] |= uint64_t{1} << (t & 63);
+  }
+  if (m.CanEnd()) {
+    for (int32_t e : eos_ids_) {
+      if (e >= 0 && e < vocab_size_) mask.words[static_cast<size_t>(e) >> 6] |= uint64_t{1} << (e & 63);
+    }
+  }
+  for (uint64_t w : mask.words) mask.allowed += __builtin_popcountll(w);
+  mask_bytes_ += words * 8;
+  return c->masks.emplace(m.state(), std::move(mask)).first->second;
+}
+
+}  // namespace pdserve::structured
