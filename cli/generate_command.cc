@@ -22,6 +22,7 @@
 #include "common/model/gguf_model.h"
 #include "common/model/gguf_tokenizer.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/sampling_proto.h"
 #include "common/rpc/server_builder.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
@@ -56,6 +57,9 @@ struct GenerateFlags {
   int64_t logprobs = 0;
   std::string stop_token_ids;
   std::string stop;
+  // Structured outputs (at most one); text, or @FILE for the file's.
+  std::string json_schema, regex, choice, grammar;
+  bool json_object = false;
   bool add_special_tokens = true;
   std::string format = "text";
   std::string dump_logits;
@@ -76,6 +80,41 @@ struct Completion {
 // Receives text as it is generated (text mode prints it).
 using TextSink = std::function<void(const std::string&)>;
 
+// --json-schema, --json-object, --regex, --choice or --grammar (null: none); text or @FILE.
+absl::StatusOr<std::shared_ptr<const structured::OutputConstraint>> ToConstraint(const GenerateFlags& f) {
+  using Kind = structured::OutputConstraint::Kind;
+  auto c = std::make_shared<structured::OutputConstraint>();
+  int given = f.json_object ? 1 : 0;
+  const std::pair<const std::string*, Kind> texts[] = {
+      {&f.json_schema, Kind::kJsonSchema}, {&f.regex, Kind::kRegex}, {&f.choice, Kind::kChoice},
+      {&f.grammar, Kind::kGrammar}};
+  if (f.json_object) c->kind = Kind::kJsonObject;
+  for (const auto& [text, kind] : texts) {
+    if (text->empty()) continue;
+    ++given;
+    c->kind = kind;
+    c->value = *text;
+    if ((*text)[0] == '@') {
+      PD_ASSIGN_OR_RETURN(c->value, ReadFileToString(text->substr(1)));
+    }
+  }
+  if (given == 0) return nullptr;
+  if (given > 1) {
+    return absl::InvalidArgumentError(
+        "give at most one of --json-schema, --json-object, --regex, --choice, --grammar");
+  }
+  if (c->kind == Kind::kChoice) {
+    auto j = nlohmann::json::parse(c->value, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_array() || j.empty()) return absl::InvalidArgumentError("--choice: a JSON array of strings");
+    for (const auto& x : j) {
+      if (!x.is_string()) return absl::InvalidArgumentError("--choice: a JSON array of strings");
+      c->choices.push_back(x.get<std::string>());
+    }
+    c->value.clear();
+  }
+  return std::shared_ptr<const structured::OutputConstraint>(std::move(c));
+}
+
 absl::StatusOr<SamplingParams> ToSampling(const GenerateFlags& f) {
   SamplingParams p;
   if (f.max_tokens < 1 || f.max_tokens > INT32_MAX) {
@@ -93,6 +132,7 @@ absl::StatusOr<SamplingParams> ToSampling(const GenerateFlags& f) {
   p.ignore_eos = f.ignore_eos;
   p.logprobs = static_cast<int32_t>(f.logprobs);
   PD_RETURN_IF_ERROR(ParseIntList(f.stop_token_ids, "--stop-token-ids", &p.stop_token_ids));
+  PD_ASSIGN_OR_RETURN(p.constraint, ToConstraint(f));
   // The ranges (the vocabulary is checked once the model or server is known): a usage error.
   if (absl::Status s = p.Validate(INT32_MAX); !s.ok()) {
     std::string m(s.message());  // "top_p: ..." names the flag --top-p.
@@ -110,6 +150,7 @@ absl::StatusOr<Completion> RunLocal(const GenerateFlags& f, const FlagSet& flags
                                     const SamplingParams& sampling, const TextSink& sink) {
   EngineOptions options;
   PD_RETURN_IF_ERROR(f.engine.ToOptions(&options));
+  options.tokenizer = f.tokenizer;
   // The tokenizer is needed for --prompt; for --prompt-ids it only turns output into text.
   std::unique_ptr<Tokenizer> tokenizer;
   absl::Status tokenizer_status = absl::NotFoundError("no tokenizer.json");
@@ -236,6 +277,7 @@ absl::StatusOr<Completion> RunRemote(const GenerateFlags& f, const FlagSet& flag
   if (!f.stop.empty()) p->add_stop(f.stop);
   p->set_ignore_eos(sampling.ignore_eos);
   p->set_logprobs(sampling.logprobs);
+  if (sampling.constraint != nullptr) ToProto(*sampling.constraint, p->mutable_constraint());
   grpc::ClientContext ctx;
   AddApiKey(&ctx, f.api_key);
   ctx.set_deadline(std::chrono::system_clock::now() +
@@ -374,6 +416,11 @@ int GenerateCommand(int argc, char** argv) {
   flags.String("stop-token-ids", &f.stop_token_ids, "extra stop token ids, e.g. 13,29");
   flags.String("stop", &f.stop, "a stop string (not included in the text)");
   flags.Bool("add-special-tokens", &f.add_special_tokens, "add BOS etc. when encoding --prompt");
+  flags.String("json-schema", &f.json_schema, "constrain the output to this JSON Schema (text or @FILE)");
+  flags.Bool("json-object", &f.json_object, "constrain the output to a JSON object");
+  flags.String("regex", &f.regex, "constrain the output to this regex (Python syntax; text or @FILE)");
+  flags.String("choice", &f.choice, "constrain the output to one of a JSON array of strings");
+  flags.String("grammar", &f.grammar, "constrain the output to this grammar (pdserve EBNF; text or @FILE)");
   flags.String("format", &f.format, "text or json");
   flags.String("dump-logits", &f.dump_logits, "write each step's raw logits to this .npy file");
   flags.Double("timeout-seconds", &f.timeout_seconds, "deadline of a --server request");

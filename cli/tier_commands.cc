@@ -274,6 +274,7 @@ struct TierFlags {
   int64_t kv_send_timeout_ms = 30000;
   double drain_seconds = 30;
   std::string served_model_name;  // prefill, decode (serve takes the router's flag).
+  std::string tokenizer;          // prefill, decode (serve takes the router's flag).
   EngineFlags engine;
   MetricsFlags metrics;
   SecurityFlags security;
@@ -378,6 +379,7 @@ int RunPrefill(const TierFlags& f) {
   o.transport_options = f.TransportOptions();
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   if (absl::Status s = TierDevice(o.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  o.engine.tokenizer = f.tokenizer;
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
   auto kv_events = f.kv_events.Start(o.engine.block_size, o.engine.backend);
@@ -420,6 +422,7 @@ int RunDecode(const TierFlags& f) {
   o.max_waiting = f.max_waiting;
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   if (absl::Status s = TierDevice(o.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  o.engine.tokenizer = f.tokenizer;
   auto server_options = f.security.InternalServer();
   if (!server_options.ok()) return ReportError(cmd, server_options.status(), kExitUsage);
   auto prefill_credentials = f.security.InternalChannel();
@@ -553,6 +556,8 @@ int PrefillCommand(int argc, char** argv) {
   f.Register(flags, false);
   flags.String("served-model-name", &f.served_model_name,
                "the model name in metrics (default: the model directory's name)");
+  flags.String("tokenizer", &f.tokenizer,
+               "the tokenizer structured outputs read token bytes from, instead of the model's");
   int code;
   if (!ParseFlagsOrExit(flags, "prefill", argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError("prefill", absl::InvalidArgumentError("--model is required"), kExitUsage);
@@ -568,6 +573,8 @@ int DecodeCommand(int argc, char** argv) {
   f.Register(flags, true);
   flags.String("served-model-name", &f.served_model_name,
                "the model name in metrics (default: the model directory's name)");
+  flags.String("tokenizer", &f.tokenizer,
+               "the tokenizer structured outputs read token bytes from, instead of the model's");
   int code;
   if (!ParseFlagsOrExit(flags, "decode", argc, argv, &code)) return code;
   if (f.model.empty()) return ReportError("decode", absl::InvalidArgumentError("--model is required"), kExitUsage);
@@ -703,6 +710,7 @@ int ServeCommand(int argc, char** argv) {
   // upload to the GPU whose memory the two then share.
   po.engine.shared_weights = std::make_shared<SharedWeights>();
   if (po.engine.backend == "cuda") po.engine.engines_per_device = 2;
+  po.engine.tokenizer = rf.tokenizer;
   dopts.engine = po.engine;
   po.engine.speculative = SpeculativeOptions{};  // The prefill worker samples one token.
   // KV events: the decode worker's cache (every request's KV ends there; the prefill worker's

@@ -14,6 +14,7 @@
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/grpc_workarounds.h"
 #include "common/rpc/proto_convert.h"
+#include "common/rpc/sampling_proto.h"
 #include "common/rpc/server_builder.h"
 #include "common/tracing/span.h"
 
@@ -222,6 +223,7 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
   sp->set_frequency_penalty(job.params.frequency_penalty);
   sp->set_presence_penalty(job.params.presence_penalty);
   sp->set_logprobs(job.params.logprobs);
+  if (job.params.constraint != nullptr) ToProto(*job.params.constraint, sp->mutable_constraint());
   *r.mutable_layout() = core_.layout;
   r.set_transport_endpoint(transport_->endpoint());
   r.set_transfer_tag(remote->tag);

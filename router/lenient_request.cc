@@ -37,6 +37,15 @@ absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(const std::string& byte
   for (const std::string& stop : lenient.sampling().stop()) {
     if (absl::Status s = CheckUtf8(stop, "sampling.stop"); !s.ok()) return s;
   }
+  const auto& c = lenient.sampling().constraint();
+  for (const auto& [text, field] : {std::pair{&c.json_schema(), "sampling.constraint.json_schema"},
+                                    std::pair{&c.regex(), "sampling.constraint.regex"},
+                                    std::pair{&c.grammar(), "sampling.constraint.grammar"}}) {
+    if (absl::Status s = CheckUtf8(*text, field); !s.ok()) return s;
+  }
+  for (const std::string& choice : c.choice().choices()) {
+    if (absl::Status s = CheckUtf8(choice, "sampling.constraint.choice"); !s.ok()) return s;
+  }
   return Reparse<v1::GenerateRequest>(bytes);
 }
 

@@ -5,6 +5,7 @@
 
 #include "common/base/strings.h"
 #include "common/rpc/sampling_proto.h"
+#include "common/structured/constraint.h"
 #include "common/tokenizer/unicode.h"
 
 namespace pdserve {
@@ -81,6 +82,14 @@ absl::StatusOr<RoutedRequest> ValidateGenerateRequest(const v1::GenerateRequest&
   }
   if (absl::Status s = out.params.Validate(vocab); !s.ok()) {
     return absl::InvalidArgumentError(Str("sampling.", s.message()));
+  }
+  if (out.params.constraint != nullptr) {
+    // Compiled here to answer a bad constraint at once; workers compile it again (cached).
+    if (auto g = structured::CompileConstraint(*out.params.constraint); !g.ok()) {
+      return absl::InvalidArgumentError(Str("sampling.constraint.", g.status().message()));
+    }
+  } else if (sp.has_constraint() && sp.constraint().kind_case() == v1::Constraint::KIND_NOT_SET) {
+    return Invalid("sampling.constraint", "sets none of json_schema, json_object, regex, choice, grammar");
   }
   if (static_cast<size_t>(sp.stop_size()) > limits.max_stop_strings) {
     return Invalid("sampling.stop", Str("has ", sp.stop_size(), " strings; at most ",

@@ -43,6 +43,9 @@ struct EngineOptions {
   // pdserve's routers do not: off, no copy per stored block).
   bool kv_event_tokens = false;
   SpeculativeOptions speculative;      // Drafts verified per decode step (off by default).
+  // Structured outputs need each token's bytes: the tokenizer (a directory or tokenizer.json, or
+  // a GGUF file), loaded at the first constrained request. Empty: the model's.
+  std::string tokenizer;
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
   ComputeDType compute_dtype = ComputeDType::kAuto;  // Resolved in LLMEngine::Create.
   bool weight_huge_pages = true;  // ModelRunnerOptions::weight_huge_pages.

@@ -9,6 +9,7 @@
 #include "common/base/strings.h"
 #include "common/engine/shared_weights.h"
 #include "common/model/gguf_model.h"
+#include "common/model/gguf_tokenizer.h"
 #include "kernels/cpu/linear_bf16.h"  // AmxEnabled
 #include "nlohmann/json.hpp"
 
@@ -40,6 +41,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const std::string& 
                                                              const EngineOptions& options) {
   std::unique_ptr<LLMEngine> e(new LLMEngine());
   e->options_ = options;
+  e->model_dir_ = model_dir;
   PD_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   if (options.shared_weights != nullptr) {
     PD_ASSIGN_OR_RETURN(e->weights_,
@@ -224,6 +226,45 @@ std::unique_ptr<Sequence> LLMEngine::NewSequence(const std::string& request_id,
   return seq;
 }
 
+absl::Status LLMEngine::EnsureConstraintCache() {
+  if (constraints_ != nullptr) return absl::OkStatus();
+  const std::string& path = options_.tokenizer.empty() ? model_dir_ : options_.tokenizer;
+  if (path.empty()) {
+    return absl::FailedPreconditionError(
+        "constraint: this worker has no tokenizer (random weights without --tokenizer), and "
+        "structured outputs need its tokens' bytes");
+  }
+  auto tokenizer = LoadModelTokenizer(path);
+  if (!tokenizer.ok()) {
+    return absl::FailedPreconditionError(Str("constraint: structured outputs need the tokenizer: ",
+                                             tokenizer.status().message()));
+  }
+  const int64_t n = std::min<int64_t>((*tokenizer)->vocab_size(), config().vocab_size);
+  std::vector<std::string> bytes(static_cast<size_t>(n));
+  for (int32_t id = 0; id < n; ++id) {
+    if (auto b = (*tokenizer)->TokenBytes(id)) bytes[static_cast<size_t>(id)] = std::move(*b);
+  }
+  constraints_ = std::make_unique<structured::ConstraintCache>(bytes, config().vocab_size, eos_ids_);
+  return absl::OkStatus();
+}
+
+absl::Status LLMEngine::StartConstraint(Sequence* seq, const char* what) {
+  if (seq->params.constraint == nullptr) return absl::OkStatus();
+  PD_RETURN_IF_ERROR(EnsureConstraintCache());
+  auto tc = constraints_->Start(*seq->params.constraint);
+  if (!tc.ok()) return tc.status();
+  for (int64_t i = seq->num_prompt_tokens; i < static_cast<int64_t>(seq->tokens.size()); ++i) {
+    if (!(*tc)->Accept(seq->tokens[static_cast<size_t>(i)])) {
+      return absl::InvalidArgumentError(Str(what, ": token ", seq->tokens[static_cast<size_t>(i)],
+                                            " at position ", i - seq->num_prompt_tokens,
+                                            " is not allowed by the ", seq->params.constraint->field(),
+                                            " constraint"));
+    }
+  }
+  seq->constraint = std::move(*tc);
+  return absl::OkStatus();
+}
+
 absl::Status LLMEngine::AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
                                    const SamplingParams& params, const RequestOptions& options) {
   PD_RETURN_IF_ERROR(ValidateRequest(request_id, prompt, params));
@@ -249,6 +290,7 @@ absl::Status LLMEngine::AddRequest(const std::string& request_id, std::vector<in
     seq->tokens.push_back(t);
     seq->sampler.Accept(t);
   }
+  PD_RETURN_IF_ERROR(StartConstraint(seq.get(), "resume_output_ids"));
   scheduler_->AddWaiting(seq.get());
   if (options.hold_blocks_after_finish) options_by_request_[request_id] = options;
   sequences_.emplace(request_id, std::move(seq));
@@ -259,6 +301,7 @@ absl::StatusOr<RemotePrefillPlan> LLMEngine::ReserveForRemotePrefill(
     const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params) {
   PD_RETURN_IF_ERROR(ValidateRequest(request_id, prompt, params));
   std::unique_ptr<Sequence> seq = NewSequence(request_id, std::move(prompt), params);
+  PD_RETURN_IF_ERROR(StartConstraint(seq.get(), "output"));
   const int64_t bs = blocks_->block_size();
   const int64_t len = seq->num_prompt_tokens;
   ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
@@ -298,6 +341,11 @@ absl::Status LLMEngine::CompleteRemotePrefill(const std::string& request_id,
   Sequence* seq = it->second.get();
   if (seq->num_generated() != 0 || first.token < 0 || first.token >= config().vocab_size) {
     return absl::InvalidArgumentError(Str("bad first token ", first.token, " for '", request_id, "'"));
+  }
+  if (seq->constraint != nullptr && !seq->constraint->Mask().Test(first.token)) {
+    return absl::InvalidArgumentError(Str("first token ", first.token, " for '", request_id,
+                                          "' is not allowed by its ", seq->params.constraint->field(),
+                                          " constraint"));
   }
   seq->num_computed = seq->num_prompt_tokens;
   blocks_->Publish(seq->id, seq->block_hashes, EventTokens(*seq));
@@ -432,6 +480,7 @@ void LLMEngine::DraftForRunning() {
     if (seq->num_uncomputed() != 1) continue;
     ++decoding;
     Draft(seq);
+    if (seq->constraint != nullptr) seq->draft.resize(seq->constraint->AllowedPrefix(seq->draft));
     if (seq->draft.empty()) continue;
     drafting_.push_back(seq);
     draft_acceptance_.push_back(seq->speculation.acceptance);
@@ -534,7 +583,16 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
     for (int64_t i = 0; i <= drafted; ++i) {
       const float* logits = &logits_[(row + i) * vocab];
       if (logits_observer_) logits_observer_(seq->request_id, logits, vocab);
-      const SampledToken t = sampler_.Sample(logits, vocab, seq->params, seq->sampler);
+      const uint64_t* allowed = nullptr;
+      if (seq->constraint != nullptr) {
+        const structured::TokenMask& mask = seq->constraint->Mask();
+        if (mask.allowed == 0) {  // A dead end: no token continues it and it cannot end.
+          reason = "length";
+          break;
+        }
+        allowed = mask.words.data();
+      }
+      const SampledToken t = sampler_.Sample(logits, vocab, seq->params, seq->sampler, allowed);
       reason = Append(seq, t, &out);
       if (reason || i == drafted || t.token != seq->draft[i]) break;
       ++accepted;
@@ -619,9 +677,14 @@ std::optional<std::string> LLMEngine::Append(Sequence* seq, const SampledToken& 
   ++stats_.generated_tokens;
   out->tokens.push_back(TokenOutput{t.token, t.logprob, t.top_logprobs});
   const SamplingParams& p = seq->params;
-  if (!p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t.token) != eos_ids_.end()) {
-    return "stop";
+  const bool eos = std::find(eos_ids_.begin(), eos_ids_.end(), t.token) != eos_ids_.end();
+  if (seq->constraint != nullptr) {
+    // The mask allowed it: EOS where the output is complete (ignore_eos or not: nothing else
+    // may follow), any other token moves the matcher.
+    if (eos) return "stop";
+    seq->constraint->Accept(t.token);
   }
+  if (!p.ignore_eos && eos) return "stop";
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t.token) !=
       p.stop_token_ids.end()) {
     return "stop";
@@ -680,6 +743,11 @@ bool LLMEngine::Abort(const std::string& request_id, std::vector<RequestOutput>*
 
 EngineStats LLMEngine::Stats() const {
   EngineStats s = stats_;
+  if (constraints_ != nullptr) {
+    s.structured_compiled = constraints_->compiled();
+    s.structured_masks_computed = constraints_->masks_computed();
+    s.structured_mask_lookups = constraints_->mask_lookups();
+  }
   s.running = scheduler_->num_running();
   s.waiting = scheduler_->num_waiting();
   s.preemptions = scheduler_->num_preemptions();

@@ -87,6 +87,9 @@ struct EngineStats {
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
   std::array<int64_t, SpeculativeOptions::kMaxTokens> spec_accepted_by_position{};
+  // Structured outputs: constraints compiled (cache misses), and token masks computed against
+  // looked up (a lookup that finds the mask of its matcher state computed before is a hit).
+  int64_t structured_compiled = 0, structured_masks_computed = 0, structured_mask_lookups = 0;
   // Where the steps' time went (cumulative), each part timed on its own: the whole of Step; the
   // model's forward pass; sampling + output records; and the scheduler's own work before the
   // forward pass (choosing the batch, reserving blocks, building the batch) and after it
@@ -208,10 +211,18 @@ class LLMEngine {
   void SetFinished(const Sequence& seq, const std::string& reason, RequestOutput* out) const;
   absl::Status ValidateRequest(const std::string& request_id, const std::vector<int32_t>& prompt,
                                const SamplingParams& params) const;
+  // Structured outputs: the request's matcher (params.constraint), advanced over its output so
+  // far; InvalidArgument naming the constraint's field where it does not compile or the output
+  // so far leaves its language (`what` names where that output came from).
+  absl::Status StartConstraint(Sequence* seq, const char* what);
+  // Loads the tokenizer's token bytes at the first constrained request.
+  absl::Status EnsureConstraintCache();
   std::unique_ptr<Sequence> NewSequence(const std::string& request_id, std::vector<int32_t> prompt,
                                         const SamplingParams& params);
 
   EngineOptions options_;
+  std::string model_dir_;  // Empty for synthetic weights.
+  std::unique_ptr<structured::ConstraintCache> constraints_;
   std::shared_ptr<const ModelWeights> weights_;  // Shared with the process's other engines.
   std::vector<int32_t> eos_ids_;
   int64_t max_model_len_ = 0;

@@ -14,6 +14,7 @@
 #include "common/kvcache/block_manager.h"
 #include "common/sampling/sampler.h"
 #include "common/sampling/sampling_params.h"
+#include "common/structured/token_constraint.h"
 
 namespace pdserve {
 
@@ -41,6 +42,8 @@ struct Sequence {
   std::unique_ptr<SuffixTrie> suffix;  // Suffix decoding: the request's own tokens, indexed
   int64_t suffix_indexed = 0;          // up to here.
   SuffixTrie::Cursor recent_match;     // Where its tokens matched the worker's recent outputs.
+  // Structured outputs: where its output stands in params.constraint (null: unconstrained).
+  std::unique_ptr<structured::TokenConstraint> constraint;
   Clock::time_point arrival;
   Clock::time_point first_scheduled;
   Clock::time_point first_token;

@@ -21,7 +21,51 @@ SamplingParams FromProto(const v1::SamplingParams& p, std::optional<uint64_t> se
   s.ignore_eos = p.ignore_eos();
   s.logprobs = p.logprobs();
   if (p.has_num_speculative_tokens()) s.num_speculative_tokens = p.num_speculative_tokens();
+  if (p.has_constraint()) s.constraint = FromProto(p.constraint());
   return s;
+}
+
+std::shared_ptr<const structured::OutputConstraint> FromProto(const v1::Constraint& c) {
+  using Kind = structured::OutputConstraint::Kind;
+  auto out = std::make_shared<structured::OutputConstraint>();
+  switch (c.kind_case()) {
+    case v1::Constraint::kJsonSchema:
+      out->kind = Kind::kJsonSchema;
+      out->value = c.json_schema();
+      break;
+    case v1::Constraint::kJsonObject:
+      if (!c.json_object()) return nullptr;
+      out->kind = Kind::kJsonObject;
+      break;
+    case v1::Constraint::kRegex:
+      out->kind = Kind::kRegex;
+      out->value = c.regex();
+      break;
+    case v1::Constraint::kChoice:
+      out->kind = Kind::kChoice;
+      out->choices.assign(c.choice().choices().begin(), c.choice().choices().end());
+      break;
+    case v1::Constraint::kGrammar:
+      out->kind = Kind::kGrammar;
+      out->value = c.grammar();
+      break;
+    default:
+      return nullptr;
+  }
+  return out;
+}
+
+void ToProto(const structured::OutputConstraint& c, v1::Constraint* out) {
+  using Kind = structured::OutputConstraint::Kind;
+  switch (c.kind) {
+    case Kind::kJsonSchema: out->set_json_schema(c.value); break;
+    case Kind::kJsonObject: out->set_json_object(true); break;
+    case Kind::kRegex: out->set_regex(c.value); break;
+    case Kind::kChoice:
+      for (const std::string& choice : c.choices) out->mutable_choice()->add_choices(choice);
+      break;
+    case Kind::kGrammar: out->set_grammar(c.value); break;
+  }
 }
 
 }  // namespace pdserve

@@ -3,6 +3,7 @@
 #define PDSERVE_COMMON_RPC_SAMPLING_PROTO_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "common/sampling/sampling_params.h"
@@ -13,6 +14,10 @@ namespace pdserve {
 // vLLM's defaults for unset fields. `seed` overrides the message's (the router resolves one per
 // request). Stop strings are the router's business and are not copied.
 SamplingParams FromProto(const v1::SamplingParams& p, std::optional<uint64_t> seed);
+
+// Structured outputs' constraint from and to the wire (null: none set).
+std::shared_ptr<const structured::OutputConstraint> FromProto(const v1::Constraint& c);
+void ToProto(const structured::OutputConstraint& c, v1::Constraint* out);
 
 }  // namespace pdserve
 

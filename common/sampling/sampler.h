@@ -40,8 +40,10 @@ struct SampledToken {
 
 class Sampler {
  public:
+  // `allowed` (structured outputs): a bitset over the vocabulary (bit t of word t / 64); only
+  // tokens whose bit is set are drawn (at least one must be). Null: every token.
   SampledToken Sample(const float* logits, int64_t vocab_size, const SamplingParams& params,
-                      const SamplerState& state);
+                      const SamplerState& state, const uint64_t* allowed = nullptr);
 
  private:
   std::vector<float> work_;

@@ -3,10 +3,12 @@
 #define PDSERVE_COMMON_SAMPLING_SAMPLING_PARAMS_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/structured/constraint.h"
 
 namespace pdserve {
 
@@ -27,6 +29,9 @@ struct SamplingParams {
   // most k drafted tokens per step (never more than the worker's --num-speculative-tokens). The
   // output is the same either way; only its speed changes.
   int32_t num_speculative_tokens = -1;
+  // Structured outputs: the output is a string of this constraint's language (null: any). The
+  // engine compiles it (cached) and masks every step's logits with it before sampling.
+  std::shared_ptr<const structured::OutputConstraint> constraint;
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr int32_t kMaxSpeculativeTokens = 16;

@@ -442,13 +442,13 @@ class Printer {
               : "regex: a character class matches nothing");
     }
     if (r.size() == 1 && r[0].first == r[0].second) {
-      *out += "\"" + Hex8(r[0].first) + "\"";
+      *out += Str("\"", Hex8(r[0].first), "\"");
       return absl::OkStatus();
     }
     *out += "[";
     for (const auto& [lo, hi] : r) {
       *out += Hex8(lo);
-      if (hi != lo) *out += "-" + Hex8(hi);
+      if (hi != lo) *out += Str("-", Hex8(hi));
     }
     *out += "]";
     return absl::OkStatus();
