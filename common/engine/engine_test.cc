@@ -14,6 +14,8 @@
 #include "common/base/strings.h"
 #include "common/engine/shared_weights.h"
 #include "common/model/random_model.h"
+#include "common/structured/grammar_matcher.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/linear_bf16.h"
 
@@ -931,6 +933,124 @@ TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {
   auto engine = LLMEngine::Create(ModelDir("llama"), o);
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("max_model_len"), absl::string_view::npos);
+}
+
+
+// Structured outputs on a random model at temperature 1 (the worst case: it knows nothing of
+// JSON): every output that ends with `stop` is a whole string of its constraint's language (and
+// one that ends with `length` a prefix of one), and constraints keep every equivalence bitwise:
+// batched = alone, speculative = plain, resumed = uninterrupted. Python's jsonschema and re check
+// real outputs independently in tests/e2e/test_structured_outputs.py.
+TEST(EngineTest, ConstrainedOutputsStayInTheirLanguageUnderEveryInvariance) {
+  using structured::OutputConstraint;
+  using Kind = OutputConstraint::Kind;
+  const std::string dir = ModelDir("llama");
+  auto tokenizer = Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const std::vector<std::shared_ptr<const OutputConstraint>> constraints = {
+      std::make_shared<OutputConstraint>(OutputConstraint{
+          Kind::kJsonSchema,
+          R"({"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string","maxLength":5},)"
+          R"("color":{"enum":["red","green"]},"ok":{"type":"array","items":{"type":"boolean"},"maxItems":2}},)"
+          R"("required":["id","name","color"]})",
+          {}}),
+      std::make_shared<OutputConstraint>(OutputConstraint{Kind::kRegex, R"((\d{1,3}\.){3}\d{1,3})", {}}),
+      std::make_shared<OutputConstraint>(OutputConstraint{Kind::kChoice, "", {"alpha", "beta", "al"}}),
+      std::make_shared<OutputConstraint>(OutputConstraint{Kind::kGrammar, R"g(root ::= "(" root ")" | "x")g", {}}),
+  };
+  std::vector<Request> requests;
+  for (size_t c = 0; c < constraints.size(); ++c) {
+    for (int seed = 0; seed < 4; ++seed) {
+      SamplingParams p;
+      p.temperature = 1.0f;
+      p.max_tokens = 60;
+      p.seed = 1000 * c + seed;
+      if (seed == 3) p.top_p = 0.8f;
+      p.constraint = constraints[c];
+      requests.push_back({Str("c", c, "s", seed), Prompt(7 + seed, 40 + c), p});
+    }
+  }
+  std::map<std::string, Result> alone;
+  for (const Request& r : requests) alone[r.id] = RunEngine(dir, SmallOptions(), {r}).at(r.id);
+  int stops = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Result& r = alone.at(requests[i].id);
+    auto grammar = structured::CompileConstraint(*requests[i].params.constraint);
+    ASSERT_TRUE(grammar.ok()) << grammar.status();
+    structured::GrammarMatcher m(*grammar);
+    std::string text;
+    for (size_t t = 0; t < r.tokens.size(); ++t) {
+      auto bytes = (*tokenizer)->TokenBytes(r.tokens[t]);
+      if (!bytes) {  // Only EOS, and only last.
+        EXPECT_EQ(t + 1, r.tokens.size()) << requests[i].id;
+        EXPECT_EQ(r.finish_reason, "stop") << requests[i].id;
+        continue;
+      }
+      text += *bytes;
+    }
+    EXPECT_TRUE(m.Advance(text)) << requests[i].id << ": " << text;
+    if (r.finish_reason == "stop") {
+      ++stops;
+      EXPECT_TRUE(m.CanEnd()) << requests[i].id << ": " << text;
+    } else {
+      EXPECT_EQ(r.finish_reason, "length") << requests[i].id;
+    }
+  }
+  EXPECT_GE(stops, 12) << "too few outputs completed to prove much";
+  EngineOptions o = SmallOptions();
+  o.max_num_batched_tokens = 40;
+  std::vector<int> arrivals;
+  for (size_t i = 0; i < requests.size(); ++i) arrivals.push_back(static_cast<int>(i % 5));
+  EngineStats stats;
+  const auto batched = RunEngine(dir, o, requests, arrivals, &stats);
+  for (const Request& r : requests) ExpectBitwiseEqual(batched.at(r.id), alone.at(r.id), "batched " + r.id);
+  EXPECT_EQ(stats.structured_compiled, static_cast<int64_t>(constraints.size()));
+  EXPECT_GT(stats.structured_mask_lookups, 2 * stats.structured_masks_computed);  // Masks reused.
+  const auto spec = RunEngine(dir, SpeculativeOptionsForTest(), requests, arrivals);
+  for (const Request& r : requests) ExpectBitwiseEqual(spec.at(r.id), alone.at(r.id), "speculative " + r.id);
+
+  // Resumed after 3 tokens elsewhere: the matcher replays them and the rest is the same.
+  const Request& r0 = requests[0];
+  const Result& whole = alone.at(r0.id);
+  ASSERT_GT(whole.tokens.size(), 4u);
+  auto engine = *LLMEngine::Create(dir, SmallOptions());
+  RequestOptions resume;
+  resume.resume_output.assign(whole.tokens.begin(), whole.tokens.begin() + 3);
+  ASSERT_TRUE(engine->AddRequest("r", r0.prompt, r0.params, resume).ok());
+  std::vector<RequestOutput> outs;
+  while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step(&outs).ok());
+  std::vector<int32_t> rest;
+  for (const RequestOutput& out : outs) {
+    for (const TokenOutput& t : out.tokens) rest.push_back(t.token);
+  }
+  EXPECT_EQ(rest, std::vector<int32_t>(whole.tokens.begin() + 3, whole.tokens.end()));
+
+  // Output the constraint refuses, a constraint that does not compile, a worker without a
+  // tokenizer: named errors, nothing held.
+  RequestOptions off;
+  off.resume_output = {*(*tokenizer)->TokenToId("x")};  // A JSON object starts with '{'.
+  absl::Status s = engine->AddRequest("bad", r0.prompt, r0.params, off);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("resume_output_ids: token"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("is not allowed by the json_schema constraint"), absl::string_view::npos) << s;
+  SamplingParams bad = r0.params;
+  bad.constraint = std::make_shared<OutputConstraint>(OutputConstraint{Kind::kJsonSchema, R"({"type":"integer","minimum":1})", {}});
+  s = engine->AddRequest("bad", r0.prompt, bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("keyword 'minimum' is not supported"), absl::string_view::npos) << s;
+  EXPECT_FALSE(engine->ReserveForRemotePrefill("bad", r0.prompt, bad).ok());
+  EXPECT_FALSE(engine->HasUnfinished());
+  EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
+  // The remote prefill's first token must be one the constraint allows.
+  ASSERT_TRUE(engine->ReserveForRemotePrefill("rp", r0.prompt, r0.params).ok());
+  outs.clear();
+  s = engine->CompleteRemotePrefill("rp", SampledToken{*(*tokenizer)->TokenToId("x"), 0, {}}, 0, &outs);
+  EXPECT_NE(s.message().find("is not allowed by its json_schema constraint"), absl::string_view::npos) << s;
+  engine->Abort("rp", nullptr);
+  EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
+  auto synthetic = *LLMEngine::CreateSynthetic(engine->config(), SmallOptions(), 1);
+  s = synthetic->AddRequest("r", r0.prompt, r0.params);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 }
 
 }  // namespace
