@@ -10,6 +10,7 @@
 #include "common/base/strings.h"
 #include "common/sampling/sampling_params.h"
 #include "openai_api/json_body.h"
+#include "openai_api/structured_request.h"
 
 namespace pdserve::openai {
 namespace {
@@ -83,15 +84,11 @@ bool IsOne(const Json& v) { return v.is_null() || v == 1; }
 bool IsTrue(const Json& v) { return v.is_null() || v == true; }
 bool IsEmpty(const Json& v) { return v.is_null() || (v.is_structured() && v.empty()); }
 
-constexpr const char* kGuided = "structured outputs (guided decoding) are not supported yet";
+// Structured outputs are parsed in structured_request.cc; guided_decoding_backend is dropped
+// (there is one backend: the output's language is the same whichever a client names).
 const Unsupported kUnsupported[] = {
-    {"guided_json", IsNull, kGuided},
-    {"guided_regex", IsNull, kGuided},
-    {"guided_choice", IsNull, kGuided},
-    {"guided_grammar", IsNull, kGuided},
-    {"guided_decoding_backend", IsNull, kGuided},
-    {"guided_whitespace_pattern", IsNull, kGuided},
-    {"structured_outputs", IsNull, kGuided},
+    {"guided_whitespace_pattern", IsNull,
+     "is not supported (JSON output is compact, as OpenAI's strict mode writes it)"},
     {"logit_bias", IsEmpty, "is not supported"},
     {"suffix", IsNull, "is not supported"},
     {"min_tokens", IsZero, "is not supported"},
@@ -113,22 +110,6 @@ bool RefuseUnsupported(const Json& j, ApiError* e) {
   for (const Unsupported& u : kUnsupported) {
     if (j.contains(u.key) && !u.is_default(j[u.key])) {
       return Fail(e, u.key, Str("'", u.key, "' ", u.why));
-    }
-  }
-  // response_format: "text" is what every request gets; the JSON modes need structured outputs.
-  if (j.contains("response_format") && !j["response_format"].is_null()) {
-    const Json& f = j["response_format"];
-    if (!f.is_object() || !f.contains("type") || !f["type"].is_string()) {
-      return Fail(e, "response_format", "'response_format' must be an object with a 'type'");
-    }
-    const std::string type = f["type"].get<std::string>();
-    if (type == "json_object" || type == "json_schema") {
-      return Fail(e, "response_format", Str("'response_format' of type '", type, "': ", kGuided));
-    }
-    if (type != "text") {
-      return Fail(e, "response_format.type",
-                  Str("'response_format.type' must be text, json_object or json_schema, got '",
-                      type, "'"));
     }
   }
   return true;
@@ -164,6 +145,7 @@ bool Common(const Json& j, const ParseOptions& o, ParsedRequest* out, v1::Sampli
   if (!Integer(j, "n", 1, static_cast<int64_t>(kMaxChoices), &n, e)) return false;
   out->n = static_cast<int>(n);
   if (!RefuseUnsupported(j, e)) return false;
+  if (!ParseStructuredOutputs(j, s, e)) return false;
   double v = 0;
   if (j.contains("temperature") && !j["temperature"].is_null()) {
     if (!Number(j, "temperature", 0, 2, &v, e)) return false;
@@ -255,7 +237,8 @@ bool KnownField(std::string_view key) {
       "include_stop_str_in_output", "add_special_tokens", "add_generation_prompt",
       "continue_final_message", "chat_template_kwargs", "tools", "tool_choice",
       "parallel_tool_calls", "response_format", "return_token_strs", "tokens",
-      "num_speculative_tokens"};
+      "num_speculative_tokens", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+      "structured_outputs"};
   if (known->contains(key)) return true;
   for (const Unsupported& u : kUnsupported) {
     if (key == u.key) return true;
@@ -503,26 +486,31 @@ bool ParseChatRequest(const std::string& body, const ParseOptions& options, Pars
   // tool_choice: "auto" (the default when there are tools, as in OpenAI's and vLLM's API) parses
   // the output with --tool-call-parser, so without one it is refused whether sent or implied;
   // "none" renders the tools and leaves the output text. Forcing a call ("required", a named
-  // function) needs guided decoding.
+  // function) constrains the output to calls (structured_request.h), whatever the parser.
   std::string tool_choice = has_tools ? "auto" : "none";
+  if (!Boolean(j, "parallel_tool_calls", &out->parallel_tool_calls, e)) return false;
   if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
     const Json& c = j["tool_choice"];
     if (c.is_object() || (c.is_string() && c.get<std::string>() == "required")) {
-      return Fail(e, "tool_choice",
-                  "'required' and named functions are not supported (they need guided decoding)");
+      if (s.has_constraint()) {
+        return Fail(e, "tool_choice", "a forced tool call and a structured output cannot be combined");
+      }
+      if (!ForcedToolCallConstraint(tools, c, out->parallel_tool_calls, &s, e)) return false;
+      tool_choice = "forced";
+      out->tool_parser = ToolParser::kLlama3Json;
+    } else if (!c.is_string() || (c.get<std::string>() != "auto" && c.get<std::string>() != "none")) {
+      return Fail(e, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or a named function");
+    } else {
+      tool_choice = c.get<std::string>();
     }
-    if (!c.is_string() || (c.get<std::string>() != "auto" && c.get<std::string>() != "none")) {
-      return Fail(e, "tool_choice", "'tool_choice' must be \"auto\" or \"none\"");
-    }
-    tool_choice = c.get<std::string>();
   }
   if (tool_choice == "auto" && options.tool_parser == ToolParser::kNone) {
     return Fail(e, "tool_choice",
                 "\"auto\" (the default with tools) needs the server's --tool-call-parser; send "
-                "\"tool_choice\": \"none\" to give the model the tools without parsing calls");
+                "\"tool_choice\": \"none\" to give the model the tools without parsing calls, or "
+                "\"required\" to force a call");
   }
   if (has_tools && tool_choice == "auto") out->tool_parser = options.tool_parser;
-  if (!Boolean(j, "parallel_tool_calls", &out->parallel_tool_calls, e)) return false;
   bool continue_final = false;
   if (!Boolean(j, "continue_final_message", &continue_final, e)) return false;
   bool add_generation_prompt = !continue_final;

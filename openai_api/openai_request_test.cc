@@ -97,11 +97,7 @@ TEST_F(OpenAiRequestTest, NumSpeculativeTokensIsPassedOnOrRefusedOutOfRange) {
 
 TEST_F(OpenAiRequestTest, FieldsThatWouldChangeTheAnswerAreRefusedByName) {
   for (const char* field :
-       {R"("response_format": {"type": "json_object"})",
-        R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})",
-        R"("guided_json": {"type": "object"})", R"("guided_regex": "a+")",
-        R"("guided_choice": ["a", "b"])", R"("guided_grammar": "root ::= \"a\"")",
-        R"("structured_outputs": {"regex": "a"})", R"("chat_template": "{{ 1 }}")",
+       {R"("guided_whitespace_pattern": " ")", R"("chat_template": "{{ 1 }}")",
         R"("min_tokens": 3)", R"("use_beam_search": true)", R"("prompt_logprobs": 1)",
         R"("logit_bias": {"1": 5})", R"("bad_words": ["x"])", R"("allowed_token_ids": [1])",
         R"("echo": true)"}) {
@@ -123,8 +119,8 @@ TEST_F(OpenAiRequestTest, FieldsThatWouldChangeTheAnswerAreRefusedByName) {
                      "logit_bias": {}, "guided_json": null, "echo": false})"),
             kOk);
   // Completions refuse the same.
-  EXPECT_EQ(Completion(R"({"prompt": "x", "response_format": {"type": "json_object"}})"),
-            (std::pair<int, std::string>{400, "response_format"}));
+  EXPECT_EQ(Completion(R"({"prompt": "x", "guided_whitespace_pattern": "x"})"),
+            (std::pair<int, std::string>{400, "guided_whitespace_pattern"}));
   EXPECT_EQ(Completion(R"({"prompt": "x", "echo": "yes"})"), (std::pair<int, std::string>{400, "echo"}));
 }
 
@@ -255,6 +251,74 @@ TEST_F(OpenAiRequestTest, AJunkFieldCostsALinearParse) {
   EXPECT_EQ(e.param, "logprobs");
   const double reference = seconds([&] { (void)nlohmann::json::parse(body); });
   EXPECT_LT(ours, 5 * reference + 0.005) << ours << " s; nlohmann's parse " << reference << " s";
+}
+
+// Every structured-output field becomes the constraint it names, checked here: a bad one is a
+// 400 naming its field, two at once are refused, and forced tool calls become a grammar of calls
+// parsed as llama3_json whatever the server's parser.
+TEST_F(OpenAiRequestTest, StructuredOutputsBecomeConstraints) {
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  auto constraint = [&](const std::string& field) {
+    ParsedRequest p;
+    EXPECT_EQ(Chat(chat + field + "}", &p), kOk) << field;
+    return p.prompts.empty() ? v1::Constraint() : p.prompts[0].sampling().constraint();
+  };
+  EXPECT_TRUE(constraint(R"("response_format": {"type": "json_object"})").json_object());
+  EXPECT_EQ(constraint(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true,
+      "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}})").json_schema(),
+            R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  EXPECT_EQ(constraint(R"("guided_json": {"type": "string"})").json_schema(), R"({"type":"string"})");
+  EXPECT_EQ(constraint(R"("guided_json": "{\"type\": \"string\"}")").json_schema(), R"({"type": "string"})");
+  EXPECT_EQ(constraint(R"("guided_regex": "a+")").regex(), "a+");
+  EXPECT_EQ(constraint(R"("guided_choice": ["a", "b"])").choice().choices_size(), 2);
+  EXPECT_EQ(constraint(R"("guided_grammar": "root ::= \"a\"")").grammar(), "root ::= \"a\"");
+  EXPECT_EQ(constraint(R"("structured_outputs": {"regex": "b*"})").regex(), "b*");
+  EXPECT_EQ(constraint(R"("structured_outputs": {"choice": ["x"]})").choice().choices(0), "x");
+  EXPECT_TRUE(constraint(R"("structured_outputs": {"json_object": true})").json_object());
+  EXPECT_EQ(constraint(R"("response_format": {"type": "text"})").kind_case(), v1::Constraint::KIND_NOT_SET);
+  EXPECT_EQ(Completion(R"({"prompt": "x", "guided_regex": "\\d+"})"), kOk);
+  EXPECT_EQ(Completion(R"({"prompt": "x", "guided_decoding_backend": "xgrammar"})"), kOk);
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})", "response_format.json_schema.schema"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "minimum": 2}}})",
+       "response_format.json_schema.schema"},
+      {R"("guided_json": 5)", "guided_json"},
+      {R"("guided_regex": "(a")", "guided_regex"},
+      {R"("guided_choice": [])", "guided_choice"},
+      {R"("guided_choice": ["a", 1])", "guided_choice"},
+      {R"("guided_grammar": "root ::= undefined")", "guided_grammar"},
+      {R"("structured_outputs": {"regex": "\\1"})", "structured_outputs.regex"},
+      {R"("structured_outputs": 3)", "structured_outputs"},
+      {R"("guided_regex": "a", "guided_choice": ["a"])", "guided_choice"},
+      {R"("response_format": {"type": "json_object"}, "guided_regex": "a")", "guided_regex"},
+  };
+  for (const auto& [field, param] : bad) {
+    EXPECT_EQ(Chat(chat + field + "}"), (std::pair<int, std::string>{400, param})) << field;
+  }
+  ApiError e;
+  ParsedRequest p;
+  EXPECT_FALSE(ParseChatRequest(chat + R"("guided_json": {"type": "integer", "minimum": 2}})", options_, &p, &e));
+  EXPECT_NE(e.message.find("keyword 'minimum' is not supported"), std::string::npos) << e.message;
+
+  const std::string tools = R"("tools": [
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city"]}}},
+      {"type": "function", "function": {"name": "now"}}], )";
+  ParsedRequest forced;
+  ASSERT_EQ(Chat(chat + tools + R"("tool_choice": "required"})", &forced), kOk);
+  EXPECT_EQ(forced.tool_parser, ToolParser::kLlama3Json);
+  const std::string grammar = forced.prompts[0].sampling().constraint().grammar();
+  EXPECT_NE(grammar.find("\";\""), std::string::npos) << grammar;  // Several calls.
+  ParsedRequest named;
+  ASSERT_EQ(Chat(chat + tools + R"("tool_choice": {"type": "function", "function": {"name": "now"}}, "parallel_tool_calls": true})", &named), kOk);
+  EXPECT_EQ(named.prompts[0].sampling().constraint().grammar().find("\";\""), std::string::npos);  // One call.
+  EXPECT_EQ(Chat(chat + tools + R"("tool_choice": {"type": "function", "function": {"name": "nope"}}})"),
+            (std::pair<int, std::string>{400, "tool_choice"}));
+  EXPECT_EQ(Chat(chat + R"("tool_choice": "required"})"), (std::pair<int, std::string>{400, "tool_choice"}));
+  EXPECT_EQ(Chat(chat + tools + R"("tool_choice": "required", "guided_regex": "a"})"),
+            (std::pair<int, std::string>{400, "tool_choice"}));
+  EXPECT_EQ(Chat(chat + tools + R"("tool_choice": {"type": "function"}})"), (std::pair<int, std::string>{400, "tool_choice"}));
 }
 
 }  // namespace

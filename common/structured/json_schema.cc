@@ -56,9 +56,11 @@ class SchemaCompiler {
  public:
   explicit SchemaCompiler(const Json& root) : root_(root) {}
 
-  absl::StatusOr<std::string> Compile() {
+  absl::StatusOr<std::string> Compile(std::string_view separator) {
     PD_ASSIGN_OR_RETURN(std::string expr, Visit(root_, "", 0));
-    std::string out = "root ::= " + expr + "\n";
+    std::string out = separator.empty()
+                          ? Str("root ::= ", expr, "\n")
+                          : Str("root ::= item (", GrammarLiteral(separator), " item)*\nitem ::= ", expr, "\n");
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     return out + kBaseRules;
   }
@@ -379,10 +381,11 @@ std::string JsonBaseRules() { return kBaseRules; }
 
 std::string JsonObjectGrammar() { return std::string("root ::= json-object\n") + kBaseRules; }
 
-absl::StatusOr<std::string> JsonSchemaToGrammar(std::string_view schema_json) {
+absl::StatusOr<std::string> JsonSchemaToGrammar(std::string_view schema_json,
+                                                std::string_view separator) {
   Json schema = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return absl::InvalidArgumentError("json_schema: not valid JSON");
-  return SchemaCompiler(schema).Compile();
+  return SchemaCompiler(schema).Compile(separator);
 }
 
 }  // namespace pdserve::structured

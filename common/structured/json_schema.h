@@ -21,8 +21,10 @@
 
 namespace pdserve::structured {
 
-// The grammar's text (its root rule `root`) for the schema `schema_json` (a JSON text).
-absl::StatusOr<std::string> JsonSchemaToGrammar(std::string_view schema_json);
+// The grammar's text (its root rule `root`) for the schema `schema_json` (a JSON text). With a
+// `separator`: one or more such texts separated by it (forced tool calls in llama3_json's form).
+absl::StatusOr<std::string> JsonSchemaToGrammar(std::string_view schema_json,
+                                                std::string_view separator = "");
 
 // The grammar of any JSON object (`json_object`, OpenAI's JSON mode), compact like the above.
 std::string JsonObjectGrammar();
