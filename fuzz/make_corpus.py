@@ -68,6 +68,26 @@ def write_grammar_corpus():
         write("grammar_fuzz", name, data)
 
 
+def write_constraint_corpus():
+    """Constraints as requests give them: a kind byte (0 JSON schema, 1 regex, 2 choices split at
+    \x01), the text, then a NUL and bytes for the matcher."""
+    seeds = {
+        "schema.json": b'\x00{"type":"object","properties":{"a":{"type":"string","maxLength":3},'
+                       b'"b":{"type":"array","items":{"enum":[1,"x",null]},"minItems":1}},"required":["a"]}'
+                       b'\x00{"a":"xy","b":[1]}',
+        "recursive.json": b'\x00{"$defs":{"n":{"properties":{"k":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}\x00{"k":{}}',
+        "pattern.json": b'\x00{"type":"string","pattern":"^[A-Z]{2}\\d+$"}\x00"AB12"',
+        "anyof.json": b'\x00{"anyOf":[{"type":"integer"},{"type":["string","null"],"format":"date"}]}\x00null',
+        "bad.json": b'\x00{"type":"integer","minimum":1}',
+        "ip.regex": b'\x01(\\d{1,3}\\.){3}\\d{1,3}\x00192.168.0.1',
+        "classes.regex": b'\x01[^a-z\\s]+(?:x|y)*?\\u00e9.\x00AB\xc3\xa9q',
+        "bad.regex": b'\x01(a)\\1',
+        "choices": b'\x02yes\x01no\x01maybe \xc3\xa9\x00no',
+    }
+    for name, data in seeds.items():
+        write("constraint_fuzz", name, data)
+
+
 def gguf_file(metadata, tensors):
     """A GGUF v3 file: metadata {key: (type id, packed value)}, tensors [(name, type, dims, raw)]."""
     def string(s):
@@ -151,6 +171,7 @@ def main():
     write("frame_reader_fuzz", "pages_only.bin", b"\x00" + frame(2, 2, 2048, page) + frame(2, 2, 3072, page))
     write_device_transport_corpus(frame)
     write_grammar_corpus()
+    write_constraint_corpus()
     reqs = [
         pb.GenerateRequest(text="Hello there", sampling=pb.SamplingParams(max_tokens=8, temperature=0.7, top_p=0.9,
                                                                          stop=["\n", "END"], logprobs=2)),
@@ -180,7 +201,13 @@ def main():
                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
                "logprobs": True, "top_logprobs": 3, "max_completion_tokens": 4, "seed": 7, "n": 1},
               {"messages": [{"role": "user", "content": "x"}], "top_p": 0.9, "top_k": 5, "min_p": 0.1,
-               "presence_penalty": 1, "frequency_penalty": -1, "repetition_penalty": 1.1, "chat_template_kwargs": {"a": 1}}]
+               "presence_penalty": 1, "frequency_penalty": -1, "repetition_penalty": 1.1, "chat_template_kwargs": {"a": 1}},
+              {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {
+                  "name": "p", "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "^x+$"}}}}}},
+              {"prompt": "x", "guided_regex": "[a-z]{2,4}", "structured_outputs": None, "guided_choice": None},
+              {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required", "parallel_tool_calls": False,
+               "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+                          "properties": {"q": {"enum": [1, 2]}}, "required": ["q"]}}}]}]
     for i, b in enumerate(bodies):
         write("openai_request_fuzz", f"body{i}.json", json.dumps(b))
     # HTTP/1.1 request heads (and what follows them).
