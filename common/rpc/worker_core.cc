@@ -50,6 +50,9 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
   info.set_numerics(core.engine->numerics());
   info.set_prefix_query_tokens(s.kv.prefix_query_tokens);
   info.set_prefix_hit_tokens(s.kv.prefix_hit_tokens);
+  info.set_structured_compiled(s.structured_compiled);
+  info.set_structured_masks_computed(s.structured_masks_computed);
+  info.set_structured_mask_lookups(s.structured_mask_lookups);
   const SpeculativeOptions& spec = core.engine->speculative();
   if (spec.enabled()) {
     info.set_spec_drafts(s.spec_drafts);

@@ -146,6 +146,23 @@ void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
   transfer_pages_.SetTotal(static_cast<double>(info.transfer_pages()));
   transfers_.SetTotal(static_cast<double>(info.transfers_completed()));
   if (info.spec_accepted_by_position_size() > 0) CollectSpeculative(info);
+  if (info.structured_mask_lookups() > 0) CollectStructured(info);
+}
+
+void WorkerMetrics::CollectStructured(const internal::v1::WorkerInfo& info) {
+  // Registered once a constrained request has run here.
+  const auto counter = [&](const char* name, const char* help) -> metrics::Counter& {
+    return registry_->AddCounter(name, help, kLabels).With({model_name_, role_});
+  };
+  counter("pdserve_structured_output_grammars_compiled_total",
+          "Structured-output constraints compiled (the worker's cache of them missed).")
+      .SetTotal(static_cast<double>(info.structured_compiled()));
+  counter("pdserve_structured_output_masks_computed_total",
+          "Token masks computed: a constraint's matcher state met for the first time.")
+      .SetTotal(static_cast<double>(info.structured_masks_computed()));
+  counter("pdserve_structured_output_mask_lookups_total",
+          "Token masks used: one per constrained sampled position (computed or found).")
+      .SetTotal(static_cast<double>(info.structured_mask_lookups()));
 }
 
 void WorkerMetrics::CollectSpeculative(const internal::v1::WorkerInfo& info) {

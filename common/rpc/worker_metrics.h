@@ -41,6 +41,7 @@ class WorkerMetrics {
   void Collect(const internal::v1::WorkerInfo& info);
   // Speculative decoding's counters, once a worker reports them (vLLM's spec_decode names).
   void CollectSpeculative(const internal::v1::WorkerInfo& info);
+  void CollectStructured(const internal::v1::WorkerInfo& info);
 
   std::unique_ptr<metrics::Registry> own_registry_;
   metrics::Registry* registry_;

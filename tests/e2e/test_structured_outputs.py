@@ -175,6 +175,14 @@ class StructuredOutputsTest(unittest.TestCase):
                 self.assertEqual(g["ids"], want["token_ids"], name)
                 self.assertEqual(g["logprobs"], [float(x) for x in want["logprobs"]], name)
             cluster.wait_idle(self, [(p, True) for p in c.prefill] + [(d, False) for d in c.decode])
+            # Both tiers masked (the prefill worker its first tokens), and the masks were reused.
+            for w, prefill in [(c.prefill[0], True), (c.decode[0], False), (c.decode[1], False)]:
+                i = cluster.worker_info(w.grpc, prefill)
+                self.assertGreater(i.structured_mask_lookups, 0)
+                self.assertLessEqual(i.structured_compiled, len(cases()))
+            decode = [cluster.worker_info(d.grpc, False) for d in c.decode]
+            self.assertGreater(sum(i.structured_mask_lookups for i in decode),
+                               sum(i.structured_masks_computed for i in decode))
             return stops, len(jobs)
         finally:
             self.assertEqual(c.stop(), [0, 0, 0, 0])
