@@ -8,6 +8,7 @@
 // without a mask.
 //
 //   build/bench/structured_bench
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "common/structured/test_grammars.h"
 #include "common/structured/token_constraint.h"
 #include "common/structured/token_trie.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace pdserve::structured {
 namespace {
@@ -44,9 +46,29 @@ std::vector<std::string> Vocabulary(size_t n) {
   return v;
 }
 
+// A real vocabulary's token bytes (PDSERVE_BENCH_TOKENIZER: a tokenizer.json, e.g. Qwen 3's from
+// scripts/oracle_setup.sh's packages), or empty.
+const std::vector<std::string>& RealVocabulary() {
+  static const auto* vocab = [] {
+    auto* v = new std::vector<std::string>;
+    const char* path = std::getenv("PDSERVE_BENCH_TOKENIZER");
+    if (path == nullptr) return v;
+    auto tok = Tokenizer::Load(path);
+    if (!tok.ok()) return v;
+    for (int32_t id = 0; id < (*tok)->vocab_size(); ++id) v->push_back((*tok)->TokenBytes(id).value_or(""));
+    return v;
+  }();
+  return *vocab;
+}
+
+// vocab 0: RealVocabulary().
 void BM_TokenMask(benchmark::State& state) {
   const auto grammar = *ParseGrammar(kCompactJson);
-  const TokenTrie trie(Vocabulary(static_cast<size_t>(state.range(0))));
+  if (state.range(0) == 0 && RealVocabulary().empty()) {
+    state.SkipWithError("set PDSERVE_BENCH_TOKENIZER to a tokenizer.json");
+    return;
+  }
+  const TokenTrie trie(state.range(0) == 0 ? RealVocabulary() : Vocabulary(static_cast<size_t>(state.range(0))));
   GrammarMatcher m(grammar);
   // (The grammar is compact: no whitespace between tokens.)
   const char* prefixes[] = {"{\"key\":\"some te", "{\"key\":[1,2", "{\"a\":{\"b\":true}"};
@@ -61,7 +83,7 @@ void BM_TokenMask(benchmark::State& state) {
   state.counters["allowed"] = static_cast<double>(allowed);
 }
 BENCHMARK(BM_TokenMask)
-    ->ArgsProduct({{4096, 151936}, {0, 1, 2}})
+    ->ArgsProduct({{4096, 151936, 0}, {0, 1, 2}})
     ->ArgNames({"vocab", "state"})
     ->Unit(benchmark::kMicrosecond);
 

@@ -80,6 +80,9 @@ void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
                "or Q4_K_M's mix of Q4_K and Q6_K; rows that are not whole blocks fall back to "
                "Q8_0 or stay as they are), f32, f16 or bf16 (every matrix converted on load, a "
                "GGUF file's blocks included)");
+  flags.String("structured-mask-overlap", &structured_mask_overlap,
+               "structured outputs: compute a step's new token masks on a second thread during "
+               "its forward pass: auto (on for --device cuda), true or false");
   flags.String("compute-dtype", &compute_dtype,
                "linear layers in f32, bf16 (bf16 activations x bf16 weights, f32 sums; "
                "batch-invariant too) or auto (bf16 when the weights are bf16 and the CPU has "
@@ -123,6 +126,14 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
     return absl::InvalidArgumentError(Str("--device: '", device, "' is not cpu or cuda"));
   }
   o->backend = device;
+  if (structured_mask_overlap == "auto") {
+    o->overlap_masks = -1;
+  } else if (structured_mask_overlap == "true" || structured_mask_overlap == "false") {
+    o->overlap_masks = structured_mask_overlap == "true" ? 1 : 0;
+  } else {
+    return absl::InvalidArgumentError(Str("--structured-mask-overlap: '", structured_mask_overlap,
+                                          "' is not auto, true or false"));
+  }
   if (kv_cache_gib == 0 && device == "cpu") o->kv_cache_gib = 4.0;
   if (o->compute_dtype == ComputeDType::kBF16 && o->prefill_gemm == PrefillGemm::kOpenBlas) {
     return absl::InvalidArgumentError(

@@ -48,6 +48,7 @@ struct EngineFlags {
   int64_t spec_suffix_depth = 24;
   double spec_suffix_min_prob = 0.1;
   bool spec_step_budget = true;
+  std::string structured_mask_overlap = "auto";
 
   // `speculative`: also the speculative decoding flags (not for prefill workers).
   void Register(FlagSet& flags, bool speculative = true);

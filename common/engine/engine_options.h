@@ -46,6 +46,11 @@ struct EngineOptions {
   // Structured outputs need each token's bytes: the tokenizer (a directory or tokenizer.json, or
   // a GGUF file), loaded at the first constrained request. Empty: the model's.
   std::string tokenizer;
+  // Structured outputs: compute the masks a step will need on a second thread while its forward
+  // pass runs (those not computed before). Worth it where the forward pass leaves a core idle
+  // (a GPU's); on a CPU whose cores all compute the forward pass it only contends. -1: on for
+  // backend cuda, off for cpu; 0 off; 1 on.
+  int overlap_masks = -1;
   PrefillGemm prefill_gemm = PrefillGemm::kInvariant;
   ComputeDType compute_dtype = ComputeDType::kAuto;  // Resolved in LLMEngine::Create.
   bool weight_huge_pages = true;  // ModelRunnerOptions::weight_huge_pages.

@@ -1008,6 +1008,14 @@ TEST(EngineTest, ConstrainedOutputsStayInTheirLanguageUnderEveryInvariance) {
   EXPECT_GT(stats.structured_mask_lookups, 2 * stats.structured_masks_computed);  // Masks reused.
   const auto spec = RunEngine(dir, SpeculativeOptionsForTest(), requests, arrivals);
   for (const Request& r : requests) ExpectBitwiseEqual(spec.at(r.id), alone.at(r.id), "speculative " + r.id);
+  // Masks computed on a second thread during the forward passes (as a GPU backend does): the same.
+  o.overlap_masks = 1;
+  EngineStats overlapped;
+  const auto overlap = RunEngine(dir, o, requests, arrivals, &overlapped);
+  for (const Request& r : requests) ExpectBitwiseEqual(overlap.at(r.id), alone.at(r.id), "overlapped " + r.id);
+  EXPECT_GT(overlapped.structured_masks_overlapped, 0);
+  EXPECT_EQ(overlapped.structured_mask_lookups, stats.structured_mask_lookups);  // Not counted twice.
+  EXPECT_EQ(stats.structured_masks_overlapped, 0);  // Off on the cpu backend by default.
 
   // Resumed after 3 tokens elsewhere: the matcher replays them and the rest is the same.
   const Request& r0 = requests[0];

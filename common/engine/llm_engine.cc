@@ -1,6 +1,7 @@
 #include "common/engine/llm_engine.h"
 
 #include <algorithm>
+#include <future>
 #include <random>
 
 #include "common/base/file_util.h"
@@ -224,6 +225,11 @@ std::unique_ptr<Sequence> LLMEngine::NewSequence(const std::string& request_id,
   seq->block_hashes.reserve(static_cast<size_t>((most + blocks_->block_size() - 1) / blocks_->block_size()));
   seq->arrival = Clock::now();
   return seq;
+}
+
+bool LLMEngine::OverlapMasks() const {
+  if (constraints_ == nullptr) return false;
+  return options_.overlap_masks < 0 ? options_.backend == "cuda" : options_.overlap_masks > 0;
 }
 
 absl::Status LLMEngine::EnsureConstraintCache() {
@@ -555,7 +561,24 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   }
   const Clock::time_point forward_start = Clock::now();
   stats_.schedule_seconds += Seconds(forward_start - step_start);
-  PD_RETURN_IF_ERROR(runner_->Forward(batch_, logits_.data()));
+  // Masks not computed before: on a second thread while the forward pass runs (nothing of the
+  // constraints is touched by this thread until it is joined).
+  std::future<void> masks;
+  if (OverlapMasks()) {
+    cold_masks_.clear();
+    for (Sequence* seq : sampled_) {
+      if (seq->constraint != nullptr && !seq->constraint->MaskReady()) cold_masks_.push_back(seq);
+    }
+    if (!cold_masks_.empty()) {
+      stats_.structured_masks_overlapped += static_cast<int64_t>(cold_masks_.size());
+      masks = std::async(std::launch::async, [this] {
+        for (Sequence* seq : cold_masks_) seq->constraint->PrepareMask();
+      });
+    }
+  }
+  const absl::Status forward = runner_->Forward(batch_, logits_.data());
+  if (masks.valid()) masks.wait();
+  PD_RETURN_IF_ERROR(forward);
   const Clock::time_point forward_end = Clock::now();
   stats_.forward_seconds += Seconds(forward_end - forward_start);
   if (decode_only && options_.speculative.enabled()) {

@@ -90,6 +90,7 @@ struct EngineStats {
   // Structured outputs: constraints compiled (cache misses), and token masks computed against
   // looked up (a lookup that finds the mask of its matcher state computed before is a hit).
   int64_t structured_compiled = 0, structured_masks_computed = 0, structured_mask_lookups = 0;
+  int64_t structured_masks_overlapped = 0;  // Of those computed, during a forward pass.
   // Where the steps' time went (cumulative), each part timed on its own: the whole of Step; the
   // model's forward pass; sampling + output records; and the scheduler's own work before the
   // forward pass (choosing the batch, reserving blocks, building the batch) and after it
@@ -217,6 +218,8 @@ class LLMEngine {
   absl::Status StartConstraint(Sequence* seq, const char* what);
   // Loads the tokenizer's token bytes at the first constrained request.
   absl::Status EnsureConstraintCache();
+  // EngineOptions::overlap_masks resolved for this engine (and a constrained request seen).
+  bool OverlapMasks() const;
   std::unique_ptr<Sequence> NewSequence(const std::string& request_id, std::vector<int32_t> prompt,
                                         const SamplingParams& params);
 
@@ -245,6 +248,7 @@ class LLMEngine {
   ForwardBatch batch_;
   std::vector<float> logits_;
   std::vector<Sequence*> sampled_;
+  std::vector<Sequence*> cold_masks_;  // Constrained rows whose mask the step must compute.
   // Suffix decoding: the outputs of this engine's recent requests, and a draft buffer.
   std::unique_ptr<SuffixTrie> recent_outputs_;
   std::vector<int32_t> suffix_scratch_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/node_hash_map.h"
 #include "common/base/strings.h"
 
 namespace pdserve::structured {
@@ -10,7 +11,7 @@ namespace pdserve::structured {
 struct CompiledConstraint {
   std::shared_ptr<const Grammar> grammar;
   GrammarMatcher prototype;  // Its tables are shared by every request's copy.
-  absl::flat_hash_map<int32_t, TokenMask> masks;  // By matcher state.
+  absl::node_hash_map<int32_t, TokenMask> masks;  // By matcher state (stable references).
   explicit CompiledConstraint(std::shared_ptr<const Grammar> g) : grammar(g), prototype(g) {}
 };
 
@@ -25,6 +26,10 @@ bool TokenConstraint::Accept(int32_t token) {
 }
 
 const TokenMask& TokenConstraint::Mask() { return cache_->MaskFor(compiled_.get(), matcher_); }
+
+bool TokenConstraint::MaskReady() const { return compiled_->masks.contains(matcher_.state()); }
+
+void TokenConstraint::PrepareMask() { cache_->MaskFor(compiled_.get(), matcher_, /*lookup=*/false); }
 
 size_t TokenConstraint::AllowedPrefix(const std::vector<int32_t>& tokens) const {
   int32_t state = matcher_.state();
@@ -81,8 +86,8 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> ConstraintCache::Start(const Ou
   return std::make_unique<TokenConstraint>(this, std::move(compiled));
 }
 
-const TokenMask& ConstraintCache::MaskFor(CompiledConstraint* c, const GrammarMatcher& m) {
-  ++mask_lookups_;
+const TokenMask& ConstraintCache::MaskFor(CompiledConstraint* c, const GrammarMatcher& m, bool lookup) {
+  mask_lookups_ += lookup ? 1 : 0;
   auto it = c->masks.find(m.state());
   if (it != c->masks.end()) return it->second;
   const int64_t words = (vocab_size_ + 63) / 64;

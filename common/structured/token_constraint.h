@@ -43,8 +43,13 @@ class TokenConstraint {
   // End-of-sequence tokens are the caller's (see Mask).
   bool Accept(int32_t token);
   // The tokens allowed next, end-of-sequence ones where the output may end here. Valid until the
-  // next Accept of any request of this cache.
+  // cache's masks are flushed (a Mask of any of its requests that passes the memory bound).
   const TokenMask& Mask();
+  // The mask of this state is computed (Mask costs a lookup).
+  bool MaskReady() const;
+  // Computes this state's mask now (another thread's, while the owner waits), not counted as a
+  // lookup.
+  void PrepareMask();
   bool CanEnd() const { return matcher_.CanEnd(); }
   // Tokens that `Accept` in order: the longest prefix of `tokens` this constraint allows
   // (speculative drafts), without advancing.
@@ -77,7 +82,7 @@ class ConstraintCache {
  private:
   friend class TokenConstraint;
   const std::string& bytes(int32_t token) const;
-  const TokenMask& MaskFor(CompiledConstraint* c, const GrammarMatcher& m);
+  const TokenMask& MaskFor(CompiledConstraint* c, const GrammarMatcher& m, bool lookup = true);
 
   std::vector<std::string> token_bytes_;
   TokenTrie trie_;
