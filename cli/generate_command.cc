@@ -58,7 +58,7 @@ struct GenerateFlags {
   std::string stop_token_ids;
   std::string stop;
   // Structured outputs (at most one); text, or @FILE for the file's.
-  std::string json_schema, regex, choice, grammar;
+  std::string json_schema, regex, choice, grammar, json_whitespace;
   bool json_object = false;
   bool add_special_tokens = true;
   std::string format = "text";
@@ -98,7 +98,13 @@ absl::StatusOr<std::shared_ptr<const structured::OutputConstraint>> ToConstraint
       PD_ASSIGN_OR_RETURN(c->value, ReadFileToString(text->substr(1)));
     }
   }
-  if (given == 0) return nullptr;
+  if (given == 0) {
+    if (!f.json_whitespace.empty()) {
+      return absl::InvalidArgumentError("--json-whitespace: goes with --json-schema or --json-object");
+    }
+    return nullptr;
+  }
+  c->whitespace = f.json_whitespace;
   if (given > 1) {
     return absl::InvalidArgumentError(
         "give at most one of --json-schema, --json-object, --regex, --choice, --grammar");
@@ -418,6 +424,9 @@ int GenerateCommand(int argc, char** argv) {
   flags.Bool("add-special-tokens", &f.add_special_tokens, "add BOS etc. when encoding --prompt");
   flags.String("json-schema", &f.json_schema, "constrain the output to this JSON Schema (text or @FILE)");
   flags.Bool("json-object", &f.json_object, "constrain the output to a JSON object");
+  flags.String("json-whitespace", &f.json_whitespace,
+               "with --json-schema/--json-object: whitespace allowed between JSON tokens, a regex "
+               "(default none: compact)");
   flags.String("regex", &f.regex, "constrain the output to this regex (Python syntax; text or @FILE)");
   flags.String("choice", &f.choice, "constrain the output to one of a JSON array of strings");
   flags.String("grammar", &f.grammar, "constrain the output to this grammar (pdserve EBNF; text or @FILE)");

@@ -87,8 +87,6 @@ bool IsEmpty(const Json& v) { return v.is_null() || (v.is_structured() && v.empt
 // Structured outputs are parsed in structured_request.cc; guided_decoding_backend is dropped
 // (there is one backend: the output's language is the same whichever a client names).
 const Unsupported kUnsupported[] = {
-    {"guided_whitespace_pattern", IsNull,
-     "is not supported (JSON output is compact, as OpenAI's strict mode writes it)"},
     {"logit_bias", IsEmpty, "is not supported"},
     {"suffix", IsNull, "is not supported"},
     {"min_tokens", IsZero, "is not supported"},
@@ -238,7 +236,7 @@ bool KnownField(std::string_view key) {
       "continue_final_message", "chat_template_kwargs", "tools", "tool_choice",
       "parallel_tool_calls", "response_format", "return_token_strs", "tokens",
       "num_speculative_tokens", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-      "structured_outputs"};
+      "structured_outputs", "guided_whitespace_pattern"};
   if (known->contains(key)) return true;
   for (const Unsupported& u : kUnsupported) {
     if (key == u.key) return true;

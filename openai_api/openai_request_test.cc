@@ -278,6 +278,9 @@ TEST_F(OpenAiRequestTest, StructuredOutputsBecomeConstraints) {
   EXPECT_EQ(constraint(R"("response_format": {"type": "text"})").kind_case(), v1::Constraint::KIND_NOT_SET);
   EXPECT_EQ(Completion(R"({"prompt": "x", "guided_regex": "\\d+"})"), kOk);
   EXPECT_EQ(Completion(R"({"prompt": "x", "guided_decoding_backend": "xgrammar"})"), kOk);
+  const v1::Constraint spaced = constraint(R"("guided_json": {"type": "object"}, "guided_whitespace_pattern": "[ ]?")");
+  EXPECT_EQ(spaced.json_whitespace(), "[ ]?");
+  EXPECT_EQ(spaced.json_schema(), R"({"type":"object"})");
 
   const std::vector<std::pair<std::string, std::string>> bad = {
       {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})", "response_format.json_schema.schema"},
@@ -292,6 +295,9 @@ TEST_F(OpenAiRequestTest, StructuredOutputsBecomeConstraints) {
       {R"("structured_outputs": 3)", "structured_outputs"},
       {R"("guided_regex": "a", "guided_choice": ["a"])", "guided_choice"},
       {R"("response_format": {"type": "json_object"}, "guided_regex": "a")", "guided_regex"},
+      {R"("guided_regex": "a", "guided_whitespace_pattern": " ")", "guided_whitespace_pattern"},
+      {R"("guided_json": {}, "guided_whitespace_pattern": "(")", "guided_whitespace_pattern"},
+      {R"("guided_json": {}, "guided_whitespace_pattern": 3)", "guided_whitespace_pattern"},
   };
   for (const auto& [field, param] : bad) {
     EXPECT_EQ(Chat(chat + field + "}"), (std::pair<int, std::string>{400, param})) << field;

@@ -131,6 +131,18 @@ bool ParseStructuredOutputs(const Json& j, v1::SamplingParams* s, ApiError* e) {
   if (found > 1) {
     return Fail(e, "response_format", "give one structured output (response_format, guided_*, structured_outputs) at a time");
   }
+  // vLLM's guided_whitespace_pattern: the whitespace JSON output may have between its tokens.
+  if (j.contains("guided_whitespace_pattern") && !j["guided_whitespace_pattern"].is_null()) {
+    if (!j["guided_whitespace_pattern"].is_string()) {
+      return Fail(e, "guided_whitespace_pattern", "'guided_whitespace_pattern' must be a string (a regex)");
+    }
+    if (!c.has_json_schema() && !c.has_json_object()) {
+      return Fail(e, "guided_whitespace_pattern",
+                  "'guided_whitespace_pattern' applies to JSON outputs (response_format, guided_json)");
+    }
+    c.set_json_whitespace(j["guided_whitespace_pattern"].get<std::string>());
+    if (!Check(c, "guided_whitespace_pattern", e)) return false;
+  }
   if (found == 1) *s->mutable_constraint() = std::move(c);
   return true;
 }
@@ -165,7 +177,9 @@ bool ForcedToolCallConstraint(const Json& tools, const Json& tool_choice, bool p
     return Fail(e, "tool_choice", Str("'tool_choice' names the function '", wanted, "', which is not in 'tools'"));
   }
   const Json schema = calls.size() == 1 ? calls[0] : Json{{"anyOf", std::move(calls)}};
-  auto grammar = structured::JsonSchemaToGrammar(schema.dump(), parallel && wanted.empty() ? ";" : "");
+  structured::JsonGrammarOptions options;
+  if (parallel && wanted.empty()) options.separator = ";";
+  auto grammar = structured::JsonSchemaToGrammar(schema.dump(), options);
   if (!grammar.ok()) {
     return Fail(e, "tools", Str("'tools': a function's parameters cannot be enforced: ", grammar.status().message()));
   }

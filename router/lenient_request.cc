@@ -40,7 +40,8 @@ absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(const std::string& byte
   const auto& c = lenient.sampling().constraint();
   for (const auto& [text, field] : {std::pair{&c.json_schema(), "sampling.constraint.json_schema"},
                                     std::pair{&c.regex(), "sampling.constraint.regex"},
-                                    std::pair{&c.grammar(), "sampling.constraint.grammar"}}) {
+                                    std::pair{&c.grammar(), "sampling.constraint.grammar"},
+                                    std::pair{&c.json_whitespace(), "sampling.constraint.json_whitespace"}}) {
     if (absl::Status s = CheckUtf8(*text, field); !s.ok()) return s;
   }
   for (const std::string& choice : c.choice().choices()) {

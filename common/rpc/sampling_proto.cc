@@ -52,6 +52,7 @@ std::shared_ptr<const structured::OutputConstraint> FromProto(const v1::Constrai
     default:
       return nullptr;
   }
+  out->whitespace = c.json_whitespace();
   return out;
 }
 
@@ -66,6 +67,7 @@ void ToProto(const structured::OutputConstraint& c, v1::Constraint* out) {
       break;
     case Kind::kGrammar: out->set_grammar(c.value); break;
   }
+  if (!c.whitespace.empty()) out->set_json_whitespace(c.whitespace);
 }
 
 }  // namespace pdserve

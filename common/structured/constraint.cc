@@ -20,17 +20,24 @@ const char* OutputConstraint::field() const {
 }
 
 std::string OutputConstraint::Key() const {
-  std::string key = Str(static_cast<int>(kind), ":", value.size(), ":", value);
+  std::string key = Str(static_cast<int>(kind), ":", whitespace.size(), ":", whitespace, ":",
+                        value.size(), ":", value);
   for (const std::string& c : choices) key += Str(":", c.size(), ":", c);
   return key;
 }
 
 absl::StatusOr<std::string> ConstraintGrammarText(const OutputConstraint& c) {
+  const bool json = c.kind == OutputConstraint::Kind::kJsonSchema || c.kind == OutputConstraint::Kind::kJsonObject;
+  if (!json && !c.whitespace.empty()) {
+    return absl::InvalidArgumentError("json_whitespace: applies to json_schema and json_object only");
+  }
+  JsonGrammarOptions options;
+  options.whitespace = c.whitespace;
   switch (c.kind) {
     case OutputConstraint::Kind::kJsonSchema:
-      return JsonSchemaToGrammar(c.value);
+      return JsonSchemaToGrammar(c.value, options);
     case OutputConstraint::Kind::kJsonObject:
-      return JsonObjectGrammar();
+      return JsonObjectGrammar(options);
     case OutputConstraint::Kind::kRegex: {
       PD_ASSIGN_OR_RETURN(std::string expr, RegexToGrammar(c.value));
       return Str("root ::= ", expr, "\n");

@@ -19,13 +19,15 @@ struct OutputConstraint {
   Kind kind = Kind::kJsonObject;
   std::string value;                 // The schema (JSON text), the regex or the grammar text.
   std::vector<std::string> choices;  // kChoice: the output is exactly one of these.
+  // kJsonSchema, kJsonObject: whitespace allowed between JSON's tokens, a regex (empty: none).
+  std::string whitespace;
 
   // The API field it came from, for messages ("json_schema", "regex", ...).
   const char* field() const;
   // Equal constraints have equal keys (the compiled grammars' cache).
   std::string Key() const;
   bool operator==(const OutputConstraint& o) const {
-    return kind == o.kind && value == o.value && choices == o.choices;
+    return kind == o.kind && value == o.value && choices == o.choices && whitespace == o.whitespace;
   }
 };
 

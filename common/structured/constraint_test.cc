@@ -174,6 +174,36 @@ TEST(JsonSchemaTest, RefusesWhatItCannotEnforceNamingTheKeywordAndWhere) {
   }
 }
 
+// Whitespace asked for (vLLM's guided_whitespace_pattern): where JSON allows it and nowhere else.
+TEST(JsonSchemaTest, WhitespaceWhereAskedForBetweenTokensOnly) {
+  const std::string schema =
+      R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}},"b":{"type":"string"}},"required":["a"]})";
+  OutputConstraint c{Kind::kJsonSchema, schema, {}};
+  c.whitespace = "[ \\n]{0,2}";
+  auto g = CompileConstraint(c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const char* s : {R"({"a":[1,2]})", "{ \"a\" : [ 1 , 2 ] }", "{\n \"a\": [],\n \"b\": \"x y\"\n}"}) {
+    EXPECT_TRUE(Matches(*g, s)) << s;
+  }
+  for (const char* s : {"{   \"a\":[]}", "{\"a\":[1 2]}", " {\"a\":[]}", "{\"a\":[1\t]}", "{\"a\":[- 1]}"}) {
+    EXPECT_FALSE(Matches(*g, s)) << s;  // Three spaces, none between tokens, a tab, inside a number.
+  }
+  OutputConstraint obj{Kind::kJsonObject, "", {}};
+  obj.whitespace = " ?";
+  auto o = CompileConstraint(obj);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(Matches(*o, R"({ "k": [ 1, { } ] })"));
+  EXPECT_NE(c.Key(), OutputConstraint({Kind::kJsonSchema, schema, {}}).Key());
+  // Refused: a bad regex, whitespace for a constraint that is not JSON.
+  OutputConstraint bad = c;
+  bad.whitespace = "(";
+  EXPECT_NE(std::string(CompileConstraint(bad).status().message()).find("json_whitespace: regex"), std::string::npos);
+  OutputConstraint regex{Kind::kRegex, "a", {}};
+  regex.whitespace = " ";
+  EXPECT_NE(std::string(CompileConstraint(regex).status().message()).find("json_whitespace: applies to"),
+            std::string::npos);
+}
+
 TEST(ConstraintTest, ChoiceAndJsonObject) {
   const auto g = Compile(Kind::kChoice, "", {"yes", "no", "n/a \"x\""});
   ASSERT_NE(g, nullptr);

@@ -20,9 +20,10 @@ using Json = nlohmann::ordered_json;  // Properties keep the schema's order.
 
 constexpr int kMaxDepth = 128;
 
+// The rules every JSON grammar here uses; each @ is where whitespace may go (BaseRules).
 const char kBaseRules[] = R"(json-value ::= json-object | json-array | json-string | json-number | "true" | "false" | "null"
-json-object ::= "{" (json-string ":" json-value ("," json-string ":" json-value)*)? "}"
-json-array ::= "[" (json-value ("," json-value)*)? "]"
+json-object ::= "{"@ (json-string@ ":"@ json-value (@ ","@ json-string@ ":"@ json-value)*)?@ "}"
+json-array ::= "["@ (json-value (@ ","@ json-value)*)?@ "]"
 json-string ::= "\"" json-char* "\""
 json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
 json-int ::= "-"? ("0" | [1-9] [0-9]{0,15})
@@ -48,21 +49,45 @@ const absl::flat_hash_set<std::string>& Supported() {
   return *set;
 }
 
+// kBaseRules with its @ as ` ws` (whitespace allowed) or nothing (compact), and the ws rule.
+absl::StatusOr<std::string> BaseRules(const std::string& whitespace) {
+  std::string out;
+  for (const char c : std::string_view(kBaseRules)) {
+    if (c == '@') {
+      if (!whitespace.empty()) out += " ws";
+    } else {
+      out += c;
+    }
+  }
+  if (!whitespace.empty()) {
+    auto ws = RegexToGrammar(whitespace);
+    if (!ws.ok()) return absl::InvalidArgumentError(Str("json_whitespace: ", ws.status().message()));
+    out += Str("ws ::= ", *ws, "\n");
+  }
+  return out;
+}
+
 std::string JsonText(const Json& v) {
   return v.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::strict);
 }
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const Json& root) : root_(root) {}
+  SchemaCompiler(const Json& root, const JsonGrammarOptions& options)
+      : root_(root), options_(options), w_(options.whitespace.empty() ? "" : " ws ") {
+    comma_ = Str(w_, "\",\"", w_);
+    colon_ = Str(w_, "\":\"", w_);
+  }
 
-  absl::StatusOr<std::string> Compile(std::string_view separator) {
+  absl::StatusOr<std::string> Compile() {
     PD_ASSIGN_OR_RETURN(std::string expr, Visit(root_, "", 0));
-    std::string out = separator.empty()
+    PD_ASSIGN_OR_RETURN(std::string base, BaseRules(options_.whitespace));
+    const std::string& sep = options_.separator;
+    std::string out = sep.empty()
                           ? Str("root ::= ", expr, "\n")
-                          : Str("root ::= item (", GrammarLiteral(separator), " item)*\nitem ::= ", expr, "\n");
+                          : Str("root ::= item (", GrammarLiteral(sep), " item)*\nitem ::= ", expr, "\n");
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kBaseRules;
+    return out + base;
   }
 
  private:
@@ -261,22 +286,22 @@ class SchemaCompiler {
     std::string tail;
     if (!item.empty() && (max < 0 || max > k)) {
       const int64_t lo = std::max<int64_t>(0, min - k);
-      tail = Str("(\",\" ", item, "){", lo, ",", max >= 0 ? Str(max - k) : "", "}");
+      tail = Str("(", comma_, " ", item, "){", lo, ",", max >= 0 ? Str(max - k) : "", "}");
     }
     if (prefix.empty()) {
-      if (item.empty() || max == 0) return std::string("(\"[\" \"]\")");
-      const std::string rest = Str("(\",\" ", item, "){", std::max<int64_t>(0, min - 1), ",",
+      if (item.empty() || max == 0) return Str("(\"[\" ", w_, " \"]\")");
+      const std::string rest = Str("(", comma_, " ", item, "){", std::max<int64_t>(0, min - 1), ",",
                                    max >= 0 ? Str(max - 1) : "", "}");
-      if (min == 0) return Str("(\"[\" (", item, " ", rest, ")? \"]\")");
-      return Str("(\"[\" ", item, " ", rest, " \"]\")");
+      if (min == 0) return Str("(\"[\" ", w_, " (", item, " ", rest, ")? ", w_, " \"]\")");
+      return Str("(\"[\" ", w_, " ", item, " ", rest, " ", w_, " \"]\")");
     }
     // p0 ("," p1 ("," p2 ... tail)?)?: element j may end the array when j >= minItems.
     std::string inner = tail.empty() ? "\"\"" : tail;
     for (int64_t j = static_cast<int64_t>(prefix.size()) - 1; j >= 0; --j) {
-      std::string seq = Str(j == 0 ? "" : "\",\" ", prefix[static_cast<size_t>(j)], " ", inner);
+      std::string seq = Str(j == 0 ? "" : comma_, " ", prefix[static_cast<size_t>(j)], " ", inner);
       inner = j >= min ? Str("(", seq, ")?") : Str("(", seq, ")");
     }
-    return Str("(\"[\" ", inner, " \"]\")");
+    return Str("(\"[\" ", w_, " ", inner, " ", w_, " \"]\")");
   }
 
   absl::StatusOr<std::string> Object(const Json& s, const std::string& path, int depth) {
@@ -301,7 +326,8 @@ class SchemaCompiler {
       for (const auto& [key, schema] : p.items()) {
         PD_ASSIGN_OR_RETURN(std::string value,
                             Visit(schema, Str(path, "/properties/", key), depth + 1));
-        props.push_back({GrammarLiteral(JsonText(Json(key)) + ":"), std::move(value), required.contains(key)});
+        props.push_back({Str(GrammarLiteral(JsonText(Json(key))), " ", colon_), std::move(value),
+                         required.contains(key)});
       }
     }
     for (const std::string& name : required) {
@@ -314,25 +340,25 @@ class SchemaCompiler {
       const Json& a = s["additionalProperties"];
       if (!(a.is_boolean() && !a.get<bool>())) {
         PD_ASSIGN_OR_RETURN(std::string value, Visit(a, path + "/additionalProperties", depth + 1));
-        extra = Str("json-string \":\" ", value);
+        extra = Str("json-string ", colon_, " ", value);
       }
     } else if (!s.contains("properties")) {
-      extra = "json-string \":\" json-value";
+      extra = Str("json-string ", colon_, " json-value");
     }
     // first_i: the pairs from property i on when none came before; rest_i: after one did.
-    std::string first = extra.empty() ? "\"\"" : Str("(", extra, " (\",\" ", extra, ")*)?");
-    std::string rest = extra.empty() ? "\"\"" : Str("(\",\" ", extra, ")*");
+    std::string first = extra.empty() ? "\"\"" : Str("(", extra, " (", comma_, " ", extra, ")*)?");
+    std::string rest = extra.empty() ? "\"\"" : Str("(", comma_, " ", extra, ")*");
     for (int64_t i = static_cast<int64_t>(props.size()) - 1; i >= 0; --i) {
       const Property& p = props[static_cast<size_t>(i)];
       const std::string pair = Str(p.key_literal, " ", p.value);
       const std::string next_rest = rest;
       const std::string next_first = first;
-      rest = NewRule(p.required ? Str("\",\" ", pair, " ", next_rest)
-                                : Str("(\",\" ", pair, ")? ", next_rest));
+      rest = NewRule(p.required ? Str(comma_, " ", pair, " ", next_rest)
+                                : Str("(", comma_, " ", pair, ")? ", next_rest));
       first = NewRule(p.required ? Str(pair, " ", next_rest)
                                  : Str(pair, " ", next_rest, " | ", next_first));
     }
-    return Str("(\"{\" ", first, " \"}\")");
+    return Str("(\"{\" ", w_, " ", first, " ", w_, " \"}\")");
   }
 
   absl::StatusOr<std::string> Ref(const Json& ref, const std::string& path, int depth) {
@@ -371,21 +397,25 @@ class SchemaCompiler {
   }
 
   const Json& root_;
+  const JsonGrammarOptions& options_;
+  const std::string w_;  // Where whitespace may go: " ws " or nothing.
+  std::string comma_, colon_;
   std::vector<std::pair<std::string, std::string>> rules_;
   absl::flat_hash_map<std::string, std::string> refs_;
 };
 
 }  // namespace
 
-std::string JsonBaseRules() { return kBaseRules; }
-
-std::string JsonObjectGrammar() { return std::string("root ::= json-object\n") + kBaseRules; }
+absl::StatusOr<std::string> JsonObjectGrammar(const JsonGrammarOptions& options) {
+  PD_ASSIGN_OR_RETURN(std::string base, BaseRules(options.whitespace));
+  return "root ::= json-object\n" + base;
+}
 
 absl::StatusOr<std::string> JsonSchemaToGrammar(std::string_view schema_json,
-                                                std::string_view separator) {
+                                                const JsonGrammarOptions& options) {
   Json schema = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return absl::InvalidArgumentError("json_schema: not valid JSON");
-  return SchemaCompiler(schema).Compile(separator);
+  return SchemaCompiler(schema, options).Compile();
 }
 
 }  // namespace pdserve::structured

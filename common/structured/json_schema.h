@@ -1,8 +1,8 @@
 // JSON Schema as a grammar (grammar_parser.h's syntax) of the JSON texts that validate: what a
 // `json_schema` constraint (OpenAI's response_format, vLLM's guided_json) compiles to.
 //
-// Output is compact, as OpenAI's strict mode writes it: no whitespace between tokens, object
-// properties in the schema's order. Supported keywords: type (a name or a list), properties,
+// Output is compact, as OpenAI's strict mode writes it, unless JsonGrammarOptions::whitespace
+// allows some between tokens; object properties come in the schema's order. Supported keywords: type (a name or a list), properties,
 // required, additionalProperties (false or a schema; unspecified: false where `properties` is
 // given, as strict mode requires, else any property), enum, const, items, prefixItems,
 // minItems, maxItems, anyOf, oneOf (as anyOf: the grammar cannot count matches), allOf of one
@@ -21,16 +21,22 @@
 
 namespace pdserve::structured {
 
-// The grammar's text (its root rule `root`) for the schema `schema_json` (a JSON text). With a
-// `separator`: one or more such texts separated by it (forced tool calls in llama3_json's form).
+struct JsonGrammarOptions {
+  // Whitespace allowed between JSON's tokens (after { [ , : and before } ] , :), as a regex
+  // (regex_grammar.h), e.g. "[ \\n]{0,2}" or "\\s*"; empty: none, compact as OpenAI's strict
+  // mode writes JSON. Whatever it matches goes into the output: it should match only JSON
+  // whitespace.
+  std::string whitespace;
+  // One or more values separated by this (forced tool calls in llama3_json's form); empty: one.
+  std::string separator;
+};
+
+// The grammar's text (its root rule `root`) for the schema `schema_json` (a JSON text).
 absl::StatusOr<std::string> JsonSchemaToGrammar(std::string_view schema_json,
-                                                std::string_view separator = "");
+                                                const JsonGrammarOptions& options = {});
 
-// The grammar of any JSON object (`json_object`, OpenAI's JSON mode), compact like the above.
-std::string JsonObjectGrammar();
-
-// Text of the rules every JSON grammar above uses (json-value, json-string, ...).
-std::string JsonBaseRules();
+// The grammar of any JSON object (`json_object`, OpenAI's JSON mode).
+absl::StatusOr<std::string> JsonObjectGrammar(const JsonGrammarOptions& options = {});
 
 }  // namespace pdserve::structured
 

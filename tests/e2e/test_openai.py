@@ -302,7 +302,14 @@ class OpenAiTest(unittest.TestCase):
             self.assertEqual("".join(e["choices"][0]["delta"].get("content", "") for e in events),
                              plain["choices"][0]["message"]["content"])
             self.assertEqual(events[-1]["choices"][0]["finish_reason"], "length")
-        for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}, "sometimes", 3):
+        # Forcing a call is served (constrained to a call: tests/e2e/test_structured_outputs.py);
+        # a choice nobody has is refused.
+        for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+            status, got, _ = post(self.s, "/v1/chat/completions", {**chat, "tools": tools, "tool_choice": choice,
+                                                                   "max_tokens": 40})
+            self.assertEqual(status, 200, got)
+            self.assertIn(got["choices"][0]["finish_reason"], ("tool_calls", "length"), got)
+        for choice in ("sometimes", 3, {"type": "function", "function": {"name": "nope"}}):
             status, got, _ = post(self.s, "/v1/chat/completions", {**chat, "tools": tools, "tool_choice": choice})
             self.assertEqual((status, got["error"]["param"]), (400, "tool_choice"), got)
 
@@ -476,9 +483,11 @@ class OpenAiTest(unittest.TestCase):
         for body, param in (({"prompt": [4294967396], "max_tokens": 1}, "prompt"),
                             ({"prompt": "a", "stop_token_ids": [4294967296]}, "stop_token_ids"),
                             ({"prompt": "a", "top_k": 18446744073709551615}, "top_k"),
-                            ({"prompt": "a", "response_format": {"type": "json_object"}}, "response_format"),
+                            ({"prompt": "a", "response_format": {"type": "json_schema"}},
+                             "response_format.json_schema.schema"),
                             ({"prompt": "a", "response_format": 5}, "response_format"),
-                            ({"prompt": "a", "guided_json": {}}, "guided_json")):
+                            ({"prompt": "a", "guided_json": {"type": "integer", "minimum": 1}}, "guided_json"),
+                            ({"prompt": "a", "guided_regex": "(a"}, "guided_regex")):
             status, got, _ = post(self.s, "/v1/completions", body)
             self.assertEqual((status, got["error"]["param"]), (400, param), body)
         for body, param in (({"messages": [{"role": "user", "content": "Hi"}], "echo": True}, "echo"),

@@ -87,9 +87,14 @@ def arith_ok(text):
     return True
 
 
+WHITESPACE = "[ \\n]{0,2}"  # json_schema_ws: the flat schema with whitespace allowed between tokens.
+
+
 def constraint_of(kind, value):
     if kind == "json_schema":
         return pb.Constraint(json_schema=json.dumps(value))
+    if kind == "json_schema_ws":
+        return pb.Constraint(json_schema=json.dumps(value), json_whitespace=WHITESPACE)
     if kind == "regex":
         return pb.Constraint(regex=value)
     if kind == "choice":
@@ -100,7 +105,7 @@ def constraint_of(kind, value):
 
 
 def check(test, kind, value, text, what):
-    if kind == "json_schema":
+    if kind in ("json_schema", "json_schema_ws"):
         jsonschema.validate(json.loads(text), value)
     elif kind == "json_object":
         test.assertIsInstance(json.loads(text), dict, what)
@@ -115,7 +120,8 @@ def check(test, kind, value, text, what):
 def cases():
     out = [("json_schema", s, name) for name, s in SCHEMAS.items()]
     out += [("regex", r, r) for r in REGEXES]
-    out += [("choice", CHOICES, "choice"), ("grammar", ARITH, "arith"), ("json_object", None, "json_object")]
+    out += [("choice", CHOICES, "choice"), ("grammar", ARITH, "arith"), ("json_object", None, "json_object"),
+            ("json_schema_ws", SCHEMAS["flat"], "flat_ws")]
     return out
 
 
@@ -140,6 +146,7 @@ def collect(stub, req, on_token=None):
 
 def local(model, prompt_ids, kind, value, seed, max_tokens=96):
     flag = {"json_schema": ["--json-schema", json.dumps(value)], "regex": ["--regex", value],
+            "json_schema_ws": ["--json-schema", json.dumps(value), "--json-whitespace", WHITESPACE],
             "choice": ["--choice", json.dumps(value)], "grammar": ["--grammar", value or ""],
             "json_object": ["--json-object"]}[kind]
     out = subprocess.run([PDSERVE, "generate", "--model", model, "--prompt-ids", ",".join(map(str, prompt_ids)),
@@ -196,15 +203,15 @@ class StructuredOutputsTest(unittest.TestCase):
         print(f"demo model: {stops}/{total} finished with stop, all valid", file=sys.stderr)
 
     def test_killed_decode_worker_resumes_constrained_streams(self):
-        # Long constrained outputs (an array of exactly 40 small numbers) on 2 decode workers;
-        # one is killed mid-stream: every stream resumes on the other with the matcher replayed,
-        # ends valid and equal to the fault-free run.
-        schema = {"type": "array", "items": {"enum": [1, 22, 333]}, "minItems": 40, "maxItems": 40}
+        # Long constrained outputs (an array of exactly 200 small numbers, 400+ tokens) on 2 decode
+        # workers; one is killed mid-stream: every stream resumes on the other with the matcher
+        # replayed, ends valid and equal to the fault-free run.
+        schema = {"type": "array", "items": {"enum": [1, 22, 333]}, "minItems": 200, "maxItems": 200}
         c = cluster.Cluster(PDSERVE, RANDOM, prefill=1, decode=2)
         victim = c.decode[0]
         try:
             stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
-            reqs = [request(p, "json_schema", schema, 70 + i, max_tokens=400)
+            reqs = [request(p, "json_schema", schema, 70 + i, max_tokens=1500)
                     for i, p in enumerate(cluster.prompts(12, 9, 6, 40))]
             with concurrent.futures.ThreadPoolExecutor(12) as pool:
                 want = list(pool.map(lambda r: collect(stub, r), reqs))
