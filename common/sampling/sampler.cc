@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <numeric>
 
 #include "common/base/rng.h"
@@ -97,21 +98,42 @@ SampledToken Sampler::Sample(const float* logits, int64_t vocab, const SamplingP
     double total = 0;
     for (int32_t i : order_) total += std::exp(static_cast<double>(work_[i]) - max);
     if (params.top_p < 1.0f) {
-      // Grow a sorted head until it holds top_p of the mass (most mass sits in few tokens).
+      // Grow a sorted head until it holds top_p of the mass (most mass sits in few tokens). Each
+      // growth selects the next best tokens from the rest (nth_element, linear) and sorts only
+      // them: the head so far is already the best, in order, so the running sum carries on where
+      // it stopped. The selection runs on (logit, id) pairs side by side, not on ids that point
+      // into the logits. (A heap-based partial_sort of the ids per growth cost 11 ms a draw on a
+      // flat 152K distribution.)
+      if (!sorted) {
+        packed_.resize(order_.size());
+        for (size_t j = 0; j < order_.size(); ++j) packed_[j] = {work_[order_[j]], order_[j]};
+      }
+      const auto packed_better = [](const Candidate& a, const Candidate& b) {
+        return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+      };
       size_t head = std::min<size_t>(order_.size(), 64);
+      size_t sorted_to = 0;  // The best, in order, up to here.
+      size_t summed = 0;
+      size_t cut = 0;  // Found: the head's first `cut` tokens hold top_p of the mass.
+      double cum = 0;
       for (;;) {
-        if (!sorted) std::partial_sort(order_.begin(), order_.begin() + head, order_.end(), better);
-        double cum = 0;
-        size_t cut = head;
-        for (size_t j = 0; j < head; ++j) {
-          cum += std::exp(static_cast<double>(work_[order_[j]]) - max);
+        if (!sorted) {
+          const auto from = packed_.begin() + static_cast<std::ptrdiff_t>(sorted_to);
+          const auto to = packed_.begin() + static_cast<std::ptrdiff_t>(head);
+          if (to != packed_.end()) std::nth_element(from, to, packed_.end(), packed_better);
+          std::sort(from, to, packed_better);
+          for (size_t j = sorted_to; j < head; ++j) order_[j] = packed_[j].id;
+          sorted_to = head;
+        }
+        for (; summed < head; ++summed) {
+          cum += std::exp(static_cast<double>(work_[order_[summed]]) - max);
           if (cum >= params.top_p * total) {
-            cut = j + 1;
+            cut = summed + 1;
             break;
           }
         }
-        if (cut < head || head == order_.size()) {
-          order_.resize(std::max<size_t>(cut, 1));
+        if (cut > 0 || head == order_.size()) {
+          order_.resize(std::max<size_t>(cut > 0 ? cut : head, 1));
           break;
         }
         head = std::min(order_.size(), head * 4);

@@ -46,8 +46,13 @@ class Sampler {
                       const SamplerState& state, const uint64_t* allowed = nullptr);
 
  private:
+  struct Candidate {
+    float logit;
+    int32_t id;
+  };
   std::vector<float> work_;
   std::vector<int32_t> order_;
+  std::vector<Candidate> packed_;  // top_p's selection.
 };
 
 }  // namespace pdserve

@@ -1,9 +1,14 @@
 #include "common/sampling/sampler.h"
 
+#include <algorithm>
+#include <cmath>
+#include <random>
+
 #include <cmath>
 #include <map>
 #include <set>
 
+#include "common/base/rng.h"
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -145,6 +150,92 @@ TEST(SamplingParamsTest, ValidationNamesTheField) {
   p.max_tokens = 0;
   EXPECT_EQ(p.Validate(100).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(SamplingParams{}.Validate(100).ok());
+}
+
+// The sampler's draw against a plain implementation of the same rule (every candidate sorted at
+// once, sums in the same order): equal tokens, including on large flat distributions where the
+// sampler grows its sorted head in steps and carries the running sum across them, with top-k,
+// min-p and masks.
+int32_t ReferenceDraw(const std::vector<float>& logits, const SamplingParams& p, const SamplerState& st,
+                      const std::vector<uint64_t>* allowed) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  std::vector<float> w(logits);
+  auto ok = [&](int64_t t) { return allowed == nullptr || (((*allowed)[t >> 6] >> (t & 63)) & 1); };
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!ok(i)) w[i] = -INFINITY;
+    w[i] *= 1.0f / p.temperature;
+    max = std::max(max, w[i]);
+  }
+  const float floor = p.min_p > 0 ? max + std::log(p.min_p) : -INFINITY;
+  std::vector<int32_t> order;
+  for (int32_t i = 0; i < n; ++i) {
+    if (w[i] >= floor && ok(i)) order.push_back(i);
+  }
+  auto better = [&](int32_t a, int32_t b) { return w[a] != w[b] ? w[a] > w[b] : a < b; };
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < order.size()) {
+    std::sort(order.begin(), order.end(), better);
+    order.resize(p.top_k);
+  }
+  double total = 0;
+  for (int32_t i : order) total += std::exp(static_cast<double>(w[i]) - max);
+  if (p.top_p < 1.0f) {
+    std::sort(order.begin(), order.end(), better);
+    double cum = 0;
+    size_t cut = order.size();
+    for (size_t j = 0; j < order.size(); ++j) {
+      cum += std::exp(static_cast<double>(w[order[j]]) - max);
+      if (cum >= p.top_p * total) {
+        cut = j + 1;
+        break;
+      }
+    }
+    order.resize(std::max<size_t>(cut, 1));
+  }
+  double kept = 0;
+  for (int32_t i : order) kept += std::exp(static_cast<double>(w[i]) - max);
+  const double target = CounterUniform(st.seed, st.num_generated) * kept;
+  double cum = 0;
+  for (int32_t i : order) {
+    cum += std::exp(static_cast<double>(w[i]) - max);
+    if (cum > target) return i;
+  }
+  return order.back();
+}
+
+TEST(SamplerTest, DrawEqualsAPlainFullSortOfTheCandidates) {
+  std::mt19937 rng(17);
+  Sampler sampler;
+  int checked = 0;
+  for (int64_t n : {7, 300, 5000, 70000}) {
+    for (float spread : {0.3f, 3.0f, 12.0f}) {  // Flat to peaky.
+      std::normal_distribution<float> normal(0, spread);
+      std::vector<float> logits(static_cast<size_t>(n));
+      for (float& l : logits) l = std::round(normal(rng) * 8) / 8;  // Ties too.
+      std::vector<uint64_t> mask(static_cast<size_t>((n + 63) / 64), 0);
+      for (int64_t t = 0; t < n; ++t) {
+        if (rng() % 3 != 0) mask[static_cast<size_t>(t >> 6)] |= uint64_t{1} << (t & 63);
+      }
+      for (int config = 0; config < 6; ++config) {
+        SamplingParams p;
+        p.temperature = config % 2 == 0 ? 1.0f : 0.7f;
+        p.top_p = std::vector<float>{0.9f, 0.5f, 0.99f, 0.1f, 0.95f, 0.999f}[static_cast<size_t>(config)];
+        if (config == 2) p.top_k = 50;
+        if (config == 3) p.min_p = 0.01f;
+        const std::vector<uint64_t>* allowed = config >= 4 ? &mask : nullptr;
+        SamplerState st;
+        st.seed = static_cast<uint64_t>(config * 1000 + n);
+        for (int draw = 0; draw < (n > 10000 ? 8 : 40); ++draw) {
+          st.num_generated = draw;
+          const int32_t got = sampler.Sample(logits.data(), n, p, st, allowed ? allowed->data() : nullptr).token;
+          ASSERT_EQ(got, ReferenceDraw(logits, p, st, allowed))
+              << "n " << n << " spread " << spread << " config " << config << " draw " << draw;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
 }
 
 }  // namespace
