@@ -250,7 +250,7 @@ absl::Status LLMEngine::EnsureConstraintCache() {
   for (int32_t id = 0; id < n; ++id) {
     if (auto b = (*tokenizer)->TokenBytes(id)) bytes[static_cast<size_t>(id)] = std::move(*b);
   }
-  constraints_ = std::make_unique<structured::ConstraintCache>(bytes, config().vocab_size, eos_ids_);
+  constraints_ = std::make_unique<structured::ConstraintCache>(std::move(bytes), config().vocab_size, eos_ids_);
   return absl::OkStatus();
 }
 

@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
-
-#include <cmath>
 #include <map>
+#include <random>
 #include <set>
 
 #include "common/base/rng.h"

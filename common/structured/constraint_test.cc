@@ -267,6 +267,33 @@ TEST(TokenConstraintTest, MasksEqualTokenByTokenChecks) {
   auto fresh = cache.Start(c);
   ASSERT_TRUE(fresh.ok());
   EXPECT_EQ((*fresh)->AllowedPrefix({1, 10, 7, 11, 2}), 3u);
+  // Under a memory bound of two masks the caches restart as they fill: the masks are the same,
+  // computed again.
+  ConstraintCache small(vocab, 16, {eos}, /*max_grammars=*/4, /*max_mask_bytes=*/16);
+  std::vector<std::vector<uint64_t>> first_walk;
+  for (int pass = 0; pass < 2; ++pass) {
+    auto t = small.Start(c);
+    ASSERT_TRUE(t.ok());
+    for (size_t step = 0; step <= walk.size(); ++step) {
+      const TokenMask& mask = (*t)->Mask();
+      if (pass == 0) {
+        first_walk.push_back(mask.words);
+      } else {
+        EXPECT_EQ(mask.words, first_walk[step]) << "step " << step;
+      }
+      if (step < walk.size()) ASSERT_TRUE((*t)->Accept(walk[step]));
+    }
+  }
+  EXPECT_EQ(small.masks_computed(), 2 * static_cast<int64_t>(walk.size() + 1));  // Nothing kept.
+  EXPECT_EQ(first_walk, [&] {
+    std::vector<std::vector<uint64_t>> again;
+    auto t = *cache.Start(c);
+    for (size_t step = 0; step <= walk.size(); ++step) {
+      again.push_back(t->Mask().words);
+      if (step < walk.size()) t->Accept(walk[step]);
+    }
+    return again;
+  }());  // As the unbounded cache's.
   // A bad constraint is an error naming its field, and nothing is cached.
   auto bad = cache.Start({Kind::kRegex, "(", {}});
   EXPECT_FALSE(bad.ok());

@@ -44,11 +44,19 @@ size_t TokenConstraint::AllowedPrefix(const std::vector<int32_t>& tokens) const 
   return tokens.size();
 }
 
-ConstraintCache::ConstraintCache(const std::vector<std::string>& token_bytes, int64_t vocab_size,
+namespace {
+
+std::vector<std::string> Truncated(std::vector<std::string> v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) > n) v.resize(static_cast<size_t>(n));
+  return v;
+}
+
+}  // namespace
+
+ConstraintCache::ConstraintCache(std::vector<std::string> token_bytes, int64_t vocab_size,
                                  std::vector<int32_t> eos_ids, size_t max_grammars,
                                  int64_t max_mask_bytes)
-    : token_bytes_(token_bytes.begin(),
-                   token_bytes.begin() + std::min<int64_t>(vocab_size, static_cast<int64_t>(token_bytes.size()))),
+    : token_bytes_(Truncated(std::move(token_bytes), vocab_size)),
       trie_(token_bytes_),
       vocab_size_(vocab_size),
       eos_ids_(std::move(eos_ids)),
@@ -91,11 +99,19 @@ const TokenMask& ConstraintCache::MaskFor(CompiledConstraint* c, const GrammarMa
   auto it = c->masks.find(m.state());
   if (it != c->masks.end()) return it->second;
   const int64_t words = (vocab_size_ + 63) / 64;
-  if (mask_bytes_ + words * 8 > max_mask_bytes_) {  // Over the bound: start the caches again.
-    for (const auto& w : live_) {
-      if (auto live = w.lock()) live->masks.clear();
-    }
+  if (mask_bytes_ + words * 8 > max_mask_bytes_) {
+    // Over the bound: count what the live constraints hold (evicted ones freed theirs), and if
+    // that is over too, start their caches again.
     mask_bytes_ = 0;
+    for (const auto& w : live_) {
+      if (auto live = w.lock()) mask_bytes_ += static_cast<int64_t>(live->masks.size()) * words * 8;
+    }
+    if (mask_bytes_ + words * 8 > max_mask_bytes_) {
+      for (const auto& w : live_) {
+        if (auto live = w.lock()) live->masks.clear();
+      }
+      mask_bytes_ = 0;
+    }
   }
   ++masks_computed_;
   trie_.FillMask(m, &scratch_);

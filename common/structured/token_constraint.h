@@ -65,7 +65,7 @@ class ConstraintCache {
  public:
   // token_bytes[id]: what token id writes into the text (empty: never allowed, as special
   // tokens are); vocab_size >= token_bytes.size() (a model's padding ids are never allowed).
-  ConstraintCache(const std::vector<std::string>& token_bytes, int64_t vocab_size,
+  ConstraintCache(std::vector<std::string> token_bytes, int64_t vocab_size,
                   std::vector<int32_t> eos_ids, size_t max_grammars = 64,
                   int64_t max_mask_bytes = int64_t{256} << 20);
   ~ConstraintCache();
@@ -90,7 +90,7 @@ class ConstraintCache {
   std::vector<int32_t> eos_ids_;
   size_t max_grammars_;
   int64_t max_mask_bytes_;
-  int64_t mask_bytes_ = 0;
+  int64_t mask_bytes_ = 0;  // Of the masks computed since the last flush (evicted ones too).
   std::list<std::string> lru_;  // Keys, most recent first.
   absl::flat_hash_map<std::string, std::pair<std::shared_ptr<CompiledConstraint>,
                                              std::list<std::string>::iterator>> grammars_;

@@ -134,6 +134,36 @@ def worker_info(address, prefill):
     return stub.GetWorkerInfo(worker_pb2.GetWorkerInfoRequest(), timeout=10)
 
 
+def streams_with_a_killed_worker(test, run_stream, n, victim, started_streams, started_tokens):
+    """Runs streams 0..n-1 at once (run_stream(i, on_token) returns stream i's result, calling
+    on_token(tokens so far) as it goes) and SIGKILLs `victim`, a decode worker, once
+    `started_streams` of them have `started_tokens` tokens and the victim runs streams of its own
+    (the first that started may all be another worker's while the victim's wait for their KV
+    pages). Returns the results and how many streams the victim ran when it was killed."""
+    import concurrent.futures
+    import threading
+    started = threading.Event()
+    progress = [0] * n
+
+    def run(i):
+        def on_token(count):
+            progress[i] = count
+            if sum(1 for k in progress if k >= started_tokens) >= started_streams:
+                started.set()
+        return run_stream(i, on_token)
+
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(run, i) for i in range(n)]
+        test.assertTrue(started.wait(60))
+        deadline = time.time() + 30
+        running = worker_info(victim.grpc, False).running
+        while running == 0 and time.time() < deadline:
+            time.sleep(0.01)
+            running = worker_info(victim.grpc, False).running
+        victim.proc.kill()  # SIGKILL: no drain, no goodbye.
+        return [f.result(timeout=300) for f in futures], running
+
+
 def wait_idle(test, workers, timeout=20):
     """Waits until every (process, is_prefill) worker holds no block and runs nothing; returns their infos."""
     deadline = time.time() + timeout

@@ -109,29 +109,9 @@ class FaultTest(unittest.TestCase):
                 self.assertEqual(len(w["token_ids"]), 160)
             wait_idle(self, [(p, True) for p in c.prefill] + [(d, False) for d in c.decode])
 
-            started = threading.Event()
-            progress = [0] * len(reqs)
-
-            def run(i):
-                def on_token(n):
-                    progress[i] = n
-                    if sum(1 for k in progress if k >= 4) >= 16:
-                        started.set()
-                return collect(stub, reqs[i], on_token)
-
-            with concurrent.futures.ThreadPoolExecutor(32) as pool:
-                futures = [pool.submit(run, i) for i in range(len(reqs))]
-                self.assertTrue(started.wait(60))
-                # The 16 streams that started may all be the other worker's while the victim's
-                # still wait for their KV pages (CI once saw 0 running there): kill it once it
-                # runs streams of its own, which it must within the streams' 160 tokens.
-                deadline = time.time() + 30
-                running_on_victim = info(victim.grpc, False).running
-                while running_on_victim == 0 and time.time() < deadline:
-                    time.sleep(0.01)
-                    running_on_victim = info(victim.grpc, False).running
-                victim.proc.kill()  # SIGKILL: no drain, no goodbye.
-                got = [f.result(timeout=120) for f in futures]
+            got, running_on_victim = cluster.streams_with_a_killed_worker(
+                self, lambda i, on_token: collect(stub, reqs[i], on_token), len(reqs), victim,
+                started_streams=16, started_tokens=4)
             self.assertGreater(running_on_victim, 0)
             for i, (g, w) in enumerate(zip(got, want)):
                 same(self, g, w, f"stream {i}")

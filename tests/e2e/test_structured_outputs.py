@@ -19,8 +19,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import unittest
 
 import jsonschema
@@ -219,24 +217,10 @@ class StructuredOutputsTest(unittest.TestCase):
                 self.assertEqual(w["finish"], "stop")
                 jsonschema.validate(json.loads(w["text"]), schema)
             cluster.wait_idle(self, [(p, True) for p in c.prefill] + [(d, False) for d in c.decode])
-            started = threading.Event()
-            progress = [0] * len(reqs)
-
-            def run(i):
-                def on_token(n):
-                    progress[i] = n
-                    if sum(1 for k in progress if k >= 8) >= 6:
-                        started.set()
-                return collect(stub, reqs[i], on_token)
-
-            with concurrent.futures.ThreadPoolExecutor(12) as pool:
-                futures = [pool.submit(run, i) for i in range(len(reqs))]
-                self.assertTrue(started.wait(60))
-                deadline = time.time() + 30
-                while cluster.worker_info(victim.grpc, False).running == 0 and time.time() < deadline:
-                    time.sleep(0.01)
-                victim.proc.kill()
-                got = [f.result(timeout=300) for f in futures]
+            got, running = cluster.streams_with_a_killed_worker(
+                self, lambda i, on_token: collect(stub, reqs[i], on_token), len(reqs), victim,
+                started_streams=6, started_tokens=8)
+            self.assertGreater(running, 0)
             for i, (g, w) in enumerate(zip(got, want)):
                 self.assertEqual((g["ids"], g["logprobs"], g["text"], g["finish"]),
                                  (w["ids"], w["logprobs"], w["text"], w["finish"]), f"stream {i}")
