@@ -18,6 +18,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/linear_quant.h"
+#include "kernels/cpu/linear_quant_panels.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace pdserve::kernels {
@@ -45,7 +46,7 @@ struct Fixture {
 // eight TinyLlama-1.1B MLP matrices (45056 x 2048), larger than L3, so m = 1 streams them as a decode step
 // does. Bytes/s counts the quantized bytes; compare with BM_Linear's bf16 GEMV in the same run.
 // Types: 0 Q8_0, 1 Q4_0, 2 Q4_K, 3 Q5_K, 4 Q6_K, 5 Q5_0.
-void LinearQuantized(benchmark::State& state, int64_t n) {
+void LinearQuantized(benchmark::State& state, int64_t n, bool panels = false) {
   const GgmlType types[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
                             GgmlType::kQ6_K, GgmlType::kQ5_0};
   const GgmlType type = types[state.range(0)];
@@ -75,6 +76,17 @@ void LinearQuantized(benchmark::State& state, int64_t n) {
   }
   MatrixRef w{DType::kF32, data.data(), n, k};
   w.quant_type = type;
+  std::vector<uint8_t> packed;
+  if (panels) {  // As CpuMatrices packs at load (linear_quant_panels.h).
+    if (!QuantPanelsSupported(type)) {
+      state.SkipWithError("no panel kernels for this type on this CPU");
+      return;
+    }
+    packed.resize(static_cast<size_t>(QuantPanelsBytes(type, n, k)));
+    PackQuantPanels(QuantMatrixRef{type, data.data(), n, k}, packed.data());
+    w.data = packed.data();
+    w.layout = MatrixLayout::kQuantPanels;
+  }
   std::vector<float> x(m * k), y(m * n);
   for (float& v : x) v = static_cast<float>(rng.Normal());
   ThreadPool pool(static_cast<int>(state.range(2)));
@@ -89,6 +101,17 @@ void LinearQuantized(benchmark::State& state, int64_t n) {
 void BM_LinearQuantized(benchmark::State& state) { LinearQuantized(state, 5632 * 8); }  // Past L3.
 BENCHMARK(BM_LinearQuantized)
     ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 16, 128}, {1, 2}})
+    ->ArgNames({"type", "m", "threads"})
+    ->UseRealTime();
+// The same matrices repacked in panels (AVX512-VNNI): Q4_K and Q6_K.
+void BM_LinearQuantizedPanels(benchmark::State& state) { LinearQuantized(state, 5632 * 8, true); }
+BENCHMARK(BM_LinearQuantizedPanels)
+    ->ArgsProduct({{2, 4}, {1, 16, 128}, {1, 2}})
+    ->ArgNames({"type", "m", "threads"})
+    ->UseRealTime();
+void BM_LinearQuantizedPanelsInCache(benchmark::State& state) { LinearQuantized(state, 2048, true); }
+BENCHMARK(BM_LinearQuantizedPanelsInCache)
+    ->ArgsProduct({{2, 4}, {1}, {1}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
 // The same kernels on 2048 rows (2.3 MB of Q4_K: in L3): their own rate, beside the one above

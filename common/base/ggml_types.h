@@ -37,6 +37,11 @@ inline bool GgmlQuantized(GgmlType t) {
 inline int64_t GgmlRowBytes(GgmlType t, int64_t cols) {
   return cols / GgmlBlockElements(t) * GgmlBlockBytes(t);
 }
+// Bytes of one block of each of 16 rows in the panel layout the AVX512-VNNI kernels read
+// (kernels/cpu/linear_quant_panels.h); 0 for a type without one.
+inline int64_t GgmlPanelBlockBytes(GgmlType t) {
+  return t == GgmlType::kQ4_K ? 2368 : t == GgmlType::kQ6_K ? 3360 : 0;
+}
 
 }  // namespace pdserve
 

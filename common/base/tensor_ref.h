@@ -16,6 +16,9 @@ enum class MatrixLayout : uint8_t {
   kBf16Panels,  // bf16 in panels of 16 rows, for the bf16 compute path (kernels/cpu/linear_bf16.h).
   // The same bytes, summed in AMX-BF16's order (linear_bf16.h): weights packed for that path.
   kBf16PanelsAmx,
+  // A quantized matrix repacked in panels of 16 rows for the AVX512-VNNI kernels
+  // (kernels/cpu/linear_quant_panels.h): the same codes and scales, four k of 16 rows per lane.
+  kQuantPanels,
 };
 
 // A [rows][cols] matrix in one of the weight dtypes. For a linear layer rows are output features
@@ -47,6 +50,9 @@ struct MatrixRef {
     return t == GgmlType::kF32 ? DType::kF32 : t == GgmlType::kBF16 ? DType::kBF16 : DType::kF16;
   }
   size_t bytes() const {
+    if (layout == MatrixLayout::kQuantPanels) {
+      return static_cast<size_t>((rows + 15) / 16 * (cols / 256) * GgmlPanelBlockBytes(quant_type));
+    }
     if (quantized()) return static_cast<size_t>(rows * GgmlRowBytes(quant_type, cols));
     if (layout != MatrixLayout::kRowMajor) {  // Panels: rows rounded up to 16, columns to 2.
       return static_cast<size_t>((rows + 15) / 16 * 16 * ((cols + 1) / 2 * 2)) * 2;

@@ -10,6 +10,7 @@
 #include "common/base/thread_pool.h"
 #include "common/model/model_weights.h"
 #include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/linear_quant_panels.h"
 
 namespace pdserve {
 
@@ -18,7 +19,6 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> CpuMatrices::Make(const Model
                                                                      bool huge_pages, int threads) {
   std::shared_ptr<CpuMatrices> m(new CpuMatrices());
   const bool bf16 = compute_dtype == ComputeDType::kBF16;
-  const bool copied = huge_pages || bf16;
   const ModelConfig& c = weights.config();
   m->layers_.resize(static_cast<size_t>(c.num_layers));
   // Every matrix with the slot its copy goes to (or that reads it in place).
@@ -31,10 +31,18 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> CpuMatrices::Make(const Model
                            {&w.down_proj, &out.down}});
   }
   all.emplace_back(&weights.lm_head(), &m->lm_head_);
-  auto copy_bytes = [&](const MatrixRef& x) {
-    // Quantized matrices are never packed: their blocks are read as they are.
+  // Quantized matrices in Q4_K or Q6_K are repacked in panels where the CPU has the kernels
+  // for them (AVX512-VNNI: linear_quant_panels.h); other block formats are read as they are.
+  auto quant_panels = [](const MatrixRef& x) {
+    return x.quantized() && kernels::QuantPanelsSupported(x.quant_type);
+  };
+  auto copy_bytes = [&](const MatrixRef& x) -> size_t {
+    if (quant_panels(x)) return static_cast<size_t>(kernels::QuantPanelsBytes(x.quant_type, x.rows, x.cols));
     return bf16 && !x.quantized() ? kernels::Bf16PanelsBytes(x.rows, x.cols) : x.bytes();
   };
+  // Copied (and the mapping's pages released) for huge pages, or to pack any matrix.
+  bool copied = huge_pages || bf16;
+  for (auto& [src, dst] : all) copied = copied || quant_panels(*src);
   if (!copied) {
     for (auto& [src, dst] : all) *dst = *src;
     return std::shared_ptr<const CpuMatrices>(std::move(m));
@@ -56,6 +64,11 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> CpuMatrices::Make(const Model
       const MatrixRef& src = *all[i].first;
       if (bf16 && !src.quantized()) {
         *all[i].second = kernels::PackBf16Panels(src, places[i]);
+      } else if (quant_panels(src)) {
+        kernels::PackQuantPanels({src.quant_type, src.data, src.rows, src.cols}, places[i]);
+        *all[i].second = src;
+        all[i].second->data = places[i];
+        all[i].second->layout = MatrixLayout::kQuantPanels;
       } else {
         std::memcpy(places[i], src.data, src.bytes());
         *all[i].second = src;

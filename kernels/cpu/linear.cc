@@ -171,7 +171,8 @@ void ColumnsScalar(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, f
 constexpr int64_t kAvx512MinRows = 8;
 
 QuantMatrixRef AsQuant(const MatrixRef& w) {
-  return QuantMatrixRef{w.quant_type, w.data, w.rows, w.cols};
+  return QuantMatrixRef{w.quant_type, w.data, w.rows, w.cols,
+                        w.layout == MatrixLayout::kQuantPanels};
 }
 
 // Column ranges handed to threads are multiples of this (keeps micro-tiles whole).

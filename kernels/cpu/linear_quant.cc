@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/base/dtype.h"
+#include "kernels/cpu/linear_quant_panels.h"
 #include "kernels/cpu/linear_quant_simd.h"
 #include "kernels/cpu/linear_quant_vnni.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -400,6 +401,10 @@ void QuantizeActivations(const float* x, int64_t m, int64_t ldx, int64_t k, int 
 
 void LinearQuantColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                         int64_t ldy, int64_t n_begin, int64_t n_end) {
+  if (w.panels) {  // Packed only where the CPU runs the panel kernels.
+    LinearQuantPanelColumns(xq, w, y, ldy, n_begin, n_end);
+    return;
+  }
 #if PDSERVE_AVX2
   if (QuantVnniEnabled()) {
     if (const ColumnsFn columns = QuantColumnsVnni(w.type)) {
@@ -421,7 +426,11 @@ void LinearQuantReference(const float* x, int64_t m, int64_t ldx, const QuantMat
   QuantizeActivationsScalar(x, m, ldx, w.cols, ActivationBlock(w.type), &xq);
   std::vector<float> wf(static_cast<size_t>(w.cols));
   for (int64_t j = 0; j < w.rows; ++j) {
-    DequantizeRow(w.type, w.row(j), wf.data(), w.cols);
+    if (w.panels) {
+      DequantizePanelRow(w.type, w.data, w.cols, j, wf.data());
+    } else {
+      DequantizeRow(w.type, w.row(j), wf.data(), w.cols);
+    }
     for (int64_t t = 0; t < m; ++t) {
       double s = 0;
       for (int64_t i = 0; i < w.cols; ++i) {

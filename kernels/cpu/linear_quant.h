@@ -38,6 +38,9 @@ struct QuantMatrixRef {
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;  // A multiple of the type's block elements.
+  // Repacked in panels of 16 rows (linear_quant_panels.h) rather than row-major; row() is then
+  // meaningless.
+  bool panels = false;
   const uint8_t* row(int64_t r) const {
     return static_cast<const uint8_t*>(data) + r * GgmlRowBytes(type, cols);
   }

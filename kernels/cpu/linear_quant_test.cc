@@ -11,6 +11,7 @@
 #include "common/base/thread_pool.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_quant_panels.h"
 #include "kernels/cpu/linear_quant_vnni.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -264,6 +265,54 @@ TEST(LinearQuant, VnniPathIsBitwiseTheAvx2Path) {
       EXPECT_EQ(0, std::memcmp(vnni.data(), avx2.data(), vnni.size() * 4)) << "m " << m;
       EXPECT_EQ(vnni[0], -1.0f);  // Columns before n_begin untouched.
     }
+  }
+}
+
+// The panels (Q4_K, Q6_K repacked at load) hold the row-major blocks' values (every row
+// dequantizes to the same floats, a last panel padded) and give the row-major kernels' bits for
+// any m (whole kernels of 8, the 4/2/1 remainders, several of each) and column range (cut inside
+// a panel at both ends, a single column), through Linear's threads too.
+TEST(LinearQuant, PanelsAreBitwiseTheRowMajorKernels) {
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    if (!QuantPanelsSupported(type)) GTEST_SKIP() << "needs avx512_vnni: this CPU has no AVX512-VNNI (or it is switched off)";
+    SCOPED_TRACE(std::string(GgmlTypeName(type)));
+    const int64_t n = 37, k = 5632;
+    const std::string w_bytes = RandomRows(type, n, k, 41);
+    const QuantMatrixRef w{type, w_bytes.data(), n, k};
+    std::vector<uint8_t> packed(static_cast<size_t>(QuantPanelsBytes(type, n, k)));
+    ASSERT_EQ(static_cast<int64_t>(packed.size()), 3 * (k / 256) * GgmlPanelBlockBytes(type));
+    PackQuantPanels(w, packed.data());
+    const QuantMatrixRef wp{type, packed.data(), n, k, /*panels=*/true};
+    std::vector<float> row(k), prow(k);
+    for (int64_t j = 0; j < n; ++j) {
+      DequantizeRow(type, w.row(j), row.data(), k);
+      DequantizePanelRow(type, packed.data(), k, j, prow.data());
+      ASSERT_EQ(0, std::memcmp(row.data(), prow.data(), k * 4)) << "row " << j;
+    }
+    for (int64_t m : {1, 2, 3, 7, 8, 9, 15, 16, 21, 29}) {
+      const std::vector<float> x = RandomX(m * k, 53 + static_cast<uint32_t>(m));
+      QuantizedActivations xq;
+      QuantizeActivations(x.data(), m, k, k, ActivationBlock(type), &xq);
+      for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, n}, {3, 35}, {16, 32}, {17, 18}, {32, n}}) {
+        std::vector<float> got(m * n, -1.0f), want(m * n, -1.0f);
+        LinearQuantColumns(xq, wp, got.data(), n, lo, hi);
+        LinearQuantColumns(xq, w, want.data(), n, lo, hi);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+            << "m " << m << " columns " << lo << "-" << hi;
+      }
+    }
+    const int64_t m = 19;
+    const std::vector<float> x = RandomX(m * k, 5);
+    MatrixRef mp{DType::kF32, packed.data(), n, k, MatrixLayout::kQuantPanels};
+    mp.quant_type = type;
+    MatrixRef mr{DType::kF32, w_bytes.data(), n, k};
+    mr.quant_type = type;
+    EXPECT_EQ(static_cast<int64_t>(mp.bytes()), QuantPanelsBytes(type, n, k));
+    ThreadPool pool(2);
+    std::vector<float> got(m * n), want(m * n);
+    Linear(x.data(), m, k, mp, got.data(), n, &pool);
+    Linear(x.data(), m, k, mr, want.data(), n, &pool);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
   }
 }
 

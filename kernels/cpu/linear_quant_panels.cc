@@ -1,0 +1,364 @@
+#include "kernels/cpu/linear_quant_panels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/base/dtype.h"
+#include "kernels/cpu/linear_quant_vnni.h"
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/simd.h"
+
+#if !defined(__clang__)
+// GCC 12: AVX-512 intrinsics start from _mm512_undefined_*() (as in linear_quant_vnni.cc).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace pdserve::kernels {
+namespace {
+
+constexpr int kP = static_cast<int>(kQuantPanelRows);
+
+// Offsets inside one panel block (linear_quant_panels.h).
+namespace q4k {
+constexpr int kCodes = 0, kScales = 2048, kMins = 2176, kD = 2304, kDmin = 2336, kBytes = 2368;
+}
+namespace q6k {
+constexpr int kLow = 0, kHigh = 2048, kScales = 3072, kD = 3328, kBytes = 3360;
+}
+
+bool HasPanels(GgmlType type) { return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K; }
+
+// One block of rows c < n of a panel (src[c], row-major blocks) into dst; rows past n stay zero.
+void PackBlockQ4K(const uint8_t* const* src, int n, uint8_t* dst) {
+  std::memset(dst, 0, q4k::kBytes);
+  uint8_t q[256];
+  for (int c = 0; c < n; ++c) {
+    BlockCodesK(GgmlType::kQ4_K, src[c], q);
+    for (int sub = 0; sub < 8; ++sub) {
+      for (int pair = 0; pair < 4; ++pair) {
+        for (int i = 0; i < 4; ++i) {
+          const int e = 32 * sub + 8 * pair + i;
+          dst[q4k::kCodes + (4 * sub + pair) * 64 + 4 * c + i] =
+              static_cast<uint8_t>(q[e] | (q[e + 4] << 4));
+        }
+      }
+      int sc, mn;
+      KQuantScaleMin(sub, src[c] + 4, &sc, &mn);
+      dst[q4k::kScales + 16 * sub + c] = static_cast<uint8_t>(sc);
+      dst[q4k::kMins + 32 * (sub / 2) + 2 * c + sub % 2] = static_cast<uint8_t>(mn);
+    }
+    std::memcpy(dst + q4k::kD + 2 * c, src[c], 2);
+    std::memcpy(dst + q4k::kDmin + 2 * c, src[c] + 2, 2);
+  }
+}
+
+void PackBlockQ6K(const uint8_t* const* src, int n, uint8_t* dst) {
+  std::memset(dst, 0, q6k::kBytes);
+  uint8_t q[256];
+  for (int c = 0; c < n; ++c) {
+    BlockCodesK(GgmlType::kQ6_K, src[c], q);
+    for (int sub = 0; sub < 16; ++sub) {
+      for (int i = 0; i < 4; ++i) {
+        const int e = 16 * sub + i;
+        for (int half = 0; half < 2; ++half) {
+          dst[q6k::kLow + (2 * sub + half) * 64 + 4 * c + i] = static_cast<uint8_t>(
+              (q[e + 8 * half] & 0xF) | ((q[e + 8 * half + 4] & 0xF) << 4));
+        }
+        int high = 0;
+        for (int g = 0; g < 4; ++g) high |= (q[e + 4 * g] >> 4) << (2 * g);
+        dst[q6k::kHigh + 64 * sub + 4 * c + i] = static_cast<uint8_t>(high);
+      }
+      dst[q6k::kScales + 32 * (sub / 2) + 2 * c + sub % 2] = src[c][192 + sub];
+    }
+    std::memcpy(dst + q6k::kD + 2 * c, src[c] + 208, 2);
+  }
+}
+
+float F16At(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return F16ToF32(v);
+}
+
+}  // namespace
+
+bool QuantPanelsSupported(GgmlType type) {
+  static const bool off = [] {
+    const char* v = std::getenv("PDSERVE_QUANT_PANELS");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return HasPanels(type) && QuantVnniEnabled() && !off;
+}
+
+int64_t QuantPanelsBytes(GgmlType type, int64_t rows, int64_t cols) {
+  return (rows + kP - 1) / kP * (cols / 256) * GgmlPanelBlockBytes(type);
+}
+
+void PackQuantPanels(const QuantMatrixRef& w, void* dst) {
+  const int64_t blocks = w.cols / 256, block_bytes = GgmlBlockBytes(w.type);
+  const int64_t panel_block = GgmlPanelBlockBytes(w.type);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  for (int64_t p = 0; p * kP < w.rows; ++p) {
+    const int n = static_cast<int>(std::min<int64_t>(kP, w.rows - p * kP));
+    for (int64_t s = 0; s < blocks; ++s) {
+      const uint8_t* src[kP];
+      for (int c = 0; c < n; ++c) src[c] = w.row(p * kP + c) + s * block_bytes;
+      uint8_t* blk = out + (p * blocks + s) * panel_block;
+      if (w.type == GgmlType::kQ4_K) {
+        PackBlockQ4K(src, n, blk);
+      } else {
+        PackBlockQ6K(src, n, blk);
+      }
+    }
+  }
+}
+
+void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t row, float* out) {
+  const int64_t blocks = cols / 256, panel_block = GgmlPanelBlockBytes(type);
+  const int c = static_cast<int>(row % kP);
+  for (int64_t s = 0; s < blocks; ++s) {
+    const uint8_t* b = static_cast<const uint8_t*>(panels) + ((row / kP) * blocks + s) * panel_block;
+    float* o = out + 256 * s;
+    if (type == GgmlType::kQ4_K) {  // As quant_blocks.cc's Q45K: fma(d * sc, q, -(dmin * mn)).
+      const float d = F16At(b + q4k::kD + 2 * c), dmin = F16At(b + q4k::kDmin + 2 * c);
+      for (int sub = 0; sub < 8; ++sub) {
+        const float ds = d * static_cast<float>(b[q4k::kScales + 16 * sub + c]);
+        const float ms = dmin * static_cast<float>(b[q4k::kMins + 32 * (sub / 2) + 2 * c + sub % 2]);
+        for (int pair = 0; pair < 4; ++pair) {
+          const uint8_t* lane = b + q4k::kCodes + (4 * sub + pair) * 64 + 4 * c;
+          for (int i = 0; i < 4; ++i) {
+            o[32 * sub + 8 * pair + i] = std::fma(ds, static_cast<float>(lane[i] & 0xF), -ms);
+            o[32 * sub + 8 * pair + 4 + i] = std::fma(ds, static_cast<float>(lane[i] >> 4), -ms);
+          }
+        }
+      }
+    } else {  // As Q6K: (d * scale) * (code - 32).
+      const float d = F16At(b + q6k::kD + 2 * c);
+      for (int sub = 0; sub < 16; ++sub) {
+        const auto sc = static_cast<int8_t>(b[q6k::kScales + 32 * (sub / 2) + 2 * c + sub % 2]);
+        for (int g = 0; g < 4; ++g) {
+          const uint8_t* low = b + q6k::kLow + (2 * sub + g / 2) * 64 + 4 * c;
+          const uint8_t* high = b + q6k::kHigh + 64 * sub + 4 * c;
+          for (int i = 0; i < 4; ++i) {
+            const int code = ((g % 2 == 0 ? low[i] & 0xF : low[i] >> 4)) | (((high[i] >> (2 * g)) & 3) << 4);
+            o[16 * sub + 4 * g + i] = (d * static_cast<float>(sc)) * static_cast<float>(code - 32);
+          }
+        }
+      }
+    }
+  }
+}
+
+#if PDSERVE_AVX2
+
+#define PD_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
+namespace {
+
+// How far ahead the first rows of x prefetch a panel's bytes, into L2 (as the row-major kernels).
+constexpr int64_t kPrefetchBytes = 8192;
+
+PD_VNNI inline __m512i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+PD_VNNI inline __m512i Broadcast4(const int16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+PD_VNNI inline __m512i Load64(const uint8_t* p) { return _mm512_loadu_si512(p); }
+PD_VNNI inline __m512 LoadF16x16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+PD_VNNI inline void PrefetchBlock(const uint8_t* b, int bytes) {
+  for (int off = 0; off < bytes; off += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes + off), _MM_HINT_T1);
+  }
+}
+
+// Rows t..t+R-1 of x against one panel (16 outputs per row): per block, per sub-block of 32, the
+// codes' dot products with x in 16 int32 lanes (VPDPBUSD: unsigned codes, x's signed codes),
+// times the sub-block scales into the block's integer total; the mins' total by VPDPWSSD on
+// (min, min) and (sum, sum) pairs; then linear_quant.h's float steps.
+struct PanelQ4K {
+  static constexpr int kBytes = q4k::kBytes;
+  template <int R>
+  PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
+                          int64_t t, bool prefetch, __m512* acc) {
+    const int64_t k = xq.k;
+    const int8_t* xc[R];
+    const int16_t* xs[R];
+    const float* xd[R];
+    for (int r = 0; r < R; ++r) {
+      xc[r] = xq.codes(t + r);
+      xs[r] = xq.sum32.data() + (t + r) * (k / 32);
+      xd[r] = xq.scales(t + r);
+      acc[r] = _mm512_setzero_ps();
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int64_t s = 0; s < blocks; ++s) {
+      const uint8_t* b = panel + s * kBytes;
+      if (prefetch) PrefetchBlock(b, kBytes);
+      __m512i itot[R];
+      for (int r = 0; r < R; ++r) itot[r] = _mm512_setzero_si512();
+      for (int sub = 0; sub < 8; ++sub) {
+        __m512i dot[R];
+        for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_si512();
+        for (int pair = 0; pair < 4; ++pair) {
+          const __m512i packed = Load64(b + q4k::kCodes + (4 * sub + pair) * 64);
+          const __m512i lo = _mm512_and_si512(packed, m4);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
+          for (int r = 0; r < R; ++r) {
+            const int8_t* x = xc[r] + 256 * s + 32 * sub + 8 * pair;
+            dot[r] = _mm512_dpbusd_epi32(dot[r], lo, Broadcast4(x));
+            dot[r] = _mm512_dpbusd_epi32(dot[r], hi, Broadcast4(x + 4));
+          }
+        }
+        const __m512i sc = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + q4k::kScales + 16 * sub)));
+        for (int r = 0; r < R; ++r) itot[r] = _mm512_add_epi32(itot[r], _mm512_mullo_epi32(dot[r], sc));
+      }
+      __m512i imin[R];
+      for (int r = 0; r < R; ++r) imin[r] = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i) {
+        const __m512i mn = _mm512_cvtepu8_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q4k::kMins + 32 * i)));
+        for (int r = 0; r < R; ++r) {
+          imin[r] = _mm512_dpwssd_epi32(imin[r], mn, Broadcast4(xs[r] + 8 * s + 2 * i));
+        }
+      }
+      const __m512 d = LoadF16x16(b + q4k::kD), dmin = LoadF16x16(b + q4k::kDmin);
+      for (int r = 0; r < R; ++r) {
+        const __m512 ft = _mm512_cvtepi32_ps(itot[r]), fm = _mm512_cvtepi32_ps(imin[r]);
+        const __m512 p = _mm512_mul_ps(dmin, fm);
+        const __m512 e = _mm512_fmsub_ps(dmin, fm, p);
+        const __m512 blk = _mm512_sub_ps(_mm512_fmsub_ps(d, ft, p), e);
+        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xd[r][s]), blk, acc[r]);
+      }
+    }
+  }
+};
+
+// Q6_K: per sub-block of 16, the 6-bit codes rebuilt from their low nibbles and high bit pairs,
+// dotted with x and scaled (signed) into the total; the offset 32 * sum of scale * x's 16-sums
+// taken out at the end of the block (VPDPWSSD on (scale, scale) pairs).
+struct PanelQ6K {
+  static constexpr int kBytes = q6k::kBytes;
+  template <int R>
+  PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
+                          int64_t t, bool prefetch, __m512* acc) {
+    const int64_t k = xq.k;
+    const int8_t* xc[R];
+    const int16_t* xs[R];
+    const float* xd[R];
+    for (int r = 0; r < R; ++r) {
+      xc[r] = xq.codes(t + r);
+      xs[r] = xq.sum16.data() + (t + r) * (k / 16);
+      xd[r] = xq.scales(t + r);
+      acc[r] = _mm512_setzero_ps();
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    for (int64_t s = 0; s < blocks; ++s) {
+      const uint8_t* b = panel + s * kBytes;
+      if (prefetch) PrefetchBlock(b, kBytes);
+      __m512i itot[R], off[R];
+      for (int r = 0; r < R; ++r) itot[r] = off[r] = _mm512_setzero_si512();
+      for (int pair = 0; pair < 8; ++pair) {
+        const __m512i scales = _mm512_cvtepi8_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q6k::kScales + 32 * pair)));
+        for (int r = 0; r < R; ++r) {
+          off[r] = _mm512_dpwssd_epi32(off[r], scales, Broadcast4(xs[r] + 16 * s + 2 * pair));
+        }
+        for (int odd = 0; odd < 2; ++odd) {
+          const int sub = 2 * pair + odd;
+          const __m512i sc = odd ? _mm512_srai_epi32(scales, 16)
+                                 : _mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16);
+          const __m512i a = Load64(b + q6k::kLow + 128 * sub), bb = Load64(b + q6k::kLow + 128 * sub + 64);
+          const __m512i h = Load64(b + q6k::kHigh + 64 * sub);
+          const __m512i q0 = _mm512_or_si512(_mm512_and_si512(a, m4),
+                                             _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+          const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+                                             _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+          const __m512i q2 = _mm512_or_si512(_mm512_and_si512(bb, m4), _mm512_and_si512(h, m30));
+          const __m512i q3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(bb, 4), m4),
+                                             _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+          for (int r = 0; r < R; ++r) {
+            const int8_t* x = xc[r] + 256 * s + 16 * sub;
+            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, Broadcast4(x));
+            dot = _mm512_dpbusd_epi32(dot, q1, Broadcast4(x + 4));
+            dot = _mm512_dpbusd_epi32(dot, q2, Broadcast4(x + 8));
+            dot = _mm512_dpbusd_epi32(dot, q3, Broadcast4(x + 12));
+            itot[r] = _mm512_add_epi32(itot[r], _mm512_mullo_epi32(dot, sc));
+          }
+        }
+      }
+      const __m512 d = LoadF16x16(b + q6k::kD);
+      for (int r = 0; r < R; ++r) {
+        const __m512i total = _mm512_sub_epi32(itot[r], _mm512_slli_epi32(off[r], 5));
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xd[r][s])),
+                                 _mm512_cvtepi32_ps(total), acc[r]);
+      }
+    }
+  }
+};
+
+// Rows of x per kernel call: 8 rows keep 3 x 8 accumulators in the 32 registers.
+constexpr int kRows = 8;
+
+template <typename Kernel, int R>
+PD_VNNI void RunRows(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
+                     int64_t t, bool prefetch, __mmask16 keep, float* y, int64_t ldy) {
+  __m512 acc[R];
+  Kernel::template Run<R>(panel, blocks, xq, t, prefetch, acc);
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (t + r) * ldy, keep, acc[r]);
+}
+
+template <typename Kernel>
+PD_VNNI void Columns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y, int64_t ldy,
+                     int64_t n_begin, int64_t n_end) {
+  const int64_t blocks = w.cols / 256, panel_bytes = blocks * Kernel::kBytes;
+  for (int64_t p = n_begin / kP; p * kP < n_end; ++p) {
+    const int64_t j0 = p * kP;
+    const int64_t lo = std::max(n_begin, j0) - j0, hi = std::min(n_end, j0 + kP) - j0;
+    const auto keep = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+    const uint8_t* panel = static_cast<const uint8_t*>(w.data) + p * panel_bytes;
+    float* yp = y + j0;
+    int64_t t = 0;
+    for (; t + kRows <= xq.m; t += kRows) RunRows<Kernel, kRows>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
+    if (xq.m - t >= 4) {
+      RunRows<Kernel, 4>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
+      t += 4;
+    }
+    if (xq.m - t >= 2) {
+      RunRows<Kernel, 2>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
+      t += 2;
+    }
+    if (xq.m - t >= 1) RunRows<Kernel, 1>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
+  }
+}
+
+}  // namespace
+
+void LinearQuantPanelColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
+                             int64_t ldy, int64_t n_begin, int64_t n_end) {
+  if (w.type == GgmlType::kQ4_K) {
+    Columns<PanelQ4K>(xq, w, y, ldy, n_begin, n_end);
+  } else {
+    Columns<PanelQ6K>(xq, w, y, ldy, n_begin, n_end);
+  }
+}
+
+#else  // No AVX2 in this build: QuantPanelsSupported is false, nothing is packed.
+
+void LinearQuantPanelColumns(const QuantizedActivations&, const QuantMatrixRef&, float*, int64_t,
+                             int64_t, int64_t) {}
+
+#endif
+
+}  // namespace pdserve::kernels

@@ -1,0 +1,58 @@
+// Quantized weights repacked at load for the AVX512-VNNI kernels (MatrixLayout::kQuantPanels),
+// as llama.cpp's CPU backend repacks Q4_K into 8-row groups: panels of 16 weight rows whose
+// codes sit four consecutive k per row in each 32-bit lane, so one 64-byte load is four k of 16
+// outputs, and VPDPBUSD with four of x's codes broadcast adds them to 16 outputs' integer sums at
+// once. The row-major kernels (linear_quant.h) unpack each block's nibbles and scales again for
+// every few rows of x and sum 8-lane vectors horizontally per output and block; here the unpacking
+// is shared by up to 8 rows of x and no lane ever needs summing across.
+//
+// Same bits as the row-major kernels: the integer sums are exact whatever their order, and each
+// output's float steps per block are linear_quant.h's, in the same order (tested for every m and
+// column range). The panel bytes hold what the row-major blocks hold, in another order, so memory
+// is the same but for Q4_K's scales, which are kept as bytes (2368 bytes per 16 blocks of 144:
+// +2.8%).
+//
+// Per panel p (rows [16p, 16p + 16), rows past the last zero) and block s of 256 k, c a row of the
+// panel (0-15), q the block's codes as BlockCodesK gives them (element order):
+//   Q4_K (2368 bytes): codes [sub 0-7][pair 0-3][c][i 0-3] = q[c][32 sub + 8 pair + i] low nibble,
+//          q[c][32 sub + 8 pair + 4 + i] high nibble (2048); scales [sub][c] (128); mins
+//          [sub pair 0-3][c][2] (128); d [c] f16 (32); dmin [c] f16 (32).
+//   Q6_K (3360 bytes): low 4 bits [sub 0-15][half 0-1][c][i 0-3] = q[c][16 sub + 8 half + i] low
+//          nibble, q[c][16 sub + 8 half + 4 + i] high nibble (2048); high 2 bits [sub][c][i] =
+//          sum over g of ((q[c][16 sub + 4 g + i] >> 4) << 2g) (1024); scales [sub pair 0-7][c][2]
+//          int8 (256); d [c] f16 (32).
+#ifndef PDSERVE_KERNELS_CPU_LINEAR_QUANT_PANELS_H_
+#define PDSERVE_KERNELS_CPU_LINEAR_QUANT_PANELS_H_
+
+#include <cstdint>
+
+#include "common/base/ggml_types.h"
+#include "kernels/cpu/linear_quant.h"
+
+namespace pdserve::kernels {
+
+constexpr int64_t kQuantPanelRows = 16;
+
+// Whether `type` has a panel layout and this CPU runs its kernels (the VNNI path is enabled:
+// linear_quant_vnni.h), and PDSERVE_QUANT_PANELS=0 (the row-major kernels, for comparisons) is
+// not set. What a loader asks before packing.
+bool QuantPanelsSupported(GgmlType type);
+
+// Bytes of the panels of a [rows][cols] matrix of `type` (cols a multiple of 256).
+int64_t QuantPanelsBytes(GgmlType type, int64_t rows, int64_t cols);
+
+// w (row-major blocks) repacked into dst (QuantPanelsBytes(w.type, w.rows, w.cols) bytes).
+// Portable code: packing needs no particular CPU, only the kernels do.
+void PackQuantPanels(const QuantMatrixRef& w, void* dst);
+
+// One row of panels back as row-major blocks' dequantized floats: the test of the packing.
+void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t row, float* out);
+
+// Columns [n_begin, n_end) of y for all rows of xq, w.data being panels (w.panels set). Needs
+// the CPU QuantPanelsSupported asks for.
+void LinearQuantPanelColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
+                             int64_t ldy, int64_t n_begin, int64_t n_end);
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_CPU_LINEAR_QUANT_PANELS_H_
