@@ -103,15 +103,15 @@ BENCHMARK(BM_LinearQuantized)
     ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 16, 128}, {1, 2}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
-// The same matrices repacked in panels (AVX512-VNNI): Q4_K and Q6_K.
+// The same matrices repacked in panels (AVX512-VNNI): Q8_0, Q4_K and Q6_K.
 void BM_LinearQuantizedPanels(benchmark::State& state) { LinearQuantized(state, 5632 * 8, true); }
 BENCHMARK(BM_LinearQuantizedPanels)
-    ->ArgsProduct({{2, 4}, {1, 16, 128}, {1, 2}})
+    ->ArgsProduct({{0, 2, 4}, {1, 16, 128}, {1, 2}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
 void BM_LinearQuantizedPanelsInCache(benchmark::State& state) { LinearQuantized(state, 2048, true); }
 BENCHMARK(BM_LinearQuantizedPanelsInCache)
-    ->ArgsProduct({{2, 4}, {1}, {1}})
+    ->ArgsProduct({{0, 2, 4}, {1}, {1}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
 // The same kernels on 2048 rows (2.3 MB of Q4_K: in L3): their own rate, beside the one above

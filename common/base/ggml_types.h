@@ -40,7 +40,12 @@ inline int64_t GgmlRowBytes(GgmlType t, int64_t cols) {
 // Bytes of one block of each of 16 rows in the panel layout the AVX512-VNNI kernels read
 // (kernels/cpu/linear_quant_panels.h); 0 for a type without one.
 inline int64_t GgmlPanelBlockBytes(GgmlType t) {
-  return t == GgmlType::kQ4_K ? 2368 : t == GgmlType::kQ6_K ? 3360 : 0;
+  switch (t) {
+    case GgmlType::kQ8_0: return 544;
+    case GgmlType::kQ4_K: return 2368;
+    case GgmlType::kQ6_K: return 3360;
+    default: return 0;
+  }
 }
 
 }  // namespace pdserve

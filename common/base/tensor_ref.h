@@ -51,7 +51,8 @@ struct MatrixRef {
   }
   size_t bytes() const {
     if (layout == MatrixLayout::kQuantPanels) {
-      return static_cast<size_t>((rows + 15) / 16 * (cols / 256) * GgmlPanelBlockBytes(quant_type));
+      return static_cast<size_t>((rows + 15) / 16 * (cols / GgmlBlockElements(quant_type)) *
+                                 GgmlPanelBlockBytes(quant_type));
     }
     if (quantized()) return static_cast<size_t>(rows * GgmlRowBytes(quant_type, cols));
     if (layout != MatrixLayout::kRowMajor) {  // Panels: rows rounded up to 16, columns to 2.

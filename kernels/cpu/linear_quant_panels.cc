@@ -28,8 +28,13 @@ constexpr int kCodes = 0, kScales = 2048, kMins = 2176, kD = 2304, kDmin = 2336,
 namespace q6k {
 constexpr int kLow = 0, kHigh = 2048, kScales = 3072, kD = 3328, kBytes = 3360;
 }
+namespace q8 {
+constexpr int kCodes = 0, kD = 512, kBytes = 544;
+}
 
-bool HasPanels(GgmlType type) { return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K; }
+bool HasPanels(GgmlType type) { return GgmlPanelBlockBytes(type) > 0; }
+
+int PanelBlockElements(GgmlType type) { return type == GgmlType::kQ8_0 ? 32 : 256; }
 
 // One block of rows c < n of a panel (src[c], row-major blocks) into dst; rows past n stay zero.
 void PackBlockQ4K(const uint8_t* const* src, int n, uint8_t* dst) {
@@ -77,6 +82,14 @@ void PackBlockQ6K(const uint8_t* const* src, int n, uint8_t* dst) {
   }
 }
 
+void PackBlockQ8_0(const uint8_t* const* src, int n, uint8_t* dst) {
+  std::memset(dst, 0, q8::kBytes);
+  for (int c = 0; c < n; ++c) {
+    for (int l = 0; l < 8; ++l) std::memcpy(dst + q8::kCodes + 64 * l + 4 * c, src[c] + 2 + 4 * l, 4);
+    std::memcpy(dst + q8::kD + 2 * c, src[c], 2);
+  }
+}
+
 float F16At(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -94,11 +107,11 @@ bool QuantPanelsSupported(GgmlType type) {
 }
 
 int64_t QuantPanelsBytes(GgmlType type, int64_t rows, int64_t cols) {
-  return (rows + kP - 1) / kP * (cols / 256) * GgmlPanelBlockBytes(type);
+  return (rows + kP - 1) / kP * (cols / PanelBlockElements(type)) * GgmlPanelBlockBytes(type);
 }
 
 void PackQuantPanels(const QuantMatrixRef& w, void* dst) {
-  const int64_t blocks = w.cols / 256, block_bytes = GgmlBlockBytes(w.type);
+  const int64_t blocks = w.cols / PanelBlockElements(w.type), block_bytes = GgmlBlockBytes(w.type);
   const int64_t panel_block = GgmlPanelBlockBytes(w.type);
   uint8_t* out = static_cast<uint8_t*>(dst);
   for (int64_t p = 0; p * kP < w.rows; ++p) {
@@ -107,7 +120,9 @@ void PackQuantPanels(const QuantMatrixRef& w, void* dst) {
       const uint8_t* src[kP];
       for (int c = 0; c < n; ++c) src[c] = w.row(p * kP + c) + s * block_bytes;
       uint8_t* blk = out + (p * blocks + s) * panel_block;
-      if (w.type == GgmlType::kQ4_K) {
+      if (w.type == GgmlType::kQ8_0) {
+        PackBlockQ8_0(src, n, blk);
+      } else if (w.type == GgmlType::kQ4_K) {
         PackBlockQ4K(src, n, blk);
       } else {
         PackBlockQ6K(src, n, blk);
@@ -117,12 +132,18 @@ void PackQuantPanels(const QuantMatrixRef& w, void* dst) {
 }
 
 void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t row, float* out) {
-  const int64_t blocks = cols / 256, panel_block = GgmlPanelBlockBytes(type);
+  const int64_t elements = PanelBlockElements(type), blocks = cols / elements;
+  const int64_t panel_block = GgmlPanelBlockBytes(type);
   const int c = static_cast<int>(row % kP);
   for (int64_t s = 0; s < blocks; ++s) {
     const uint8_t* b = static_cast<const uint8_t*>(panels) + ((row / kP) * blocks + s) * panel_block;
-    float* o = out + 256 * s;
-    if (type == GgmlType::kQ4_K) {  // As quant_blocks.cc's Q45K: fma(d * sc, q, -(dmin * mn)).
+    float* o = out + elements * s;
+    if (type == GgmlType::kQ8_0) {  // As quant_blocks.cc: d * code.
+      const float d = F16At(b + q8::kD + 2 * c);
+      for (int e = 0; e < 32; ++e) {
+        o[e] = d * static_cast<float>(static_cast<int8_t>(b[q8::kCodes + 64 * (e / 4) + 4 * c + e % 4]));
+      }
+    } else if (type == GgmlType::kQ4_K) {  // As quant_blocks.cc's Q45K: fma(d * sc, q, -(dmin * mn)).
       const float d = F16At(b + q4k::kD + 2 * c), dmin = F16At(b + q4k::kDmin + 2 * c);
       for (int sub = 0; sub < 8; ++sub) {
         const float ds = d * static_cast<float>(b[q4k::kScales + 16 * sub + c]);
@@ -188,13 +209,15 @@ PD_VNNI inline void PrefetchBlock(const uint8_t* b, int bytes) {
 // (min, min) and (sum, sum) pairs; then linear_quant.h's float steps.
 struct PanelQ4K {
   static constexpr int kBytes = q4k::kBytes;
+  static constexpr int kRows = 8;  // 3 x 8 accumulators in the 32 registers.
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
-                          int64_t t, bool prefetch, __m512* acc) {
+                          int64_t t, bool prefetch, __mmask16 keep, float* y, int64_t ldy) {
     const int64_t k = xq.k;
     const int8_t* xc[R];
     const int16_t* xs[R];
     const float* xd[R];
+    __m512 acc[R];
     for (int r = 0; r < R; ++r) {
       xc[r] = xq.codes(t + r);
       xs[r] = xq.sum32.data() + (t + r) * (k / 32);
@@ -242,6 +265,7 @@ struct PanelQ4K {
         acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xd[r][s]), blk, acc[r]);
       }
     }
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (t + r) * ldy, keep, acc[r]);
   }
 };
 
@@ -250,13 +274,15 @@ struct PanelQ4K {
 // taken out at the end of the block (VPDPWSSD on (scale, scale) pairs).
 struct PanelQ6K {
   static constexpr int kBytes = q6k::kBytes;
+  static constexpr int kRows = 8;
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
-                          int64_t t, bool prefetch, __m512* acc) {
+                          int64_t t, bool prefetch, __mmask16 keep, float* y, int64_t ldy) {
     const int64_t k = xq.k;
     const int8_t* xc[R];
     const int16_t* xs[R];
     const float* xd[R];
+    __m512 acc[R];
     for (int r = 0; r < R; ++r) {
       xc[r] = xq.codes(t + r);
       xs[r] = xq.sum16.data() + (t + r) * (k / 16);
@@ -305,24 +331,61 @@ struct PanelQ6K {
                                  _mm512_cvtepi32_ps(total), acc[r]);
       }
     }
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (t + r) * ldy, keep, acc[r]);
   }
 };
 
-// Rows of x per kernel call: 8 rows keep 3 x 8 accumulators in the 32 registers.
-constexpr int kRows = 8;
-
-template <typename Kernel, int R>
-PD_VNNI void RunRows(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
-                     int64_t t, bool prefetch, __mmask16 keep, float* y, int64_t ldy) {
-  __m512 acc[R];
-  Kernel::template Run<R>(panel, blocks, xq, t, prefetch, acc);
-  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (t + r) * ldy, keep, acc[r]);
-}
+// Q8_0: linear_quant.h's eight lanes per output (lane l: the block's elements 4l..4l+3) are here
+// eight accumulators of 16 outputs, lane l's integer sum one VPDPBUSD of x's four codes plus 128
+// (unsigned) against the signed weight codes, started from -128 x the weights' 4-sums (shared by
+// the rows of x); the float steps per block and the final tree are the row-major kernels'.
+struct PanelQ8_0 {
+  static constexpr int kBytes = q8::kBytes;
+  static constexpr int kRows = 3;  // 8 accumulators per row of x.
+  template <int R>
+  PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
+                          int64_t t, bool prefetch, __mmask16 keep, float* y, int64_t ldy) {
+    const int8_t* xc[R];
+    const float* xd[R];
+    __m512 acc[R][8];
+    for (int r = 0; r < R; ++r) {
+      xc[r] = xq.codes(t + r);
+      xd[r] = xq.scales(t + r);
+      for (int l = 0; l < 8; ++l) acc[r][l] = _mm512_setzero_ps();
+    }
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t s = 0; s < blocks; ++s) {
+      const uint8_t* b = panel + s * kBytes;
+      if (prefetch) PrefetchBlock(b, kBytes);
+      const __m512 d = LoadF16x16(b + q8::kD);
+      __m512 scale[R];
+      for (int r = 0; r < R; ++r) scale[r] = _mm512_mul_ps(d, _mm512_set1_ps(xd[r][s]));
+      for (int l = 0; l < 8; ++l) {
+        const __m512i w = Load64(b + q8::kCodes + 64 * l);
+        const __m512i init =
+            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w));
+        for (int r = 0; r < R; ++r) {
+          int32_t v;
+          std::memcpy(&v, xc[r] + 32 * s + 4 * l, 4);
+          const __m512i lanes = _mm512_dpbusd_epi32(init, _mm512_set1_epi32(v ^ static_cast<int32_t>(0x80808080u)), w);
+          acc[r][l] = _mm512_fmadd_ps(scale[r], _mm512_cvtepi32_ps(lanes), acc[r][l]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {  // SumLanes' tree, lane by lane.
+      const __m512 sum = _mm512_add_ps(
+          _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][4]), _mm512_add_ps(acc[r][2], acc[r][6])),
+          _mm512_add_ps(_mm512_add_ps(acc[r][1], acc[r][5]), _mm512_add_ps(acc[r][3], acc[r][7])));
+      _mm512_mask_storeu_ps(y + (t + r) * ldy, keep, sum);
+    }
+  }
+};
 
 template <typename Kernel>
 PD_VNNI void Columns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y, int64_t ldy,
                      int64_t n_begin, int64_t n_end) {
-  const int64_t blocks = w.cols / 256, panel_bytes = blocks * Kernel::kBytes;
+  const int64_t blocks = w.cols / PanelBlockElements(w.type), panel_bytes = blocks * Kernel::kBytes;
+  constexpr int kRows = Kernel::kRows;
   for (int64_t p = n_begin / kP; p * kP < n_end; ++p) {
     const int64_t j0 = p * kP;
     const int64_t lo = std::max(n_begin, j0) - j0, hi = std::min(n_end, j0 + kP) - j0;
@@ -330,16 +393,20 @@ PD_VNNI void Columns(const QuantizedActivations& xq, const QuantMatrixRef& w, fl
     const uint8_t* panel = static_cast<const uint8_t*>(w.data) + p * panel_bytes;
     float* yp = y + j0;
     int64_t t = 0;
-    for (; t + kRows <= xq.m; t += kRows) RunRows<Kernel, kRows>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
-    if (xq.m - t >= 4) {
-      RunRows<Kernel, 4>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
-      t += 4;
+    for (; t + kRows <= xq.m; t += kRows) {
+      Kernel::template Run<kRows>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
+    }
+    if constexpr (kRows > 4) {
+      if (xq.m - t >= 4) {
+        Kernel::template Run<4>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
+        t += 4;
+      }
     }
     if (xq.m - t >= 2) {
-      RunRows<Kernel, 2>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
+      Kernel::template Run<2>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
       t += 2;
     }
-    if (xq.m - t >= 1) RunRows<Kernel, 1>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
+    if (xq.m - t >= 1) Kernel::template Run<1>(panel, blocks, xq, t, t == 0, keep, yp, ldy);
   }
 }
 
@@ -347,7 +414,9 @@ PD_VNNI void Columns(const QuantizedActivations& xq, const QuantMatrixRef& w, fl
 
 void LinearQuantPanelColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                              int64_t ldy, int64_t n_begin, int64_t n_end) {
-  if (w.type == GgmlType::kQ4_K) {
+  if (w.type == GgmlType::kQ8_0) {
+    Columns<PanelQ8_0>(xq, w, y, ldy, n_begin, n_end);
+  } else if (w.type == GgmlType::kQ4_K) {
     Columns<PanelQ4K>(xq, w, y, ldy, n_begin, n_end);
   } else {
     Columns<PanelQ6K>(xq, w, y, ldy, n_begin, n_end);

@@ -1,5 +1,5 @@
-// Quantized weights repacked at load for the AVX512-VNNI kernels (MatrixLayout::kQuantPanels),
-// as llama.cpp's CPU backend repacks Q4_K into 8-row groups: panels of 16 weight rows whose
+// Quantized weights (Q8_0, Q4_K, Q6_K) repacked at load for the AVX512-VNNI kernels
+// (MatrixLayout::kQuantPanels), as llama.cpp's CPU backend repacks Q4_K into 8-row groups: panels of 16 weight rows whose
 // codes sit four consecutive k per row in each 32-bit lane, so one 64-byte load is four k of 16
 // outputs, and VPDPBUSD with four of x's codes broadcast adds them to 16 outputs' integer sums at
 // once. The row-major kernels (linear_quant.h) unpack each block's nibbles and scales again for
@@ -12,8 +12,11 @@
 // is the same but for Q4_K's scales, which are kept as bytes (2368 bytes per 16 blocks of 144:
 // +2.8%).
 //
-// Per panel p (rows [16p, 16p + 16), rows past the last zero) and block s of 256 k, c a row of the
-// panel (0-15), q the block's codes as BlockCodesK gives them (element order):
+// Per panel p (rows [16p, 16p + 16), rows past the last zero) and block s (of 32 k for Q8_0, 256
+// for the K-quants), c a row of the panel (0-15), q the block's codes as BlockCodesK gives them
+// (element order):
+//   Q8_0 (544 bytes, as 16 blocks of 34): codes [l 0-7][c][i 0-3] = q[c][4 l + i] (512); d [c]
+//          f16 (32).
 //   Q4_K (2368 bytes): codes [sub 0-7][pair 0-3][c][i 0-3] = q[c][32 sub + 8 pair + i] low nibble,
 //          q[c][32 sub + 8 pair + 4 + i] high nibble (2048); scales [sub][c] (128); mins
 //          [sub pair 0-3][c][2] (128); d [c] f16 (32); dmin [c] f16 (32).
