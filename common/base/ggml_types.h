@@ -42,6 +42,8 @@ inline int64_t GgmlRowBytes(GgmlType t, int64_t cols) {
 inline int64_t GgmlPanelBlockBytes(GgmlType t) {
   switch (t) {
     case GgmlType::kQ8_0: return 544;
+    case GgmlType::kQ4_0: return 288;
+    case GgmlType::kQ5_0: return 352;
     case GgmlType::kQ4_K: return 2368;
     case GgmlType::kQ6_K: return 3360;
     default: return 0;

@@ -28,13 +28,26 @@ constexpr int kCodes = 0, kScales = 2048, kMins = 2176, kD = 2304, kDmin = 2336,
 namespace q6k {
 constexpr int kLow = 0, kHigh = 2048, kScales = 3072, kD = 3328, kBytes = 3360;
 }
+// The 32-element formats: codes (Q8_0 bytes; Q4_0 and Q5_0 nibbles), Q5_0's fifth bits, d.
 namespace q8 {
 constexpr int kCodes = 0, kD = 512, kBytes = 544;
+}
+namespace q4 {
+constexpr int kCodes = 0, kD = 256, kBytes = 288;
+}
+namespace q5 {
+constexpr int kCodes = 0, kHigh = 256, kD = 320, kBytes = 352;
 }
 
 bool HasPanels(GgmlType type) { return GgmlPanelBlockBytes(type) > 0; }
 
-int PanelBlockElements(GgmlType type) { return type == GgmlType::kQ8_0 ? 32 : 256; }
+bool Is32(GgmlType type) {
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ5_0;
+}
+int PanelBlockElements(GgmlType type) { return Is32(type) ? 32 : 256; }
+// What Q4_0 and Q5_0 add to a signed code to store it unsigned.
+int CodeOffset(GgmlType type) { return type == GgmlType::kQ4_0 ? 8 : 16; }
+int DAt(GgmlType type) { return type == GgmlType::kQ8_0 ? q8::kD : type == GgmlType::kQ4_0 ? q4::kD : q5::kD; }
 
 // One block of rows c < n of a panel (src[c], row-major blocks) into dst; rows past n stay zero.
 void PackBlockQ4K(const uint8_t* const* src, int n, uint8_t* dst) {
@@ -82,12 +95,32 @@ void PackBlockQ6K(const uint8_t* const* src, int n, uint8_t* dst) {
   }
 }
 
-void PackBlockQ8_0(const uint8_t* const* src, int n, uint8_t* dst) {
-  std::memset(dst, 0, q8::kBytes);
+void PackBlock32(GgmlType type, const uint8_t* const* src, int n, uint8_t* dst) {
+  std::memset(dst, 0, static_cast<size_t>(GgmlPanelBlockBytes(type)));
+  int8_t q[32];
   for (int c = 0; c < n; ++c) {
-    for (int l = 0; l < 8; ++l) std::memcpy(dst + q8::kCodes + 64 * l + 4 * c, src[c] + 2 + 4 * l, 4);
-    std::memcpy(dst + q8::kD + 2 * c, src[c], 2);
+    BlockCodes32(type, src[c], q);
+    for (int e = 0; e < 32; ++e) {
+      const int l = e / 4, i = e % 4;
+      if (type == GgmlType::kQ8_0) {
+        dst[q8::kCodes + 64 * l + 4 * c + i] = static_cast<uint8_t>(q[e]);
+        continue;
+      }
+      const int u = q[e] + CodeOffset(type);  // 0-15 (Q4_0), 0-31 (Q5_0).
+      dst[q4::kCodes + 64 * (l / 2) + 4 * c + i] |= static_cast<uint8_t>((u & 0xF) << (4 * (l % 2)));
+      if (type == GgmlType::kQ5_0) dst[q5::kHigh + 4 * c + i] |= static_cast<uint8_t>((u >> 4) << l);
+    }
+    std::memcpy(dst + DAt(type) + 2 * c, src[c], 2);
   }
+}
+
+// The signed code of element e (0-31) of row c in a 32-element panel block.
+int Code32(GgmlType type, const uint8_t* b, int c, int e) {
+  const int l = e / 4, i = e % 4;
+  if (type == GgmlType::kQ8_0) return static_cast<int8_t>(b[q8::kCodes + 64 * l + 4 * c + i]);
+  int u = (b[q4::kCodes + 64 * (l / 2) + 4 * c + i] >> (4 * (l % 2))) & 0xF;
+  if (type == GgmlType::kQ5_0) u |= ((b[q5::kHigh + 4 * c + i] >> l) & 1) << 4;
+  return u - CodeOffset(type);
 }
 
 float F16At(const uint8_t* p) {
@@ -120,8 +153,8 @@ void PackQuantPanels(const QuantMatrixRef& w, void* dst) {
       const uint8_t* src[kP];
       for (int c = 0; c < n; ++c) src[c] = w.row(p * kP + c) + s * block_bytes;
       uint8_t* blk = out + (p * blocks + s) * panel_block;
-      if (w.type == GgmlType::kQ8_0) {
-        PackBlockQ8_0(src, n, blk);
+      if (Is32(w.type)) {
+        PackBlock32(w.type, src, n, blk);
       } else if (w.type == GgmlType::kQ4_K) {
         PackBlockQ4K(src, n, blk);
       } else {
@@ -138,11 +171,9 @@ void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t
   for (int64_t s = 0; s < blocks; ++s) {
     const uint8_t* b = static_cast<const uint8_t*>(panels) + ((row / kP) * blocks + s) * panel_block;
     float* o = out + elements * s;
-    if (type == GgmlType::kQ8_0) {  // As quant_blocks.cc: d * code.
-      const float d = F16At(b + q8::kD + 2 * c);
-      for (int e = 0; e < 32; ++e) {
-        o[e] = d * static_cast<float>(static_cast<int8_t>(b[q8::kCodes + 64 * (e / 4) + 4 * c + e % 4]));
-      }
+    if (Is32(type)) {  // As quant_blocks.cc: d * code.
+      const float d = F16At(b + DAt(type) + 2 * c);
+      for (int e = 0; e < 32; ++e) o[e] = d * static_cast<float>(Code32(type, b, c, e));
     } else if (type == GgmlType::kQ4_K) {  // As quant_blocks.cc's Q45K: fma(d * sc, q, -(dmin * mn)).
       const float d = F16At(b + q4k::kD + 2 * c), dmin = F16At(b + q4k::kDmin + 2 * c);
       for (int sub = 0; sub < 8; ++sub) {
@@ -335,12 +366,44 @@ struct PanelQ6K {
   }
 };
 
-// Q8_0: linear_quant.h's eight lanes per output (lane l: the block's elements 4l..4l+3) are here
-// eight accumulators of 16 outputs, lane l's integer sum one VPDPBUSD of x's four codes plus 128
-// (unsigned) against the signed weight codes, started from -128 x the weights' 4-sums (shared by
-// the rows of x); the float steps per block and the final tree are the row-major kernels'.
-struct PanelQ8_0 {
-  static constexpr int kBytes = q8::kBytes;
+// The signed codes of quad l (elements 4l..4l+3 of 16 rows) of a 32-element panel block, per
+// format; Prepare loads what the block's quads share.
+struct CodesQ8_0 {
+  static constexpr int kBytes = q8::kBytes, kD = q8::kD;
+  PD_VNNI static __m512i Prepare(const uint8_t*) { return _mm512_setzero_si512(); }
+  PD_VNNI static __m512i Quad(const uint8_t* b, __m512i, int l) { return Load64(b + q8::kCodes + 64 * l); }
+};
+struct CodesQ4_0 {
+  static constexpr int kBytes = q4::kBytes, kD = q4::kD;
+  PD_VNNI static __m512i Prepare(const uint8_t*) { return _mm512_setzero_si512(); }
+  PD_VNNI static __m512i Quad(const uint8_t* b, __m512i, int l) {
+    __m512i v = Load64(b + q4::kCodes + 64 * (l / 2));
+    if (l % 2) v = _mm512_srli_epi16(v, 4);
+    return _mm512_sub_epi8(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)), _mm512_set1_epi8(8));
+  }
+};
+struct CodesQ5_0 {
+  static constexpr int kBytes = q5::kBytes, kD = q5::kD;
+  PD_VNNI static __m512i Prepare(const uint8_t* b) { return Load64(b + q5::kHigh); }
+  PD_VNNI static __m512i Quad(const uint8_t* b, __m512i high, int l) {
+    __m512i v = Load64(b + q5::kCodes + 64 * (l / 2));
+    if (l % 2) v = _mm512_srli_epi16(v, 4);
+    // Bit l of each high byte to bit 4 (16-bit shifts: bits crossing bytes are masked off).
+    const __m512i h = l <= 4 ? _mm512_slli_epi16(high, 4 - l) : _mm512_srli_epi16(high, l - 4);
+    const __m512i code = _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)),
+                                         _mm512_and_si512(h, _mm512_set1_epi8(0x10)));
+    return _mm512_sub_epi8(code, _mm512_set1_epi8(16));
+  }
+};
+
+// Q8_0, Q4_0, Q5_0: linear_quant.h's eight lanes per output (lane l: the block's elements
+// 4l..4l+3) are here eight accumulators of 16 outputs, lane l's integer sum one VPDPBUSD of x's
+// four codes plus 128 (unsigned) against the signed weight codes, started from -128 x the
+// weights' 4-sums (shared by the rows of x); the float steps per block and the final tree are
+// the row-major kernels'.
+template <typename Codes>
+struct PanelLanes32 {
+  static constexpr int kBytes = Codes::kBytes;
   static constexpr int kRows = 3;  // 8 accumulators per row of x.
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
@@ -357,11 +420,12 @@ struct PanelQ8_0 {
     for (int64_t s = 0; s < blocks; ++s) {
       const uint8_t* b = panel + s * kBytes;
       if (prefetch) PrefetchBlock(b, kBytes);
-      const __m512 d = LoadF16x16(b + q8::kD);
+      const __m512 d = LoadF16x16(b + Codes::kD);
       __m512 scale[R];
       for (int r = 0; r < R; ++r) scale[r] = _mm512_mul_ps(d, _mm512_set1_ps(xd[r][s]));
+      const __m512i shared = Codes::Prepare(b);
       for (int l = 0; l < 8; ++l) {
-        const __m512i w = Load64(b + q8::kCodes + 64 * l);
+        const __m512i w = Codes::Quad(b, shared, l);
         const __m512i init =
             _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w));
         for (int r = 0; r < R; ++r) {
@@ -415,7 +479,11 @@ PD_VNNI void Columns(const QuantizedActivations& xq, const QuantMatrixRef& w, fl
 void LinearQuantPanelColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                              int64_t ldy, int64_t n_begin, int64_t n_end) {
   if (w.type == GgmlType::kQ8_0) {
-    Columns<PanelQ8_0>(xq, w, y, ldy, n_begin, n_end);
+    Columns<PanelLanes32<CodesQ8_0>>(xq, w, y, ldy, n_begin, n_end);
+  } else if (w.type == GgmlType::kQ4_0) {
+    Columns<PanelLanes32<CodesQ4_0>>(xq, w, y, ldy, n_begin, n_end);
+  } else if (w.type == GgmlType::kQ5_0) {
+    Columns<PanelLanes32<CodesQ5_0>>(xq, w, y, ldy, n_begin, n_end);
   } else if (w.type == GgmlType::kQ4_K) {
     Columns<PanelQ4K>(xq, w, y, ldy, n_begin, n_end);
   } else {
