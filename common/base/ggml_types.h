@@ -45,6 +45,7 @@ inline int64_t GgmlPanelBlockBytes(GgmlType t) {
     case GgmlType::kQ4_0: return 288;
     case GgmlType::kQ5_0: return 352;
     case GgmlType::kQ4_K: return 2368;
+    case GgmlType::kQ5_K: return 2880;
     case GgmlType::kQ6_K: return 3360;
     default: return 0;
   }

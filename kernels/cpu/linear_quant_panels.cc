@@ -24,6 +24,7 @@ constexpr int kP = static_cast<int>(kQuantPanelRows);
 // Offsets inside one panel block (linear_quant_panels.h).
 namespace q4k {
 constexpr int kCodes = 0, kScales = 2048, kMins = 2176, kD = 2304, kDmin = 2336, kBytes = 2368;
+constexpr int kHigh = 2368, kBytesQ5K = 2880;  // Q5_K: Q4_K's panel block, then the fifth bits.
 }
 namespace q6k {
 constexpr int kLow = 0, kHigh = 2048, kScales = 3072, kD = 3328, kBytes = 3360;
@@ -50,17 +51,22 @@ int CodeOffset(GgmlType type) { return type == GgmlType::kQ4_0 ? 8 : 16; }
 int DAt(GgmlType type) { return type == GgmlType::kQ8_0 ? q8::kD : type == GgmlType::kQ4_0 ? q4::kD : q5::kD; }
 
 // One block of rows c < n of a panel (src[c], row-major blocks) into dst; rows past n stay zero.
-void PackBlockQ4K(const uint8_t* const* src, int n, uint8_t* dst) {
-  std::memset(dst, 0, q4k::kBytes);
+// Q4_K, or Q5_K (fifth true): the codes' low 4 bits as Q4_K's, the fifth bits in a plane after.
+void PackBlockQ45K(bool fifth, const uint8_t* const* src, int n, uint8_t* dst) {
+  std::memset(dst, 0, fifth ? q4k::kBytesQ5K : q4k::kBytes);
   uint8_t q[256];
   for (int c = 0; c < n; ++c) {
-    BlockCodesK(GgmlType::kQ4_K, src[c], q);
+    BlockCodesK(fifth ? GgmlType::kQ5_K : GgmlType::kQ4_K, src[c], q);
     for (int sub = 0; sub < 8; ++sub) {
       for (int pair = 0; pair < 4; ++pair) {
         for (int i = 0; i < 4; ++i) {
           const int e = 32 * sub + 8 * pair + i;
           dst[q4k::kCodes + (4 * sub + pair) * 64 + 4 * c + i] =
-              static_cast<uint8_t>(q[e] | (q[e + 4] << 4));
+              static_cast<uint8_t>((q[e] & 0xF) | ((q[e + 4] & 0xF) << 4));
+          if (fifth) {
+            dst[q4k::kHigh + 64 * sub + 4 * c + i] |=
+                static_cast<uint8_t>(((q[e] >> 4) << (2 * pair)) | ((q[e + 4] >> 4) << (2 * pair + 1)));
+          }
         }
       }
       int sc, mn;
@@ -155,8 +161,8 @@ void PackQuantPanels(const QuantMatrixRef& w, void* dst) {
       uint8_t* blk = out + (p * blocks + s) * panel_block;
       if (Is32(w.type)) {
         PackBlock32(w.type, src, n, blk);
-      } else if (w.type == GgmlType::kQ4_K) {
-        PackBlockQ4K(src, n, blk);
+      } else if (w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ5_K) {
+        PackBlockQ45K(w.type == GgmlType::kQ5_K, src, n, blk);
       } else {
         PackBlockQ6K(src, n, blk);
       }
@@ -174,7 +180,9 @@ void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t
     if (Is32(type)) {  // As quant_blocks.cc: d * code.
       const float d = F16At(b + DAt(type) + 2 * c);
       for (int e = 0; e < 32; ++e) o[e] = d * static_cast<float>(Code32(type, b, c, e));
-    } else if (type == GgmlType::kQ4_K) {  // As quant_blocks.cc's Q45K: fma(d * sc, q, -(dmin * mn)).
+    } else if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
+      // As quant_blocks.cc's Q45K: fma(d * sc, q, -(dmin * mn)).
+      const bool fifth = type == GgmlType::kQ5_K;
       const float d = F16At(b + q4k::kD + 2 * c), dmin = F16At(b + q4k::kDmin + 2 * c);
       for (int sub = 0; sub < 8; ++sub) {
         const float ds = d * static_cast<float>(b[q4k::kScales + 16 * sub + c]);
@@ -182,8 +190,10 @@ void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t
         for (int pair = 0; pair < 4; ++pair) {
           const uint8_t* lane = b + q4k::kCodes + (4 * sub + pair) * 64 + 4 * c;
           for (int i = 0; i < 4; ++i) {
-            o[32 * sub + 8 * pair + i] = std::fma(ds, static_cast<float>(lane[i] & 0xF), -ms);
-            o[32 * sub + 8 * pair + 4 + i] = std::fma(ds, static_cast<float>(lane[i] >> 4), -ms);
+            const int high = fifth ? b[q4k::kHigh + 64 * sub + 4 * c + i] >> (2 * pair) : 0;
+            const int lo = (lane[i] & 0xF) | ((high & 1) << 4), hi = (lane[i] >> 4) | (((high >> 1) & 1) << 4);
+            o[32 * sub + 8 * pair + i] = std::fma(ds, static_cast<float>(lo), -ms);
+            o[32 * sub + 8 * pair + 4 + i] = std::fma(ds, static_cast<float>(hi), -ms);
           }
         }
       }
@@ -238,8 +248,9 @@ PD_VNNI inline void PrefetchBlock(const uint8_t* b, int bytes) {
 // codes' dot products with x in 16 int32 lanes (VPDPBUSD: unsigned codes, x's signed codes),
 // times the sub-block scales into the block's integer total; the mins' total by VPDPWSSD on
 // (min, min) and (sum, sum) pairs; then linear_quant.h's float steps.
-struct PanelQ4K {
-  static constexpr int kBytes = q4k::kBytes;
+template <bool kFifth>
+struct PanelQ45K {
+  static constexpr int kBytes = kFifth ? q4k::kBytesQ5K : q4k::kBytes;
   static constexpr int kRows = 8;  // 3 x 8 accumulators in the 32 registers.
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
@@ -264,10 +275,19 @@ struct PanelQ4K {
       for (int sub = 0; sub < 8; ++sub) {
         __m512i dot[R];
         for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_si512();
+        const __m512i high = kFifth ? Load64(b + q4k::kHigh + 64 * sub) : _mm512_setzero_si512();
         for (int pair = 0; pair < 4; ++pair) {
           const __m512i packed = Load64(b + q4k::kCodes + (4 * sub + pair) * 64);
-          const __m512i lo = _mm512_and_si512(packed, m4);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
+          __m512i lo = _mm512_and_si512(packed, m4);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
+          if constexpr (kFifth) {  // Bits 2 pair and 2 pair + 1 of the plane to bit 4.
+            const __m512i b4 = _mm512_set1_epi8(0x10);
+            const int sl = 2 * pair, sh = 2 * pair + 1;
+            lo = _mm512_or_si512(lo, _mm512_and_si512(sl <= 4 ? _mm512_slli_epi16(high, 4 - sl)
+                                                               : _mm512_srli_epi16(high, sl - 4), b4));
+            hi = _mm512_or_si512(hi, _mm512_and_si512(sh <= 4 ? _mm512_slli_epi16(high, 4 - sh)
+                                                               : _mm512_srli_epi16(high, sh - 4), b4));
+          }
           for (int r = 0; r < R; ++r) {
             const int8_t* x = xc[r] + 256 * s + 32 * sub + 8 * pair;
             dot[r] = _mm512_dpbusd_epi32(dot[r], lo, Broadcast4(x));
@@ -485,7 +505,9 @@ void LinearQuantPanelColumns(const QuantizedActivations& xq, const QuantMatrixRe
   } else if (w.type == GgmlType::kQ5_0) {
     Columns<PanelLanes32<CodesQ5_0>>(xq, w, y, ldy, n_begin, n_end);
   } else if (w.type == GgmlType::kQ4_K) {
-    Columns<PanelQ4K>(xq, w, y, ldy, n_begin, n_end);
+    Columns<PanelQ45K<false>>(xq, w, y, ldy, n_begin, n_end);
+  } else if (w.type == GgmlType::kQ5_K) {
+    Columns<PanelQ45K<true>>(xq, w, y, ldy, n_begin, n_end);
   } else {
     Columns<PanelQ6K>(xq, w, y, ldy, n_begin, n_end);
   }

@@ -1,6 +1,6 @@
-// Quantized weights (Q8_0, Q4_K, Q6_K) repacked at load for the AVX512-VNNI kernels
-// (MatrixLayout::kQuantPanels), as llama.cpp's CPU backend repacks Q4_K into 8-row groups: panels of 16 weight rows whose
-// codes sit four consecutive k per row in each 32-bit lane, so one 64-byte load is four k of 16
+// Quantized weights (every block format pdserve reads) repacked at load for the AVX512-VNNI
+// kernels (MatrixLayout::kQuantPanels), as llama.cpp's CPU backend repacks Q4_K into 8-row
+// groups: panels of 16 weight rows whose codes sit four consecutive k per row in each 32-bit lane, so one 64-byte load is four k of 16
 // outputs, and VPDPBUSD with four of x's codes broadcast adds them to 16 outputs' integer sums at
 // once. The row-major kernels (linear_quant.h) unpack each block's nibbles and scales again for
 // every few rows of x and sum 8-lane vectors horizontally per output and block; here the unpacking
@@ -9,17 +9,24 @@
 // Same bits as the row-major kernels: the integer sums are exact whatever their order, and each
 // output's float steps per block are linear_quant.h's, in the same order (tested for every m and
 // column range). The panel bytes hold what the row-major blocks hold, in another order, so memory
-// is the same but for Q4_K's scales, which are kept as bytes (2368 bytes per 16 blocks of 144:
-// +2.8%).
+// is the same but for the K-quants' scales and mins, kept as bytes (Q4_K 2368 bytes per 16
+// blocks of 144: +2.8%; Q5_K +2.3%).
 //
 // Per panel p (rows [16p, 16p + 16), rows past the last zero) and block s (of 32 k for Q8_0, 256
 // for the K-quants), c a row of the panel (0-15), q the block's codes as BlockCodesK gives them
 // (element order):
+// Per format (bytes per panel block; the K-quants' per-sub-block integer totals and the 32-element
+// formats' eight lanes per output kept as linear_quant.h defines them):
 //   Q8_0 (544 bytes, as 16 blocks of 34): codes [l 0-7][c][i 0-3] = q[c][4 l + i] (512); d [c]
 //          f16 (32).
+//   Q4_0 (288), Q5_0 (352): u = the signed code + 8 (Q4_0) or + 16 (Q5_0); u's low 4 bits
+//          [l pair 0-3][c][i] = element 8 pair + i low nibble, 8 pair + 4 + i high nibble (256);
+//          Q5_0 only: u's fifth bits [c][i], bit l = element 4 l + i's (64); d [c] f16 (32).
 //   Q4_K (2368 bytes): codes [sub 0-7][pair 0-3][c][i 0-3] = q[c][32 sub + 8 pair + i] low nibble,
 //          q[c][32 sub + 8 pair + 4 + i] high nibble (2048); scales [sub][c] (128); mins
 //          [sub pair 0-3][c][2] (128); d [c] f16 (32); dmin [c] f16 (32).
+//   Q5_K (2880): Q4_K's with the codes' low 4 bits, then their fifth bits [sub][c][i], bit
+//          2 pair + h = element 32 sub + 8 pair + 4 h + i's (512).
 //   Q6_K (3360 bytes): low 4 bits [sub 0-15][half 0-1][c][i 0-3] = q[c][16 sub + 8 half + i] low
 //          nibble, q[c][16 sub + 8 half + 4 + i] high nibble (2048); high 2 bits [sub][c][i] =
 //          sum over g of ((q[c][16 sub + 4 g + i] >> 4) << 2g) (1024); scales [sub pair 0-7][c][2]

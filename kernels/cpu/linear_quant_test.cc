@@ -268,12 +268,13 @@ TEST(LinearQuant, VnniPathIsBitwiseTheAvx2Path) {
   }
 }
 
-// The panels (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K repacked at load) hold the row-major blocks' values (every row
+// The panels (every block format, repacked at load) hold the row-major blocks' values (every row
 // dequantizes to the same floats, a last panel padded) and give the row-major kernels' bits for
 // any m (whole kernels of 8, the 4/2/1 remainders, several of each) and column range (cut inside
 // a panel at both ends, a single column), through Linear's threads too.
 TEST(LinearQuant, PanelsAreBitwiseTheRowMajorKernels) {
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                        GgmlType::kQ6_K}) {
     if (!QuantPanelsSupported(type)) GTEST_SKIP() << "needs avx512_vnni: this CPU has no AVX512-VNNI (or it is switched off)";
     SCOPED_TRACE(std::string(GgmlTypeName(type)));
     const int64_t n = 37, k = 5632;
