@@ -273,8 +273,13 @@ struct PanelQ45K {
       __m512i itot[R];
       for (int r = 0; r < R; ++r) itot[r] = _mm512_setzero_si512();
       for (int sub = 0; sub < 8; ++sub) {
-        __m512i dot[R];
-        for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_si512();
+        // Few rows of x: several chains of VPDPBUSD per row (a single one of 8 was bound by the
+        // instruction's latency at decode); integer sums, so any grouping gives the same total.
+        constexpr int kChains = R == 1 ? 4 : R == 2 ? 2 : 1;
+        __m512i dot[R][kChains];
+        for (int r = 0; r < R; ++r) {
+          for (int ch = 0; ch < kChains; ++ch) dot[r][ch] = _mm512_setzero_si512();
+        }
         const __m512i high = kFifth ? Load64(b + q4k::kHigh + 64 * sub) : _mm512_setzero_si512();
         for (int pair = 0; pair < 4; ++pair) {
           const __m512i packed = Load64(b + q4k::kCodes + (4 * sub + pair) * 64);
@@ -290,13 +295,19 @@ struct PanelQ45K {
           }
           for (int r = 0; r < R; ++r) {
             const int8_t* x = xc[r] + 256 * s + 32 * sub + 8 * pair;
-            dot[r] = _mm512_dpbusd_epi32(dot[r], lo, Broadcast4(x));
-            dot[r] = _mm512_dpbusd_epi32(dot[r], hi, Broadcast4(x + 4));
+            __m512i& c0 = dot[r][(2 * pair) % kChains];
+            __m512i& c1 = dot[r][(2 * pair + 1) % kChains];
+            c0 = _mm512_dpbusd_epi32(c0, lo, Broadcast4(x));
+            c1 = _mm512_dpbusd_epi32(c1, hi, Broadcast4(x + 4));
           }
         }
         const __m512i sc = _mm512_cvtepu8_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + q4k::kScales + 16 * sub)));
-        for (int r = 0; r < R; ++r) itot[r] = _mm512_add_epi32(itot[r], _mm512_mullo_epi32(dot[r], sc));
+        for (int r = 0; r < R; ++r) {
+          __m512i total = dot[r][0];
+          for (int ch = 1; ch < kChains; ++ch) total = _mm512_add_epi32(total, dot[r][ch]);
+          itot[r] = _mm512_add_epi32(itot[r], _mm512_mullo_epi32(total, sc));
+        }
       }
       __m512i imin[R];
       for (int r = 0; r < R; ++r) imin[r] = _mm512_setzero_si512();
