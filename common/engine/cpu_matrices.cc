@@ -31,8 +31,9 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> CpuMatrices::Make(const Model
                            {&w.down_proj, &out.down}});
   }
   all.emplace_back(&weights.lm_head(), &m->lm_head_);
-  // Quantized matrices in Q4_K or Q6_K are repacked in panels where the CPU has the kernels
-  // for them (AVX512-VNNI: linear_quant_panels.h); other block formats are read as they are.
+  // Quantized matrices are repacked in panels where the CPU has kernels for them
+  // (linear_quant_panels.h: every format with AVX512-VNNI, the K-quants with AVX2); the others
+  // are read as they are.
   auto quant_panels = [](const MatrixRef& x) {
     return x.quantized() && kernels::QuantPanelsSupported(x.quant_type);
   };

@@ -1,7 +1,7 @@
 // The matrices a CPU runner's linear layers read: the checkpoint's own, or copies in one arena (on
 // transparent huge pages with --weight-huge-pages; always for bf16 compute, which reads them
-// packed in panels, kernels/cpu/linear_bf16.h, and for Q4_K/Q6_K matrices on a CPU with
-// AVX512-VNNI, repacked in panels, kernels/cpu/linear_quant_panels.h). Immutable once made, so the engines of one process
+// packed in panels, kernels/cpu/linear_bf16.h, and for quantized matrices the panel kernels
+// read, repacked in panels, kernels/cpu/linear_quant_panels.h). Immutable once made, so the engines of one process
 // can share one set (SharedWeights).
 #ifndef PDSERVE_COMMON_ENGINE_CPU_MATRICES_H_
 #define PDSERVE_COMMON_ENGINE_CPU_MATRICES_H_

@@ -41,6 +41,9 @@ constexpr int kCodes = 0, kHigh = 256, kD = 320, kBytes = 352;
 }
 
 bool HasPanels(GgmlType type) { return GgmlPanelBlockBytes(type) > 0; }
+bool IsKQuant(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+}
 
 bool Is32(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ5_0;
@@ -142,7 +145,12 @@ bool QuantPanelsSupported(GgmlType type) {
     const char* v = std::getenv("PDSERVE_QUANT_PANELS");
     return v != nullptr && std::strcmp(v, "0") == 0;
   }();
-  return HasPanels(type) && QuantVnniEnabled() && !off;
+  if (off || !HasPanels(type)) return false;
+#if PDSERVE_AVX2
+  return QuantVnniEnabled() || IsKQuant(type);
+#else
+  return false;
+#endif
 }
 
 int64_t QuantPanelsBytes(GgmlType type, int64_t rows, int64_t cols) {
@@ -254,7 +262,7 @@ struct PanelQ45K {
   static constexpr int kRows = 8;  // 3 x 8 accumulators in the 32 registers.
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
-                          int64_t t, bool prefetch, __mmask16 keep, float* y, int64_t ldy) {
+                          int64_t t, bool prefetch, uint32_t keep, float* y, int64_t ldy) {
     const int64_t k = xq.k;
     const int8_t* xc[R];
     const int16_t* xs[R];
@@ -327,7 +335,7 @@ struct PanelQ45K {
         acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xd[r][s]), blk, acc[r]);
       }
     }
-    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (t + r) * ldy, keep, acc[r]);
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (t + r) * ldy, static_cast<__mmask16>(keep), acc[r]);
   }
 };
 
@@ -339,7 +347,7 @@ struct PanelQ6K {
   static constexpr int kRows = 8;
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
-                          int64_t t, bool prefetch, __mmask16 keep, float* y, int64_t ldy) {
+                          int64_t t, bool prefetch, uint32_t keep, float* y, int64_t ldy) {
     const int64_t k = xq.k;
     const int8_t* xc[R];
     const int16_t* xs[R];
@@ -393,7 +401,7 @@ struct PanelQ6K {
                                  _mm512_cvtepi32_ps(total), acc[r]);
       }
     }
-    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (t + r) * ldy, keep, acc[r]);
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (t + r) * ldy, static_cast<__mmask16>(keep), acc[r]);
   }
 };
 
@@ -438,7 +446,7 @@ struct PanelLanes32 {
   static constexpr int kRows = 3;  // 8 accumulators per row of x.
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
-                          int64_t t, bool prefetch, __mmask16 keep, float* y, int64_t ldy) {
+                          int64_t t, bool prefetch, uint32_t keep, float* y, int64_t ldy) {
     const int8_t* xc[R];
     const float* xd[R];
     __m512 acc[R][8];
@@ -471,20 +479,202 @@ struct PanelLanes32 {
       const __m512 sum = _mm512_add_ps(
           _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][4]), _mm512_add_ps(acc[r][2], acc[r][6])),
           _mm512_add_ps(_mm512_add_ps(acc[r][1], acc[r][5]), _mm512_add_ps(acc[r][3], acc[r][7])));
-      _mm512_mask_storeu_ps(y + (t + r) * ldy, keep, sum);
+      _mm512_mask_storeu_ps(y + (t + r) * ldy, static_cast<__mmask16>(keep), sum);
     }
   }
 };
 
+// ---- The AVX2 kernels of the K-quant panels ---------------------------------------------------
+//
+// For CPUs without AVX512-VNNI: a panel in two halves of 8 columns (32 bytes of each 64-byte row).
+// Per k-quad VPMADDUBSW (unsigned codes, x's signed codes: pairs of products, at most 2 x 63 x
+// 127, no saturation) and VPMADDWD by the column's sub-block scale in both halves of its lane,
+// which is the scale times the quad's four products, exact in int32: the same integer totals, so
+// the same bits.
+
+inline __m256i Bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+inline __m256i Load32At(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m128i Load16At(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m256 LoadF16x8(const uint8_t* p) { return _mm256_cvtph_ps(Load16At(p)); }
+// Lane c (int32) = (v, v) as int16 from a byte per column.
+inline __m256i ScaleTwice(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  const __m256i s = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(v)));
+  return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+}
+// y's eight columns of a half that `keep` (its 8 bits) asks for.
+inline void StoreKept(float* y, uint32_t keep, __m256 v) {
+  if (keep == 0xFF) {
+    _mm256_storeu_ps(y, v);
+    return;
+  }
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256i mask = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(keep)), bit), bit);
+  _mm256_maskstore_ps(y, mask, v);
+}
+template <int bit>
+inline __m256i BitTo4Avx2(__m256i v) {
+  __m256i s;
+  if constexpr (bit < 4) {
+    s = _mm256_slli_epi16(v, 4 - bit);
+  } else if constexpr (bit > 4) {
+    s = _mm256_srli_epi16(v, bit - 4);
+  } else {
+    s = v;
+  }
+  return _mm256_and_si256(s, _mm256_set1_epi8(0x10));
+}
+
+template <bool kFifth>
+struct PanelQ45KAvx2 {
+  static constexpr int kBytes = kFifth ? q4k::kBytesQ5K : q4k::kBytes;
+  static constexpr int kRows = 4;
+
+  template <int pair, int R>
+  static void Pair(const uint8_t* b, int sub, int h, __m256i high, __m256i sc, const int8_t* const* x,
+                   __m256i* itot) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i packed = Load32At(b + q4k::kCodes + (4 * sub + pair) * 64 + 32 * h);
+    __m256i lo = _mm256_and_si256(packed, m4), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
+    if constexpr (kFifth) {
+      lo = _mm256_or_si256(lo, BitTo4Avx2<2 * pair>(high));
+      hi = _mm256_or_si256(hi, BitTo4Avx2<2 * pair + 1>(high));
+    }
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xp = x[r] + 32 * sub + 8 * pair;
+      itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, Bcast4(xp)), sc));
+      itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, Bcast4(xp + 4)), sc));
+    }
+  }
+
+  template <int R>
+  static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq, int64_t t,
+                  bool prefetch, uint32_t keep, float* y, int64_t ldy) {
+    const int64_t k = xq.k;
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t kept = (keep >> (8 * h)) & 0xFF;
+      if (kept == 0) continue;
+      __m256 acc[R];
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+      for (int64_t s = 0; s < blocks; ++s) {
+        const uint8_t* b = panel + s * kBytes;
+        if (prefetch && h == 0) {
+          for (int off = 0; off < kBytes; off += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes + off), _MM_HINT_T1);
+          }
+        }
+        const int8_t* x[R];
+        __m256i itot[R];
+        for (int r = 0; r < R; ++r) {
+          x[r] = xq.codes(t + r) + 256 * s;
+          itot[r] = _mm256_setzero_si256();
+        }
+        for (int sub = 0; sub < 8; ++sub) {
+          const __m256i sc = ScaleTwice(b + q4k::kScales + 16 * sub + 8 * h);
+          const __m256i high = kFifth ? Load32At(b + q4k::kHigh + 64 * sub + 32 * h) : _mm256_setzero_si256();
+          Pair<0, R>(b, sub, h, high, sc, x, itot);
+          Pair<1, R>(b, sub, h, high, sc, x, itot);
+          Pair<2, R>(b, sub, h, high, sc, x, itot);
+          Pair<3, R>(b, sub, h, high, sc, x, itot);
+        }
+        const __m256 d = LoadF16x8(b + q4k::kD + 16 * h), dmin = LoadF16x8(b + q4k::kDmin + 16 * h);
+        for (int r = 0; r < R; ++r) {
+          const int16_t* xs = xq.sum32.data() + (t + r) * (k / 32) + 8 * s;
+          __m256i imin = _mm256_setzero_si256();
+          for (int i = 0; i < 4; ++i) {
+            const __m256i mn = _mm256_cvtepu8_epi16(Load16At(b + q4k::kMins + 32 * i + 16 * h));
+            imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn, Bcast4(xs + 2 * i)));
+          }
+          const __m256 ft = _mm256_cvtepi32_ps(itot[r]), fm = _mm256_cvtepi32_ps(imin);
+          const __m256 p = _mm256_mul_ps(dmin, fm);
+          const __m256 e = _mm256_fmsub_ps(dmin, fm, p);
+          const __m256 blk = _mm256_sub_ps(_mm256_fmsub_ps(d, ft, p), e);
+          acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xq.scales(t + r)[s]), blk, acc[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) StoreKept(y + (t + r) * ldy + 8 * h, kept, acc[r]);
+    }
+  }
+};
+
+struct PanelQ6KAvx2 {
+  static constexpr int kBytes = q6k::kBytes;
+  static constexpr int kRows = 4;
+  template <int R>
+  static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq, int64_t t,
+                  bool prefetch, uint32_t keep, float* y, int64_t ldy) {
+    const int64_t k = xq.k;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t kept = (keep >> (8 * h)) & 0xFF;
+      if (kept == 0) continue;
+      __m256 acc[R];
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+      for (int64_t s = 0; s < blocks; ++s) {
+        const uint8_t* b = panel + s * kBytes;
+        if (prefetch && h == 0) {
+          for (int off = 0; off < kBytes; off += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes + off), _MM_HINT_T1);
+          }
+        }
+        __m256i itot[R];
+        for (int r = 0; r < R; ++r) itot[r] = _mm256_setzero_si256();
+        for (int sub = 0; sub < 16; ++sub) {
+          // (scale, scale) per lane: the sub-block's half of the pair (as int16, signed).
+          const __m256i pairs = _mm256_cvtepi8_epi16(Load16At(b + q6k::kScales + 32 * (sub / 2) + 16 * h));
+          const __m256i sc = sub % 2 == 0 ? _mm256_blend_epi16(pairs, _mm256_slli_epi32(pairs, 16), 0xAA)
+                                          : _mm256_blend_epi16(_mm256_srli_epi32(pairs, 16), pairs, 0xAA);
+          const __m256i a = Load32At(b + q6k::kLow + 128 * sub + 32 * h);
+          const __m256i bb = Load32At(b + q6k::kLow + 128 * sub + 64 + 32 * h);
+          const __m256i hb = Load32At(b + q6k::kHigh + 64 * sub + 32 * h);
+          const __m256i q0 = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+          const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
+                                             _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+          const __m256i q2 = _mm256_or_si256(_mm256_and_si256(bb, m4), _mm256_and_si256(hb, m30));
+          const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m4),
+                                             _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+          for (int r = 0; r < R; ++r) {
+            const int8_t* x = xq.codes(t + r) + 256 * s + 16 * sub;
+            itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q0, Bcast4(x)), sc));
+            itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q1, Bcast4(x + 4)), sc));
+            itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q2, Bcast4(x + 8)), sc));
+            itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q3, Bcast4(x + 12)), sc));
+          }
+        }
+        const __m256 d = LoadF16x8(b + q6k::kD + 16 * h);
+        for (int r = 0; r < R; ++r) {
+          const int16_t* xs = xq.sum16.data() + (t + r) * (k / 16) + 16 * s;
+          __m256i off = _mm256_setzero_si256();
+          for (int pair = 0; pair < 8; ++pair) {
+            const __m256i pairs = _mm256_cvtepi8_epi16(Load16At(b + q6k::kScales + 32 * pair + 16 * h));
+            off = _mm256_add_epi32(off, _mm256_madd_epi16(pairs, Bcast4(xs + 2 * pair)));
+          }
+          const __m256i total = _mm256_sub_epi32(itot[r], _mm256_slli_epi32(off, 5));
+          acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xq.scales(t + r)[s])),
+                                   _mm256_cvtepi32_ps(total), acc[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) StoreKept(y + (t + r) * ldy + 8 * h, kept, acc[r]);
+    }
+  }
+};
+
+// Every panel the columns touch, its rows of x kRows at a time (then 4, 2, 1); `keep` has bit c
+// set for the panel's columns in [n_begin, n_end).
 template <typename Kernel>
-PD_VNNI void Columns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y, int64_t ldy,
-                     int64_t n_begin, int64_t n_end) {
+void Columns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y, int64_t ldy,
+             int64_t n_begin, int64_t n_end) {
   const int64_t blocks = w.cols / PanelBlockElements(w.type), panel_bytes = blocks * Kernel::kBytes;
   constexpr int kRows = Kernel::kRows;
   for (int64_t p = n_begin / kP; p * kP < n_end; ++p) {
     const int64_t j0 = p * kP;
     const int64_t lo = std::max(n_begin, j0) - j0, hi = std::min(n_end, j0 + kP) - j0;
-    const auto keep = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+    const uint32_t keep = ((1u << hi) - 1) & ~((1u << lo) - 1);
     const uint8_t* panel = static_cast<const uint8_t*>(w.data) + p * panel_bytes;
     float* yp = y + j0;
     int64_t t = 0;
@@ -509,18 +699,23 @@ PD_VNNI void Columns(const QuantizedActivations& xq, const QuantMatrixRef& w, fl
 
 void LinearQuantPanelColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                              int64_t ldy, int64_t n_begin, int64_t n_end) {
-  if (w.type == GgmlType::kQ8_0) {
-    Columns<PanelLanes32<CodesQ8_0>>(xq, w, y, ldy, n_begin, n_end);
-  } else if (w.type == GgmlType::kQ4_0) {
-    Columns<PanelLanes32<CodesQ4_0>>(xq, w, y, ldy, n_begin, n_end);
-  } else if (w.type == GgmlType::kQ5_0) {
-    Columns<PanelLanes32<CodesQ5_0>>(xq, w, y, ldy, n_begin, n_end);
-  } else if (w.type == GgmlType::kQ4_K) {
-    Columns<PanelQ45K<false>>(xq, w, y, ldy, n_begin, n_end);
-  } else if (w.type == GgmlType::kQ5_K) {
-    Columns<PanelQ45K<true>>(xq, w, y, ldy, n_begin, n_end);
-  } else {
-    Columns<PanelQ6K>(xq, w, y, ldy, n_begin, n_end);
+  // The K-quants have AVX2 kernels too; the 32-element formats are packed only where VNNI runs
+  // (they take its kernels even if the path was switched off since, as tests do).
+  const bool vnni = QuantVnniEnabled();
+  switch (w.type) {
+    case GgmlType::kQ8_0: return Columns<PanelLanes32<CodesQ8_0>>(xq, w, y, ldy, n_begin, n_end);
+    case GgmlType::kQ4_0: return Columns<PanelLanes32<CodesQ4_0>>(xq, w, y, ldy, n_begin, n_end);
+    case GgmlType::kQ5_0: return Columns<PanelLanes32<CodesQ5_0>>(xq, w, y, ldy, n_begin, n_end);
+    case GgmlType::kQ4_K:
+      return vnni ? Columns<PanelQ45K<false>>(xq, w, y, ldy, n_begin, n_end)
+                  : Columns<PanelQ45KAvx2<false>>(xq, w, y, ldy, n_begin, n_end);
+    case GgmlType::kQ5_K:
+      return vnni ? Columns<PanelQ45K<true>>(xq, w, y, ldy, n_begin, n_end)
+                  : Columns<PanelQ45KAvx2<true>>(xq, w, y, ldy, n_begin, n_end);
+    case GgmlType::kQ6_K:
+      return vnni ? Columns<PanelQ6K>(xq, w, y, ldy, n_begin, n_end)
+                  : Columns<PanelQ6KAvx2>(xq, w, y, ldy, n_begin, n_end);
+    default: return;
   }
 }
 

@@ -1,6 +1,7 @@
-// Quantized weights (every block format pdserve reads) repacked at load for the AVX512-VNNI
-// kernels (MatrixLayout::kQuantPanels), as llama.cpp's CPU backend repacks Q4_K into 8-row
-// groups: panels of 16 weight rows whose codes sit four consecutive k per row in each 32-bit lane, so one 64-byte load is four k of 16
+// Quantized weights repacked at load (MatrixLayout::kQuantPanels): every block format pdserve
+// reads where the AVX512-VNNI kernels run, the K-quants on any AVX2 CPU (VPMADDUBSW + VPMADDWD
+// by the column's scale, two halves of 8 columns), as llama.cpp's CPU backend repacks Q4_K into
+// 8-row groups: panels of 16 weight rows whose codes sit four consecutive k per row in each 32-bit lane, so one 64-byte load is four k of 16
 // outputs, and VPDPBUSD with four of x's codes broadcast adds them to 16 outputs' integer sums at
 // once. The row-major kernels (linear_quant.h) unpack each block's nibbles and scales again for
 // every few rows of x and sum 8-lane vectors horizontally per output and block; here the unpacking
@@ -44,7 +45,7 @@ namespace pdserve::kernels {
 constexpr int64_t kQuantPanelRows = 16;
 
 // Whether `type` has a panel layout and this CPU runs its kernels (the VNNI path is enabled:
-// linear_quant_vnni.h), and PDSERVE_QUANT_PANELS=0 (the row-major kernels, for comparisons) is
+// linear_quant_vnni.h; or AVX2, for the K-quants), and PDSERVE_QUANT_PANELS=0 (the row-major kernels, for comparisons) is
 // not set. What a loader asks before packing.
 bool QuantPanelsSupported(GgmlType type);
 
@@ -58,8 +59,9 @@ void PackQuantPanels(const QuantMatrixRef& w, void* dst);
 // One row of panels back as row-major blocks' dequantized floats: the test of the packing.
 void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t row, float* out);
 
-// Columns [n_begin, n_end) of y for all rows of xq, w.data being panels (w.panels set). Needs
-// the CPU QuantPanelsSupported asks for.
+// Columns [n_begin, n_end) of y for all rows of xq, w.data being panels (w.panels set): the VNNI
+// kernels where that path is enabled (and for the 32-element formats, which are packed only
+// there), else the K-quants' AVX2 ones. Needs the CPU QuantPanelsSupported asked for.
 void LinearQuantPanelColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                              int64_t ldy, int64_t n_begin, int64_t n_end);
 

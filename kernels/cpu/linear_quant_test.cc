@@ -268,15 +268,27 @@ TEST(LinearQuant, VnniPathIsBitwiseTheAvx2Path) {
   }
 }
 
-// The panels (every block format, repacked at load) hold the row-major blocks' values (every row
-// dequantizes to the same floats, a last panel padded) and give the row-major kernels' bits for
-// any m (whole kernels of 8, the 4/2/1 remainders, several of each) and column range (cut inside
-// a panel at both ends, a single column), through Linear's threads too.
+// The panels (every block format where AVX512-VNNI runs, the K-quants on any AVX2 CPU; repacked
+// at load) hold the row-major blocks' values (every row dequantizes to the same floats, a last
+// panel padded) and give the row-major kernels' bits for any m (whole kernels of 8, the 4/2/1
+// remainders, several of each) and column range (cut inside a panel at both ends, a single
+// column), through Linear's threads too; the K-quants with the VNNI kernels and the AVX2 ones.
 TEST(LinearQuant, PanelsAreBitwiseTheRowMajorKernels) {
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                        GgmlType::kQ6_K}) {
-    if (!QuantPanelsSupported(type)) GTEST_SKIP() << "needs avx512_vnni: this CPU has no AVX512-VNNI (or it is switched off)";
-    SCOPED_TRACE(std::string(GgmlTypeName(type)));
+  const bool vnni = QuantVnniEnabled();
+  struct Case {
+    GgmlType type;
+    bool avx2;  // The AVX2 kernels (where VNNI runs, switched off for the case).
+  };
+  const Case cases[] = {{GgmlType::kQ8_0, false}, {GgmlType::kQ4_0, false}, {GgmlType::kQ5_0, false},
+                        {GgmlType::kQ4_K, false}, {GgmlType::kQ5_K, false}, {GgmlType::kQ6_K, false},
+                        {GgmlType::kQ4_K, true},  {GgmlType::kQ5_K, true},  {GgmlType::kQ6_K, true}};
+  for (const auto& [type, avx2] : cases) {
+    SetQuantVnniEnabled(vnni && !avx2);
+    if (!QuantPanelsSupported(type)) {
+      if (!avx2) continue;  // Without VNNI: the K-quants run below, the 32-element formats row-major.
+      GTEST_SKIP() << "needs avx2: this build has no AVX2 kernels";
+    }
+    SCOPED_TRACE(std::string(GgmlTypeName(type)) + (QuantVnniEnabled() ? " vnni" : " avx2"));
     const int64_t n = 37, k = 5632;
     const std::string w_bytes = RandomRows(type, n, k, 41);
     const QuantMatrixRef w{type, w_bytes.data(), n, k};
@@ -315,6 +327,7 @@ TEST(LinearQuant, PanelsAreBitwiseTheRowMajorKernels) {
     Linear(x.data(), m, k, mr, want.data(), n, &pool);
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
   }
+  SetQuantVnniEnabled(vnni);
 }
 
 // Blocks from the quantizers (real scales and mins, not random bytes), several blocks per row.
