@@ -220,7 +220,12 @@ void PagedAttentionKvGroupT(const KvPagesView& view, const int32_t* block_table,
   const int64_t d = view.head_dim;
   const int64_t group = num_heads / view.num_kv_heads;
   const int64_t h0 = kv_head * group;
-  if (group > kMaxGroupAvx512 || d % 64 != 0 || !Avx512Enabled()) {
+  // Groups of more than kMaxGroupAvx512 query heads (TinyLlama's and Qwen's 7-8, an MQA model's
+  // all) go through the grouped kernels kMaxGroupAvx512 heads at a time: each part reads the
+  // keys and values once, where the per-head path read them once per head (decode attention on a
+  // group of 8 took 16% of a 1.1B model's step after 512 tokens, bench/RESULTS.md).
+  constexpr int64_t kMaxGroup = 64;
+  if (group > kMaxGroup || d % 64 != 0 || !Avx512Enabled()) {
     PagedAttentionT<D>(view, block_table, position, window, q, num_heads, scale, h0, h0 + group,
                        out, scratch);
     return;
@@ -228,22 +233,26 @@ void PagedAttentionKvGroupT(const KvPagesView& view, const int32_t* block_table,
   const int64_t start = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
   const int64_t n = position + 1 - start;
   const int64_t n8 = n & ~int64_t{7};
-  const float* qs[kMaxGroupAvx512];
-  float* scores[kMaxGroupAvx512];
-  float* outs[kMaxGroupAvx512];
+  const float* qs[kMaxGroup];
+  float* scores[kMaxGroup];
+  float* outs[kMaxGroup];
   for (int64_t g = 0; g < group; ++g) {
     qs[g] = q + (h0 + g) * d;
     scores[g] = scratch + g * n;
     outs[g] = out + (h0 + g) * d;
   }
-  const int g_count = static_cast<int>(group);
-  ScoresGroupAvx512(view, block_table, kv_head, start, n8, qs, g_count, scale, scores);
-  float inv_sum[kMaxGroupAvx512];
+  auto part = [&](int64_t g0) { return static_cast<int>(std::min<int64_t>(kMaxGroupAvx512, group - g0)); };
+  for (int64_t g0 = 0; g0 < group; g0 += kMaxGroupAvx512) {
+    ScoresGroupAvx512(view, block_table, kv_head, start, n8, qs + g0, part(g0), scale, scores + g0);
+  }
+  float inv_sum[kMaxGroup];
   for (int64_t g = 0; g < group; ++g) {
     ScoresOneByOne<D>(view, block_table, kv_head, start, n8, n, qs[g], scale, scores[g]);
     inv_sum[g] = internal::Softmax(scores[g], n);
   }
-  WeightedValuesGroupAvx512(view, block_table, kv_head, start, n, scores, g_count, outs);
+  for (int64_t g0 = 0; g0 < group; g0 += kMaxGroupAvx512) {
+    WeightedValuesGroupAvx512(view, block_table, kv_head, start, n, scores + g0, part(g0), outs + g0);
+  }
   for (int64_t g = 0; g < group; ++g) {
     for (int64_t i = 0; i < d; ++i) outs[g][i] *= inv_sum[g];
   }

@@ -166,15 +166,15 @@ TEST(AttentionTest, QuantizedPoolEqualsItsDequantizedCopy) {
   SetAvx512Enabled(true);
 }
 
-// The grouped path (a KV head's query heads together, AVX-512 where the CPU has it) gives the
-// per-head path's bits for every group size, head size (64 and 128 grouped; 16 falls back),
+// The grouped path (a KV head's query heads together, AVX-512 where the CPU has it; groups of
+// more than 4 in parts of 4) gives the per-head path's bits for every group size, head size (64 and 128 grouped; 16 falls back),
 // pool dtype, window and context length, including tails of fewer than 8 keys.
 TEST(AttentionTest, KvGroupIsBitwiseThePerHeadPath) {
   SetAvx512Enabled(true);
   if (!Avx512Enabled()) GTEST_SKIP() << "needs avx512: no AVX-512: the grouped path is the per-head path";
   for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8, KvDType::kInt4}) {
     for (int64_t d : {16, 64, 128}) {
-      for (int64_t group : {1, 2, 3, 4, 5}) {
+      for (int64_t group : {1, 2, 3, 4, 5, 8}) {
         const int64_t bs = 16, kvh = 2, heads = kvh * group, num_blocks = 6, ctx = 83;
         const size_t page = PageBytes(kvh, bs, d, dtype);
         std::vector<uint8_t> pool(num_blocks * page);
