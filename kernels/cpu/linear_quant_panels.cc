@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "common/base/dtype.h"
+#include "kernels/cpu/linear_quant_simd.h"
 #include "kernels/cpu/linear_quant_vnni.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/simd.h"
@@ -228,8 +230,28 @@ void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t
 
 namespace {
 
-// How far ahead the first rows of x prefetch a panel's bytes, into L2 (as the row-major kernels).
-constexpr int64_t kPrefetchBytes = 8192;
+// The row-major kernels' pieces: Prefetch (a block's lines kPrefetchBytes ahead, into L2, by the
+// first rows of x), BitTo4, Load32.
+using quant_simd::BitTo4;
+using quant_simd::Load32;
+using quant_simd::Prefetch;
+
+// Rows t..t+R-1 of x as the panel kernels read them: codes, block scales, and the sums of the
+// codes per `sum_block` (16 or 32) elements.
+template <int R>
+struct XRowsAt {
+  const int8_t* codes[R];
+  const int16_t* sums[R];
+  const float* scales[R];
+  XRowsAt(const QuantizedActivations& xq, int64_t t, int sum_block) {
+    const std::vector<int16_t>& all = sum_block == 16 ? xq.sum16 : xq.sum32;
+    for (int r = 0; r < R; ++r) {
+      codes[r] = xq.codes(t + r);
+      sums[r] = all.data() + (t + r) * (xq.k / sum_block);
+      scales[r] = xq.scales(t + r);
+    }
+  }
+};
 
 PD_VNNI inline __m512i Broadcast4(const int8_t* p) {
   int32_t v;
@@ -246,12 +268,6 @@ PD_VNNI inline __m512 LoadF16x16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-PD_VNNI inline void PrefetchBlock(const uint8_t* b, int bytes) {
-  for (int off = 0; off < bytes; off += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes + off), _MM_HINT_T1);
-  }
-}
-
 // Rows t..t+R-1 of x against one panel (16 outputs per row): per block, per sub-block of 32, the
 // codes' dot products with x in 16 int32 lanes (VPDPBUSD: unsigned codes, x's signed codes),
 // times the sub-block scales into the block's integer total; the mins' total by VPDPWSSD on
@@ -263,21 +279,13 @@ struct PanelQ45K {
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
                           int64_t t, bool prefetch, uint32_t keep, float* y, int64_t ldy) {
-    const int64_t k = xq.k;
-    const int8_t* xc[R];
-    const int16_t* xs[R];
-    const float* xd[R];
+    const XRowsAt<R> x(xq, t, 32);
     __m512 acc[R];
-    for (int r = 0; r < R; ++r) {
-      xc[r] = xq.codes(t + r);
-      xs[r] = xq.sum32.data() + (t + r) * (k / 32);
-      xd[r] = xq.scales(t + r);
-      acc[r] = _mm512_setzero_ps();
-    }
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t s = 0; s < blocks; ++s) {
       const uint8_t* b = panel + s * kBytes;
-      if (prefetch) PrefetchBlock(b, kBytes);
+      if (prefetch) Prefetch(b, kBytes);
       __m512i itot[R];
       for (int r = 0; r < R; ++r) itot[r] = _mm512_setzero_si512();
       for (int sub = 0; sub < 8; ++sub) {
@@ -302,11 +310,11 @@ struct PanelQ45K {
                                                                : _mm512_srli_epi16(high, sh - 4), b4));
           }
           for (int r = 0; r < R; ++r) {
-            const int8_t* x = xc[r] + 256 * s + 32 * sub + 8 * pair;
+            const int8_t* xp = x.codes[r] + 256 * s + 32 * sub + 8 * pair;
             __m512i& c0 = dot[r][(2 * pair) % kChains];
             __m512i& c1 = dot[r][(2 * pair + 1) % kChains];
-            c0 = _mm512_dpbusd_epi32(c0, lo, Broadcast4(x));
-            c1 = _mm512_dpbusd_epi32(c1, hi, Broadcast4(x + 4));
+            c0 = _mm512_dpbusd_epi32(c0, lo, Broadcast4(xp));
+            c1 = _mm512_dpbusd_epi32(c1, hi, Broadcast4(xp + 4));
           }
         }
         const __m512i sc = _mm512_cvtepu8_epi32(
@@ -323,7 +331,7 @@ struct PanelQ45K {
         const __m512i mn = _mm512_cvtepu8_epi16(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q4k::kMins + 32 * i)));
         for (int r = 0; r < R; ++r) {
-          imin[r] = _mm512_dpwssd_epi32(imin[r], mn, Broadcast4(xs[r] + 8 * s + 2 * i));
+          imin[r] = _mm512_dpwssd_epi32(imin[r], mn, Broadcast4(x.sums[r] + 8 * s + 2 * i));
         }
       }
       const __m512 d = LoadF16x16(b + q4k::kD), dmin = LoadF16x16(b + q4k::kDmin);
@@ -332,7 +340,7 @@ struct PanelQ45K {
         const __m512 p = _mm512_mul_ps(dmin, fm);
         const __m512 e = _mm512_fmsub_ps(dmin, fm, p);
         const __m512 blk = _mm512_sub_ps(_mm512_fmsub_ps(d, ft, p), e);
-        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xd[r][s]), blk, acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x.scales[r][s]), blk, acc[r]);
       }
     }
     for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (t + r) * ldy, static_cast<__mmask16>(keep), acc[r]);
@@ -348,28 +356,20 @@ struct PanelQ6K {
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
                           int64_t t, bool prefetch, uint32_t keep, float* y, int64_t ldy) {
-    const int64_t k = xq.k;
-    const int8_t* xc[R];
-    const int16_t* xs[R];
-    const float* xd[R];
+    const XRowsAt<R> x(xq, t, 16);
     __m512 acc[R];
-    for (int r = 0; r < R; ++r) {
-      xc[r] = xq.codes(t + r);
-      xs[r] = xq.sum16.data() + (t + r) * (k / 16);
-      xd[r] = xq.scales(t + r);
-      acc[r] = _mm512_setzero_ps();
-    }
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     for (int64_t s = 0; s < blocks; ++s) {
       const uint8_t* b = panel + s * kBytes;
-      if (prefetch) PrefetchBlock(b, kBytes);
+      if (prefetch) Prefetch(b, kBytes);
       __m512i itot[R], off[R];
       for (int r = 0; r < R; ++r) itot[r] = off[r] = _mm512_setzero_si512();
       for (int pair = 0; pair < 8; ++pair) {
         const __m512i scales = _mm512_cvtepi8_epi16(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q6k::kScales + 32 * pair)));
         for (int r = 0; r < R; ++r) {
-          off[r] = _mm512_dpwssd_epi32(off[r], scales, Broadcast4(xs[r] + 16 * s + 2 * pair));
+          off[r] = _mm512_dpwssd_epi32(off[r], scales, Broadcast4(x.sums[r] + 16 * s + 2 * pair));
         }
         for (int odd = 0; odd < 2; ++odd) {
           const int sub = 2 * pair + odd;
@@ -385,11 +385,11 @@ struct PanelQ6K {
           const __m512i q3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(bb, 4), m4),
                                              _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
           for (int r = 0; r < R; ++r) {
-            const int8_t* x = xc[r] + 256 * s + 16 * sub;
-            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, Broadcast4(x));
-            dot = _mm512_dpbusd_epi32(dot, q1, Broadcast4(x + 4));
-            dot = _mm512_dpbusd_epi32(dot, q2, Broadcast4(x + 8));
-            dot = _mm512_dpbusd_epi32(dot, q3, Broadcast4(x + 12));
+            const int8_t* xp = x.codes[r] + 256 * s + 16 * sub;
+            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, Broadcast4(xp));
+            dot = _mm512_dpbusd_epi32(dot, q1, Broadcast4(xp + 4));
+            dot = _mm512_dpbusd_epi32(dot, q2, Broadcast4(xp + 8));
+            dot = _mm512_dpbusd_epi32(dot, q3, Broadcast4(xp + 12));
             itot[r] = _mm512_add_epi32(itot[r], _mm512_mullo_epi32(dot, sc));
           }
         }
@@ -397,7 +397,7 @@ struct PanelQ6K {
       const __m512 d = LoadF16x16(b + q6k::kD);
       for (int r = 0; r < R; ++r) {
         const __m512i total = _mm512_sub_epi32(itot[r], _mm512_slli_epi32(off[r], 5));
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xd[r][s])),
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.scales[r][s])),
                                  _mm512_cvtepi32_ps(total), acc[r]);
       }
     }
@@ -447,21 +447,18 @@ struct PanelLanes32 {
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
                           int64_t t, bool prefetch, uint32_t keep, float* y, int64_t ldy) {
-    const int8_t* xc[R];
-    const float* xd[R];
+    const XRowsAt<R> x(xq, t, 32);
     __m512 acc[R][8];
     for (int r = 0; r < R; ++r) {
-      xc[r] = xq.codes(t + r);
-      xd[r] = xq.scales(t + r);
       for (int l = 0; l < 8; ++l) acc[r][l] = _mm512_setzero_ps();
     }
     const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int64_t s = 0; s < blocks; ++s) {
       const uint8_t* b = panel + s * kBytes;
-      if (prefetch) PrefetchBlock(b, kBytes);
+      if (prefetch) Prefetch(b, kBytes);
       const __m512 d = LoadF16x16(b + Codes::kD);
       __m512 scale[R];
-      for (int r = 0; r < R; ++r) scale[r] = _mm512_mul_ps(d, _mm512_set1_ps(xd[r][s]));
+      for (int r = 0; r < R; ++r) scale[r] = _mm512_mul_ps(d, _mm512_set1_ps(x.scales[r][s]));
       const __m512i shared = Codes::Prepare(b);
       for (int l = 0; l < 8; ++l) {
         const __m512i w = Codes::Quad(b, shared, l);
@@ -469,7 +466,7 @@ struct PanelLanes32 {
             _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w));
         for (int r = 0; r < R; ++r) {
           int32_t v;
-          std::memcpy(&v, xc[r] + 32 * s + 4 * l, 4);
+          std::memcpy(&v, x.codes[r] + 32 * s + 4 * l, 4);
           const __m512i lanes = _mm512_dpbusd_epi32(init, _mm512_set1_epi32(v ^ static_cast<int32_t>(0x80808080u)), w);
           acc[r][l] = _mm512_fmadd_ps(scale[r], _mm512_cvtepi32_ps(lanes), acc[r][l]);
         }
@@ -497,7 +494,6 @@ inline __m256i Bcast4(const void* p) {
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
 }
-inline __m256i Load32At(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline __m128i Load16At(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 inline __m256 LoadF16x8(const uint8_t* p) { return _mm256_cvtph_ps(Load16At(p)); }
 // Lane c (int32) = (v, v) as int16 from a byte per column.
@@ -517,19 +513,6 @@ inline void StoreKept(float* y, uint32_t keep, __m256 v) {
   const __m256i mask = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(keep)), bit), bit);
   _mm256_maskstore_ps(y, mask, v);
 }
-template <int bit>
-inline __m256i BitTo4Avx2(__m256i v) {
-  __m256i s;
-  if constexpr (bit < 4) {
-    s = _mm256_slli_epi16(v, 4 - bit);
-  } else if constexpr (bit > 4) {
-    s = _mm256_srli_epi16(v, bit - 4);
-  } else {
-    s = v;
-  }
-  return _mm256_and_si256(s, _mm256_set1_epi8(0x10));
-}
-
 template <bool kFifth>
 struct PanelQ45KAvx2 {
   static constexpr int kBytes = kFifth ? q4k::kBytesQ5K : q4k::kBytes;
@@ -539,11 +522,11 @@ struct PanelQ45KAvx2 {
   static void Pair(const uint8_t* b, int sub, int h, __m256i high, __m256i sc, const int8_t* const* x,
                    __m256i* itot) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i packed = Load32At(b + q4k::kCodes + (4 * sub + pair) * 64 + 32 * h);
+    const __m256i packed = Load32(b + q4k::kCodes + (4 * sub + pair) * 64 + 32 * h);
     __m256i lo = _mm256_and_si256(packed, m4), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
     if constexpr (kFifth) {
-      lo = _mm256_or_si256(lo, BitTo4Avx2<2 * pair>(high));
-      hi = _mm256_or_si256(hi, BitTo4Avx2<2 * pair + 1>(high));
+      lo = _mm256_or_si256(lo, BitTo4<2 * pair>(high));
+      hi = _mm256_or_si256(hi, BitTo4<2 * pair + 1>(high));
     }
     for (int r = 0; r < R; ++r) {
       const int8_t* xp = x[r] + 32 * sub + 8 * pair;
@@ -555,7 +538,7 @@ struct PanelQ45KAvx2 {
   template <int R>
   static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq, int64_t t,
                   bool prefetch, uint32_t keep, float* y, int64_t ldy) {
-    const int64_t k = xq.k;
+    const XRowsAt<R> rows(xq, t, 32);
     for (int h = 0; h < 2; ++h) {
       const uint32_t kept = (keep >> (8 * h)) & 0xFF;
       if (kept == 0) continue;
@@ -563,20 +546,16 @@ struct PanelQ45KAvx2 {
       for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
       for (int64_t s = 0; s < blocks; ++s) {
         const uint8_t* b = panel + s * kBytes;
-        if (prefetch && h == 0) {
-          for (int off = 0; off < kBytes; off += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes + off), _MM_HINT_T1);
-          }
-        }
+        if (prefetch && h == 0) Prefetch(b, kBytes);
         const int8_t* x[R];
         __m256i itot[R];
         for (int r = 0; r < R; ++r) {
-          x[r] = xq.codes(t + r) + 256 * s;
+          x[r] = rows.codes[r] + 256 * s;
           itot[r] = _mm256_setzero_si256();
         }
         for (int sub = 0; sub < 8; ++sub) {
           const __m256i sc = ScaleTwice(b + q4k::kScales + 16 * sub + 8 * h);
-          const __m256i high = kFifth ? Load32At(b + q4k::kHigh + 64 * sub + 32 * h) : _mm256_setzero_si256();
+          const __m256i high = kFifth ? Load32(b + q4k::kHigh + 64 * sub + 32 * h) : _mm256_setzero_si256();
           Pair<0, R>(b, sub, h, high, sc, x, itot);
           Pair<1, R>(b, sub, h, high, sc, x, itot);
           Pair<2, R>(b, sub, h, high, sc, x, itot);
@@ -584,7 +563,7 @@ struct PanelQ45KAvx2 {
         }
         const __m256 d = LoadF16x8(b + q4k::kD + 16 * h), dmin = LoadF16x8(b + q4k::kDmin + 16 * h);
         for (int r = 0; r < R; ++r) {
-          const int16_t* xs = xq.sum32.data() + (t + r) * (k / 32) + 8 * s;
+          const int16_t* xs = rows.sums[r] + 8 * s;
           __m256i imin = _mm256_setzero_si256();
           for (int i = 0; i < 4; ++i) {
             const __m256i mn = _mm256_cvtepu8_epi16(Load16At(b + q4k::kMins + 32 * i + 16 * h));
@@ -594,7 +573,7 @@ struct PanelQ45KAvx2 {
           const __m256 p = _mm256_mul_ps(dmin, fm);
           const __m256 e = _mm256_fmsub_ps(dmin, fm, p);
           const __m256 blk = _mm256_sub_ps(_mm256_fmsub_ps(d, ft, p), e);
-          acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xq.scales(t + r)[s]), blk, acc[r]);
+          acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(rows.scales[r][s]), blk, acc[r]);
         }
       }
       for (int r = 0; r < R; ++r) StoreKept(y + (t + r) * ldy + 8 * h, kept, acc[r]);
@@ -608,7 +587,7 @@ struct PanelQ6KAvx2 {
   template <int R>
   static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq, int64_t t,
                   bool prefetch, uint32_t keep, float* y, int64_t ldy) {
-    const int64_t k = xq.k;
+    const XRowsAt<R> rows(xq, t, 16);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     for (int h = 0; h < 2; ++h) {
       const uint32_t kept = (keep >> (8 * h)) & 0xFF;
@@ -617,11 +596,7 @@ struct PanelQ6KAvx2 {
       for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
       for (int64_t s = 0; s < blocks; ++s) {
         const uint8_t* b = panel + s * kBytes;
-        if (prefetch && h == 0) {
-          for (int off = 0; off < kBytes; off += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes + off), _MM_HINT_T1);
-          }
-        }
+        if (prefetch && h == 0) Prefetch(b, kBytes);
         __m256i itot[R];
         for (int r = 0; r < R; ++r) itot[r] = _mm256_setzero_si256();
         for (int sub = 0; sub < 16; ++sub) {
@@ -629,9 +604,9 @@ struct PanelQ6KAvx2 {
           const __m256i pairs = _mm256_cvtepi8_epi16(Load16At(b + q6k::kScales + 32 * (sub / 2) + 16 * h));
           const __m256i sc = sub % 2 == 0 ? _mm256_blend_epi16(pairs, _mm256_slli_epi32(pairs, 16), 0xAA)
                                           : _mm256_blend_epi16(_mm256_srli_epi32(pairs, 16), pairs, 0xAA);
-          const __m256i a = Load32At(b + q6k::kLow + 128 * sub + 32 * h);
-          const __m256i bb = Load32At(b + q6k::kLow + 128 * sub + 64 + 32 * h);
-          const __m256i hb = Load32At(b + q6k::kHigh + 64 * sub + 32 * h);
+          const __m256i a = Load32(b + q6k::kLow + 128 * sub + 32 * h);
+          const __m256i bb = Load32(b + q6k::kLow + 128 * sub + 64 + 32 * h);
+          const __m256i hb = Load32(b + q6k::kHigh + 64 * sub + 32 * h);
           const __m256i q0 = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
           const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
                                              _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
@@ -639,7 +614,7 @@ struct PanelQ6KAvx2 {
           const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m4),
                                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
           for (int r = 0; r < R; ++r) {
-            const int8_t* x = xq.codes(t + r) + 256 * s + 16 * sub;
+            const int8_t* x = rows.codes[r] + 256 * s + 16 * sub;
             itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q0, Bcast4(x)), sc));
             itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q1, Bcast4(x + 4)), sc));
             itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q2, Bcast4(x + 8)), sc));
@@ -648,14 +623,14 @@ struct PanelQ6KAvx2 {
         }
         const __m256 d = LoadF16x8(b + q6k::kD + 16 * h);
         for (int r = 0; r < R; ++r) {
-          const int16_t* xs = xq.sum16.data() + (t + r) * (k / 16) + 16 * s;
+          const int16_t* xs = rows.sums[r] + 16 * s;
           __m256i off = _mm256_setzero_si256();
           for (int pair = 0; pair < 8; ++pair) {
             const __m256i pairs = _mm256_cvtepi8_epi16(Load16At(b + q6k::kScales + 32 * pair + 16 * h));
             off = _mm256_add_epi32(off, _mm256_madd_epi16(pairs, Bcast4(xs + 2 * pair)));
           }
           const __m256i total = _mm256_sub_epi32(itot[r], _mm256_slli_epi32(off, 5));
-          acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xq.scales(t + r)[s])),
+          acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(rows.scales[r][s])),
                                    _mm256_cvtepi32_ps(total), acc[r]);
         }
       }
