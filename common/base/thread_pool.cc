@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -25,6 +26,7 @@ constexpr auto kSpinTime = std::chrono::microseconds(200);
 ThreadPool::ThreadPool(int num_threads)
     : num_threads_(num_threads > 0 ? num_threads
                                    : std::max(1u, std::thread::hardware_concurrency())) {
+  shares_.reset(new Share[num_threads_]);
   workers_.reserve(num_threads_ - 1);
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
@@ -91,14 +93,44 @@ void ThreadPool::ParallelForDynamic(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
-  const int64_t chunk_units = std::max<int64_t>(1, units / (8 * num_threads_));
-  const int64_t chunk = chunk_units * grain;
-  std::atomic<int64_t> next{0};
-  Run([&](int) {
+  if (units > INT32_MAX) {  // Shares are packed in 32 bits each; no loop here comes near.
+    ParallelFor(n, grain, fn);
+    return;
+  }
+  const int parts = static_cast<int>(std::min<int64_t>(units, num_threads_));
+  const int64_t chunk = std::max<int64_t>(1, units / (8 * parts));
+  auto pack = [](int64_t front, int64_t back) {
+    return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
+  };
+  for (int p = 0; p < parts; ++p) {
+    shares_[p].left.store(pack(units * p / parts, units * (p + 1) / parts), std::memory_order_relaxed);
+  }
+  // Claims up to `chunk` units of share p, from its front or its back; false when it is empty.
+  auto claim = [&](int p, bool front, int64_t* begin, int64_t* end) {
+    std::atomic<uint64_t>& left = shares_[p].left;
+    uint64_t cur = left.load(std::memory_order_relaxed);
     for (;;) {
-      const int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
-      if (begin >= n) return;
-      fn(begin, std::min(n, begin + chunk));
+      const int64_t f = static_cast<int64_t>(cur >> 32), b = static_cast<int64_t>(cur & 0xFFFFFFFFu);
+      if (f >= b) return false;
+      const int64_t c = std::min(chunk, b - f);
+      const uint64_t next = front ? pack(f + c, b) : pack(f, b - c);
+      if (left.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+        *begin = front ? f : b - c;
+        *end = front ? f + c : b;
+        return true;
+      }
+    }
+  };
+  // The shares' ranges reach fn through Run's release/acquire of the job; the CAS only has to
+  // hand each unit out once.
+  Run([&](int t) {
+    int64_t b, e;
+    if (t < parts) {
+      while (claim(t, true, &b, &e)) fn(b * grain, std::min(n, e * grain));
+    }
+    for (int i = 1; i <= parts; ++i) {
+      const int victim = (t + i) % parts;
+      while (claim(victim, false, &b, &e)) fn(b * grain, std::min(n, e * grain));
     }
   });
 }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -37,10 +38,13 @@ class ThreadPool {
   // `grain` (except the last), and runs fn(begin, end) for each non-empty range.
   void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
 
-  // As ParallelFor, but threads take chunks of about n / (8 x threads) (multiples of `grain`) from
-  // a shared counter until none is left, so a thread slowed by the machine does not hold the
-  // others at the barrier. fn may run many times per thread: only for loops whose ranges are
-  // independent and need no per-call set-up.
+  // As ParallelFor, but balanced at run time, so a thread slowed by the machine does not hold the
+  // others at the barrier: each thread takes chunks of about n / (8 x threads) (multiples of
+  // `grain`) from the front of its own contiguous share, in order, then steals chunks from the
+  // back of the others' shares until none is left. A thread's chunks follow one another in memory,
+  // so a loop that streams (a matrix's columns) keeps one stream per thread and its prefetches
+  // run into its own next chunk. fn may run many times per thread: only for loops whose ranges
+  // are independent and need no per-call set-up.
   void ParallelForDynamic(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
 
  private:
@@ -48,6 +52,12 @@ class ThreadPool {
 
   const int num_threads_;
   std::vector<std::thread> workers_;
+  // ParallelForDynamic's shares, one per thread: what is left of it as [front, back) in units,
+  // packed front << 32 | back so the owner (front) and thieves (back) claim by one CAS.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> left{0};
+  };
+  std::unique_ptr<Share[]> shares_;
   // The current job. Written by the caller before `generation_` is bumped (release) and read by
   // workers after they observe the bump (acquire).
   const absl::FunctionRef<void(int)>* job_ = nullptr;
