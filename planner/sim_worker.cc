@@ -1,0 +1,158 @@
+#include "planner/sim_worker.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/base/check.h"
+#include "common/kvcache/block_hash.h"
+
+namespace pdserve {
+
+SimWorker::SimWorker(Options options)
+    : options_(std::move(options)),
+      blocks_(options_.num_blocks, options_.block_size, options_.enable_prefix_caching),
+      scheduler_(SchedulerOptions{options_.max_num_seqs, options_.max_num_batched_tokens}, &blocks_) {
+  PD_CHECK(options_.next_token != nullptr);
+}
+
+SimWorker::~SimWorker() = default;
+
+Sequence* SimWorker::NewSequence(int64_t request, std::vector<int32_t> prompt,
+                                 int64_t output_tokens) {
+  auto seq = std::make_unique<Sequence>();
+  // The caller's request ids are unique on a worker: they name the block manager's sequences too.
+  seq->id = request;
+  seq->num_prompt_tokens = static_cast<int64_t>(prompt.size());
+  seq->params.max_tokens = static_cast<int32_t>(output_tokens);
+  seq->tokens = std::move(prompt);
+  // As LLMEngine::NewSequence: the capacity sizes the block table CommitAdmit reserves.
+  constexpr int64_t kReservedOutputTokens = 4096;
+  const int64_t most = std::min<int64_t>(
+      seq->num_prompt_tokens + std::min<int64_t>(output_tokens, kReservedOutputTokens),
+      options_.max_model_len);
+  seq->tokens.reserve(static_cast<size_t>(std::max<int64_t>(most, seq->num_prompt_tokens)));
+  Sequence* raw = seq.get();
+  auto [it, inserted] = seqs_.emplace(request, std::move(seq));
+  PD_CHECK_MSG(inserted, "a request id is already on this simulated worker");
+  return raw;
+}
+
+void SimWorker::Add(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
+                    bool hold_after_finish) {
+  Sequence* seq = NewSequence(request, std::move(prompt), output_tokens);
+  if (hold_after_finish) hold_[request] = true;
+  scheduler_.AddWaiting(seq);
+}
+
+bool SimWorker::Reserve(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
+                        int64_t* cached_tokens) {
+  const int64_t bs = options_.block_size;
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  const KvCacheStats kv = blocks_.Stats();
+  if (kv.free_blocks + kv.cached_blocks - (len + bs - 1) / bs < scheduler_.num_running()) return false;
+  std::vector<BlockHash> hashes;
+  ExtendBlockHashes(prompt, bs, &hashes);
+  auto plan = blocks_.PlanAdmit(hashes, (len - 1) / bs, len, len);
+  if (!plan.ok()) return false;
+  Sequence* seq = NewSequence(request, std::move(prompt), output_tokens);
+  seq->block_hashes = std::move(hashes);
+  blocks_.CommitAdmit(seq->id, *plan, static_cast<int64_t>(seq->tokens.capacity()));
+  seq->num_computed = plan->num_cached_tokens;
+  seq->num_cached_prompt_tokens = plan->num_cached_tokens;
+  seq->admitted_before = true;
+  *cached_tokens = plan->num_cached_tokens;
+  return true;
+}
+
+SimWorker::Emitted SimWorker::CompleteRemote(int64_t request, int32_t first_token,
+                                             int64_t prefill_cached_tokens) {
+  auto it = seqs_.find(request);
+  PD_CHECK_MSG(it != seqs_.end(), "CompleteRemote without a reservation");
+  Sequence* seq = it->second.get();
+  seq->num_computed = seq->num_prompt_tokens;
+  blocks_.Publish(seq->id, seq->block_hashes, {});
+  seq->num_cached_prompt_tokens = std::clamp<int64_t>(prefill_cached_tokens, 0, seq->num_prompt_tokens);
+  Emitted e{request, first_token, true, false, seq->num_cached_prompt_tokens};
+  e.finished = Append(seq, first_token);
+  if (e.finished) {
+    Finish(seq);
+  } else {
+    scheduler_.AddWaiting(seq);  // Joins without a new allocation (it holds its blocks).
+  }
+  return e;
+}
+
+void SimWorker::ReleaseHeld(int64_t request) {
+  auto it = seqs_.find(request);
+  if (it == seqs_.end() || !it->second->held) return;
+  blocks_.Free(it->second->id);
+  seqs_.erase(it);
+}
+
+int64_t SimWorker::CachedPrefixTokens(const std::vector<BlockHash>& prompt_hashes,
+                                      int64_t prompt_len) const {
+  if (prompt_len == 0) return 0;
+  auto probe = blocks_.PlanAdmit(prompt_hashes, (prompt_len - 1) / options_.block_size, 0, 0);
+  return probe.ok() ? probe->num_cached_tokens : 0;
+}
+
+bool SimWorker::BeginStep(StepShape* shape) {
+  *shape = StepShape{};
+  scheduler_.Schedule(&schedule_);
+  sampled_.clear();
+  if (schedule_.chunks.empty()) return false;
+  for (const ScheduledChunk& chunk : schedule_.chunks) {
+    Sequence* seq = chunk.seq;
+    shape->AddChunk(chunk.num_tokens, seq->num_computed);
+    if (seq->num_computed + chunk.num_tokens == static_cast<int64_t>(seq->tokens.size())) {
+      sampled_.push_back(seq);
+    }
+  }
+  return true;
+}
+
+void SimWorker::Publish(Sequence* seq) {
+  const int64_t bs = options_.block_size;
+  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+  blocks_.Publish(seq->id,
+                  absl::MakeConstSpan(seq->block_hashes)
+                      .subspan(0, std::min<size_t>(seq->block_hashes.size(), seq->num_computed / bs)),
+                  {});
+}
+
+bool SimWorker::Append(Sequence* seq, int32_t token) {
+  seq->tokens.push_back(token);
+  if (seq->num_generated() >= seq->params.max_tokens) return true;
+  return static_cast<int64_t>(seq->tokens.size()) >= options_.max_model_len;
+}
+
+void SimWorker::Finish(Sequence* seq) {
+  auto h = hold_.find(seq->id);
+  if (h != hold_.end()) {
+    hold_.erase(h);
+    scheduler_.RemoveKeepBlocks(seq);
+    seq->held = true;
+    return;
+  }
+  scheduler_.Remove(seq);
+  seqs_.erase(seq->id);
+}
+
+void SimWorker::EndStep(std::vector<Emitted>* out) {
+  for (const ScheduledChunk& chunk : schedule_.chunks) {
+    chunk.seq->num_computed += chunk.num_tokens;
+    Publish(chunk.seq);
+  }
+  for (Sequence* seq : sampled_) {
+    const int64_t request = seq->id;
+    const int64_t position = seq->num_generated();
+    Emitted e{request, options_.next_token(request, position), position == 0, false,
+              seq->num_cached_prompt_tokens};
+    e.finished = Append(seq, e.token);
+    if (e.finished) Finish(seq);  // Destroys seq unless held.
+    out->push_back(e);
+  }
+  sampled_.clear();
+}
+
+}  // namespace pdserve
