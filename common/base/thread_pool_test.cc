@@ -1,6 +1,8 @@
 #include "common/base/thread_pool.h"
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -32,6 +34,26 @@ TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
       }
     }
   }
+}
+
+TEST(ThreadPoolTest, ParallelForDynamicHandsASlowThreadsShareToTheOthers) {
+  // The worker sleeps in every chunk it takes; the caller, done with its own share, takes the
+  // rest of the worker's share from its back.
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  constexpr int64_t n = 1000;
+  std::vector<std::atomic<int>> hits(n);
+  std::atomic<int64_t> by_caller{0};
+  pool.ParallelForDynamic(n, 1, [&](int64_t b, int64_t e) {
+    if (std::this_thread::get_id() == caller) {
+      by_caller += e - b;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+  EXPECT_GT(by_caller.load(), 3 * n / 4);
 }
 
 TEST(ThreadPoolTest, RunReachesEveryThreadManyTimes) {
