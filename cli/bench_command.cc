@@ -22,6 +22,7 @@
 #include "bench/serving/local_cluster.h"
 #include "bench/serving/workload.h"
 #include "cli/address_flags.h"
+#include "cli/bench_report.h"
 #include "cli/cli_util.h"
 #include "cli/client_channel.h"
 #include "cli/commands.h"
@@ -104,16 +105,6 @@ std::vector<std::string> Words(const std::string& s) {
 }
 
 // "inf" or a positive number of requests per second.
-absl::StatusOr<double> ParseRate(absl::string_view text, const char* flag) {
-  double rate = 0;
-  if (text == "inf") return std::numeric_limits<double>::infinity();
-  if (!absl::SimpleAtod(text, &rate) || !(rate > 0) || std::isinf(rate)) {
-    return absl::InvalidArgumentError(
-        Str(flag, ": '", text, "' is not a positive number of requests per second or inf"));
-  }
-  return rate;
-}
-
 absl::StatusOr<v1::ModelInfo> ModelInfo(const std::shared_ptr<grpc::Channel>& channel,
                                         const std::string& api_key) {
   auto stub = v1::Generation::NewStub(channel);
@@ -192,32 +183,9 @@ absl::StatusOr<PolicyResult> Measure(const std::shared_ptr<grpc::Channel>& chann
   return r;
 }
 
-// Every figure of a result, by name: the json keys and the csv columns (counts as integers, the
-// rate as a number or "inf").
+// Every figure of a result, by name: the json keys and the csv columns.
 std::vector<std::pair<std::string, nlohmann::json>> Figures(const PolicyResult& r) {
-  const LoadSummary& s = r.summary;
-  std::vector<std::pair<std::string, nlohmann::json>> f = {
-      {"request_rate", std::isinf(r.rate) ? nlohmann::json("inf") : nlohmann::json(r.rate)},
-      {"ok", s.ok},
-      {"failed", s.failed},
-      {"duration_s", s.duration_seconds},
-      {"prompt_tokens", s.prompt_tokens},
-      {"completion_tokens", s.completion_tokens},
-      {"hit_rate", s.hit_rate},
-      {"requests_per_second", s.requests_per_second},
-      {"output_tokens_per_second", s.output_tokens_per_second},
-      {"total_tokens_per_second", s.total_tokens_per_second},
-      {"goodput", s.goodput},
-      {"good", s.good}};
-  const std::pair<const char*, const Distribution*> dists[] = {
-      {"ttft", &s.ttft}, {"tpot", &s.tpot}, {"itl", &s.itl}, {"e2el", &s.e2e}};
-  for (const auto& [name, d] : dists) {
-    f.emplace_back(Str(name, "_mean_ms"), d->mean * 1e3);
-    f.emplace_back(Str(name, "_p50_ms"), d->p50 * 1e3);
-    f.emplace_back(Str(name, "_p90_ms"), d->p90 * 1e3);
-    f.emplace_back(Str(name, "_p99_ms"), d->p99 * 1e3);
-  }
-  return f;
+  return SummaryFigures(r.rate, r.summary);
 }
 
 nlohmann::json ToJson(const PolicyResult& r) {
@@ -273,33 +241,9 @@ absl::Status WriteCsv(const std::string& path, const std::vector<PolicyResult>& 
                              : absl::DataLossError(Str("--csv: writing '", path, "' failed"));
 }
 
-std::string RateText(double rate) { return std::isinf(rate) ? "inf" : Str(rate); }
-
 // One result the way `vllm bench serve` prints it.
 void PrintBlock(const PolicyResult& r, const Slo& slo) {
-  const LoadSummary& s = r.summary;
-  std::printf("============ Serving Benchmark Result: %s, rate %s ============\n", r.label.c_str(),
-              RateText(r.rate).c_str());
-  std::printf("%-40s %lld\n", "Successful requests:", static_cast<long long>(s.ok));
-  std::printf("%-40s %lld\n", "Failed requests:", static_cast<long long>(s.failed));
-  std::printf("%-40s %.2f\n", "Benchmark duration (s):", s.duration_seconds);
-  std::printf("%-40s %lld\n", "Total input tokens:", static_cast<long long>(s.prompt_tokens));
-  std::printf("%-40s %lld\n", "Total generated tokens:", static_cast<long long>(s.completion_tokens));
-  std::printf("%-40s %.3f\n", "Prefix cache hit rate:", s.hit_rate);
-  std::printf("%-40s %.2f\n", "Request throughput (req/s):", s.requests_per_second);
-  if (slo.any()) std::printf("%-40s %.2f\n", "Request goodput (req/s):", s.goodput);
-  std::printf("%-40s %.2f\n", "Output token throughput (tok/s):", s.output_tokens_per_second);
-  std::printf("%-40s %.2f\n", "Total token throughput (tok/s):", s.total_tokens_per_second);
-  const std::pair<const char*, const Distribution*> dists[] = {
-      {"Time to First Token", &s.ttft}, {"Time per Output Token (excl. 1st token)", &s.tpot},
-      {"Inter-token Latency", &s.itl}, {"End-to-end Latency", &s.e2e}};
-  for (const auto& [title, d] : dists) {
-    std::printf("---------------%s---------------\n", title);
-    std::printf("%-40s %.2f\n", "Mean (ms):", d->mean * 1e3);
-    std::printf("%-40s %.2f\n", "P50 (ms):", d->p50 * 1e3);
-    std::printf("%-40s %.2f\n", "P90 (ms):", d->p90 * 1e3);
-    std::printf("%-40s %.2f\n", "P99 (ms):", d->p99 * 1e3);
-  }
+  PrintSummaryFigures(r.label, r.rate, r.summary, slo);
   if (r.have_stats) {
     std::printf("%-40s %.2f / %.2f\n", "Routing max/mean (decode / prefill):", r.decode_max_mean,
                 r.prefill_max_mean);
@@ -316,8 +260,7 @@ void PrintBlock(const PolicyResult& r, const Slo& slo) {
                             static_cast<double>(std::max<int64_t>(r.spec_drafts, 1)));
     }
   }
-  if (!s.first_error.empty()) std::printf("%-40s %s\n", "First error:", s.first_error.c_str());
-  std::printf("==================================================\n");
+  PrintSummaryEnd(r.summary);
 }
 
 // Several results (policies, rates) side by side.

@@ -12,6 +12,7 @@ int KvCalcCommand(int argc, char** argv);
 int GgufCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);
 int ProfileCommand(int argc, char** argv);
+int SimulateCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int BenchTransportCommand(int argc, char** argv);
 int TokenizeCommand(int argc, char** argv);

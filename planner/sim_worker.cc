@@ -139,9 +139,14 @@ void SimWorker::Finish(Sequence* seq) {
 }
 
 void SimWorker::EndStep(std::vector<Emitted>* out) {
+  const int64_t bs = options_.block_size;
   for (const ScheduledChunk& chunk : schedule_.chunks) {
-    chunk.seq->num_computed += chunk.num_tokens;
-    Publish(chunk.seq);
+    Sequence* seq = chunk.seq;
+    const int64_t before = seq->num_computed / bs;
+    seq->num_computed += chunk.num_tokens;
+    // The engine publishes after every step; only a step that fills a block publishes anything
+    // (BlockManager::Publish starts where the last one ended), so the others are skipped here.
+    if (seq->num_computed / bs > before) Publish(seq);
   }
   for (Sequence* seq : sampled_) {
     const int64_t request = seq->id;

@@ -1,0 +1,572 @@
+#include "planner/simulator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <queue>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/base/rng.h"
+#include "common/base/strings.h"
+#include "common/kvcache/block_hash.h"
+#include "nlohmann/json.hpp"
+#include "planner/latency_histogram.h"
+
+namespace pdserve {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::StatusOr<double> Number(const Json& j, const char* key, std::string_view source) {
+  if (!j.contains(key) || !j[key].is_number()) {
+    return absl::InvalidArgumentError(Str(source, ": '", key, "' is missing or not a number"));
+  }
+  const double v = j[key].get<double>();
+  if (!std::isfinite(v) || v < 0) {
+    return absl::InvalidArgumentError(Str(source, ": '", key, "' must be a finite number >= 0"));
+  }
+  return v;
+}
+
+class VectorSource : public RequestSource {
+ public:
+  explicit VectorSource(std::vector<SimRequest> requests) : requests_(std::move(requests)) {}
+  absl::StatusOr<bool> Next(SimRequest* out) override {
+    if (next_ >= requests_.size()) return false;
+    *out = std::move(requests_[next_++]);
+    return true;
+  }
+
+ private:
+  std::vector<SimRequest> requests_;
+  size_t next_ = 0;
+};
+
+class TraceSource : public RequestSource {
+ public:
+  TraceSource(std::string path, std::ifstream in, const TraceOptions& options)
+      : path_(std::move(path)), in_(std::move(in)), options_(options) {
+    block_ = std::max<int64_t>(1, std::llround(static_cast<double>(options.trace_block_tokens) *
+                                               options.length_scale));
+  }
+
+  absl::StatusOr<bool> Next(SimRequest* out) override {
+    std::string line;
+    for (;;) {
+      if (options_.max_requests > 0 && read_ >= options_.max_requests) return false;
+      if (!std::getline(in_, line)) return false;
+      ++line_no_;
+      if (line.find_first_not_of(" \t\r") != std::string::npos) break;
+    }
+    ++read_;
+    const std::string where = Str(path_, " line ", line_no_);
+    const Json j = Json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      return absl::InvalidArgumentError(Str(where, ": not a JSON object"));
+    }
+    auto ts = Number(j, "timestamp", where);
+    auto in = Number(j, "input_length", where);
+    auto outlen = Number(j, "output_length", where);
+    for (const auto* s : {&ts, &in, &outlen}) {
+      if (!s->ok()) return s->status();
+    }
+    if (*in < 1 || *outlen < 1) {
+      return absl::InvalidArgumentError(Str(where, ": input_length and output_length must be >= 1"));
+    }
+    if (!j.contains("hash_ids") || !j["hash_ids"].is_array()) {
+      return absl::InvalidArgumentError(Str(where, ": 'hash_ids' is missing or not an array"));
+    }
+    const double arrival = *ts / 1000.0 * options_.time_scale;
+    if (arrival < last_arrival_) {
+      return absl::InvalidArgumentError(Str(where, ": timestamp ", *ts, " is before the line before it"));
+    }
+    last_arrival_ = arrival;
+    const int64_t len = std::max<int64_t>(1, std::llround(*in * options_.length_scale));
+    out->arrival_seconds = arrival;
+    out->output_tokens = std::max<int64_t>(1, std::llround(*outlen));
+    out->prompt.resize(static_cast<size_t>(len));
+    const Json& ids = j["hash_ids"];
+    ids_.clear();
+    for (size_t b = 0; b < ids.size(); ++b) {
+      if (!ids[b].is_number_integer()) {
+        return absl::InvalidArgumentError(Str(where, ": hash_ids[", b, "] is not an integer"));
+      }
+      ids_.push_back(static_cast<uint64_t>(ids[b].get<int64_t>()));
+    }
+    const uint64_t vocab = static_cast<uint64_t>(options_.vocab_size);
+    for (int64_t pos = 0; pos < len; ++pos) {
+      const size_t b = static_cast<size_t>(pos / block_);
+      // The same id gives the same tokens wherever it appears; past the ids' blocks, this
+      // request's own tokens.
+      const uint64_t key = b < ids_.size()
+                               ? Mix64(ids_[b] * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(pos % block_))
+                               : Mix64(~(static_cast<uint64_t>(line_no_) << 24 ^ static_cast<uint64_t>(pos)));
+      out->prompt[static_cast<size_t>(pos)] = static_cast<int32_t>(key % vocab);
+    }
+    return true;
+  }
+
+ private:
+  const std::string path_;
+  std::ifstream in_;
+  const TraceOptions options_;
+  int64_t block_ = 1;
+  int64_t line_no_ = 0, read_ = 0;
+  double last_arrival_ = 0;
+  std::vector<uint64_t> ids_;
+};
+
+enum class EventKind : uint8_t { kArrival, kStepEnd, kTransferDone };
+
+struct Event {
+  double time;
+  uint64_t order;  // Ties in time run in the order they were posted.
+  EventKind kind;
+  int64_t who;     // The worker (kStepEnd) or the request (kTransferDone).
+  bool operator>(const Event& o) const { return time != o.time ? time > o.time : order > o.order; }
+};
+
+struct Flight {
+  int64_t index = 0;  // Arrival order.
+  SimRequestResult res;
+  double arrival = 0;
+  int64_t decode = 0, prefill = -1;
+  int64_t prompt_len = 0;
+  double first = -1, last = 0;
+  int64_t decode_cached = 0;  // Prompt tokens the decode worker's reservation found cached.
+  int32_t first_token = 0;    // Remote: what the prefill worker sampled.
+  int64_t prefill_cached = 0;
+};
+
+struct Worker {
+  std::unique_ptr<SimWorker> engine;
+  SimWorkerStats stats;
+  bool busy = false;
+  double recent = 0, recent_at = 0;  // The router's decayed prompt blocks sent lately.
+  double usage_area = 0, usage_now = 0, usage_at = 0;
+};
+
+class Cluster {
+ public:
+  Cluster(const SimProfile& profile, const ClusterOptions& options) : profile_(profile), options_(options) {
+    SimWorker::Options wo = options.worker;
+    const uint64_t vocab = static_cast<uint64_t>(std::max<int64_t>(profile.vocab_size, 2));
+    wo.next_token = [vocab](int64_t request, int64_t position) {
+      return static_cast<int32_t>(Mix64(static_cast<uint64_t>(request) * 0xD1B54A32D192ED03ull +
+                                        static_cast<uint64_t>(position)) % vocab);
+    };
+    for (int64_t i = 0; i < options.prefill_workers + options.decode_workers; ++i) {
+      Worker w;
+      w.engine = std::make_unique<SimWorker>(wo);
+      w.stats.tier = i < options.prefill_workers ? "prefill" : "decode";
+      workers_.push_back(std::move(w));
+    }
+  }
+
+  absl::StatusOr<ClusterResult> Run(RequestSource& source) {
+    const auto wall_start = std::chrono::steady_clock::now();
+    SimRequest pending;
+    bool have = false;
+    auto fetch = [&]() -> absl::Status {
+      const double before = pending.arrival_seconds;
+      auto next = source.Next(&pending);
+      if (!next.ok()) return next.status();
+      have = *next;
+      if (have && next_index_ > 0 && pending.arrival_seconds < before) {
+        return absl::InvalidArgumentError(Str("request ", next_index_, " arrives at ",
+                                              pending.arrival_seconds, " s, before the one before it"));
+      }
+      if (have) Post(pending.arrival_seconds, EventKind::kArrival, 0);
+      return absl::OkStatus();
+    };
+    if (absl::Status s = fetch(); !s.ok()) return s;
+    result_.first_arrival_seconds = have ? pending.arrival_seconds : 0;
+    while (!events_.empty()) {
+      const Event e = events_.top();
+      events_.pop();
+      now_ = e.time;
+      switch (e.kind) {
+        case EventKind::kArrival:
+          Route(std::move(pending));
+          if (absl::Status s = fetch(); !s.ok()) return s;
+          break;
+        case EventKind::kStepEnd:
+          EndStep(e.who);
+          break;
+        case EventKind::kTransferDone:
+          TransferDone(e.who);
+          break;
+      }
+    }
+    result_.end_seconds = now_;
+    const double span = std::max(1e-12, now_ - result_.first_arrival_seconds);
+    Summarize(now_ - result_.first_arrival_seconds);
+    for (Worker& w : workers_) {
+      Touch(w);
+      w.stats.kv_usage_mean = w.usage_area / span;
+      w.stats.preemptions = w.engine->num_preemptions();
+      w.stats.used_blocks_at_end = w.engine->kv().used_blocks;
+      result_.steps += w.stats.steps;
+      result_.workers.push_back(w.stats);
+    }
+    result_.wall_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    return std::move(result_);
+  }
+
+ private:
+  void Post(double time, EventKind kind, int64_t who) { events_.push(Event{time, order_++, kind, who}); }
+
+  // The KV usage integral, brought up to now; then the usage as it is now.
+  void Touch(Worker& w) {
+    w.usage_area += w.usage_now * (now_ - w.usage_at);
+    const KvCacheStats kv = w.engine->kv();
+    w.usage_now = kv.usage();
+    w.usage_at = now_;
+    w.stats.kv_usage_max = std::max(w.stats.kv_usage_max, w.usage_now);
+  }
+
+  // Starts a step on an idle worker that has work.
+  void Kick(int64_t index) {
+    Worker& w = workers_[static_cast<size_t>(index)];
+    if (w.busy) return;
+    StepShape shape;
+    // A worker steps while it has work (DecodeWorker::Loop). A step that runs nothing changes
+    // nothing, unless it preempted (it then returns before admitting): the next one may run.
+    // Otherwise only an event (an arrival, pages, blocks released) can: they kick it again.
+    bool runs = w.engine->BeginStep(&shape);
+    for (int retry = 0; !runs && !w.engine->schedule().preempted.empty() && retry < 1000; ++retry) {
+      runs = w.engine->BeginStep(&shape);
+    }
+    Touch(w);
+    if (!runs) return;
+    const double cost = std::max(1e-9, profile_.step.Predict(shape));
+    w.busy = true;
+    ++w.stats.steps;
+    result_.step_sequences += shape.sequences;
+    w.stats.busy_seconds += cost;
+    Post(now_ + cost, EventKind::kStepEnd, index);
+  }
+
+  // The router's view of one tier, as WorkerPool::Choose builds it.
+  RoutingDecision Choose(int64_t first, int64_t count, const std::vector<BlockHash>& hashes,
+                         int64_t prompt_blocks, std::vector<WorkerCandidate>* candidates) {
+    candidates->clear();
+    const int64_t bs = options_.worker.block_size;
+    for (int64_t i = first; i < first + count; ++i) {
+      Worker& w = workers_[static_cast<size_t>(i)];
+      WorkerCandidate c;
+      const KvCacheStats kv = w.engine->kv();
+      c.active_blocks = kv.used_blocks;
+      c.waiting = w.engine->num_waiting();
+      w.recent *= std::exp2(-(now_ - w.recent_at) / options_.recent_half_life_seconds);
+      w.recent_at = now_;
+      c.recent_blocks = w.recent;
+      c.cached_prefix_blocks =
+          w.engine->CachedPrefixTokens(hashes, static_cast<int64_t>(hashes.size()) * bs + 1) / bs;
+      candidates->push_back(c);
+    }
+    rng_ = Mix64(rng_ + 0x9E3779B97F4A7C15ull);
+    const RoutingDecision d = ChooseWorker(options_.routing, *candidates, prompt_blocks, round_robin_++,
+                                           static_cast<double>(rng_ >> 11) * 0x1.0p-53);
+    Worker& chosen = workers_[static_cast<size_t>(first) + d.index];
+    chosen.recent += static_cast<double>(prompt_blocks);
+    ++chosen.stats.requests;
+    if (d.fell_back) ++result_.guard_fallbacks;
+    return d;
+  }
+
+  void Route(SimRequest r) {
+    const int64_t index = next_index_++;
+    if (options_.keep_requests) result_.requests.emplace_back();
+    const int64_t len = static_cast<int64_t>(r.prompt.size());
+    // As the engine's request validation.
+    if (len == 0 || len >= options_.worker.max_model_len || r.output_tokens < 1) {
+      SimRequestResult res;
+      res.prompt_tokens = len;
+      res.ok = false;
+      res.error = len == 0 ? "empty prompt"
+                           : r.output_tokens < 1 ? "output_tokens must be >= 1"
+                                                 : Str("prompt of ", len, " tokens leaves no room to generate within max_model_len ",
+                                                       options_.worker.max_model_len);
+      if (summary_.failed++ == 0) summary_.first_error = res.error;
+      if (options_.keep_requests) result_.requests[static_cast<size_t>(index)] = std::move(res);
+      return;
+    }
+    const int64_t bs = options_.worker.block_size;
+    std::vector<BlockHash> hashes;
+    ExtendBlockHashes(r.prompt, bs, &hashes);
+    const int64_t prompt_blocks = (len + bs - 1) / bs;
+    const int64_t np = options_.prefill_workers;
+    const RoutingDecision d = Choose(np, options_.decode_workers, hashes, prompt_blocks, &candidates_);
+    Flight f;
+    f.index = index;
+    f.res.prompt_tokens = len;
+    f.arrival = r.arrival_seconds;
+    f.decode = np + static_cast<int64_t>(d.index);
+    f.prompt_len = len;
+    const int64_t uncached = len - candidates_[d.index].cached_prefix_blocks * bs;
+    bool saturated = true;
+    for (int64_t i = 0; i < np; ++i) {
+      saturated = saturated && workers_[static_cast<size_t>(i)].engine->num_waiting() >= options_.prefill_max_waiting;
+    }
+    if (np > 0 && uncached > options_.local_prefill_tokens && !saturated) {
+      f.prefill = static_cast<int64_t>(Choose(0, np, hashes, prompt_blocks, &candidates_).index);
+    }
+    Worker& dec = workers_[static_cast<size_t>(f.decode)];
+    // The decode worker's own check (DecodeWorker::Start), then its reservation.
+    bool remote = f.prefill >= 0 &&
+                  len - dec.engine->CachedPrefixTokens(hashes, len) > options_.local_prefill_tokens;
+    if (remote) {
+      std::vector<int32_t> copy = r.prompt;
+      remote = dec.engine->Reserve(index, std::move(copy), r.output_tokens, &f.decode_cached);
+      if (!remote) ++result_.reserve_refusals;
+    }
+    if (remote) {
+      Worker& pre = workers_[static_cast<size_t>(f.prefill)];
+      pre.engine->Add(index, std::move(r.prompt), 1, /*hold_after_finish=*/true);
+      ++result_.remote_prefills;
+      f.res.remote_prefill = true;
+      Touch(dec);
+      flights_.emplace(index, f);
+      Kick(f.prefill);
+    } else {
+      f.prefill = -1;
+      dec.engine->Add(index, std::move(r.prompt), r.output_tokens);
+      ++result_.local_prefills;
+      flights_.emplace(index, f);
+      Kick(f.decode);
+    }
+    result_.peak_in_flight = std::max<int64_t>(result_.peak_in_flight, static_cast<int64_t>(flights_.size()));
+  }
+
+  void Token(Flight& f, double t) {
+    if (f.first < 0) {
+      f.first = t;
+    } else {
+      itl_.Add(t - f.last);
+      if (options_.keep_requests) f.res.itl_seconds.push_back(t - f.last);
+    }
+    f.last = t;
+    ++f.res.completion_tokens;
+  }
+
+  // The request's last token: its figures into the summary (load_client's Summarize, per request).
+  void Finish(int64_t request, Flight& f) {
+    SimRequestResult& res = f.res;
+    res.ttft_seconds = f.first - f.arrival;
+    res.e2e_seconds = f.last - f.arrival;
+    ++summary_.ok;
+    ttft_.Add(res.ttft_seconds);
+    e2e_.Add(res.e2e_seconds);
+    const double tpot = res.completion_tokens > 1
+                            ? (res.e2e_seconds - res.ttft_seconds) / static_cast<double>(res.completion_tokens - 1)
+                            : 0;
+    if (res.completion_tokens > 1) tpot_.Add(tpot);
+    summary_.prompt_tokens += res.prompt_tokens;
+    cached_tokens_ += res.cached_tokens;
+    summary_.completion_tokens += res.completion_tokens;
+    const Slo& slo = options_.slo;
+    if (slo.any() && (slo.ttft_ms <= 0 || res.ttft_seconds * 1e3 <= slo.ttft_ms) &&
+        (slo.tpot_ms <= 0 || tpot * 1e3 <= slo.tpot_ms) && (slo.e2e_ms <= 0 || res.e2e_seconds * 1e3 <= slo.e2e_ms)) {
+      ++summary_.good;
+    }
+    if (options_.keep_requests) result_.requests[static_cast<size_t>(f.index)] = std::move(res);
+    flights_.erase(request);
+  }
+
+  void Summarize(double duration) {
+    LoadSummary& s = summary_;
+    s.hit_rate = s.prompt_tokens > 0 ? static_cast<double>(cached_tokens_) / static_cast<double>(s.prompt_tokens) : 0;
+    const std::pair<Distribution*, const LatencyHistogram*> dists[] = {
+        {&s.ttft, &ttft_}, {&s.tpot, &tpot_}, {&s.itl, &itl_}, {&s.e2e, &e2e_}};
+    for (const auto& [d, h] : dists) {
+      d->mean = h->mean();
+      d->p50 = h->Percentile(50);
+      d->p90 = h->Percentile(90);
+      d->p99 = h->Percentile(99);
+    }
+    s.duration_seconds = duration;
+    if (duration > 0) {
+      s.requests_per_second = static_cast<double>(s.ok) / duration;
+      s.output_tokens_per_second = static_cast<double>(s.completion_tokens) / duration;
+      s.total_tokens_per_second = static_cast<double>(s.prompt_tokens + s.completion_tokens) / duration;
+      s.goodput = static_cast<double>(s.good) / duration;
+    }
+    result_.summary = s;
+  }
+
+  void EndStep(int64_t index) {
+    Worker& w = workers_[static_cast<size_t>(index)];
+    w.busy = false;
+    emitted_.clear();
+    w.engine->EndStep(&emitted_);
+    Touch(w);
+    const bool prefill_tier = index < options_.prefill_workers;
+    for (const SimWorker::Emitted& e : emitted_) {
+      Flight& f = flights_.at(e.request);
+      if (prefill_tier) {
+        // The prompt is computed and its first token sampled: its pages go to the decode worker
+        // (the blocks it did not have cached).
+        f.first_token = e.token;
+        f.prefill_cached = e.cached_prompt_tokens;
+        const double bytes = static_cast<double>(f.prompt_len - f.decode_cached) *
+                             static_cast<double>(profile_.kv_bytes_per_token);
+        const double seconds = profile_.transfer_latency_seconds +
+                               (profile_.transfer_bytes_per_second > 0 ? bytes / profile_.transfer_bytes_per_second : 0);
+        Post(now_ + seconds, EventKind::kTransferDone, e.request);
+        continue;
+      }
+      if (e.first) f.res.cached_tokens = e.cached_prompt_tokens;
+      Token(f, now_);
+      if (e.finished) Finish(e.request, f);
+    }
+    Kick(index);
+  }
+
+  void TransferDone(int64_t request) {
+    Flight& f = flights_.at(request);
+    Worker& pre = workers_[static_cast<size_t>(f.prefill)];
+    pre.engine->ReleaseHeld(request);
+    Touch(pre);
+    Worker& dec = workers_[static_cast<size_t>(f.decode)];
+    const SimWorker::Emitted e = dec.engine->CompleteRemote(request, f.first_token, f.prefill_cached);
+    Touch(dec);
+    f.res.cached_tokens = e.cached_prompt_tokens;
+    const int64_t decode = f.decode;
+    const int64_t prefill = f.prefill;
+    Token(f, now_);
+    if (e.finished) Finish(request, f);
+    Kick(decode);
+    Kick(prefill);  // Its held blocks are free: a prompt waiting for them may start.
+  }
+
+  const SimProfile& profile_;
+  const ClusterOptions& options_;
+  std::vector<Worker> workers_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t order_ = 0;
+  double now_ = 0;
+  absl::flat_hash_map<int64_t, Flight> flights_;
+  ClusterResult result_;
+  std::vector<WorkerCandidate> candidates_;
+  std::vector<SimWorker::Emitted> emitted_;
+  uint64_t rng_ = 0, round_robin_ = 0;
+  int64_t next_index_ = 0;
+  LoadSummary summary_;
+  int64_t cached_tokens_ = 0;
+  LatencyHistogram ttft_, tpot_, itl_, e2e_;
+};
+
+}  // namespace
+
+absl::StatusOr<SimProfile> ParseSimProfile(std::string_view json, std::string_view source,
+                                           double kv_dtype_bytes) {
+  const Json j = Json::parse(json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError(Str(source, ": not a JSON object"));
+  if (!j.contains("format") || j["format"] != "pdserve-profile-v1") {
+    return absl::InvalidArgumentError(Str(source, ": 'format' is not pdserve-profile-v1 (write it with pdserve profile)"));
+  }
+  for (const char* key : {"model", "step_cost", "transport"}) {
+    if (!j.contains(key) || !j[key].is_object()) {
+      return absl::InvalidArgumentError(Str(source, ": '", key, "' is missing or not an object"));
+    }
+  }
+  SimProfile p;
+  p.modelled = j.value("modelled", false);
+  const Json& m = j["model"];
+  p.model = m.value("name", "");
+  const Json& sc = j["step_cost"];
+  const std::string sc_where = Str(source, " step_cost");
+  auto a = Number(sc, "a_seconds", sc_where);
+  auto b = Number(sc, "b_per_token", sc_where);
+  auto c = Number(sc, "c_per_prefill_pair", sc_where);
+  auto d = Number(sc, "d_per_sequence", sc_where);
+  auto e = Number(sc, "e_per_decode_key", sc_where);
+  for (const auto* s : {&a, &b, &c, &d, &e}) {
+    if (!s->ok()) return s->status();
+  }
+  p.step = StepTimeModel{*a, *b, *c, *d, *e};
+  if (p.step.a + p.step.b <= 0) {
+    return absl::InvalidArgumentError(Str(sc_where, ": a step costs nothing (a_seconds and b_per_token are 0)"));
+  }
+  const std::string t_where = Str(source, " transport");
+  auto lat = Number(j["transport"], "latency_seconds", t_where);
+  auto bw = Number(j["transport"], "bytes_per_second", t_where);
+  if (!lat.ok()) return lat.status();
+  if (!bw.ok()) return bw.status();
+  if (*bw <= 0) return absl::InvalidArgumentError(Str(t_where, ": 'bytes_per_second' must be > 0"));
+  p.transfer_latency_seconds = *lat;
+  p.transfer_bytes_per_second = *bw;
+  const std::string m_where = Str(source, " model");
+  auto vocab = Number(m, "vocab_size", m_where);
+  if (!vocab.ok()) return vocab.status();
+  p.vocab_size = static_cast<int64_t>(*vocab);
+  if (j.contains("engine") && j["engine"].is_object()) {
+    const Json& en = j["engine"];
+    auto kv = Number(en, "kv_bytes_per_token", Str(source, " engine"));
+    if (!kv.ok()) return kv.status();
+    p.kv_bytes_per_token = static_cast<int64_t>(*kv);
+    if (en.contains("max_model_len") && en["max_model_len"].is_number_integer()) {
+      p.max_model_len = en["max_model_len"].get<int64_t>();
+    }
+  } else {
+    auto layers = Number(m, "num_layers", m_where);
+    auto kv_heads = Number(m, "num_kv_heads", m_where);
+    auto head_dim = Number(m, "head_dim", m_where);
+    for (const auto* s : {&layers, &kv_heads, &head_dim}) {
+      if (!s->ok()) return s->status();
+    }
+    p.kv_bytes_per_token = static_cast<int64_t>(2 * *layers * *kv_heads * *head_dim * kv_dtype_bytes);
+  }
+  if (p.kv_bytes_per_token <= 0 || p.vocab_size < 2) {
+    return absl::InvalidArgumentError(Str(source, ": KV bytes per token and vocab_size must be positive"));
+  }
+  return p;
+}
+
+std::unique_ptr<RequestSource> ListSource(std::vector<SimRequest> requests) {
+  return std::make_unique<VectorSource>(std::move(requests));
+}
+
+absl::StatusOr<std::unique_ptr<RequestSource>> OpenTrace(const std::string& path,
+                                                          const TraceOptions& options) {
+  if (!(options.length_scale > 0) || !(options.time_scale > 0) || !std::isfinite(options.length_scale) ||
+      !std::isfinite(options.time_scale)) {
+    return absl::InvalidArgumentError("trace: the length and time scales must be finite and > 0");
+  }
+  if (options.trace_block_tokens < 1 || options.vocab_size < 2 || options.max_requests < 0) {
+    return absl::InvalidArgumentError("trace: block tokens >= 1, vocabulary >= 2, max requests >= 0");
+  }
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(Str("trace: cannot read '", path, "'"));
+  return std::unique_ptr<RequestSource>(new TraceSource(path, std::move(in), options));
+}
+
+absl::StatusOr<ClusterResult> SimulateCluster(const SimProfile& profile, const ClusterOptions& options,
+                                              RequestSource& source) {
+  const SimWorker::Options& w = options.worker;
+  if (options.decode_workers < 1 || options.prefill_workers < 0) {
+    return absl::InvalidArgumentError("decode workers must be >= 1 and prefill workers >= 0");
+  }
+  if (w.num_blocks < 1 || w.block_size < 1 || w.max_num_seqs < 1 || w.max_num_batched_tokens < 1 ||
+      w.max_model_len < 2) {
+    return absl::InvalidArgumentError(
+        "worker: KV blocks, block size, max_num_seqs and max_num_batched_tokens must be >= 1, "
+        "max_model_len >= 2");
+  }
+  if (w.num_blocks * w.block_size < w.max_model_len) {
+    return absl::InvalidArgumentError(Str("worker: ", w.num_blocks, " KV blocks of ", w.block_size,
+                                          " tokens cannot hold one max_model_len (", w.max_model_len,
+                                          ") sequence"));
+  }
+  if (!(options.recent_half_life_seconds > 0) || options.local_prefill_tokens < 0) {
+    return absl::InvalidArgumentError("recent half-life must be > 0 and local_prefill_tokens >= 0");
+  }
+  Cluster cluster(profile, options);
+  return cluster.Run(source);
+}
+
+}  // namespace pdserve

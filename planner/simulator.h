@@ -1,0 +1,147 @@
+// The capacity planner's cluster simulator (issue 40): a discrete-event simulation, on a virtual
+// clock, of one router in front of a prefill tier and a decode tier, driving pdserve's own code:
+// each worker is a SimWorker (the engine's Scheduler and BlockManager: continuous batching,
+// chunked prefill, the prefix cache, preemption, remote-prefill reservations), the router's
+// choices are router/routing_policy's ChooseWorker over candidates built as WorkerPool builds
+// them, and the local-versus-remote prefill decision is the router's and the decode worker's.
+// Only the forward pass is replaced: a step costs what the profile's StepTimeModel predicts for
+// its shape, and a prompt's KV pages take latency + bytes / bandwidth to reach the decode worker.
+//
+// What a request goes through (as in the real cluster):
+//   arrival -> router picks a decode worker (and a prefill worker when the prompt's uncached part
+//   exceeds local_prefill_tokens and the prefill tier is not saturated) -> remote: the decode
+//   worker reserves the prompt's blocks (refused when its pool is busy: it prefills locally
+//   instead), the prefill worker computes the prompt and samples the first token, its pages move,
+//   the decode worker joins the request to its batch -> decode to output_tokens.
+// Where it departs from the real cluster (each a modelling choice, see bench/RESULTS.md):
+//   the router sees every worker's state as of now (the real one sees load reports every ~100 ms
+//   and its own recent decisions); pages move after the prefill step that finishes the prompt (the
+//   real transport sends them as each layer is done); RPC and network times besides the KV
+//   transfer are not charged.
+//
+// Memory grows with the requests in flight (prompts and sequences are freed when a request ends),
+// not with the run's length: the summary's distributions are histograms (latency_histogram.h).
+#ifndef PDSERVE_PLANNER_SIMULATOR_H_
+#define PDSERVE_PLANNER_SIMULATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/serving/load_client.h"
+#include "planner/sim_worker.h"
+#include "planner/step_time.h"
+#include "router/routing_policy.h"
+
+namespace pdserve {
+
+// What the simulator charges, read from a `pdserve profile` file.
+struct SimProfile {
+  std::string model;      // The profiled model's name.
+  bool modelled = false;  // Written from a roofline, not measured.
+  StepTimeModel step;
+  double transfer_latency_seconds = 0;
+  double transfer_bytes_per_second = 0;
+  int64_t kv_bytes_per_token = 0;
+  int64_t vocab_size = 0;
+  int64_t max_model_len = 0;  // 0: not in the profile.
+};
+
+// Parses a profile ("pdserve-profile-v1"); InvalidArgument naming the key that is missing or bad.
+// kv_dtype_bytes: bytes per KV element for profiles that do not record the pool's bytes per token
+// (roofline profiles): then 2 x layers x KV heads x head_dim x kv_dtype_bytes.
+absl::StatusOr<SimProfile> ParseSimProfile(std::string_view json, std::string_view source,
+                                           double kv_dtype_bytes = 2);
+
+struct SimRequest {
+  double arrival_seconds = 0;
+  std::vector<int32_t> prompt;
+  int64_t output_tokens = 1;
+};
+
+// Requests in arrival order, one at a time (a trace is read as the clock reaches it).
+class RequestSource {
+ public:
+  virtual ~RequestSource() = default;
+  // False at the end. A request out of order or malformed is an error naming it.
+  virtual absl::StatusOr<bool> Next(SimRequest* out) = 0;
+};
+
+// The requests of a list (bench/serving/workload's, for instance).
+std::unique_ptr<RequestSource> ListSource(std::vector<SimRequest> requests);
+
+// A Mooncake-format trace (../shared/traces/README.md): one JSON object a line with timestamp
+// (ms), input_length, output_length and hash_ids (one id per `trace_block_tokens` tokens of the
+// prompt; equal ids at equal positions are a shared prefix). Each id becomes the same run of
+// token ids wherever it appears; the tokens past the ids' blocks are the request's own. Lengths
+// and blocks are multiplied by length_scale (so 1/32 turns 512-token blocks into 16-token ones,
+// a prefix cache block), arrival times by time_scale; at most max_requests (0: all).
+struct TraceOptions {
+  int64_t trace_block_tokens = 512;
+  double length_scale = 1;
+  double time_scale = 1;
+  int64_t max_requests = 0;
+  int64_t vocab_size = 32000;
+};
+absl::StatusOr<std::unique_ptr<RequestSource>> OpenTrace(const std::string& path,
+                                                          const TraceOptions& options);
+
+struct ClusterOptions {
+  int64_t prefill_workers = 1;  // 0: every prompt prefilled on its decode worker.
+  int64_t decode_workers = 1;
+  SimWorker::Options worker;    // Both tiers' engines (next_token is the simulator's).
+  RoutingOptions routing;
+  int64_t local_prefill_tokens = 32;  // As the router's and decode workers' flag.
+  int64_t prefill_max_waiting = 8;    // As the router's: a tier this queued takes no more.
+  double recent_half_life_seconds = 2;
+  uint64_t seed = 1;
+  Slo slo;  // For the summary's goodput.
+  // Keep every request's record (ClusterResult::requests): memory then grows with the run.
+  bool keep_requests = false;
+};
+
+struct SimWorkerStats {
+  std::string tier;  // "prefill" or "decode"
+  int64_t steps = 0;
+  double busy_seconds = 0;
+  double kv_usage_mean = 0;  // Time-weighted over the run.
+  double kv_usage_max = 0;
+  int64_t preemptions = 0;
+  int64_t requests = 0;  // Routed to it.
+  int64_t used_blocks_at_end = 0;  // 0 unless a block leaked.
+};
+
+struct SimRequestResult {
+  bool ok = true;
+  std::string error;
+  double ttft_seconds = 0, e2e_seconds = 0;
+  std::vector<double> itl_seconds;
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  bool remote_prefill = false;
+};
+
+struct ClusterResult {
+  // What `pdserve bench` reports, with its definitions (bench/serving/load_client.h: Summarize),
+  // over the virtual time from the first arrival to the last token; percentiles from
+  // LatencyHistogram (within 0.1%).
+  LoadSummary summary;
+  std::vector<SimRequestResult> requests;  // In arrival order; with keep_requests only.
+  std::vector<SimWorkerStats> workers;     // Prefill workers first.
+  double first_arrival_seconds = 0, end_seconds = 0;  // Virtual.
+  int64_t local_prefills = 0, remote_prefills = 0, reserve_refusals = 0, guard_fallbacks = 0;
+  int64_t steps = 0;
+  int64_t step_sequences = 0;  // Summed over the steps: / steps is the mean batch.
+  int64_t peak_in_flight = 0;
+  double wall_seconds = 0;  // What the simulation itself took.
+};
+
+// Runs the requests to completion. InvalidArgument for bad options; the source's errors.
+absl::StatusOr<ClusterResult> SimulateCluster(const SimProfile& profile, const ClusterOptions& options,
+                                              RequestSource& source);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_PLANNER_SIMULATOR_H_
