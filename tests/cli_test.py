@@ -376,6 +376,66 @@ class ProfileTest(unittest.TestCase):
             self.assertIn(flag, r.stderr)
 
 
+class SimulateTest(unittest.TestCase):
+    """pdserve simulate: bench's figures by bench's names, a roofline profile marked modelled,
+    a trace's shared prefixes hitting the cache, and bad input refused by name."""
+
+    PROFILE = {"format": "pdserve-profile-v1", "modelled": True,
+               "model": {"name": "m", "vocab_size": 1000, "num_layers": 2, "num_kv_heads": 2, "head_dim": 8},
+               "step_cost": {"a_seconds": 0.01, "b_per_token": 1e-4, "c_per_prefill_pair": 0,
+                             "d_per_sequence": 0, "e_per_decode_key": 0},
+               "transport": {"latency_seconds": 0.001, "bytes_per_second": 1e9}}
+
+    def setUp(self):
+        self.profile = os.path.join(WORKDIR, "sim_profile.json")
+        write_json(self.profile, self.PROFILE)
+
+    def test_json_has_bench_keys_and_exact_costs(self):
+        # One request of 100 tokens, alone: prefill 10 + 10 ms, pages 1 ms + 100 x 128 B / 1 GB/s
+        # (2 x 2 layers x 2 KV heads x 8 x 2 bytes a token),
+        # then 4 decode steps of 10.1 ms.
+        j = json.loads(ok("simulate", "--profile", self.profile, "--prefill", "1", "--decode", "1",
+                          "--num-prompts", "1", "--input-len", "100", "--output-len", "5", "--format", "json"))
+        for key in ("request_rate", "ok", "failed", "duration_s", "hit_rate", "ttft_p50_ms", "tpot_p99_ms",
+                    "itl_mean_ms", "e2el_p90_ms", "goodput", "local_prefills", "remote_prefills"):
+            self.assertIn(key, j)
+        self.assertTrue(j["modelled"])
+        self.assertEqual((j["ok"], j["remote_prefills"]), (1, 1))
+        self.assertAlmostEqual(j["ttft_mean_ms"], 20 + 1 + 100 * 128 / 1e9 * 1e3, places=6)
+        self.assertAlmostEqual(j["tpot_mean_ms"], 10.1, places=6)
+        self.assertEqual([w["tier"] for w in j["workers"]], ["prefill", "decode"])
+
+    def test_trace_prefixes_hit_the_cache(self):
+        trace = os.path.join(WORKDIR, "trace.jsonl")
+        with open(trace, "w") as f:
+            for i in range(6):
+                f.write(json.dumps({"timestamp": 1000 * i, "input_length": 1500, "output_length": 4,
+                                    "hash_ids": [7, 8, 100 + i]}) + "\n")
+        j = json.loads(ok("simulate", "--profile", self.profile, "--prefill", "0", "--decode", "1",
+                          "--workload", "trace", "--trace", trace, "--format", "json"))
+        self.assertEqual(j["ok"], 6)
+        # After the first, each request finds its first 1024 tokens (ids 7 and 8) cached.
+        self.assertAlmostEqual(j["hit_rate"], 5 * 1024 / (6 * 1500), places=6)
+
+    def test_bad_input_names_it(self):
+        bad = os.path.join(WORKDIR, "bad_profile.json")
+        write_json(bad, {**self.PROFILE, "step_cost": {"a_seconds": 0.01}})
+        trace = os.path.join(WORKDIR, "bad_trace.jsonl")
+        with open(trace, "w") as f:
+            f.write('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": []}\n')
+            f.write('{"timestamp": 5, "input_length": "ten", "output_length": 2, "hash_ids": []}\n')
+        for args, what in ((["--profile", bad], "b_per_token"),
+                           (["--profile", os.path.join(WORKDIR, "none.json")], "--profile"),
+                           (["--profile", self.profile, "--decode", "0"], "decode workers"),
+                           (["--profile", self.profile, "--policy", "fastest"], "fastest"),
+                           (["--profile", self.profile, "--workload", "trace"], "--trace"),
+                           (["--profile", self.profile, "--workload", "trace", "--trace", trace], "line 2"),
+                           (["--profile", self.profile, "--request-rate", "-1"], "--request-rate")):
+            r = pdserve("simulate", *args)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(what, r.stderr)
+
+
 class FlagCheckTest(unittest.TestCase):
     """Every flag is checked before a model loads: a bad one is exit 2 naming it. The model path
     does not exist, so a check that came after loading would fail on the model instead (exit 1)."""
