@@ -13,6 +13,7 @@ int GgufCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);
 int ProfileCommand(int argc, char** argv);
 int SimulateCommand(int argc, char** argv);
+int PlanCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int BenchTransportCommand(int argc, char** argv);
 int TokenizeCommand(int argc, char** argv);

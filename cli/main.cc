@@ -32,6 +32,7 @@ constexpr char kUsage[] =
     "  bench-engine  engine throughput against this machine's bandwidth and sgemm rate\n"
     "  profile       step costs and KV transfer of this machine, fitted for the capacity planner\n"
     "  simulate      a prefill/decode deployment on a virtual clock, with a profile's step costs\n"
+    "  plan          the prefill/decode split with the most goodput for latency targets (simulated)\n"
     "  bench-transport KV page transfer bandwidth against a loopback TCP stream and memcpy\n"
     "\n"
     "`pdserve <command> --help` lists a command's flags.\n";
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
   if (command == "bench-engine") return BenchEngineCommand(sub_argc, sub_argv);
   if (command == "profile") return ProfileCommand(sub_argc, sub_argv);
   if (command == "simulate") return SimulateCommand(sub_argc, sub_argv);
+  if (command == "plan") return PlanCommand(sub_argc, sub_argv);
   if (command == "bench-transport") return BenchTransportCommand(sub_argc, sub_argv);
   if (command == "bench") return BenchCommand(sub_argc, sub_argv);
   std::fprintf(stderr, "pdserve: unknown command '%s'\n\n%s", command.c_str(), kUsage);

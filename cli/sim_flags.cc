@@ -1,0 +1,148 @@
+#include "cli/sim_flags.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "cli/bench_report.h"
+#include "common/base/strings.h"
+
+namespace pdserve::cli {
+
+void SimFlags::Register(FlagSet& flags, bool with_rate) {
+  flags.String("profile", &profile_path, "a `pdserve profile` file (step costs, KV transfer)");
+  flags.Int("local-prefill-tokens", &cluster.local_prefill_tokens,
+            "prompts with at most this many uncached tokens are prefilled on the decode worker");
+  flags.Int("prefill-max-waiting", &cluster.prefill_max_waiting,
+            "a prefill tier whose every worker queues this many takes no more (prefill locally)");
+  flags.Double("transport-gbps", &transport_gbps, "KV transfer bandwidth, GB/s (default: the profile's)");
+  flags.Double("transport-latency-us", &transport_latency_us, "KV transfer latency, us (default: the profile's)");
+  flags.Double("kv-dtype-bytes", &kv_dtype_bytes,
+               "bytes per KV element, for profiles that do not record the pool's (roofline ones)");
+  flags.Int("kv-blocks", &kv_blocks, "KV cache blocks per worker (overrides --kv-memory-gib)");
+  flags.Double("kv-memory-gib", &kv_memory_gib, "KV cache memory per worker, GiB");
+  flags.Int("block-size", &cluster.worker.block_size, "KV cache block size in tokens");
+  flags.Int("max-num-seqs", &cluster.worker.max_num_seqs, "sequences per step");
+  flags.Int("max-num-batched-tokens", &cluster.worker.max_num_batched_tokens, "token budget per step");
+  cluster.worker.max_model_len = 0;
+  flags.Int("max-model-len", &cluster.worker.max_model_len,
+            "longest sequence (0: the profile's, else what a worker's KV cache holds)");
+  flags.Bool("enable-prefix-caching", &cluster.worker.enable_prefix_caching, "reuse KV of shared prompt prefixes");
+  flags.String("workload", &workload.kind, "random, shared-prefix or synthetic-chat (as pdserve bench), or trace");
+  flags.String("trace", &trace, "--workload trace: a Mooncake-format JSONL trace (../shared/traces/README.md)");
+  flags.Double("trace-length-scale", &trace_options.length_scale,
+               "multiply the trace's prompt lengths and its 512-token blocks by this (1/32: 16-token blocks)");
+  flags.Double("trace-time-scale", &trace_options.time_scale,
+               "multiply the trace's arrival times by this (0.5: twice the rate)");
+  flags.Int("trace-max-requests", &trace_options.max_requests, "the trace's first N requests (0: all)");
+  flags.Int("num-prompts", &workload.num_prompts, "requests (generated workloads)");
+  flags.Int("input-len", &workload.input_len, "prompt tokens (as pdserve bench)");
+  flags.Int("output-len", &workload.output_len, "tokens generated per request");
+  flags.Double("range-ratio", &workload.range_ratio, "random, shared-prefix: lengths uniform in len x [1 - r, 1 + r]");
+  flags.Int("groups", &workload.groups, "shared-prefix: distinct system prompts");
+  flags.Int("prefix-len", &workload.prefix_len, "shared-prefix: system prompt tokens");
+  flags.Int("max-prompt-len", &workload.max_prompt_len, "synthetic-chat: longest prompt");
+  if (with_rate) flags.String("request-rate", &rate_text, "requests per second, or inf (all at once)");
+  flags.Double("burstiness", &workload.burstiness, "shape of the Gamma arrival gaps: 1 Poisson");
+  flags.Int("seed", &seed, "workload and routing seed");
+}
+
+absl::StatusOr<SimSetup> ResolveSimFlags(const SimFlags& f) {
+  if (f.profile_path.empty()) {
+    return absl::InvalidArgumentError("--profile: required (write one with pdserve profile)");
+  }
+  std::ifstream pf(f.profile_path);
+  if (!pf) return absl::InvalidArgumentError(Str("--profile: cannot read '", f.profile_path, "'"));
+  std::stringstream text;
+  text << pf.rdbuf();
+  if (!(f.kv_dtype_bytes > 0)) return absl::InvalidArgumentError("--kv-dtype-bytes: must be > 0");
+  SimSetup s;
+  auto profile = ParseSimProfile(text.str(), f.profile_path, f.kv_dtype_bytes);
+  if (!profile.ok()) return profile.status();
+  s.profile = *profile;
+  if (f.transport_gbps < 0 || !std::isfinite(f.transport_gbps)) {
+    return absl::InvalidArgumentError("--transport-gbps: must be >= 0");
+  }
+  if (f.transport_gbps > 0) s.profile.transfer_bytes_per_second = f.transport_gbps * 1e9;
+  if (f.transport_latency_us >= 0) s.profile.transfer_latency_seconds = f.transport_latency_us * 1e-6;
+  s.cluster = f.cluster;
+  s.cluster.seed = static_cast<uint64_t>(f.seed);
+  SimWorker::Options& w = s.cluster.worker;
+  if (w.block_size < 1) return absl::InvalidArgumentError("--block-size: must be >= 1");
+  int64_t blocks = f.kv_blocks;
+  if (blocks <= 0) {
+    if (!(f.kv_memory_gib > 0)) return absl::InvalidArgumentError("--kv-memory-gib: must be > 0");
+    blocks = static_cast<int64_t>(f.kv_memory_gib * (1ull << 30) /
+                                  static_cast<double>(s.profile.kv_bytes_per_token * w.block_size));
+  }
+  w.num_blocks = blocks;
+  if (w.max_model_len <= 0) {
+    const int64_t holds = blocks * w.block_size;
+    w.max_model_len = s.profile.max_model_len > 0 ? std::min(s.profile.max_model_len, holds) : holds;
+  }
+  if (f.workload.kind == "trace") {
+    if (f.trace.empty()) return absl::InvalidArgumentError("--workload trace needs --trace FILE");
+    TraceOptions t = f.trace_options;
+    t.vocab_size = s.profile.vocab_size;
+    // One pass for the trace's own rate and mean lengths (and its errors, before any run).
+    auto scan = OpenTrace(f.trace, t);
+    if (!scan.ok()) return absl::InvalidArgumentError(scan.status().message());
+    SimRequest r;
+    int64_t n = 0;
+    double first = 0, last = 0, in = 0, out = 0;
+    for (;;) {
+      auto more = (*scan)->Next(&r);
+      if (!more.ok()) return more.status();
+      if (!*more) break;
+      if (n++ == 0) first = r.arrival_seconds;
+      last = r.arrival_seconds;
+      in += static_cast<double>(r.prompt.size());
+      out += static_cast<double>(r.output_tokens);
+    }
+    if (n == 0) return absl::InvalidArgumentError(Str("--trace: '", f.trace, "' has no requests"));
+    s.mean_input_tokens = in / static_cast<double>(n);
+    s.mean_output_tokens = out / static_cast<double>(n);
+    s.native_rate = last > first ? static_cast<double>(n - 1) / (last - first) : 1e9;
+    s.rate = s.native_rate;
+    const std::string path = f.trace;
+    const double native = s.native_rate;
+    s.at_rate = [path, t, native](double rate) -> absl::StatusOr<std::unique_ptr<RequestSource>> {
+      TraceOptions at = t;
+      at.time_scale = t.time_scale * native / rate;
+      return OpenTrace(path, at);
+    };
+    return s;
+  }
+  if (!f.trace.empty()) return absl::InvalidArgumentError("--trace: only with --workload trace");
+  auto rate = ParseRate(f.rate_text, "--request-rate");
+  if (!rate.ok()) return rate.status();
+  s.rate = *rate;
+  WorkloadOptions w0 = f.workload;
+  w0.seed = static_cast<uint64_t>(f.seed);
+  w0.vocab_size = s.profile.vocab_size;
+  w0.rate = std::numeric_limits<double>::infinity();
+  auto made = MakeWorkload(w0);
+  if (!made.ok()) return made.status();
+  double in = 0, out = 0;
+  for (const BenchRequest& b : *made) {
+    in += static_cast<double>(b.prompt.size());
+    out += static_cast<double>(b.output_tokens);
+  }
+  const double n = std::max<double>(1, static_cast<double>(made->size()));
+  s.mean_input_tokens = in / n;
+  s.mean_output_tokens = out / n;
+  s.at_rate = [w0](double rate) -> absl::StatusOr<std::unique_ptr<RequestSource>> {
+    WorkloadOptions at = w0;
+    at.rate = rate;
+    auto requests = MakeWorkload(at);
+    if (!requests.ok()) return requests.status();
+    std::vector<SimRequest> list;
+    list.reserve(requests->size());
+    for (BenchRequest& b : *requests) list.push_back({b.arrival_seconds, std::move(b.prompt), b.output_tokens});
+    return ListSource(std::move(list));
+  };
+  return s;
+}
+
+}  // namespace pdserve::cli
