@@ -386,6 +386,9 @@ class SimulateTest(unittest.TestCase):
                              "d_per_sequence": 0, "e_per_decode_key": 0},
                "transport": {"latency_seconds": 0.001, "bytes_per_second": 1e9}}
 
+    # Each run passes --kv-blocks: this profile's 128-byte tokens would give a 4 GiB default pool
+    # two million blocks per worker, and the simulator allocates the real BlockManager's.
+
     def setUp(self):
         self.profile = os.path.join(WORKDIR, "sim_profile.json")
         write_json(self.profile, self.PROFILE)
@@ -394,7 +397,7 @@ class SimulateTest(unittest.TestCase):
         # One request of 100 tokens, alone: prefill 10 + 10 ms, pages 1 ms + 100 x 128 B / 1 GB/s
         # (2 x 2 layers x 2 KV heads x 8 x 2 bytes a token),
         # then 4 decode steps of 10.1 ms.
-        j = json.loads(ok("simulate", "--profile", self.profile, "--prefill", "1", "--decode", "1",
+        j = json.loads(ok("simulate", "--profile", self.profile, "--kv-blocks", "2048", "--prefill", "1", "--decode", "1",
                           "--num-prompts", "1", "--input-len", "100", "--output-len", "5", "--format", "json"))
         for key in ("request_rate", "ok", "failed", "duration_s", "hit_rate", "ttft_p50_ms", "tpot_p99_ms",
                     "itl_mean_ms", "e2el_p90_ms", "goodput", "local_prefills", "remote_prefills"):
@@ -411,11 +414,33 @@ class SimulateTest(unittest.TestCase):
             for i in range(6):
                 f.write(json.dumps({"timestamp": 1000 * i, "input_length": 1500, "output_length": 4,
                                     "hash_ids": [7, 8, 100 + i]}) + "\n")
-        j = json.loads(ok("simulate", "--profile", self.profile, "--prefill", "0", "--decode", "1",
+        j = json.loads(ok("simulate", "--profile", self.profile, "--kv-blocks", "2048", "--prefill", "0", "--decode", "1",
                           "--workload", "trace", "--trace", trace, "--format", "json"))
         self.assertEqual(j["ok"], 6)
         # After the first, each request finds its first 1024 tokens (ids 7 and 8) cached.
         self.assertAlmostEqual(j["hit_rate"], 5 * 1024 / (6 * 1500), places=6)
+
+    def test_plan_reports_every_split_and_the_best(self):
+        out = json.loads(ok("plan", "--profile", self.profile, "--kv-blocks", "2048", "--workers", "3", "--slo-ttft-ms", "300",
+                            "--slo-tpot-ms", "30", "--num-prompts", "60", "--input-len", "300",
+                            "--output-len", "20", "--bisect-steps", "4", "--seeds", "1,2", "--format", "json"))
+        self.assertEqual([p["seed"] for p in out], [1, 2])
+        for p in out:
+            self.assertEqual([(s["prefill"], s["decode"]) for s in p["splits"]], [(0, 3), (1, 2), (2, 1)])
+            rates = [s["goodput"] for s in p["splits"]]
+            self.assertEqual(rates[p["best"]], max(rates))
+            self.assertTrue(all(r > 0 for r in rates), rates)
+            self.assertTrue(all(s["attainment"] >= 0.9 for s in p["splits"]))
+            f = p["formula"]
+            self.assertEqual(f["prefill"] + f["decode"], 3)
+            self.assertEqual(f["goodput"], p["splits"][f["prefill"]]["goodput"])
+        for args, what in ((["--slo-ttft-ms", "0", "--slo-tpot-ms", "30"], "slo"),
+                           (["--slo-ttft-ms", "100", "--slo-tpot-ms", "30", "--workers", "0"], "--workers"),
+                           (["--slo-ttft-ms", "100", "--slo-tpot-ms", "30", "--policies", "best"], "best"),
+                           (["--slo-ttft-ms", "100", "--slo-tpot-ms", "30", "--attainment", "2"], "--attainment")):
+            r = pdserve("plan", "--profile", self.profile, *args)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(what, r.stderr)
 
     def test_bad_input_names_it(self):
         bad = os.path.join(WORKDIR, "bad_profile.json")
