@@ -25,6 +25,7 @@
 #include "cli/commands.h"
 #include "cli/kv_events_flags.h"
 #include "cli/metrics_flags.h"
+#include "cli/planner_flags.h"
 #include "cli/security_flags.h"
 #include "cli/tracing_flags.h"
 #include "common/base/file_util.h"
@@ -604,6 +605,8 @@ int RouterCommand(int argc, char** argv) {
   sf.RegisterTls(flags);
   sf.RegisterPublic(flags);
   tf.Register(flags);
+  PlannerFlags pf;
+  pf.Register(flags);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
   if (model.empty()) return ReportError(cmd, absl::InvalidArgumentError("--model is required"), kExitUsage);
@@ -618,10 +621,12 @@ int RouterCommand(int argc, char** argv) {
     return ReportError(cmd, s, kExitUsage);
   }
   if (absl::Status s = tf.Check(); !s.ok()) return ReportError(cmd, s, kExitUsage);
-  StartStopWatcher(cmd);
-  metrics::Registry registry;
   RouterOptions o;
   if (absl::Status s = rf.ToOptions(&o); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  auto planner_options = pf.ToOptions(o.block_size, o.routing.policy);
+  if (!planner_options.ok()) return ReportError(cmd, planner_options.status(), kExitUsage);
+  StartStopWatcher(cmd);
+  metrics::Registry registry;
   o.model_dir = model;
   o.prefill = prefill;
   o.decode = decode;
@@ -647,6 +652,23 @@ int RouterCommand(int argc, char** argv) {
   if (!server.ok()) return ReportError(cmd, server.status());
   auto exporter = mf.Start(&registry);
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
+  // The online planner reads the router's totals: requests arrived, prompts and tokens served.
+  std::unique_ptr<PlannerLoop> planner;
+  if (planner_options->has_value()) {
+    Router* r = router->get();
+    planner = std::make_unique<PlannerLoop>(
+        **planner_options,
+        [r] {
+          TrafficCounters c;
+          c.requests = static_cast<double>(r->Stats().requests());
+          const metrics::RequestMetrics& m = r->metrics().requests();
+          c.prompt_tokens = m.prompt_tokens();
+          c.first_tokens = static_cast<double>(m.first_tokens());
+          c.generation_tokens = m.generation_tokens();
+          return c;
+        },
+        &registry, rf.served_model_name.empty() ? BaseName(model) : rf.served_model_name);
+  }
   auto target = GatewayTarget(rf, router->get(), server->address, sf);
   if (!target.ok()) return ReportError(cmd, target.status());
   auto http = StartHttp(rf, model, (*target)->address, sf, *keys, **router, &registry);
@@ -654,6 +676,7 @@ int RouterCommand(int argc, char** argv) {
   Ready(Str("pdserve router ready: grpc=", server->address, MetricsReadyField(exporter->get()),
             HttpReadyField(http->get())));
   WaitForStopSignal();
+  planner.reset();
   PD_LOG(Info) << "router: draining";
   DrainPublic(*server, http->get(), DrainGrace(drain_seconds));
   if (tracer->tracer != nullptr) tracer->tracer->Flush();  // The last spans.

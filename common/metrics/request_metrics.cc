@@ -55,6 +55,7 @@ void RequestMetrics::FirstToken(double ttft_seconds, int64_t prompt_tokens) {
   ttft_.Observe(ttft_seconds);
   prompt_tokens_.Inc(static_cast<double>(prompt_tokens));
   generation_tokens_.Inc();
+  first_tokens_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void RequestMetrics::NextToken(double gap_seconds) {

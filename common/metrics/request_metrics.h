@@ -4,6 +4,8 @@
 #ifndef PDSERVE_COMMON_METRICS_REQUEST_METRICS_H_
 #define PDSERVE_COMMON_METRICS_REQUEST_METRICS_H_
 
+#include <atomic>
+
 #include <cstdint>
 #include <string>
 
@@ -32,6 +34,11 @@ class RequestMetrics {
   void NextToken(double gap_seconds);
   void Finished(const FinishedRequest& r);
 
+  // Totals so far (the router's online planner differences them over its interval).
+  double prompt_tokens() const { return prompt_tokens_.value(); }
+  double generation_tokens() const { return generation_tokens_.value(); }
+  int64_t first_tokens() const { return first_tokens_.load(std::memory_order_relaxed); }
+
  private:
   std::string model_name_, role_;
   Histogram& ttft_;
@@ -44,6 +51,7 @@ class RequestMetrics {
   Counter& prompt_tokens_;
   Counter& generation_tokens_;
   Family<Counter>& success_;  // By finish reason: declared at start, so it reads 0, not absent.
+  std::atomic<int64_t> first_tokens_{0};
 };
 
 }  // namespace pdserve::metrics
