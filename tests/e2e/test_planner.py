@@ -1,0 +1,127 @@
+"""The online planner on real processes: a router with --planner-profile in front of a prefill and
+a decode worker, load that rises then stops, and pdserve_planner_desired_workers on the router's
+/metrics following it up at once and back down only after the scale-down delay.
+
+The profile given to the planner is written here with the step costs of a SmolLM-sized model on
+this machine (10 ms a step + 0.7 ms a token), not the tiny test model's own: it stands in for a
+model slow enough that a few requests per second need more than one worker, so the test's load
+stays small. The planner's inputs (rate, prompt and output lengths) are the real router's.
+
+Run: /usr/bin/python3 tests/e2e/test_planner.py --pdserve build/pdserve
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster  # noqa: E402
+
+PDSERVE = None
+WORKDIR = None
+MODEL = None
+
+INTERVAL, DELAY = 1.0, 4.0
+PROFILE = {"format": "pdserve-profile-v1", "modelled": True,
+           "model": {"name": "smollm-sized", "vocab_size": 512, "num_layers": 2, "num_kv_heads": 2,
+                     "head_dim": 16},
+           "step_cost": {"a_seconds": 0.010, "b_per_token": 0.0007, "c_per_prefill_pair": 0,
+                         "d_per_sequence": 0, "e_per_decode_key": 0},
+           "transport": {"latency_seconds": 1e-4, "bytes_per_second": 1e9}}
+
+
+def scrape(router):
+    with urllib.request.urlopen(f"http://{router.addresses['metrics']}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def desired(text):
+    return {tier: cluster.parse_metric(text, "pdserve_planner_desired_workers", tier=tier)
+            for tier in ("prefill", "decode")}
+
+
+class PlannerTest(unittest.TestCase):
+    def test_desired_workers_follow_the_load_up_then_down(self):
+        profile = os.path.join(WORKDIR, "profile.json")
+        with open(profile, "w") as f:
+            json.dump(PROFILE, f)
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, router_args=(
+            "--metrics-listen", "127.0.0.1:0", "--planner-profile", profile,
+            "--planner-slo-ttft-ms", "500", "--planner-slo-tpot-ms", "50",
+            "--planner-interval-seconds", str(INTERVAL), "--planner-scale-down-delay-seconds", str(DELAY),
+            "--planner-sample-requests", "80", "--planner-max-workers", "8", "--planner-kv-blocks", "2048"))
+        try:
+            idle = desired(scrape(c.router))
+            self.assertEqual(idle, {"prefill": 0.0, "decode": 1.0}, "no traffic: the minimums")
+            # ~8 s of 12 req/s, 64-token prompts, 16 tokens out.
+            load = subprocess.Popen([PDSERVE, "bench", "--server", c.router.grpc, "--request-rate", "12",
+                                     "--num-prompts", "96", "--input-len", "64", "--output-len", "16",
+                                     "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            peak, rate, mean_in = 1.0, 0.0, 0.0
+            while load.poll() is None:
+                time.sleep(0.25)
+                text = scrape(c.router)
+                total = sum(desired(text).values())
+                if total > peak:
+                    peak = total
+                    rate = cluster.parse_metric(text, "pdserve_planner_observed_request_rate")
+                    mean_in = cluster.parse_metric(text, "pdserve_planner_observed_mean_input_tokens")
+            out, err = load.communicate()
+            self.assertEqual(load.returncode, 0, err[-2000:])
+            self.assertEqual(json.loads(out)[0]["ok"], 96)
+            ended = time.time()
+            self.assertGreater(peak, 1, "12 req/s at these step costs needs more than one worker")
+            self.assertGreater(rate, 4, "the plan that raised the count saw the load")
+            self.assertAlmostEqual(mean_in, 64, delta=1, msg="the prompts' mean length, as sent")
+            # Down only once the delay has passed since the last plan that saw the load.
+            down_at = None
+            while time.time() < ended + DELAY + 20:
+                time.sleep(0.25)
+                if sum(desired(scrape(c.router)).values()) == 1:
+                    down_at = time.time()
+                    break
+            self.assertIsNotNone(down_at, "the desired count must come back down")
+            print(f"planner: peak {peak:.0f} workers at {rate:.1f} req/s (mean prompt {mean_in:.1f}); "
+                  f"back to 1 after {down_at - ended:.1f} s", file=sys.stderr)
+            self.assertGreaterEqual(down_at - ended, DELAY - 2 * INTERVAL,
+                                    "it came down before the scale-down delay")
+            self.assertGreater(cluster.parse_metric(scrape(c.router), "pdserve_planner_plans_total"), 5)
+        finally:
+            codes = c.stop()
+            self.assertEqual(codes[0], 0, c.router.stderr()[-2000:])
+
+    def test_bad_planner_flags_are_refused(self):
+        profile = os.path.join(WORKDIR, "profile.json")
+        with open(profile, "w") as f:
+            json.dump(PROFILE, f)
+        for args, what in ((["--planner-profile", os.path.join(WORKDIR, "none.json")], "--planner-profile"),
+                           (["--planner-profile", profile], "--planner-slo"),
+                           (["--planner-profile", profile, "--planner-slo-ttft-ms", "100",
+                             "--planner-slo-tpot-ms", "10", "--planner-min-decode", "0"], "--planner-min")):
+            r = subprocess.run([PDSERVE, "router", "--model", MODEL, "--listen", "127.0.0.1:0",
+                                "--decode", "127.0.0.1:1", *args], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(what, r.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pdserve", required=True)
+    args, rest = parser.parse_known_args()
+    PDSERVE = os.path.abspath(args.pdserve)
+    WORKDIR = tempfile.mkdtemp(prefix="pdserve_planner_")
+    MODEL = os.path.join(WORKDIR, "model")
+    subprocess.run([PDSERVE, "make-model", MODEL, "--arch", "llama", "--layers", "2",
+                    "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--vocab", "512", "--seed", "4"],
+                   check=True, capture_output=True)
+    try:
+        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    finally:
+        shutil.rmtree(WORKDIR, ignore_errors=True)
