@@ -171,8 +171,9 @@ class HelmChecks(unittest.TestCase):
     def test_every_rendered_object_validates_against_the_schemas(self):
         expected_kinds = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "NetworkPolicy",
                           "PodDisruptionBudget"}
-        for values in VALUES_FILES + ["autoscaling"]:
-            docs = objects(values) if values != "autoscaling" else self.autoscaled()
+        for values in VALUES_FILES + ["autoscaling", "planner"]:
+            docs = objects(values) if values not in ("autoscaling", "planner") else (
+                self.autoscaled() if values == "autoscaling" else self.planned())
             kinds = {d["kind"] for d in docs}
             self.assertTrue(expected_kinds <= kinds, f"{values}: {kinds}")
             results = validate_with_schemas(self, docs)
@@ -209,6 +210,63 @@ class HelmChecks(unittest.TestCase):
                                          "model.path=/models/m"])
         self.assertEqual(out.returncode, 0, out.stderr)
         return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+    PROFILE = '{"format": "pdserve-profile-v1", "step_cost": {"a_seconds": 0.01}}'
+
+    def planned(self, extra=()):
+        # The profile comes in a values file, as a user gives it (--set would split its commas).
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            yaml.safe_dump({"planner": {"enabled": True, "profile": self.PROFILE}}, f)
+            f.flush()
+            args = ["template", RELEASE, CHART, "--namespace", NAMESPACE, "-f",
+                    os.path.join(CHART, "values-cpu.yaml"), "-f", f.name]
+            for s in ["prefill.autoscaling.enabled=true", "prefill.autoscaling.source=planner",
+                      "decode.autoscaling.enabled=true", "decode.autoscaling.source=planner", *extra]:
+                args += ["--set", s]
+            out = helm(*args)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+    def test_planner_autoscaling_follows_the_routers_desired_workers(self):
+        docs = self.planned(["planner.sloTtftMs=1500", "planner.scaleDownDelaySeconds=120"])
+        router = one(docs, "Deployment", tier_name("router"))
+        args = container(router)["args"]
+        self.assertIn("--planner-profile=/etc/pdserve/planner/profile.json", args)
+        self.assertIn("--planner-slo-ttft-ms=1500", args)
+        self.assertIn("--planner-scale-down-delay-seconds=120", args)
+        values = get_values("values-cpu.yaml")
+        self.assertIn(f"--planner-kv-memory-gib={values['engine']['kvMemoryGib']}", args)
+        # The profile reaches the file the flag names: a ConfigMap mounted at its directory.
+        mount = [m for m in container(router)["volumeMounts"] if m["mountPath"] == "/etc/pdserve/planner"]
+        self.assertEqual(len(mount), 1)
+        volume = [v for v in router["spec"]["template"]["spec"]["volumes"] if v["name"] == mount[0]["name"]]
+        cm = one(docs, "ConfigMap", volume[0]["configMap"]["name"])
+        self.assertEqual(json.loads(cm["data"]["profile.json"]), json.loads(self.PROFILE))
+        self.assertIn("checksum/planner", router["spec"]["template"]["metadata"]["annotations"])
+        # Each tier's HPA reads the router's metric for its own tier; replicas = the metric's value.
+        for tier in ("prefill", "decode"):
+            hpa = one(docs, "HorizontalPodAutoscaler", tier_name(tier))
+            (m,) = hpa["spec"]["metrics"]
+            self.assertEqual(m["type"], "External")
+            self.assertEqual(m["external"]["metric"]["name"], "pdserve_planner_desired_workers")
+            self.assertEqual(m["external"]["metric"]["selector"]["matchLabels"], {"tier": tier})
+            self.assertEqual(m["external"]["target"], {"type": "AverageValue", "averageValue": "1"})
+            self.assertEqual(hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"], 0)
+        # The binary knows every flag the chart passes (run, not just rendered: --help lists them).
+        help_text = subprocess.run([PDSERVE, "router", "--help"], capture_output=True, text=True).stdout
+        for a in args:
+            if a.startswith("--planner-"):
+                self.assertIn(a.split("=")[0], help_text)
+        # Misconfigurations fail the render with a message.
+        no_profile = render("values-cpu.yaml", ["planner.enabled=true"])
+        self.assertNotEqual(no_profile.returncode, 0)
+        self.assertIn("planner.profile", no_profile.stderr)
+        orphan = render("values-cpu.yaml", ["decode.autoscaling.enabled=true", "decode.autoscaling.source=planner"])
+        self.assertNotEqual(orphan.returncode, 0)
+        self.assertIn("needs planner.enabled", orphan.stderr)
+        bad = render("values-cpu.yaml", ["decode.autoscaling.source=keda"])
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("source", bad.stderr)
 
     def test_schema_refuses_bad_values_with_its_message(self):
         cases = [
