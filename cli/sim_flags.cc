@@ -7,11 +7,14 @@
 
 #include "cli/bench_report.h"
 #include "common/base/strings.h"
+#include "common/model/model_shapes.h"
 
 namespace pdserve::cli {
 
 void SimFlags::Register(FlagSet& flags, bool with_rate) {
   flags.String("profile", &profile_path, "a `pdserve profile` file (step costs, KV transfer)");
+  flags.String("model", &model,
+               "optional: the model (directory or config.json) the plan is for; a profile of another model is refused");
   flags.Int("local-prefill-tokens", &cluster.local_prefill_tokens,
             "prompts with at most this many uncached tokens are prefilled on the decode worker");
   flags.Int("prefill-max-waiting", &cluster.prefill_max_waiting,
@@ -61,6 +64,13 @@ absl::StatusOr<SimSetup> ResolveSimFlags(const SimFlags& f) {
   auto profile = ParseSimProfile(text.str(), f.profile_path, f.kv_dtype_bytes);
   if (!profile.ok()) return profile.status();
   s.profile = *profile;
+  if (!f.model.empty()) {
+    auto config = ModelShape(f.model);
+    if (!config.ok()) return absl::InvalidArgumentError(Str("--model: ", config.status().message()));
+    if (absl::Status st = CheckProfileModel(s.profile, *config); !st.ok()) {
+      return absl::InvalidArgumentError(Str("--profile: ", st.message()));
+    }
+  }
   if (f.transport_gbps < 0 || !std::isfinite(f.transport_gbps)) {
     return absl::InvalidArgumentError("--transport-gbps: must be >= 0");
   }

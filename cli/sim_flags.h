@@ -14,7 +14,7 @@
 namespace pdserve::cli {
 
 struct SimFlags {
-  std::string profile_path, trace, rate_text = "inf";
+  std::string profile_path, trace, rate_text = "inf", model;
   int64_t kv_blocks = 0, seed = 1;
   double kv_memory_gib = 4, transport_gbps = 0, transport_latency_us = -1, kv_dtype_bytes = 2;
   ClusterOptions cluster;

@@ -625,6 +625,13 @@ int RouterCommand(int argc, char** argv) {
   if (absl::Status s = rf.ToOptions(&o); !s.ok()) return ReportError(cmd, s, kExitUsage);
   auto planner_options = pf.ToOptions(o.block_size, o.routing.policy);
   if (!planner_options.ok()) return ReportError(cmd, planner_options.status(), kExitUsage);
+  if (planner_options->has_value()) {
+    auto config = ModelConfig::FromFile(JoinPath(model, "config.json"));
+    if (!config.ok()) return ReportError(cmd, config.status(), kExitUsage);
+    if (absl::Status s = CheckProfileModel((*planner_options)->profile, *config); !s.ok()) {
+      return ReportError(cmd, absl::InvalidArgumentError(Str("--planner-profile: ", s.message())), kExitUsage);
+    }
+  }
   StartStopWatcher(cmd);
   metrics::Registry registry;
   o.model_dir = model;

@@ -504,6 +504,12 @@ absl::StatusOr<SimProfile> ParseSimProfile(std::string_view json, std::string_vi
   auto vocab = Number(m, "vocab_size", m_where);
   if (!vocab.ok()) return vocab.status();
   p.vocab_size = static_cast<int64_t>(*vocab);
+  for (auto [key, field] : {std::pair<const char*, int64_t*>{"num_layers", &p.num_layers},
+                            {"hidden_size", &p.hidden_size},
+                            {"num_kv_heads", &p.num_kv_heads},
+                            {"head_dim", &p.head_dim}}) {
+    if (m.contains(key) && m[key].is_number_integer()) *field = m[key].get<int64_t>();
+  }
   if (j.contains("engine") && j["engine"].is_object()) {
     const Json& en = j["engine"];
     auto kv = Number(en, "kv_bytes_per_token", Str(source, " engine"));
@@ -525,6 +531,22 @@ absl::StatusOr<SimProfile> ParseSimProfile(std::string_view json, std::string_vi
     return absl::InvalidArgumentError(Str(source, ": KV bytes per token and vocab_size must be positive"));
   }
   return p;
+}
+
+absl::Status CheckProfileModel(const SimProfile& profile, const ModelConfig& c) {
+  const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
+      {"vocab_size", {profile.vocab_size, c.vocab_size}},
+      {"num_layers", {profile.num_layers, c.num_layers}},
+      {"hidden_size", {profile.hidden_size, c.hidden_size}},
+      {"num_kv_heads", {profile.num_kv_heads, c.num_kv_heads}},
+      {"head_dim", {profile.head_dim, c.head_dim}}};
+  for (const auto& [name, v] : fields) {
+    if (v.first != 0 && v.first != v.second) {
+      return absl::FailedPreconditionError(Str("the profile is of another model: its ", name, " is ", v.first,
+                                               ", this model's ", v.second, " (profile '", profile.model, "')"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::unique_ptr<RequestSource> ListSource(std::vector<SimRequest> requests) {

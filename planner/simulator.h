@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/serving/load_client.h"
+#include "common/model/model_config.h"
 #include "planner/sim_worker.h"
 #include "planner/step_time.h"
 #include "router/routing_policy.h"
@@ -48,6 +49,8 @@ struct SimProfile {
   int64_t kv_bytes_per_token = 0;
   int64_t vocab_size = 0;
   int64_t max_model_len = 0;  // 0: not in the profile.
+  // The profiled model's shape (0 where the profile does not say), for CheckProfileModel.
+  int64_t num_layers = 0, hidden_size = 0, num_kv_heads = 0, head_dim = 0;
 };
 
 // Parses a profile ("pdserve-profile-v1"); InvalidArgument naming the key that is missing or bad.
@@ -55,6 +58,10 @@ struct SimProfile {
 // (roofline profiles): then 2 x layers x KV heads x head_dim x kv_dtype_bytes.
 absl::StatusOr<SimProfile> ParseSimProfile(std::string_view json, std::string_view source,
                                            double kv_dtype_bytes = 2);
+
+// FailedPrecondition naming the first field where the profile's model and `config` differ: a
+// profile measured on another model plans for the wrong step costs.
+absl::Status CheckProfileModel(const SimProfile& profile, const ModelConfig& config);
 
 struct SimRequest {
   double arrival_seconds = 0;

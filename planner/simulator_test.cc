@@ -229,6 +229,18 @@ TEST(SimulatorTest, ProfilesParseAndBadOnesNameTheKey) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("b_per_token"), std::string::npos) << bad.status();
   EXPECT_FALSE(ParseSimProfile("{}", "p.json").ok());
+  // A profile of another model is refused by the field that differs.
+  ModelConfig c;
+  c.vocab_size = 500;
+  c.num_layers = 2;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  c.hidden_size = 64;  // The profile does not say: not compared.
+  EXPECT_TRUE(CheckProfileModel(*p, c).ok());
+  c.num_layers = 3;
+  const absl::Status other = CheckProfileModel(*p, c);
+  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.message().find("num_layers is 2, this model's 3"), std::string::npos) << other;
   EXPECT_FALSE(ParseSimProfile("not json", "p.json").ok());
 }
 

@@ -445,6 +445,10 @@ class SimulateTest(unittest.TestCase):
     def test_bad_input_names_it(self):
         bad = os.path.join(WORKDIR, "bad_profile.json")
         write_json(bad, {**self.PROFILE, "step_cost": {"a_seconds": 0.01}})
+        other = os.path.join(WORKDIR, "other_config.json")  # 4 layers: not the profile's 2.
+        write_json(other, {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+                           "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                           "vocab_size": 1000, "max_position_embeddings": 512})
         trace = os.path.join(WORKDIR, "bad_trace.jsonl")
         with open(trace, "w") as f:
             f.write('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": []}\n')
@@ -455,7 +459,8 @@ class SimulateTest(unittest.TestCase):
                            (["--profile", self.profile, "--policy", "fastest"], "fastest"),
                            (["--profile", self.profile, "--workload", "trace"], "--trace"),
                            (["--profile", self.profile, "--workload", "trace", "--trace", trace], "line 2"),
-                           (["--profile", self.profile, "--request-rate", "-1"], "--request-rate")):
+                           (["--profile", self.profile, "--request-rate", "-1"], "--request-rate"),
+                           (["--profile", self.profile, "--model", other], "another model")):
             r = pdserve("simulate", *args)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(what, r.stderr)

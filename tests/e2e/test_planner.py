@@ -101,7 +101,12 @@ class PlannerTest(unittest.TestCase):
         profile = os.path.join(WORKDIR, "profile.json")
         with open(profile, "w") as f:
             json.dump(PROFILE, f)
+        other = os.path.join(WORKDIR, "other_profile.json")
+        with open(other, "w") as f:
+            json.dump({**PROFILE, "model": {**PROFILE["model"], "vocab_size": 32000}}, f)
         for args, what in ((["--planner-profile", os.path.join(WORKDIR, "none.json")], "--planner-profile"),
+                           (["--planner-profile", other, "--planner-slo-ttft-ms", "100",
+                             "--planner-slo-tpot-ms", "10"], "another model"),
                            (["--planner-profile", profile], "--planner-slo"),
                            (["--planner-profile", profile, "--planner-slo-ttft-ms", "100",
                              "--planner-slo-tpot-ms", "10", "--planner-min-decode", "0"], "--planner-min")):
