@@ -312,20 +312,8 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("local-prefill-tokens", &local_prefill_tokens,
             "--compare-policies: router's and decode workers' --local-prefill-tokens");
   flags.String("workload", &w.kind, "random, shared-prefix or synthetic-chat");
-  flags.Int("num-prompts", &w.num_prompts, "requests to send");
-  flags.Int("input-len", &w.input_len,
-            "prompt tokens (shared-prefix: the user part; synthetic-chat: median user turn)");
-  flags.Int("output-len", &w.output_len,
-            "tokens generated per request, EOS ignored (synthetic-chat: median reply)");
-  flags.Double("range-ratio", &w.range_ratio,
-               "random, shared-prefix: lengths uniform in len x [1 - r, 1 + r]");
-  flags.Int("groups", &w.groups, "shared-prefix: distinct system prompts");
-  flags.Int("prefix-len", &w.prefix_len, "shared-prefix: system prompt tokens");
-  flags.Int("max-prompt-len", &w.max_prompt_len,
-            "synthetic-chat: longest prompt (default 16 x input-len, within the model's context)");
+  RegisterWorkloadShapeFlags(flags, &w);
   flags.String("request-rate", &rate_text, "requests per second, or inf (all at once)");
-  flags.Double("burstiness", &w.burstiness,
-               "shape of the Gamma arrival gaps: 1 Poisson, < 1 burstier, > 1 more regular");
   flags.Int("max-concurrency", &load.max_concurrency, "streams open at once (0: no limit)");
   flags.String("goodput", &goodput,
                "SLOs for goodput, e.g. 'ttft:500 tpot:50' (ms; keys ttft, tpot, e2el)");

@@ -10,6 +10,22 @@
 
 namespace pdserve::cli {
 
+void RegisterWorkloadShapeFlags(FlagSet& flags, WorkloadOptions* w) {
+  flags.Int("num-prompts", &w->num_prompts, "requests to send");
+  flags.Int("input-len", &w->input_len,
+            "prompt tokens (shared-prefix: the user part; synthetic-chat: median user turn)");
+  flags.Int("output-len", &w->output_len,
+            "tokens generated per request, EOS ignored (synthetic-chat: median reply)");
+  flags.Double("range-ratio", &w->range_ratio,
+               "random, shared-prefix: lengths uniform in len x [1 - r, 1 + r]");
+  flags.Int("groups", &w->groups, "shared-prefix: distinct system prompts");
+  flags.Int("prefix-len", &w->prefix_len, "shared-prefix: system prompt tokens");
+  flags.Int("max-prompt-len", &w->max_prompt_len,
+            "synthetic-chat: longest prompt (default 16 x input-len, within the model's context)");
+  flags.Double("burstiness", &w->burstiness,
+               "shape of the Gamma arrival gaps: 1 Poisson, < 1 burstier, > 1 more regular");
+}
+
 std::string RateText(double rate) { return std::isinf(rate) ? "inf" : Str(rate); }
 
 absl::StatusOr<double> ParseRate(absl::string_view text, const char* flag) {

@@ -1,6 +1,6 @@
-// The figures of a serving run (bench/serving/load_client's LoadSummary), printed and named the
-// same way by `pdserve bench` (a real cluster) and `pdserve simulate` (the simulated one), so the
-// two compare line by line.
+// What `pdserve bench` (a real cluster) and `pdserve simulate` / `plan` (the simulated one) share,
+// so the two compare line by line: the workload generator's flags, and the figures of a serving
+// run (bench/serving/load_client's LoadSummary), printed and named the same way.
 #ifndef PDSERVE_CLI_BENCH_REPORT_H_
 #define PDSERVE_CLI_BENCH_REPORT_H_
 
@@ -11,9 +11,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "bench/serving/load_client.h"
+#include "bench/serving/workload.h"
+#include "cli/flags.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve::cli {
+
+// The generated workload's shape: --num-prompts, --input-len, --output-len, --range-ratio,
+// --groups, --prefix-len, --max-prompt-len, --burstiness (not --workload or the rate: each
+// command words and parses those its own way).
+void RegisterWorkloadShapeFlags(FlagSet& flags, WorkloadOptions* w);
 
 // "inf" or the number.
 std::string RateText(double rate);

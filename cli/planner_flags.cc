@@ -1,8 +1,6 @@
 #include "cli/planner_flags.h"
 
-#include <fstream>
-#include <sstream>
-
+#include "common/base/file_util.h"
 #include "common/base/strings.h"
 
 namespace pdserve::cli {
@@ -32,12 +30,10 @@ void PlannerFlags::Register(FlagSet& flags) {
 absl::StatusOr<std::optional<OnlinePlannerOptions>> PlannerFlags::ToOptions(int64_t block_size,
                                                                             RoutingPolicy policy) const {
   if (profile.empty()) return std::optional<OnlinePlannerOptions>();
-  std::ifstream f(profile);
-  if (!f) return absl::InvalidArgumentError(Str("--planner-profile: cannot read '", profile, "'"));
-  std::stringstream text;
-  text << f.rdbuf();
+  auto text = ReadFileToString(profile);
+  if (!text.ok()) return absl::InvalidArgumentError(Str("--planner-profile: cannot read '", profile, "'"));
   OnlinePlannerOptions o = options;
-  auto p = ParseSimProfile(text.str(), profile);
+  auto p = ParseSimProfile(*text, profile);
   if (!p.ok()) return absl::InvalidArgumentError(Str("--planner-profile: ", p.status().message()));
   o.profile = *p;
   o.cluster.routing.policy = policy;
@@ -46,15 +42,8 @@ absl::StatusOr<std::optional<OnlinePlannerOptions>> PlannerFlags::ToOptions(int6
   if (w.max_num_seqs < 1 || w.max_num_batched_tokens < 1) {
     return absl::InvalidArgumentError("--planner-max-num-seqs, --planner-max-num-batched-tokens: must be >= 1");
   }
-  int64_t blocks = kv_blocks;
-  if (blocks <= 0) {
-    if (!(kv_memory_gib > 0)) return absl::InvalidArgumentError("--planner-kv-memory-gib: must be > 0");
-    blocks = static_cast<int64_t>(kv_memory_gib * (1ull << 30) /
-                                  static_cast<double>(o.profile.kv_bytes_per_token * block_size));
-  }
-  w.num_blocks = blocks;
-  const int64_t holds = blocks * block_size;
-  w.max_model_len = o.profile.max_model_len > 0 ? std::min(o.profile.max_model_len, holds) : holds;
+  w.max_model_len = 0;  // The profile's, within the pool.
+  if (absl::Status s = SizeWorkerPool(o.profile, kv_blocks, kv_memory_gib, "--planner-", &w); !s.ok()) return s;
   if (absl::Status s = CheckOnlinePlannerOptions(o); !s.ok()) return s;
   return std::optional<OnlinePlannerOptions>(o);
 }

@@ -1,11 +1,10 @@
 #include "cli/sim_flags.h"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "cli/bench_report.h"
+#include "common/base/file_util.h"
 #include "common/base/strings.h"
 #include "common/model/model_shapes.h"
 
@@ -39,15 +38,8 @@ void SimFlags::Register(FlagSet& flags, bool with_rate) {
   flags.Double("trace-time-scale", &trace_options.time_scale,
                "multiply the trace's arrival times by this (0.5: twice the rate)");
   flags.Int("trace-max-requests", &trace_options.max_requests, "the trace's first N requests (0: all)");
-  flags.Int("num-prompts", &workload.num_prompts, "requests (generated workloads)");
-  flags.Int("input-len", &workload.input_len, "prompt tokens (as pdserve bench)");
-  flags.Int("output-len", &workload.output_len, "tokens generated per request");
-  flags.Double("range-ratio", &workload.range_ratio, "random, shared-prefix: lengths uniform in len x [1 - r, 1 + r]");
-  flags.Int("groups", &workload.groups, "shared-prefix: distinct system prompts");
-  flags.Int("prefix-len", &workload.prefix_len, "shared-prefix: system prompt tokens");
-  flags.Int("max-prompt-len", &workload.max_prompt_len, "synthetic-chat: longest prompt");
+  RegisterWorkloadShapeFlags(flags, &workload);
   if (with_rate) flags.String("request-rate", &rate_text, "requests per second, or inf (all at once)");
-  flags.Double("burstiness", &workload.burstiness, "shape of the Gamma arrival gaps: 1 Poisson");
   flags.Int("seed", &seed, "workload and routing seed");
 }
 
@@ -55,13 +47,11 @@ absl::StatusOr<SimSetup> ResolveSimFlags(const SimFlags& f) {
   if (f.profile_path.empty()) {
     return absl::InvalidArgumentError("--profile: required (write one with pdserve profile)");
   }
-  std::ifstream pf(f.profile_path);
-  if (!pf) return absl::InvalidArgumentError(Str("--profile: cannot read '", f.profile_path, "'"));
-  std::stringstream text;
-  text << pf.rdbuf();
+  auto text = ReadFileToString(f.profile_path);
+  if (!text.ok()) return absl::InvalidArgumentError(Str("--profile: cannot read '", f.profile_path, "'"));
   if (!(f.kv_dtype_bytes > 0)) return absl::InvalidArgumentError("--kv-dtype-bytes: must be > 0");
   SimSetup s;
-  auto profile = ParseSimProfile(text.str(), f.profile_path, f.kv_dtype_bytes);
+  auto profile = ParseSimProfile(*text, f.profile_path, f.kv_dtype_bytes);
   if (!profile.ok()) return profile.status();
   s.profile = *profile;
   if (!f.model.empty()) {
@@ -78,18 +68,9 @@ absl::StatusOr<SimSetup> ResolveSimFlags(const SimFlags& f) {
   if (f.transport_latency_us >= 0) s.profile.transfer_latency_seconds = f.transport_latency_us * 1e-6;
   s.cluster = f.cluster;
   s.cluster.seed = static_cast<uint64_t>(f.seed);
-  SimWorker::Options& w = s.cluster.worker;
-  if (w.block_size < 1) return absl::InvalidArgumentError("--block-size: must be >= 1");
-  int64_t blocks = f.kv_blocks;
-  if (blocks <= 0) {
-    if (!(f.kv_memory_gib > 0)) return absl::InvalidArgumentError("--kv-memory-gib: must be > 0");
-    blocks = static_cast<int64_t>(f.kv_memory_gib * (1ull << 30) /
-                                  static_cast<double>(s.profile.kv_bytes_per_token * w.block_size));
-  }
-  w.num_blocks = blocks;
-  if (w.max_model_len <= 0) {
-    const int64_t holds = blocks * w.block_size;
-    w.max_model_len = s.profile.max_model_len > 0 ? std::min(s.profile.max_model_len, holds) : holds;
+  if (absl::Status st = SizeWorkerPool(s.profile, f.kv_blocks, f.kv_memory_gib, "--", &s.cluster.worker);
+      !st.ok()) {
+    return st;
   }
   if (f.workload.kind == "trace") {
     if (f.trace.empty()) return absl::InvalidArgumentError("--workload trace needs --trace FILE");

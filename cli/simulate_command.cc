@@ -3,12 +3,9 @@
 // trace; prints the figures `pdserve bench` prints, plus each worker's load.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "bench/serving/load_client.h"
-#include "bench/serving/workload.h"
 #include "cli/bench_report.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -20,11 +17,6 @@
 #include "router/routing_policy.h"
 
 namespace pdserve::cli {
-namespace {
-
-using Json = nlohmann::ordered_json;
-
-}  // namespace
 
 int SimulateCommand(int argc, char** argv) {
   const char* cmd = "simulate";
@@ -49,7 +41,7 @@ int SimulateCommand(int argc, char** argv) {
   if (format != "text" && format != "json") return usage("--format: must be text or json");
   auto setup = ResolveSimFlags(sf);
   if (!setup.ok()) return ReportError(cmd, setup.status(), kExitUsage);
-  const SimProfile* profile = &setup->profile;
+  const SimProfile& profile = setup->profile;
   ClusterOptions o = setup->cluster;
   auto parsed_policy = ParseRoutingPolicy(policy);
   if (!parsed_policy.ok()) return ReportError(cmd, parsed_policy.status(), kExitUsage);
@@ -64,8 +56,7 @@ int SimulateCommand(int argc, char** argv) {
   if (!made.ok()) return ReportError(cmd, made.status(), kExitUsage);
   std::unique_ptr<RequestSource> source = std::move(*made);
   const double label_rate = trace ? std::numeric_limits<double>::quiet_NaN() : setup->rate;
-  const int64_t kv_blocks = o.worker.num_blocks;
-  auto result = SimulateCluster(*profile, o, *source);
+  auto result = SimulateCluster(profile, o, *source);
   if (!result.ok()) {
     const bool bad_input = result.status().code() == absl::StatusCode::kInvalidArgument;
     return ReportError(cmd, result.status(), bad_input ? kExitUsage : kExitError);
@@ -74,29 +65,31 @@ int SimulateCommand(int argc, char** argv) {
   const double span = result->end_seconds - result->first_arrival_seconds;
   const double speedup = result->wall_seconds > 0 ? span / result->wall_seconds : 0;
   const double us_per_step = result->steps > 0 ? result->wall_seconds * 1e6 / result->steps : 0;
+  const double mean_batch =
+      result->steps > 0 ? static_cast<double>(result->step_sequences) / static_cast<double>(result->steps) : 0;
   const std::string label = Str("simulated ", prefill, "P", decode, "D ", RoutingPolicyName(o.routing.policy),
-                                profile->modelled ? " (modelled)" : "");
+                                profile.modelled ? " (modelled)" : "");
   const double shown_rate =
       std::isnan(label_rate) ? (span > 0 ? static_cast<double>(summary.ok + summary.failed) / span : 0) : label_rate;
   if (format == "json") {
-    Json j = {{"policy", std::string(RoutingPolicyName(o.routing.policy))}, {"simulated", true},
-              {"modelled", profile->modelled}, {"profile_model", profile->model}};
+    nlohmann::ordered_json j = {{"policy", std::string(RoutingPolicyName(o.routing.policy))}, {"simulated", true},
+              {"modelled", profile.modelled}, {"profile_model", profile.model}};
     for (const auto& [name, value] : SummaryFigures(shown_rate, summary)) j[name] = value;
     if (!summary.first_error.empty()) j["first_error"] = summary.first_error;
     j["prefill_workers"] = prefill;
     j["decode_workers"] = decode;
-    j["kv_blocks_per_worker"] = kv_blocks;
+    j["kv_blocks_per_worker"] = o.worker.num_blocks;
     j["local_prefills"] = result->local_prefills;
     j["remote_prefills"] = result->remote_prefills;
     j["reserve_refusals"] = result->reserve_refusals;
     j["guard_fallbacks"] = result->guard_fallbacks;
     j["peak_in_flight"] = result->peak_in_flight;
     j["steps"] = result->steps;
-    j["mean_batch"] = result->steps > 0 ? static_cast<double>(result->step_sequences) / result->steps : 0.0;
+    j["mean_batch"] = mean_batch;
     j["sim_wall_seconds"] = result->wall_seconds;
     j["sim_us_per_step"] = us_per_step;
     j["sim_speedup"] = speedup;
-    Json workers = Json::array();
+    nlohmann::ordered_json workers = nlohmann::ordered_json::array();
     for (const SimWorkerStats& s : result->workers) {
       workers.push_back({{"tier", s.tier}, {"requests", s.requests}, {"steps", s.steps},
                          {"busy", span > 0 ? s.busy_seconds / span : 0}, {"kv_usage_mean", s.kv_usage_mean},
@@ -118,8 +111,7 @@ int SimulateCommand(int argc, char** argv) {
   }
   std::printf("%-40s %.2f / %.2f\n", "Decode busy max / mean:", busy_max, busy_sum / static_cast<double>(decode));
   std::printf("%-40s %.1f s in %.2f s (%.0fx), %.2f us per step (mean batch %.1f)\n",
-              "Simulated time / wall time:", span, result->wall_seconds, speedup, us_per_step,
-              result->steps > 0 ? static_cast<double>(result->step_sequences) / result->steps : 0.0);
+              "Simulated time / wall time:", span, result->wall_seconds, speedup, us_per_step, mean_batch);
   std::printf("%-40s %lld\n", "Peak requests in flight:", static_cast<long long>(result->peak_in_flight));
   if (per_worker) {
     for (size_t i = 0; i < result->workers.size(); ++i) {

@@ -34,6 +34,17 @@ std::vector<SimRequest> Sample(const OnlinePlannerOptions& o, const Observation&
   return out;
 }
 
+constexpr char kDesiredHelp[] = "Workers the online planner wants in each tier (after the scale-down delay).";
+constexpr char kPlannedHelp[] = "Workers the last plan asked for in each tier (before the scale-down delay).";
+
+metrics::Gauge& RouterGauge(metrics::Registry* r, const char* name, const char* help, const std::string& model) {
+  return r->AddGauge(name, help, {"model_name", "role"}).With({model, "router"});
+}
+metrics::Gauge& TierGauge(metrics::Registry* r, const char* name, const char* help, const std::string& model,
+                          const char* tier) {
+  return r->AddGauge(name, help, {"model_name", "role", "tier"}).With({model, "router", tier});
+}
+
 }  // namespace
 
 absl::Status CheckOnlinePlannerOptions(const OnlinePlannerOptions& o) {
@@ -65,6 +76,7 @@ absl::StatusOr<Sizing> SizeDeployment(const OnlinePlannerOptions& o, const Obser
   Sizing best_at_max;
   best_at_max.attainment = -1;
   int64_t simulations = 0;
+  const std::vector<SimRequest> sample = Sample(o, obs);  // The same requests for every split.
   for (int64_t k = o.min_prefill + o.min_decode; k <= o.max_workers; ++k) {
     Sizing best;
     best.attainment = -1;
@@ -76,7 +88,7 @@ absl::StatusOr<Sizing> SizeDeployment(const OnlinePlannerOptions& o, const Obser
       c.slo.tpot_ms = o.slo_tpot_ms;
       c.slo.e2e_ms = 0;
       c.keep_requests = false;
-      auto source = ListSource(Sample(o, obs));
+      auto source = ListSource(sample);
       auto r = SimulateCluster(o.profile, c, *source);
       if (!r.ok()) return r.status();
       ++simulations;
@@ -116,39 +128,23 @@ PlannerLoop::PlannerLoop(OnlinePlannerOptions options, std::function<TrafficCoun
       sample_(std::move(sample)),
       delay_(options_.scale_down_delay_seconds),
       start_(std::chrono::steady_clock::now()),
-      desired_prefill_(registry->AddGauge("pdserve_planner_desired_workers",
-                                          "Workers the online planner wants in each tier (after the scale-down delay).",
-                                          {"model_name", "role", "tier"})
-                           .With({model_name, "router", "prefill"})),
-      desired_decode_(registry->AddGauge("pdserve_planner_desired_workers", "", {"model_name", "role", "tier"})
-                          .With({model_name, "router", "decode"})),
-      planned_prefill_(registry->AddGauge("pdserve_planner_planned_workers",
-                                          "Workers the last plan asked for in each tier (before the scale-down delay).",
-                                          {"model_name", "role", "tier"})
-                           .With({model_name, "router", "prefill"})),
-      planned_decode_(registry->AddGauge("pdserve_planner_planned_workers", "", {"model_name", "role", "tier"})
-                          .With({model_name, "router", "decode"})),
-      rate_(registry->AddGauge("pdserve_planner_observed_request_rate",
-                               "Requests per second over the planner's last interval.", {"model_name", "role"})
-                .With({model_name, "router"})),
-      mean_in_(registry->AddGauge("pdserve_planner_observed_mean_input_tokens",
-                                  "Mean prompt tokens over the planner's last interval.", {"model_name", "role"})
-                   .With({model_name, "router"})),
-      mean_out_(registry->AddGauge("pdserve_planner_observed_mean_output_tokens",
-                                   "Mean tokens generated per request over the planner's last interval.",
-                                   {"model_name", "role"})
-                    .With({model_name, "router"})),
-      attainment_(registry->AddGauge("pdserve_planner_attainment",
-                                     "Share of the simulated sample meeting both targets at the planned split.",
-                                     {"model_name", "role"})
-                      .With({model_name, "router"})),
-      saturated_(registry->AddGauge("pdserve_planner_saturated",
-                                    "1 when even --planner-max-workers did not meet the targets in simulation.",
-                                    {"model_name", "role"})
-                     .With({model_name, "router"})),
-      plan_seconds_(registry->AddGauge("pdserve_planner_plan_seconds", "Wall time of the last plan.",
-                                       {"model_name", "role"})
-                        .With({model_name, "router"})),
+      desired_prefill_(TierGauge(registry, "pdserve_planner_desired_workers", kDesiredHelp, model_name, "prefill")),
+      desired_decode_(TierGauge(registry, "pdserve_planner_desired_workers", kDesiredHelp, model_name, "decode")),
+      planned_prefill_(TierGauge(registry, "pdserve_planner_planned_workers", kPlannedHelp, model_name, "prefill")),
+      planned_decode_(TierGauge(registry, "pdserve_planner_planned_workers", kPlannedHelp, model_name, "decode")),
+      rate_(RouterGauge(registry, "pdserve_planner_observed_request_rate",
+                        "Requests per second over the planner's last interval.", model_name)),
+      mean_in_(RouterGauge(registry, "pdserve_planner_observed_mean_input_tokens",
+                           "Mean prompt tokens over the planner's last interval.", model_name)),
+      mean_out_(RouterGauge(registry, "pdserve_planner_observed_mean_output_tokens",
+                            "Mean tokens generated per request over the planner's last interval.", model_name)),
+      attainment_(RouterGauge(registry, "pdserve_planner_attainment",
+                              "Share of the simulated sample meeting both targets at the planned split.",
+                              model_name)),
+      saturated_(RouterGauge(registry, "pdserve_planner_saturated",
+                             "1 when even --planner-max-workers did not meet the targets in simulation.",
+                             model_name)),
+      plan_seconds_(RouterGauge(registry, "pdserve_planner_plan_seconds", "Wall time of the last plan.", model_name)),
       plans_(registry->AddCounter("pdserve_planner_plans_total", "Plans made.", {"model_name", "role"})
                  .With({model_name, "router"})),
       thread_([this] { Run(); }) {

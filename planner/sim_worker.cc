@@ -38,20 +38,21 @@ Sequence* SimWorker::NewSequence(int64_t request, std::vector<int32_t> prompt,
 }
 
 void SimWorker::Add(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
-                    bool hold_after_finish) {
+                    bool hold_after_finish, std::vector<BlockHash> prompt_hashes) {
   Sequence* seq = NewSequence(request, std::move(prompt), output_tokens);
+  seq->block_hashes = std::move(prompt_hashes);  // The Scheduler extends them on admission.
   if (hold_after_finish) hold_[request] = true;
   scheduler_.AddWaiting(seq);
 }
 
 bool SimWorker::Reserve(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
-                        int64_t* cached_tokens) {
+                        int64_t* cached_tokens, std::vector<BlockHash> prompt_hashes) {
   const int64_t bs = options_.block_size;
   const int64_t len = static_cast<int64_t>(prompt.size());
   const KvCacheStats kv = blocks_.Stats();
   if (kv.free_blocks + kv.cached_blocks - (len + bs - 1) / bs < scheduler_.num_running()) return false;
-  std::vector<BlockHash> hashes;
-  ExtendBlockHashes(prompt, bs, &hashes);
+  std::vector<BlockHash> hashes = std::move(prompt_hashes);
+  ExtendBlockHashes(prompt, bs, &hashes);  // Only what the caller did not hash.
   auto plan = blocks_.PlanAdmit(hashes, (len - 1) / bs, len, len);
   if (!plan.ok()) return false;
   Sequence* seq = NewSequence(request, std::move(prompt), output_tokens);

@@ -55,15 +55,17 @@ class SimWorker {
   ~SimWorker();
 
   // A request whose prompt is computed here. hold_after_finish: its blocks stay allocated after
-  // it ends until ReleaseHeld (a prefill worker's pages still being sent).
+  // it ends until ReleaseHeld (a prefill worker's pages still being sent). `prompt_hashes`: the
+  // hashes of the prompt's full blocks if the caller has them (the router hashed it), so the
+  // prompt is not hashed again; empty: hashed here when it is admitted.
   void Add(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
-           bool hold_after_finish = false);
+           bool hold_after_finish = false, std::vector<BlockHash> prompt_hashes = {});
   // Remote prefill, decode side, as DecodeWorker::StartRemote: refuses (false, nothing changed)
   // when the pool is busy (free + cached blocks minus the prompt's would leave fewer than one per
   // running sequence) or the blocks are not there; otherwise reserves the prompt's blocks, reusing
   // its cached prefix, and returns the cached tokens in *cached_tokens.
   bool Reserve(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
-               int64_t* cached_tokens);
+               int64_t* cached_tokens, std::vector<BlockHash> prompt_hashes = {});
   // The prompt's pages arrived with the first token: as LLMEngine::CompleteRemotePrefill.
   Emitted CompleteRemote(int64_t request, int32_t first_token, int64_t prefill_cached_tokens);
   void ReleaseHeld(int64_t request);

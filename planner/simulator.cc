@@ -150,7 +150,8 @@ struct Worker {
 
 class Cluster {
  public:
-  Cluster(const SimProfile& profile, const ClusterOptions& options) : profile_(profile), options_(options) {
+  Cluster(const SimProfile& profile, const ClusterOptions& options)
+      : profile_(profile), options_(options), rng_(Mix64(options.seed)) {
     SimWorker::Options wo = options.worker;
     const uint64_t vocab = static_cast<uint64_t>(std::max<int64_t>(profile.vocab_size, 2));
     wo.next_token = [vocab](int64_t request, int64_t position) {
@@ -320,13 +321,12 @@ class Cluster {
     bool remote = f.prefill >= 0 &&
                   len - dec.engine->CachedPrefixTokens(hashes, len) > options_.local_prefill_tokens;
     if (remote) {
-      std::vector<int32_t> copy = r.prompt;
-      remote = dec.engine->Reserve(index, std::move(copy), r.output_tokens, &f.decode_cached);
+      remote = dec.engine->Reserve(index, r.prompt, r.output_tokens, &f.decode_cached, hashes);
       if (!remote) ++result_.reserve_refusals;
     }
     if (remote) {
       Worker& pre = workers_[static_cast<size_t>(f.prefill)];
-      pre.engine->Add(index, std::move(r.prompt), 1, /*hold_after_finish=*/true);
+      pre.engine->Add(index, std::move(r.prompt), 1, /*hold_after_finish=*/true, std::move(hashes));
       ++result_.remote_prefills;
       f.res.remote_prefill = true;
       Touch(dec);
@@ -334,7 +334,8 @@ class Cluster {
       Kick(f.prefill);
     } else {
       f.prefill = -1;
-      dec.engine->Add(index, std::move(r.prompt), r.output_tokens);
+      dec.engine->Add(index, std::move(r.prompt), r.output_tokens, /*hold_after_finish=*/false,
+                      std::move(hashes));
       ++result_.local_prefills;
       flights_.emplace(index, f);
       Kick(f.decode);
@@ -453,7 +454,7 @@ class Cluster {
   ClusterResult result_;
   std::vector<WorkerCandidate> candidates_;
   std::vector<SimWorker::Emitted> emitted_;
-  uint64_t rng_ = 0, round_robin_ = 0;
+  uint64_t rng_, round_robin_ = 0;  // rng_: the softmax draws (routing temperature > 0).
   int64_t next_index_ = 0;
   LoadSummary summary_;
   int64_t cached_tokens_ = 0;
@@ -545,6 +546,24 @@ absl::Status CheckProfileModel(const SimProfile& profile, const ModelConfig& c) 
       return absl::FailedPreconditionError(Str("the profile is of another model: its ", name, " is ", v.first,
                                                ", this model's ", v.second, " (profile '", profile.model, "')"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SizeWorkerPool(const SimProfile& profile, int64_t kv_blocks, double kv_memory_gib,
+                            const std::string& flag_prefix, SimWorker::Options* w) {
+  if (w->block_size < 1) return absl::InvalidArgumentError(Str(flag_prefix, "block-size: must be >= 1"));
+  if (kv_blocks <= 0) {
+    if (!(kv_memory_gib > 0) || !std::isfinite(kv_memory_gib)) {
+      return absl::InvalidArgumentError(Str(flag_prefix, "kv-memory-gib: must be > 0"));
+    }
+    kv_blocks = static_cast<int64_t>(kv_memory_gib * (1ull << 30) /
+                                     static_cast<double>(profile.kv_bytes_per_token * w->block_size));
+  }
+  w->num_blocks = kv_blocks;
+  if (w->max_model_len <= 0) {
+    const int64_t holds = kv_blocks * w->block_size;
+    w->max_model_len = profile.max_model_len > 0 ? std::min(profile.max_model_len, holds) : holds;
   }
   return absl::OkStatus();
 }

@@ -63,6 +63,13 @@ absl::StatusOr<SimProfile> ParseSimProfile(std::string_view json, std::string_vi
 // profile measured on another model plans for the wrong step costs.
 absl::Status CheckProfileModel(const SimProfile& profile, const ModelConfig& config);
 
+// Sizes a simulated worker's KV pool as the real worker sizes its own: `kv_blocks` when > 0,
+// else `kv_memory_gib` over the profile's bytes per token and `worker->block_size`; and its
+// max_model_len, when not set (<= 0), to the profile's, capped by what the pool holds.
+// InvalidArgument naming `flag_prefix` + "kv-memory-gib" when it is not > 0.
+absl::Status SizeWorkerPool(const SimProfile& profile, int64_t kv_blocks, double kv_memory_gib,
+                            const std::string& flag_prefix, SimWorker::Options* worker);
+
 struct SimRequest {
   double arrival_seconds = 0;
   std::vector<int32_t> prompt;
