@@ -9,8 +9,8 @@
 // prefix cache of later prompts that contain them.
 //
 // What it leaves out: speculative drafts, structured outputs, stop tokens (a request ends at its
-// output length or at max_model_len), aborts. tests/planner checks its decisions step for step
-// against LLMEngine on a real model (sim_worker_test.cc).
+// output length or at max_model_len), aborts. sim_worker_test.cc checks its decisions step for
+// step against LLMEngine on a real model.
 //
 // Not thread-safe: one simulation thread owns it.
 #ifndef PDSERVE_PLANNER_SIM_WORKER_H_
