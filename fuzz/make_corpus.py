@@ -62,6 +62,8 @@ def write_grammar_corpus():
         "classes.gbnf": b"root ::= [a-zA-Z\\u03b1-\\u03c9\\U00010000-\\U0001FFFF]{1,3} 'q'\x00\xce\xb1\xf0\x90\x80\x80q",
         "nullable_star.gbnf": b'root ::= ("a"? "b"?)* x\nx ::= "c" | ""\x00abbac',
         "left_recursive.gbnf": b'root ::= root "x" | "y"',
+        # Nested nullable repetitions: took minutes a byte before the parser folded them.
+        "nested_quantifiers.gbnf": b'root ::= ("a"+++*+++++++++++++++ "b")+ ("c"*)?+\x00aaabbbc',
         "bad.gbnf": b'root ::= ( "a" | [z-a] ',
     }
     for name, data in seeds.items():

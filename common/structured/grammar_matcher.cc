@@ -25,12 +25,11 @@ class MatcherStates {
   const State& state(int32_t id) const { return states_[static_cast<size_t>(id)]; }
 
   int32_t Initial() {
-    std::vector<int32_t> stacks;
-    bool accepting = false;
+    Expansion x;
     const int32_t root = grammar_->root();
     const size_t alts = grammar_->rule(root).alternatives.size();
-    for (size_t a = 0; a < alts; ++a) Expand(Push(Frame(static_cast<uint64_t>(root), a, 0), -1), &stacks, &accepting);
-    return Intern(std::move(stacks), accepting);
+    for (size_t a = 0; a < alts; ++a) Expand(Push(Frame(static_cast<uint64_t>(root), a, 0), -1), &x);
+    return Intern(std::move(x.stacks), x.accepting);
   }
 
   int32_t Next(int32_t id, uint8_t byte) {
@@ -38,14 +37,13 @@ class MatcherStates {
     if (auto it = transitions_.find(key); it != transitions_.end()) return it->second;
     int32_t next = -1;
     if (state(id).next[byte]) {
-      std::vector<int32_t> stacks;
-      bool accepting = false;
+      Expansion x;
       const std::vector<int32_t> from = state(id).stacks;  // Interning may move states_.
       for (int32_t s : from) {
         if (!grammar_->byte_set(TopElement(s).index)[byte]) continue;
-        Expand(Step(s), &stacks, &accepting);
+        Expand(Step(s), &x);
       }
-      if (!stacks.empty() || accepting) next = Intern(std::move(stacks), accepting);
+      if (!x.stacks.empty() || x.accepting) next = Intern(std::move(x.stacks), x.accepting);
     }
     // A cache: past its bound it starts again (the states stay; ids held by matchers stay valid).
     if (transitions_.size() >= kMaxTransitions) transitions_.clear();
@@ -90,17 +88,32 @@ class MatcherStates {
     return Push(Frame(static_cast<uint64_t>(Rule(n.frame)), Alt(n.frame), next), n.below);
   }
 
-  // Expands rule references from stack s until each stack's top is a byte set, adding those to
-  // *out and setting *accepting if one empties (the root completed).
-  void Expand(int32_t s, std::vector<int32_t>* out, bool* accepting) {
-    work_.clear();
+  // One transition's expansion (or the initial state's): the stacks found, whether the root
+  // completed, and what bounds the work. An ambiguous grammar with nullable repetitions in each
+  // other (("a"* "b"*)* nested) reaches exponentially many stacks; past the budget the rest are
+  // dropped, as Intern drops stacks past kMaxStacks (fewer strings stay reachable, never one the
+  // grammar refuses), so one byte costs bounded time whatever the grammar.
+  struct Expansion {
+    std::vector<int32_t> stacks;
+    bool accepting = false;
     absl::flat_hash_set<int32_t> seen;  // Only where the grammar has epsilon cycles.
-    const size_t limit = out->size() + 4 * GrammarMatcher::kMaxStacks;
+    int64_t visits = 0;
+  };
+  static constexpr int64_t kMaxVisits = 64 *    static_cast<int64_t>(GrammarMatcher::kMaxStacks);
+
+  // Expands rule references from stack s until each stack's top is a byte set, adding those to
+  // x->stacks and setting x->accepting if one empties (the root completed). Where the grammar
+  // has epsilon cycles, a stack expanded already in this transition is skipped (its outcomes
+  // are in; without cycles repeats are few and the set would cost more than it saves).
+  void Expand(int32_t s, Expansion* x) {
+    work_.clear();
+    const size_t limit = 4 * GrammarMatcher::kMaxStacks;
     while (true) {
-      if (grammar_->epsilon_cycles() && !seen.insert(s).second) {
+      if (++x->visits > kMaxVisits || x->stacks.size() > limit) return;
+      if (grammar_->epsilon_cycles() && !x->seen.insert(s).second) {
         // Expanded already: the same outcomes again.
       } else if (s < 0) {
-        *accepting = true;
+        x->accepting = true;
       } else {
         const NodeKey n = nodes_[static_cast<size_t>(s)];
         const GrammarSequence& alt = Alternative(n.frame);
@@ -110,7 +123,7 @@ class MatcherStates {
         }
         const GrammarElement& e = alt[Pos(n.frame)];
         if (e.kind == GrammarElement::Kind::kBytes) {
-          out->push_back(s);
+          x->stacks.push_back(s);
         } else {
           const int32_t caller = Step(s);  // The caller continues after the reference.
           const size_t alts = grammar_->rule(e.index).alternatives.size();
@@ -119,7 +132,7 @@ class MatcherStates {
           }
         }
       }
-      if (work_.empty() || out->size() > limit) return;
+      if (work_.empty()) return;
       s = work_.back();
       work_.pop_back();
     }

@@ -112,6 +112,7 @@ class Parser {
       g_->AddRule(name);
       defined_.push_back(false);
       helper_.push_back(false);
+      quantifier_.push_back('\0');
     }
     return it->second;
   }
@@ -127,10 +128,11 @@ class Parser {
     return absl::OkStatus();
   }
 
-  int32_t Helper(std::string_view what) {
+  int32_t Helper(std::string_view what, char quantifier = '\0') {
     const int32_t id = g_->AddRule(Str(current_, "::", what, g_->num_rules()));
     defined_.push_back(true);
     helper_.push_back(true);
+    quantifier_.push_back(quantifier);
     return id;
   }
 
@@ -203,23 +205,45 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // The quantifiers build helper rules; one applied to an already quantified sequence (x+*,
+  // (x*)+, (x?)*: directly or through a group) is folded into one, so the grammar matches the
+  // same strings without the nested nullable repetitions whose parse stacks grow exponentially.
   GrammarSequence Optional(const GrammarSequence& x) {
-    const int32_t h = Helper("opt");
+    if (IsQuantified(x, '*')) return x;                             // (y*)? = y*
+    if (int32_t star = PlusStar(x); star >= 0) return {RuleElement(star)};  // (y+)? = y*
+    if (IsQuantified(x, '?')) return x;                             // (y?)? = y?
+    const int32_t h = Helper("opt", '?');
     g_->rule(h).alternatives = {x, {}};
     return {RuleElement(h)};
   }
   GrammarSequence Star(const GrammarSequence& x) {
-    const int32_t h = Helper("star");
+    if (IsQuantified(x, '*')) return x;                             // (y*)* = y*
+    if (int32_t star = PlusStar(x); star >= 0) return {RuleElement(star)};  // (y+)* = y*
+    if (IsQuantified(x, '?')) return Star(g_->rule(x[0].index).alternatives[0]);  // (y?)* = y*
+    const int32_t h = Helper("star", '*');
     GrammarSequence again = x;
     again.push_back(RuleElement(h));
     g_->rule(h).alternatives = {std::move(again), {}};
     return {RuleElement(h)};
   }
   GrammarSequence Plus(const GrammarSequence& x) {
+    if (IsQuantified(x, '*') || PlusStar(x) >= 0) return x;  // (y*)+ = y*, (y+)+ = y+
+    if (IsQuantified(x, '?')) return Star(x);                // (y?)+ = y*
     GrammarSequence out = x;
     const GrammarSequence star = Star(x);
     out.insert(out.end(), star.begin(), star.end());
     return out;
+  }
+  // x is one reference to a helper Star or Optional made ('*' or '?').
+  bool IsQuantified(const GrammarSequence& x, char q) const {
+    return x.size() == 1 && x[0].kind == GrammarElement::Kind::kRule &&
+           quantifier_[static_cast<size_t>(x[0].index)] == q;
+  }
+  // If x is what Plus made (y then y*), the y* helper; else -1.
+  int32_t PlusStar(const GrammarSequence& x) const {
+    if (x.size() < 2 || !IsQuantified({x.back()}, '*')) return -1;
+    const GrammarSequence& again = g_->rule(x.back().index).alternatives[0];  // y, then the helper
+    return again == x ? x.back().index : -1;
   }
   // x{m,n} (n < 0: unbounded): m copies, then n - m nested optional ones.
   absl::Status Repeat(GrammarSequence* x, int64_t m, int64_t n) {
@@ -409,6 +433,7 @@ class Parser {
   std::string current_;
   absl::flat_hash_map<std::string, int32_t> ids_;
   std::vector<bool> defined_, helper_;
+  std::vector<char> quantifier_;  // '*' or '?' for a helper Star or Optional made, per rule.
 };
 
 }  // namespace
