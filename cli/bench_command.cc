@@ -3,7 +3,9 @@
 // TPOT, ITL and end-to-end latency (mean, p50, p90, p99), request and token throughput, goodput
 // under SLOs, the prefix-cache hit rate, and how evenly the router spread the requests (max/mean
 // of per-worker decisions, from RouterAdmin). --sweep runs several request rates; --csv feeds
-// bench/plot.sh.
+// bench/plot.sh. --workload trace replays a Mooncake-format trace (the simulator's reader): its
+// arrival times, lengths and shared prefixes, so `pdserve simulate` and the real processes run
+// the same requests.
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -26,12 +28,14 @@
 #include "cli/cli_util.h"
 #include "cli/client_channel.h"
 #include "cli/commands.h"
+#include "cli/sim_flags.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/rpc/grpc_status.h"
 #include "nlohmann/json.hpp"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 #include "pdserve/v1/generation.grpc.pb.h"
+#include "planner/simulator.h"
 #include "router/routing_policy.h"
 
 namespace pdserve::cli {
@@ -117,10 +121,53 @@ absl::StatusOr<v1::ModelInfo> ModelInfo(const std::shared_ptr<grpc::Channel>& ch
   return info;
 }
 
+// --workload trace: the file and how to read it.
+struct TraceSpec {
+  std::string path;
+  TraceOptions options;
+};
+
+// A trace's requests as the load client sends them (the simulator's reader, so the same tokens
+// for the same vocabulary), arrivals from its first request's.
+absl::StatusOr<std::vector<BenchRequest>> ReadTrace(const TraceSpec& trace, int64_t vocab_size) {
+  TraceOptions t = trace.options;
+  t.vocab_size = vocab_size;
+  auto source = OpenTrace(trace.path, t);
+  if (!source.ok()) return absl::InvalidArgumentError(Str("--trace: ", source.status().message()));
+  std::vector<BenchRequest> out;
+  SimRequest r;
+  for (;;) {
+    auto more = (*source)->Next(&r);
+    if (!more.ok()) return absl::InvalidArgumentError(Str("--trace: ", more.status().message()));
+    if (!*more) break;
+    BenchRequest b;
+    b.prompt = std::move(r.prompt);
+    b.output_tokens = r.output_tokens;
+    b.arrival_seconds = r.arrival_seconds - (out.empty() ? r.arrival_seconds : out.front().arrival_seconds);
+    out.push_back(std::move(b));
+  }
+  if (out.empty()) return absl::InvalidArgumentError(Str("--trace: '", trace.path, "' has no requests"));
+  return out;
+}
+
 // The workload for this server's model: its vocabulary, and prompts that fit its context.
-absl::StatusOr<std::vector<BenchRequest>> WorkloadFor(const v1::ModelInfo& info, WorkloadOptions w) {
+absl::StatusOr<std::vector<BenchRequest>> WorkloadFor(const v1::ModelInfo& info, WorkloadOptions w,
+                                                      const TraceSpec* trace) {
   w.vocab_size = info.vocab_size();
   const int64_t context = info.context_length();
+  if (trace != nullptr) {
+    PD_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests, ReadTrace(*trace, w.vocab_size));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const BenchRequest& r = requests[i];
+      if (static_cast<int64_t>(r.prompt.size()) + r.output_tokens > context) {
+        return absl::InvalidArgumentError(
+            Str("--trace: request ", i + 1, " (", r.prompt.size(), " prompt + ", r.output_tokens,
+                " output tokens) exceeds the model's ", context,
+                "-token context (lower --trace-length-scale or --trace-max-requests)"));
+      }
+    }
+    return requests;
+  }
   if (w.kind == "synthetic-chat") {
     const int64_t room = context - 8 * w.output_len;
     if (room < 4) {
@@ -142,10 +189,10 @@ absl::StatusOr<std::vector<BenchRequest>> WorkloadFor(const v1::ModelInfo& info,
 }
 
 absl::StatusOr<PolicyResult> Measure(const std::shared_ptr<grpc::Channel>& channel,
-                                     const WorkloadOptions& workload, const LoadOptions& load,
-                                     const Slo& slo) {
+                                     const WorkloadOptions& workload, const TraceSpec* trace,
+                                     const LoadOptions& load, const Slo& slo) {
   PD_ASSIGN_OR_RETURN(const v1::ModelInfo info, ModelInfo(channel, load.api_key));
-  PD_ASSIGN_OR_RETURN(const std::vector<BenchRequest> requests, WorkloadFor(info, workload));
+  PD_ASSIGN_OR_RETURN(const std::vector<BenchRequest> requests, WorkloadFor(info, workload, trace));
   PolicyResult r;
   r.rate = workload.rate;
   auto admin = internal::v1::RouterAdmin::NewStub(channel);
@@ -288,6 +335,7 @@ int BenchCommand(int argc, char** argv) {
   std::string rate_text = "inf", sweep, goodput, csv, server_ca;
   int64_t prefill = 2, decode = 3, local_prefill_tokens = 32, seed = 1;
   WorkloadOptions w;
+  TraceSpec trace;
   LoadOptions load;
   FlagSet flags("bench", "Serving benchmark: a workload against a router (--server), or against a "
                          "fresh local cluster per routing policy (--compare-policies).");
@@ -311,8 +359,11 @@ int BenchCommand(int argc, char** argv) {
   flags.String("router-flags", &router_flags, "--compare-policies: extra router flags");
   flags.Int("local-prefill-tokens", &local_prefill_tokens,
             "--compare-policies: router's and decode workers' --local-prefill-tokens");
-  flags.String("workload", &w.kind, "random, shared-prefix or synthetic-chat");
+  flags.String("workload", &w.kind,
+               "random, shared-prefix or synthetic-chat, or trace (--trace: its arrival times, lengths "
+               "and shared prefixes)");
   RegisterWorkloadShapeFlags(flags, &w);
+  RegisterTraceFlags(flags, &trace.path, &trace.options);
   flags.String("request-rate", &rate_text, "requests per second, or inf (all at once)");
   flags.Int("max-concurrency", &load.max_concurrency, "streams open at once (0: no limit)");
   flags.String("goodput", &goodput,
@@ -353,15 +404,31 @@ int BenchCommand(int argc, char** argv) {
   if (load.max_concurrency < 0 || load.max_concurrency > kMaxStreams) {
     return usage(absl::InvalidArgumentError(Str("--max-concurrency: must be in [0, ", kMaxStreams, "]")));
   }
+  const bool replay = w.kind == "trace";
+  if (replay) {
+    if (trace.path.empty()) return usage(absl::InvalidArgumentError("--workload trace needs --trace FILE"));
+    if (!sweep.empty() || rate_text != "inf") {
+      return usage(absl::InvalidArgumentError(
+          "--request-rate, --sweep: a trace keeps its own arrival times (scale them with --trace-time-scale)"));
+    }
+    // Read once here for its errors and its size, before any cluster starts.
+    auto scan = ReadTrace(trace, 1 << 20);
+    if (!scan.ok()) return usage(scan.status());
+    w.num_prompts = static_cast<int64_t>(scan->size());
+  } else if (!trace.path.empty()) {
+    return usage(absl::InvalidArgumentError("--trace: only with --workload trace"));
+  }
   if (load.max_concurrency == 0 && w.num_prompts > kMaxStreams) {
     return usage(absl::InvalidArgumentError(
-        Str("--num-prompts: more than ", kMaxStreams, " requests need --max-concurrency (the load "
-            "client holds a thread per open stream)")));
+        Str(replay ? "--trace" : "--num-prompts", ": more than ", kMaxStreams,
+            " requests need --max-concurrency (the load client holds a thread per open stream)")));
   }
   Slo slo;
   if (absl::Status s = ParseSlo(goodput, &slo); !s.ok()) return usage(s);
   std::vector<double> rates;
-  if (sweep.empty()) {
+  if (replay) {
+    rates.push_back(std::numeric_limits<double>::quiet_NaN());  // The trace's own arrivals.
+  } else if (sweep.empty()) {
     auto rate = ParseRate(rate_text, "--request-rate");
     if (!rate.ok()) return usage(rate.status());
     rates.push_back(*rate);
@@ -373,7 +440,7 @@ int BenchCommand(int argc, char** argv) {
     }
     if (rates.empty()) return usage(absl::InvalidArgumentError("--sweep: no rates"));
   }
-  {
+  if (!replay) {
     WorkloadOptions check = w;
     check.vocab_size = 1 << 20;
     check.rate = rates.front();
@@ -400,7 +467,7 @@ int BenchCommand(int argc, char** argv) {
                    (label.empty() ? address : label).c_str(),
                    static_cast<long long>(w.num_prompts), RateText(rate).c_str());
       PD_ASSIGN_OR_RETURN(auto channel, PublicChannel(address, server_ca));
-      PD_ASSIGN_OR_RETURN(PolicyResult r, Measure(channel, at, load, slo));
+      PD_ASSIGN_OR_RETURN(PolicyResult r, Measure(channel, at, replay ? &trace : nullptr, load, slo));
       if (!label.empty()) r.label = label;
       if (r.label.empty()) r.label = address;
       results.push_back(std::move(r));

@@ -26,7 +26,7 @@ void RegisterWorkloadShapeFlags(FlagSet& flags, WorkloadOptions* w) {
                "shape of the Gamma arrival gaps: 1 Poisson, < 1 burstier, > 1 more regular");
 }
 
-std::string RateText(double rate) { return std::isinf(rate) ? "inf" : Str(rate); }
+std::string RateText(double rate) { return std::isnan(rate) ? "trace" : std::isinf(rate) ? "inf" : Str(rate); }
 
 absl::StatusOr<double> ParseRate(absl::string_view text, const char* flag) {
   double rate = 0;

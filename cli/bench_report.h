@@ -22,7 +22,7 @@ namespace pdserve::cli {
 // command words and parses those its own way).
 void RegisterWorkloadShapeFlags(FlagSet& flags, WorkloadOptions* w);
 
-// "inf" or the number.
+// "inf", the number, or "trace" for NaN (a trace's own arrival times).
 std::string RateText(double rate);
 // A --request-rate value: requests per second > 0, or "inf" (all at once).
 absl::StatusOr<double> ParseRate(absl::string_view text, const char* flag);

@@ -32,15 +32,19 @@ void SimFlags::Register(FlagSet& flags, bool with_rate) {
             "longest sequence (0: the profile's, else what a worker's KV cache holds)");
   flags.Bool("enable-prefix-caching", &cluster.worker.enable_prefix_caching, "reuse KV of shared prompt prefixes");
   flags.String("workload", &workload.kind, "random, shared-prefix or synthetic-chat (as pdserve bench), or trace");
-  flags.String("trace", &trace, "--workload trace: a Mooncake-format JSONL trace (../shared/traces/README.md)");
-  flags.Double("trace-length-scale", &trace_options.length_scale,
-               "multiply the trace's prompt lengths and its 512-token blocks by this (1/32: 16-token blocks)");
-  flags.Double("trace-time-scale", &trace_options.time_scale,
-               "multiply the trace's arrival times by this (0.5: twice the rate)");
-  flags.Int("trace-max-requests", &trace_options.max_requests, "the trace's first N requests (0: all)");
+  RegisterTraceFlags(flags, &trace, &trace_options);
   RegisterWorkloadShapeFlags(flags, &workload);
   if (with_rate) flags.String("request-rate", &rate_text, "requests per second, or inf (all at once)");
   flags.Int("seed", &seed, "workload and routing seed");
+}
+
+void RegisterTraceFlags(FlagSet& flags, std::string* path, TraceOptions* options) {
+  flags.String("trace", path, "--workload trace: a Mooncake-format JSONL trace (../shared/traces/README.md)");
+  flags.Double("trace-length-scale", &options->length_scale,
+               "multiply the trace's prompt lengths and its 512-token blocks by this (1/32: 16-token blocks)");
+  flags.Double("trace-time-scale", &options->time_scale,
+               "multiply the trace's arrival times by this (0.5: twice the rate)");
+  flags.Int("trace-max-requests", &options->max_requests, "the trace's first N requests (0: all)");
 }
 
 absl::StatusOr<SimSetup> ResolveSimFlags(const SimFlags& f) {

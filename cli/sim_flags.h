@@ -25,6 +25,10 @@ struct SimFlags {
   void Register(FlagSet& flags, bool with_rate);
 };
 
+// --trace, --trace-length-scale, --trace-time-scale, --trace-max-requests: a Mooncake-format
+// trace's flags (simulate, plan, and bench replaying a trace against real processes).
+void RegisterTraceFlags(FlagSet& flags, std::string* path, TraceOptions* options);
+
 // What the flags resolve to. InvalidArgument naming the flag.
 struct SimSetup {
   SimProfile profile;

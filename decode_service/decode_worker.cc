@@ -476,6 +476,9 @@ void DecodeWorker::Loop() {
     if (stopped) return;
     for (auto& c : commands) c();
     CheckRemotes();
+    // A remote prefill's first token (and what the commands produced) goes out now, not after
+    // the next step: that would add a whole decode step to the request's TTFT.
+    Dispatch(outputs_);
     if (engine_->HasScheduledWork()) {
       if (absl::Status s = engine_->Step(&outputs_); !s.ok()) {
         PD_LOG(Error) << "decode step failed: " << s;

@@ -89,6 +89,37 @@ class BenchTest(unittest.TestCase):
         # One stream: the run lasts at least the sum of the requests' latencies.
         self.assertGreaterEqual(r["duration_s"] * 1000, 4 * r["e2el_mean_ms"] * 0.999)
 
+    def test_serving_bench_replays_a_trace(self):
+        # A Mooncake-format trace (../shared/traces/README.md) with lengths x 1/32: 512-token
+        # blocks become 16-token cache blocks, so equal hash_ids are a shared prefix the cache hits.
+        lines = [(0, 1024, 3, [7, 8]), (300, 1600, 4, [7, 8, 9, 10]), (600, 900, 2, [11, 12]),
+                 (900, 512, 5, [7]), (1200, 700, 3, [13, 14])]
+        path = os.path.join(WORKDIR, "trace.jsonl")
+        with open(path, "w") as f:
+            for ts, n, out, ids in lines:
+                f.write(json.dumps({"timestamp": ts, "input_length": n, "output_length": out, "hash_ids": ids}) + "\n")
+        out = run("bench", "--server", self.serve.grpc, "--workload", "trace", "--trace", path,
+                  "--trace-length-scale", "0.03125", "--trace-time-scale", "0.5", "--format", "json")
+        r = json.loads(out.stdout)[0]
+        self.assertEqual((r["ok"], r["failed"]), (len(lines), 0), r)
+        self.assertIsNone(r["request_rate"])  # The trace's own arrivals, not a rate.
+        self.assertEqual(r["prompt_tokens"], sum(round(n / 32) for _, n, _, _ in lines))
+        self.assertEqual(r["completion_tokens"], sum(o for _, _, o, _ in lines))
+        # Requests 2 and 4 start with request 1's blocks (2 of 16 tokens, and 1).
+        self.assertGreater(r["hit_rate"], 0)
+        self.assertGreaterEqual(r["duration_s"], 1.2 * 0.5)  # The last arrival, time-scaled.
+        # The first two lines only, at their own pace; a line past the model's context is refused.
+        out = run("bench", "--server", self.serve.grpc, "--workload", "trace", "--trace", path,
+                  "--trace-length-scale", "0.03125", "--trace-max-requests", "2", "--format", "json")
+        self.assertEqual(json.loads(out.stdout)[0]["ok"], 2)
+        with open(path, "a") as f:
+            f.write(json.dumps({"timestamp": 1500, "input_length": 200000, "output_length": 1, "hash_ids": []}) + "\n")
+        out = run("bench", "--server", self.serve.grpc, "--workload", "trace", "--trace", path,
+                  "--trace-length-scale", "0.03125", check=False)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("--trace: request 6", out.stderr)
+        self.assertIn("context", out.stderr)
+
     def test_serving_bench_reports_speculative_acceptance(self):
         serve = cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
                                           "--kv-blocks", "256", "--speculative", "ngram",
@@ -243,6 +274,11 @@ class BenchTest(unittest.TestCase):
             (["bench-transport", "--bytes", str(64 << 30)], "--bytes"),
             (["bench", "--server", "127.0.0.1:1", "--num-prompts", "20000"], "--max-concurrency"),
             (["bench", "--server", "127.0.0.1:1", "--csv", "/nonexistent/dir/x.csv"], "--csv"),
+            (["bench", "--server", "127.0.0.1:1", "--workload", "trace"], "--trace"),
+            (["bench", "--server", "127.0.0.1:1", "--trace", "/dev/null"], "--trace"),
+            (["bench", "--server", "127.0.0.1:1", "--workload", "trace", "--trace", "/nonexistent.jsonl"], "--trace"),
+            (["bench", "--server", "127.0.0.1:1", "--workload", "trace", "--trace", "/dev/null",
+              "--request-rate", "2"], "--request-rate"),
         ]
         for args, flag in cases:
             out = run(*args, check=False)
