@@ -7,6 +7,8 @@ prints TTFT and TPOT p50/p90, the prefix-cache hit rate and the decode workers' 
 prefill counts side by side, as a markdown table with sim / real.
 
 Run: /usr/bin/python3 bench/sim_validation.py --pdserve build/pdserve [--cases chat,rag,...]
+     [--json runs.json]; --real-from runs.json simulates again against the real figures kept
+     there (to compare simulator changes without rerunning the clusters; same machine only).
 """
 
 import argparse
@@ -72,7 +74,12 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--profile-dir", default="/tmp/pdserve_sim_validation")
     ap.add_argument("--json", help="also write every figure here")
+    ap.add_argument("--real-from", help="a --json file of an earlier run: its real figures, not new runs")
     args = ap.parse_args()
+    kept = {}
+    if args.real_from:
+        with open(args.real_from) as f:
+            kept = {r["case"]: r["real"] for r in json.load(f)}
     os.makedirs(args.profile_dir, exist_ok=True)
     rows = []
     for name in args.cases.split(","):
@@ -80,10 +87,13 @@ def main():
         model = model_dir(args, key)
         prof = profile(args, key, model)
         flags = workload.split()
-        print(f"sim_validation: {name}: real cluster", file=sys.stderr)
-        real = json.loads(run([args.pdserve, "bench", "--compare-policies", "kv_aware", "--model", model,
-                               "--prefill", str(p), "--decode", str(d), "--worker-flags", "--threads 1",
-                               "--format", "json", *flags]))[0]
+        if name in kept:
+            real = kept[name]
+        else:
+            print(f"sim_validation: {name}: real cluster", file=sys.stderr)
+            real = json.loads(run([args.pdserve, "bench", "--compare-policies", "kv_aware", "--model", model,
+                                   "--prefill", str(p), "--decode", str(d), "--worker-flags", "--threads 1",
+                                   "--format", "json", *flags]))[0]
         sim = json.loads(run([args.pdserve, "simulate", "--profile", prof, "--model", model,
                               "--prefill", str(p), "--decode", str(d), "--policy", "kv_aware",
                               "--format", "json", *flags]))

@@ -138,12 +138,17 @@ struct Flight {
   int64_t decode_cached = 0;  // Prompt tokens the decode worker's reservation found cached.
   int32_t first_token = 0;    // Remote: what the prefill worker sampled.
   int64_t prefill_cached = 0;
+  // Remote: prompt tokens whose pages the prefill worker has submitted (from decode_cached on),
+  // and when its link will have sent them (streamed per layer as each step computes them).
+  int64_t sent_tokens = -1;
+  double pages_sent_at = 0;
 };
 
 struct Worker {
   std::unique_ptr<SimWorker> engine;
   SimWorkerStats stats;
   bool busy = false;
+  double step_start = 0;
   double recent = 0, recent_at = 0;  // The router's decayed prompt blocks sent lately.
   double usage_area = 0, usage_now = 0, usage_at = 0;
 };
@@ -245,6 +250,7 @@ class Cluster {
     if (!runs) return;
     const double cost = std::max(1e-9, profile_.step.Predict(shape));
     w.busy = true;
+    w.step_start = now_;
     ++w.stats.steps;
     result_.step_sequences += shape.sequences;
     w.stats.busy_seconds += cost;
@@ -402,22 +408,34 @@ class Cluster {
   void EndStep(int64_t index) {
     Worker& w = workers_[static_cast<size_t>(index)];
     w.busy = false;
+    const bool prefill_tier = index < options_.prefill_workers;
+    if (prefill_tier) {
+      // As PrefillWorker::OnLayer: each layer's pages of this step's chunks go to the decode
+      // worker as the layer is computed (the prompt's blocks the decode worker lacks, the
+      // prefill worker's cached ones with the first chunk).
+      for (const ScheduledChunk& c : w.engine->schedule().chunks) {
+        Flight& f = flights_.at(c.seq->id);
+        if (f.sent_tokens < 0) f.sent_tokens = f.decode_cached;
+        const int64_t end = c.seq->num_computed + c.num_tokens;
+        if (end <= f.sent_tokens) continue;
+        const double bytes = static_cast<double>(end - f.sent_tokens) * static_cast<double>(profile_.kv_bytes_per_token);
+        f.sent_tokens = end;
+        f.pages_sent_at = LayerStreamDone(f.pages_sent_at, w.step_start, now_ - w.step_start, bytes,
+                                          profile_.num_layers, profile_.transfer_bytes_per_second);
+      }
+    }
     emitted_.clear();
     w.engine->EndStep(&emitted_);
     Touch(w);
-    const bool prefill_tier = index < options_.prefill_workers;
     for (const SimWorker::Emitted& e : emitted_) {
       Flight& f = flights_.at(e.request);
       if (prefill_tier) {
-        // The prompt is computed and its first token sampled: its pages go to the decode worker
-        // (the blocks it did not have cached).
+        // The prompt is computed and its first token sampled: the transfer ends once the last
+        // pages are sent (and Finish's summary has crossed).
         f.first_token = e.token;
         f.prefill_cached = e.cached_prompt_tokens;
-        const double bytes = static_cast<double>(f.prompt_len - f.decode_cached) *
-                             static_cast<double>(profile_.kv_bytes_per_token);
-        const double seconds = profile_.transfer_latency_seconds +
-                               (profile_.transfer_bytes_per_second > 0 ? bytes / profile_.transfer_bytes_per_second : 0);
-        Post(now_ + seconds, EventKind::kTransferDone, e.request);
+        Post(std::max(now_, f.pages_sent_at) + profile_.transfer_latency_seconds, EventKind::kTransferDone,
+             e.request);
         continue;
       }
       if (e.first) f.res.cached_tokens = e.cached_prompt_tokens;
@@ -570,6 +588,18 @@ absl::Status SizeWorkerPool(const SimProfile& profile, int64_t kv_blocks, double
 
 std::unique_ptr<RequestSource> ListSource(std::vector<SimRequest> requests) {
   return std::make_unique<VectorSource>(std::move(requests));
+}
+
+double LayerStreamDone(double link_free, double step_start, double step_seconds, double bytes,
+                       int64_t layers, double bytes_per_second) {
+  if (!(bytes_per_second > 0)) return std::max(link_free, step_start + step_seconds);
+  const double layers_d = static_cast<double>(std::max<int64_t>(layers, 1));
+  const double send = bytes / bytes_per_second;
+  // Layer l's share is ready at step_start + (l + 1) * step_seconds / L and leaves after the
+  // link is free and the shares before it are sent: the last share leaves at the latest of
+  // these, a maximum of terms linear in l, so taken at l = 0 or l = L - 1.
+  return std::max({link_free + send, step_start + step_seconds / layers_d + send,
+                   step_start + step_seconds + send / layers_d});
 }
 
 absl::StatusOr<std::unique_ptr<RequestSource>> OpenTrace(const std::string& path,

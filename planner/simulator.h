@@ -5,7 +5,8 @@
 // choices are router/routing_policy's ChooseWorker over candidates built as WorkerPool builds
 // them, and the local-versus-remote prefill decision is the router's and the decode worker's.
 // Only the forward pass is replaced: a step costs what the profile's StepTimeModel predicts for
-// its shape, and a prompt's KV pages take latency + bytes / bandwidth to reach the decode worker.
+// its shape, and a prompt's KV pages take latency + bytes / bandwidth to reach the decode worker,
+// each layer's share sent as the step computes it (LayerStreamDone), as the prefill worker does.
 //
 // What a request goes through (as in the real cluster):
 //   arrival -> router picks a decode worker (and a prefill worker when the prompt's uncached part
@@ -15,9 +16,10 @@
 //   the decode worker joins the request to its batch -> decode to output_tokens.
 // Where it departs from the real cluster (each a modelling choice, see bench/RESULTS.md):
 //   the router sees every worker's state as of now (the real one sees load reports every ~100 ms
-//   and its own recent decisions); pages move after the prefill step that finishes the prompt (the
-//   real transport sends them as each layer is done); RPC and network times besides the KV
-//   transfer are not charged.
+//   and its own recent decisions); each request's pages have a link of their own (the real ones
+//   to one decode worker share a connection); RPC and network times besides the KV transfer are
+//   not charged; a step costs what the profile measured alone (tiers sharing a machine's cores
+//   slow each other).
 //
 // Memory grows with the requests in flight (prompts and sequences are freed when a request ends),
 // not with the run's length: the summary's distributions are histograms (latency_histogram.h).
@@ -69,6 +71,14 @@ absl::Status CheckProfileModel(const SimProfile& profile, const ModelConfig& con
 // InvalidArgument naming `flag_prefix` + "kv-memory-gib" when it is not > 0.
 absl::Status SizeWorkerPool(const SimProfile& profile, int64_t kv_blocks, double kv_memory_gib,
                             const std::string& flag_prefix, SimWorker::Options* worker);
+
+// When a prefill step's pages have left on a link of `bytes_per_second` (<= 0: instantly) that
+// is busy until `link_free`: the step computes its `layers` layers one after another in
+// `step_seconds` from `step_start`, and each layer's share of `bytes` is sent once computed
+// (PrefillWorker::OnLayer), in order. Overlap hides the transfer behind the compute unless the
+// link is the slower of the two.
+double LayerStreamDone(double link_free, double step_start, double step_seconds, double bytes,
+                       int64_t layers, double bytes_per_second);
 
 struct SimRequest {
   double arrival_seconds = 0;

@@ -76,6 +76,56 @@ TEST(SimulatorTest, RemotePrefillAddsTheTransferToTheFirstToken) {
   EXPECT_EQ(r->workers[1].steps, 2);
 }
 
+// Each layer's share of the pages, sent one after another once its layer is computed: the
+// transfer as PrefillWorker::OnLayer streams it, walked share by share.
+double StreamedBruteForce(double link_free, double start, double seconds, double bytes, int64_t layers,
+                          double bandwidth) {
+  double t = link_free;
+  for (int64_t l = 0; l < layers; ++l) {
+    t = std::max(t, start + static_cast<double>(l + 1) * seconds / static_cast<double>(layers)) +
+        bytes / static_cast<double>(layers) / bandwidth;
+  }
+  return t;
+}
+
+TEST(SimulatorTest, PagesStreamPerLayerBehindTheCompute) {
+  SplitMix64 rng(5);
+  auto uniform = [&](double lo, double hi) { return lo + (hi - lo) * static_cast<double>(rng.Next() % 1000000) / 1e6; };
+  for (int i = 0; i < 1000; ++i) {
+    const double link_free = uniform(0, 0.2), start = uniform(0, 0.2), seconds = uniform(0.001, 0.1);
+    const double bytes = uniform(1e3, 1e8), bandwidth = uniform(1e8, 1e10);
+    const int64_t layers = 1 + static_cast<int64_t>(rng.Next() % 80);
+    EXPECT_NEAR(LayerStreamDone(link_free, start, seconds, bytes, layers, bandwidth),
+                StreamedBruteForce(link_free, start, seconds, bytes, layers, bandwidth), 1e-12);
+  }
+  // In the cluster: 100 tokens' pages (100 KB at 1 GB/s: 0.1 ms) of a 4-layer model leave with
+  // the last layer (the last quarter, 25 us after the 20 ms step), then the 1 ms latency.
+  SimProfile p = Profile();
+  p.num_layers = 4;
+  auto run = [&](const SimProfile& profile, ClusterOptions o, int64_t prompt) {
+    std::vector<SimRequest> reqs = {{0, Tokens(prompt, 2), 2}};
+    auto source = ListSource(reqs);
+    auto r = SimulateCluster(profile, o, *source);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->requests[0].ttft_seconds : -1.0;
+  };
+  EXPECT_NEAR(run(p, Options(1, 1), 100), 0.020 + 0.000025 + 0.001, 1e-12);
+  // A link slower than the compute (10 MB/s: 10 ms for 100 KB) is the bound: first share at 5 ms.
+  p.transfer_bytes_per_second = 1e7;
+  EXPECT_NEAR(run(p, Options(1, 1), 100), std::max(0.005 + 0.010, 0.020 + 0.0025) + 0.001, 1e-12);
+  // Three chunks of 40, 40 and 20 tokens (14, 14 and 12 ms): each step's pages queue behind the
+  // last's on the slow link.
+  ClusterOptions chunked = Options(1, 1);
+  chunked.worker.max_num_batched_tokens = 40;
+  double t = 0, start = 0;
+  for (int64_t n : {40, 40, 20}) {
+    const double step = 0.010 + 0.0001 * static_cast<double>(n);
+    t = StreamedBruteForce(t, start, step, 1000.0 * static_cast<double>(n), 4, 1e7);
+    start += step;
+  }
+  EXPECT_NEAR(run(p, chunked, 100), std::max(t, start) + 0.001, 1e-12);
+}
+
 TEST(SimulatorTest, ShortPromptsStayLocalAndPrefixesHitTheCache) {
   // A 20-token prompt is under local_prefill_tokens (32): prefilled on the decode worker. The
   // same long prompt twice, far apart: the second finds its blocks cached on the worker the
