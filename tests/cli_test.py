@@ -395,7 +395,8 @@ class SimulateTest(unittest.TestCase):
 
     def test_json_has_bench_keys_and_exact_costs(self):
         # One request of 100 tokens, alone: prefill 10 + 10 ms, pages 1 ms + 100 x 128 B / 1 GB/s
-        # (2 x 2 layers x 2 KV heads x 8 x 2 bytes a token),
+        # (2 x 2 layers x 2 KV heads x 8 x 2 bytes a token) streamed per layer: the first layer's
+        # half leaves during the step, the second's after it,
         # then 4 decode steps of 10.1 ms.
         j = json.loads(ok("simulate", "--profile", self.profile, "--kv-blocks", "2048", "--prefill", "1", "--decode", "1",
                           "--num-prompts", "1", "--input-len", "100", "--output-len", "5", "--format", "json"))
@@ -404,7 +405,7 @@ class SimulateTest(unittest.TestCase):
             self.assertIn(key, j)
         self.assertTrue(j["modelled"])
         self.assertEqual((j["ok"], j["remote_prefills"]), (1, 1))
-        self.assertAlmostEqual(j["ttft_mean_ms"], 20 + 1 + 100 * 128 / 1e9 * 1e3, places=6)
+        self.assertAlmostEqual(j["ttft_mean_ms"], 20 + 1 + 100 * 128 / 2 / 1e9 * 1e3, places=6)
         self.assertAlmostEqual(j["tpot_mean_ms"], 10.1, places=6)
         self.assertEqual([w["tier"] for w in j["workers"]], ["prefill", "decode"])
 
