@@ -136,14 +136,16 @@ absl::StatusOr<std::vector<BenchRequest>> ReadTrace(const TraceSpec& trace, int6
   if (!source.ok()) return absl::InvalidArgumentError(Str("--trace: ", source.status().message()));
   std::vector<BenchRequest> out;
   SimRequest r;
+  double first = 0;
   for (;;) {
     auto more = (*source)->Next(&r);
     if (!more.ok()) return absl::InvalidArgumentError(Str("--trace: ", more.status().message()));
     if (!*more) break;
+    if (out.empty()) first = r.arrival_seconds;
     BenchRequest b;
     b.prompt = std::move(r.prompt);
     b.output_tokens = r.output_tokens;
-    b.arrival_seconds = r.arrival_seconds - (out.empty() ? r.arrival_seconds : out.front().arrival_seconds);
+    b.arrival_seconds = r.arrival_seconds - first;
     out.push_back(std::move(b));
   }
   if (out.empty()) return absl::InvalidArgumentError(Str("--trace: '", trace.path, "' has no requests"));

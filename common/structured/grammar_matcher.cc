@@ -99,7 +99,7 @@ class MatcherStates {
     absl::flat_hash_set<int32_t> seen;  // Only where the grammar has epsilon cycles.
     int64_t visits = 0;
   };
-  static constexpr int64_t kMaxVisits = 64 *    static_cast<int64_t>(GrammarMatcher::kMaxStacks);
+  static constexpr int64_t kMaxVisits = 64 * static_cast<int64_t>(GrammarMatcher::kMaxStacks);
 
   // Expands rule references from stack s until each stack's top is a byte set, adding those to
   // x->stacks and setting x->accepting if one empties (the root completed). Where the grammar

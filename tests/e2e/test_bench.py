@@ -112,6 +112,19 @@ class BenchTest(unittest.TestCase):
         out = run("bench", "--server", self.serve.grpc, "--workload", "trace", "--trace", path,
                   "--trace-length-scale", "0.03125", "--trace-max-requests", "2", "--format", "json")
         self.assertEqual(json.loads(out.stdout)[0]["ok"], 2)
+        # A trace that starts a minute in: the replay starts with its first request, not a minute
+        # later, and keeps the gaps (1.2 s x 0.5).
+        late = os.path.join(WORKDIR, "late_trace.jsonl")
+        with open(late, "w") as f:
+            for ts, n, o, ids in lines:
+                f.write(json.dumps({"timestamp": 60000 + ts, "input_length": n, "output_length": o,
+                                    "hash_ids": ids}) + "\n")
+        out = run("bench", "--server", self.serve.grpc, "--workload", "trace", "--trace", late,
+                  "--trace-length-scale", "0.03125", "--trace-time-scale", "0.5", "--format", "json")
+        r = json.loads(out.stdout)[0]
+        self.assertEqual(r["ok"], len(lines))
+        self.assertGreaterEqual(r["duration_s"], 1.2 * 0.5)
+        self.assertLess(r["duration_s"], 20)
         with open(path, "a") as f:
             f.write(json.dumps({"timestamp": 1500, "input_length": 200000, "output_length": 1, "hash_ids": []}) + "\n")
         out = run("bench", "--server", self.serve.grpc, "--workload", "trace", "--trace", path,
