@@ -140,7 +140,7 @@ struct Flight {
   int64_t prefill_cached = 0;
   // Remote: prompt tokens whose pages the prefill worker has submitted (from decode_cached on),
   // and when its link will have sent them (streamed per layer as each step computes them).
-  int64_t sent_tokens = -1;
+  int64_t sent_tokens = 0;
   double pages_sent_at = 0;
 };
 
@@ -331,6 +331,7 @@ class Cluster {
       if (!remote) ++result_.reserve_refusals;
     }
     if (remote) {
+      f.sent_tokens = f.decode_cached;  // The pages the decode worker lacks are sent.
       Worker& pre = workers_[static_cast<size_t>(f.prefill)];
       pre.engine->Add(index, std::move(r.prompt), 1, /*hold_after_finish=*/true, std::move(hashes));
       ++result_.remote_prefills;
@@ -415,7 +416,6 @@ class Cluster {
       // prefill worker's cached ones with the first chunk).
       for (const ScheduledChunk& c : w.engine->schedule().chunks) {
         Flight& f = flights_.at(c.seq->id);
-        if (f.sent_tokens < 0) f.sent_tokens = f.decode_cached;
         const int64_t end = c.seq->num_computed + c.num_tokens;
         if (end <= f.sent_tokens) continue;
         const double bytes = static_cast<double>(end - f.sent_tokens) * static_cast<double>(profile_.kv_bytes_per_token);
