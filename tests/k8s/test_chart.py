@@ -171,11 +171,14 @@ class HelmChecks(unittest.TestCase):
     def test_every_rendered_object_validates_against_the_schemas(self):
         expected_kinds = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "NetworkPolicy",
                           "PodDisruptionBudget"}
-        for values in VALUES_FILES + ["autoscaling", "planner"]:
-            docs = objects(values) if values not in ("autoscaling", "planner") else (
-                self.autoscaled() if values == "autoscaling" else self.planned())
+        for values in VALUES_FILES + ["autoscaling", "planner", "keda"]:
+            docs = objects(values) if values not in ("autoscaling", "planner", "keda") else (
+                self.autoscaled() if values == "autoscaling" else self.planned() if values == "planner"
+                else self.keda())
             kinds = {d["kind"] for d in docs}
             self.assertTrue(expected_kinds <= kinds, f"{values}: {kinds}")
+            if values == "keda":
+                self.assertEqual(len(find(docs, "ScaledObject")), 2)
             results = validate_with_schemas(self, docs)
             for r in results:
                 self.assertIsNone(r["error"], f"{values}: {r}")
@@ -199,6 +202,24 @@ class HelmChecks(unittest.TestCase):
             edit(doc)
             (result,) = validate_with_schemas(self, [doc])
             self.assertEqual(result["error"], f"unknown field {field}", kind)
+        # Inside the custom resources' inline types too (KEDA's, the Prometheus Operator's), but not
+        # among the free keys of a map (a trigger's metadata).
+        scaled = find(self.keda(), "ScaledObject")[0]
+        monitor = find(self.keda(), "ServiceMonitor")[0]
+        for doc, edit, field in (
+                (scaled, lambda d: d["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+                 ["scaleDown"].update(stabilizationWindowSecond=1),
+                 "spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleDown.stabilizationWindowSecond"),
+                (scaled, lambda d: d["spec"]["triggers"][0].update(metricTyp="Value"), "spec.triggers[0].metricTyp"),
+                (monitor, lambda d: d["spec"]["endpoints"][0].update(intervall="5s"), "spec.endpoints[0].intervall")):
+            doc = json.loads(json.dumps(doc))
+            edit(doc)
+            (result,) = validate_with_schemas(self, [doc])
+            self.assertEqual(result["error"], f"unknown field {field}", doc["kind"])
+        doc = json.loads(json.dumps(scaled))
+        doc["spec"]["triggers"][0]["metadata"]["anyKey"] = "x"
+        (result,) = validate_with_schemas(self, [doc])
+        self.assertIsNone(result["error"])
 
     def autoscaled(self):
         out = render("values-cpu.yaml", ["prefill.autoscaling.enabled=true",
@@ -267,6 +288,93 @@ class HelmChecks(unittest.TestCase):
         bad = render("values-cpu.yaml", ["decode.autoscaling.source=keda"])
         self.assertNotEqual(bad.returncode, 0)
         self.assertIn("source", bad.stderr)
+
+    PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+
+    def keda(self, extra=()):
+        """Both tiers on KEDA: prefill on the planner's metric, decode on its pods' KV usage."""
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            yaml.safe_dump({"planner": {"enabled": True, "profile": self.PROFILE}}, f)
+            f.flush()
+            args = ["template", RELEASE, CHART, "--namespace", NAMESPACE, "-f",
+                    os.path.join(CHART, "values-cpu.yaml"), "-f", f.name]
+            for s in ["prefill.autoscaling.enabled=true", "prefill.autoscaling.source=planner",
+                      "prefill.autoscaling.scaler=keda", "decode.autoscaling.enabled=true",
+                      "decode.autoscaling.scaler=keda", f"keda.prometheusAddress={self.PROMETHEUS}",
+                      "metrics.serviceMonitor.enabled=true", *extra]:
+                args += ["--set", s]
+            out = helm(*args)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+    def test_keda_scaled_objects_query_what_the_hpas_read(self):
+        docs = self.keda(["planner.scaleDownDelaySeconds=120"])
+        self.assertEqual(find(docs, "HorizontalPodAutoscaler"), [])  # KEDA's operator makes them.
+        values = get_values("values-cpu.yaml")
+        queries = {}
+        for tier in ("prefill", "decode"):
+            so = one(docs, "ScaledObject", tier_name(tier))
+            dep = one(docs, "Deployment", tier_name(tier))
+            self.assertEqual(so["spec"]["scaleTargetRef"],
+                             {"apiVersion": "apps/v1", "kind": "Deployment", "name": dep["metadata"]["name"]})
+            self.assertNotIn("replicas", dep["spec"])  # The scaler owns the count.
+            auto = values[tier]["autoscaling"]
+            self.assertEqual((so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]),
+                             (auto["minReplicas"], auto["maxReplicas"]))
+            (trigger,) = so["spec"]["triggers"]
+            self.assertEqual((trigger["type"], trigger["metricType"]), ("prometheus", "AverageValue"))
+            self.assertEqual(trigger["metadata"]["serverAddress"], self.PROMETHEUS)
+            queries[tier] = trigger["metadata"]["query"]
+            window = so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+            # The planner waits itself; a per-pod metric settles for 300 s as the HPA does.
+            self.assertEqual(window["stabilizationWindowSeconds"], 0 if tier == "prefill" else 300)
+        prefill = one(docs, "ScaledObject", tier_name("prefill"))["spec"]["triggers"][0]["metadata"]
+        decode = one(docs, "ScaledObject", tier_name("decode"))["spec"]["triggers"][0]["metadata"]
+        self.assertEqual(prefill["threshold"], "1")  # replicas = the planner's number
+        # 800m in the HPA's quantity is KEDA's 0.8 (KEDA parses a plain number).
+        self.assertEqual(values["decode"]["autoscaling"]["targetAverageValue"], "800m")
+        self.assertEqual(decode["threshold"], "0.8")
+        # Prometheus' own engine evaluates both queries over series as the ServiceMonitor labels
+        # them: the planner's number for this namespace and tier, and the sum of this Deployment's
+        # pods' KV usage (not the prefill pods', not another release's or namespace's).
+        dep = tier_name("decode")
+        series = [
+            ('pdserve_planner_desired_workers{namespace="%s",tier="prefill"}' % NAMESPACE, 3),
+            ('pdserve_planner_desired_workers{namespace="%s",tier="decode"}' % NAMESPACE, 5),
+            ('pdserve_planner_desired_workers{namespace="other",tier="prefill"}', 9),
+            ('pdserve_kv_cache_usage_perc{namespace="%s",pod="%s-7d9f8b6c5d-x2k4p"}' % (NAMESPACE, dep), 0.5),
+            ('pdserve_kv_cache_usage_perc{namespace="%s",pod="%s-7d9f8b6c5d-q9w8e"}' % (NAMESPACE, dep), 0.75),
+            ('pdserve_kv_cache_usage_perc{namespace="%s",pod="%s-6c5d4b3a2f-z1y2x"}' % (NAMESPACE, tier_name("prefill")), 0.9),
+            ('pdserve_kv_cache_usage_perc{namespace="%s",pod="%s-extra-5b4c3d2e1f-a1b2c"}' % (NAMESPACE, dep), 0.9),
+            ('pdserve_kv_cache_usage_perc{namespace="other",pod="%s-7d9f8b6c5d-x2k4p"}' % dep, 0.9),
+        ]
+        test = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+            "interval": "1m",
+            "input_series": [{"series": s, "values": f"{v}x5"} for s, v in series],
+            "promql_expr_test": [
+                {"expr": queries["prefill"], "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 3}]},
+                {"expr": queries["decode"], "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 1.25}]},
+            ]}]}
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "rules.yaml"), "w") as f:
+                yaml.safe_dump({"groups": []}, f)
+            with open(os.path.join(d, "test.yaml"), "w") as f:
+                yaml.safe_dump(test, f)
+            out = subprocess.run(["promtool", "test", "rules", "test.yaml"], cwd=d, capture_output=True,
+                                 text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        # Misconfigurations fail the render with a message naming the value.
+        no_address = render("values-cpu.yaml", ["decode.autoscaling.enabled=true", "decode.autoscaling.scaler=keda"])
+        self.assertNotEqual(no_address.returncode, 0)
+        self.assertIn("needs keda.prometheusAddress", no_address.stderr)
+        quantity = render("values-cpu.yaml", ["decode.autoscaling.enabled=true", "decode.autoscaling.scaler=keda",
+                                              "keda.prometheusAddress=http://p:9090",
+                                              "decode.autoscaling.targetAverageValue=1Ki"])
+        self.assertNotEqual(quantity.returncode, 0)
+        self.assertIn("decode.autoscaling.targetAverageValue=1Ki", quantity.stderr)
+        bad = render("values-cpu.yaml", ["decode.autoscaling.scaler=vpa"])
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("scaler", bad.stderr)
 
     def test_schema_refuses_bad_values_with_its_message(self):
         cases = [
