@@ -46,11 +46,11 @@ struct Fixture {
 // eight TinyLlama-1.1B MLP matrices (45056 x 2048), larger than L3, so m = 1 streams them as a decode step
 // does. Bytes/s counts the quantized bytes; compare with BM_Linear's bf16 GEMV in the same run.
 // Types: 0 Q8_0, 1 Q4_0, 2 Q4_K, 3 Q5_K, 4 Q6_K, 5 Q5_0.
-void LinearQuantized(benchmark::State& state, int64_t n, bool panels = false) {
+void LinearQuantized(benchmark::State& state, int64_t n, bool panels = false, int64_t k = 2048) {
   const GgmlType types[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
                             GgmlType::kQ6_K, GgmlType::kQ5_0};
   const GgmlType type = types[state.range(0)];
-  const int64_t m = state.range(1), k = 2048;
+  const int64_t m = state.range(1);
   SplitMix64 rng(1);
   std::vector<float> row(k);
   std::vector<uint8_t> data(static_cast<size_t>(n * GgmlRowBytes(type, k)));
@@ -107,6 +107,13 @@ BENCHMARK(BM_LinearQuantized)
 void BM_LinearQuantizedPanels(benchmark::State& state) { LinearQuantized(state, 5632 * 8, true); }
 BENCHMARK(BM_LinearQuantizedPanels)
     ->ArgsProduct({{0, 2, 4}, {1, 16, 128}, {1, 2}})
+    ->ArgNames({"type", "m", "threads"})
+    ->UseRealTime();
+// The down projection's shape (k = 5632, 2048 outputs; eight of them, past L3): longer rows, and
+// the only place a Q4_K_M file's Q6_K matrices other than the output are.
+void BM_LinearQuantizedPanelsDown(benchmark::State& state) { LinearQuantized(state, 2048 * 8, true, 5632); }
+BENCHMARK(BM_LinearQuantizedPanelsDown)
+    ->ArgsProduct({{2, 4}, {1}, {1, 2}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
 void BM_LinearQuantizedPanelsInCache(benchmark::State& state) { LinearQuantized(state, 2048, true); }

@@ -150,13 +150,15 @@ void SimWorker::EndStep(std::vector<Emitted>* out) {
     if (seq->num_computed / bs > before) Publish(seq);
   }
   for (Sequence* seq : sampled_) {
-    const int64_t request = seq->id;
+    // Filled in place (a copy of a half-written Emitted stalled on store forwarding).
+    Emitted& e = out->emplace_back();
+    e.request = seq->id;
     const int64_t position = seq->num_generated();
-    Emitted e{request, options_.next_token(request, position), position == 0, false,
-              seq->num_cached_prompt_tokens};
+    e.token = options_.next_token(e.request, position);
+    e.first = position == 0;
+    e.cached_prompt_tokens = seq->num_cached_prompt_tokens;
     e.finished = Append(seq, e.token);
     if (e.finished) Finish(seq);  // Destroys seq unless held.
-    out->push_back(e);
   }
   sampled_.clear();
 }

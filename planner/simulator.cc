@@ -128,20 +128,30 @@ struct Event {
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : order > o.order; }
 };
 
+// A request in flight, under its arrival index (the request id its workers know). Looked up for
+// every token it gets, so kept small (with its key, one cache line); its per-token gaps, when
+// requests are kept, live beside it in Cluster::itls_, and a remote prefill's transfer in
+// Cluster::transfers_.
 struct Flight {
-  int64_t index = 0;  // Arrival order.
-  SimRequestResult res;
   double arrival = 0;
-  int64_t decode = 0, prefill = -1;
-  int64_t prompt_len = 0;
   double first = -1, last = 0;
-  int64_t decode_cached = 0;  // Prompt tokens the decode worker's reservation found cached.
-  int32_t first_token = 0;    // Remote: what the prefill worker sampled.
-  int64_t prefill_cached = 0;
-  // Remote: prompt tokens whose pages the prefill worker has submitted (from decode_cached on),
-  // and when its link will have sent them (streamed per layer as each step computes them).
-  int64_t sent_tokens = 0;
+  int32_t decode = 0, prefill = -1;
+  int32_t prompt_len = 0;
+  int32_t cached_tokens = 0;  // Prompt tokens found cached where it was prefilled.
+  int32_t completion_tokens = 0;
+  bool remote_prefill = false;
+};
+static_assert(sizeof(Flight) + sizeof(int64_t) <= 64);
+
+// A remote prefill's pages, from its reservation on the decode worker to their arrival.
+struct Transfer {
+  // When the prefill worker's link will have sent the pages submitted so far (streamed per layer
+  // as each step computes them), and how many prompt tokens' pages those are (from what the
+  // decode worker had cached on).
   double pages_sent_at = 0;
+  int64_t sent_tokens = 0;
+  int64_t prefill_cached = 0;
+  int32_t first_token = 0;  // What the prefill worker sampled.
 };
 
 struct Worker {
@@ -160,8 +170,11 @@ class Cluster {
     SimWorker::Options wo = options.worker;
     const uint64_t vocab = static_cast<uint64_t>(std::max<int64_t>(profile.vocab_size, 2));
     wo.next_token = [vocab](int64_t request, int64_t position) {
-      return static_cast<int32_t>(Mix64(static_cast<uint64_t>(request) * 0xD1B54A32D192ED03ull +
-                                        static_cast<uint64_t>(position)) % vocab);
+      // A hash of (request, position) scaled into [0, vocab) by a multiply, not a division (a
+      // 64-bit modulo was 5% of a decode-heavy simulation).
+      const uint64_t h = Mix64(static_cast<uint64_t>(request) * 0xD1B54A32D192ED03ull +
+                               static_cast<uint64_t>(position));
+      return static_cast<int32_t>((static_cast<unsigned __int128>(h) * vocab) >> 64);
     };
     for (int64_t i = 0; i < options.prefill_workers + options.decode_workers; ++i) {
       Worker w;
@@ -309,33 +322,32 @@ class Cluster {
     const int64_t np = options_.prefill_workers;
     const RoutingDecision d = Choose(np, options_.decode_workers, hashes, prompt_blocks, &candidates_);
     Flight f;
-    f.index = index;
-    f.res.prompt_tokens = len;
     f.arrival = r.arrival_seconds;
-    f.decode = np + static_cast<int64_t>(d.index);
-    f.prompt_len = len;
+    f.decode = static_cast<int32_t>(np + static_cast<int64_t>(d.index));
+    f.prompt_len = static_cast<int32_t>(len);
     const int64_t uncached = len - candidates_[d.index].cached_prefix_blocks * bs;
     bool saturated = true;
     for (int64_t i = 0; i < np; ++i) {
       saturated = saturated && workers_[static_cast<size_t>(i)].engine->num_waiting() >= options_.prefill_max_waiting;
     }
     if (np > 0 && uncached > options_.local_prefill_tokens && !saturated) {
-      f.prefill = static_cast<int64_t>(Choose(0, np, hashes, prompt_blocks, &candidates_).index);
+      f.prefill = static_cast<int32_t>(Choose(0, np, hashes, prompt_blocks, &candidates_).index);
     }
     Worker& dec = workers_[static_cast<size_t>(f.decode)];
     // The decode worker's own check (DecodeWorker::Start), then its reservation.
+    int64_t decode_cached = 0;  // Prompt tokens the decode worker's reservation found cached.
     bool remote = f.prefill >= 0 &&
                   len - dec.engine->CachedPrefixTokens(hashes, len) > options_.local_prefill_tokens;
     if (remote) {
-      remote = dec.engine->Reserve(index, r.prompt, r.output_tokens, &f.decode_cached, hashes);
+      remote = dec.engine->Reserve(index, r.prompt, r.output_tokens, &decode_cached, hashes);
       if (!remote) ++result_.reserve_refusals;
     }
     if (remote) {
-      f.sent_tokens = f.decode_cached;  // The pages the decode worker lacks are sent.
+      transfers_[index].sent_tokens = decode_cached;  // The pages the decode worker lacks are sent.
       Worker& pre = workers_[static_cast<size_t>(f.prefill)];
       pre.engine->Add(index, std::move(r.prompt), 1, /*hold_after_finish=*/true, std::move(hashes));
       ++result_.remote_prefills;
-      f.res.remote_prefill = true;
+      f.remote_prefill = true;
       Touch(dec);
       flights_.emplace(index, f);
       Kick(f.prefill);
@@ -350,20 +362,24 @@ class Cluster {
     result_.peak_in_flight = std::max<int64_t>(result_.peak_in_flight, static_cast<int64_t>(flights_.size()));
   }
 
-  void Token(Flight& f, double t) {
+  void Token(int64_t request, Flight& f, double t) {
     if (f.first < 0) {
       f.first = t;
     } else {
       itl_.Add(t - f.last);
-      if (options_.keep_requests) f.res.itl_seconds.push_back(t - f.last);
+      if (options_.keep_requests) itls_[request].push_back(t - f.last);
     }
     f.last = t;
-    ++f.res.completion_tokens;
+    ++f.completion_tokens;
   }
 
   // The request's last token: its figures into the summary (load_client's Summarize, per request).
   void Finish(int64_t request, Flight& f) {
-    SimRequestResult& res = f.res;
+    SimRequestResult res;
+    res.prompt_tokens = f.prompt_len;
+    res.cached_tokens = f.cached_tokens;
+    res.completion_tokens = f.completion_tokens;
+    res.remote_prefill = f.remote_prefill;
     res.ttft_seconds = f.first - f.arrival;
     res.e2e_seconds = f.last - f.arrival;
     ++summary_.ok;
@@ -381,7 +397,14 @@ class Cluster {
         (slo.tpot_ms <= 0 || tpot * 1e3 <= slo.tpot_ms) && (slo.e2e_ms <= 0 || res.e2e_seconds * 1e3 <= slo.e2e_ms)) {
       ++summary_.good;
     }
-    if (options_.keep_requests) result_.requests[static_cast<size_t>(f.index)] = std::move(res);
+    if (options_.keep_requests) {
+      auto itl = itls_.find(request);
+      if (itl != itls_.end()) {
+        res.itl_seconds = std::move(itl->second);
+        itls_.erase(itl);
+      }
+      result_.requests[static_cast<size_t>(request)] = std::move(res);
+    }
     flights_.erase(request);
   }
 
@@ -415,7 +438,7 @@ class Cluster {
       // worker as the layer is computed (the prompt's blocks the decode worker lacks, the
       // prefill worker's cached ones with the first chunk).
       for (const ScheduledChunk& c : w.engine->schedule().chunks) {
-        Flight& f = flights_.at(c.seq->id);
+        Transfer& f = transfers_.at(c.seq->id);
         const int64_t end = c.seq->num_computed + c.num_tokens;
         if (end <= f.sent_tokens) continue;
         const double bytes = static_cast<double>(end - f.sent_tokens) * static_cast<double>(profile_.kv_bytes_per_token);
@@ -428,18 +451,19 @@ class Cluster {
     w.engine->EndStep(&emitted_);
     Touch(w);
     for (const SimWorker::Emitted& e : emitted_) {
-      Flight& f = flights_.at(e.request);
       if (prefill_tier) {
         // The prompt is computed and its first token sampled: the transfer ends once the last
         // pages are sent (and Finish's summary has crossed).
-        f.first_token = e.token;
-        f.prefill_cached = e.cached_prompt_tokens;
-        Post(std::max(now_, f.pages_sent_at) + profile_.transfer_latency_seconds, EventKind::kTransferDone,
+        Transfer& t = transfers_.at(e.request);
+        t.first_token = e.token;
+        t.prefill_cached = e.cached_prompt_tokens;
+        Post(std::max(now_, t.pages_sent_at) + profile_.transfer_latency_seconds, EventKind::kTransferDone,
              e.request);
         continue;
       }
-      if (e.first) f.res.cached_tokens = e.cached_prompt_tokens;
-      Token(f, now_);
+      Flight& f = flights_.at(e.request);
+      if (e.first) f.cached_tokens = static_cast<int32_t>(e.cached_prompt_tokens);
+      Token(e.request, f, now_);
       if (e.finished) Finish(e.request, f);
     }
     Kick(index);
@@ -451,12 +475,14 @@ class Cluster {
     pre.engine->ReleaseHeld(request);
     Touch(pre);
     Worker& dec = workers_[static_cast<size_t>(f.decode)];
-    const SimWorker::Emitted e = dec.engine->CompleteRemote(request, f.first_token, f.prefill_cached);
+    auto t = transfers_.find(request);
+    const SimWorker::Emitted e = dec.engine->CompleteRemote(request, t->second.first_token, t->second.prefill_cached);
+    transfers_.erase(t);
     Touch(dec);
-    f.res.cached_tokens = e.cached_prompt_tokens;
+    f.cached_tokens = static_cast<int32_t>(e.cached_prompt_tokens);
     const int64_t decode = f.decode;
     const int64_t prefill = f.prefill;
-    Token(f, now_);
+    Token(request, f, now_);
     if (e.finished) Finish(request, f);
     Kick(decode);
     Kick(prefill);  // Its held blocks are free: a prompt waiting for them may start.
@@ -469,6 +495,8 @@ class Cluster {
   uint64_t order_ = 0;
   double now_ = 0;
   absl::flat_hash_map<int64_t, Flight> flights_;
+  absl::flat_hash_map<int64_t, Transfer> transfers_;
+  absl::flat_hash_map<int64_t, std::vector<double>> itls_;  // keep_requests: by arrival index.
   ClusterResult result_;
   std::vector<WorkerCandidate> candidates_;
   std::vector<SimWorker::Emitted> emitted_;
