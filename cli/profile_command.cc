@@ -57,7 +57,8 @@ Json FitJson(const StepTimeModel& m, const std::vector<StepTimeSample>& samples)
             {"b_per_token", m.b},
             {"c_per_prefill_pair", m.c},
             {"d_per_sequence", m.d},
-            {"e_per_decode_key", m.e}};
+            {"e_per_decode_key", m.e},
+            {"f_decode_only_seconds", m.f}};
   if (!samples.empty()) j["max_relative_error"] = MaxRelativeError(m, samples);
   return j;
 }

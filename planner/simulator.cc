@@ -535,7 +535,11 @@ absl::StatusOr<SimProfile> ParseSimProfile(std::string_view json, std::string_vi
   for (const auto* s : {&a, &b, &c, &d, &e}) {
     if (!s->ok()) return s->status();
   }
-  p.step = StepTimeModel{*a, *b, *c, *d, *e};
+  // f: profiles written before the decode-only term have none (0: the old model).
+  absl::StatusOr<double> f = 0.0;
+  if (sc.contains("f_decode_only_seconds")) f = Number(sc, "f_decode_only_seconds", sc_where);
+  if (!f.ok()) return f.status();
+  p.step = StepTimeModel{*a, *b, *c, *d, *e, *f};
   if (p.step.a + p.step.b <= 0) {
     return absl::InvalidArgumentError(Str(sc_where, ": a step costs nothing (a_seconds and b_per_token are 0)"));
   }

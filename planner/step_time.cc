@@ -8,11 +8,11 @@
 namespace pdserve {
 namespace {
 
-constexpr int kTerms = 5;
+constexpr int kTerms = 6;
 
 std::array<double, kTerms> Features(const StepShape& s) {
   return {1.0, static_cast<double>(s.tokens), s.prefill_pairs, static_cast<double>(s.sequences),
-          s.decode_context};
+          s.decode_context, s.prefill_pairs == 0 ? 1.0 : 0.0};
 }
 
 // Solves the normal equations over the terms marked active (Gaussian elimination with partial
@@ -71,7 +71,11 @@ absl::StatusOr<StepTimeModel> FitStepTime(const std::vector<StepTimeSample>& sam
           Str("step time fit: a sample of ", s.shape.tokens, " tokens in ", s.seconds, " s"));
     }
   }
-  std::array<bool, kTerms> active{true, true, true, true, true};
+  std::array<bool, kTerms> active{};
+  for (const StepTimeSample& s : samples) {
+    const auto f = Features(s.shape);
+    for (int i = 0; i < kTerms; ++i) active[i] = active[i] || f[i] != 0;  // A term no sample has: 0.
+  }
   std::array<double, kTerms> x{};
   for (;;) {
     bool solved = Solve(samples, active, &x);
@@ -94,7 +98,7 @@ absl::StatusOr<StepTimeModel> FitStepTime(const std::vector<StepTimeSample>& sam
     for (bool a : active) any |= a;
     if (!any) return absl::InvalidArgumentError("step time fit: no coefficient stays positive");
   }
-  return StepTimeModel{x[0], x[1], x[2], x[3], x[4]};
+  return StepTimeModel{x[0], x[1], x[2], x[3], x[4], x[5]};
 }
 
 double MaxRelativeError(const StepTimeModel& model, const std::vector<StepTimeSample>& samples) {

@@ -4,12 +4,16 @@
 // A step runs chunks: a prefill chunk of n tokens after `context` tokens already in the KV
 // cache, or a decode row (n = 1). Its time is modelled as
 //   t = a + b * tokens + c * prefill_pairs + d * sequences + e * decode_context
+//       + f * (the step has no prefill chunk)
 // with tokens = sum n; prefill_pairs = sum over chunks of n > 1 of n * (context + (n + 1) / 2)
 // (causal attention's query-key pairs: compute); decode_context = sum over decode rows of
 // context + 1 (the keys each row reads: on a GPU, KV bytes); sequences = the chunks. a is what a
-// step costs whatever it runs (the weights read once, the layers launched); b the per-token
-// matrix work; d per sequence (sampling, bookkeeping). Prefill chunks, decode batches and the
-// mixed steps chunked prefill makes are all such steps, so one fit covers them.
+// step costs whatever it runs (the layers launched); b the per-token matrix work; d per sequence
+// (sampling, bookkeeping); f what a step of decode rows alone pays beyond that: its weights are
+// read for few rows, so the read is not hidden behind compute as a prefill chunk's is (on this
+// project's CPUs a 1-row decode step costs what a 16-token prefill chunk does less ~30%; without
+// f the fit's intercept split the difference, 20% off on both). Prefill chunks, decode batches
+// and the mixed steps chunked prefill makes are all such steps, so one fit covers them.
 #ifndef PDSERVE_PLANNER_STEP_TIME_H_
 #define PDSERVE_PLANNER_STEP_TIME_H_
 
@@ -45,12 +49,14 @@ struct StepTimeSample {
 };
 
 struct StepTimeModel {
-  // Seconds; per token; per prefill pair; per sequence; per decode row's key.
-  double a = 0, b = 0, c = 0, d = 0, e = 0;
+  // Seconds; per token; per prefill pair; per sequence; per decode row's key; seconds more for
+  // a step of decode rows alone.
+  double a = 0, b = 0, c = 0, d = 0, e = 0, f = 0;
 
   double Predict(const StepShape& s) const {
     return a + b * static_cast<double>(s.tokens) + c * s.prefill_pairs +
-           d * static_cast<double>(s.sequences) + e * s.decode_context;
+           d * static_cast<double>(s.sequences) + e * s.decode_context +
+           (s.prefill_pairs == 0 ? f : 0.0);
   }
 };
 

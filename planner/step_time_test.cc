@@ -40,7 +40,7 @@ TEST(StepCost, ShapeCountsTokensSequencesAndCausalPairs) {
 }
 
 TEST(StepCost, ExactSamplesGiveBackTheModel) {
-  const StepTimeModel truth{2e-3, 5e-5, 2e-9, 1e-5, 3e-8};
+  const StepTimeModel truth{2e-3, 5e-5, 2e-9, 1e-5, 3e-8, 4e-3};
   auto fit = FitStepTime(Grid(truth, 0, 1));
   ASSERT_TRUE(fit.ok()) << fit.status();
   EXPECT_NEAR(fit->a / truth.a, 1, 1e-6);
@@ -48,10 +48,43 @@ TEST(StepCost, ExactSamplesGiveBackTheModel) {
   EXPECT_NEAR(fit->c / truth.c, 1, 1e-6);
   EXPECT_NEAR(fit->d / truth.d, 1, 1e-6);
   EXPECT_NEAR(fit->e / truth.e, 1, 1e-6);
+  EXPECT_NEAR(fit->f / truth.f, 1, 1e-6);
+}
+
+TEST(StepCost, OnlyStepsOfDecodeRowsAlonePayTheDecodeOnlyTerm) {
+  const StepTimeModel m{1e-3, 0, 0, 0, 0, 5e-3};
+  StepShape decode;
+  decode.AddChunk(1, 10);
+  decode.AddChunk(1, 20);
+  EXPECT_DOUBLE_EQ(m.Predict(decode), 6e-3);
+  StepShape mixed = decode;  // Chunked prefill beside decode rows: the chunk's compute hides the read.
+  mixed.AddChunk(64, 0);
+  EXPECT_DOUBLE_EQ(m.Predict(mixed), 1e-3);
+  StepShape prefill;
+  prefill.AddChunk(2, 0);
+  EXPECT_DOUBLE_EQ(m.Predict(prefill), 1e-3);
+}
+
+TEST(StepCost, PrefillOrDecodeSamplesAloneCannotTellTheDecodeOnlyTermApart) {
+  // Without decode steps (or without prefill chunks) the term is the intercept's twin: dropped.
+  std::vector<StepTimeSample> samples;
+  const StepTimeModel truth{2e-3, 5e-5, 2e-9, 0, 0, 0};
+  for (int64_t n : {16, 64, 256, 512}) {
+    for (int64_t ctx : {0, 512}) {
+      StepShape s;
+      s.AddChunk(n, ctx);
+      samples.push_back({s, truth.Predict(s), "prefill"});
+    }
+  }
+  auto fit = FitStepTime(samples);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->f, 0);
+  EXPECT_NEAR(fit->a / truth.a, 1, 1e-6);
+  EXPECT_NEAR(fit->b / truth.b, 1, 1e-6);
 }
 
 TEST(StepCost, NoisySamplesFitWithinTheNoise) {
-  const StepTimeModel truth{2e-3, 5e-5, 2e-9, 1e-5, 3e-8};
+  const StepTimeModel truth{2e-3, 5e-5, 2e-9, 1e-5, 3e-8, 4e-3};
   const auto samples = Grid(truth, 0.05, 7);
   auto fit = FitStepTime(samples);
   ASSERT_TRUE(fit.ok());
@@ -72,14 +105,14 @@ TEST(StepCost, CoefficientsStayNonNegative) {
   samples.push_back({p, 5e-3, "prefill"});
   auto fit = FitStepTime(samples);
   ASSERT_TRUE(fit.ok()) << fit.status();
-  for (double v : {fit->a, fit->b, fit->c, fit->d, fit->e}) EXPECT_GE(v, 0);
+  for (double v : {fit->a, fit->b, fit->c, fit->d, fit->e, fit->f}) EXPECT_GE(v, 0);
 }
 
 TEST(StepCost, TooFewOrBadSamplesAreRefused) {
   StepShape s;
   s.AddChunk(8, 0);
   EXPECT_FALSE(FitStepTime({{s, 1e-3, "prefill"}}).ok());
-  std::vector<StepTimeSample> bad(5, {s, 1e-3, "prefill"});
+  std::vector<StepTimeSample> bad(6, {s, 1e-3, "prefill"});
   bad[2].seconds = -1;
   EXPECT_NE(FitStepTime(bad).status().message().find("8 tokens in -1 s"), std::string::npos);
 }

@@ -323,7 +323,7 @@ class ProfileTest(unittest.TestCase):
         self.assertEqual([q["kind"] for q in points], ["prefill"] * 6 + ["decode"] * 6)
         fit = p["step_cost"]
         coef = [fit["a_seconds"], fit["b_per_token"], fit["c_per_prefill_pair"], fit["d_per_sequence"],
-                fit["e_per_decode_key"]]
+                fit["e_per_decode_key"], fit["f_decode_only_seconds"]]
         for c in coef:
             self.assertGreaterEqual(c, 0)
         worst = 0
@@ -337,7 +337,8 @@ class ProfileTest(unittest.TestCase):
                 self.assertEqual((q["tokens"], q["sequences"], q["prefill_pairs"]), (batch, batch, 0))
                 self.assertGreaterEqual(q["decode_context"], batch * (32 if i < 9 else 96))
             predicted = (coef[0] + coef[1] * q["tokens"] + coef[2] * q["prefill_pairs"] +
-                         coef[3] * q["sequences"] + coef[4] * q["decode_context"])
+                         coef[3] * q["sequences"] + coef[4] * q["decode_context"] +
+                         (coef[5] if q["prefill_pairs"] == 0 else 0))
             self.assertAlmostEqual(predicted, q["predicted_seconds"], delta=1e-12 + 1e-9 * predicted)
             self.assertGreater(q["seconds"], 0)
             worst = max(worst, abs(predicted - q["seconds"]) / q["seconds"])
