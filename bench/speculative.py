@@ -12,7 +12,11 @@ interleaved round by round, the best round of each kept), on three workloads:
           only where the model falls into loops);
   sampled the same at temperature 1 (no repetition: the cost of drafting that is rejected);
 
-and the trained demo model (models/pdserve-demo) on random prompts, greedy.
+and the trained demo model (models/pdserve-demo), greedy, on random prompts (`demo`) and on
+`demo-quote`: passages of its held-out text (heldout.txt, never trained on), each followed by its
+own first 24 tokens again, so that a model that learned to copy continues by quoting the passage
+(the demo model's rewrite-with-small-edits case: its answer repeats its prompt, as far as it
+copies).
 
   /usr/bin/python3 bench/speculative.py --pdserve build/pdserve [--rounds 3] [--batches 1,16]
 
@@ -106,6 +110,31 @@ def quote_prompts(model, count, length=256, restart=16):
     return lines
 
 
+def demo_quote_prompts(pdserve, model, count, length=150, restart=24):
+    """Held-out passages of ~700 characters, cut to `length` tokens, then their first `restart`
+    tokens again (every prompt the same length, as bench-engine wants)."""
+    passages, cur = [], ""
+    with open(os.path.join(model, "heldout.txt")) as f:
+        for line in f.read().split("\n"):
+            if len(line) < 8:  # Chapter marks (Ge40).
+                continue
+            cur += line + "\n"
+            if len(cur) > 700:
+                passages.append(cur)
+                cur = ""
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
+        for p in passages:
+            f.write(json.dumps({"text": p}) + "\n")
+        f.flush()
+        out = subprocess.run([pdserve, "tokenize", "--tokenizer", model, "--input-jsonl", f.name],
+                             capture_output=True, text=True, check=True).stdout
+    rows = [json.loads(line)["token_ids"] for line in out.splitlines()]
+    rows = [r[:length] for r in rows if len(r) >= length][:count]
+    if len(rows) < count:
+        sys.exit(f"demo-quote: {len(rows)} held-out passages of {length} tokens, {count} wanted")
+    return [",".join(map(str, r + r[:restart])) for r in rows]
+
+
 def bench(pdserve, args):
     out = subprocess.run([pdserve, "bench-engine", *args, "--format", "json", "--bw-gib", "0.5",
                           "--prefill-rounds", "1", "--sgemm-n", "256"],
@@ -121,7 +150,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--methods", default="none,ngram,suffix")
-    parser.add_argument("--workloads", default="quote,random,sampled,demo")
+    parser.add_argument("--workloads", default="quote,random,sampled,demo,demo-quote")
     parser.add_argument("--threads", default="2")
     parser.add_argument("--output-len", default="128")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "pdserve_speculative"))
@@ -140,6 +169,12 @@ def main():
                 with open(path, "w") as f:
                     f.write("\n".join(quote_prompts(quote, batch)) + "\n")
                 common += ["--model", quote, "--prompts", path]
+            elif workload == "demo-quote":
+                demo = os.path.join(root, "models", "pdserve-demo")
+                path = os.path.join(a.workdir, f"demo-quote-{batch}.txt")
+                with open(path, "w") as f:
+                    f.write("\n".join(demo_quote_prompts(a.pdserve, demo, batch)) + "\n")
+                common += ["--model", demo, "--prompts", path]
             elif workload in ("random", "sampled"):
                 common += ["--random-weights", "smollm-135m", "--input-len", "256"]
                 if workload == "sampled":
