@@ -19,6 +19,7 @@ own first 24 tokens again, so that a model that learned to copy continues by quo
 copies).
 
   /usr/bin/python3 bench/speculative.py --pdserve build/pdserve [--rounds 3] [--batches 1,16]
+      [--requests-per-slot 4]
 
 Prints a Markdown table: decode tok/s per method, the ratio to plain, acceptance rate and mean
 acceptance length.
@@ -153,6 +154,11 @@ def main():
     parser.add_argument("--workloads", default="quote,random,sampled,demo,demo-quote")
     parser.add_argument("--threads", default="2")
     parser.add_argument("--output-len", default="128")
+    parser.add_argument("--requests-per-slot", type=int, default=1,
+                        help="bench-engine --requests = this x the batch: above 1, requests queue for "
+                             "the batch's slots as a server runs them (a request that finishes early "
+                             "frees its slot), instead of one static batch that lasts as long as its "
+                             "slowest request")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "pdserve_speculative"))
     a = parser.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,18 +168,19 @@ def main():
     rows = []
     for workload in a.workloads.split(","):
         for batch in map(int, a.batches.split(",")):
-            common = ["--batch", str(batch), "--output-len", a.output_len, "--threads", a.threads]
+            common = ["--batch", str(batch), "--output-len", a.output_len, "--threads", a.threads,
+                      "--requests", str(batch * a.requests_per_slot)]
             if workload == "quote":
                 make_quote_model(a.pdserve, quote)
                 path = os.path.join(a.workdir, f"quote-{batch}.txt")
                 with open(path, "w") as f:
-                    f.write("\n".join(quote_prompts(quote, batch)) + "\n")
+                    f.write("\n".join(quote_prompts(quote, batch * a.requests_per_slot)) + "\n")
                 common += ["--model", quote, "--prompts", path]
             elif workload == "demo-quote":
                 demo = os.path.join(root, "models", "pdserve-demo")
                 path = os.path.join(a.workdir, f"demo-quote-{batch}.txt")
                 with open(path, "w") as f:
-                    f.write("\n".join(demo_quote_prompts(a.pdserve, demo, batch)) + "\n")
+                    f.write("\n".join(demo_quote_prompts(a.pdserve, demo, batch * a.requests_per_slot)) + "\n")
                 common += ["--model", demo, "--prompts", path]
             elif workload in ("random", "sampled"):
                 common += ["--random-weights", "smollm-135m", "--input-len", "256"]
@@ -192,7 +199,8 @@ def main():
                 j = best[m]
                 rows.append((workload, batch, m, j["decode_tok_s"], j["decode_tok_s"] / plain if plain else None,
                              j.get("spec_acceptance_rate"), j.get("spec_mean_acceptance_length"), j["decode_steps"]))
-    print(f"cpu: {best[methods[0]]['cpu']}, threads {a.threads}, best of {a.rounds} interleaved rounds")
+    print(f"cpu: {best[methods[0]]['cpu']}, threads {a.threads}, best of {a.rounds} interleaved rounds, "
+          f"{a.requests_per_slot} request(s) per slot")
     print("| workload | batch | method | decode tok/s | of plain | acceptance | mean accepted length | steps |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for w, b, m, tok, ratio, acc, mal, steps in rows:

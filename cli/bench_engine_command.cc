@@ -36,7 +36,7 @@ double SecondsSince(Clock::time_point t) {
 int BenchEngineCommand(int argc, char** argv) {
   const char* cmd = "bench-engine";
   std::string model, random_weights, format = "text", prompts = "random";
-  int64_t batch = 1, input_len = 128, output_len = 64, sgemm_n = 1536, prefill_rounds = 3;
+  int64_t batch = 1, input_len = 128, output_len = 64, sgemm_n = 1536, prefill_rounds = 3, requests = 0;
   double bw_gib = 2.0, temperature = 0;
   EngineFlags ef;
   FlagSet flags("bench-engine", "Measures engine prefill/decode throughput against this "
@@ -50,6 +50,11 @@ int BenchEngineCommand(int argc, char** argv) {
   flags.Int("batch", &batch, "concurrent sequences");
   flags.Int("input-len", &input_len, "prompt tokens per sequence");
   flags.Int("output-len", &output_len, "generated tokens per sequence");
+  flags.Int("requests", &requests,
+            "requests decoded in all (0: --batch): more than --batch queue for the batch's slots, "
+            "each starting as one finishes, as a server's continuous batching runs them (decode "
+            "tok/s then counts every token generated, the queued prompts' prefills in the time; "
+            "the read-bandwidth figures, which assume a static batch, are left out)");
   flags.Int("prefill-rounds", &prefill_rounds,
             "prefills of --batch fresh prompts; the fastest is reported (the first is also reported: "
             "it touches the buffers and KV pages for the first time)");
@@ -113,11 +118,19 @@ int BenchEngineCommand(int argc, char** argv) {
                                 "--batch, --input-len, --prefill-rounds >= 1, --output-len >= 2, "
                                 "--bw-gib > 0, --sgemm-n >= 64"), kExitUsage);
   }
+  if (requests == 0) requests = batch;
+  if (requests < batch) {
+    return ReportError(cmd, absl::InvalidArgumentError(Str("--requests: ", requests, " is fewer than --batch (",
+                                                           batch, "); give 0 or at least --batch")),
+                       kExitUsage);
+  }
+  const bool queued = requests > batch;
   EngineOptions options;
   if (absl::Status s = ef.ToOptions(&options); !s.ok()) return ReportError(cmd, s, kExitUsage);
   // One prefill step for the whole batch, and room for every sequence.
   options.max_num_batched_tokens = std::max(options.max_num_batched_tokens, batch * input_len);
-  options.max_num_seqs = std::max(options.max_num_seqs, batch);
+  // --requests above --batch: the batch's slots are all there is, as a server's max-num-seqs.
+  options.max_num_seqs = queued ? batch : std::max(options.max_num_seqs, batch);
   options.enable_prefix_caching = false;  // Random prompts; measure compute, not reuse.
   auto engine_or = shape ? LLMEngine::CreateSynthetic(*shape, options, /*seed=*/1)
                          : LLMEngine::Create(model, options);
@@ -130,25 +143,27 @@ int BenchEngineCommand(int argc, char** argv) {
   // Each prefill round adds `batch` fresh prompts and runs the one step that prefills them; the
   // earlier rounds' requests end there (max_tokens 1), the last round's decode on.
   SplitMix64 rng(1);
+  // Request `index`'s prompt and sampling (the prefill rounds' first, then the queued ones).
+  const auto add_request = [&](int64_t index, int32_t max_tokens) {
+    std::vector<int32_t> prompt(input_len);
+    const size_t period = prompts == "repeat" ? 32 : prompt.size();
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      prompt[i] = i < period ? static_cast<int32_t>(rng.Next() % c.vocab_size) : prompt[i - period];
+    }
+    if (!prompt_lines.empty()) prompt = prompt_lines[static_cast<size_t>(index) % prompt_lines.size()];
+    SamplingParams p;
+    p.temperature = static_cast<float>(temperature);
+    p.seed = static_cast<uint64_t>(index);
+    p.ignore_eos = true;
+    p.max_tokens = max_tokens;
+    return engine.AddRequest(Str("bench-", index), std::move(prompt), p);
+  };
   std::vector<RequestOutput> outs;
   double prefill_s = 0, prefill_first_s = 0;
   for (int64_t round = 0; round < prefill_rounds; ++round) {
     const bool last = round == prefill_rounds - 1;
     for (int64_t b = 0; b < batch; ++b) {
-      std::vector<int32_t> prompt(input_len);
-      const size_t period = prompts == "repeat" ? 32 : prompt.size();
-      for (size_t i = 0; i < prompt.size(); ++i) {
-        prompt[i] = i < period ? static_cast<int32_t>(rng.Next() % c.vocab_size) : prompt[i - period];
-      }
-      if (!prompt_lines.empty()) {
-        prompt = prompt_lines[static_cast<size_t>(round * batch + b) % prompt_lines.size()];
-      }
-      SamplingParams p;
-      p.temperature = static_cast<float>(temperature);
-      p.seed = static_cast<uint64_t>(round * batch + b);
-      p.ignore_eos = true;
-      p.max_tokens = last ? static_cast<int32_t>(output_len) : 1;
-      if (absl::Status s = engine.AddRequest(Str("bench-", round, "-", b), std::move(prompt), p);
+      if (absl::Status s = add_request(round * batch + b, last ? static_cast<int32_t>(output_len) : 1);
           !s.ok()) {
         return ReportError(cmd, s);
       }
@@ -167,12 +182,21 @@ int BenchEngineCommand(int argc, char** argv) {
   // Each step's time, for the median step beside the mean: on a shared machine a few steps the
   // host took away move the mean, not the median.
   std::vector<double> step_s_each;
+  int64_t issued = batch;  // Of --requests: the last prefill round's batch is decoding.
   auto t0 = Clock::now();
   while (engine.HasUnfinished()) {
     outs.clear();
     const auto ts = Clock::now();
     if (absl::Status s = engine.Step(&outs); !s.ok()) return ReportError(cmd, s);
     step_s_each.push_back(SecondsSince(ts));
+    for (const RequestOutput& o : outs) {  // A slot freed: the next queued request takes it.
+      if (!o.finished || issued >= requests) continue;
+      if (absl::Status s = add_request((prefill_rounds - 1) * batch + issued, static_cast<int32_t>(output_len));
+          !s.ok()) {
+        return ReportError(cmd, s);
+      }
+      ++issued;
+    }
   }
   const int64_t decode_steps = static_cast<int64_t>(step_s_each.size());
   const double decode_s = SecondsSince(t0);
@@ -278,15 +302,18 @@ int BenchEngineCommand(int argc, char** argv) {
     j["spec_acceptance_rate"] = drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0;
     j["spec_mean_acceptance_length"] = drafts > 0 ? 1.0 + static_cast<double>(accepted) / drafts : 0.0;
   }
+  j["requests"] = requests;
   j["decode_step_ms"] = decode_s / decode_steps * 1e3;
   j["decode_step_ms_median"] = median_step_s * 1e3;
-  j["decode_bytes_per_step"] = decode_bytes / decode_steps;
-  j["decode_effective_gbs"] = effective_bw / 1e9;
   j["read_bw_gbs"] = read_bw / 1e9;
   j["read_bw_plain_gbs"] = read_bw_plain / 1e9;
   j["read_bw_prefetch_gbs"] = read_bw_prefetch / 1e9;
-  j["decode_bw_ratio"] = effective_bw / read_bw;
-  j["decode_bw_ratio_median_step"] = median_bw / read_bw;
+  if (!queued) {  // Bytes counted for a static batch: every step the batch's contexts, one longer.
+    j["decode_bytes_per_step"] = decode_bytes / decode_steps;
+    j["decode_effective_gbs"] = effective_bw / 1e9;
+    j["decode_bw_ratio"] = effective_bw / read_bw;
+    j["decode_bw_ratio_median_step"] = median_bw / read_bw;
+  }
   j["prefill_gflops"] = prefill_flops / prefill_s / 1e9;
   j["sgemm_gflops"] = sgemm / 1e9;
   j["prefill_flops_ratio"] = prefill_flops / prefill_s / sgemm;
@@ -319,10 +346,16 @@ int BenchEngineCommand(int argc, char** argv) {
               bench::DotInstructionName(used), peak / 1e9);
   std::printf("         fastest of %lld rounds; the first ran at %.1f tok/s\n",
               static_cast<long long>(prefill_rounds), batch * input_len / prefill_first_s);
-  std::printf("decode:  %9.1f tok/s  %7.2f GB/s  = %5.1f%% of read bandwidth (%.2f GB/s)\n",
-              decode_tok_s, effective_bw / 1e9, 100 * effective_bw / read_bw, read_bw / 1e9);
-  std::printf("         median step %.2f ms: %.2f GB/s = %5.1f%% of read bandwidth\n",
-              median_step_s * 1e3, median_bw / 1e9, 100 * median_bw / read_bw);
+  if (queued) {
+    std::printf("decode:  %9.1f tok/s  %lld requests through %lld slots, %lld steps, median step %.2f ms\n",
+                decode_tok_s, static_cast<long long>(requests), static_cast<long long>(batch),
+                static_cast<long long>(decode_steps), median_step_s * 1e3);
+  } else {
+    std::printf("decode:  %9.1f tok/s  %7.2f GB/s  = %5.1f%% of read bandwidth (%.2f GB/s)\n",
+                decode_tok_s, effective_bw / 1e9, 100 * effective_bw / read_bw, read_bw / 1e9);
+    std::printf("         median step %.2f ms: %.2f GB/s = %5.1f%% of read bandwidth\n",
+                median_step_s * 1e3, median_bw / 1e9, 100 * median_bw / read_bw);
+  }
   if (j.contains("spec_drafts")) {
     std::printf("speculative %s: %lld steps, acceptance rate %.3f, mean acceptance length %.2f\n",
                 j["speculative"].get<std::string>().c_str(), static_cast<long long>(decode_steps),

@@ -207,6 +207,27 @@ class BenchTest(unittest.TestCase):
         self.assertEqual(bad.returncode, 2, bad.stderr)
         self.assertIn("--prefill-rounds", bad.stderr)
 
+    def test_engine_bench_queues_requests_for_the_batchs_slots(self):
+        """--requests above --batch: the requests take the batch's slots as they free, as a server's
+        continuous batching runs them. 5 requests of 4 tokens through 2 slots: the first two decode
+        3 steps after their prefill, the next two take the slots (a step that prefills and gives
+        their first tokens, then 3), the last one alone (1 + 3): 11 steps."""
+        common = ["--model", MODEL, "--batch", "2", "--input-len", "16", "--output-len", "4",
+                  "--threads", "1", "--kv-blocks", "64", "--bw-gib", "0.125", "--sgemm-n", "128",
+                  "--prefill-rounds", "1", "--format", "json"]
+        j = json.loads(run("bench-engine", *common, "--requests", "5").stdout)
+        self.assertEqual((j["requests"], j["batch"], j["decode_steps"]), (5, 2, 11))
+        self.assertGreater(j["decode_tok_s"], 0)
+        for key in ("decode_bw_ratio", "decode_bw_ratio_median_step", "decode_effective_gbs"):
+            self.assertNotIn(key, j)  # They count bytes for a static batch.
+        static = json.loads(run("bench-engine", *common).stdout)
+        self.assertEqual((static["requests"], static["decode_steps"]), (2, 3))
+        self.assertIn("decode_bw_ratio", static)
+        bad = subprocess.run([PDSERVE, "bench-engine", *common, "--requests", "1"], capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(bad.returncode, 2, bad.stderr)
+        self.assertIn("--requests: 1 is fewer than --batch (2)", bad.stderr)
+
     def test_engine_bench_on_random_weights_of_a_shape(self):
         """--random-weights: the shape of a config.json (here the test model's) with synthetic bf16
         weights, no checkpoint read: the same KV layout as the model, and a decode step that
