@@ -234,15 +234,15 @@ class HelmChecks(unittest.TestCase):
 
     PROFILE = '{"format": "pdserve-profile-v1", "step_cost": {"a_seconds": 0.01}}'
 
-    def planned(self, extra=()):
+    def planned(self, extra=(), sets=("prefill.autoscaling.enabled=true", "prefill.autoscaling.source=planner",
+                                      "decode.autoscaling.enabled=true", "decode.autoscaling.source=planner")):
         # The profile comes in a values file, as a user gives it (--set would split its commas).
         with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
             yaml.safe_dump({"planner": {"enabled": True, "profile": self.PROFILE}}, f)
             f.flush()
             args = ["template", RELEASE, CHART, "--namespace", NAMESPACE, "-f",
                     os.path.join(CHART, "values-cpu.yaml"), "-f", f.name]
-            for s in ["prefill.autoscaling.enabled=true", "prefill.autoscaling.source=planner",
-                      "decode.autoscaling.enabled=true", "decode.autoscaling.source=planner", *extra]:
+            for s in [*sets, *extra]:
                 args += ["--set", s]
             out = helm(*args)
         self.assertEqual(out.returncode, 0, out.stderr)
@@ -293,19 +293,11 @@ class HelmChecks(unittest.TestCase):
 
     def keda(self, extra=()):
         """Both tiers on KEDA: prefill on the planner's metric, decode on its pods' KV usage."""
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            yaml.safe_dump({"planner": {"enabled": True, "profile": self.PROFILE}}, f)
-            f.flush()
-            args = ["template", RELEASE, CHART, "--namespace", NAMESPACE, "-f",
-                    os.path.join(CHART, "values-cpu.yaml"), "-f", f.name]
-            for s in ["prefill.autoscaling.enabled=true", "prefill.autoscaling.source=planner",
-                      "prefill.autoscaling.scaler=keda", "decode.autoscaling.enabled=true",
-                      "decode.autoscaling.scaler=keda", f"keda.prometheusAddress={self.PROMETHEUS}",
-                      "metrics.serviceMonitor.enabled=true", *extra]:
-                args += ["--set", s]
-            out = helm(*args)
-        self.assertEqual(out.returncode, 0, out.stderr)
-        return [d for d in yaml.safe_load_all(out.stdout) if d]
+        return self.planned(extra, sets=(
+            "prefill.autoscaling.enabled=true", "prefill.autoscaling.source=planner",
+            "prefill.autoscaling.scaler=keda", "decode.autoscaling.enabled=true",
+            "decode.autoscaling.scaler=keda", f"keda.prometheusAddress={self.PROMETHEUS}",
+            "metrics.serviceMonitor.enabled=true"))
 
     def test_keda_scaled_objects_query_what_the_hpas_read(self):
         docs = self.keda(["planner.scaleDownDelaySeconds=120"])
