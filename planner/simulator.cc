@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/base/check.h"
 #include "common/base/rng.h"
 #include "common/base/strings.h"
 #include "common/kvcache/block_hash.h"
@@ -476,7 +477,9 @@ class Cluster {
     Touch(pre);
     Worker& dec = workers_[static_cast<size_t>(f.decode)];
     auto t = transfers_.find(request);
-    const SimWorker::Emitted e = dec.engine->CompleteRemote(request, t->second.first_token, t->second.prefill_cached);
+    PD_CHECK_MSG(t != transfers_.end(), "TransferDone without a transfer");
+    const SimWorker::Emitted e =
+        dec.engine->CompleteRemote(request, t->second.first_token, t->second.prefill_cached);
     transfers_.erase(t);
     Touch(dec);
     f.cached_tokens = static_cast<int32_t>(e.cached_prompt_tokens);

@@ -68,18 +68,20 @@ void BlockManager::CommitAdmit(SeqId seq, const AdmitPlan& plan, int64_t max_tok
   prefix_hit_tokens_ += plan.num_cached_tokens;
 }
 
+int64_t BlockManager::BlocksBeyond(int64_t have, int64_t num_tokens) const {
+  return std::max<int64_t>(0, (num_tokens + block_size_ - 1) / block_size_ - have);
+}
+
 int64_t BlockManager::BlocksNeeded(SeqId seq, int64_t num_tokens) const {
   auto it = seqs_.find(seq);
-  const int64_t have = it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.table.size());
-  return std::max<int64_t>(0, (num_tokens + block_size_ - 1) / block_size_ - have);
+  return BlocksBeyond(it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.table.size()), num_tokens);
 }
 
 absl::Status BlockManager::Reserve(SeqId seq, int64_t num_tokens) {
   auto it = seqs_.find(seq);
   PD_CHECK_MSG(it != seqs_.end(), "Reserve: unknown sequence");
   // Called for every running sequence every step: one lookup, and most steps need no block.
-  const int64_t need = std::max<int64_t>(
-      0, (num_tokens + block_size_ - 1) / block_size_ - static_cast<int64_t>(it->second.table.size()));
+  const int64_t need = BlocksBeyond(static_cast<int64_t>(it->second.table.size()), num_tokens);
   if (need == 0) return absl::OkStatus();
   if (need > NumAvailableBlocks()) {
     return absl::ResourceExhaustedError(

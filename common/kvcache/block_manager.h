@@ -131,6 +131,8 @@ class BlockManager {
     int64_t published = 0;  // Leading blocks already offered to the prefix index.
   };
 
+  // Blocks a table of `have` blocks lacks to hold `num_tokens`.
+  int64_t BlocksBeyond(int64_t have, int64_t num_tokens) const;
   BlockId TakeBlock();  // From the free list, else evicts the oldest cached block.
   void Release(BlockId b);
   void LruRemove(BlockId b);
