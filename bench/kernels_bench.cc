@@ -103,10 +103,10 @@ BENCHMARK(BM_LinearQuantized)
     ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 16, 128}, {1, 2}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
-// The same matrices repacked in panels (AVX512-VNNI): Q8_0, Q4_K and Q6_K.
+// The same matrices repacked in panels (AVX512-VNNI): Q8_0, Q4_K, Q5_K and Q6_K.
 void BM_LinearQuantizedPanels(benchmark::State& state) { LinearQuantized(state, 5632 * 8, true); }
 BENCHMARK(BM_LinearQuantizedPanels)
-    ->ArgsProduct({{0, 2, 4}, {1, 16, 128}, {1, 2}})
+    ->ArgsProduct({{0, 2, 3, 4}, {1, 16, 128}, {1, 2}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
 // The down projection's shape (k = 5632, 2048 outputs; eight of them, past L3): longer rows, and
@@ -119,6 +119,13 @@ BENCHMARK(BM_LinearQuantizedPanelsDown)
 void BM_LinearQuantizedPanelsInCache(benchmark::State& state) { LinearQuantized(state, 2048, true); }
 BENCHMARK(BM_LinearQuantizedPanelsInCache)
     ->ArgsProduct({{0, 2, 4}, {1}, {1}})
+    ->ArgNames({"type", "m", "threads"})
+    ->UseRealTime();
+// 256 rows (Q4_K 295 KB, Q6_K 430 KB): in L2, so one row of x measures the kernel's own rate,
+// what it has to spare over the memory's when it streams.
+void BM_LinearQuantizedPanelsInL2(benchmark::State& state) { LinearQuantized(state, 256, true); }
+BENCHMARK(BM_LinearQuantizedPanelsInL2)
+    ->ArgsProduct({{0, 2, 3, 4}, {1, 4}, {1}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
 // The same kernels on 2048 rows (2.3 MB of Q4_K: in L3): their own rate, beside the one above

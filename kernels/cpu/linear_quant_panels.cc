@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -25,11 +24,22 @@ constexpr int kP = static_cast<int>(kQuantPanelRows);
 
 // Offsets inside one panel block (linear_quant_panels.h).
 namespace q4k {
-constexpr int kCodes = 0, kScales = 2048, kMins = 2176, kD = 2304, kDmin = 2336, kBytes = 2368;
-constexpr int kHigh = 2368, kBytesQ5K = 2880;  // Q5_K: Q4_K's panel block, then the fifth bits.
+// Per sub-block of 32 its codes' low 4 bits (256) and, for Q5_K, their fifth bits (64) side by
+// side (one stream through a block), then scales, mins, d and dmin.
+constexpr int SubBytes(bool fifth) { return fifth ? 320 : 256; }
+constexpr int Codes(bool fifth, int sub, int pair) { return SubBytes(fifth) * sub + 64 * pair; }
+constexpr int High(int sub) { return SubBytes(true) * sub + 256; }
+constexpr int Scales(bool fifth) { return 8 * SubBytes(fifth); }
+constexpr int Mins(bool fifth) { return Scales(fifth) + 128; }
+constexpr int D(bool fifth) { return Scales(fifth) + 256; }
+constexpr int Dmin(bool fifth) { return Scales(fifth) + 288; }
+constexpr int Bytes(bool fifth) { return Scales(fifth) + 320; }
+static_assert(Bytes(false) == 2368 && Bytes(true) == 2880);
 }
 namespace q6k {
-constexpr int kLow = 0, kHigh = 2048, kScales = 3072, kD = 3328, kBytes = 3360;
+// Three planes of 64 bytes per sub-block of 16, side by side (one stream through a block).
+constexpr int Plane(int sub, int j) { return 192 * sub + 64 * j; }
+constexpr int kScales = 3072, kD = 3328, kBytes = 3360;
 }
 // The 32-element formats: codes (Q8_0 bytes; Q4_0 and Q5_0 nibbles), Q5_0's fifth bits, d.
 namespace q8 {
@@ -58,7 +68,7 @@ int DAt(GgmlType type) { return type == GgmlType::kQ8_0 ? q8::kD : type == GgmlT
 // One block of rows c < n of a panel (src[c], row-major blocks) into dst; rows past n stay zero.
 // Q4_K, or Q5_K (fifth true): the codes' low 4 bits as Q4_K's, the fifth bits in a plane after.
 void PackBlockQ45K(bool fifth, const uint8_t* const* src, int n, uint8_t* dst) {
-  std::memset(dst, 0, fifth ? q4k::kBytesQ5K : q4k::kBytes);
+  std::memset(dst, 0, q4k::Bytes(fifth));
   uint8_t q[256];
   for (int c = 0; c < n; ++c) {
     BlockCodesK(fifth ? GgmlType::kQ5_K : GgmlType::kQ4_K, src[c], q);
@@ -66,21 +76,21 @@ void PackBlockQ45K(bool fifth, const uint8_t* const* src, int n, uint8_t* dst) {
       for (int pair = 0; pair < 4; ++pair) {
         for (int i = 0; i < 4; ++i) {
           const int e = 32 * sub + 8 * pair + i;
-          dst[q4k::kCodes + (4 * sub + pair) * 64 + 4 * c + i] =
+          dst[q4k::Codes(fifth, sub, pair) + 4 * c + i] =
               static_cast<uint8_t>((q[e] & 0xF) | ((q[e + 4] & 0xF) << 4));
           if (fifth) {
-            dst[q4k::kHigh + 64 * sub + 4 * c + i] |=
+            dst[q4k::High(sub) + 4 * c + i] |=
                 static_cast<uint8_t>(((q[e] >> 4) << (2 * pair)) | ((q[e + 4] >> 4) << (2 * pair + 1)));
           }
         }
       }
       int sc, mn;
       KQuantScaleMin(sub, src[c] + 4, &sc, &mn);
-      dst[q4k::kScales + 16 * sub + c] = static_cast<uint8_t>(sc);
-      dst[q4k::kMins + 32 * (sub / 2) + 2 * c + sub % 2] = static_cast<uint8_t>(mn);
+      dst[q4k::Scales(fifth) + 16 * sub + c] = static_cast<uint8_t>(sc);
+      dst[q4k::Mins(fifth) + 32 * (sub / 2) + 2 * c + sub % 2] = static_cast<uint8_t>(mn);
     }
-    std::memcpy(dst + q4k::kD + 2 * c, src[c], 2);
-    std::memcpy(dst + q4k::kDmin + 2 * c, src[c] + 2, 2);
+    std::memcpy(dst + q4k::D(fifth) + 2 * c, src[c], 2);
+    std::memcpy(dst + q4k::Dmin(fifth) + 2 * c, src[c] + 2, 2);
   }
 }
 
@@ -90,15 +100,12 @@ void PackBlockQ6K(const uint8_t* const* src, int n, uint8_t* dst) {
   for (int c = 0; c < n; ++c) {
     BlockCodesK(GgmlType::kQ6_K, src[c], q);
     for (int sub = 0; sub < 16; ++sub) {
-      for (int i = 0; i < 4; ++i) {
-        const int e = 16 * sub + i;
-        for (int half = 0; half < 2; ++half) {
-          dst[q6k::kLow + (2 * sub + half) * 64 + 4 * c + i] = static_cast<uint8_t>(
-              (q[e + 8 * half] & 0xF) | ((q[e + 8 * half + 4] & 0xF) << 4));
+      for (int j = 0; j < 3; ++j) {
+        for (int i = 0; i < 4; ++i) {
+          const int e = 16 * sub + 4 * j + i, fourth = 16 * sub + 12 + i;
+          dst[q6k::Plane(sub, j) + 4 * c + i] =
+              static_cast<uint8_t>(q[e] | (((q[fourth] >> (2 * j)) & 3) << 6));
         }
-        int high = 0;
-        for (int g = 0; g < 4; ++g) high |= (q[e + 4 * g] >> 4) << (2 * g);
-        dst[q6k::kHigh + 64 * sub + 4 * c + i] = static_cast<uint8_t>(high);
       }
       dst[q6k::kScales + 32 * (sub / 2) + 2 * c + sub % 2] = src[c][192 + sub];
     }
@@ -193,14 +200,14 @@ void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t
     } else if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
       // As quant_blocks.cc's Q45K: fma(d * sc, q, -(dmin * mn)).
       const bool fifth = type == GgmlType::kQ5_K;
-      const float d = F16At(b + q4k::kD + 2 * c), dmin = F16At(b + q4k::kDmin + 2 * c);
+      const float d = F16At(b + q4k::D(fifth) + 2 * c), dmin = F16At(b + q4k::Dmin(fifth) + 2 * c);
       for (int sub = 0; sub < 8; ++sub) {
-        const float ds = d * static_cast<float>(b[q4k::kScales + 16 * sub + c]);
-        const float ms = dmin * static_cast<float>(b[q4k::kMins + 32 * (sub / 2) + 2 * c + sub % 2]);
+        const float ds = d * static_cast<float>(b[q4k::Scales(fifth) + 16 * sub + c]);
+        const float ms = dmin * static_cast<float>(b[q4k::Mins(fifth) + 32 * (sub / 2) + 2 * c + sub % 2]);
         for (int pair = 0; pair < 4; ++pair) {
-          const uint8_t* lane = b + q4k::kCodes + (4 * sub + pair) * 64 + 4 * c;
+          const uint8_t* lane = b + q4k::Codes(fifth, sub, pair) + 4 * c;
           for (int i = 0; i < 4; ++i) {
-            const int high = fifth ? b[q4k::kHigh + 64 * sub + 4 * c + i] >> (2 * pair) : 0;
+            const int high = fifth ? b[q4k::High(sub) + 4 * c + i] >> (2 * pair) : 0;
             const int lo = (lane[i] & 0xF) | ((high & 1) << 4), hi = (lane[i] >> 4) | (((high >> 1) & 1) << 4);
             o[32 * sub + 8 * pair + i] = std::fma(ds, static_cast<float>(lo), -ms);
             o[32 * sub + 8 * pair + 4 + i] = std::fma(ds, static_cast<float>(hi), -ms);
@@ -212,10 +219,13 @@ void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t
       for (int sub = 0; sub < 16; ++sub) {
         const auto sc = static_cast<int8_t>(b[q6k::kScales + 32 * (sub / 2) + 2 * c + sub % 2]);
         for (int g = 0; g < 4; ++g) {
-          const uint8_t* low = b + q6k::kLow + (2 * sub + g / 2) * 64 + 4 * c;
-          const uint8_t* high = b + q6k::kHigh + 64 * sub + 4 * c;
           for (int i = 0; i < 4; ++i) {
-            const int code = ((g % 2 == 0 ? low[i] & 0xF : low[i] >> 4)) | (((high[i] >> (2 * g)) & 3) << 4);
+            int code = 0;
+            if (g < 3) {
+              code = b[q6k::Plane(sub, g) + 4 * c + i] & 0x3F;
+            } else {
+              for (int j = 0; j < 3; ++j) code |= (b[q6k::Plane(sub, j) + 4 * c + i] >> 6) << (2 * j);
+            }
             o[16 * sub + 4 * g + i] = (d * static_cast<float>(sc)) * static_cast<float>(code - 32);
           }
         }
@@ -274,7 +284,7 @@ PD_VNNI inline __m512 LoadF16x16(const uint8_t* p) {
 // (min, min) and (sum, sum) pairs; then linear_quant.h's float steps.
 template <bool kFifth>
 struct PanelQ45K {
-  static constexpr int kBytes = kFifth ? q4k::kBytesQ5K : q4k::kBytes;
+  static constexpr int kBytes = q4k::Bytes(kFifth);
   static constexpr int kRows = 8;  // 3 x 8 accumulators in the 32 registers.
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
@@ -296,9 +306,9 @@ struct PanelQ45K {
         for (int r = 0; r < R; ++r) {
           for (int ch = 0; ch < kChains; ++ch) dot[r][ch] = _mm512_setzero_si512();
         }
-        const __m512i high = kFifth ? Load64(b + q4k::kHigh + 64 * sub) : _mm512_setzero_si512();
+        const __m512i high = kFifth ? Load64(b + q4k::High(sub)) : _mm512_setzero_si512();
         for (int pair = 0; pair < 4; ++pair) {
-          const __m512i packed = Load64(b + q4k::kCodes + (4 * sub + pair) * 64);
+          const __m512i packed = Load64(b + q4k::Codes(kFifth, sub, pair));
           __m512i lo = _mm512_and_si512(packed, m4);
           __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
           if constexpr (kFifth) {  // Bits 2 pair and 2 pair + 1 of the plane to bit 4.
@@ -318,7 +328,7 @@ struct PanelQ45K {
           }
         }
         const __m512i sc = _mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + q4k::kScales + 16 * sub)));
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + q4k::Scales(kFifth) + 16 * sub)));
         for (int r = 0; r < R; ++r) {
           __m512i total = dot[r][0];
           for (int ch = 1; ch < kChains; ++ch) total = _mm512_add_epi32(total, dot[r][ch]);
@@ -329,12 +339,12 @@ struct PanelQ45K {
       for (int r = 0; r < R; ++r) imin[r] = _mm512_setzero_si512();
       for (int i = 0; i < 4; ++i) {
         const __m512i mn = _mm512_cvtepu8_epi16(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q4k::kMins + 32 * i)));
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q4k::Mins(kFifth) + 32 * i)));
         for (int r = 0; r < R; ++r) {
           imin[r] = _mm512_dpwssd_epi32(imin[r], mn, Broadcast4(x.sums[r] + 8 * s + 2 * i));
         }
       }
-      const __m512 d = LoadF16x16(b + q4k::kD), dmin = LoadF16x16(b + q4k::kDmin);
+      const __m512 d = LoadF16x16(b + q4k::D(kFifth)), dmin = LoadF16x16(b + q4k::Dmin(kFifth));
       for (int r = 0; r < R; ++r) {
         const __m512 ft = _mm512_cvtepi32_ps(itot[r]), fm = _mm512_cvtepi32_ps(imin[r]);
         const __m512 p = _mm512_mul_ps(dmin, fm);
@@ -347,9 +357,10 @@ struct PanelQ45K {
   }
 };
 
-// Q6_K: per sub-block of 16, the 6-bit codes rebuilt from their low nibbles and high bit pairs,
-// dotted with x and scaled (signed) into the total; the offset 32 * sum of scale * x's 16-sums
-// taken out at the end of the block (VPDPWSSD on (scale, scale) pairs).
+// Q6_K: per sub-block of 16, the 6-bit codes of three groups of 4 k masked out of their planes and
+// the fourth's gathered from the planes' top bit pairs, dotted with x and scaled (signed) into the
+// total; the offset 32 * sum of scale * x's 16-sums taken out at the end of the block (VPDPWSSD
+// on (scale, scale) pairs).
 struct PanelQ6K {
   static constexpr int kBytes = q6k::kBytes;
   static constexpr int kRows = 8;
@@ -359,7 +370,7 @@ struct PanelQ6K {
     const XRowsAt<R> x(xq, t, 16);
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3f = _mm512_set1_epi8(0x3F), m03 = _mm512_set1_epi8(0x03);
     for (int64_t s = 0; s < blocks; ++s) {
       const uint8_t* b = panel + s * kBytes;
       if (prefetch) Prefetch(b, kBytes);
@@ -375,15 +386,16 @@ struct PanelQ6K {
           const int sub = 2 * pair + odd;
           const __m512i sc = odd ? _mm512_srai_epi32(scales, 16)
                                  : _mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16);
-          const __m512i a = Load64(b + q6k::kLow + 128 * sub), bb = Load64(b + q6k::kLow + 128 * sub + 64);
-          const __m512i h = Load64(b + q6k::kHigh + 64 * sub);
-          const __m512i q0 = _mm512_or_si512(_mm512_and_si512(a, m4),
-                                             _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
-          const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
-                                             _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
-          const __m512i q2 = _mm512_or_si512(_mm512_and_si512(bb, m4), _mm512_and_si512(h, m30));
-          const __m512i q3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(bb, 4), m4),
-                                             _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+          const __m512i p0 = Load64(b + q6k::Plane(sub, 0)), p1 = Load64(b + q6k::Plane(sub, 1));
+          const __m512i p2 = Load64(b + q6k::Plane(sub, 2));
+          const __m512i q0 = _mm512_and_si512(p0, m3f), q1 = _mm512_and_si512(p1, m3f);
+          const __m512i q2 = _mm512_and_si512(p2, m3f);
+          // The fourth group from the planes' top bit pairs: bits 0-1 from p0's, 2-3 from p1's,
+          // 4-5 from p2's (bit selects; 16-bit shifts bring a neighbour's bits in above them).
+          const __m512i t = _mm512_ternarylogic_epi32(m03, _mm512_srli_epi16(p0, 6),
+                                                      _mm512_srli_epi16(p1, 4), 0xCA);
+          const __m512i q3 = _mm512_and_si512(
+              _mm512_ternarylogic_epi32(m4, t, _mm512_srli_epi16(p2, 2), 0xCA), m3f);
           for (int r = 0; r < R; ++r) {
             const int8_t* xp = x.codes[r] + 256 * s + 16 * sub;
             __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, Broadcast4(xp));
@@ -515,14 +527,14 @@ inline void StoreKept(float* y, uint32_t keep, __m256 v) {
 }
 template <bool kFifth>
 struct PanelQ45KAvx2 {
-  static constexpr int kBytes = kFifth ? q4k::kBytesQ5K : q4k::kBytes;
+  static constexpr int kBytes = q4k::Bytes(kFifth);
   static constexpr int kRows = 4;
 
   template <int pair, int R>
   static void Pair(const uint8_t* b, int sub, int h, __m256i high, __m256i sc, const int8_t* const* x,
                    __m256i* itot) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i packed = Load32(b + q4k::kCodes + (4 * sub + pair) * 64 + 32 * h);
+    const __m256i packed = Load32(b + q4k::Codes(kFifth, sub, pair) + 32 * h);
     __m256i lo = _mm256_and_si256(packed, m4), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
     if constexpr (kFifth) {
       lo = _mm256_or_si256(lo, BitTo4<2 * pair>(high));
@@ -554,19 +566,19 @@ struct PanelQ45KAvx2 {
           itot[r] = _mm256_setzero_si256();
         }
         for (int sub = 0; sub < 8; ++sub) {
-          const __m256i sc = ScaleTwice(b + q4k::kScales + 16 * sub + 8 * h);
-          const __m256i high = kFifth ? Load32(b + q4k::kHigh + 64 * sub + 32 * h) : _mm256_setzero_si256();
+          const __m256i sc = ScaleTwice(b + q4k::Scales(kFifth) + 16 * sub + 8 * h);
+          const __m256i high = kFifth ? Load32(b + q4k::High(sub) + 32 * h) : _mm256_setzero_si256();
           Pair<0, R>(b, sub, h, high, sc, x, itot);
           Pair<1, R>(b, sub, h, high, sc, x, itot);
           Pair<2, R>(b, sub, h, high, sc, x, itot);
           Pair<3, R>(b, sub, h, high, sc, x, itot);
         }
-        const __m256 d = LoadF16x8(b + q4k::kD + 16 * h), dmin = LoadF16x8(b + q4k::kDmin + 16 * h);
+        const __m256 d = LoadF16x8(b + q4k::D(kFifth) + 16 * h), dmin = LoadF16x8(b + q4k::Dmin(kFifth) + 16 * h);
         for (int r = 0; r < R; ++r) {
           const int16_t* xs = rows.sums[r] + 8 * s;
           __m256i imin = _mm256_setzero_si256();
           for (int i = 0; i < 4; ++i) {
-            const __m256i mn = _mm256_cvtepu8_epi16(Load16At(b + q4k::kMins + 32 * i + 16 * h));
+            const __m256i mn = _mm256_cvtepu8_epi16(Load16At(b + q4k::Mins(kFifth) + 32 * i + 16 * h));
             imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn, Bcast4(xs + 2 * i)));
           }
           const __m256 ft = _mm256_cvtepi32_ps(itot[r]), fm = _mm256_cvtepi32_ps(imin);
@@ -588,7 +600,8 @@ struct PanelQ6KAvx2 {
   static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq, int64_t t,
                   bool prefetch, uint32_t keep, float* y, int64_t ldy) {
     const XRowsAt<R> rows(xq, t, 16);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i m3f = _mm256_set1_epi8(0x3F), m03 = _mm256_set1_epi8(0x03), m0c = _mm256_set1_epi8(0x0C),
+                  m30 = _mm256_set1_epi8(0x30);
     for (int h = 0; h < 2; ++h) {
       const uint32_t kept = (keep >> (8 * h)) & 0xFF;
       if (kept == 0) continue;
@@ -604,15 +617,15 @@ struct PanelQ6KAvx2 {
           const __m256i pairs = _mm256_cvtepi8_epi16(Load16At(b + q6k::kScales + 32 * (sub / 2) + 16 * h));
           const __m256i sc = sub % 2 == 0 ? _mm256_blend_epi16(pairs, _mm256_slli_epi32(pairs, 16), 0xAA)
                                           : _mm256_blend_epi16(_mm256_srli_epi32(pairs, 16), pairs, 0xAA);
-          const __m256i a = Load32(b + q6k::kLow + 128 * sub + 32 * h);
-          const __m256i bb = Load32(b + q6k::kLow + 128 * sub + 64 + 32 * h);
-          const __m256i hb = Load32(b + q6k::kHigh + 64 * sub + 32 * h);
-          const __m256i q0 = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-          const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
-                                             _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-          const __m256i q2 = _mm256_or_si256(_mm256_and_si256(bb, m4), _mm256_and_si256(hb, m30));
-          const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m4),
-                                             _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+          const __m256i p0 = Load32(b + q6k::Plane(sub, 0) + 32 * h);
+          const __m256i p1 = Load32(b + q6k::Plane(sub, 1) + 32 * h);
+          const __m256i p2 = Load32(b + q6k::Plane(sub, 2) + 32 * h);
+          const __m256i q0 = _mm256_and_si256(p0, m3f), q1 = _mm256_and_si256(p1, m3f);
+          const __m256i q2 = _mm256_and_si256(p2, m3f);
+          const __m256i q3 = _mm256_or_si256(
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(p0, 6), m03),
+                              _mm256_and_si256(_mm256_srli_epi16(p1, 4), m0c)),
+              _mm256_and_si256(_mm256_srli_epi16(p2, 2), m30));
           for (int r = 0; r < R; ++r) {
             const int8_t* x = rows.codes[r] + 256 * s + 16 * sub;
             itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q0, Bcast4(x)), sc));

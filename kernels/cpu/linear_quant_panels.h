@@ -23,15 +23,18 @@
 //   Q4_0 (288), Q5_0 (352): u = the signed code + 8 (Q4_0) or + 16 (Q5_0); u's low 4 bits
 //          [l pair 0-3][c][i] = element 8 pair + i low nibble, 8 pair + 4 + i high nibble (256);
 //          Q5_0 only: u's fifth bits [c][i], bit l = element 4 l + i's (64); d [c] f16 (32).
-//   Q4_K (2368 bytes): codes [sub 0-7][pair 0-3][c][i 0-3] = q[c][32 sub + 8 pair + i] low nibble,
-//          q[c][32 sub + 8 pair + 4 + i] high nibble (2048); scales [sub][c] (128); mins
-//          [sub pair 0-3][c][2] (128); d [c] f16 (32); dmin [c] f16 (32).
-//   Q5_K (2880): Q4_K's with the codes' low 4 bits, then their fifth bits [sub][c][i], bit
-//          2 pair + h = element 32 sub + 8 pair + 4 h + i's (512).
-//   Q6_K (3360 bytes): low 4 bits [sub 0-15][half 0-1][c][i 0-3] = q[c][16 sub + 8 half + i] low
-//          nibble, q[c][16 sub + 8 half + 4 + i] high nibble (2048); high 2 bits [sub][c][i] =
-//          sum over g of ((q[c][16 sub + 4 g + i] >> 4) << 2g) (1024); scales [sub pair 0-7][c][2]
-//          int8 (256); d [c] f16 (32).
+//   Q4_K (2368 bytes): per sub-block [sub 0-7], codes [pair 0-3][c][i 0-3] = q[c][32 sub + 8
+//          pair + i] low nibble, q[c][32 sub + 8 pair + 4 + i] high nibble (256 each, 2048); then
+//          scales [sub][c] (128); mins [sub pair 0-3][c][2] (128); d [c] f16 (32); dmin [c] f16 (32).
+//   Q5_K (2880): Q4_K's, but each sub-block's codes (their low 4 bits) followed by their fifth
+//          bits [c][i], bit 2 pair + h = element 32 sub + 8 pair + 4 h + i's (64): 320 a sub-block.
+//   Q6_K (3360 bytes): per sub-block [sub 0-15] three planes [j 0-2][c][i 0-3] = q[c][16 sub +
+//          4 j + i] | ((q[c][16 sub + 12 + i] >> 2 j) & 3) << 6 (64 each: groups 0-2 of 4 k whole
+//          in the low 6 bits, group 3 in the planes' top bit pairs), 192 a sub-block, 3072; then
+//          scales [sub pair 0-7][c][2] int8 (256); d [c] f16 (32).
+//   A block's bytes are read in order (a sub-block's planes side by side, not a plane after the
+//   other): one stream from memory per block, not two interleaved; Q6_K's layout also saves a
+//   third of its unpacking (bench/RESULTS.md, "Q6_K and Q5_K panels read in one stream").
 #ifndef PDSERVE_KERNELS_CPU_LINEAR_QUANT_PANELS_H_
 #define PDSERVE_KERNELS_CPU_LINEAR_QUANT_PANELS_H_
 
