@@ -128,6 +128,17 @@ BENCHMARK(BM_LinearQuantizedPanelsInL2)
     ->ArgsProduct({{0, 2, 3, 4}, {1, 4}, {1}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
+// What every parallel region pays to hand a job to the pool's threads and wait for them: Run
+// with an empty job (two threads: the cache lines crossing between two cores).
+void BM_ThreadPoolRun(benchmark::State& state) {
+  ThreadPool pool(2);
+  struct alignas(64) Count {
+    int64_t n = 0;
+  } ran[2];
+  for (auto _ : state) pool.Run([&](int t) { ++ran[t].n; });
+  benchmark::DoNotOptimize(ran);
+}
+BENCHMARK(BM_ThreadPoolRun)->UseRealTime();
 // The same kernels on 2048 rows (2.3 MB of Q4_K: in L3): their own rate, beside the one above
 // from memory (bench/RESULTS.md, "Where batch-1 Q4_K decode stands").
 void BM_LinearQuantizedInCache(benchmark::State& state) { LinearQuantized(state, 2048); }

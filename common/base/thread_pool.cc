@@ -48,10 +48,10 @@ void ThreadPool::Run(absl::FunctionRef<void(int)> fn) {
   }
   job_ = &fn;
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
-  {
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (sleepers_ > 0) cv_.notify_all();
+    cv_.notify_all();
   }
   fn(0);
   // Spin briefly (workers finish within microseconds of us when the split is even), then yield
@@ -148,9 +148,9 @@ void ThreadPool::WorkerLoop(int index) {
       CpuRelax();
       if (++spins % 64 == 0 && std::chrono::steady_clock::now() - spin_start > kSpinTime) {
         std::unique_lock<std::mutex> lock(mu_);
-        ++sleepers_;
-        cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-        --sleepers_;
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        cv_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
         spin_start = std::chrono::steady_clock::now();
       }
     }

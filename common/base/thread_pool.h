@@ -58,15 +58,22 @@ class ThreadPool {
     std::atomic<uint64_t> left{0};
   };
   std::unique_ptr<Share[]> shares_;
-  // The current job. Written by the caller before `generation_` is bumped (release) and read by
-  // workers after they observe the bump (acquire).
-  const absl::FunctionRef<void(int)>* job_ = nullptr;
+  // Three cache lines, so that the workers' spinning reads of one do not take from the caller
+  // the line it is writing (a hand-off across cores costs a transfer per line it touches).
+  // The current job: written by the caller before `generation_` is bumped (release), read by the
+  // workers after they observe the bump (acquire); `stop_` only at destruction.
+  alignas(64) const absl::FunctionRef<void(int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  // Workers still running the job (the caller spins on it).
+  alignas(64) std::atomic<int> pending_{0};
+  // Sleeping workers. A worker counts itself under mu_ before it checks `generation_` and waits;
+  // the caller bumps `generation_` before it reads the count (both seq_cst), so either the worker
+  // sees the new job or the caller sees the sleeper and notifies under mu_: the caller takes the
+  // mutex only when someone sleeps.
+  alignas(64) std::atomic<int> sleepers_{0};
   std::mutex mu_;
   std::condition_variable cv_;
-  int sleepers_ = 0;  // Guarded by mu_.
 };
 
 }  // namespace pdserve

@@ -72,5 +72,19 @@ TEST(ThreadPoolTest, WorkersWakeAfterSleeping) {
   EXPECT_EQ(sum.load(), 6);
 }
 
+// Jobs posted while workers are going to sleep: gaps around the pool's spin time (200 us), so
+// that over the rounds a job lands in every part of a worker's way from spinning into its wait.
+// A lost wake-up would leave Run waiting for ever (the test's timeout).
+TEST(ThreadPoolTest, JobsPostedAsWorkersFallAsleepAreRun) {
+  ThreadPool pool(3);
+  std::vector<int> counts(3, 0);
+  constexpr int kRounds = 1500;
+  for (int round = 0; round < kRounds; ++round) {
+    pool.Run([&](int t) { ++counts[t]; });
+    std::this_thread::sleep_for(std::chrono::microseconds(150 + (round * 37) % 120));
+  }
+  for (int c : counts) EXPECT_EQ(c, kRounds);
+}
+
 }  // namespace
 }  // namespace pdserve
