@@ -60,8 +60,9 @@ class ThreadPool {
   std::unique_ptr<Share[]> shares_;
   // Three cache lines, so that the workers' spinning reads of one do not take from the caller
   // the line it is writing (a hand-off across cores costs a transfer per line it touches).
-  // The current job: written by the caller before `generation_` is bumped (release), read by the
-  // workers after they observe the bump (acquire); `stop_` only at destruction.
+  // The current job: written by the caller before `generation_` is bumped, read by the workers
+  // after they observe the bump (seq_cst, for the sleepers' handshake below; release/acquire
+  // would do for the job itself); `stop_` only at destruction.
   alignas(64) const absl::FunctionRef<void(int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};

@@ -66,7 +66,8 @@ int CodeOffset(GgmlType type) { return type == GgmlType::kQ4_0 ? 8 : 16; }
 int DAt(GgmlType type) { return type == GgmlType::kQ8_0 ? q8::kD : type == GgmlType::kQ4_0 ? q4::kD : q5::kD; }
 
 // One block of rows c < n of a panel (src[c], row-major blocks) into dst; rows past n stay zero.
-// Q4_K, or Q5_K (fifth true): the codes' low 4 bits as Q4_K's, the fifth bits in a plane after.
+// Q4_K, or Q5_K (fifth true): the codes' low 4 bits as Q4_K's, each sub-block's fifth bits after
+// its codes.
 void PackBlockQ45K(bool fifth, const uint8_t* const* src, int n, uint8_t* dst) {
   std::memset(dst, 0, q4k::Bytes(fifth));
   uint8_t q[256];
