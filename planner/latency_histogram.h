@@ -20,8 +20,16 @@ class LatencyHistogram {
   static constexpr double kMin = 0x1p-24, kMax = 0x1p20;  // ~60 ns and ~12 days.
 
   void Add(double seconds) {
+    // A decode step gives every running request the same gap: runs of one bucket are counted in
+    // a register and added when the bucket changes (one increment in memory per run, where each
+    // value's increment waited on the one before).
     if (buckets_.empty()) buckets_.assign(static_cast<size_t>(Bucket(kMax)) + 1, 0);
-    ++buckets_[static_cast<size_t>(Bucket(seconds))];
+    const int64_t b = Bucket(seconds);
+    if (b != run_bucket_) {
+      Flush();
+      run_bucket_ = b;
+    }
+    ++run_count_;
     ++count_;
     sum_ += seconds;
     min_ = count_ == 1 ? seconds : std::min(min_, seconds);
@@ -36,7 +44,7 @@ class LatencyHistogram {
                                    static_cast<double>(count_));
     int64_t seen = 0;
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      seen += buckets_[b];
+      seen += buckets_[b] + (static_cast<int64_t>(b) == run_bucket_ ? run_count_ : 0);
       if (static_cast<double>(seen) >= rank) {
         // Bucket b covers [2^e (1 + f / 512), 2^e (1 + (f + 1) / 512)) of the scaled value.
         const int64_t e = static_cast<int64_t>(b) / kSplit, f = static_cast<int64_t>(b) % kSplit;
@@ -49,6 +57,11 @@ class LatencyHistogram {
 
  private:
   static constexpr int64_t kSplit = 512;
+  void Flush() {
+    if (run_count_ == 0) return;
+    buckets_[static_cast<size_t>(run_bucket_)] += run_count_;
+    run_count_ = 0;
+  }
   static int64_t Bucket(double seconds) {
     const double x = std::clamp(seconds, kMin, kMax) / kMin;  // [1, 2^44]
     uint64_t bits;
@@ -58,7 +71,8 @@ class LatencyHistogram {
     return e * kSplit + f;
   }
 
-  std::vector<int64_t> buckets_;
+  std::vector<int64_t> buckets_;  // Allocated by the first Add.
+  int64_t run_bucket_ = -1, run_count_ = 0;  // The current run, not yet in buckets_.
   int64_t count_ = 0;
   double sum_ = 0, min_ = 0, max_ = 0;
 };

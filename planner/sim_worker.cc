@@ -13,9 +13,17 @@ SimWorker::SimWorker(Options options)
       blocks_(options_.num_blocks, options_.block_size, options_.enable_prefix_caching),
       scheduler_(SchedulerOptions{options_.max_num_seqs, options_.max_num_batched_tokens}, &blocks_) {
   PD_CHECK(options_.next_token != nullptr);
+  const int64_t bs = options_.block_size;
+  if ((bs & (bs - 1)) == 0) block_shift_ = __builtin_ctzll(static_cast<uint64_t>(bs));
 }
 
 SimWorker::~SimWorker() = default;
+
+inline bool SimWorker::Append(Sequence* seq, int32_t token) {
+  seq->tokens.push_back(token);
+  if (seq->num_generated() >= seq->params.max_tokens) return true;
+  return static_cast<int64_t>(seq->tokens.size()) >= options_.max_model_len;
+}
 
 Sequence* SimWorker::NewSequence(int64_t request, std::vector<int32_t> prompt,
                                  int64_t output_tokens) {
@@ -121,11 +129,6 @@ void SimWorker::Publish(Sequence* seq) {
                   {});
 }
 
-bool SimWorker::Append(Sequence* seq, int32_t token) {
-  seq->tokens.push_back(token);
-  if (seq->num_generated() >= seq->params.max_tokens) return true;
-  return static_cast<int64_t>(seq->tokens.size()) >= options_.max_model_len;
-}
 
 void SimWorker::Finish(Sequence* seq) {
   auto h = hold_.find(seq->id);
@@ -143,11 +146,15 @@ void SimWorker::EndStep(std::vector<Emitted>* out) {
   const int64_t bs = options_.block_size;
   for (const ScheduledChunk& chunk : schedule_.chunks) {
     Sequence* seq = chunk.seq;
-    const int64_t before = seq->num_computed / bs;
+    const int64_t before = seq->num_computed;
     seq->num_computed += chunk.num_tokens;
     // The engine publishes after every step; only a step that fills a block publishes anything
     // (BlockManager::Publish starts where the last one ended), so the others are skipped here.
-    if (seq->num_computed / bs > before) Publish(seq);
+    // (Block sizes are powers of two in practice: a shift, where two 64-bit divisions were half
+    // of this loop.)
+    const bool fills = block_shift_ >= 0 ? (seq->num_computed >> block_shift_) > (before >> block_shift_)
+                                         : seq->num_computed / bs > before / bs;
+    if (fills) Publish(seq);
   }
   for (Sequence* seq : sampled_) {
     // Filled in place (a copy of a half-written Emitted stalled on store forwarding).

@@ -100,6 +100,7 @@ class SimWorker {
   Scheduler scheduler_;
   absl::flat_hash_map<int64_t, std::unique_ptr<Sequence>> seqs_;
   absl::flat_hash_map<int64_t, bool> hold_;  // Requests added with hold_after_finish.
+  int block_shift_ = -1;  // log2(block_size) when it is a power of two.
   SeqId next_seq_id_ = 1;
   SchedulerOutput schedule_;
   std::vector<Sequence*> sampled_;  // This step's sequences whose last chunk runs.

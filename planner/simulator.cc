@@ -451,6 +451,11 @@ class Cluster {
     emitted_.clear();
     w.engine->EndStep(&emitted_);
     Touch(w);
+    // Each token looks its request up among every request in flight (thousands when a queue
+    // builds): fetch their entries first, so that the misses overlap instead of queueing.
+    if (!prefill_tier) {
+      for (const SimWorker::Emitted& e : emitted_) flights_.prefetch(e.request);
+    }
     for (const SimWorker::Emitted& e : emitted_) {
       if (prefill_tier) {
         // The prompt is computed and its first token sampled: the transfer ends once the last

@@ -32,7 +32,7 @@ void Scheduler::Schedule(SchedulerOutput* out) {
     const int64_t n = std::min(seq->num_uncomputed(), budget);
     PD_CHECK(n > 0);
     bool self_preempted = false;
-    while (!blocks_->Reserve(seq->id, seq->num_computed + n).ok()) {
+    while (!blocks_->Reserve(seq->id, seq->num_computed + n, &seq->kv_slot).ok()) {
       Sequence* victim = running_.back();
       running_.pop_back();
       Preempt(victim);
@@ -55,7 +55,7 @@ void Scheduler::Schedule(SchedulerOutput* out) {
     if (seq->draft.empty()) continue;
     const int64_t k = std::min<int64_t>(static_cast<int64_t>(seq->draft.size()), budget);
     if (out->preempted.empty() && c.num_tokens == 1 && seq->num_uncomputed() == 1 && k > 0 &&
-        blocks_->Reserve(seq->id, seq->num_computed + 1 + k).ok()) {
+        blocks_->Reserve(seq->id, seq->num_computed + 1 + k, &seq->kv_slot).ok()) {
       seq->draft.resize(static_cast<size_t>(k));
       c.num_tokens += k;
       budget -= k;
@@ -92,7 +92,7 @@ bool Scheduler::Admit(Sequence* seq, int64_t budget, SchedulerOutput* out) {
   const int64_t len = static_cast<int64_t>(seq->tokens.size());
   if (blocks_->Has(seq->id)) {  // Prefilled elsewhere: its blocks are reserved already.
     const int64_t n = std::min(seq->num_uncomputed(), budget);
-    if (n <= 0 || !blocks_->Reserve(seq->id, seq->num_computed + n).ok()) return false;
+    if (n <= 0 || !blocks_->Reserve(seq->id, seq->num_computed + n, &seq->kv_slot).ok()) return false;
     out->chunks.push_back({seq, n});
     return true;
   }

@@ -12,15 +12,30 @@ namespace pdserve {
 std::string BlockHash::ToHex() const { return absl::StrFormat("%016x%016x", hi, lo); }
 
 BlockHash HashBlock(const BlockHash& parent, absl::Span<const int32_t> tokens) {
-  XXH3_state_t state;
-  XXH3_128bits_reset(&state);
-  uint8_t head[16];
-  std::memcpy(head, &parent.lo, 8);
-  std::memcpy(head + 8, &parent.hi, 8);
-  XXH3_128bits_update(&state, head, sizeof(head));
-  // x86-64 and aarch64 are little-endian, so the ids' bytes are already in the scheme's order.
-  XXH3_128bits_update(&state, tokens.data(), tokens.size() * sizeof(int32_t));
-  const XXH128_hash_t h = XXH3_128bits_digest(&state);
+  // The hashed bytes are the parent's 16 (lo, then hi) followed by the token ids' (x86-64 and
+  // aarch64 are little-endian, so the ids' bytes are already in the scheme's order). A block of
+  // up to 64 tokens is hashed in one call over a copy on the stack: the same bytes, so the same
+  // hash as the streaming API, which costs several times more on an 80-byte input (it was 5% of
+  // a decode-heavy simulation).
+  constexpr size_t kHead = 16;
+  const size_t body = tokens.size() * sizeof(int32_t);
+  XXH128_hash_t h;
+  if (body <= 64 * sizeof(int32_t)) {
+    alignas(16) uint8_t bytes[kHead + 64 * sizeof(int32_t)];
+    std::memcpy(bytes, &parent.lo, 8);
+    std::memcpy(bytes + 8, &parent.hi, 8);
+    if (body > 0) std::memcpy(bytes + kHead, tokens.data(), body);
+    h = XXH3_128bits(bytes, kHead + body);
+  } else {
+    XXH3_state_t state;
+    XXH3_128bits_reset(&state);
+    uint8_t head[kHead];
+    std::memcpy(head, &parent.lo, 8);
+    std::memcpy(head + 8, &parent.hi, 8);
+    XXH3_128bits_update(&state, head, sizeof(head));
+    XXH3_128bits_update(&state, tokens.data(), body);
+    h = XXH3_128bits_digest(&state);
+  }
   return BlockHash{h.low64, h.high64};
 }
 

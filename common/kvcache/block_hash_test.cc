@@ -1,5 +1,10 @@
 #include "common/kvcache/block_hash.h"
 
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include <cstring>
+
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -30,6 +35,24 @@ TEST(BlockHashTest, IncrementalEqualsOneShot) {
   std::vector<BlockHash> once;
   ExtendBlockHashes(t, 3, &once);
   EXPECT_EQ(inc, once);
+}
+
+// HashBlock hashes small blocks in one call over a copy and large ones with the streaming API: both
+// equal XXH3-128 streamed over the scheme's bytes (the parent's lo then hi, then the ids), here
+// computed independently, for every block size either side of the switch.
+TEST(BlockHashTest, EqualsXxh3OverTheSchemesBytesAtEverySize) {
+  const BlockHash parent{0x0123456789abcdefull, 0xfedcba9876543210ull};
+  std::vector<int32_t> tokens;
+  for (int n = 0; n <= 130; ++n) {
+    XXH3_state_t state;
+    XXH3_128bits_reset(&state);
+    XXH3_128bits_update(&state, &parent.lo, 8);
+    XXH3_128bits_update(&state, &parent.hi, 8);
+    for (int32_t t : tokens) XXH3_128bits_update(&state, &t, 4);
+    const XXH128_hash_t want = XXH3_128bits_digest(&state);
+    EXPECT_EQ(HashBlock(parent, tokens), (BlockHash{want.low64, want.high64})) << n << " tokens";
+    tokens.push_back(n * 2654435761u % 151936 - (n % 5 == 0 ? 200000 : 0));  // Negative ids too.
+  }
 }
 
 }  // namespace

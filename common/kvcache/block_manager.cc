@@ -46,10 +46,41 @@ absl::StatusOr<BlockManager::AdmitPlan> BlockManager::PlanAdmit(
   return plan;
 }
 
+BlockManager::SeqBlocks* BlockManager::Find(SeqId seq) {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? nullptr : &slots_[static_cast<size_t>(it->second)];
+}
+
+const BlockManager::SeqBlocks* BlockManager::Find(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? nullptr : &slots_[static_cast<size_t>(it->second)];
+}
+
+void BlockManager::Erase(SeqId seq) {
+  auto it = seqs_.find(seq);
+  SeqBlocks& s = slots_[static_cast<size_t>(it->second)];
+  s.live = false;
+  s.table.clear();  // Keeps its capacity for the slot's next sequence.
+  s.published = 0;
+  free_slots_.push_back(it->second);
+  seqs_.erase(it);
+}
+
 void BlockManager::CommitAdmit(SeqId seq, const AdmitPlan& plan, int64_t max_tokens) {
-  auto [it, inserted] = seqs_.try_emplace(seq);
+  int32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<int32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  const bool inserted = seqs_.try_emplace(seq, slot).second;
+  if (!inserted) free_slots_.push_back(slot);
   PD_CHECK_MSG(inserted, "CommitAdmit: sequence already has blocks");
-  SeqBlocks& s = it->second;
+  SeqBlocks& s = slots_[static_cast<size_t>(slot)];
+  s.owner = seq;
+  s.live = true;
   s.table.reserve(std::max<size_t>(plan.cached_blocks.size() + plan.num_new_blocks,
                                    static_cast<size_t>((max_tokens + block_size_ - 1) / block_size_)));
   for (BlockId b : plan.cached_blocks) {
@@ -73,30 +104,41 @@ int64_t BlockManager::BlocksBeyond(int64_t have, int64_t num_tokens) const {
 }
 
 int64_t BlockManager::BlocksNeeded(SeqId seq, int64_t num_tokens) const {
-  auto it = seqs_.find(seq);
-  return BlocksBeyond(it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.table.size()), num_tokens);
+  const SeqBlocks* s = Find(seq);
+  return BlocksBeyond(s == nullptr ? 0 : static_cast<int64_t>(s->table.size()), num_tokens);
 }
 
-absl::Status BlockManager::Reserve(SeqId seq, int64_t num_tokens) {
-  auto it = seqs_.find(seq);
-  PD_CHECK_MSG(it != seqs_.end(), "Reserve: unknown sequence");
-  // Called for every running sequence every step: one lookup, and most steps need no block.
-  const int64_t need = BlocksBeyond(static_cast<int64_t>(it->second.table.size()), num_tokens);
-  if (need == 0) return absl::OkStatus();
+absl::Status BlockManager::Reserve(SeqId seq, int64_t num_tokens, int32_t* slot_hint) {
+  // Called for every running sequence every step, and most steps need no block: with a hint
+  // that still names this sequence's slot, no lookup at all.
+  SeqBlocks* s = nullptr;
+  if (slot_hint != nullptr && *slot_hint >= 0 && static_cast<size_t>(*slot_hint) < slots_.size()) {
+    SeqBlocks& hinted = slots_[static_cast<size_t>(*slot_hint)];
+    if (hinted.live && hinted.owner == seq) s = &hinted;
+  }
+  if (s == nullptr) {
+    auto it = seqs_.find(seq);
+    PD_CHECK_MSG(it != seqs_.end(), "Reserve: unknown sequence");
+    if (slot_hint != nullptr) *slot_hint = it->second;
+    s = &slots_[static_cast<size_t>(it->second)];
+  }
+  const int64_t have = static_cast<int64_t>(s->table.size());
+  if (num_tokens <= have * block_size_) return absl::OkStatus();  // No division on this path.
+  const int64_t need = BlocksBeyond(have, num_tokens);
   if (need > NumAvailableBlocks()) {
     return absl::ResourceExhaustedError(
         Str("KV cache: ", need, " blocks needed, ", NumAvailableBlocks(), " available"));
   }
-  for (int64_t i = 0; i < need; ++i) it->second.table.push_back(TakeBlock());
+  for (int64_t i = 0; i < need; ++i) s->table.push_back(TakeBlock());
   return absl::OkStatus();
 }
 
 void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes,
                            absl::Span<const int32_t> tokens) {
   if (!prefix_caching_) return;
-  auto it = seqs_.find(seq);
-  PD_CHECK_MSG(it != seqs_.end(), "Publish: unknown sequence");
-  SeqBlocks& s = it->second;
+  SeqBlocks* found = Find(seq);
+  PD_CHECK_MSG(found != nullptr, "Publish: unknown sequence");
+  SeqBlocks& s = *found;
   const int64_t n = std::min<int64_t>(hashes.size(), s.table.size());
   for (int64_t i = s.published; i < n; ++i) {
     BlockMeta& m = blocks_[s.table[i]];
@@ -119,17 +161,16 @@ void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes,
 }
 
 void BlockManager::Free(SeqId seq) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return;
-  const std::vector<BlockId>& table = it->second.table;
-  for (auto b = table.rbegin(); b != table.rend(); ++b) Release(*b);
-  seqs_.erase(it);
+  const SeqBlocks* s = Find(seq);
+  if (s == nullptr) return;
+  for (auto b = s->table.rbegin(); b != s->table.rend(); ++b) Release(*b);
+  Erase(seq);
 }
 
 void BlockManager::Truncate(SeqId seq, int64_t num_tokens) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return;
-  SeqBlocks& s = it->second;
+  SeqBlocks* found = Find(seq);
+  if (found == nullptr) return;
+  SeqBlocks& s = *found;
   const int64_t keep = std::max<int64_t>((num_tokens + block_size_ - 1) / block_size_, s.published);
   while (static_cast<int64_t>(s.table.size()) > keep) {
     Release(s.table.back());
@@ -138,9 +179,9 @@ void BlockManager::Truncate(SeqId seq, int64_t num_tokens) {
 }
 
 absl::Span<const BlockId> BlockManager::BlockTable(SeqId seq) const {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return {};
-  return it->second.table;
+  const SeqBlocks* s = Find(seq);
+  if (s == nullptr) return {};
+  return s->table;
 }
 
 KvCacheStats BlockManager::Stats() const {
@@ -171,6 +212,14 @@ BlockId BlockManager::TakeBlock() {
     if (events_on_) events_.push_back({KvEvent::Type::kRemoved, m.hash, {}, {}});
     m.hashed = false;
     ++evictions_;
+    // With a full pool every new block evicts one, and the victim's index entry and the next
+    // victim's neighbour are cache misses: fetch the next eviction's now (the new oldest block's
+    // metadata is in cache, LruRemove just wrote it).
+    if (lru_oldest_ >= 0) {
+      const BlockMeta& next = blocks_[lru_oldest_];
+      index_.prefetch(next.hash);
+      if (next.lru_next >= 0) __builtin_prefetch(&blocks_[next.lru_next]);
+    }
   }
   blocks_[b].ref = 1;
   return b;
@@ -218,7 +267,15 @@ std::vector<BlockHash> BlockManager::IndexedHashes() const {
 
 absl::Status BlockManager::CheckInvariants() const {
   std::vector<int32_t> refs(num_blocks_, 0);
-  for (const auto& [seq, s] : seqs_) {
+  int64_t live_slots = 0;
+  for (const SeqBlocks& s : slots_) live_slots += s.live ? 1 : 0;
+  if (live_slots != static_cast<int64_t>(seqs_.size()) ||
+      live_slots + static_cast<int64_t>(free_slots_.size()) != static_cast<int64_t>(slots_.size())) {
+    return absl::InternalError("sequence slots disagree with the sequence index");
+  }
+  for (const auto& [seq, slot] : seqs_) {
+    const SeqBlocks& s = slots_[static_cast<size_t>(slot)];
+    if (!s.live || s.owner != seq) return absl::InternalError(Str("seq ", seq, ": slot ", slot, " not its own"));
     for (BlockId b : s.table) {
       if (b < 0 || b >= num_blocks_) return absl::InternalError(Str("seq ", seq, ": bad block ", b));
       ++refs[b];

@@ -81,8 +81,11 @@ class BlockManager {
   void CommitAdmit(SeqId seq, const AdmitPlan& plan, int64_t max_tokens = 0);
 
   // Grows `seq`'s block table to hold `num_tokens`. ResourceExhausted, with nothing changed, when
-  // there are not enough free + evictable blocks.
-  absl::Status Reserve(SeqId seq, int64_t num_tokens);
+  // there are not enough free + evictable blocks. `slot_hint` (optional, the caller's per-sequence
+  // int initialised to -1): where the sequence's table was last found, so that the scheduler's
+  // call for every running sequence every step skips the hash lookup. A stale hint is detected
+  // (each slot records its owner) and replaced, never trusted.
+  absl::Status Reserve(SeqId seq, int64_t num_tokens, int32_t* slot_hint = nullptr);
   // Number of blocks Reserve would need to take.
   int64_t BlocksNeeded(SeqId seq, int64_t num_tokens) const;
 
@@ -127,10 +130,17 @@ class BlockManager {
     BlockId lru_next = -1;
   };
   struct SeqBlocks {
-    std::vector<BlockId> table;
+    SeqId owner = 0;
+    bool live = false;
     int64_t published = 0;  // Leading blocks already offered to the prefix index.
+    std::vector<BlockId> table;
   };
 
+  // The live table of `seq`, or null.
+  SeqBlocks* Find(SeqId seq);
+  const SeqBlocks* Find(SeqId seq) const;
+  // Erases `seq`'s table; its slot is reused.
+  void Erase(SeqId seq);
   // Blocks a table of `have` blocks lacks to hold `num_tokens`.
   int64_t BlocksBeyond(int64_t have, int64_t num_tokens) const;
   BlockId TakeBlock();  // From the free list, else evicts the oldest cached block.
@@ -148,7 +158,10 @@ class BlockManager {
   BlockId lru_oldest_ = -1;
   BlockId lru_newest_ = -1;
   absl::flat_hash_map<BlockHash, BlockId> index_;
-  absl::flat_hash_map<SeqId, SeqBlocks> seqs_;
+  // Sequences' tables live in slots (reused, so they stay few and warm); seqs_ finds a slot.
+  std::vector<SeqBlocks> slots_;
+  std::vector<int32_t> free_slots_;
+  absl::flat_hash_map<SeqId, int32_t> seqs_;
   bool events_on_ = false;
   std::vector<KvEvent> events_;
   int64_t prefix_query_tokens_ = 0;

@@ -37,6 +37,45 @@ TEST(BlockManagerTest, AdmitReserveFree) {
   EXPECT_TRUE(bm.CheckInvariants().ok());
 }
 
+// The scheduler's slot hint: learned on the first call, used after, and a hint gone stale (its
+// slot freed, then taken by another sequence; out of range; garbage) is never trusted: the call
+// grows the named sequence's table and nothing else's.
+TEST(BlockManagerTest, ReserveSlotHintSurvivesSlotReuse) {
+  BlockManager bm(32, 4, true);
+  bm.CommitAdmit(1, *bm.PlanAdmit({}, 0, 4, 4));
+  bm.CommitAdmit(2, *bm.PlanAdmit({}, 0, 4, 4));
+  int32_t hint1 = -1, hint2 = -1;
+  ASSERT_TRUE(bm.Reserve(1, 5, &hint1).ok());
+  ASSERT_TRUE(bm.Reserve(2, 5, &hint2).ok());
+  EXPECT_GE(hint1, 0);
+  EXPECT_NE(hint1, hint2);
+  ASSERT_TRUE(bm.Reserve(1, 9, &hint1).ok());
+  EXPECT_EQ(bm.BlockTable(1).size(), 3u);
+  // Sequence 1 leaves; 3 takes its slot. Reserving for 1's old hint on behalf of 3 and of 2
+  // must grow 3's and 2's tables, not each other's.
+  bm.Free(1);
+  bm.CommitAdmit(3, *bm.PlanAdmit({}, 0, 4, 4));
+  int32_t stale = hint1;
+  ASSERT_TRUE(bm.Reserve(3, 13, &stale).ok());
+  EXPECT_EQ(bm.BlockTable(3).size(), 4u);
+  int32_t wrong = stale;  // Names 3's slot.
+  ASSERT_TRUE(bm.Reserve(2, 13, &wrong).ok());
+  EXPECT_EQ(bm.BlockTable(2).size(), 4u);
+  EXPECT_EQ(bm.BlockTable(3).size(), 4u);
+  EXPECT_EQ(wrong, hint2);
+  for (int32_t garbage : {-7, 1000, 1 << 30}) {
+    int32_t h = garbage;
+    ASSERT_TRUE(bm.Reserve(2, 17, &h).ok());
+    EXPECT_EQ(h, hint2);
+  }
+  EXPECT_EQ(bm.BlockTable(2).size(), 5u);
+  EXPECT_TRUE(bm.CheckInvariants().ok()) << bm.CheckInvariants();
+  bm.Free(2);
+  bm.Free(3);
+  EXPECT_EQ(bm.Stats().free_blocks, 32);
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+}
+
 TEST(BlockManagerTest, PrefixReuseSharesBlocksAndCountsHits) {
   BlockManager bm(10, 4, true);
   const auto prompt = Tokens(10, 100);  // 2 full blocks + 2 tokens.
