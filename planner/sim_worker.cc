@@ -11,13 +11,22 @@ namespace pdserve {
 SimWorker::SimWorker(Options options)
     : options_(std::move(options)),
       blocks_(options_.num_blocks, options_.block_size, options_.enable_prefix_caching),
-      scheduler_(SchedulerOptions{options_.max_num_seqs, options_.max_num_batched_tokens}, &blocks_) {
+      scheduler_(SchedulerOptions{options_.max_num_seqs, options_.max_num_batched_tokens, /*drafts=*/false},
+                 &blocks_) {
   PD_CHECK(options_.next_token != nullptr);
   const int64_t bs = options_.block_size;
   if ((bs & (bs - 1)) == 0) block_shift_ = __builtin_ctzll(static_cast<uint64_t>(bs));
 }
 
 SimWorker::~SimWorker() = default;
+
+void SimWorker::ReserveOutput(Sequence* seq) const {
+  constexpr int64_t kReservedOutputTokens = 4096;  // As LLMEngine::NewSequence.
+  const int64_t most = std::min<int64_t>(
+      seq->num_prompt_tokens + std::min<int64_t>(seq->params.max_tokens, kReservedOutputTokens),
+      options_.max_model_len);
+  seq->tokens.reserve(static_cast<size_t>(std::max<int64_t>(most, seq->num_prompt_tokens)));
+}
 
 inline bool SimWorker::Append(Sequence* seq, int32_t token) {
   seq->tokens.push_back(token);
@@ -33,12 +42,11 @@ Sequence* SimWorker::NewSequence(int64_t request, std::vector<int32_t> prompt,
   seq->num_prompt_tokens = static_cast<int64_t>(prompt.size());
   seq->params.max_tokens = static_cast<int32_t>(output_tokens);
   seq->tokens = std::move(prompt);
-  // As LLMEngine::NewSequence: the capacity sizes the block table CommitAdmit reserves.
-  constexpr int64_t kReservedOutputTokens = 4096;
-  const int64_t most = std::min<int64_t>(
-      seq->num_prompt_tokens + std::min<int64_t>(output_tokens, kReservedOutputTokens),
-      options_.max_model_len);
-  seq->tokens.reserve(static_cast<size_t>(std::max<int64_t>(most, seq->num_prompt_tokens)));
+  // LLMEngine::NewSequence reserves the output's room here; the simulator does it with the first
+  // token (ReserveOutput): a request queued behind a full batch (thousands, in an overloaded
+  // simulation) then holds only its prompt, and each arrival no longer takes fresh memory (page
+  // faults were a tenth of a simulated step). Only where the memory is taken differs: the
+  // block table's capacity is not a scheduling decision.
   Sequence* raw = seq.get();
   auto [it, inserted] = seqs_.emplace(request, std::move(seq));
   PD_CHECK_MSG(inserted, "a request id is already on this simulated worker");
@@ -82,6 +90,7 @@ SimWorker::Emitted SimWorker::CompleteRemote(int64_t request, int32_t first_toke
   blocks_.Publish(seq->id, seq->block_hashes, {});
   seq->num_cached_prompt_tokens = std::clamp<int64_t>(prefill_cached_tokens, 0, seq->num_prompt_tokens);
   Emitted e{request, first_token, true, false, seq->num_cached_prompt_tokens};
+  ReserveOutput(seq);
   e.finished = Append(seq, first_token);
   if (e.finished) {
     Finish(seq);
@@ -154,8 +163,16 @@ void SimWorker::EndStep(std::vector<Emitted>* out) {
     // of this loop.)
     const bool fills = block_shift_ >= 0 ? (seq->num_computed >> block_shift_) > (before >> block_shift_)
                                          : seq->num_computed / bs > before / bs;
-    if (fills) Publish(seq);
+    if (fills) {
+      ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+      // Each new block's index entry is a cache miss in a large pool: ask for them all now and
+      // publish once they are on their way.
+      if (!seq->block_hashes.empty()) blocks_.PrefetchIndex(seq->block_hashes.back());
+      publish_.push_back(seq);
+    }
   }
+  for (Sequence* seq : publish_) Publish(seq);
+  publish_.clear();
   for (Sequence* seq : sampled_) {
     // Filled in place (a copy of a half-written Emitted stalled on store forwarding).
     Emitted& e = out->emplace_back();
@@ -163,7 +180,10 @@ void SimWorker::EndStep(std::vector<Emitted>* out) {
     const int64_t position = seq->num_generated();
     e.token = options_.next_token(e.request, position);
     e.first = position == 0;
-    e.cached_prompt_tokens = seq->num_cached_prompt_tokens;
+    if (e.first) {
+      e.cached_prompt_tokens = seq->num_cached_prompt_tokens;
+      ReserveOutput(seq);
+    }
     e.finished = Append(seq, e.token);
     if (e.finished) Finish(seq);  // Destroys seq unless held.
   }

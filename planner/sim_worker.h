@@ -48,7 +48,7 @@ class SimWorker {
     int32_t token = 0;
     bool first = false;       // Its first generated token.
     bool finished = false;    // Its last: removed (or held, see Add).
-    int64_t cached_prompt_tokens = 0;  // Prompt tokens its first admission found cached.
+    int64_t cached_prompt_tokens = 0;  // first: prompt tokens its first admission found cached.
   };
 
   explicit SimWorker(Options options);
@@ -91,6 +91,8 @@ class SimWorker {
  private:
   Sequence* NewSequence(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens);
   void Publish(Sequence* seq);
+  // Gives seq->tokens room for its output (before its first token).
+  void ReserveOutput(Sequence* seq) const;
   // Appends the next token; true when the request ends with it.
   bool Append(Sequence* seq, int32_t token);
   void Finish(Sequence* seq);
@@ -104,6 +106,7 @@ class SimWorker {
   SeqId next_seq_id_ = 1;
   SchedulerOutput schedule_;
   std::vector<Sequence*> sampled_;  // This step's sequences whose last chunk runs.
+  std::vector<Sequence*> publish_;  // EndStep: this step's sequences that filled a block.
 };
 
 }  // namespace pdserve

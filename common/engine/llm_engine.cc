@@ -145,7 +145,8 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
                                               options.enable_prefix_caching);
   e->blocks_->EnableEvents(options.enable_kv_events);
   e->scheduler_ = std::make_unique<Scheduler>(
-      SchedulerOptions{options.max_num_seqs, options.max_num_batched_tokens}, e->blocks_.get());
+      SchedulerOptions{options.max_num_seqs, options.max_num_batched_tokens, options.speculative.enabled()},
+      e->blocks_.get());
   ModelRunnerOptions ro;
   ro.threads = options.threads;
   ro.max_batch_tokens = options.max_num_batched_tokens;

@@ -50,20 +50,7 @@ void Scheduler::Schedule(SchedulerOutput* out) {
 
   // Speculative tokens ride on the decode steps once every running sequence has its token, where
   // the budget and free blocks allow: a draft never preempts anyone.
-  for (ScheduledChunk& c : out->chunks) {
-    Sequence* seq = c.seq;
-    if (seq->draft.empty()) continue;
-    const int64_t k = std::min<int64_t>(static_cast<int64_t>(seq->draft.size()), budget);
-    if (out->preempted.empty() && c.num_tokens == 1 && seq->num_uncomputed() == 1 && k > 0 &&
-        blocks_->Reserve(seq->id, seq->num_computed + 1 + k, &seq->kv_slot).ok()) {
-      seq->draft.resize(static_cast<size_t>(k));
-      c.num_tokens += k;
-      budget -= k;
-    } else {
-      seq->draft.clear();
-    }
-  }
-  for (size_t i = out->chunks.size(); i < running_.size(); ++i) running_[i]->draft.clear();
+  if (options_.drafts) ScheduleDrafts(budget, out);
   if (!out->preempted.empty()) {
     for (const ScheduledChunk& c : out->chunks) out->num_tokens += c.num_tokens;
     return;
@@ -84,6 +71,23 @@ void Scheduler::Schedule(SchedulerOutput* out) {
     budget -= out->chunks.back().num_tokens;
   }
   for (const ScheduledChunk& c : out->chunks) out->num_tokens += c.num_tokens;
+}
+
+void Scheduler::ScheduleDrafts(int64_t& budget, SchedulerOutput* out) {
+  for (ScheduledChunk& c : out->chunks) {
+    Sequence* seq = c.seq;
+    if (seq->draft.empty()) continue;
+    const int64_t k = std::min<int64_t>(static_cast<int64_t>(seq->draft.size()), budget);
+    if (out->preempted.empty() && c.num_tokens == 1 && seq->num_uncomputed() == 1 && k > 0 &&
+        blocks_->Reserve(seq->id, seq->num_computed + 1 + k, &seq->kv_slot).ok()) {
+      seq->draft.resize(static_cast<size_t>(k));
+      c.num_tokens += k;
+      budget -= k;
+    } else {
+      seq->draft.clear();
+    }
+  }
+  for (size_t i = out->chunks.size(); i < running_.size(); ++i) running_[i]->draft.clear();
 }
 
 bool Scheduler::Admit(Sequence* seq, int64_t budget, SchedulerOutput* out) {

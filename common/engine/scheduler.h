@@ -25,6 +25,9 @@ namespace pdserve {
 struct SchedulerOptions {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
+  // False: no sequence ever carries a draft (speculative decoding off), so Schedule skips its
+  // pass over the drafts (a cache line per running sequence per step).
+  bool drafts = true;
 };
 
 struct ScheduledChunk {
@@ -60,6 +63,8 @@ class Scheduler {
 
  private:
   void Preempt(Sequence* seq);
+  // Extends decode chunks by their sequences' drafts where budget and blocks allow; drops the rest.
+  void ScheduleDrafts(int64_t& budget, SchedulerOutput* out);
   bool Admit(Sequence* seq, int64_t budget, SchedulerOutput* out);
   // Frees blocks of waiting sequences (newest first, the head last) until `head` is admitted.
   bool ReleaseWaitingHolders(Sequence* head, int64_t budget, SchedulerOutput* out);

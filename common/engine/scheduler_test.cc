@@ -101,5 +101,23 @@ TEST(SchedulerTest, RespectsMaxNumSeqs) {
   EXPECT_EQ(sched.num_waiting(), 1);
 }
 
+// What the scheduler and a step's bookkeeping read for every running sequence every step sits in
+// the Sequence's first two cache lines (at batch 256 the step's cost is mostly misses on them).
+TEST(SchedulerTest, PerStepFieldsInTheFirstTwoCacheLines) {
+  Sequence s;
+  const auto* base = reinterpret_cast<const char*>(&s);
+  auto end_of = [&](const auto& field) {
+    return reinterpret_cast<const char*>(&field) - base + static_cast<std::ptrdiff_t>(sizeof(field));
+  };
+  EXPECT_LE(end_of(s.id), 64);
+  EXPECT_LE(end_of(s.tokens), 64);
+  EXPECT_LE(end_of(s.num_prompt_tokens), 64);
+  EXPECT_LE(end_of(s.num_computed), 64);
+  EXPECT_LE(end_of(s.kv_slot), 64);
+  EXPECT_LE(end_of(s.num_cached_prompt_tokens), 64);
+  EXPECT_LE(end_of(s.draft), 128);
+  EXPECT_LE(end_of(s.params.max_tokens), 128);
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -21,23 +21,24 @@ namespace pdserve {
 using Clock = std::chrono::steady_clock;
 
 struct Sequence {
-  // What the scheduler reads for every running sequence every step comes first (two cache
-  // lines for a batch of 256 instead of five; the simulator's step cost is mostly this).
+  // What the scheduler and the step's bookkeeping read for every running sequence every step
+  // comes first, in two cache lines (the simulator's step cost at batch 256 is mostly cache
+  // misses on these; a test in scheduler_test.cc keeps them there).
   SeqId id = 0;
   std::vector<int32_t> tokens;  // Prompt, then generated tokens.
   int64_t num_prompt_tokens = 0;
   int64_t num_computed = 0;     // Tokens whose KV is in the pool.
   int32_t kv_slot = -1;         // BlockManager::Reserve's hint (where its block table was).
+  int64_t num_cached_prompt_tokens = 0;  // Prefix-cache hits at first admission (usage).
   // Speculative decoding: tokens proposed to follow tokens.back(), verified by the next step
   // (the scheduler trims or drops them to fit; empty unless the sequence is decoding).
   std::vector<int32_t> draft;
-  int64_t num_cached_prompt_tokens = 0;  // Prefix-cache hits at first admission (usage).
+  SamplingParams params;        // params.max_tokens first.
   bool admitted_before = false;
   bool held = false;  // Finished, blocks kept for a transfer still in flight.
   int64_t num_preemptions = 0;
   std::vector<BlockHash> block_hashes;  // Of the full blocks of `tokens`.
   std::string request_id;
-  SamplingParams params;
   SamplerState sampler;
   // The draft's step input (tokens.back() then the draft), and the request's acceptance so far.
   std::vector<int32_t> step_tokens;

@@ -108,9 +108,9 @@ int64_t BlockManager::BlocksNeeded(SeqId seq, int64_t num_tokens) const {
   return BlocksBeyond(s == nullptr ? 0 : static_cast<int64_t>(s->table.size()), num_tokens);
 }
 
-absl::Status BlockManager::Reserve(SeqId seq, int64_t num_tokens, int32_t* slot_hint) {
-  // Called for every running sequence every step, and most steps need no block: with a hint
-  // that still names this sequence's slot, no lookup at all.
+absl::Status BlockManager::ReserveSlow(SeqId seq, int64_t num_tokens, int32_t* slot_hint) {
+  // Reserve's inline part returned already when the hint named this sequence's slot and no block
+  // is needed; here the hint is checked again (it may name the slot of a sequence that needs one).
   SeqBlocks* s = nullptr;
   if (slot_hint != nullptr && *slot_hint >= 0 && static_cast<size_t>(*slot_hint) < slots_.size()) {
     SeqBlocks& hinted = slots_[static_cast<size_t>(*slot_hint)];

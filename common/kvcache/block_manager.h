@@ -85,7 +85,15 @@ class BlockManager {
   // int initialised to -1): where the sequence's table was last found, so that the scheduler's
   // call for every running sequence every step skips the hash lookup. A stale hint is detected
   // (each slot records its owner) and replaced, never trusted.
-  absl::Status Reserve(SeqId seq, int64_t num_tokens, int32_t* slot_hint = nullptr);
+  absl::Status Reserve(SeqId seq, int64_t num_tokens, int32_t* slot_hint = nullptr) {
+    if (slot_hint != nullptr && static_cast<size_t>(static_cast<uint32_t>(*slot_hint)) < slots_.size()) {
+      const SeqBlocks& s = slots_[static_cast<size_t>(*slot_hint)];
+      if (s.live && s.owner == seq && num_tokens <= static_cast<int64_t>(s.table.size()) * block_size_) {
+        return absl::OkStatus();  // The common case, inline: no lookup, no call.
+      }
+    }
+    return ReserveSlow(seq, num_tokens, slot_hint);
+  }
   // Number of blocks Reserve would need to take.
   int64_t BlocksNeeded(SeqId seq, int64_t num_tokens) const;
 
@@ -94,6 +102,9 @@ class BlockManager {
   // stored events.
   void Publish(SeqId seq, absl::Span<const BlockHash> hashes,
                absl::Span<const int32_t> tokens = {});
+
+  // A hint: the prefix index's entry for `hash` will be looked up soon (Publish, PlanAdmit).
+  void PrefetchIndex(const BlockHash& hash) const { index_.prefetch(hash); }
 
   // Releases `seq`'s blocks (last block first, so a prompt's tail is evicted before its head).
   void Free(SeqId seq);
@@ -129,13 +140,15 @@ class BlockManager {
     BlockId lru_prev = -1;
     BlockId lru_next = -1;
   };
-  struct SeqBlocks {
+  // One cache line each: Reserve's inline check reads owner, live and the table's size.
+  struct alignas(64) SeqBlocks {
     SeqId owner = 0;
+    std::vector<BlockId> table;
     bool live = false;
     int64_t published = 0;  // Leading blocks already offered to the prefix index.
-    std::vector<BlockId> table;
   };
 
+  absl::Status ReserveSlow(SeqId seq, int64_t num_tokens, int32_t* slot_hint);
   // The live table of `seq`, or null.
   SeqBlocks* Find(SeqId seq);
   const SeqBlocks* Find(SeqId seq) const;

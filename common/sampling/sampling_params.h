@@ -13,6 +13,9 @@
 namespace pdserve {
 
 struct SamplingParams {
+  // First: the engine checks it for every running sequence every step (Sequence keeps it in the
+  // same cache line as its other per-step fields).
+  int32_t max_tokens = 16;
   float temperature = 1.0f;   // 0: greedy.
   int32_t top_k = 0;          // 0 or -1: off.
   float top_p = 1.0f;         // (0, 1].
@@ -21,7 +24,6 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // [-2, 2]; output tokens.
   float presence_penalty = 0.0f;    // [-2, 2]; output tokens.
   std::optional<uint64_t> seed;     // Same seed, same tokens, whatever shares the batch.
-  int32_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t logprobs = 0;  // Top-N alternatives to report besides the chosen token; 0 none.
