@@ -11,10 +11,10 @@ BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_p
     : num_blocks_(num_blocks),
       block_size_(block_size),
       prefix_caching_(enable_prefix_caching),
-      blocks_(num_blocks) {
+      blocks_(num_blocks),
+      index_(num_blocks) {  // Never more entries than blocks.
   PD_CHECK(num_blocks > 0 && block_size > 0);
   free_list_.reserve(num_blocks);
-  index_.reserve(num_blocks);  // Never more entries than blocks: publishing never rehashes.
   // Lowest ids on top of the stack: allocation order is 0, 1, 2, ... on a fresh pool.
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<BlockId>(b));
   num_free_ = num_blocks;
@@ -29,10 +29,10 @@ absl::StatusOr<BlockManager::AdmitPlan> BlockManager::PlanAdmit(
   if (prefix_caching_) {
     const int64_t limit = std::min<int64_t>(max_cached_blocks, prefix_hashes.size());
     for (int64_t i = 0; i < limit; ++i) {
-      auto it = index_.find(prefix_hashes[i]);
-      if (it == index_.end()) break;
-      plan.cached_blocks.push_back(it->second);
-      if (blocks_[it->second].ref == 0) ++reused_evictable;
+      const BlockId b = Lookup(prefix_hashes[i]);
+      if (b < 0) break;
+      plan.cached_blocks.push_back(b);
+      if (blocks_[b].ref == 0) ++reused_evictable;
     }
   }
   plan.num_cached_tokens = static_cast<int64_t>(plan.cached_blocks.size()) * block_size_;
@@ -145,7 +145,8 @@ void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes,
     if (m.hashed) continue;  // A reused block: already in the index.
     // If another block already holds this prefix (computed concurrently), keep that one; ours
     // stays unhashed and returns to the free list when released.
-    if (index_.try_emplace(hashes[i], s.table[i]).second) {
+    if (Lookup(hashes[i]) < 0) {
+      index_.Insert(hashes[i].lo, s.table[i]);
       m.hashed = true;
       m.hash = hashes[i];
       if (events_on_) {
@@ -208,7 +209,7 @@ BlockId BlockManager::TakeBlock() {
     LruRemove(b);
     --num_cached_;
     BlockMeta& m = blocks_[b];
-    index_.erase(m.hash);
+    index_.Erase(m.hash.lo, b);
     if (events_on_) events_.push_back({KvEvent::Type::kRemoved, m.hash, {}, {}});
     m.hashed = false;
     ++evictions_;
@@ -217,7 +218,7 @@ BlockId BlockManager::TakeBlock() {
     // metadata is in cache, LruRemove just wrote it).
     if (lru_oldest_ >= 0) {
       const BlockMeta& next = blocks_[lru_oldest_];
-      index_.prefetch(next.hash);
+      index_.Prefetch(next.hash.lo);
       if (next.lru_next >= 0) __builtin_prefetch(&blocks_[next.lru_next]);
     }
   }
@@ -260,8 +261,8 @@ void BlockManager::DrainEvents(std::vector<KvEvent>* out) {
 
 std::vector<BlockHash> BlockManager::IndexedHashes() const {
   std::vector<BlockHash> out;
-  out.reserve(index_.size());
-  for (const auto& [hash, block] : index_) out.push_back(hash);
+  out.reserve(static_cast<size_t>(index_.size()));
+  index_.ForEach([&](uint64_t, BlockId b) { out.push_back(blocks_[static_cast<size_t>(b)].hash); });
   return out;
 }
 
@@ -309,17 +310,21 @@ absl::Status BlockManager::CheckInvariants() const {
     if (state[b] == 2 && !m.hashed) return absl::InternalError(Str("block ", b, " cached unhashed"));
     if (state[b] == 1 && m.hashed) return absl::InternalError(Str("block ", b, " free but hashed"));
     if (m.hashed) {
-      auto it = index_.find(m.hash);
-      if (it == index_.end() || it->second != b) {
+      if (Lookup(m.hash) != b) {
         return absl::InternalError(Str("block ", b, " hashed but not indexed"));
       }
     }
   }
-  for (const auto& [hash, b] : index_) {
-    if (!blocks_[b].hashed || blocks_[b].hash != hash) {
-      return absl::InternalError(Str("index entry for block ", b, " is stale"));
+  absl::Status stale = absl::OkStatus();
+  int64_t hashed = 0;
+  for (const BlockMeta& m : blocks_) hashed += m.hashed ? 1 : 0;
+  if (index_.size() != hashed) stale = absl::InternalError(Str("index holds ", index_.size(), " entries for ", hashed, " hashed blocks"));
+  index_.ForEach([&](uint64_t lo, BlockId b) {
+    if (stale.ok() && (b < 0 || b >= num_blocks_ || !blocks_[b].hashed || blocks_[b].hash.lo != lo)) {
+      stale = absl::InternalError(Str("index entry for block ", b, " is stale"));
     }
-  }
+  });
+  if (!stale.ok()) return stale;
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/kvcache/block_hash.h"
+#include "common/kvcache/block_hash_index.h"
 
 namespace pdserve {
 
@@ -104,7 +105,7 @@ class BlockManager {
                absl::Span<const int32_t> tokens = {});
 
   // A hint: the prefix index's entry for `hash` will be looked up soon (Publish, PlanAdmit).
-  void PrefetchIndex(const BlockHash& hash) const { index_.prefetch(hash); }
+  void PrefetchIndex(const BlockHash& hash) const { index_.Prefetch(hash.lo); }
 
   // Releases `seq`'s blocks (last block first, so a prompt's tail is evicted before its head).
   void Free(SeqId seq);
@@ -170,7 +171,12 @@ class BlockManager {
   int64_t num_cached_ = 0;
   BlockId lru_oldest_ = -1;
   BlockId lru_newest_ = -1;
-  absl::flat_hash_map<BlockHash, BlockId> index_;
+  // The index's block whose whole hash is `hash`, or -1.
+  BlockId Lookup(const BlockHash& hash) const {
+    return index_.Find(hash.lo, [&](BlockId b) { return blocks_[static_cast<size_t>(b)].hash == hash; });
+  }
+
+  BlockHashIndex index_;  // Published hash -> block (the hashed blocks, used or cached).
   // Sequences' tables live in slots (reused, so they stay few and warm); seqs_ finds a slot.
   std::vector<SeqBlocks> slots_;
   std::vector<int32_t> free_slots_;
