@@ -453,7 +453,13 @@ void LLMEngine::Draft(Sequence* seq) {
   // output, brought up to date here) and the worker's recent outputs; the likelier draft wins.
   constexpr int64_t kSuffixPromptTokens = 4096;
   if (seq->suffix == nullptr) {
-    seq->suffix = std::make_unique<SuffixTrie>(so.suffix_depth);
+    if (!spare_suffixes_.empty()) {
+      seq->suffix = std::move(spare_suffixes_.back());
+      spare_suffixes_.pop_back();
+      seq->suffix->Clear();
+    } else {
+      seq->suffix = std::make_unique<SuffixTrie>(so.suffix_depth);
+    }
     seq->suffix_indexed = std::max<int64_t>(0, seq->num_prompt_tokens - kSuffixPromptTokens);
     // Growing the index's tables as it fills costs more than what is indexed (each growth
     // copies them into fresh memory): room for the prompt and the first kSuffixOutputRoom
@@ -634,7 +640,14 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
     out.ttft_seconds = Seconds(seq->first_token - seq->arrival);
     if (reason) {
       SetFinished(*seq, *reason, &out);
-      if (recent_outputs_ != nullptr) RememberOutput(*seq);
+      // The worker's recent outputs feed drafts: while the ledger has paused drafting (it does
+      // not pay on this model and machine) they are not indexed either, and when it has not, the
+      // indexing is a cost of drafting like any other (the ledger weighs it).
+      if (recent_outputs_ != nullptr && !(options_.speculative.step_budget && draft_ledger_.pause() > 0)) {
+        const Clock::time_point remember_start = Clock::now();
+        RememberOutput(*seq);
+        draft_seconds_ += Seconds(Clock::now() - remember_start);
+      }
       Finish(seq);  // Destroys seq.
     }
     outputs->push_back(std::move(out));
@@ -735,6 +748,11 @@ void LLMEngine::SetFinished(const Sequence& seq, const std::string& reason,
 }
 
 void LLMEngine::Finish(Sequence* seq) {
+  // Its suffix index (if it drafted) goes to the next request that drafts; a few are kept.
+  constexpr size_t kMaxSpareSuffixes = 16;
+  if (seq->suffix != nullptr && spare_suffixes_.size() < kMaxSpareSuffixes) {
+    spare_suffixes_.push_back(std::move(seq->suffix));
+  }
   auto opt = options_by_request_.find(seq->request_id);
   if (opt != options_by_request_.end()) {
     const bool hold = opt->second.hold_blocks_after_finish;

@@ -251,6 +251,10 @@ class LLMEngine {
   std::vector<Sequence*> cold_masks_;  // Constrained rows whose mask the step must compute.
   // Suffix decoding: the outputs of this engine's recent requests, and a draft buffer.
   std::unique_ptr<SuffixTrie> recent_outputs_;
+  // Finished requests' suffix indexes, kept for the next requests' (a new index in fresh memory
+  // cost ~1 ms of page faults per request on a VM, a probe step after a paused stretch several
+  // plain steps: every request that started during the pause indexes its prompt then).
+  std::vector<std::unique_ptr<SuffixTrie>> spare_suffixes_;
   std::vector<int32_t> suffix_scratch_;
   StepCostModel step_cost_;  // Decode steps' time by rows (speculation's draft budget).
   DraftLedger draft_ledger_;  // Whether drafting pays as a whole (with the step budget).

@@ -122,6 +122,34 @@ TEST(SuffixTrieTest, ProposeFromACursorEqualsProposeOnAFixedIndex) {
   EXPECT_EQ(out, (std::vector<int32_t>{3}));
 }
 
+// An index cleared for reuse (the engine hands a finished request's to the next) keeps its
+// memory and forgets everything: it then drafts exactly what a fresh index of the same tokens
+// does, however full it was before.
+TEST(SuffixTrieTest, AClearedIndexDraftsAsAFreshOne) {
+  uint64_t x = 11;
+  const auto next = [&x](uint64_t n) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int32_t>((x >> 33) % n);
+  };
+  SuffixTrie reused(8);
+  for (int i = 0; i < 3000; ++i) reused.Append(next(9));  // Thousands of nodes, then cleared.
+  reused.Clear();
+  EXPECT_EQ(reused.num_nodes(), 1);
+  SuffixTrie fresh(8);
+  std::vector<int32_t> seq;
+  for (int i = 0; i < 300; ++i) {
+    seq.push_back(next(6));
+    reused.Append(seq.back());
+    fresh.Append(seq.back());
+    std::vector<int32_t> a, b;
+    const SuffixTrie::Draft da = reused.ProposeForCurrent(4, 0.2, &a);
+    const SuffixTrie::Draft db = fresh.ProposeForCurrent(4, 0.2, &b);
+    ASSERT_EQ(a, b) << i;
+    ASSERT_EQ(da.match_length, db.match_length) << i;
+    ASSERT_EQ(reused.num_nodes(), fresh.num_nodes()) << i;
+  }
+}
+
 TEST(SuffixTrieTest, SequencesDoNotJoinAndDepthBoundsTheIndex) {
   SuffixTrie t(3);
   t.Append({1, 2});

@@ -14,7 +14,9 @@ SuffixTrie::SuffixTrie(int32_t max_depth) : max_depth_(max_depth) {
 
 void SuffixTrie::Clear() {
   nodes_.assign(1, Node{});
-  children_.clear();
+  // absl's clear() frees a table of more than 127 slots; erasing keeps it, so an index cleared
+  // for reuse (LLMEngine recycles a finished request's for the next) fills memory already mapped.
+  children_.erase(children_.begin(), children_.end());
   active_.clear();
   ++generation_;
 }

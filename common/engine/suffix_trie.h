@@ -30,6 +30,7 @@ class SuffixTrie {
   }
   // The next Append starts a new sequence (no substring spans the boundary).
   void EndSequence();
+  // Empties the index; its memory stays allocated for what is appended next.
   void Clear();
   // Room for `tokens` more appended tokens without growing the index's tables on the way (a
   // prompt indexed at once: growing them is half of its cost).
