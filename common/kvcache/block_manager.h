@@ -155,6 +155,10 @@ class BlockManager {
   const SeqBlocks* Find(SeqId seq) const;
   // Erases `seq`'s table; its slot is reused.
   void Erase(SeqId seq);
+  // The index's block whose whole hash is `hash`, or -1.
+  BlockId Lookup(const BlockHash& hash) const {
+    return index_.Find(hash.lo, [&](BlockId b) { return blocks_[static_cast<size_t>(b)].hash == hash; });
+  }
   // Blocks a table of `have` blocks lacks to hold `num_tokens`.
   int64_t BlocksBeyond(int64_t have, int64_t num_tokens) const;
   BlockId TakeBlock();  // From the free list, else evicts the oldest cached block.
@@ -171,11 +175,6 @@ class BlockManager {
   int64_t num_cached_ = 0;
   BlockId lru_oldest_ = -1;
   BlockId lru_newest_ = -1;
-  // The index's block whose whole hash is `hash`, or -1.
-  BlockId Lookup(const BlockHash& hash) const {
-    return index_.Find(hash.lo, [&](BlockId b) { return blocks_[static_cast<size_t>(b)].hash == hash; });
-  }
-
   BlockHashIndex index_;  // Published hash -> block (the hashed blocks, used or cached).
   // Sequences' tables live in slots (reused, so they stay few and warm); seqs_ finds a slot.
   std::vector<SeqBlocks> slots_;
