@@ -90,6 +90,7 @@ class SimWorker {
 
  private:
   Sequence* NewSequence(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens);
+  // Publishes seq's computed full blocks (their hashes already extended).
   void Publish(Sequence* seq);
   // Gives seq->tokens room for its output (before its first token).
   void ReserveOutput(Sequence* seq) const;

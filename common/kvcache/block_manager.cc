@@ -56,29 +56,17 @@ const BlockManager::SeqBlocks* BlockManager::Find(SeqId seq) const {
   return it == seqs_.end() ? nullptr : &slots_[static_cast<size_t>(it->second)];
 }
 
-void BlockManager::Erase(SeqId seq) {
-  auto it = seqs_.find(seq);
-  SeqBlocks& s = slots_[static_cast<size_t>(it->second)];
-  s.live = false;
-  s.table.clear();  // Keeps its capacity for the slot's next sequence.
-  s.published = 0;
-  free_slots_.push_back(it->second);
-  seqs_.erase(it);
-}
-
 void BlockManager::CommitAdmit(SeqId seq, const AdmitPlan& plan, int64_t max_tokens) {
-  int32_t slot;
+  auto [it, inserted] = seqs_.try_emplace(seq, -1);
+  PD_CHECK_MSG(inserted, "CommitAdmit: sequence already has blocks");
   if (!free_slots_.empty()) {
-    slot = free_slots_.back();
+    it->second = free_slots_.back();
     free_slots_.pop_back();
   } else {
-    slot = static_cast<int32_t>(slots_.size());
+    it->second = static_cast<int32_t>(slots_.size());
     slots_.emplace_back();
   }
-  const bool inserted = seqs_.try_emplace(seq, slot).second;
-  if (!inserted) free_slots_.push_back(slot);
-  PD_CHECK_MSG(inserted, "CommitAdmit: sequence already has blocks");
-  SeqBlocks& s = slots_[static_cast<size_t>(slot)];
+  SeqBlocks& s = slots_[static_cast<size_t>(it->second)];
   s.owner = seq;
   s.live = true;
   s.table.reserve(std::max<size_t>(plan.cached_blocks.size() + plan.num_new_blocks,
@@ -108,14 +96,9 @@ int64_t BlockManager::BlocksNeeded(SeqId seq, int64_t num_tokens) const {
   return BlocksBeyond(s == nullptr ? 0 : static_cast<int64_t>(s->table.size()), num_tokens);
 }
 
-absl::Status BlockManager::ReserveSlow(SeqId seq, int64_t num_tokens, int32_t* slot_hint) {
-  // Reserve's inline part returned already when the hint named this sequence's slot and no block
-  // is needed; here the hint is checked again (it may name the slot of a sequence that needs one).
-  SeqBlocks* s = nullptr;
-  if (slot_hint != nullptr && *slot_hint >= 0 && static_cast<size_t>(*slot_hint) < slots_.size()) {
-    SeqBlocks& hinted = slots_[static_cast<size_t>(*slot_hint)];
-    if (hinted.live && hinted.owner == seq) s = &hinted;
-  }
+absl::Status BlockManager::ReserveSlow(SeqId seq, int64_t num_tokens, int32_t* slot_hint,
+                                       SeqBlocks* hinted) {
+  SeqBlocks* s = hinted;
   if (s == nullptr) {
     auto it = seqs_.find(seq);
     PD_CHECK_MSG(it != seqs_.end(), "Reserve: unknown sequence");
@@ -162,10 +145,15 @@ void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes,
 }
 
 void BlockManager::Free(SeqId seq) {
-  const SeqBlocks* s = Find(seq);
-  if (s == nullptr) return;
-  for (auto b = s->table.rbegin(); b != s->table.rend(); ++b) Release(*b);
-  Erase(seq);
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  SeqBlocks& s = slots_[static_cast<size_t>(it->second)];
+  for (auto b = s.table.rbegin(); b != s.table.rend(); ++b) Release(*b);
+  s.live = false;
+  s.table.clear();  // Keeps its capacity for the slot's next sequence.
+  s.published = 0;
+  free_slots_.push_back(it->second);
+  seqs_.erase(it);
 }
 
 void BlockManager::Truncate(SeqId seq, int64_t num_tokens) {
@@ -213,9 +201,10 @@ BlockId BlockManager::TakeBlock() {
     if (events_on_) events_.push_back({KvEvent::Type::kRemoved, m.hash, {}, {}});
     m.hashed = false;
     ++evictions_;
-    // With a full pool every new block evicts one, and the victim's index entry and the next
-    // victim's neighbour are cache misses: fetch the next eviction's now (the new oldest block's
-    // metadata is in cache, LruRemove just wrote it).
+    // With a full pool every new block evicts one, and the victim's index entry and metadata
+    // are cache misses: fetch the next eviction's now, one ahead (the new oldest block's
+    // metadata was fetched by the eviction before; evictions that come back to back, as an
+    // admission's do, still wait for theirs).
     if (lru_oldest_ >= 0) {
       const BlockMeta& next = blocks_[lru_oldest_];
       index_.Prefetch(next.hash.lo);

@@ -87,13 +87,11 @@ class BlockManager {
   // call for every running sequence every step skips the hash lookup. A stale hint is detected
   // (each slot records its owner) and replaced, never trusted.
   absl::Status Reserve(SeqId seq, int64_t num_tokens, int32_t* slot_hint = nullptr) {
-    if (slot_hint != nullptr && static_cast<size_t>(static_cast<uint32_t>(*slot_hint)) < slots_.size()) {
-      const SeqBlocks& s = slots_[static_cast<size_t>(*slot_hint)];
-      if (s.live && s.owner == seq && num_tokens <= static_cast<int64_t>(s.table.size()) * block_size_) {
-        return absl::OkStatus();  // The common case, inline: no lookup, no call.
-      }
+    SeqBlocks* s = FromHint(seq, slot_hint);
+    if (s != nullptr && num_tokens <= static_cast<int64_t>(s->table.size()) * block_size_) {
+      return absl::OkStatus();  // The common case, inline: no lookup, no call.
     }
-    return ReserveSlow(seq, num_tokens, slot_hint);
+    return ReserveSlow(seq, num_tokens, slot_hint, s);
   }
   // Number of blocks Reserve would need to take.
   int64_t BlocksNeeded(SeqId seq, int64_t num_tokens) const;
@@ -149,12 +147,19 @@ class BlockManager {
     int64_t published = 0;  // Leading blocks already offered to the prefix index.
   };
 
-  absl::Status ReserveSlow(SeqId seq, int64_t num_tokens, int32_t* slot_hint);
+  // The table the hint names if it is still `seq`'s, else null.
+  SeqBlocks* FromHint(SeqId seq, const int32_t* slot_hint) {
+    if (slot_hint == nullptr || static_cast<size_t>(static_cast<uint32_t>(*slot_hint)) >= slots_.size()) {
+      return nullptr;
+    }
+    SeqBlocks& s = slots_[static_cast<size_t>(*slot_hint)];
+    return s.live && s.owner == seq ? &s : nullptr;
+  }
+  // Reserve past its inline case; `hinted`: FromHint's answer (null: look the sequence up).
+  absl::Status ReserveSlow(SeqId seq, int64_t num_tokens, int32_t* slot_hint, SeqBlocks* hinted);
   // The live table of `seq`, or null.
   SeqBlocks* Find(SeqId seq);
   const SeqBlocks* Find(SeqId seq) const;
-  // Erases `seq`'s table; its slot is reused.
-  void Erase(SeqId seq);
   // The index's block whose whole hash is `hash`, or -1.
   BlockId Lookup(const BlockHash& hash) const {
     return index_.Find(hash.lo, [&](BlockId b) { return blocks_[static_cast<size_t>(b)].hash == hash; });
