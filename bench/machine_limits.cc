@@ -180,29 +180,38 @@ double DotInstructionPeak(ThreadPool* pool, DotInstruction instruction, int repe
 #endif
 }
 
-double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats, bool prefetch) {
-  const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{1023};
-  float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+ReadProbe::ReadProbe(ThreadPool* pool, size_t bytes)
+    : pool_(pool), n_(static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{1023}),
+      buf_(static_cast<float*>(std::aligned_alloc(64, n_ * sizeof(float)))),
+      sums_(pool->num_threads()) {
   // First touch by the threads that will read, so pages sit near them.
-  pool->ParallelFor(n, 1024, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) buf[i] = 1.0f;
+  pool_->ParallelFor(n_, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) buf_[i] = 1.0f;
   });
-  std::vector<float> sums(pool->num_threads());
-  double best = 0;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = Clock::now();
-    pool->Run([&](int t) {
-      const int64_t per = n / pool->num_threads() & ~int64_t{31};
-      const int64_t b = per * t;
-      const int64_t e = t == pool->num_threads() - 1 ? n : b + per;
-      sums[t] += SumRange(buf + b, e - b, prefetch);
-    });
-    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / secs);
-  }
-  volatile float sink = sums[0];
+}
+
+ReadProbe::~ReadProbe() {
+  volatile float sink = sums_[0];
   (void)sink;
-  std::free(buf);
+  std::free(buf_);
+}
+
+double ReadProbe::Pass(bool prefetch) {
+  const auto start = Clock::now();
+  pool_->Run([&](int t) {
+    const int64_t per = n_ / pool_->num_threads() & ~int64_t{31};
+    const int64_t b = per * t;
+    const int64_t e = t == pool_->num_threads() - 1 ? n_ : b + per;
+    sums_[t] += SumRange(buf_ + b, e - b, prefetch);
+  });
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  return static_cast<double>(n_ * sizeof(float)) / secs;
+}
+
+double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats, bool prefetch) {
+  ReadProbe probe(pool, bytes);
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) best = std::max(best, probe.Pass(prefetch));
   return best;
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pdserve {
 class ThreadPool;
@@ -20,6 +21,27 @@ namespace pdserve::bench {
 // as the linear kernel does: software prefetch keeps more lines in flight than the hardware
 // prefetcher alone, so the plain read can be slower than the decode it is meant to bound.
 double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats, bool prefetch);
+
+// The same read over a buffer kept between passes, for a reference taken between a benchmark's
+// steps: on a shared host the memory's rate moves by half within seconds (bench/RESULTS.md,
+// "A reference read between the steps"), so a ratio against a read taken before or after the run
+// moves with it.
+class ReadProbe {
+ public:
+  // Allocates `bytes` and touches it from the pool's threads.
+  ReadProbe(ThreadPool* pool, size_t bytes);
+  ~ReadProbe();
+  ReadProbe(const ReadProbe&) = delete;
+  ReadProbe& operator=(const ReadProbe&) = delete;
+  // Bytes/s of one pass over the buffer.
+  double Pass(bool prefetch);
+
+ private:
+  ThreadPool* pool_;
+  int64_t n_;
+  float* buf_;
+  std::vector<float> sums_;
+};
 
 // Flop/s of OpenBLAS sgemm on n x n x n with `threads` threads. Best of `repeats`.
 double SgemmFlops(int threads, int64_t n, int repeats);

@@ -37,6 +37,7 @@ int BenchEngineCommand(int argc, char** argv) {
   const char* cmd = "bench-engine";
   std::string model, random_weights, format = "text", prompts = "random";
   int64_t batch = 1, input_len = 128, output_len = 64, sgemm_n = 1536, prefill_rounds = 3, requests = 0;
+  int64_t bw_every = 0;
   double bw_gib = 2.0, temperature = 0;
   EngineFlags ef;
   FlagSet flags("bench-engine", "Measures engine prefill/decode throughput against this "
@@ -67,6 +68,11 @@ int BenchEngineCommand(int argc, char** argv) {
   flags.String("format", &format, "text or json");
   flags.Double("bw-gib", &bw_gib, "buffer for the read-bandwidth measurement (>> last-level cache)");
   flags.Int("sgemm-n", &sgemm_n, "matrix size for the sgemm-rate measurement");
+  flags.Int("bw-every", &bw_every,
+            "also read a buffer (--bw-gib, at most 0.5) after every N decode steps (0: never), "
+            "and report decode against these reads, each window of N steps against the read "
+            "after it: on a shared host the memory's rate moves within seconds (the reads' time "
+            "is not counted as decode time)");
   ef.Register(flags);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
@@ -118,6 +124,9 @@ int BenchEngineCommand(int argc, char** argv) {
                                 "--batch, --input-len, --prefill-rounds >= 1, --output-len >= 2, "
                                 "--bw-gib > 0, --sgemm-n >= 64"), kExitUsage);
   }
+  if (bw_every < 0) {
+    return ReportError(cmd, absl::InvalidArgumentError("--bw-every: must be >= 0"), kExitUsage);
+  }
   if (requests == 0) requests = batch;
   if (requests < batch) {
     return ReportError(cmd, absl::InvalidArgumentError(Str("--requests: ", requests, " is fewer than --batch (",
@@ -125,6 +134,11 @@ int BenchEngineCommand(int argc, char** argv) {
                        kExitUsage);
   }
   const bool queued = requests > batch;
+  if (queued && bw_every > 0) {
+    return ReportError(cmd, absl::InvalidArgumentError(
+                                "--bw-every: decode's bytes are counted for a static batch; give "
+                                "--requests 0 (or --batch) with it"), kExitUsage);
+  }
   EngineOptions options;
   if (absl::Status s = ef.ToOptions(&options); !s.ok()) return ReportError(cmd, s, kExitUsage);
   // One prefill step for the whole batch, and room for every sequence.
@@ -183,8 +197,28 @@ int BenchEngineCommand(int argc, char** argv) {
   // host took away move the mean, not the median.
   std::vector<double> step_s_each;
   int64_t issued = batch;  // Of --requests: the last prefill round's batch is decoding.
+  // --bw-every: the reads' own pool and buffer, and each read's rate (the faster of a plain and a
+  // prefetching pass); the pauses let the other pool's threads stop spinning first.
+  std::optional<ThreadPool> probe_pool;
+  std::optional<bench::ReadProbe> probe;
+  if (bw_every > 0) {
+    probe_pool.emplace(ef.threads > 0 ? static_cast<int>(ef.threads)
+                                      : static_cast<int>(std::thread::hardware_concurrency()));
+    probe.emplace(&*probe_pool, std::min(static_cast<size_t>(bw_gib * (1ull << 30)), size_t{512} << 20));
+  }
+  std::vector<double> reads_between;
+  double probe_s = 0;
   auto t0 = Clock::now();
   while (engine.HasUnfinished()) {
+    if (probe && !step_s_each.empty() && step_s_each.size() % bw_every == 0) {
+      const auto tp = Clock::now();
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+      const bool plain_first = reads_between.size() % 2 == 0;
+      const double a = probe->Pass(!plain_first), b = probe->Pass(plain_first);
+      reads_between.push_back(std::max(a, b));
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+      probe_s += SecondsSince(tp);
+    }
     outs.clear();
     const auto ts = Clock::now();
     if (absl::Status s = engine.Step(&outs); !s.ok()) return ReportError(cmd, s);
@@ -199,7 +233,7 @@ int BenchEngineCommand(int argc, char** argv) {
     }
   }
   const int64_t decode_steps = static_cast<int64_t>(step_s_each.size());
-  const double decode_s = SecondsSince(t0);
+  const double decode_s = SecondsSince(t0) - probe_s;
   const EngineStats after = engine.Stats();
   const double step_s = after.step_seconds - before.step_seconds;
   const double forward_share = (after.forward_seconds - before.forward_seconds) / step_s;
@@ -250,6 +284,18 @@ int BenchEngineCommand(int argc, char** argv) {
   std::sort(step_bw.begin(), step_bw.end());
   const double median_step_s = sorted_steps[decode_steps / 2];
   const double median_bw = step_bw[decode_steps / 2];
+  // --bw-every: window w (steps [w N, w N + N)) against the read that followed it.
+  std::vector<double> window_ratios, reads_sorted = reads_between;
+  for (size_t w = 0; w < reads_between.size(); ++w) {
+    double bytes = 0, secs = 0;
+    for (int64_t s = static_cast<int64_t>(w) * bw_every + 1; s <= static_cast<int64_t>(w + 1) * bw_every; ++s) {
+      bytes += weight_bytes + batch * (input_len + s) * kv_token_bytes;
+      secs += step_s_each[s - 1];
+    }
+    window_ratios.push_back(bytes / secs / reads_between[w]);
+  }
+  std::sort(window_ratios.begin(), window_ratios.end());
+  std::sort(reads_sorted.begin(), reads_sorted.end());
 
   ThreadPool pool(threads);
   // The reference is the faster of a plain read and one that prefetches as the linear kernel
@@ -313,6 +359,11 @@ int BenchEngineCommand(int argc, char** argv) {
     j["decode_effective_gbs"] = effective_bw / 1e9;
     j["decode_bw_ratio"] = effective_bw / read_bw;
     j["decode_bw_ratio_median_step"] = median_bw / read_bw;
+    if (!window_ratios.empty()) {
+      j["read_bw_between_gbs"] = reads_sorted[reads_sorted.size() / 2] / 1e9;
+      j["decode_bw_ratio_between"] = window_ratios[window_ratios.size() / 2];
+      j["decode_bw_windows"] = window_ratios.size();
+    }
   }
   j["prefill_gflops"] = prefill_flops / prefill_s / 1e9;
   j["sgemm_gflops"] = sgemm / 1e9;
@@ -355,6 +406,13 @@ int BenchEngineCommand(int argc, char** argv) {
                 decode_tok_s, effective_bw / 1e9, 100 * effective_bw / read_bw, read_bw / 1e9);
     std::printf("         median step %.2f ms: %.2f GB/s = %5.1f%% of read bandwidth\n",
                 median_step_s * 1e3, median_bw / 1e9, 100 * median_bw / read_bw);
+    if (!window_ratios.empty()) {
+      std::printf("         %5.1f%% of the reads between its steps (median of %zu windows of %lld steps; "
+                  "reads %.2f-%.2f GB/s, median %.2f)\n",
+                  100 * window_ratios[window_ratios.size() / 2], window_ratios.size(),
+                  static_cast<long long>(bw_every), reads_sorted.front() / 1e9, reads_sorted.back() / 1e9,
+                  reads_sorted[reads_sorted.size() / 2] / 1e9);
+    }
   }
   if (j.contains("spec_drafts")) {
     std::printf("speculative %s: %lld steps, acceptance rate %.3f, mean acceptance length %.2f\n",

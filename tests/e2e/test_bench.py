@@ -207,6 +207,27 @@ class BenchTest(unittest.TestCase):
         self.assertEqual(bad.returncode, 2, bad.stderr)
         self.assertIn("--prefill-rounds", bad.stderr)
 
+    def test_engine_bench_reads_between_its_steps(self):
+        """--bw-every N: a read of the machine's memory after every N decode steps, each window of N
+        steps judged against the read that followed it. 10 tokens out: 9 decode steps, reads after
+        the 4th and the 8th (none after the last step), so 2 windows."""
+        common = ["--model", MODEL, "--batch", "2", "--input-len", "16", "--output-len", "10",
+                  "--threads", "1", "--kv-blocks", "64", "--bw-gib", "0.125", "--sgemm-n", "128",
+                  "--prefill-rounds", "1", "--format", "json"]
+        j = json.loads(run("bench-engine", *common, "--bw-every", "4").stdout)
+        self.assertEqual((j["decode_steps"], j["decode_bw_windows"]), (9, 2))
+        self.assertGreater(j["read_bw_between_gbs"], 0)
+        self.assertGreater(j["decode_bw_ratio_between"], 0)
+        plain = json.loads(run("bench-engine", *common).stdout)
+        for key in ("read_bw_between_gbs", "decode_bw_ratio_between", "decode_bw_windows"):
+            self.assertNotIn(key, plain)
+        for extra, message in ((["--bw-every", "-1"], "--bw-every: must be >= 0"),
+                               (["--bw-every", "4", "--requests", "3"], "--bw-every: decode's bytes are counted for a static batch")):
+            bad = subprocess.run([PDSERVE, "bench-engine", *common, *extra], capture_output=True,
+                                 text=True, timeout=60)
+            self.assertEqual(bad.returncode, 2, bad.stderr)
+            self.assertIn(message, bad.stderr)
+
     def test_engine_bench_queues_requests_for_the_batchs_slots(self):
         """--requests above --batch: the requests take the batch's slots as they free, as a server's
         continuous batching runs them. 5 requests of 4 tokens through 2 slots: the first two decode
