@@ -202,8 +202,7 @@ int BenchEngineCommand(int argc, char** argv) {
   std::optional<ThreadPool> probe_pool;
   std::optional<bench::ReadProbe> probe;
   if (bw_every > 0) {
-    probe_pool.emplace(ef.threads > 0 ? static_cast<int>(ef.threads)
-                                      : static_cast<int>(std::thread::hardware_concurrency()));
+    probe_pool.emplace(threads);
     probe.emplace(&*probe_pool, std::min(static_cast<size_t>(bw_gib * (1ull << 30)), size_t{512} << 20));
   }
   std::vector<double> reads_between;
@@ -261,9 +260,10 @@ int BenchEngineCommand(int argc, char** argv) {
   double weight_bytes = static_cast<double>(engine.weights().DecodeWeightBytes());
   if (bf16_compute) weight_bytes *= 2.0 / static_cast<double>(DTypeSize(engine.weights().dtype()));
   const double kv_token_bytes = static_cast<double>(engine.kv_spec().BytesPerToken());
-  double kv_read = 0;  // Each decode step reads every sequence's whole context of K and V.
-  for (int64_t s = 1; s <= decode_steps; ++s) kv_read += batch * (input_len + s) * kv_token_bytes;
-  const double decode_bytes = decode_steps * weight_bytes + kv_read;
+  // Decode step s (from 1) reads the weights and every sequence's whole context of K and V.
+  const auto step_bytes = [&](int64_t s) { return weight_bytes + batch * (input_len + s) * kv_token_bytes; };
+  double decode_bytes = 0;
+  for (int64_t s = 1; s <= decode_steps; ++s) decode_bytes += step_bytes(s);
   const double proj_params = static_cast<double>(c.NumParameters() - c.vocab_size * c.hidden_size *
                                                  (c.tie_word_embeddings ? 1 : 2));
   const double attn_flops = 4.0 * c.head_dim * c.num_heads * c.num_layers * batch *
@@ -277,7 +277,7 @@ int BenchEngineCommand(int argc, char** argv) {
   const double effective_bw = decode_bytes / decode_s;
   std::vector<double> step_bw(decode_steps);  // Each step's bytes over its time.
   for (int64_t s = 1; s <= decode_steps; ++s) {
-    step_bw[s - 1] = (weight_bytes + batch * (input_len + s) * kv_token_bytes) / step_s_each[s - 1];
+    step_bw[s - 1] = step_bytes(s) / step_s_each[s - 1];
   }
   std::vector<double> sorted_steps = step_s_each;
   std::sort(sorted_steps.begin(), sorted_steps.end());
@@ -289,7 +289,7 @@ int BenchEngineCommand(int argc, char** argv) {
   for (size_t w = 0; w < reads_between.size(); ++w) {
     double bytes = 0, secs = 0;
     for (int64_t s = static_cast<int64_t>(w) * bw_every + 1; s <= static_cast<int64_t>(w + 1) * bw_every; ++s) {
-      bytes += weight_bytes + batch * (input_len + s) * kv_token_bytes;
+      bytes += step_bytes(s);
       secs += step_s_each[s - 1];
     }
     window_ratios.push_back(bytes / secs / reads_between[w]);
