@@ -22,8 +22,8 @@ for round in $(seq "${ROUNDS:-2}"); do
     for isa in ${ISAS:-native}; do
       env $([ "$isa" = native ] || echo PDSERVE_KERNEL_ISA=$isa) "$P" bench-engine --model "$m" --threads "$T" \
           --batch 1 --input-len 512 --output-len 32 --kv-memory-gib 1 --compute-dtype f32 --prefill-rounds 1 \
-          --format json 2>/dev/null |
-        $PY -c "import json,sys; j=json.load(sys.stdin); print('round $round $m pdserve[$isa] prefill512 %.1f tok/s decode@512 %.1f tok/s (%.2f of read bandwidth)' % (j['prefill_tok_s'], j['decode_tok_s'], j['decode_bw_ratio']))"
+          --bw-every 8 --format json 2>/dev/null |
+        $PY -c "import json,sys; j=json.load(sys.stdin); print('round $round $m pdserve[$isa] prefill512 %.1f tok/s decode@512 %.1f tok/s (%.2f of read bandwidth after the run, %.2f of the reads between its steps)' % (j['prefill_tok_s'], j['decode_tok_s'], j['decode_bw_ratio'], j['decode_bw_ratio_between']))"
     done
     # 16 sequences of 64 prompt tokens, 32 generated each.
     "$L/llama-batched-bench" -m "$m" -t "$T" -c 2048 -b 2048 -ub 512 -npp 64 -ntg 32 -npl 16 2>/dev/null |
