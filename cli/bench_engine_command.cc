@@ -203,7 +203,8 @@ int BenchEngineCommand(int argc, char** argv) {
   std::optional<bench::ReadProbe> probe;
   if (bw_every > 0) {
     probe_pool.emplace(threads);
-    probe.emplace(&*probe_pool, std::min(static_cast<size_t>(bw_gib * (1ull << 30)), size_t{512} << 20));
+    const size_t bytes = static_cast<size_t>(bw_gib * (1ull << 30));
+    probe.emplace(&*probe_pool, std::min(bytes, size_t{512} << 20));
   }
   std::vector<double> reads_between;
   double probe_s = 0;
@@ -261,7 +262,9 @@ int BenchEngineCommand(int argc, char** argv) {
   if (bf16_compute) weight_bytes *= 2.0 / static_cast<double>(DTypeSize(engine.weights().dtype()));
   const double kv_token_bytes = static_cast<double>(engine.kv_spec().BytesPerToken());
   // Decode step s (from 1) reads the weights and every sequence's whole context of K and V.
-  const auto step_bytes = [&](int64_t s) { return weight_bytes + batch * (input_len + s) * kv_token_bytes; };
+  const auto step_bytes = [&](int64_t s) {
+    return weight_bytes + batch * (input_len + s) * kv_token_bytes;
+  };
   double decode_bytes = 0;
   for (int64_t s = 1; s <= decode_steps; ++s) decode_bytes += step_bytes(s);
   const double proj_params = static_cast<double>(c.NumParameters() - c.vocab_size * c.hidden_size *
@@ -288,7 +291,8 @@ int BenchEngineCommand(int argc, char** argv) {
   std::vector<double> window_ratios, reads_sorted = reads_between;
   for (size_t w = 0; w < reads_between.size(); ++w) {
     double bytes = 0, secs = 0;
-    for (int64_t s = static_cast<int64_t>(w) * bw_every + 1; s <= static_cast<int64_t>(w + 1) * bw_every; ++s) {
+    const int64_t first = static_cast<int64_t>(w) * bw_every + 1;
+    for (int64_t s = first; s < first + bw_every; ++s) {
       bytes += step_bytes(s);
       secs += step_s_each[s - 1];
     }
@@ -407,11 +411,11 @@ int BenchEngineCommand(int argc, char** argv) {
     std::printf("         median step %.2f ms: %.2f GB/s = %5.1f%% of read bandwidth\n",
                 median_step_s * 1e3, median_bw / 1e9, 100 * median_bw / read_bw);
     if (!window_ratios.empty()) {
-      std::printf("         %5.1f%% of the reads between its steps (median of %zu windows of %lld steps; "
-                  "reads %.2f-%.2f GB/s, median %.2f)\n",
+      std::printf("         %5.1f%% of the reads between its steps (median of %zu windows of "
+                  "%lld steps; reads %.2f-%.2f GB/s, median %.2f)\n",
                   100 * window_ratios[window_ratios.size() / 2], window_ratios.size(),
-                  static_cast<long long>(bw_every), reads_sorted.front() / 1e9, reads_sorted.back() / 1e9,
-                  reads_sorted[reads_sorted.size() / 2] / 1e9);
+                  static_cast<long long>(bw_every), reads_sorted.front() / 1e9,
+                  reads_sorted.back() / 1e9, reads_sorted[reads_sorted.size() / 2] / 1e9);
     }
   }
   if (j.contains("spec_drafts")) {

@@ -248,8 +248,8 @@ using quant_simd::Load32;
 // Part `part` of kParts of a block's lines, kPrefetchBytes ahead, into L2 (the first rows of x
 // stream the weights from memory, as the row-major kernels' Prefetch does). Issued one part per
 // pass of a block's inner loop, unrolled, not in a loop of its own before the block: that loop
-// cost 4 instructions a line, and a decode step on K-quant weights ran 5-9% faster with the prefetches
-// spread (bench/RESULTS.md, "prefetches spread through a block").
+// cost 4 instructions a line, and a decode step on K-quant weights ran 5-9% faster with the
+// prefetches spread (bench/RESULTS.md, "prefetches spread through a block").
 template <int kBytes, int kParts>
 inline void PrefetchPart(const uint8_t* blk, int part) {
   constexpr int kLines = (kBytes + 63) / 64, kPer = (kLines + kParts - 1) / kParts;
@@ -257,7 +257,8 @@ inline void PrefetchPart(const uint8_t* blk, int part) {
   for (int i = 0; i < kPer; ++i) {
     const int line = part * kPer + i;
     if (line < kLines) {
-      _mm_prefetch(reinterpret_cast<const char*>(blk + quant_simd::kPrefetchBytes + 64 * line), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + quant_simd::kPrefetchBytes + 64 * line),
+                   _MM_HINT_T1);
     }
   }
 }
@@ -311,7 +312,7 @@ struct PanelQ45K {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t s = 0; s < blocks; ++s) {
       const uint8_t* b = panel + s * kBytes;
-            __m512i itot[R];
+      __m512i itot[R];
       for (int r = 0; r < R; ++r) itot[r] = _mm512_setzero_si512();
       for (int sub = 0; sub < 8; ++sub) {
         if (prefetch) PrefetchPart<kBytes, 8>(b, sub);
@@ -389,7 +390,7 @@ struct PanelQ6K {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3f = _mm512_set1_epi8(0x3F), m03 = _mm512_set1_epi8(0x03);
     for (int64_t s = 0; s < blocks; ++s) {
       const uint8_t* b = panel + s * kBytes;
-            __m512i itot[R], off[R];
+      __m512i itot[R], off[R];
       for (int r = 0; r < R; ++r) itot[r] = off[r] = _mm512_setzero_si512();
       for (int pair = 0; pair < 8; ++pair) {
         if (prefetch) PrefetchPart<kBytes, 8>(b, pair);
@@ -483,7 +484,7 @@ struct PanelLanes32 {
     const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int64_t s = 0; s < blocks; ++s) {
       const uint8_t* b = panel + s * kBytes;
-            const __m512 d = LoadF16x16(b + Codes::kD);
+      const __m512 d = LoadF16x16(b + Codes::kD);
       __m512 scale[R];
       for (int r = 0; r < R; ++r) scale[r] = _mm512_mul_ps(d, _mm512_set1_ps(x.scales[r][s]));
       const __m512i shared = Codes::Prepare(b);
@@ -574,7 +575,7 @@ struct PanelQ45KAvx2 {
       for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
       for (int64_t s = 0; s < blocks; ++s) {
         const uint8_t* b = panel + s * kBytes;
-                const int8_t* x[R];
+        const int8_t* x[R];
         __m256i itot[R];
         for (int r = 0; r < R; ++r) {
           x[r] = rows.codes[r] + 256 * s;
@@ -625,7 +626,7 @@ struct PanelQ6KAvx2 {
       for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
       for (int64_t s = 0; s < blocks; ++s) {
         const uint8_t* b = panel + s * kBytes;
-                __m256i itot[R];
+        __m256i itot[R];
         for (int r = 0; r < R; ++r) itot[r] = _mm256_setzero_si256();
         for (int sub = 0; sub < 16; ++sub) {
           if (prefetch && h == 0) PrefetchPart<kBytes, 16>(b, sub);

@@ -221,8 +221,9 @@ class BenchTest(unittest.TestCase):
         plain = json.loads(run("bench-engine", *common).stdout)
         for key in ("read_bw_between_gbs", "decode_bw_ratio_between", "decode_bw_windows"):
             self.assertNotIn(key, plain)
+        static_only = "--bw-every: decode's bytes are counted for a static batch"
         for extra, message in ((["--bw-every", "-1"], "--bw-every: must be >= 0"),
-                               (["--bw-every", "4", "--requests", "3"], "--bw-every: decode's bytes are counted for a static batch")):
+                               (["--bw-every", "4", "--requests", "3"], static_only)):
             bad = subprocess.run([PDSERVE, "bench-engine", *common, *extra], capture_output=True,
                                  text=True, timeout=60)
             self.assertEqual(bad.returncode, 2, bad.stderr)
