@@ -119,15 +119,14 @@ bool SimWorker::BeginStep(StepShape* shape) {
   scheduler_.Schedule(&schedule_);
   sampled_.clear();
   if (schedule_.chunks.empty()) return false;
-  // StepShape::AddChunk for every chunk, the decode rows' counts and context summed in registers
-  // (the same values: a double's sum of integers below 2^53 is exact in any order) instead of
-  // through *shape, a chain of stores and reloads a row.
-  int64_t decode_rows = 0, decode_context = 0;
+  // The decode rows summed in registers and added once (the same values: a double's sum of
+  // integers below 2^53 is exact in any order), not AddChunk's chain of stores and reloads a row.
+  int64_t decode_rows = 0, decode_keys = 0;
   for (const ScheduledChunk& chunk : schedule_.chunks) {
     Sequence* seq = chunk.seq;
     if (chunk.num_tokens == 1) {
       ++decode_rows;
-      decode_context += seq->num_computed + 1;
+      decode_keys += seq->num_computed + 1;
     } else {
       shape->AddChunk(chunk.num_tokens, seq->num_computed);
     }
@@ -135,9 +134,7 @@ bool SimWorker::BeginStep(StepShape* shape) {
       sampled_.push_back(seq);
     }
   }
-  shape->tokens += decode_rows;
-  shape->sequences += decode_rows;
-  shape->decode_context += static_cast<double>(decode_context);
+  shape->AddDecodeRows(decode_rows, decode_keys);
   return true;
 }
 

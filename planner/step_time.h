@@ -32,13 +32,17 @@ struct StepShape {
   double decode_context = 0;
 
   void AddChunk(int64_t n, int64_t context) {
+    if (n == 1) return AddDecodeRows(1, context + 1);
     tokens += n;
     sequences += 1;
-    if (n == 1) {
-      decode_context += static_cast<double>(context + 1);
-    } else {
-      prefill_pairs += static_cast<double>(n) * (static_cast<double>(context) + (n + 1) / 2.0);
-    }
+    prefill_pairs += static_cast<double>(n) * (static_cast<double>(context) + (n + 1) / 2.0);
+  }
+  // `rows` decode rows (one token each) whose keys, each row's new token counted, sum to `keys`:
+  // AddChunk(1, c) for each row at once (a caller sums the rows in registers).
+  void AddDecodeRows(int64_t rows, int64_t keys) {
+    tokens += rows;
+    sequences += rows;
+    decode_context += static_cast<double>(keys);
   }
 };
 

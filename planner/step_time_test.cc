@@ -39,6 +39,23 @@ TEST(StepCost, ShapeCountsTokensSequencesAndCausalPairs) {
   EXPECT_DOUBLE_EQ(s.decode_context, 11);
 }
 
+TEST(StepCost, DecodeRowsAtOnceEqualOneChunkEach) {
+  StepShape each, once;
+  each.AddChunk(3, 5);
+  once.AddChunk(3, 5);
+  int64_t keys = 0;
+  for (int64_t ctx : {7, 0, 130}) {
+    each.AddChunk(1, ctx);
+    keys += ctx + 1;
+  }
+  once.AddDecodeRows(3, keys);
+  EXPECT_EQ(once.tokens, each.tokens);
+  EXPECT_EQ(once.sequences, each.sequences);
+  EXPECT_EQ(once.prefill_pairs, each.prefill_pairs);
+  EXPECT_EQ(once.decode_context, each.decode_context);
+  EXPECT_EQ(once.decode_context, 140);
+}
+
 TEST(StepCost, ExactSamplesGiveBackTheModel) {
   const StepTimeModel truth{2e-3, 5e-5, 2e-9, 1e-5, 3e-8, 4e-3};
   auto fit = FitStepTime(Grid(truth, 0, 1));
