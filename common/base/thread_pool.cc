@@ -86,18 +86,33 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
 
 void ThreadPool::ParallelForDynamic(int64_t n, int64_t grain,
                                     absl::FunctionRef<void(int64_t, int64_t)> fn) {
-  if (n <= 0) return;
+  Dynamic(n, grain, nullptr, fn);
+}
+
+void ThreadPool::ParallelForDynamic(int64_t n, int64_t grain, absl::FunctionRef<void()> first,
+                                    absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  Dynamic(n, grain, &first, fn);
+}
+
+void ThreadPool::Dynamic(int64_t n, int64_t grain, const absl::FunctionRef<void()>* first,
+                         absl::FunctionRef<void(int64_t, int64_t)> fn) {
   if (grain < 1) grain = 1;
-  const int64_t units = (n + grain - 1) / grain;
-  if (units <= 1 || num_threads_ == 1) {
-    fn(0, n);
-    return;
-  }
-  if (units > INT32_MAX) {  // Shares are packed in 32 bits each; no loop here comes near.
-    ParallelFor(n, grain, fn);
+  const int64_t units = n > 0 ? (n + grain - 1) / grain : 0;
+  if (units <= 1 || num_threads_ == 1 || units > INT32_MAX) {
+    // Inline, or (shares are packed in 32 bits each; no loop here comes near) a static split.
+    if (first != nullptr) (*first)();
+    if (units > INT32_MAX) {
+      ParallelFor(n, grain, fn);
+    } else if (n > 0) {
+      fn(0, n);
+    }
     return;
   }
   const int parts = static_cast<int>(std::min<int64_t>(units, num_threads_));
+  // Chunks of up to 1/8 of a share, and smaller as a share runs out (half of what is left of it
+  // to its owner, a quarter to a thief), so the last ones are a unit or two and the threads
+  // reach the barrier together: with 1/8-share chunks to the end a batch-1 decode step waited
+  // ~5% of its time at the barriers (bench/RESULTS.md).
   const int64_t chunk = std::max<int64_t>(1, units / (8 * parts));
   auto pack = [](int64_t front, int64_t back) {
     return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
@@ -112,7 +127,7 @@ void ThreadPool::ParallelForDynamic(int64_t n, int64_t grain,
     for (;;) {
       const int64_t f = static_cast<int64_t>(cur >> 32), b = static_cast<int64_t>(cur & 0xFFFFFFFFu);
       if (f >= b) return false;
-      const int64_t c = std::min(chunk, b - f);
+      const int64_t c = std::min(chunk, std::max<int64_t>(1, (b - f) / (front ? 2 : 4)));
       const uint64_t next = front ? pack(f + c, b) : pack(f, b - c);
       if (left.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
         *begin = front ? f : b - c;
@@ -123,7 +138,13 @@ void ThreadPool::ParallelForDynamic(int64_t n, int64_t grain,
   };
   // The shares' ranges reach fn through Run's release/acquire of the job; the CAS only has to
   // hand each unit out once.
+  alignas(64) std::atomic<bool> first_done{first == nullptr};
   Run([&](int t) {
+    if (t == 0 && first != nullptr) {
+      (*first)();
+      first_done.store(true, std::memory_order_release);
+    }
+    while (!first_done.load(std::memory_order_acquire)) CpuRelax();
     int64_t b, e;
     if (t < parts) {
       while (claim(t, true, &b, &e)) fn(b * grain, std::min(n, e * grain));

@@ -46,8 +46,15 @@ class ThreadPool {
   // run into its own next chunk. fn may run many times per thread: only for loops whose ranges
   // are independent and need no per-call set-up.
   void ParallelForDynamic(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
+  // As above, the caller first running `first` while the workers wake: they take no chunk
+  // before it returns (a loop's set-up, such as quantizing the x a matrix's columns read, then
+  // costs max(set-up, wake-up) instead of their sum).
+  void ParallelForDynamic(int64_t n, int64_t grain, absl::FunctionRef<void()> first,
+                          absl::FunctionRef<void(int64_t, int64_t)> fn);
 
  private:
+  void Dynamic(int64_t n, int64_t grain, const absl::FunctionRef<void()>* first,
+               absl::FunctionRef<void(int64_t, int64_t)> fn);
   void WorkerLoop(int index);
 
   const int num_threads_;

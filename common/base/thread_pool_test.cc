@@ -1,6 +1,8 @@
 #include "common/base/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -15,20 +17,25 @@ TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
     ThreadPool pool(threads);
     for (int64_t n : {0, 1, 5, 64, 1000, 1001}) {
       for (int64_t grain : {1, 4, 16}) {
-        for (bool dynamic : {false, true}) {
+        for (int kind : {0, 1, 2}) {  // Static, dynamic, dynamic with a set-up.
           std::vector<std::atomic<int>> hits(n);
+          std::atomic<int> set_ups{0};
           auto fn = [&](int64_t b, int64_t e) {
             if (e < n) EXPECT_EQ(e % grain, 0);
             EXPECT_EQ(b % grain, 0);
+            if (kind == 2) EXPECT_EQ(set_ups.load(), 1);
             for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
           };
-          if (dynamic) {
+          if (kind == 0) {
+            pool.ParallelFor(n, grain, fn);
+          } else if (kind == 1) {
             pool.ParallelForDynamic(n, grain, fn);
           } else {
-            pool.ParallelFor(n, grain, fn);
+            pool.ParallelForDynamic(n, grain, [&] { set_ups.fetch_add(1); }, fn);
+            EXPECT_EQ(set_ups.load(), 1);
           }
           for (int64_t i = 0; i < n; ++i) {
-            ASSERT_EQ(hits[i].load(), 1) << threads << " " << n << " " << dynamic;
+            ASSERT_EQ(hits[i].load(), 1) << threads << " " << n << " " << kind;
           }
         }
       }
@@ -54,6 +61,56 @@ TEST(ThreadPoolTest, ParallelForDynamicHandsASlowThreadsShareToTheOthers) {
   });
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
   EXPECT_GT(by_caller.load(), 3 * n / 4);
+}
+
+TEST(ThreadPoolTest, ParallelForDynamicRunsTheSetUpOnTheCallerBeforeAnyChunk) {
+  // The set-up is slow, so the workers are awake and waiting long before it ends; none may
+  // start a chunk until it has.
+  ThreadPool pool(4);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> set_up{false};
+  std::atomic<int> chunks_before{0}, chunks{0};
+  pool.ParallelForDynamic(
+      64, 1,
+      [&] {
+        EXPECT_EQ(std::this_thread::get_id(), caller);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        set_up = true;
+      },
+      [&](int64_t, int64_t) {
+        if (!set_up.load()) chunks_before.fetch_add(1);
+        chunks.fetch_add(1);
+      });
+  EXPECT_EQ(chunks_before.load(), 0);
+  EXPECT_GT(chunks.load(), 4);
+}
+
+TEST(ThreadPoolTest, ParallelForDynamicEndsInSmallChunks) {
+  // Chunks shrink as the shares run out: the last ones taken are single units, so the threads
+  // finish within a unit of each other.
+  ThreadPool pool(2);
+  constexpr int64_t n = 4096;
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // In the order they were taken.
+  pool.ParallelForDynamic(n, 1, [&](int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> lock(mu);
+    ranges.emplace_back(b, e);
+  });
+  // The last claim is a unit; a thread records its chunk before it claims again, so only the
+  // other thread's last chunk can be recorded after that one.
+  ASSERT_GE(ranges.size(), 2u);
+  const auto size = [&](size_t i) { return ranges[i].second - ranges[i].first; };
+  EXPECT_EQ(std::min(size(ranges.size() - 1), size(ranges.size() - 2)), 1);
+  int64_t largest = 0;
+  for (const auto& [b, e] : ranges) largest = std::max(largest, e - b);
+  EXPECT_LE(largest, n / 16);  // At most an eighth of a share.
+  std::sort(ranges.begin(), ranges.end());
+  int64_t covered = 0;
+  for (const auto& [b, e] : ranges) {
+    EXPECT_EQ(b, covered);
+    covered = e;
+  }
+  EXPECT_EQ(covered, n);
 }
 
 TEST(ThreadPoolTest, RunReachesEveryThreadManyTimes) {

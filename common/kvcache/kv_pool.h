@@ -2,7 +2,8 @@
 // [layer][block][K|V][kv_head][slot][head_dim], so one (layer, block) page is contiguous and can
 // be sent to another worker as soon as its layer is computed.
 //
-// Host memory from an anonymous mapping (zero pages until touched). Thread-safety: the pool is a
+// Host memory from an anonymous mapping (zero pages until touched), on transparent huge pages
+// where the kernel has them. Thread-safety: the pool is a
 // plain buffer; who may write which page is decided by the BlockManager's owner.
 #ifndef PDSERVE_COMMON_KVCACHE_KV_POOL_H_
 #define PDSERVE_COMMON_KVCACHE_KV_POOL_H_
@@ -11,6 +12,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/base/huge_page_arena.h"
 #include "common/kvcache/kv_cache_spec.h"
 
 namespace pdserve {
@@ -43,12 +45,14 @@ class KvPool {
   }
 
  private:
-  KvPool(const KvCacheSpec& spec, int64_t num_blocks, uint8_t* data, size_t bytes)
-      : spec_(spec), num_blocks_(num_blocks), data_(data), bytes_(bytes) {}
+  KvPool(const KvCacheSpec& spec, int64_t num_blocks, size_t bytes)
+      : spec_(spec), num_blocks_(num_blocks), bytes_(bytes) {}
   KvCacheSpec spec_;
   int64_t num_blocks_;
-  uint8_t* data_;
+  uint8_t* data_ = nullptr;
   size_t bytes_;
+  HugePageArena arena_;  // The memory, unless `reserve` was false.
+  bool mapped_ = false;  // data_ is a MAP_NORESERVE mapping of its own (reserve false).
 };
 
 }  // namespace pdserve

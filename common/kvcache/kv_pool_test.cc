@@ -36,6 +36,21 @@ TEST(KvPoolTest, QuantizedPagesCarryTheirScales) {
   EXPECT_TRUE(KvPool::Create(int4, 2).ok());
 }
 
+// The host pool is a huge-page arena's (2 MiB-aligned, zero until written); a pool kept in a
+// device's memory is only address space of its own.
+TEST(KvPoolTest, HostPoolsStartOnAHugePageAndReadZero) {
+  const KvCacheSpec spec{2, 2, 64, 16, KvDType::kF32};
+  for (bool reserve : {true, false}) {
+    auto pool = KvPool::Create(spec, 300, reserve);
+    ASSERT_TRUE(pool.ok());
+    if (reserve) EXPECT_EQ(reinterpret_cast<uintptr_t>((*pool)->data()) % (2u << 20), 0u);
+    uint8_t* last = (*pool)->data() + (*pool)->size_bytes() - 1;
+    EXPECT_EQ(*last, 0);
+    *last = 7;
+    EXPECT_EQ(*last, 7);
+  }
+}
+
 TEST(KvPoolTest, RejectsBadConfigurations) {
   EXPECT_EQ(KvPool::Create(KvCacheSpec{1, 1, 8, 4, KvDType::kF32}, 0).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -212,9 +212,12 @@ void Linear(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, float* y
   LinearMulti(x, m, ldx, &out, 1, pool);
 }
 
-void ForEachOutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPool* pool,
-                          absl::FunctionRef<void(const LinearOutput&, int64_t, int64_t)> columns,
-                          int64_t grain) {
+namespace {
+
+void OutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPool* pool,
+                   const absl::FunctionRef<void()>* first,
+                   absl::FunctionRef<void(const LinearOutput&, int64_t, int64_t)> columns,
+                   int64_t grain) {
   if (grain <= 0) grain = kColumnGrain;
   // Units of `grain` columns counted per output, so every range starts on a multiple of the
   // grain within its own output whatever the sizes of the outputs before it.
@@ -222,7 +225,7 @@ void ForEachOutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPo
   for (int i = 0; i < num_outputs; ++i) units += (outputs[i].w->rows + grain - 1) / grain;
   // Chunks from a shared counter, not a static split: the static one left one thread waiting at
   // the barrier (perf put Run + WorkerLoop at 9.8% of a bf16 batch-1 step, 5.7% with chunks).
-  pool->ParallelForDynamic(units, 1, [&](int64_t begin, int64_t end) {
+  const auto chunk = [&](int64_t begin, int64_t end) {
     int64_t offset = 0;
     for (int i = 0; i < num_outputs; ++i) {
       const LinearOutput& o = outputs[i];
@@ -231,7 +234,26 @@ void ForEachOutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPo
       if (lo < hi) columns(o, (lo - offset) * grain, std::min(o.w->rows, (hi - offset) * grain));
       offset += own;
     }
-  });
+  };
+  if (first != nullptr) {
+    pool->ParallelForDynamic(units, 1, *first, chunk);
+  } else {
+    pool->ParallelForDynamic(units, 1, chunk);
+  }
+}
+
+}  // namespace
+
+void ForEachOutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPool* pool,
+                          absl::FunctionRef<void(const LinearOutput&, int64_t, int64_t)> columns,
+                          int64_t grain) {
+  OutputColumns(outputs, num_outputs, pool, nullptr, columns, grain);
+}
+
+void ForEachOutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPool* pool,
+                          absl::FunctionRef<void()> first,
+                          absl::FunctionRef<void(const LinearOutput&, int64_t, int64_t)> columns) {
+  OutputColumns(outputs, num_outputs, pool, &first, columns, 0);
 }
 
 void LinearMulti(const float* x, int64_t m, int64_t ldx, const LinearOutput* outputs,
@@ -248,16 +270,25 @@ void LinearMulti(const float* x, int64_t m, int64_t ldx, const LinearOutput* out
     (ActivationBlock(outputs[i].w->quant_type) == 32 ? need32 : need256) = true;
   }
   const int64_t k = num_outputs > 0 ? outputs[0].w->cols : 0;
-  if (need32) QuantizeActivations(x, m, ldx, k, 32, &xq32);
-  if (need256) QuantizeActivations(x, m, ldx, k, 256, &xq256);
-  ForEachOutputColumns(outputs, num_outputs, pool, [&](const LinearOutput& o, int64_t lo, int64_t hi) {
+  const auto columns = [&](const LinearOutput& o, int64_t lo, int64_t hi) {
     if (o.w->quantized()) {
       const QuantizedActivations& xq = ActivationBlock(o.w->quant_type) == 32 ? xq32 : xq256;
       LinearQuantColumns(xq, AsQuant(*o.w), o.y, o.ldy, lo, hi);
       return;
     }
     LinearColumns(x, m, ldx, *o.w, o.y, o.ldy, lo, hi);
-  });
+  };
+  if (!need32 && !need256) {
+    ForEachOutputColumns(outputs, num_outputs, pool, columns);
+    return;
+  }
+  // Quantized while the pool's other threads wake: at batch 1 each took about a microsecond a
+  // call, one after the other (bench/RESULTS.md).
+  const auto quantize = [&] {
+    if (need32) QuantizeActivations(x, m, ldx, k, 32, &xq32);
+    if (need256) QuantizeActivations(x, m, ldx, k, 256, &xq256);
+  };
+  ForEachOutputColumns(outputs, num_outputs, pool, quantize, columns);
 }
 
 void LinearReference(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, double* y) {

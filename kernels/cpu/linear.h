@@ -49,6 +49,11 @@ void LinearMulti(const float* x, int64_t m, int64_t ldx, const LinearOutput* out
 void ForEachOutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPool* pool,
                           absl::FunctionRef<void(const LinearOutput&, int64_t, int64_t)> columns,
                           int64_t grain = 0);
+// As above, the calling thread running `first` (the columns' set-up) while the others wake; no
+// columns are computed before it returns.
+void ForEachOutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPool* pool,
+                          absl::FunctionRef<void()> first,
+                          absl::FunctionRef<void(const LinearOutput&, int64_t, int64_t)> columns);
 
 // Plain double-precision reference for tests: y[t][j] = sum_k x[t][k] * W[j][k].
 void LinearReference(const float* x, int64_t m, int64_t ldx, const MatrixRef& w, double* y);
