@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <chrono>
+#include <mutex>
 #include <thread>
 #include <vector>
 

@@ -3,8 +3,8 @@
 // be sent to another worker as soon as its layer is computed.
 //
 // Host memory from an anonymous mapping (zero pages until touched), on transparent huge pages
-// where the kernel has them. Thread-safety: the pool is a
-// plain buffer; who may write which page is decided by the BlockManager's owner.
+// where the kernel has them. Thread-safety: the pool is a plain buffer; who may write which page
+// is decided by the BlockManager's owner.
 #ifndef PDSERVE_COMMON_KVCACHE_KV_POOL_H_
 #define PDSERVE_COMMON_KVCACHE_KV_POOL_H_
 
