@@ -289,7 +289,9 @@ TEST(LinearQuant, PanelsAreBitwiseTheRowMajorKernels) {
       GTEST_SKIP() << "needs avx2: this build has no AVX2 kernels";
     }
     SCOPED_TRACE(std::string(GgmlTypeName(type)) + (QuantVnniEnabled() ? " vnni" : " avx2"));
-    const int64_t n = 37, k = 5632;
+    // An odd number of blocks a row: the formats stored in pairs (linear_quant_panels.h) end in
+    // one stored whole.
+    const int64_t n = 37, k = GgmlBlockElements(type) == 32 ? 5664 : 5888;
     const std::string w_bytes = RandomRows(type, n, k, 41);
     const QuantMatrixRef w{type, w_bytes.data(), n, k};
     std::vector<uint8_t> packed(static_cast<size_t>(QuantPanelsBytes(type, n, k)));
@@ -328,6 +330,36 @@ TEST(LinearQuant, PanelsAreBitwiseTheRowMajorKernels) {
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
   }
   SetQuantVnniEnabled(vnni);
+}
+
+// Q8_0's panel blocks (544 bytes, 32 past whole lines) are stored in pairs, the second's codes
+// right after the first's and both d after them, so every block's codes start on a 64-byte line;
+// an odd last block whole after the pairs.
+TEST(LinearQuant, PanelBlocksInPairsStartOnALine) {
+  if (!QuantPanelsSupported(GgmlType::kQ8_0)) GTEST_SKIP() << "no Q8_0 panels on this CPU";
+  const int64_t n = 16, k = 96;  // Three blocks a row.
+  std::string w(static_cast<size_t>(n * GgmlRowBytes(GgmlType::kQ8_0, k)), '\0');
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t s = 0; s < 3; ++s) {
+      char* block = &w[static_cast<size_t>((c * 3 + s) * 34)];
+      const uint16_t d = static_cast<uint16_t>(0x3C00 + 16 * s + c);
+      std::memcpy(block, &d, 2);
+      for (int e = 0; e < 32; ++e) block[2 + e] = static_cast<char>(40 * s + e);
+    }
+  }
+  std::vector<uint8_t> packed(static_cast<size_t>(QuantPanelsBytes(GgmlType::kQ8_0, n, k)));
+  ASSERT_EQ(packed.size(), 3u * 544);
+  PackQuantPanels(QuantMatrixRef{GgmlType::kQ8_0, w.data(), n, k}, packed.data());
+  const int64_t codes[3] = {0, 512, 1088}, d[3] = {1024, 1056, 1088 + 512};
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(codes[s] % 64, 0) << "block " << s;
+    for (int c = 0; c < n; c += 5) {  // Quad 1 of row c: elements 4-7.
+      EXPECT_EQ(packed[codes[s] + 64 + 4 * c + 2], 40 * s + 6) << "block " << s << " row " << c;
+      uint16_t got;
+      std::memcpy(&got, &packed[d[s] + 2 * c], 2);
+      EXPECT_EQ(got, 0x3C00 + 16 * s + c) << "block " << s << " row " << c;
+    }
+  }
 }
 
 // Blocks from the quantizers (real scales and mins, not random bytes), several blocks per row.
