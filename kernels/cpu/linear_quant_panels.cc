@@ -65,13 +65,13 @@ int PanelBlockElements(GgmlType type) { return Is32(type) ? 32 : 256; }
 int CodeOffset(GgmlType type) { return type == GgmlType::kQ4_0 ? 8 : 16; }
 int DAt(GgmlType type) { return type == GgmlType::kQ8_0 ? q8::kD : type == GgmlType::kQ4_0 ? q4::kD : q5::kD; }
 
-// Where block s of a panel's `blocks` keeps its body and its 16 d (f16, the block's last 32
-// bytes), as offsets from the panel's start, for the formats whose block is 32 bytes past whole
-// lines (Q8_0, Q4_0, Q5_0, Q6_K; linear_quant_panels.h): a pair of blocks is stored as the
-// first's body, the second's, then their d side by side, so every body starts on a line and no
-// 64-byte load straddles two (every other Q8_0 block's did: it streamed from memory at ~0.78 of
-// Q4_K's rate, 0.87 paired; bench/RESULTS.md, "blocks stored in pairs"). An odd last block is
-// stored whole.
+// Where block s of a panel's `blocks` keeps its codes and its 16 d (f16, the block's last 32
+// bytes), as offsets from the panel's start, for the 32-element formats, whose blocks are 32
+// bytes past whole lines (linear_quant_panels.h): a pair of blocks is stored as the first's
+// codes, the second's, then their d side by side, so every block's codes start on a line and no
+// 64-byte load straddles two (every other Q8_0 block's did: +7-10% from memory, bench/
+// RESULTS.md, "blocks stored in pairs"). An odd last block is stored whole. Q6_K (3,360 bytes)
+// is not paired: it read 5-12% slower so.
 struct Place {
   int64_t body, d;
 };
@@ -81,7 +81,6 @@ inline Place Paired(int64_t s, int64_t blocks, int64_t bytes) {
   if (s + 1 < blocks) return {at, at + 2 * bytes - 64};
   return {at, at + bytes - 32};
 }
-bool IsPaired(GgmlType type) { return Is32(type) || type == GgmlType::kQ6_K; }
 
 // One block of rows c < n of a panel (src[c], row-major blocks) into dst; rows past n stay zero.
 // Q4_K, or Q5_K (fifth true): the codes' low 4 bits as Q4_K's, each sub-block's fifth bits after
@@ -113,9 +112,8 @@ void PackBlockQ45K(bool fifth, const uint8_t* const* src, int n, uint8_t* dst) {
   }
 }
 
-void PackBlockQ6K(const uint8_t* const* src, int n, uint8_t* dst, uint8_t* d) {
-  std::memset(dst, 0, q6k::kD);
-  std::memset(d, 0, q6k::kBytes - q6k::kD);
+void PackBlockQ6K(const uint8_t* const* src, int n, uint8_t* dst) {
+  std::memset(dst, 0, q6k::kBytes);
   uint8_t q[256];
   for (int c = 0; c < n; ++c) {
     BlockCodesK(GgmlType::kQ6_K, src[c], q);
@@ -129,7 +127,7 @@ void PackBlockQ6K(const uint8_t* const* src, int n, uint8_t* dst, uint8_t* d) {
       }
       dst[q6k::kScales + 32 * (sub / 2) + 2 * c + sub % 2] = src[c][192 + sub];
     }
-    std::memcpy(d + 2 * c, src[c] + 208, 2);
+    std::memcpy(dst + q6k::kD + 2 * c, src[c] + 208, 2);
   }
 }
 
@@ -197,15 +195,13 @@ void PackQuantPanels(const QuantMatrixRef& w, void* dst) {
     for (int64_t s = 0; s < blocks; ++s) {
       const uint8_t* src[kP];
       for (int c = 0; c < n; ++c) src[c] = w.row(p * kP + c) + s * block_bytes;
-      if (!IsPaired(w.type)) {
-        PackBlockQ45K(w.type == GgmlType::kQ5_K, src, n, panel + s * panel_block);
-        continue;
-      }
-      const Place at = Paired(s, blocks, panel_block);
       if (Is32(w.type)) {
+        const Place at = Paired(s, blocks, panel_block);
         PackBlock32(w.type, src, n, panel + at.body, panel + at.d);
+      } else if (w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ5_K) {
+        PackBlockQ45K(w.type == GgmlType::kQ5_K, src, n, panel + s * panel_block);
       } else {
-        PackBlockQ6K(src, n, panel + at.body, panel + at.d);
+        PackBlockQ6K(src, n, panel + s * panel_block);
       }
     }
   }
@@ -217,7 +213,7 @@ void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t
   const int c = static_cast<int>(row % kP);
   const uint8_t* panel = static_cast<const uint8_t*>(panels) + (row / kP) * blocks * panel_block;
   for (int64_t s = 0; s < blocks; ++s) {
-    const Place at = IsPaired(type) ? Paired(s, blocks, panel_block) : Place{s * panel_block, 0};
+    const Place at = Is32(type) ? Paired(s, blocks, panel_block) : Place{s * panel_block, 0};
     const uint8_t* b = panel + at.body;
     float* o = out + elements * s;
     if (Is32(type)) {  // As quant_blocks.cc: d * code.
@@ -241,7 +237,7 @@ void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t
         }
       }
     } else {  // As Q6K: (d * scale) * (code - 32).
-      const float d = F16At(panel + at.d + 2 * c);
+      const float d = F16At(b + q6k::kD + 2 * c);
       for (int sub = 0; sub < 16; ++sub) {
         const auto sc = static_cast<int8_t>(b[q6k::kScales + 32 * (sub / 2) + 2 * c + sub % 2]);
         for (int g = 0; g < 4; ++g) {
@@ -414,8 +410,7 @@ struct PanelQ6K {
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3f = _mm512_set1_epi8(0x3F), m03 = _mm512_set1_epi8(0x03);
     for (int64_t s = 0; s < blocks; ++s) {
-      const Place at = Paired(s, blocks, kBytes);
-      const uint8_t* b = panel + at.body;
+      const uint8_t* b = panel + s * kBytes;
       __m512i itot[R], off[R];
       for (int r = 0; r < R; ++r) itot[r] = off[r] = _mm512_setzero_si512();
       for (int pair = 0; pair < 8; ++pair) {
@@ -449,7 +444,7 @@ struct PanelQ6K {
           }
         }
       }
-      const __m512 d = LoadF16x16(panel + at.d);
+      const __m512 d = LoadF16x16(b + q6k::kD);
       for (int r = 0; r < R; ++r) {
         const __m512i total = _mm512_sub_epi32(itot[r], _mm512_slli_epi32(off[r], 5));
         acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.scales[r][s])),
@@ -652,8 +647,7 @@ struct PanelQ6KAvx2 {
       __m256 acc[R];
       for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
       for (int64_t s = 0; s < blocks; ++s) {
-        const Place at = Paired(s, blocks, kBytes);
-        const uint8_t* b = panel + at.body;
+        const uint8_t* b = panel + s * kBytes;
         __m256i itot[R];
         for (int r = 0; r < R; ++r) itot[r] = _mm256_setzero_si256();
         for (int sub = 0; sub < 16; ++sub) {
@@ -679,7 +673,7 @@ struct PanelQ6KAvx2 {
             itot[r] = _mm256_add_epi32(itot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q3, Bcast4(x + 12)), sc));
           }
         }
-        const __m256 d = LoadF16x8(panel + at.d + 16 * h);
+        const __m256 d = LoadF16x8(b + q6k::kD + 16 * h);
         for (int r = 0; r < R; ++r) {
           const int16_t* xs = rows.sums[r] + 16 * s;
           __m256i off = _mm256_setzero_si256();

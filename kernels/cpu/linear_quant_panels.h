@@ -32,11 +32,11 @@
 //          4 j + i] | ((q[c][16 sub + 12 + i] >> 2 j) & 3) << 6 (64 each: groups 0-2 of 4 k whole
 //          in the low 6 bits, group 3 in the planes' top bit pairs), 192 a sub-block, 3072; then
 //          scales [sub pair 0-7][c][2] int8 (256); d [c] f16 (32).
-//   Q8_0, Q4_0, Q5_0 and Q6_K end 32 bytes (their d) past whole 64-byte lines, so every other
+//   Q8_0, Q4_0 and Q5_0 blocks end 32 bytes (their d) past whole 64-byte lines, so every other
 //   block would start mid-line and all its loads straddle two lines. They are stored in pairs of
 //   blocks: the first's bytes but d, the second's, then both d (two blocks' bytes in whole
-//   lines); an odd last block whole. Q8_0 from memory ~0.78 -> ~0.87 of Q4_K's rate (bench/
-//   RESULTS.md, "blocks stored in pairs").
+//   lines); an odd last block whole. Q8_0 from memory +7-10% (bench/RESULTS.md, "blocks stored
+//   in pairs"). Q6_K's blocks (3,360 bytes) would straddle too, but paired they read slower.
 //   A block's bytes are read in order (a sub-block's planes side by side, not a plane after the
 //   other): one stream from memory per block, not two interleaved (Q6_K from memory ~0.8 -> ~1.0
 //   of Q4_K's rate; its layout also unpacks in fewer instructions, a gain not shown reliably:
