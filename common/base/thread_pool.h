@@ -42,10 +42,10 @@ class ThreadPool {
   // others at the barrier: each thread takes chunks of at most n / (8 x threads) (multiples of
   // `grain`; half of what is left of its share when that is less, so they end at one grain) from
   // the front of its own contiguous share, in order, then steals chunks (a quarter of what is
-  // left, at most as large) from the back of the others' shares until none is left. A thread's chunks follow one another in memory,
-  // so a loop that streams (a matrix's columns) keeps one stream per thread and its prefetches
-  // run into its own next chunk. fn may run many times per thread: only for loops whose ranges
-  // are independent and need no per-call set-up.
+  // left, at most as large) from the back of the others' shares until none is left. A thread's
+  // chunks follow one another in memory, so a loop that streams (a matrix's columns) keeps one
+  // stream per thread and its prefetches run into its own next chunk. fn may run many times per
+  // thread: only for loops whose ranges are independent and need no per-call set-up.
   void ParallelForDynamic(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
   // As above, the caller first running `first` while the workers wake: they take no chunk
   // before it returns (a loop's set-up, such as quantizing the x a matrix's columns read, then
