@@ -50,6 +50,35 @@ float SumRange(const float* p, int64_t n, bool prefetch) {
 #endif
 }
 
+// ReadRegions' read: any bytes, so integer lanes (floats could be denormals or NaNs).
+uint64_t XorRange(const std::byte* p, size_t n, bool prefetch) {
+  size_t i = 0;
+  uint64_t x = 0;
+#if defined(__AVX2__)
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 128 <= n; i += 128) {
+    if (prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats * sizeof(float)), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats * sizeof(float) + 64),
+                   _MM_HINT_T0);
+    }
+    const auto* v = reinterpret_cast<const __m256i*>(p + i);
+    a0 = _mm256_xor_si256(a0, _mm256_loadu_si256(v));
+    a1 = _mm256_xor_si256(a1, _mm256_loadu_si256(v + 1));
+    a2 = _mm256_xor_si256(a2, _mm256_loadu_si256(v + 2));
+    a3 = _mm256_xor_si256(a3, _mm256_loadu_si256(v + 3));
+  }
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                     _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3)));
+  for (uint64_t l : lanes) x ^= l;
+#else
+  (void)prefetch;
+#endif
+  for (; i < n; ++i) x ^= static_cast<uint64_t>(p[i]);
+  return x;
+}
+
 constexpr int64_t kPeakIterations = 1 << 20;
 
 // Each returns a sum of its accumulators so the work cannot be optimised away.
@@ -213,6 +242,27 @@ double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats, bool prefetch)
   double best = 0;
   for (int r = 0; r < repeats; ++r) best = std::max(best, probe.Pass(prefetch));
   return best;
+}
+
+double ReadRegions(ThreadPool* pool, absl::Span<const absl::Span<const std::byte>> regions,
+                   bool prefetch) {
+  const int threads = pool->num_threads();
+  std::vector<uint64_t> sums(threads);
+  size_t bytes = 0;
+  for (const auto& r : regions) bytes += r.size();
+  const auto start = Clock::now();
+  pool->Run([&](int t) {
+    for (const auto& r : regions) {
+      const size_t per = r.size() / threads & ~size_t{63};
+      const size_t b = per * t;
+      const size_t e = t == threads - 1 ? r.size() : b + per;
+      sums[t] ^= XorRange(r.data() + b, e - b, prefetch);
+    }
+  });
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  volatile uint64_t sink = sums[0];
+  (void)sink;
+  return static_cast<double>(bytes) / secs;
 }
 
 double SgemmFlops(int threads, int64_t n, int repeats) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
+
 namespace pdserve {
 class ThreadPool;
 }
@@ -42,6 +44,13 @@ class ReadProbe {
   float* buf_;
   std::vector<float> sums_;
 };
+
+// Bytes/s of one pass over `regions` where they are (a model's weights where its runner reads
+// them, LLMEngine::decode_weight_memory), each thread reading its share of every region in turn,
+// plain or prefetching as ReadBandwidth. On a VM two allocations can read up to 30% apart in one
+// process, so a decode step is also judged against the memory its own weights sit in.
+double ReadRegions(ThreadPool* pool, absl::Span<const absl::Span<const std::byte>> regions,
+                   bool prefetch);
 
 // Flop/s of OpenBLAS sgemm on n x n x n with `threads` threads. Best of `repeats`.
 double SgemmFlops(int threads, int64_t n, int repeats);

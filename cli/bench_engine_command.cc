@@ -207,6 +207,9 @@ int BenchEngineCommand(int argc, char** argv) {
     probe.emplace(&*probe_pool, std::min(bytes, size_t{512} << 20));
   }
   std::vector<double> reads_between;
+  // And a read of the weights' own memory (bench::ReadRegions), where the runner reads them.
+  const std::vector<absl::Span<const std::byte>> weight_memory = engine.decode_weight_memory();
+  std::vector<double> weight_reads_between;
   double probe_s = 0;
   auto t0 = Clock::now();
   while (engine.HasUnfinished()) {
@@ -216,6 +219,11 @@ int BenchEngineCommand(int argc, char** argv) {
       const bool plain_first = reads_between.size() % 2 == 0;
       const double a = probe->Pass(!plain_first), b = probe->Pass(plain_first);
       reads_between.push_back(std::max(a, b));
+      if (!weight_memory.empty()) {
+        const double wa = bench::ReadRegions(&*probe_pool, weight_memory, !plain_first);
+        const double wb = bench::ReadRegions(&*probe_pool, weight_memory, plain_first);
+        weight_reads_between.push_back(std::max(wa, wb));
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(500));
       probe_s += SecondsSince(tp);
     }
@@ -288,18 +296,25 @@ int BenchEngineCommand(int argc, char** argv) {
   const double median_step_s = sorted_steps[decode_steps / 2];
   const double median_bw = step_bw[decode_steps / 2];
   // --bw-every: window w (steps [w N, w N + N)) against the read that followed it.
-  std::vector<double> window_ratios, reads_sorted = reads_between;
-  for (size_t w = 0; w < reads_between.size(); ++w) {
-    double bytes = 0, secs = 0;
-    const int64_t first = static_cast<int64_t>(w) * bw_every + 1;
-    for (int64_t s = first; s < first + bw_every; ++s) {
-      bytes += step_bytes(s);
-      secs += step_s_each[s - 1];
+  // Each window's rate over a read after it, and those ratios and reads sorted.
+  const auto windows_over = [&](const std::vector<double>& reads, std::vector<double>* ratios,
+                                std::vector<double>* sorted) {
+    for (size_t w = 0; w < reads.size(); ++w) {
+      double bytes = 0, secs = 0;
+      const int64_t first = static_cast<int64_t>(w) * bw_every + 1;
+      for (int64_t s = first; s < first + bw_every; ++s) {
+        bytes += step_bytes(s);
+        secs += step_s_each[s - 1];
+      }
+      ratios->push_back(bytes / secs / reads[w]);
     }
-    window_ratios.push_back(bytes / secs / reads_between[w]);
-  }
-  std::sort(window_ratios.begin(), window_ratios.end());
-  std::sort(reads_sorted.begin(), reads_sorted.end());
+    *sorted = reads;
+    std::sort(ratios->begin(), ratios->end());
+    std::sort(sorted->begin(), sorted->end());
+  };
+  std::vector<double> window_ratios, reads_sorted, weight_ratios, weight_reads_sorted;
+  windows_over(reads_between, &window_ratios, &reads_sorted);
+  windows_over(weight_reads_between, &weight_ratios, &weight_reads_sorted);
 
   ThreadPool pool(threads);
   // The reference is the faster of a plain read and one that prefetches as the linear kernel
@@ -368,6 +383,10 @@ int BenchEngineCommand(int argc, char** argv) {
       j["decode_bw_ratio_between"] = window_ratios[window_ratios.size() / 2];
       j["decode_bw_windows"] = window_ratios.size();
     }
+    if (!weight_ratios.empty()) {
+      j["read_bw_weights_between_gbs"] = weight_reads_sorted[weight_reads_sorted.size() / 2] / 1e9;
+      j["decode_bw_ratio_weights_between"] = weight_ratios[weight_ratios.size() / 2];
+    }
   }
   j["prefill_gflops"] = prefill_flops / prefill_s / 1e9;
   j["sgemm_gflops"] = sgemm / 1e9;
@@ -416,6 +435,13 @@ int BenchEngineCommand(int argc, char** argv) {
                   100 * window_ratios[window_ratios.size() / 2], window_ratios.size(),
                   static_cast<long long>(bw_every), reads_sorted.front() / 1e9,
                   reads_sorted.back() / 1e9, reads_sorted[reads_sorted.size() / 2] / 1e9);
+    }
+    if (!weight_ratios.empty()) {
+      std::printf("         %5.1f%% of the reads of its own weights' memory between its steps "
+                  "(reads %.2f-%.2f GB/s, median %.2f)\n",
+                  100 * weight_ratios[weight_ratios.size() / 2], weight_reads_sorted.front() / 1e9,
+                  weight_reads_sorted.back() / 1e9,
+                  weight_reads_sorted[weight_reads_sorted.size() / 2] / 1e9);
     }
   }
   if (j.contains("spec_drafts")) {

@@ -44,8 +44,14 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> CpuMatrices::Make(const Model
   // Copied (and the mapping's pages released) for huge pages, or to pack any matrix.
   bool copied = huge_pages || bf16;
   for (auto& [src, dst] : all) copied = copied || quant_panels(*src);
+  auto memory = [](const void* data, size_t bytes) {
+    return absl::Span<const std::byte>(static_cast<const std::byte*>(data), bytes);
+  };
   if (!copied) {
-    for (auto& [src, dst] : all) *dst = *src;
+    for (auto& [src, dst] : all) {
+      *dst = *src;
+      m->memory_.push_back(memory(src->data, src->bytes()));
+    }
     return std::shared_ptr<const CpuMatrices>(std::move(m));
   }
   size_t bytes = 0;
@@ -56,7 +62,10 @@ absl::StatusOr<std::shared_ptr<const CpuMatrices>> CpuMatrices::Make(const Model
   }
   std::vector<void*> places;
   places.reserve(all.size());
-  for (auto& [src, dst] : all) places.push_back(m->arena_.Take(copy_bytes(*src)));
+  for (auto& [src, dst] : all) {
+    places.push_back(m->arena_.Take(copy_bytes(*src)));
+    m->memory_.push_back(memory(places.back(), copy_bytes(*src)));
+  }
   // bf16 compute: packed in panels, and a checkpoint in f32 or f16 rounded to bf16 once here, as
   // vLLM's --dtype bfloat16 converts at load (the mapping is then no longer read).
   ThreadPool pool(threads);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/base/huge_page_arena.h"
 #include "common/base/tensor_ref.h"
 #include "common/engine/model_runner.h"
@@ -34,6 +35,8 @@ class CpuMatrices {
 
   const Layer& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
   const MatrixRef& lm_head() const { return lm_head_; }
+  // Each matrix's bytes where the linear layers read them, layer by layer, then the LM head.
+  const std::vector<absl::Span<const std::byte>>& memory() const { return memory_; }
 
  private:
   CpuMatrices() = default;
@@ -41,6 +44,7 @@ class CpuMatrices {
   HugePageArena arena_;
   std::vector<Layer> layers_;
   MatrixRef lm_head_;
+  std::vector<absl::Span<const std::byte>> memory_;
 };
 
 }  // namespace pdserve

@@ -35,6 +35,9 @@ class CpuModelRunner : public ModelRunner {
   void SetLayerCallback(LayerCallback callback) override { layer_callback_ = std::move(callback); }
   int threads() const { return pool_threads_.num_threads(); }
   ForwardPhaseSeconds phase_seconds() const override { return phase_seconds_; }
+  std::vector<absl::Span<const std::byte>> DecodeWeightMemory() const override {
+    return matrices_->memory();
+  }
 
  private:
   // Adds the time since the previous lap (or the start of Forward) to `phase`.

@@ -405,6 +405,55 @@ TEST(EngineTest, SharedWeightsLoadOnceAndGiveTheSameBits) {
   }
 }
 
+// What bench-engine reads as the weights' own memory (decode_weight_memory) is the memory the
+// forward pass reads: one region per matrix, layer by layer, then the LM head; zeroing any one
+// changes the logits, zeroing the LM head's makes every logit 0, and restoring it gives the
+// first bits back. In each form the runner reads: f32 in place, bf16 panels, Q8_0 quantized on
+// load.
+TEST(EngineTest, DecodeWeightMemoryIsWhatTheForwardPassReads) {
+  const Mode modes[] = {{ComputeDType::kF32, KvDType::kF32},
+                        {ComputeDType::kBF16, KvDType::kF32},
+                        {ComputeDType::kF32, KvDType::kF32, WeightFormat::kQ8_0}};
+  for (const Mode& mode : modes) {
+    for (bool huge_pages : {true, false}) {
+      EngineOptions o = ModeOptions(mode);
+      o.weight_huge_pages = huge_pages;
+      o.enable_prefix_caching = false;  // Every run computes its prompt's KV with the weights now.
+      auto engine = *LLMEngine::Create(ModelDir("llama"), o);
+      const std::string what = Str(ModeName(mode), huge_pages ? " huge pages" : " 4 KiB pages");
+      const auto memory = engine->decode_weight_memory();
+      const ModelConfig& c = engine->config();
+      ASSERT_EQ(static_cast<int64_t>(memory.size()), 7 * c.num_layers + 1) << what;
+      std::vector<float> logits;
+      engine->SetLogitsObserver(
+          [&](const std::string&, const float* l, int64_t v) { logits.assign(l, l + v); });
+      int runs = 0;
+      auto run = [&] {
+        EXPECT_TRUE(engine->AddRequest(Str("r", runs++), Prompt(9, 3), Greedy(1)).ok());
+        std::vector<RequestOutput> outs;
+        while (engine->HasUnfinished()) EXPECT_TRUE(engine->Step(&outs).ok());
+        return logits;
+      };
+      const std::vector<float> first = run();
+      const bool writable = huge_pages || mode.compute == ComputeDType::kBF16 ||
+                            mode.weights != WeightFormat::kAsStored;
+      if (!writable) continue;  // Read in place from the checkpoint's read-only mapping.
+      for (size_t i = 0; i < memory.size(); ++i) {
+        auto* bytes = const_cast<std::byte*>(memory[i].data());
+        const std::vector<std::byte> kept(bytes, bytes + memory[i].size());
+        std::memset(bytes, 0, memory[i].size());
+        const std::vector<float> zeroed = run();
+        EXPECT_NE(zeroed, first) << what << ": region " << i;
+        if (i + 1 == memory.size()) {
+          EXPECT_EQ(zeroed, std::vector<float>(first.size(), 0.0f)) << what << ": the LM head";
+        }
+        std::memcpy(bytes, kept.data(), kept.size());
+      }
+      EXPECT_EQ(run(), first) << what;
+    }
+  }
+}
+
 TEST(EngineTest, ComputeDTypeAutoAndConflicts) {
   const std::string bf16_dir = ModelDir("llama", DType::kBF16);
   EngineOptions o = SmallOptions();

@@ -163,6 +163,10 @@ class LLMEngine {
 
   const ModelConfig& config() const { return weights_->config(); }
   const ModelWeights& weights() const { return *weights_; }
+  // Where the runner reads the weights a decode step streams (ModelRunner::DecodeWeightMemory).
+  std::vector<absl::Span<const std::byte>> decode_weight_memory() const {
+    return runner_->DecodeWeightMemory();
+  }
   const std::vector<int32_t>& eos_token_ids() const { return eos_ids_; }
   int64_t max_model_len() const { return max_model_len_; }
   const KvCacheSpec& kv_spec() const { return pool_->spec(); }

@@ -4,14 +4,17 @@
 #define PDSERVE_COMMON_ENGINE_MODEL_RUNNER_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/base/dtype.h"
 #include "common/engine/forward_batch.h"
 
@@ -108,6 +111,10 @@ class ModelRunner {
   // Wall time of each phase over all Forward calls so far; zeros where a backend does not time
   // its phases (a device backend's kernels run asynchronously).
   virtual ForwardPhaseSeconds phase_seconds() const { return {}; }
+  // The memory a decode step streams its weight matrices from, where this runner reads them (its
+  // packed copies, or the checkpoint's mapping): bench-engine reads it between steps as the rate
+  // of the weights' own memory. Empty where the host does not read the weights (a device backend).
+  virtual std::vector<absl::Span<const std::byte>> DecodeWeightMemory() const { return {}; }
 };
 
 // kAuto -> kF32 or kBF16 for this backend, these weights and this CPU; an error for a combination

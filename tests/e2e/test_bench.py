@@ -209,8 +209,9 @@ class BenchTest(unittest.TestCase):
 
     def test_engine_bench_reads_between_its_steps(self):
         """--bw-every N: a read of the machine's memory after every N decode steps, each window of N
-        steps judged against the read that followed it. 10 tokens out: 9 decode steps, reads after
-        the 4th and the 8th (none after the last step), so 2 windows."""
+        steps judged against the read that followed it, and a read of the weights' own memory
+        likewise. 10 tokens out: 9 decode steps, reads after the 4th and the 8th (none after the
+        last step), so 2 windows."""
         common = ["--model", MODEL, "--batch", "2", "--input-len", "16", "--output-len", "10",
                   "--threads", "1", "--kv-blocks", "64", "--bw-gib", "0.125", "--sgemm-n", "128",
                   "--prefill-rounds", "1", "--format", "json"]
@@ -218,8 +219,11 @@ class BenchTest(unittest.TestCase):
         self.assertEqual((j["decode_steps"], j["decode_bw_windows"]), (9, 2))
         self.assertGreater(j["read_bw_between_gbs"], 0)
         self.assertGreater(j["decode_bw_ratio_between"], 0)
+        self.assertGreater(j["read_bw_weights_between_gbs"], 0)
+        self.assertGreater(j["decode_bw_ratio_weights_between"], 0)
         plain = json.loads(run("bench-engine", *common).stdout)
-        for key in ("read_bw_between_gbs", "decode_bw_ratio_between", "decode_bw_windows"):
+        for key in ("read_bw_between_gbs", "decode_bw_ratio_between", "decode_bw_windows",
+                    "read_bw_weights_between_gbs", "decode_bw_ratio_weights_between"):
             self.assertNotIn(key, plain)
         static_only = "--bw-every: decode's bytes are counted for a static batch"
         for extra, message in ((["--bw-every", "-1"], "--bw-every: must be >= 0"),
