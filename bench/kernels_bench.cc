@@ -3,11 +3,13 @@
 // for GEMM is flops.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "bench/machine_limits.h"
 #include "common/base/huge_page_arena.h"
 #include "common/base/rng.h"
 #include "common/base/thread_pool.h"
@@ -46,7 +48,12 @@ struct Fixture {
 // eight TinyLlama-1.1B MLP matrices (45056 x 2048), larger than L3, so m = 1 streams them as a decode step
 // does. Bytes/s counts the quantized bytes; compare with BM_Linear's bf16 GEMV in the same run.
 // Types: 0 Q8_0, 1 Q4_0, 2 Q4_K, 3 Q5_K, 4 Q6_K, 5 Q5_0.
-void LinearQuantized(benchmark::State& state, int64_t n, bool panels = false, int64_t k = 2048) {
+// From memory (`from_memory`) at m = 1, a decode step's case, each call is followed, untimed, by
+// a loads-only read of the same bytes (bench::ReadRegions, plain and prefetching in turn):
+// `of_read` is the kernel's rate over that read's, both on the same pages (two allocations can
+// read up to 30% apart on a VM: bench/RESULTS.md, "The weights' own memory").
+void LinearQuantized(benchmark::State& state, int64_t n, bool panels = false, int64_t k = 2048,
+                     bool from_memory = false) {
   const GgmlType types[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
                             GgmlType::kQ6_K, GgmlType::kQ5_0};
   const GgmlType type = types[state.range(0)];
@@ -98,28 +105,50 @@ void LinearQuantized(benchmark::State& state, int64_t n, bool panels = false, in
   std::vector<float> x(m * k), y(m * n);
   for (float& v : x) v = static_cast<float>(rng.Normal());
   ThreadPool pool(static_cast<int>(state.range(2)));
+  const bool beside_read = from_memory && m == 1;
+  const absl::Span<const std::byte> memory(static_cast<const std::byte*>(copy), bytes);
+  double kernel_s = 0, read_s = 0;
+  int64_t reads = 0;
   for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
     Linear(x.data(), m, k, w, y.data(), n, &pool);
     benchmark::DoNotOptimize(y.data());
+    if (!beside_read) continue;
+    kernel_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.PauseTiming();
+    const double rate = bench::ReadRegions(&pool, {memory}, /*prefetch=*/reads++ % 2 == 1);
+    read_s += static_cast<double>(bytes) / rate;
+    state.ResumeTiming();
+  }
+  if (beside_read && reads > 0) {
+    const double read_rate = static_cast<double>(bytes) * reads / read_s;
+    state.counters["read_GB/s"] = read_rate / 1e9;
+    state.counters["of_read"] = static_cast<double>(bytes) * reads / kernel_s / read_rate;
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(data.size()));
   state.counters["GMAC/s"] = benchmark::Counter(
       static_cast<double>(state.iterations()) * m * n * k / 1e9, benchmark::Counter::kIsRate);
 }
-void BM_LinearQuantized(benchmark::State& state) { LinearQuantized(state, 5632 * 8); }  // Past L3.
+void BM_LinearQuantized(benchmark::State& state) {  // Past L3.
+  LinearQuantized(state, 5632 * 8, false, 2048, true);
+}
 BENCHMARK(BM_LinearQuantized)
     ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 16, 128}, {1, 2}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
 // The same matrices repacked in panels (AVX512-VNNI): Q8_0, Q4_K, Q5_K and Q6_K.
-void BM_LinearQuantizedPanels(benchmark::State& state) { LinearQuantized(state, 5632 * 8, true); }
+void BM_LinearQuantizedPanels(benchmark::State& state) {
+  LinearQuantized(state, 5632 * 8, true, 2048, true);
+}
 BENCHMARK(BM_LinearQuantizedPanels)
     ->ArgsProduct({{0, 2, 3, 4}, {1, 16, 128}, {1, 2}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
 // The down projection's shape (k = 5632, 2048 outputs; eight of them, past L3): longer rows, and
 // the only place a Q4_K_M file's Q6_K matrices other than the output are.
-void BM_LinearQuantizedPanelsDown(benchmark::State& state) { LinearQuantized(state, 2048 * 8, true, 5632); }
+void BM_LinearQuantizedPanelsDown(benchmark::State& state) {
+  LinearQuantized(state, 2048 * 8, true, 5632, true);
+}
 BENCHMARK(BM_LinearQuantizedPanelsDown)
     ->ArgsProduct({{2, 4}, {1}, {1, 2}})
     ->ArgNames({"type", "m", "threads"})
