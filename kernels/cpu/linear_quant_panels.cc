@@ -512,7 +512,10 @@ struct PanelLanes32 {
       const __m512i shared = Codes::Prepare(b);
       for (int l = 0; l < 8; ++l) {
         if (prefetch) PrefetchPart<kBytes, 8>(b, l);
-        const __m512i w = Codes::Quad(b, shared, l);
+        __m512i w = Codes::Quad(b, shared, l);
+        // In a register for both VPDPBUSDs: GCC folds Q8_0's load into each, two loads of a
+        // line from memory in flight for one (one load read 2% faster, bench/RESULTS.md).
+        asm("" : "+v"(w));
         const __m512i init =
             _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w));
         for (int r = 0; r < R; ++r) {
