@@ -165,6 +165,31 @@ BENCHMARK(BM_LinearQuantizedPanelsInL2)
     ->ArgsProduct({{0, 2, 3, 4}, {1, 4}, {1}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
+// The loads-only read of_read compares with (bench::ReadRegions), over `MiB` of huge pages each
+// thread first wrote its half of: where it levels off is the memory's rate, and the sizes where
+// it is faster say how much of a matrix a thread's caches hold (on a VM whose two cores have an
+// L3 each, two threads read 48 MB several times faster than 512: bench/RESULTS.md).
+void BM_ReadRegions(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0)) << 20;
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  HugePageArena arena;
+  if (!arena.Reserve(bytes).ok()) {
+    state.SkipWithError("cannot map the buffer");
+    return;
+  }
+  auto* p = static_cast<std::byte*>(arena.Take(bytes));
+  pool.Run([&](int t) {
+    const size_t per = bytes / pool.num_threads();
+    std::memset(p + per * t, 1, t == pool.num_threads() - 1 ? bytes - per * t : per);
+  });
+  const absl::Span<const std::byte> memory(p, bytes);
+  for (auto _ : state) benchmark::DoNotOptimize(bench::ReadRegions(&pool, {memory}, false));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_ReadRegions)
+    ->ArgsProduct({{16, 48, 96, 512}, {1, 2}})
+    ->ArgNames({"MiB", "threads"})
+    ->UseRealTime();
 // What every parallel region pays to hand a job to the pool's threads and wait for them: Run
 // with an empty job (two threads: the cache lines crossing between two cores).
 void BM_ThreadPoolRun(benchmark::State& state) {
