@@ -458,12 +458,12 @@ struct PanelQ6K {
 // The signed codes of quad l (elements 4l..4l+3 of 16 rows) of a 32-element panel block, per
 // format; Prepare loads what the block's quads share.
 struct CodesQ8_0 {
-  static constexpr int kBytes = q8::kBytes, kD = q8::kD;
+  static constexpr int kBytes = q8::kBytes;
   PD_VNNI static __m512i Prepare(const uint8_t*) { return _mm512_setzero_si512(); }
   PD_VNNI static __m512i Quad(const uint8_t* b, __m512i, int l) { return Load64(b + q8::kCodes + 64 * l); }
 };
 struct CodesQ4_0 {
-  static constexpr int kBytes = q4::kBytes, kD = q4::kD;
+  static constexpr int kBytes = q4::kBytes;
   PD_VNNI static __m512i Prepare(const uint8_t*) { return _mm512_setzero_si512(); }
   PD_VNNI static __m512i Quad(const uint8_t* b, __m512i, int l) {
     __m512i v = Load64(b + q4::kCodes + 64 * (l / 2));
@@ -472,7 +472,7 @@ struct CodesQ4_0 {
   }
 };
 struct CodesQ5_0 {
-  static constexpr int kBytes = q5::kBytes, kD = q5::kD;
+  static constexpr int kBytes = q5::kBytes;
   PD_VNNI static __m512i Prepare(const uint8_t* b) { return Load64(b + q5::kHigh); }
   PD_VNNI static __m512i Quad(const uint8_t* b, __m512i high, int l) {
     __m512i v = Load64(b + q5::kCodes + 64 * (l / 2));
