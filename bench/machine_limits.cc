@@ -1,6 +1,7 @@
 #include "bench/machine_limits.h"
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -20,47 +21,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // As far ahead as the linear kernel prefetches its weights (kernels/cpu/linear.cc).
-constexpr int64_t kPrefetchFloats = 8192 / sizeof(float);
+constexpr size_t kPrefetchBytes = 8192;
 
-float SumRange(const float* p, int64_t n, bool prefetch) {
-#if defined(__AVX2__)
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    if (prefetch) {  // Two 64-byte lines per iteration (past the end is harmless: a hint).
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats + 16), _MM_HINT_T0);
-    }
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  float s = 0;
-  for (float l : lanes) s += l;
-  for (; i < n; ++i) s += p[i];
-  return s;
-#else
-  (void)prefetch;
-  float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += p[i];
-  return s;
-#endif
-}
-
-// ReadRegions' read: any bytes, so integer lanes (floats could be denormals or NaNs).
+// The read of ReadRegions and ReadProbe: any bytes, so integer lanes (floats could be denormals
+// or NaNs).
 uint64_t XorRange(const std::byte* p, size_t n, bool prefetch) {
   size_t i = 0;
   uint64_t x = 0;
 #if defined(__AVX2__)
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   for (; i + 128 <= n; i += 128) {
-    if (prefetch) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats * sizeof(float)), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats * sizeof(float) + 64),
-                   _MM_HINT_T0);
+    if (prefetch) {  // Two 64-byte lines per iteration (past the end is harmless: a hint).
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchBytes + 64), _MM_HINT_T0);
     }
     const auto* v = reinterpret_cast<const __m256i*>(p + i);
     a0 = _mm256_xor_si256(a0, _mm256_loadu_si256(v));
@@ -210,31 +183,18 @@ double DotInstructionPeak(ThreadPool* pool, DotInstruction instruction, int repe
 }
 
 ReadProbe::ReadProbe(ThreadPool* pool, size_t bytes)
-    : pool_(pool), n_(static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{1023}),
-      buf_(static_cast<float*>(std::aligned_alloc(64, n_ * sizeof(float)))),
-      sums_(pool->num_threads()) {
+    : pool_(pool), bytes_(bytes & ~size_t{4095}),
+      buf_(static_cast<std::byte*>(std::aligned_alloc(64, bytes_))) {
   // First touch by the threads that will read, so pages sit near them.
-  pool_->ParallelFor(n_, 1024, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) buf_[i] = 1.0f;
+  pool_->ParallelFor(static_cast<int64_t>(bytes_ / 4096), 1, [&](int64_t b, int64_t e) {
+    std::memset(buf_ + b * 4096, 1, static_cast<size_t>(e - b) * 4096);
   });
 }
 
-ReadProbe::~ReadProbe() {
-  volatile float sink = sums_[0];
-  (void)sink;
-  std::free(buf_);
-}
+ReadProbe::~ReadProbe() { std::free(buf_); }
 
 double ReadProbe::Pass(bool prefetch) {
-  const auto start = Clock::now();
-  pool_->Run([&](int t) {
-    const int64_t per = n_ / pool_->num_threads() & ~int64_t{31};
-    const int64_t b = per * t;
-    const int64_t e = t == pool_->num_threads() - 1 ? n_ : b + per;
-    sums_[t] += SumRange(buf_ + b, e - b, prefetch);
-  });
-  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  return static_cast<double>(n_ * sizeof(float)) / secs;
+  return ReadRegions(pool_, {absl::Span<const std::byte>(buf_, bytes_)}, prefetch);
 }
 
 double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats, bool prefetch) {

@@ -18,8 +18,8 @@ class ThreadPool;
 
 namespace pdserve::bench {
 
-// Bytes/s of a multi-threaded sum over a `bytes`-sized buffer (make it far larger than the last
-// level cache). Best of `repeats` passes. With `prefetch`, each thread also prefetches 8 KiB ahead
+// Bytes/s of a multi-threaded read (an XOR of every 32 bytes) of a `bytes`-sized buffer (make it
+// far larger than the last level cache). Best of `repeats` passes. With `prefetch`, each thread also prefetches 8 KiB ahead
 // as the linear kernel does: software prefetch keeps more lines in flight than the hardware
 // prefetcher alone, so the plain read can be slower than the decode it is meant to bound.
 double ReadBandwidth(ThreadPool* pool, size_t bytes, int repeats, bool prefetch);
@@ -40,9 +40,8 @@ class ReadProbe {
 
  private:
   ThreadPool* pool_;
-  int64_t n_;
-  float* buf_;
-  std::vector<float> sums_;
+  size_t bytes_;
+  std::byte* buf_;
 };
 
 // Bytes/s of one pass over `regions` where they are (a model's weights where its runner reads
