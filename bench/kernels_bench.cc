@@ -45,8 +45,9 @@ struct Fixture {
 };
 
 // Quantized weights through the linear layers' entry (x quantized per call, as in the engine):
-// eight TinyLlama-1.1B MLP matrices (45056 x 2048), larger than L3, so m = 1 streams them as a decode step
-// does. Bytes/s counts the quantized bytes; compare with BM_Linear's bf16 GEMV in the same run.
+// eight TinyLlama-1.1B MLP matrices (45056 x 2048), larger than a core's L3, so m = 1 streams them
+// much as a decode step does (on a VM whose two cores have an L3 each, two threads' halves are
+// still partly cached: BM_ReadRegions). Bytes/s counts the quantized bytes; compare with BM_Linear's bf16 GEMV in the same run.
 // Types: 0 Q8_0, 1 Q4_0, 2 Q4_K, 3 Q5_K, 4 Q6_K, 5 Q5_0.
 // From memory (`from_memory`) at m = 1, a decode step's case, each call is followed, untimed, by
 // a loads-only read of the same bytes (bench::ReadRegions, plain and prefetching in turn):
@@ -129,7 +130,7 @@ void LinearQuantized(benchmark::State& state, int64_t n, bool panels = false, in
   state.counters["GMAC/s"] = benchmark::Counter(
       static_cast<double>(state.iterations()) * m * n * k / 1e9, benchmark::Counter::kIsRate);
 }
-void BM_LinearQuantized(benchmark::State& state) {  // Past L3.
+void BM_LinearQuantized(benchmark::State& state) {
   LinearQuantized(state, 5632 * 8, false, 2048, true);
 }
 BENCHMARK(BM_LinearQuantized)

@@ -419,7 +419,9 @@ TEST(EngineTest, DecodeWeightMemoryIsWhatTheForwardPassReads) {
       EngineOptions o = ModeOptions(mode);
       o.weight_huge_pages = huge_pages;
       o.enable_prefix_caching = false;  // Every run computes its prompt's KV with the weights now.
-      auto engine = *LLMEngine::Create(ModelDir("llama"), o);
+      auto created = LLMEngine::Create(ModelDir("llama"), o);
+      ASSERT_TRUE(created.ok()) << created.status();
+      auto engine = std::move(*created);
       const std::string what = Str(ModeName(mode), huge_pages ? " huge pages" : " 4 KiB pages");
       const auto memory = engine->decode_weight_memory();
       const ModelConfig& c = engine->config();
