@@ -14,11 +14,6 @@
 namespace pdserve::kernels {
 namespace {
 
-// HorizontalSum's tree over 8 scalar lanes: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
-float SumLanes(const float* l) {
-  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
-
 float F16At(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -117,17 +112,15 @@ void LinearQuantColumnsScalar(const QuantizedActivations& xq, const QuantMatrixR
       const uint8_t* row = w.row(j);
       for (int64_t t = 0; t < xq.m; ++t) {
         const int8_t* xc = xq.codes(t);
-        float acc[8] = {};
+        float acc = 0;
         for (int64_t b = 0; b < k / 32; ++b) {
           BlockCodes32(w.type, row + b * bytes, q);
           const float s = F16At(row + b * bytes) * xq.scales(t)[b];
-          for (int l = 0; l < 8; ++l) {
-            int lane = 0;
-            for (int e = 4 * l; e < 4 * l + 4; ++e) lane += q[e] * xc[32 * b + e];
-            acc[l] = std::fma(s, static_cast<float>(lane), acc[l]);
-          }
+          int32_t itot = 0;
+          for (int e = 0; e < 32; ++e) itot += q[e] * xc[32 * b + e];
+          acc = std::fma(s, static_cast<float>(itot), acc);
         }
-        y[t * ldy + j] = SumLanes(acc);
+        y[t * ldy + j] = acc;
       }
     }
     return;
@@ -184,7 +177,7 @@ inline __m256i Accumulate(__m256i acc, __m256i v) {
 }
 
 // Rows of x a kernel call walks together: each weight block is unpacked once for all of them.
-// R rows of integer sums (and, for Q8_0/Q4_0, of float accumulators) stay in registers.
+// R rows of integer sums stay in registers.
 constexpr int kRows32 = 4;
 constexpr int kRowsK = 4;
 
@@ -195,44 +188,16 @@ __m256i DotSigned(__m256i abs_w, __m256i w, __m256i x) {
   return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-// Rows t..t+R-1 of x against weight rows j..j+n-1 (n <= kGroup; the missing ones repeat the last
-// and are not stored), for the 32-element formats.
-template <typename Codes, int R>
-void Group32(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, int n, int64_t t,
-             bool prefetch, float* y, int64_t ldy) {
-  const int64_t bytes = GgmlBlockBytes(w.type), blocks = w.cols / 32;
-  const uint8_t* rows[kGroup];
-  for (int c = 0; c < kGroup; ++c) rows[c] = w.row(j + std::min(c, n - 1));
-  const int8_t* xc[R];
-  const float* xd[R];
-  for (int r = 0; r < R; ++r) {
-    xc[r] = xq.codes(t + r);
-    xd[r] = xq.scales(t + r);
+// Q8_0, Q4_0, Q5_0 for GroupK: per row of x the block's 32 products in 8 lanes.
+template <typename Codes>
+struct Kernel32 {
+  static constexpr int kElements = 32, kDAt = 0, kDminAt = -1;
+  template <int R>
+  static void Dot(const uint8_t* b, const XRows<R>& x, __m256i* dot, __m128i*) {
+    const __m256i wv = Codes::At(b), abs_w = _mm256_sign_epi8(wv, wv);
+    for (int r = 0; r < R; ++r) dot[r] = DotSigned(abs_w, wv, Load32(x.q[r]));
   }
-  __m256 acc[kGroup][R];
-  for (int c = 0; c < kGroup; ++c) {
-    for (int r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
-  }
-  for (int64_t b = 0; b < blocks; ++b) {
-    __m256i x[R];
-    for (int r = 0; r < R; ++r) x[r] = Load32(xc[r] + 32 * b);
-    for (int c = 0; c < kGroup; ++c) {
-      const uint8_t* blk = rows[c] + b * bytes;
-      if (prefetch) Prefetch(blk, bytes);
-      const __m256i wv = Codes::At(blk);
-      const __m256i abs_w = _mm256_sign_epi8(wv, wv);
-      const float dw = LoadF16(blk);
-      for (int r = 0; r < R; ++r) {
-        const __m256i lanes = DotSigned(abs_w, wv, x[r]);
-        const __m256 s = _mm256_set1_ps(dw * xd[r][b]);
-        acc[c][r] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(lanes), acc[c][r]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < n; ++c) y[(t + r) * ldy + j + c] = HorizontalSum(acc[c][r]);
-  }
-}
+};
 
 // Every int16 lane of the result = int16 lane `i` of a 128-bit lane of v (both lanes of v equal),
 // or lane i in the low half and lane i2 in the high half.
@@ -270,7 +235,7 @@ inline void PairQ45K(const uint8_t* qs, __m256i qh, const XRows<R>& x, __m256i s
 // (scale-weighted code products), and in mins[r] four partial sums of the mins' total.
 template <bool kFifth>
 struct KernelQ45K {
-  static constexpr int kDAt = 0, kDminAt = 2;
+  static constexpr int kElements = 256, kDAt = 0, kDminAt = 2;
   template <int R>
   static void Dot(const uint8_t* b, const XRows<R>& x, __m256i* dot, __m128i* mins) {
     const __m256i sm = ScalesMins(b + 4);
@@ -321,7 +286,7 @@ inline void HalfQ6K(const uint8_t* b, const XRows<R>& x, __m256i sc, __m256i* ac
 
 // Q6_K: per row, the sum over the 16 sub-blocks of scale * (codes . x - 32 * sum of x's codes).
 struct KernelQ6K {
-  static constexpr int kDAt = 208, kDminAt = -1;
+  static constexpr int kElements = 256, kDAt = 208, kDminAt = -1;
   template <int R>
   static void Dot(const uint8_t* b, const XRows<R>& x, __m256i* dot, __m128i*) {
     const __m256i sc16 =
@@ -341,7 +306,7 @@ struct KernelQ6K {
 #undef PD_QUANT_TARGET
 
 template <typename Codes>
-constexpr ColumnsFn kTiles32 = Tiles<kRows32, Group32<Codes, kRows32>, Group32<Codes, 1>>;
+constexpr ColumnsFn kTiles32 = Tiles<kRows32, GroupK<Kernel32<Codes>, kRows32>, GroupK<Kernel32<Codes>, 1>>;
 template <typename Kernel>
 constexpr ColumnsFn kTilesK = Tiles<kRowsK, GroupK<Kernel, kRowsK>, GroupK<Kernel, 1>>;
 

@@ -9,9 +9,9 @@
 // Batch invariance, as the f32 and bf16 kernels keep it: y[t][j] is one fixed sequence of
 // operations whatever m, the other rows, or the columns a thread was given. Integer sums are
 // exact, so only the float steps need an order, and they have one per format:
-//   Q8_0, Q4_0, Q5_0  eight lanes, lane l holding the integer sum of elements 4l..4l+3 of each
-//               block; per block b in order: acc[l] = fma(d_w(b) * d_x(b), lane_l, acc[l]); then the
-//               kernels' fixed horizontal-sum tree.
+//   Q8_0, Q4_0, Q5_0  per block b of 32 in order, with T the block's integer dot product:
+//               acc = fma(d_w(b) * d_x(b), T, acc) (as the K-quants: one float step a block, so
+//               the panel kernels sum a block's products in integers; |T| < 2^24, exact in float)
 //   Q4_K, Q5_K  per block of 256 in order, with T = sum_s scale_s * dot_s and
 //               M = sum_s min_s * xsum_s (xsum_s: the sum of x's codes in sub-block s):
 //               p = dmin * M; e = fma(dmin, M, -p); acc = fma(d_x, fma(d, T, -p) - e, acc)

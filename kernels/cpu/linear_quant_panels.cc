@@ -53,16 +53,15 @@ constexpr int kCodes = 0, kHigh = 256, kD = 320, kBytes = 352;
 }
 
 bool HasPanels(GgmlType type) { return GgmlPanelBlockBytes(type) > 0; }
-bool IsKQuant(GgmlType type) {
-  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
-}
 
 bool Is32(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ5_0;
 }
 int PanelBlockElements(GgmlType type) { return Is32(type) ? 32 : 256; }
-// What Q4_0 and Q5_0 add to a signed code to store it unsigned.
-int CodeOffset(GgmlType type) { return type == GgmlType::kQ4_0 ? 8 : 16; }
+// What the 32-element formats add to a signed code to store it unsigned.
+int CodeOffset(GgmlType type) {
+  return type == GgmlType::kQ8_0 ? 128 : type == GgmlType::kQ4_0 ? 8 : 16;
+}
 int DAt(GgmlType type) { return type == GgmlType::kQ8_0 ? q8::kD : type == GgmlType::kQ4_0 ? q4::kD : q5::kD; }
 
 // Where block s of a panel's `blocks` keeps its codes and its 16 d (f16, the block's last 32
@@ -139,11 +138,11 @@ void PackBlock32(GgmlType type, const uint8_t* const* src, int n, uint8_t* dst, 
     BlockCodes32(type, src[c], q);
     for (int e = 0; e < 32; ++e) {
       const int l = e / 4, i = e % 4;
+      const int u = q[e] + CodeOffset(type);  // 0-255 (Q8_0), 0-15 (Q4_0), 0-31 (Q5_0).
       if (type == GgmlType::kQ8_0) {
-        dst[q8::kCodes + 64 * l + 4 * c + i] = static_cast<uint8_t>(q[e]);
+        dst[q8::kCodes + 64 * l + 4 * c + i] = static_cast<uint8_t>(u);
         continue;
       }
-      const int u = q[e] + CodeOffset(type);  // 0-15 (Q4_0), 0-31 (Q5_0).
       dst[q4::kCodes + 64 * (l / 2) + 4 * c + i] |= static_cast<uint8_t>((u & 0xF) << (4 * (l % 2)));
       if (type == GgmlType::kQ5_0) dst[q5::kHigh + 4 * c + i] |= static_cast<uint8_t>((u >> 4) << l);
     }
@@ -154,7 +153,7 @@ void PackBlock32(GgmlType type, const uint8_t* const* src, int n, uint8_t* dst, 
 // The signed code of element e (0-31) of row c in a 32-element panel block.
 int Code32(GgmlType type, const uint8_t* b, int c, int e) {
   const int l = e / 4, i = e % 4;
-  if (type == GgmlType::kQ8_0) return static_cast<int8_t>(b[q8::kCodes + 64 * l + 4 * c + i]);
+  if (type == GgmlType::kQ8_0) return b[q8::kCodes + 64 * l + 4 * c + i] - CodeOffset(type);
   int u = (b[q4::kCodes + 64 * (l / 2) + 4 * c + i] >> (4 * (l % 2))) & 0xF;
   if (type == GgmlType::kQ5_0) u |= ((b[q5::kHigh + 4 * c + i] >> l) & 1) << 4;
   return u - CodeOffset(type);
@@ -175,7 +174,7 @@ bool QuantPanelsSupported(GgmlType type) {
   }();
   if (off || !HasPanels(type)) return false;
 #if PDSERVE_AVX2
-  return QuantVnniEnabled() || IsKQuant(type);
+  return true;
 #else
   return false;
 #endif
@@ -455,93 +454,93 @@ struct PanelQ6K {
   }
 };
 
-// The signed codes of quad l (elements 4l..4l+3 of 16 rows) of a 32-element panel block, per
-// format; Prepare loads what the block's quads share.
+// The codes of quad l (elements 4l..4l+3 of 16 rows) of a 32-element panel block, per format,
+// stored unsigned: the signed code plus kOffset (CodeOffset). Prepare loads what the block's quads
+// share.
 struct CodesQ8_0 {
-  static constexpr int kBytes = q8::kBytes;
+  static constexpr int kBytes = q8::kBytes, kOffset = 128;
   PD_VNNI static __m512i Prepare(const uint8_t*) { return _mm512_setzero_si512(); }
   PD_VNNI static __m512i Quad(const uint8_t* b, __m512i, int l) { return Load64(b + q8::kCodes + 64 * l); }
 };
 struct CodesQ4_0 {
-  static constexpr int kBytes = q4::kBytes;
+  static constexpr int kBytes = q4::kBytes, kOffset = 8;
   PD_VNNI static __m512i Prepare(const uint8_t*) { return _mm512_setzero_si512(); }
   PD_VNNI static __m512i Quad(const uint8_t* b, __m512i, int l) {
     __m512i v = Load64(b + q4::kCodes + 64 * (l / 2));
     if (l % 2) v = _mm512_srli_epi16(v, 4);
-    return _mm512_sub_epi8(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)), _mm512_set1_epi8(8));
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
   }
 };
 struct CodesQ5_0 {
-  static constexpr int kBytes = q5::kBytes;
+  static constexpr int kBytes = q5::kBytes, kOffset = 16;
   PD_VNNI static __m512i Prepare(const uint8_t* b) { return Load64(b + q5::kHigh); }
   PD_VNNI static __m512i Quad(const uint8_t* b, __m512i high, int l) {
     __m512i v = Load64(b + q5::kCodes + 64 * (l / 2));
     if (l % 2) v = _mm512_srli_epi16(v, 4);
     // Bit l of each high byte to bit 4 (16-bit shifts: bits crossing bytes are masked off).
     const __m512i h = l <= 4 ? _mm512_slli_epi16(high, 4 - l) : _mm512_srli_epi16(high, l - 4);
-    const __m512i code = _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)),
-                                         _mm512_and_si512(h, _mm512_set1_epi8(0x10)));
-    return _mm512_sub_epi8(code, _mm512_set1_epi8(16));
+    return _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)),
+                           _mm512_and_si512(h, _mm512_set1_epi8(0x10)));
   }
 };
 
-// Q8_0, Q4_0, Q5_0: linear_quant.h's eight lanes per output (lane l: the block's elements
-// 4l..4l+3) are here eight accumulators of 16 outputs, lane l's integer sum one VPDPBUSD of x's
-// four codes plus 128 (unsigned) against the signed weight codes, started from -128 x the
-// weights' 4-sums (shared by the rows of x); the float steps per block and the final tree are
-// the row-major kernels'.
+// Q8_0, Q4_0, Q5_0: per block, each output's integer total is VPDPBUSD of the unsigned stored
+// codes against x's four signed codes broadcast, line after line (two chains, to overlap their
+// latency), started from -kOffset x the sum of x's 32 codes (shared by the 16 outputs: the
+// offset's whole contribution); then linear_quant.h's one FMA per block.
 template <typename Codes>
-struct PanelLanes32 {
+struct PanelBlocks32 {
   static constexpr int kBytes = Codes::kBytes;
-  static constexpr int kRows = 3;  // 8 accumulators per row of x.
+  static constexpr int kRows = 6;  // 2 (R < 4: 3) registers per row of x.
   template <int R>
   PD_VNNI static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq,
                           int64_t t, bool prefetch, uint32_t keep, float* y, int64_t ldy) {
+    constexpr int kChains = R < 4 ? 2 : 1;
     const XRowsAt<R> x(xq, t, 32);
-    __m512 acc[R][8];
-    for (int r = 0; r < R; ++r) {
-      for (int l = 0; l < 8; ++l) acc[r][l] = _mm512_setzero_ps();
-    }
-    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t s = 0; s < blocks; ++s) {
       const Place at = Paired(s, blocks, kBytes);
       const uint8_t* b = panel + at.body;
-      const __m512 d = LoadF16x16(panel + at.d);
-      __m512 scale[R];
-      for (int r = 0; r < R; ++r) scale[r] = _mm512_mul_ps(d, _mm512_set1_ps(x.scales[r][s]));
       const __m512i shared = Codes::Prepare(b);
+      __m512i tot[R][kChains];
+      for (int r = 0; r < R; ++r) {
+        tot[r][0] = _mm512_set1_epi32(-Codes::kOffset * x.sums[r][s]);
+        if constexpr (kChains > 1) tot[r][1] = _mm512_setzero_si512();
+      }
       for (int l = 0; l < 8; ++l) {
-        if (prefetch) PrefetchPart<kBytes, 8>(b, l);
+        // One row of x streams fastest on the hardware prefetcher alone (Zen 4, one thread:
+        // +34%); more rows compute long enough per line that the hints pay (16 rows: 1.8x).
+        if (prefetch && R > 1) PrefetchPart<kBytes, 8>(b, l);
         __m512i w = Codes::Quad(b, shared, l);
-        // In a register for both VPDPBUSDs: GCC folds Q8_0's load into each, two loads of a
-        // line from memory in flight for one (one load read 2% faster, bench/RESULTS.md).
+        // In a register for every row's VPDPBUSD: GCC folds Q8_0's load into each, more loads
+        // of a line from memory in flight for one (one load read 2% faster, bench/RESULTS.md).
         asm("" : "+v"(w));
-        const __m512i init =
-            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w));
         for (int r = 0; r < R; ++r) {
-          int32_t v;
-          std::memcpy(&v, x.codes[r] + 32 * s + 4 * l, 4);
-          const __m512i lanes = _mm512_dpbusd_epi32(init, _mm512_set1_epi32(v ^ static_cast<int32_t>(0x80808080u)), w);
-          acc[r][l] = _mm512_fmadd_ps(scale[r], _mm512_cvtepi32_ps(lanes), acc[r][l]);
+          tot[r][l % kChains] =
+              _mm512_dpbusd_epi32(tot[r][l % kChains], w, Broadcast4(x.codes[r] + 32 * s + 4 * l));
         }
       }
+      const __m512 d = LoadF16x16(panel + at.d);
+      for (int r = 0; r < R; ++r) {
+        const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(x.scales[r][s]));
+        __m512i itot = tot[r][0];
+        if constexpr (kChains > 1) itot = _mm512_add_epi32(itot, tot[r][1]);
+        const __m512 total = _mm512_cvtepi32_ps(itot);
+        acc[r] = _mm512_fmadd_ps(scale, total, acc[r]);
+      }
     }
-    for (int r = 0; r < R; ++r) {  // SumLanes' tree, lane by lane.
-      const __m512 sum = _mm512_add_ps(
-          _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][4]), _mm512_add_ps(acc[r][2], acc[r][6])),
-          _mm512_add_ps(_mm512_add_ps(acc[r][1], acc[r][5]), _mm512_add_ps(acc[r][3], acc[r][7])));
-      _mm512_mask_storeu_ps(y + (t + r) * ldy, static_cast<__mmask16>(keep), sum);
-    }
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (t + r) * ldy, static_cast<__mmask16>(keep), acc[r]);
   }
 };
 
-// ---- The AVX2 kernels of the K-quant panels ---------------------------------------------------
+// ---- The AVX2 kernels of the panels ----------------------------------------------------------
 //
 // For CPUs without AVX512-VNNI: a panel in two halves of 8 columns (32 bytes of each 64-byte row).
-// Per k-quad VPMADDUBSW (unsigned codes, x's signed codes: pairs of products, at most 2 x 63 x
-// 127, no saturation) and VPMADDWD by the column's sub-block scale in both halves of its lane,
-// which is the scale times the quad's four products, exact in int32: the same integer totals, so
-// the same bits.
+// K-quants: per k-quad VPMADDUBSW (unsigned codes, x's signed codes: pairs of products, at most
+// 2 x 63 x 127, no saturation) and VPMADDWD by the column's sub-block scale in both halves of its
+// lane, which is the scale times the quad's four products, exact in int32. The 32-element
+// formats: VPMADDUBSW and VPMADDWD by 1 per quad. The same integer totals, so the same bits.
 
 inline __m256i Bcast4(const void* p) {
   int32_t v;
@@ -694,6 +693,95 @@ struct PanelQ6KAvx2 {
   }
 };
 
+// Half h (8 columns) of quad l of a 32-element panel block, as VPMADDUBSW takes it. Q4_0 and
+// Q5_0: the stored unsigned codes (at most 31: pairs of products stay in int16). Q8_0's stored
+// codes (0-255) would saturate a pair, so kSigned: the signed codes back, multiplied as |w| by x
+// with w's sign (DotSigned's way); they carry no offset.
+struct CodesQ8_0Avx2 {
+  static constexpr int kBytes = q8::kBytes, kOffset = 0;
+  static constexpr bool kSigned = true;
+  static __m256i Prepare(const uint8_t*, int) { return _mm256_setzero_si256(); }
+  static __m256i Quad(const uint8_t* b, __m256i, int l, int h) {
+    return _mm256_xor_si256(Load32(b + q8::kCodes + 64 * l + 32 * h), _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+};
+struct CodesQ4_0Avx2 {
+  static constexpr int kBytes = q4::kBytes, kOffset = 8;
+  static constexpr bool kSigned = false;
+  static __m256i Prepare(const uint8_t*, int) { return _mm256_setzero_si256(); }
+  static __m256i Quad(const uint8_t* b, __m256i, int l, int h) {
+    __m256i v = Load32(b + q4::kCodes + 64 * (l / 2) + 32 * h);
+    if (l % 2) v = _mm256_srli_epi16(v, 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+  }
+};
+struct CodesQ5_0Avx2 {
+  static constexpr int kBytes = q5::kBytes, kOffset = 16;
+  static constexpr bool kSigned = false;
+  static __m256i Prepare(const uint8_t* b, int h) { return Load32(b + q5::kHigh + 32 * h); }
+  static __m256i Quad(const uint8_t* b, __m256i high, int l, int h) {
+    __m256i v = Load32(b + q5::kCodes + 64 * (l / 2) + 32 * h);
+    if (l % 2) v = _mm256_srli_epi16(v, 4);
+    const __m256i hb = l <= 4 ? _mm256_slli_epi16(high, 4 - l) : _mm256_srli_epi16(high, l - 4);
+    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)),
+                           _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+  }
+};
+
+// One row of x takes both halves of each line in one pass over the panel (read once from
+// memory); more rows a half at a time (their registers), the second pass from L2.
+template <typename Codes>
+struct PanelBlocks32Avx2 {
+  static constexpr int kBytes = Codes::kBytes;
+  static constexpr int kRows = 4;
+  template <int R>
+  static void Run(const uint8_t* panel, int64_t blocks, const QuantizedActivations& xq, int64_t t,
+                  bool prefetch, uint32_t keep, float* y, int64_t ldy) {
+    constexpr int kHalves = R == 1 ? 2 : 1;
+    const XRowsAt<R> rows(xq, t, 32);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int h0 = 0; h0 < 2; h0 += kHalves) {
+      if (((keep >> (8 * h0)) & ((1u << (8 * kHalves)) - 1)) == 0) continue;
+      __m256 acc[R][kHalves];
+      for (int r = 0; r < R; ++r) {
+        for (int i = 0; i < kHalves; ++i) acc[r][i] = _mm256_setzero_ps();
+      }
+      for (int64_t s = 0; s < blocks; ++s) {
+        const Place at = Paired(s, blocks, kBytes);
+        const uint8_t* b = panel + at.body;
+        __m256i shared[kHalves], itot[R][kHalves];
+        for (int i = 0; i < kHalves; ++i) shared[i] = Codes::Prepare(b, h0 + i);
+        for (int r = 0; r < R; ++r) {
+          for (int i = 0; i < kHalves; ++i) itot[r][i] = _mm256_set1_epi32(-Codes::kOffset * rows.sums[r][s]);
+        }
+        for (int l = 0; l < 8; ++l) {
+          if (prefetch && h0 == 0) PrefetchPart<kBytes, 8>(b, l);
+          for (int i = 0; i < kHalves; ++i) {
+            const __m256i w = Codes::Quad(b, shared[i], l, h0 + i);
+            const __m256i u = Codes::kSigned ? _mm256_sign_epi8(w, w) : w;
+            for (int r = 0; r < R; ++r) {
+              __m256i xb = Bcast4(rows.codes[r] + 32 * s + 4 * l);
+              if constexpr (Codes::kSigned) xb = _mm256_sign_epi8(xb, w);
+              itot[r][i] = _mm256_add_epi32(itot[r][i], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xb), ones));
+            }
+          }
+        }
+        for (int i = 0; i < kHalves; ++i) {
+          const __m256 d = LoadF16x8(panel + at.d + 16 * (h0 + i));
+          for (int r = 0; r < R; ++r) {
+            acc[r][i] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(rows.scales[r][s])),
+                                        _mm256_cvtepi32_ps(itot[r][i]), acc[r][i]);
+          }
+        }
+      }
+      for (int i = 0; i < kHalves; ++i) {
+        const uint32_t kept = (keep >> (8 * (h0 + i))) & 0xFF;
+        for (int r = 0; r < R; ++r) StoreKept(y + (t + r) * ldy + 8 * (h0 + i), kept, acc[r][i]);
+      }
+    }
+  }
+};
+
 // Every panel the columns touch, its rows of x kRows at a time (then 4, 2, 1); `keep` has bit c
 // set for the panel's columns in [n_begin, n_end).
 template <typename Kernel>
@@ -729,13 +817,18 @@ void Columns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y, 
 
 void LinearQuantPanelColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                              int64_t ldy, int64_t n_begin, int64_t n_end) {
-  // The K-quants have AVX2 kernels too; the 32-element formats are packed only where VNNI runs
-  // (they take its kernels even if the path was switched off since, as tests do).
+  // Every format has AVX2 kernels too, with the same bits.
   const bool vnni = QuantVnniEnabled();
   switch (w.type) {
-    case GgmlType::kQ8_0: return Columns<PanelLanes32<CodesQ8_0>>(xq, w, y, ldy, n_begin, n_end);
-    case GgmlType::kQ4_0: return Columns<PanelLanes32<CodesQ4_0>>(xq, w, y, ldy, n_begin, n_end);
-    case GgmlType::kQ5_0: return Columns<PanelLanes32<CodesQ5_0>>(xq, w, y, ldy, n_begin, n_end);
+    case GgmlType::kQ8_0:
+      return vnni ? Columns<PanelBlocks32<CodesQ8_0>>(xq, w, y, ldy, n_begin, n_end)
+                  : Columns<PanelBlocks32Avx2<CodesQ8_0Avx2>>(xq, w, y, ldy, n_begin, n_end);
+    case GgmlType::kQ4_0:
+      return vnni ? Columns<PanelBlocks32<CodesQ4_0>>(xq, w, y, ldy, n_begin, n_end)
+                  : Columns<PanelBlocks32Avx2<CodesQ4_0Avx2>>(xq, w, y, ldy, n_begin, n_end);
+    case GgmlType::kQ5_0:
+      return vnni ? Columns<PanelBlocks32<CodesQ5_0>>(xq, w, y, ldy, n_begin, n_end)
+                  : Columns<PanelBlocks32Avx2<CodesQ5_0Avx2>>(xq, w, y, ldy, n_begin, n_end);
     case GgmlType::kQ4_K:
       return vnni ? Columns<PanelQ45K<false>>(xq, w, y, ldy, n_begin, n_end)
                   : Columns<PanelQ45KAvx2<false>>(xq, w, y, ldy, n_begin, n_end);

@@ -1,7 +1,7 @@
 // Quantized weights repacked at load (MatrixLayout::kQuantPanels): every block format pdserve
-// reads where the AVX512-VNNI kernels run, the K-quants on any AVX2 CPU (VPMADDUBSW + VPMADDWD
-// by the column's scale, two halves of 8 columns), as llama.cpp's CPU backend repacks Q4_K into
-// 8-row groups: panels of 16 weight rows whose codes sit four consecutive k per row in each 32-bit lane, so one 64-byte load is four k of 16
+// reads, on any AVX2 CPU (AVX512-VNNI kernels where the CPU has them, else AVX2 twins with the
+// same bits: VPMADDUBSW + VPMADDWD, two halves of 8 columns), as llama.cpp's CPU backend repacks
+// Q4_K into 8-row groups: panels of 16 weight rows whose codes sit four consecutive k per row in each 32-bit lane, so one 64-byte load is four k of 16
 // outputs, and VPDPBUSD with four of x's codes broadcast adds them to 16 outputs' integer sums at
 // once. The row-major kernels (linear_quant.h) unpack each block's nibbles and scales again for
 // every few rows of x and sum 8-lane vectors horizontally per output and block; here the unpacking
@@ -16,10 +16,11 @@
 // Per panel p (rows [16p, 16p + 16), rows past the last zero) and block s (of 32 k for Q8_0, 256
 // for the K-quants), c a row of the panel (0-15), q the block's codes as BlockCodesK gives them
 // (element order):
-// Per format (bytes per panel block; the K-quants' per-sub-block integer totals and the 32-element
-// formats' eight lanes per output kept as linear_quant.h defines them):
-//   Q8_0 (544 bytes, as 16 blocks of 34): codes [l 0-7][c][i 0-3] = q[c][4 l + i] (512); d [c]
-//          f16 (32).
+// Per format (bytes per panel block; each output's integer totals and float steps as
+// linear_quant.h defines them):
+//   Q8_0 (544 bytes, as 16 blocks of 34): codes [l 0-7][c][i 0-3] = q[c][4 l + i] + 128, unsigned
+//          as VPDPBUSD wants them (the offset's part is -128 x the sum of x's codes, one number per
+//          block and row of x) (512); d [c] f16 (32).
 //   Q4_0 (288), Q5_0 (352): u = the signed code + 8 (Q4_0) or + 16 (Q5_0); u's low 4 bits
 //          [l pair 0-3][c][i] = element 8 pair + i low nibble, 8 pair + 4 + i high nibble (256);
 //          Q5_0 only: u's fifth bits [c][i], bit l = element 4 l + i's (64); d [c] f16 (32).
@@ -53,9 +54,9 @@ namespace pdserve::kernels {
 
 constexpr int64_t kQuantPanelRows = 16;
 
-// Whether `type` has a panel layout and this CPU runs its kernels (the VNNI path is enabled:
-// linear_quant_vnni.h; or AVX2, for the K-quants), and PDSERVE_QUANT_PANELS=0 (the row-major kernels, for comparisons) is
-// not set. What a loader asks before packing.
+// Whether `type` has a panel layout and this CPU runs its kernels (AVX2 in this build: the VNNI
+// kernels or their AVX2 twins), and PDSERVE_QUANT_PANELS=0 (the row-major kernels, for
+// comparisons) is not set. What a loader asks before packing.
 bool QuantPanelsSupported(GgmlType type);
 
 // Bytes of the panels of a [rows][cols] matrix of `type` (cols a multiple of 256).
@@ -69,8 +70,8 @@ void PackQuantPanels(const QuantMatrixRef& w, void* dst);
 void DequantizePanelRow(GgmlType type, const void* panels, int64_t cols, int64_t row, float* out);
 
 // Columns [n_begin, n_end) of y for all rows of xq, w.data being panels (w.panels set): the VNNI
-// kernels where that path is enabled (and for the 32-element formats, which are packed only
-// there), else the K-quants' AVX2 ones. Needs the CPU QuantPanelsSupported asked for.
+// kernels where that path is enabled, else the AVX2 ones (same bits). Needs the CPU
+// QuantPanelsSupported asked for.
 void LinearQuantPanelColumns(const QuantizedActivations& xq, const QuantMatrixRef& w, float* y,
                              int64_t ldy, int64_t n_begin, int64_t n_end);
 

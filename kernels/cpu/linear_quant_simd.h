@@ -103,6 +103,14 @@ struct XRows {
   const int16_t* sum32[R];
 };
 
+// The f16 at rows[c] + offset for c = 0..3, as four floats.
+inline __m128 LoadF16x4(const uint8_t* const* rows, int64_t offset) {
+  uint16_t h[4];
+  for (int c = 0; c < 4; ++c) std::memcpy(&h[c], rows[c] + offset, 2);
+  return _mm_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(h[0]), static_cast<int16_t>(h[1]),
+                                     static_cast<int16_t>(h[2]), static_cast<int16_t>(h[3]), 0, 0, 0, 0));
+}
+
 // The integer sums of four 8-lane vectors, as [a, b, c, d].
 inline __m128i Sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
   const __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));

@@ -268,26 +268,26 @@ TEST(LinearQuant, VnniPathIsBitwiseTheAvx2Path) {
   }
 }
 
-// The panels (every block format where AVX512-VNNI runs, the K-quants on any AVX2 CPU; repacked
-// at load) hold the row-major blocks' values (every row dequantizes to the same floats, a last
-// panel padded) and give the row-major kernels' bits for any m (whole kernels of 8, the 4/2/1
-// remainders, several of each) and column range (cut inside a panel at both ends, a single
-// column), through Linear's threads too; the K-quants with the VNNI kernels and the AVX2 ones.
+// The panels (every block format on any AVX2 CPU; repacked at load) hold the row-major blocks'
+// values (every row dequantizes to the same floats, a last panel padded) and give the row-major
+// kernels' bits for any m (whole kernels of 8 or 6, the 4/2/1 remainders, several of each) and
+// column range (cut inside a panel at both ends, a single column), through Linear's threads too;
+// with the VNNI kernels and the AVX2 ones.
 TEST(LinearQuant, PanelsAreBitwiseTheRowMajorKernels) {
   const bool vnni = QuantVnniEnabled();
   struct Case {
     GgmlType type;
     bool avx2;  // The AVX2 kernels (where VNNI runs, switched off for the case).
   };
-  const Case cases[] = {{GgmlType::kQ8_0, false}, {GgmlType::kQ4_0, false}, {GgmlType::kQ5_0, false},
-                        {GgmlType::kQ4_K, false}, {GgmlType::kQ5_K, false}, {GgmlType::kQ6_K, false},
-                        {GgmlType::kQ4_K, true},  {GgmlType::kQ5_K, true},  {GgmlType::kQ6_K, true}};
+  std::vector<Case> cases;
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ4_K,
+                        GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    cases.push_back({type, false});
+    if (vnni) cases.push_back({type, true});
+  }
   for (const auto& [type, avx2] : cases) {
     SetQuantVnniEnabled(vnni && !avx2);
-    if (!QuantPanelsSupported(type)) {
-      if (!avx2) continue;  // Without VNNI: the K-quants run below, the 32-element formats row-major.
-      GTEST_SKIP() << "needs avx2: this build has no AVX2 kernels";
-    }
+    if (!QuantPanelsSupported(type)) GTEST_SKIP() << "needs avx2: this build has no AVX2 kernels";
     SCOPED_TRACE(std::string(GgmlTypeName(type)) + (QuantVnniEnabled() ? " vnni" : " avx2"));
     // An odd number of blocks a row: the formats stored in pairs (linear_quant_panels.h) end in
     // one stored whole.
@@ -350,11 +350,12 @@ TEST(LinearQuant, PanelBlocksInPairsStartOnALine) {
   std::vector<uint8_t> packed(static_cast<size_t>(QuantPanelsBytes(GgmlType::kQ8_0, n, k)));
   ASSERT_EQ(packed.size(), 3u * 544);
   PackQuantPanels(QuantMatrixRef{GgmlType::kQ8_0, w.data(), n, k}, packed.data());
-  // Each block's codes at a multiple of 64 (the pair 0-1, then block 2 whole), its d after.
+  // Each block's codes (plus 128) at a multiple of 64 (the pair 0-1, then block 2 whole), its d
+  // after.
   const int64_t codes[3] = {0, 512, 1088}, d[3] = {1024, 1056, 1088 + 512};
   for (int s = 0; s < 3; ++s) {
     for (int c = 0; c < n; c += 5) {  // Quad 1 of row c: elements 4-7.
-      EXPECT_EQ(packed[codes[s] + 64 + 4 * c + 2], 40 * s + 6) << "block " << s << " row " << c;
+      EXPECT_EQ(packed[codes[s] + 64 + 4 * c + 2], 40 * s + 6 + 128) << "block " << s << " row " << c;
       uint16_t got;
       std::memcpy(&got, &packed[d[s] + 2 * c], 2);
       EXPECT_EQ(got, 0x3C00 + 16 * s + c) << "block " << s << " row " << c;

@@ -44,69 +44,24 @@ std::atomic<bool>& EnabledFlag() {
 PD_VNNI inline __m512i JoinI(__m256i a, __m256i b) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
 }
-PD_VNNI inline __m512 JoinF(__m256 a, __m256 b) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(a), b, 1);
-}
 
 // ---- Q8_0, Q4_0, Q5_0 -------------------------------------------------------------------------
 //
-// Two weight rows per 512-bit register: lanes 0-7 are row 2q's block, lanes 8-15 row 2q + 1's, so
-// each 256-bit half is the AVX2 path's 8-lane accumulator of one output, updated by the same FMA
-// with the same scale. The integer lanes: x's codes plus 128 (an unsigned byte, as VPDPBUSD
-// wants) times the signed weight codes, started from -128 x the weights' 4-sums, is exactly the
-// sum of the four products.
+// For GroupK, per row of x the block's 32 products in 8 lanes: x's codes plus 128 (an unsigned
+// byte, as VPDPBUSD wants) times the signed weight codes, started from -128 x the weights' 4-sums,
+// is exactly the sum of the four products (256-bit VPDPBUSD: a block is 32 codes).
 
-template <typename Codes, int R>
-PD_VNNI void Group32(const QuantizedActivations& xq, const QuantMatrixRef& w, int64_t j, int n,
-                     int64_t t, bool prefetch, float* y, int64_t ldy) {
-  static_assert(kGroup == 4, "two pairs of weight rows");
-  const int64_t bytes = GgmlBlockBytes(w.type), blocks = w.cols / 32;
-  const uint8_t* rows[kGroup];
-  for (int c = 0; c < kGroup; ++c) rows[c] = w.row(j + std::min(c, n - 1));
-  const int8_t* xc[R];
-  const float* xd[R];
-  for (int r = 0; r < R; ++r) {
-    xc[r] = xq.codes(t + r);
-    xd[r] = xq.scales(t + r);
+template <typename Codes>
+struct Kernel32 {
+  static constexpr int kElements = 32, kDAt = 0, kDminAt = -1;
+  template <int R>
+  PD_VNNI static void Dot(const uint8_t* b, const XRows<R>& x, __m256i* dot, __m128i*) {
+    const __m256i wv = Codes::At(b), bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    const __m256i init = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                          _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, wv));
+    for (int r = 0; r < R; ++r) dot[r] = _mm256_dpbusd_epi32(init, _mm256_xor_si256(Load32(x.q[r]), bias), wv);
   }
-  __m512 acc[2][R];
-  for (int q = 0; q < 2; ++q) {
-    for (int r = 0; r < R; ++r) acc[q][r] = _mm512_setzero_ps();
-  }
-  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t b = 0; b < blocks; ++b) {
-    __m512i xu[R];
-    __m512 dx[R];
-    for (int r = 0; r < R; ++r) {
-      xu[r] = _mm512_xor_si512(_mm512_broadcast_i64x4(Load32(xc[r] + 32 * b)), bias);
-      dx[r] = _mm512_set1_ps(xd[r][b]);
-    }
-    for (int q = 0; q < 2; ++q) {
-      const uint8_t* b0 = rows[2 * q] + b * bytes;
-      const uint8_t* b1 = rows[2 * q + 1] + b * bytes;
-      if (prefetch) {
-        Prefetch(b0, bytes);
-        Prefetch(b1, bytes);
-      }
-      const __m512i wv = JoinI(Codes::At(b0), Codes::At(b1));
-      const __m512i init = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv));
-      const __m512 dw = JoinF(_mm256_set1_ps(LoadF16(b0)), _mm256_set1_ps(LoadF16(b1)));
-      for (int r = 0; r < R; ++r) {
-        const __m512i lanes = _mm512_dpbusd_epi32(init, xu[r], wv);
-        // fl(d_w * d_x) per half: the AVX2 path's scalar product, broadcast.
-        acc[q][r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[r]), _mm512_cvtepi32_ps(lanes), acc[q][r]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < n; ++c) {
-      const __m512 a = acc[c / 2][r];
-      const __m256 half = c % 2 == 0 ? _mm512_castps512_ps256(a) : _mm512_extractf32x8_ps(a, 1);
-      y[(t + r) * ldy + j + c] = HorizontalSum(half);
-    }
-  }
-}
+};
 
 // ---- Q4_K, Q5_K, Q6_K -------------------------------------------------------------------------
 //
@@ -153,7 +108,7 @@ PD_VNNI inline void PairQ45K(const uint8_t* qs, __m256i qh, const XRows<R>& x, _
 
 template <bool kFifth>
 struct KernelQ45K {
-  static constexpr int kDAt = 0, kDminAt = 2;
+  static constexpr int kElements = 256, kDAt = 0, kDminAt = 2;
   template <int R>
   PD_VNNI static void Dot(const uint8_t* b, const XRows<R>& x, __m256i* dot, __m128i* mins) {
     const __m256i sm = ScalesMins(b + 4);  // int16: the eight scales, then the eight mins.
@@ -201,7 +156,7 @@ PD_VNNI inline void HalfQ6K(const uint8_t* b, const XRows<R>& x, __m512i sc, __m
 
 // Q6_K: per row, the sum over the 16 sub-blocks of scale * (codes . x - 32 * sum of x's codes).
 struct KernelQ6K {
-  static constexpr int kDAt = 208, kDminAt = -1;
+  static constexpr int kElements = 256, kDAt = 208, kDminAt = -1;
   template <int R>
   PD_VNNI static void Dot(const uint8_t* b, const XRows<R>& x, __m256i* dot, __m128i*) {
     const __m256i sc16 =
@@ -225,7 +180,7 @@ struct KernelQ6K {
 constexpr int kRows = 4;  // Rows of x per kernel call, as the AVX2 path.
 
 template <typename Codes>
-constexpr QuantColumnsFn kTiles32 = Tiles<kRows, Group32<Codes, kRows>, Group32<Codes, 1>>;
+constexpr QuantColumnsFn kTiles32 = Tiles<kRows, GroupK<Kernel32<Codes>, kRows>, GroupK<Kernel32<Codes>, 1>>;
 template <typename Kernel>
 constexpr QuantColumnsFn kTilesK = Tiles<kRows, GroupK<Kernel, kRows>, GroupK<Kernel, 1>>;
 
