@@ -137,7 +137,7 @@ BENCHMARK(BM_LinearQuantized)
     ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 16, 128}, {1, 2}})
     ->ArgNames({"type", "m", "threads"})
     ->UseRealTime();
-// The same matrices repacked in panels (AVX512-VNNI): Q8_0, Q4_K, Q5_K and Q6_K.
+// The same matrices repacked in panels (VNNI kernels, or their AVX2 twins): Q8_0, Q4_K, Q5_K, Q6_K.
 void BM_LinearQuantizedPanels(benchmark::State& state) {
   LinearQuantized(state, 5632 * 8, true, 2048, true);
 }

@@ -2,9 +2,9 @@
 // The same integer sums as the AVX2 path with fewer instructions: VPDPBUSD (u8 x s8, four
 // products summed into an int32 lane) for the 32-element formats, and for the K-quants
 // VPDPWSSD (the sub-block scales' multiply and the accumulation in one instruction) over 64
-// codes at a time. Integer sums are exact, and every float step is the AVX2 path's, in the same
-// order on the same lanes (the 32-element formats put two weight rows' 8-lane accumulators side
-// by side in a 512-bit register): the results are bitwise the AVX2 path's (tested).
+// codes at a time (256-bit VPDPBUSD for a 32-element block). Integer sums are exact, and every
+// float step is the AVX2 path's, in the same order (linear_quant_group.inc, shared): the results
+// are bitwise the AVX2 path's (tested).
 #ifndef PDSERVE_KERNELS_CPU_LINEAR_QUANT_VNNI_H_
 #define PDSERVE_KERNELS_CPU_LINEAR_QUANT_VNNI_H_
 
