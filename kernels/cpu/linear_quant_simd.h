@@ -20,12 +20,6 @@ constexpr int64_t kRowTile = 16;      // Rows of x per pass over a group (they s
 // kPrefetchBytes, for the same reason (a step streams hundreds of matrices from memory).
 constexpr int64_t kPrefetchBytes = 8192;
 
-inline float LoadF16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return _cvtsh_ss(v);
-}
-
 // The first rows of a tile stream the weights from memory: every cache line of the block
 // kPrefetchBytes ahead (a line a block straddles into is the next block's first).
 inline void Prefetch(const uint8_t* blk, int64_t bytes) {
@@ -103,7 +97,8 @@ struct XRows {
   const int16_t* sum32[R];
 };
 
-// The f16 at rows[c] + offset for c = 0..3, as four floats.
+// The f16 at rows[c] + offset for c = 0..3 (a group: kGroup rows), as four floats.
+static_assert(kGroup == 4, "LoadF16x4 reads a group's d");
 inline __m128 LoadF16x4(const uint8_t* const* rows, int64_t offset) {
   uint16_t h[4];
   for (int c = 0; c < 4; ++c) std::memcpy(&h[c], rows[c] + offset, 2);
