@@ -9,7 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "common/base/strings.h"
 #include "common/sampling/sampling_params.h"
-#include "openai_api/json_body.h"
+#include "common/json/json_body.h"
 #include "openai_api/structured_request.h"
 
 namespace pdserve::openai {
@@ -495,7 +495,7 @@ bool ParseChatRequest(const std::string& body, const ParseOptions& options, Pars
       }
       if (!ForcedToolCallConstraint(tools, c, out->parallel_tool_calls, &s, e)) return false;
       tool_choice = "forced";
-      out->tool_parser = ToolParser::kLlama3Json;
+      out->tool_parser = ToolParser::kForced;
     } else if (!c.is_string() || (c.get<std::string>() != "auto" && c.get<std::string>() != "none")) {
       return Fail(e, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or a named function");
     } else {

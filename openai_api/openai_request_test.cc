@@ -313,12 +313,21 @@ TEST_F(OpenAiRequestTest, StructuredOutputsBecomeConstraints) {
       {"type": "function", "function": {"name": "now"}}], )";
   ParsedRequest forced;
   ASSERT_EQ(Chat(chat + tools + R"("tool_choice": "required"})", &forced), kOk);
-  EXPECT_EQ(forced.tool_parser, ToolParser::kLlama3Json);
-  const std::string grammar = forced.prompts[0].sampling().constraint().grammar();
-  EXPECT_NE(grammar.find("\";\""), std::string::npos) << grammar;  // Several calls.
+  EXPECT_EQ(forced.tool_parser, ToolParser::kForced);
+  // A JSON array of calls that the model closes: at least one, several allowed.
+  const auto required = nlohmann::json::parse(forced.prompts[0].sampling().constraint().json_schema());
+  EXPECT_EQ(required["type"], "array");
+  EXPECT_EQ(required["minItems"], 1);
+  EXPECT_FALSE(required.contains("maxItems")) << required;
   ParsedRequest named;
   ASSERT_EQ(Chat(chat + tools + R"("tool_choice": {"type": "function", "function": {"name": "now"}}, "parallel_tool_calls": true})", &named), kOk);
-  EXPECT_EQ(named.prompts[0].sampling().constraint().grammar().find("\";\""), std::string::npos);  // One call.
+  const auto one = nlohmann::json::parse(named.prompts[0].sampling().constraint().json_schema());
+  EXPECT_EQ(one["maxItems"], 1) << one;  // One call.
+  // Parameters that refer into their own $defs (Pydantic's way) stay enforceable.
+  const std::string pydantic = R"("tools": [{"type": "function", "function": {"name": "book",
+      "parameters": {"$defs": {"date": {"type": "string", "format": "date"}}, "type": "object",
+        "properties": {"when": {"$ref": "#/$defs/date"}}, "required": ["when"]}}}], )";
+  EXPECT_EQ(Chat(chat + pydantic + R"("tool_choice": "required"})"), kOk);
   EXPECT_EQ(Chat(chat + tools + R"("tool_choice": {"type": "function", "function": {"name": "nope"}}})"),
             (std::pair<int, std::string>{400, "tool_choice"}));
   EXPECT_EQ(Chat(chat + R"("tool_choice": "required"})"), (std::pair<int, std::string>{400, "tool_choice"}));

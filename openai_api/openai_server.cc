@@ -587,7 +587,9 @@ void Exchange::OnMessage(size_t c, const v1::GenerateResponse& r) {
       ToolCallStream::Delta last = tools_[c].Finish();
       d.content += last.content;
       for (auto& call : last.calls) d.calls.push_back(std::move(call));
-      if (tools_[c].called()) finish = "tool_calls";
+      // "tool_calls" where the model stopped; an output cut short keeps "length" (and the
+      // calls it completed).
+      if (tools_[c].called() && finish == "stop") finish = "tool_calls";
     }
     Json delta = Json::object();
     if (!d.content.empty()) delta["content"] = d.content;
@@ -686,7 +688,7 @@ void Exchange::Finish() {
                            {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
         }
         message["tool_calls"] = std::move(calls);
-        finish = "tool_calls";
+        if (finish == "stop") finish = "tool_calls";
       }
       choice["message"] = std::move(message);
     } else if (p_.chat) {

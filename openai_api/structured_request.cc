@@ -7,7 +7,6 @@
 #include "common/base/strings.h"
 #include "common/rpc/sampling_proto.h"
 #include "common/structured/constraint.h"
-#include "common/structured/json_schema.h"
 
 namespace pdserve::openai {
 namespace {
@@ -147,6 +146,30 @@ bool ParseStructuredOutputs(const Json& j, v1::SamplingParams* s, ApiError* e) {
   return true;
 }
 
+namespace {
+
+// Every local reference "#..." in a tool's parameters, rewritten to point into the copy of them
+// at `prefix` (a pointer such as "#/$defs/tool0"); data (const, enum, default, examples) is not
+// a schema and is left as it is. The parameters came from a request body (nesting <= 64).
+void RebaseRefs(Json* schema, const std::string& prefix) {
+  if (schema->is_array()) {
+    for (Json& v : *schema) RebaseRefs(&v, prefix);
+    return;
+  }
+  if (!schema->is_object()) return;
+  for (auto& [key, v] : schema->items()) {
+    if (key == "const" || key == "enum" || key == "default" || key == "examples") continue;
+    if (key == "$ref" && v.is_string()) {
+      const std::string r = v.get<std::string>();
+      if (!r.empty() && r[0] == '#') v = prefix + r.substr(1);
+      continue;
+    }
+    RebaseRefs(&v, prefix);
+  }
+}
+
+}  // namespace
+
 bool ForcedToolCallConstraint(const Json& tools, const Json& tool_choice, bool parallel,
                               v1::SamplingParams* s, ApiError* e) {
   if (!tools.is_array() || tools.empty()) {
@@ -162,30 +185,41 @@ bool ForcedToolCallConstraint(const Json& tools, const Json& tool_choice, bool p
     }
     wanted = tool_choice["function"]["name"].get<std::string>();
   }
+  // Each tool's parameters go whole under $defs/toolN of one schema, their own references
+  // rebased into that copy, so a tool written with "$ref": "#/$defs/date" (Pydantic's way)
+  // resolves as it did in its own schema.
   Json calls = Json::array();
-  for (const Json& tool : tools) {  // CheckTools has checked their shape.
-    const Json& f = tool["function"];
+  Json defs = Json::object();
+  for (size_t i = 0; i < tools.size(); ++i) {  // CheckTools has checked their shape.
+    const Json& f = tools[i]["function"];
     const std::string name = f["name"].get<std::string>();
     if (!wanted.empty() && name != wanted) continue;
     Json params = f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"]
                                                                            : Json{{"type", "object"}};
+    const std::string def = Str("tool", i);
+    RebaseRefs(&params, Str("#/$defs/", def));
+    defs[def] = std::move(params);
     calls.push_back(Json{{"type", "object"},
-                         {"properties", {{"name", {{"const", name}}}, {"parameters", std::move(params)}}},
+                         {"properties", {{"name", {{"const", name}}},
+                                         {"parameters", {{"$ref", Str("#/$defs/", def)}}}}},
                          {"required", {"name", "parameters"}}});
   }
   if (calls.empty()) {
     return Fail(e, "tool_choice", Str("'tool_choice' names the function '", wanted, "', which is not in 'tools'"));
   }
-  const Json schema = calls.size() == 1 ? calls[0] : Json{{"anyOf", std::move(calls)}};
-  structured::JsonGrammarOptions options;
-  if (parallel && wanted.empty()) options.separator = ";";
-  auto grammar = structured::JsonSchemaToGrammar(schema.dump(), options);
+  // A JSON array of calls that the model closes, as vLLM constrains "required": at least one,
+  // exactly one for a named function or without parallel_tool_calls.
+  const bool many = parallel && wanted.empty();
+  Json items = calls.size() == 1 ? calls[0] : Json{{"anyOf", std::move(calls)}};
+  Json schema = {{"type", "array"}, {"items", std::move(items)}, {"minItems", 1}};
+  if (!many) schema["maxItems"] = 1;
+  schema["$defs"] = std::move(defs);
+  v1::Constraint c;
+  c.set_json_schema(schema.dump());
+  auto grammar = structured::CompileConstraint(*FromProto(c));
   if (!grammar.ok()) {
     return Fail(e, "tools", Str("'tools': a function's parameters cannot be enforced: ", grammar.status().message()));
   }
-  v1::Constraint c;
-  c.set_grammar(*grammar);
-  if (!Check(c, "tools", e)) return false;
   *s->mutable_constraint() = std::move(c);
   return true;
 }

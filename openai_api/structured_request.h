@@ -16,10 +16,11 @@ namespace pdserve::openai {
 bool ParseStructuredOutputs(const nlohmann::ordered_json& j, v1::SamplingParams* s, ApiError* e);
 
 // tool_choice "required" (some tool of `tools`; several calls unless !parallel) or
-// {"type": "function", "function": {"name": N}} (that one): the output constrained to calls in
-// llama3_json's form, {"name": ..., "parameters": {...}} separated by ';', each call's
-// parameters to its function's JSON schema; the response parses them with that parser whatever
-// --tool-call-parser is (vLLM's way: a forced call does not depend on the model's own format).
+// {"type": "function", "function": {"name": N}} (that one): the output constrained to a JSON
+// array of calls, [{"name": ..., "parameters": {...}}, ...], at least one, each call's
+// parameters to its function's JSON schema (its $defs and references kept working); the
+// response parses it with ToolParser::kForced whatever --tool-call-parser is (vLLM's way: a
+// forced call does not depend on the model's own format, and the model closes the array).
 bool ForcedToolCallConstraint(const nlohmann::ordered_json& tools, const nlohmann::ordered_json& tool_choice,
                               bool parallel, v1::SamplingParams* s, ApiError* e);
 

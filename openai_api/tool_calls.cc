@@ -112,6 +112,40 @@ ExtractedTools Llama3Json(std::string_view text) {
   return out;
 }
 
+// forced: the complete calls at the front of `*s`, a JSON array's text (after its '[' when
+// *opened); what is consumed leaves *s. False when the text is not such an array.
+bool ForcedCalls(std::string_view* s, bool* opened, std::vector<ToolCall>* calls) {
+  std::string_view rest = TrimLeft(*s);
+  if (!*opened) {
+    if (rest.empty()) return true;
+    if (rest.front() != '[') return false;
+    *opened = true;
+    rest.remove_prefix(1);
+  }
+  while (true) {
+    rest = TrimLeft(rest);
+    if (!rest.empty() && rest.front() == ',') rest = TrimLeft(rest.substr(1));
+    if (rest.empty() || rest.front() == ']') break;
+    if (rest.front() != '{') return false;
+    const size_t end = JsonObjectEnd(rest);
+    if (end == std::string_view::npos) break;  // Not closed yet (or never: cut short).
+    auto call = CallFromJson(rest.substr(0, end), "parameters");
+    if (!call) return false;
+    calls->push_back(std::move(*call));
+    rest.remove_prefix(end);
+  }
+  *s = rest;
+  return true;
+}
+
+ExtractedTools Forced(std::string_view text) {
+  ExtractedTools out;
+  bool opened = false;
+  std::string_view s = text;
+  if (!ForcedCalls(&s, &opened, &out.calls) || out.calls.empty()) return ExtractedTools{std::string(text), {}};
+  return out;
+}
+
 // The length of the longest suffix of `s` that is a proper prefix of `tag`.
 size_t PartialTag(std::string_view s, std::string_view tag) {
   for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n) {
@@ -136,6 +170,8 @@ ExtractedTools ExtractToolCalls(ToolParser parser, std::string_view text) {
       return Hermes(text);
     case ToolParser::kLlama3Json:
       return Llama3Json(text);
+    case ToolParser::kForced:
+      return Forced(text);
     case ToolParser::kNone:
       break;
   }
@@ -148,6 +184,30 @@ ToolCallStream::Delta ToolCallStream::Feed(std::string_view text) {
   if (parser_ == ToolParser::kNone) {
     out.content = std::move(pending_);
     pending_.clear();
+    return out;
+  }
+  if (parser_ == ToolParser::kForced) {
+    // The text stays pending until a call completes (content, if it never does, is all of it).
+    if (mode_ == Mode::kContent) {
+      out.content = std::move(pending_);
+      pending_.clear();
+      return out;
+    }
+    std::string_view rest = pending_;
+    bool opened = opened_;
+    if (!ForcedCalls(&rest, &opened, &out.calls)) {
+      if (!called_) {
+        mode_ = Mode::kContent;  // Not an array of calls: the text is content.
+        out.content = std::move(pending_);
+      }
+      pending_.clear();
+      return out;
+    }
+    if (!out.calls.empty()) {
+      opened_ = opened;
+      pending_.erase(0, pending_.size() - rest.size());
+      called_ = true;
+    }
     return out;
   }
   if (parser_ == ToolParser::kLlama3Json) {
@@ -194,7 +254,9 @@ ToolCallStream::Delta ToolCallStream::Feed(std::string_view text) {
 
 ToolCallStream::Delta ToolCallStream::Finish() {
   Delta out;
-  if (parser_ == ToolParser::kLlama3Json && mode_ == Mode::kCalls) {
+  if (parser_ == ToolParser::kForced) {
+    if (!called_) out.content = std::move(pending_);  // A cut array's unfinished call is dropped.
+  } else if (parser_ == ToolParser::kLlama3Json && mode_ == Mode::kCalls) {
     ExtractedTools t = Llama3Json(pending_);
     out.calls = std::move(t.calls);
     if (t.content) out.content = std::move(*t.content);

@@ -7,6 +7,9 @@
 // llama3_json (Llama 3.1/3.2/3.3): output that starts with a JSON object (after optional
 //   whitespace or <|python_tag|>), {"name": ..., "parameters": {...}}, several separated by ';';
 //   no content.
+// forced (tool_choice "required" or a named function, never a --tool-call-parser): a JSON array
+//   of {"name": ..., "parameters": {...}} objects; each call counts once its object closes, so
+//   an output cut short (max_tokens) still returns the calls it completed.
 // Output that does not parse as calls is content, unchanged.
 #ifndef PDSERVE_OPENAI_API_TOOL_CALLS_H_
 #define PDSERVE_OPENAI_API_TOOL_CALLS_H_
@@ -20,7 +23,7 @@
 
 namespace pdserve::openai {
 
-enum class ToolParser { kNone, kHermes, kLlama3Json };
+enum class ToolParser { kNone, kHermes, kLlama3Json, kForced };
 
 // "hermes", "llama3_json", or "" / "none" (off). InvalidArgument naming --tool-call-parser else.
 absl::StatusOr<ToolParser> ParseToolParserName(std::string_view name);
@@ -60,6 +63,7 @@ class ToolCallStream {
   std::string pending_;   // Not yet sent: a possible tag start, a block, or llama3's whole output.
   bool in_call_ = false;  // hermes: inside a <tool_call> block (pending_ holds its body).
   bool called_ = false;   // A call was sent: later text is not content (as in the whole case).
+  bool opened_ = false;   // forced: the array's '[' has been read.
   enum class Mode { kUndecided, kContent, kCalls } mode_ = Mode::kUndecided;  // llama3_json.
 };
 

@@ -112,6 +112,20 @@ TEST(ToolCalls, Llama3Json) {
   }
 }
 
+// Forced calls (tool_choice "required" or named): a JSON array the model closes; a cut output
+// still returns each call it completed.
+TEST(ToolCalls, ForcedArray) {
+  ExpectWhole(ToolParser::kForced,
+              "[{\"name\":\"f\",\"parameters\":{\"s\":\"]}\\\"\",\"n\":[1]}},{\"name\":\"g\",\"parameters\":{}}]",
+              {std::nullopt, {{"f", {{"s", "]}\""}, {"n", {1}}}}, {"g", Json::object()}}});
+  ExpectWhole(ToolParser::kForced, " [ {\"name\": \"f\", \"parameters\": {}} ,{\"name\":\"g\",\"para",
+              {std::nullopt, {{"f", Json::object()}}});
+  for (const std::string& text : {std::string("[{\"name\":\"f\""), std::string("not an array"),
+                                  std::string("[5]"), std::string("[{\"name\":5}]"), std::string("")}) {
+    ExpectWhole(ToolParser::kForced, text, {text, {}});
+  }
+}
+
 TEST(ToolCalls, StreamedEqualsWhole) {
   for (const std::string& text :
        {std::string(
@@ -132,6 +146,12 @@ TEST(ToolCalls, StreamedEqualsWhole) {
         std::string("<|python_ta"), std::string("Sure, here {\"name\": \"f\"}"),
         std::string("{not json")}) {
     ExpectStreamEqualsWhole(ToolParser::kLlama3Json, text);
+  }
+  for (const std::string& text :
+       {std::string("[{\"name\":\"f\",\"parameters\":{\"a\":\"}\"}},{\"name\":\"g\",\"parameters\":{}}]"),
+        std::string("[{\"name\":\"f\",\"parameters\":{}},{\"name\":\"g\",\"par"),
+        std::string("[{\"name\":\"f\""), std::string("[5]"), std::string("text")}) {
+    ExpectStreamEqualsWhole(ToolParser::kForced, text);
   }
   ExpectStreamEqualsWhole(ToolParser::kNone, "<tool_call>{\"name\": \"a\"}</tool_call>");
 }

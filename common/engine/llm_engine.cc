@@ -616,8 +616,10 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
       const uint64_t* allowed = nullptr;
       if (seq->constraint != nullptr) {
         const structured::TokenMask& mask = seq->constraint->Mask();
-        if (mask.allowed == 0) {  // A dead end: no token continues it and it cannot end.
-          reason = "length";
+        if (mask.allowed == 0) {
+          // A dead end: no token of the vocabulary continues the output and it cannot end
+          // here (the grammar needs bytes no token has, or a key every token would repeat).
+          reason = kFinishConstraintDeadEnd;
           break;
         }
         allowed = mask.words.data();

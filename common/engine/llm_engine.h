@@ -35,6 +35,11 @@ struct TokenOutput {
   std::vector<std::pair<int32_t, float>> top_logprobs;
 };
 
+// The finish reason of a constrained request that reached a dead end: no token of the
+// vocabulary continues its output and the constraint cannot end there (documented in README's
+// structured outputs; the OpenAI API passes it through as finish_reason).
+inline constexpr char kFinishConstraintDeadEnd[] = "constraint_dead_end";
+
 // What one step produced for one request.
 struct RequestOutput {
   std::string request_id;
@@ -42,7 +47,8 @@ struct RequestOutput {
   // decode step's output costs no allocation.
   absl::InlinedVector<TokenOutput, 1> tokens;
   bool finished = false;
-  std::string finish_reason;        // "stop", "length" or "abort" when finished.
+  // "stop", "length", "abort" or kFinishConstraintDeadEnd when finished.
+  std::string finish_reason;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;        // Prompt tokens served from the prefix cache.

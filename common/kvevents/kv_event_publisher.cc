@@ -43,6 +43,20 @@ void SendFrames(void* socket, const std::vector<std::string>& frames) {
   }
 }
 
+// A replay message [identity, "", sequence, payload] on the ROUTER socket (ZMQ_ROUTER_MANDATORY):
+// 1 sent, 0 its pipe is full (try again later: nothing went), -1 the peer is gone. ZeroMQ
+// delivers a multipart message whole once its first frame is queued.
+int SendReplay(void* socket, const std::string& identity, const std::string& seq,
+               std::string_view payload) {
+  if (zmq_send(socket, identity.data(), identity.size(), ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0) {
+    return errno == EAGAIN ? 0 : -1;
+  }
+  zmq_send(socket, "", 0, ZMQ_DONTWAIT | ZMQ_SNDMORE);
+  zmq_send(socket, seq.data(), seq.size(), ZMQ_DONTWAIT | ZMQ_SNDMORE);
+  zmq_send(socket, payload.data(), payload.size(), ZMQ_DONTWAIT);
+  return 1;
+}
+
 }  // namespace
 
 absl::Status ValidateKvEventsOptions(const KvEventsOptions& o) {
@@ -78,6 +92,10 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(const 
   if (!o.replay_endpoint.empty()) {
     p->replay_ = zmq_socket(p->context_, ZMQ_ROUTER);
     zmq_setsockopt(p->replay_, ZMQ_LINGER, &linger, sizeof linger);
+    // A full pipe is an error the sender sees (EAGAIN), not a message silently dropped: a
+    // replay resumes where the consumer's pipe filled (ServeReplay).
+    const int mandatory = 1;
+    zmq_setsockopt(p->replay_, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory);
     if (zmq_bind(p->replay_, o.replay_endpoint.c_str()) != 0) {
       return absl::InvalidArgumentError(Str("--kv-events-replay-endpoint: cannot bind ",
                                             o.replay_endpoint, ": ", zmq_strerror(errno)));
@@ -116,10 +134,12 @@ void KvEventPublisher::Publish(const std::vector<KvEvent>& events) {
 void KvEventPublisher::Loop() {
   std::deque<Pending> batches;
   for (;;) {
-    // Replay requests, or a short sleep (zmq_poll with no socket waits out its timeout).
-    zmq_pollitem_t item{replay_, 0, ZMQ_POLLIN, 0};
-    zmq_poll(&item, replay_ != nullptr ? 1 : 0, /*timeout ms=*/5);
+    // Replay requests, room to go on with a replay, or a short sleep (zmq_poll with no socket
+    // waits out its timeout).
+    zmq_pollitem_t item{replay_, 0, static_cast<short>(ZMQ_POLLIN | (replays_.empty() ? 0 : ZMQ_POLLOUT)), 0};
+    zmq_poll(&item, replay_ != nullptr ? 1 : 0, /*timeout ms=*/replays_.empty() ? 5 : 1);
     if (replay_ != nullptr && (item.revents & ZMQ_POLLIN)) ServeReplay();
+    if (!replays_.empty()) ContinueReplays();
     bool stop;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -140,7 +160,7 @@ void KvEventPublisher::Send(const Pending& batch) {
   const uint64_t seq = next_seq_++;
   SendFrames(pub_, {options_.topic, BigEndian8(seq), payload});
   if (replay_ == nullptr) return;
-  kept_.emplace_back(seq, std::move(payload));
+  kept_.emplace_back(seq, std::make_shared<const std::string>(std::move(payload)));
   while (static_cast<int64_t>(kept_.size()) > options_.buffer_steps) kept_.pop_front();
 }
 
@@ -168,10 +188,55 @@ void KvEventPublisher::ServeReplay() {
     }
     uint64_t start = 0;
     for (char c : frames[2]) start = (start << 8) | static_cast<uint8_t>(c);
-    for (const auto& [seq, payload] : kept_) {
-      if (seq >= start) SendFrames(replay_, {frames[0], "", BigEndian8(seq), payload});
+    if (replays_.size() >= kMaxReplays) {
+      // Said, not hidden: the consumer gets the end marker at once and the log says why.
+      ++replays_refused_;
+      PD_LOG(Warning) << "kv events: " << kMaxReplays << " replays in progress; answering a replay "
+                      << "request from sequence " << start << " with the end marker only";
+      SendReplay(replay_, frames[0], BigEndian8(~uint64_t{0}), "");
+      continue;
     }
-    SendFrames(replay_, {frames[0], "", BigEndian8(~uint64_t{0}), ""});  // End: -1, empty.
+    // The batches kept now, whatever is sent or dropped meanwhile: the payloads are shared.
+    Replay r;
+    r.identity = frames[0];
+    r.deadline = std::chrono::steady_clock::now() + kReplayDeadline;
+    for (const auto& [seq, payload] : kept_) {
+      if (seq >= start) r.batches.emplace_back(seq, payload);
+    }
+    replays_.push_back(std::move(r));
+  }
+  ContinueReplays();
+}
+
+void KvEventPublisher::ContinueReplays() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = replays_.begin(); it != replays_.end();) {
+    Replay& r = *it;
+    bool gone = false;
+    while (r.next <= r.batches.size()) {
+      const bool end = r.next == r.batches.size();  // The end marker: -1, empty.
+      const int sent = end ? SendReplay(replay_, r.identity, BigEndian8(~uint64_t{0}), "")
+                           : SendReplay(replay_, r.identity, BigEndian8(r.batches[r.next].first),
+                                        *r.batches[r.next].second);
+      if (sent == 0) break;
+      if (sent < 0) {
+        gone = true;
+        break;
+      }
+      ++r.next;
+      r.deadline = now + kReplayDeadline;  // The consumer reads: it has another minute.
+    }
+    if (r.next > r.batches.size()) {
+      it = replays_.erase(it);
+    } else if (gone || now > r.deadline) {
+      ++replays_abandoned_;
+      PD_LOG(Warning) << "kv events: abandoning a replay after " << r.next << " of "
+                      << r.batches.size() << " batches: the consumer "
+                      << (gone ? "disconnected" : "did not read them within the deadline");
+      it = replays_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 

@@ -7,7 +7,19 @@
 // batch (sequence 0) is an AllBlocksCleared: a consumer that sees the sequence start again knows
 // the worker restarted with an empty cache. With a replay endpoint, a ROUTER socket answers a
 // request [8-byte big-endian start sequence] with a [sequence, payload] message for each batch
-// still kept (the last `buffer_steps`) from there on, then [-1 as 8 bytes, empty].
+// kept when it asked (the last `buffer_steps`) from there on, then [-1 as 8 bytes, empty]. Every
+// kept batch is delivered, however many: a replay goes on as the consumer reads (its pipe's
+// high-water mark is flow control, not a limit), up to 16 at once; a consumer that reads
+// nothing for 60 s, or a request past the 16th, gets a logged warning (and the latter the end
+// marker at once) rather than silence.
+//
+// Late joiners: ZeroMQ's PUB socket sends only to subscribers already connected and subscribed,
+// so one that connects after a batch went out never sees it on the PUB socket, sequence 0 (the
+// AllBlocksCleared that says "this worker started empty") included, even if it was started
+// before the worker (its connection completes after the worker binds). A consumer therefore
+// replays from the first sequence it has not seen: from 0 when the first message it hears has a
+// sequence above 0, which recovers the AllBlocksCleared while the worker keeps it (until
+// `buffer_steps` more batches have gone).
 //
 // Publish is called by the worker's scheduler thread after each step and never blocks: a
 // background thread encodes and sends. Past `max_queue` batches waiting (a thread that cannot
@@ -17,6 +29,7 @@
 #define PDSERVE_COMMON_KVEVENTS_KV_EVENT_PUBLISHER_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -70,6 +83,7 @@ class KvEventPublisher {
   void Loop();
   void Send(const Pending& batch);
   void ServeReplay();
+  void ContinueReplays();
 
   const KvEventsOptions options_;
   void* context_ = nullptr;
@@ -83,8 +97,18 @@ class KvEventPublisher {
   std::atomic<int64_t> dropped_{0};
 
   // The sender thread's own.
+  static constexpr size_t kMaxReplays = 16;
+  static constexpr std::chrono::seconds kReplayDeadline{60};
+  struct Replay {
+    std::string identity;  // The consumer's ROUTER identity.
+    std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> batches;
+    size_t next = 0;  // The next batch to send; batches.size(): the end marker.
+    std::chrono::steady_clock::time_point deadline;
+  };
   uint64_t next_seq_ = 0;
-  std::deque<std::pair<uint64_t, std::string>> kept_;
+  std::deque<std::pair<uint64_t, std::shared_ptr<const std::string>>> kept_;
+  std::vector<Replay> replays_;
+  int64_t replays_refused_ = 0, replays_abandoned_ = 0;
   std::thread thread_;
 };
 

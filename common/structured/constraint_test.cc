@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/strings.h"
 #include "common/structured/constraint.h"
 #include "common/structured/grammar_matcher.h"
 #include "common/structured/grammar_parser.h"
@@ -298,6 +299,185 @@ TEST(TokenConstraintTest, MasksEqualTokenByTokenChecks) {
   auto bad = cache.Start({Kind::kRegex, "(", {}});
   EXPECT_FALSE(bad.ok());
   EXPECT_EQ(cache.compiled(), 1);
+}
+
+// Two constraints that differ only in their choices, or in one keyword of a schema, compile to
+// grammars of their own on one worker (the cache key holds every part of the constraint).
+TEST(TokenConstraintTest, DifferentConstraintsNeverShareAGrammar) {
+  const std::vector<std::string> vocab = {"a", "b", "\"", "{", "}", ":", "1", "x", ""};
+  ConstraintCache cache(vocab, 9, {8});
+  auto first = cache.Start({Kind::kChoice, "", {"a"}});
+  auto second = cache.Start({Kind::kChoice, "", {"b"}});
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(cache.compiled(), 2);
+  EXPECT_TRUE((*first)->Mask().Test(0));
+  EXPECT_FALSE((*first)->Mask().Test(1));
+  EXPECT_TRUE((*second)->Mask().Test(1));
+  EXPECT_FALSE((*second)->Mask().Test(0));
+  auto s1 = cache.Start({Kind::kJsonSchema, R"({"type":"string","maxLength":1})", {}});
+  auto s2 = cache.Start({Kind::kJsonSchema, R"({"type":"string","maxLength":2})", {}});
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  EXPECT_EQ(cache.compiled(), 4);
+  for (int32_t t : {2, 7}) {
+    ASSERT_TRUE((*s1)->Accept(t));
+    ASSERT_TRUE((*s2)->Accept(t));
+  }
+  EXPECT_FALSE((*s1)->Mask().Test(7));  // "x then x: over maxLength 1.
+  EXPECT_TRUE((*s2)->Mask().Test(7));
+}
+
+// No object of a JSON output repeats a key, however the key is written: the mask drops the
+// tokens that would close one, and Accept refuses them (a resumed stream's replay, drafts).
+TEST(TokenConstraintTest, NoObjectRepeatsAKey) {
+  const std::vector<std::string> vocab = {
+      "{", "}", "\"a\"", ":", "1", ",", "\"b\"", "\"\\u0061\"", "\"a", "\"", ",\"a\":", "{\"k\":1,\"k\"", "["};
+  const int32_t eos = static_cast<int32_t>(vocab.size());
+  ConstraintCache cache(vocab, eos + 1, {eos});
+  auto t = cache.Start({Kind::kJsonObject, "", {}});
+  ASSERT_TRUE(t.ok());
+  for (int32_t tok : {0, 2, 3, 4, 5}) ASSERT_TRUE((*t)->Accept(tok)) << vocab[tok];  // {"a":1,
+  const TokenMask& mask = (*t)->Mask();
+  EXPECT_FALSE(mask.Test(2));   // "a"
+  EXPECT_FALSE(mask.Test(7));   // "\u0061": the same key.
+  EXPECT_TRUE(mask.Test(6));    // "b"
+  EXPECT_TRUE(mask.Test(8));    // "a (not closed: may go on as "ab")
+  EXPECT_FALSE((*t)->Accept(2));
+  EXPECT_FALSE((*t)->Accept(7));
+  EXPECT_EQ((*t)->AllowedPrefix({6, 3, 4, 10}), 3u);  // "b":1 then ,"a": repeats "a".
+  ASSERT_TRUE((*t)->Accept(8));   // "a
+  EXPECT_FALSE((*t)->Mask().Test(9));  // " would close "a".
+  // A nested object has keys of its own; one token can open an object and repeat a key in it.
+  auto n = cache.Start({Kind::kJsonObject, "", {}});
+  ASSERT_TRUE(n.ok());
+  for (int32_t tok : {0, 2, 3}) ASSERT_TRUE((*n)->Accept(tok));  // {"a":
+  EXPECT_TRUE((*n)->Mask().Test(0));
+  EXPECT_FALSE((*n)->Mask().Test(11));  // {"k":1,"k"
+  ASSERT_TRUE((*n)->Accept(0));
+  EXPECT_TRUE((*n)->Mask().Test(2));   // "a" again, in the inner object: allowed.
+  ASSERT_TRUE((*n)->Accept(2));
+  for (int32_t tok : {3, 4, 1, 5}) ASSERT_TRUE((*n)->Accept(tok)) << vocab[tok];  // :1},
+  EXPECT_FALSE((*n)->Mask().Test(2));  // The outer object has "a".
+  // Not JSON constraints: no tracking.
+  auto r = cache.Start({Kind::kRegex, R"(\{"a":1,"a":1\})", {}});
+  ASSERT_TRUE(r.ok());
+  for (int32_t tok : {0, 2, 3, 4, 5, 2}) ASSERT_TRUE((*r)->Accept(tok)) << vocab[tok];
+}
+
+TEST(JsonSchemaTest, AdditionalKeysAreNeverDeclaredOnes) {
+  const auto g = Compile(Kind::kJsonSchema,
+                         R"({"properties":{"a":{"type":"integer"},"é":{"type":"null"}},"additionalProperties":{"type":"string"}})");
+  ASSERT_NE(g, nullptr);
+  for (const char* s : {R"({})", R"({"a":1,"ab":"x"})", R"({"b":"x","":"y"})", "{\"\xc3\xa9x\":\"\"}"}) {
+    EXPECT_TRUE(Matches(g, s)) << s;
+  }
+  for (const char* s : {R"({"a":"x"})", R"({"a":1,"a":"x"})", R"({"\u0061":"x"})", "{\"\xc3\xa9\":\"\"}"}) {
+    EXPECT_FALSE(Matches(g, s)) << s;
+  }
+}
+
+TEST(JsonSchemaTest, LengthsCountCodePointsAndSurrogatesComeInPairs) {
+  const auto one = Compile(Kind::kJsonSchema, R"({"type":"string","maxLength":1})");
+  const auto two = Compile(Kind::kJsonSchema, R"({"type":"string","minLength":2})");
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(two, nullptr);
+  for (const char* s : {R"("\ud83d\ude00")", "\"\xf0\x9f\x98\x80\"", R"("\u00e9")", R"("\n")"}) {
+    EXPECT_TRUE(Matches(one, s)) << s;
+    EXPECT_FALSE(Matches(two, s)) << s;
+  }
+  const auto any = Compile(Kind::kJsonSchema, R"({"type":"string"})");
+  for (const char* s : {R"("\ud83d")", R"("\ude00")", R"("\ud83d\u0041")"}) EXPECT_FALSE(Matches(any, s)) << s;
+}
+
+TEST(JsonSchemaTest, DatesAreRealCalendarDates) {
+  const auto g = Compile(Kind::kJsonSchema, R"({"type":"string","format":"date"})");
+  ASSERT_NE(g, nullptr);
+  for (const char* d : {"2024-02-29", "2000-02-29", "0004-02-29", "2023-01-31", "2023-04-30", "0001-01-01"}) {
+    EXPECT_TRUE(Matches(g, Str("\"", d, "\""))) << d;
+  }
+  for (const char* d : {"2023-02-29", "1900-02-29", "2023-04-31", "0000-01-01", "2023-06-31", "2023-00-10"}) {
+    EXPECT_FALSE(Matches(g, Str("\"", d, "\""))) << d;
+  }
+}
+
+TEST(JsonSchemaTest, OneOfOnlyWhereBranchesExcludeEachOther) {
+  EXPECT_NE(ErrorOf(Kind::kJsonSchema, R"({"oneOf":[{"type":"integer"},{"type":"number"}]})").find("oneOf whose branches"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Kind::kJsonSchema, R"({"oneOf":[{"type":"object"},{"properties":{"a":{}}}]})").find("oneOf"),
+            std::string::npos);
+  EXPECT_NE(Compile(Kind::kJsonSchema, R"({"oneOf":[{"type":"integer"},{"type":"string"},{"enum":[null,true]}]})"), nullptr);
+  EXPECT_NE(Compile(Kind::kJsonSchema,
+                    R"({"oneOf":[{"$ref":"#/$defs/cat"},{"type":"object","properties":{"kind":{"enum":["dog","wolf"]}},"required":["kind"]}],
+                        "$defs":{"cat":{"type":"object","properties":{"kind":{"const":"cat"},"n":{"type":"integer"}},"required":["kind"]}}})"),
+            nullptr);
+}
+
+TEST(JsonSchemaTest, EnumKeepsOnlyValuesOfItsTypeAndRefusesOtherSiblings) {
+  const auto g = Compile(Kind::kJsonSchema, R"({"type":"string","enum":["a",1,null]})");
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Matches(g, R"("a")"));
+  EXPECT_FALSE(Matches(g, "1"));
+  EXPECT_FALSE(Matches(g, "null"));
+  const auto n = Compile(Kind::kJsonSchema, R"({"type":"integer","enum":[1,1.0,1.5,"x"],"nullable":true})");
+  ASSERT_NE(n, nullptr);
+  EXPECT_TRUE(Matches(n, "1"));
+  EXPECT_TRUE(Matches(n, "1.0"));
+  EXPECT_FALSE(Matches(n, "1.5"));
+  EXPECT_TRUE(Matches(n, "null"));
+  EXPECT_NE(ErrorOf(Kind::kJsonSchema, R"({"enum":["abc","a"],"minLength":2})").find("'minLength' beside enum/const"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Kind::kJsonSchema, R"({"type":"string","enum":[1]})").find("no value of enum/const"), std::string::npos);
+  EXPECT_NE(ErrorOf(Kind::kJsonSchema, R"({"anyOf":[{"type":"object"}],"required":["a"]})").find("'required' beside anyOf"),
+            std::string::npos);
+}
+
+// Request input nested or repeated past any sane bound is an error, not a stack overflow: one
+// request must never end the process (each of these crashed it before).
+TEST(ConstraintTest, DeepOrStackedInputIsRefusedNotRecursedInto) {
+  const std::string deep = "{\"const\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_NE(ErrorOf(Kind::kJsonSchema, deep).find("json_schema: nests deeper than 256"), std::string::npos);
+  std::string deep_enum = "{\"enum\": [";
+  for (int i = 0; i < 60000; ++i) deep_enum += "{\"a\":";
+  deep_enum += "1" + std::string(60000, '}') + "]}";
+  EXPECT_NE(ErrorOf(Kind::kJsonSchema, deep_enum).find("deeper than"), std::string::npos);
+  EXPECT_NE(ErrorOf(Kind::kRegex, "a" + std::string(100000, '*')).find("multiple repeat at offset 2"), std::string::npos);
+  EXPECT_NE(ErrorOf(Kind::kRegex, "a" + std::string(60000, '?')).find("multiple repeat"), std::string::npos);
+  std::string braces = "a";
+  for (int i = 0; i < 100000; ++i) braces += "{1}";
+  EXPECT_NE(ErrorOf(Kind::kRegex, braces).find("multiple repeat at offset 4"), std::string::npos);
+  EXPECT_NE(ErrorOf(Kind::kJsonSchema, R"({"type":"string","pattern":"a)" + std::string(70000, '*') + "\"}")
+                .find("/pattern: regex: multiple repeat"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Kind::kRegex, std::string(300, '(') + "a" + std::string(300, ')')).find("nested deeper"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Kind::kGrammar, "root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')'))
+                .find("nested deeper"),
+            std::string::npos);
+}
+
+TEST(RegexGrammarTest, QuantifiersAsPythonAllowsThem) {
+  for (const char* bad : {"a**", "a*?*", "a{1}{1}", "a???", "a{1}*", "a{1}??"}) {
+    EXPECT_NE(ErrorOf(Kind::kRegex, bad).find("multiple repeat"), std::string::npos) << bad;
+  }
+  for (const char* ok : {"a??", "a{1}?", "(a*)*", "a{,2}", "a{x}*", "a*{", "a*{1"}) {
+    EXPECT_NE(Compile(Kind::kRegex, ok), nullptr) << ok;
+  }
+}
+
+// Python's re reads \d \w \s as Unicode classes in a str pattern; their complements and negated
+// classes leave out exactly those characters.
+TEST(RegexGrammarTest, ClassesArePythonsUnicodeClasses) {
+  const std::string arabic_three = "\xd9\xa3", e_acute = "\xc3\xa9", nbsp = "\xc2\xa0";
+  const auto digit = Compile(Kind::kRegex, "\\d"), non_digit = Compile(Kind::kRegex, "\\D");
+  const auto word = Compile(Kind::kRegex, "\\w"), non_word = Compile(Kind::kRegex, "[^\\w]");
+  const auto space = Compile(Kind::kRegex, "\\s"), non_space = Compile(Kind::kRegex, "\\S");
+  EXPECT_TRUE(Matches(digit, arabic_three));
+  EXPECT_FALSE(Matches(non_digit, arabic_three));
+  EXPECT_TRUE(Matches(word, e_acute));
+  EXPECT_FALSE(Matches(non_word, e_acute));
+  EXPECT_TRUE(Matches(space, nbsp));
+  EXPECT_FALSE(Matches(non_space, nbsp));
+  EXPECT_TRUE(Matches(non_word, "!"));
+  EXPECT_FALSE(Matches(digit, "x"));
 }
 
 }  // namespace

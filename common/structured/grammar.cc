@@ -58,6 +58,27 @@ absl::Status Grammar::Finalize() {
     return absl::InvalidArgumentError(
         Str("grammar: rule '", rules_[static_cast<size_t>(root_)].name, "' matches no string"));
   }
+  // Every rule the root reaches must finish too: a matcher that entered one that cannot
+  // (x ::= "c" x) would run to the length limit however the output goes on.
+  std::vector<bool> reached(n, false);
+  std::vector<int32_t> todo = {root_};
+  reached[static_cast<size_t>(root_)] = true;
+  while (!todo.empty()) {
+    const size_t r = static_cast<size_t>(todo.back());
+    todo.pop_back();
+    if (!productive[r]) {
+      return absl::InvalidArgumentError(
+          Str("grammar: rule '", rules_[r].name, "' never finishes (it matches no string) "
+              "though the root reaches it"));
+    }
+    for (const GrammarSequence& alt : rules_[r].alternatives) {
+      for (const GrammarElement& e : alt) {
+        if (e.kind != GrammarElement::Kind::kRule || reached[static_cast<size_t>(e.index)]) continue;
+        reached[static_cast<size_t>(e.index)] = true;
+        todo.push_back(e.index);
+      }
+    }
+  }
   // Left recursion: a rule reached again before a byte is consumed. Edges r -> s where s
   // follows only nullable elements in an alternative of r; `tail` where s ends the alternative
   // (its caller's frame is gone by then: the stack does not grow). A cycle of tail edges only

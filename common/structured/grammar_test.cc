@@ -161,6 +161,8 @@ TEST(GrammarTest, BadGrammarsAreRefusedNamingTheProblem) {
       {"root ::= root \"x\" | \"y\"", "rule 'root' is left-recursive"},
       {"root ::= a\na ::= b? c\nb ::= \"x\"\nc ::= a \"y\" | \"z\"", "left-recursive"},
       {"root ::= \"x\" root", "matches no string"},
+      // A rule the root reaches that can never finish, beside one that can.
+      {"root ::= \"a\" x | \"a\" \"b\"\nx ::= \"c\" x", "rule 'x' never finishes"},
       {"root ::= \"abc", "line 1 column 14: unterminated string"},
       {"root ::=\n  [a-", "line 2"},
       {"root ::= [z-a]", "out of order"},

@@ -1,6 +1,7 @@
 #include "common/structured/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
+#include "common/json/json_body.h"
 #include "common/structured/grammar_parser.h"
 #include "common/structured/regex_grammar.h"
 #include "nlohmann/json.hpp"
@@ -18,20 +20,58 @@ namespace {
 
 using Json = nlohmann::ordered_json;  // Properties keep the schema's order.
 
-constexpr int kMaxDepth = 128;
+constexpr int kMaxDepth = 128;        // Schemas within schemas.
+constexpr int kMaxJsonNesting = 256;  // Arrays and objects within each other in the text.
 
 // The rules every JSON grammar here uses; each @ is where whitespace may go (BaseRules).
 const char kBaseRules[] = R"(json-value ::= json-object | json-array | json-string | json-number | "true" | "false" | "null"
 json-object ::= "{"@ (json-string@ ":"@ json-value (@ ","@ json-string@ ":"@ json-value)*)?@ "}"
 json-array ::= "["@ (json-value (@ ","@ json-value)*)?@ "]"
 json-string ::= "\"" json-char* "\""
-json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
+json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" json-escape)
+json-escape ::= [0-9a-cefA-CEF] json-hex{3} | [dD] [0-7] json-hex{2} | [dD] [89abAB] json-hex{2} "\\u" [dD] [c-fC-F] json-hex{2}
+json-hex ::= [0-9a-fA-F]
+json-key-char ::= [^"\\\x00-\x1F]
 json-int ::= "-"? ("0" | [1-9] [0-9]{0,15})
 json-number ::= json-int ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?
-json-date ::= [0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01])
+json-date ::= json-year "-" ("0" [13578] | "1" [02]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | json-year "-" ("0" [469] | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | json-year "-02-" ("0" [1-9] | "1" [0-9] | "2" [0-8]) | json-leap-year "-02-29"
+json-year ::= [1-9] [0-9]{3} | "0" [1-9] [0-9]{2} | "00" [1-9] [0-9] | "000" [1-9]
+json-leap-year ::= [0-9]{2} json-leap-2 | json-leap-2 "00"
+json-leap-2 ::= "0" [48] | [2468] [048] | [13579] [26]
 json-time ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])
 json-uuid ::= [0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12}
 )";
+
+// Kinds of JSON value, as bits (oneOf's exclusivity, enum values against `type`).
+constexpr uint8_t kNullKind = 1, kBoolKind = 2, kObjectKind = 4, kArrayKind = 8, kStringKind = 16,
+                  kNumberKind = 32, kAnyKind = 63;
+constexpr uint8_t kIntegerOnly = 64;  // With kNumberKind: whole numbers only (type integer).
+
+uint8_t KindOfType(const std::string& t) {
+  if (t == "null") return kNullKind;
+  if (t == "boolean") return kBoolKind;
+  if (t == "object") return kObjectKind;
+  if (t == "array") return kArrayKind;
+  if (t == "string") return kStringKind;
+  return kNumberKind;  // number, integer
+}
+
+uint8_t KindOfValue(const Json& v) {
+  if (v.is_null()) return kNullKind;
+  if (v.is_boolean()) return kBoolKind;
+  if (v.is_object()) return kObjectKind;
+  if (v.is_array()) return kArrayKind;
+  if (v.is_string()) return kStringKind;
+  return kNumberKind;
+}
+
+// The value is of one of `kinds` (as JSON Schema's type sees it: 1.0 is an integer).
+bool ValueHasKinds(const Json& v, uint8_t kinds) {
+  if ((KindOfValue(v) & kinds) == 0) return false;
+  if (!v.is_number() || !(kinds & kIntegerOnly) || v.is_number_integer()) return true;
+  const double d = v.get<double>();
+  return std::isfinite(d) && d == std::floor(d);
+}
 
 // Keywords that describe and constrain nothing.
 const absl::flat_hash_set<std::string>& Annotations() {
@@ -82,10 +122,7 @@ class SchemaCompiler {
   absl::StatusOr<std::string> Compile() {
     PD_ASSIGN_OR_RETURN(std::string expr, Visit(root_, "", 0));
     PD_ASSIGN_OR_RETURN(std::string base, BaseRules(options_.whitespace));
-    const std::string& sep = options_.separator;
-    std::string out = sep.empty()
-                          ? Str("root ::= ", expr, "\n")
-                          : Str("root ::= item (", GrammarLiteral(sep), " item)*\nitem ::= ", expr, "\n");
+    std::string out = Str("root ::= ", expr, "\n");
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     return out + base;
   }
@@ -124,15 +161,38 @@ class SchemaCompiler {
     }
     std::vector<std::string> alternatives;
     if (s.contains("enum") || s.contains("const")) {
-      if (s.contains("const")) alternatives.push_back(GrammarLiteral(JsonText(s["const"])));
-      if (s.contains("enum")) {
-        const Json& e = s["enum"];
-        if (!e.is_array() || e.empty()) return Bad(path + "/enum", "must be a non-empty array");
-        for (const Json& v : e) alternatives.push_back(GrammarLiteral(JsonText(v)));
-      }
       if (s.contains("const") && s.contains("enum")) {
         return Bad(path, "enum and const together are not supported");
       }
+      // Beside a list of values only `type` (which filters them) and `nullable` are enforced;
+      // any other keyword would have to hold for every value, so it is refused, not ignored.
+      for (const auto& [key, unused] : s.items()) {
+        if (key != "enum" && key != "const" && key != "type" && key != "nullable" && key != "$defs" &&
+            key != "definitions" && !Annotations().contains(key)) {
+          return Bad(path, Str("keyword '", key, "' beside enum/const is not supported"));
+        }
+      }
+      std::vector<const Json*> values;
+      if (s.contains("const")) values.push_back(&s["const"]);
+      if (s.contains("enum")) {
+        const Json& e = s["enum"];
+        if (!e.is_array() || e.empty()) return Bad(path + "/enum", "must be a non-empty array");
+        for (const Json& v : e) values.push_back(&v);
+      }
+      uint8_t kinds = kAnyKind;
+      if (s.contains("type")) {
+        PD_ASSIGN_OR_RETURN(std::vector<std::string> types, Types(s, path));
+        kinds = 0;
+        for (const std::string& t : types) kinds |= KindOfType(t);
+        if (std::find(types.begin(), types.end(), "number") == types.end() &&
+            std::find(types.begin(), types.end(), "integer") != types.end()) {
+          kinds |= kIntegerOnly;
+        }
+      }
+      for (const Json* v : values) {
+        if (ValueHasKinds(*v, kinds)) alternatives.push_back(GrammarLiteral(JsonText(*v)));
+      }
+      if (alternatives.empty()) return Bad(path, "no value of enum/const has the schema's type");
     } else if (s.contains("anyOf") || s.contains("oneOf") || s.contains("allOf")) {
       for (const char* key : {"anyOf", "oneOf", "allOf"}) {
         if (!s.contains(key)) continue;
@@ -143,13 +203,15 @@ class SchemaCompiler {
           return Bad(p, "allOf of more than one schema is not supported");
         }
         if (!alternatives.empty()) return Bad(path, "more than one of anyOf, oneOf, allOf");
+        if (std::string_view(key) == "oneOf") PD_RETURN_IF_ERROR(OneOfIsExclusive(list, p));
         for (size_t i = 0; i < list.size(); ++i) {
           PD_ASSIGN_OR_RETURN(std::string a, Visit(list[i], Str(p, "/", i), depth + 1));
           alternatives.push_back(std::move(a));
         }
       }
-      for (const char* key : {"type", "properties", "items", "pattern", "minLength", "maxLength",
-                              "minItems", "maxItems", "format", "prefixItems"}) {
+      for (const char* key : {"type", "properties", "required", "additionalProperties", "items",
+                              "pattern", "minLength", "maxLength", "minItems", "maxItems", "format",
+                              "prefixItems"}) {
         if (s.contains(key)) return Bad(path, Str("keyword '", key, "' beside anyOf/oneOf/allOf is not supported"));
       }
     } else {
@@ -169,7 +231,7 @@ class SchemaCompiler {
     return out + ")";
   }
 
-  absl::StatusOr<std::vector<std::string>> Types(const Json& s, const std::string& path) {
+  absl::StatusOr<std::vector<std::string>> Types(const Json& s, const std::string& path) const {
     std::vector<std::string> types;
     if (s.contains("type")) {
       const Json& t = s["type"];
@@ -311,6 +373,7 @@ class SchemaCompiler {
       bool required = false;
     };
     std::vector<Property> props;
+    std::vector<std::string> declared;  // The properties' names.
     absl::flat_hash_set<std::string> required;
     if (s.contains("required")) {
       const Json& r = s["required"];
@@ -328,6 +391,7 @@ class SchemaCompiler {
                             Visit(schema, Str(path, "/properties/", key), depth + 1));
         props.push_back({Str(GrammarLiteral(JsonText(Json(key))), " ", colon_), std::move(value),
                          required.contains(key)});
+        declared.push_back(key);
       }
     }
     for (const std::string& name : required) {
@@ -340,7 +404,7 @@ class SchemaCompiler {
       const Json& a = s["additionalProperties"];
       if (!(a.is_boolean() && !a.get<bool>())) {
         PD_ASSIGN_OR_RETURN(std::string value, Visit(a, path + "/additionalProperties", depth + 1));
-        extra = Str("json-string ", colon_, " ", value);
+        extra = Str(KeyExcept(declared), " ", colon_, " ", value);
       }
     } else if (!s.contains("properties")) {
       extra = Str("json-string ", colon_, " json-value");
@@ -365,6 +429,19 @@ class SchemaCompiler {
     if (!ref.is_string()) return Bad(path + "/$ref", "must be a string");
     const std::string r = ref.get<std::string>();
     if (auto it = refs_.find(r); it != refs_.end()) return it->second;
+    PD_ASSIGN_OR_RETURN(const Json* target, Resolve(r, path));
+    // The rule is named before its body is compiled: a recursive reference finds it.
+    const std::string name = Str("ref", refs_.size());
+    refs_[r] = name;
+    const size_t slot = rules_.size();
+    rules_.emplace_back(name, "");
+    PD_ASSIGN_OR_RETURN(std::string body, Visit(*target, r.substr(1), depth + 1));
+    rules_[slot].second = std::move(body);
+    return name;
+  }
+
+  // The schema a local reference (#, #/$defs/x, any JSON pointer) points at.
+  absl::StatusOr<const Json*> Resolve(const std::string& r, const std::string& path) const {
     if (r.empty() || r[0] != '#') return Bad(path + "/$ref", Str("'", r, "': only local references (#...) are supported"));
     const Json* target = &root_;
     std::string_view pointer = std::string_view(r).substr(1);
@@ -386,14 +463,173 @@ class SchemaCompiler {
         return Bad(path + "/$ref", Str("'", r, "' does not resolve"));
       }
     }
-    // The rule is named before its body is compiled: a recursive reference finds it.
-    const std::string name = Str("ref", refs_.size());
-    refs_[r] = name;
-    const size_t slot = rules_.size();
-    rules_.emplace_back(name, "");
-    PD_ASSIGN_OR_RETURN(std::string body, Visit(*target, r.substr(1), depth + 1));
-    rules_[slot].second = std::move(body);
-    return name;
+    return target;
+  }
+
+  // A JSON string other than each of `names` (additional properties never repeat a declared
+  // one, whose schema they would break): the keys are written without escapes, so a key's
+  // bytes are its characters, and the rule is a trie of the names with every way out of it.
+  std::string KeyExcept(const std::vector<std::string>& names) {
+    struct Node {
+      std::vector<std::pair<uint32_t, size_t>> kids;  // Code point -> node.
+      bool word = false;
+    };
+    std::vector<Node> trie(1);
+    for (const std::string& name : names) {
+      std::vector<uint32_t> cps;
+      bool writable = true;  // Without escapes: no quote, backslash or control character.
+      for (size_t i = 0; i < name.size();) {
+        const uint32_t cp = DecodeUtf8(name, &i);
+        if (cp < 0x20 || cp == '"' || cp == '\\') writable = false;
+        cps.push_back(cp);
+      }
+      if (!writable) continue;
+      size_t at = 0;
+      for (uint32_t cp : cps) {
+        size_t next = 0;
+        for (const auto& [c, kid] : trie[at].kids) {
+          if (c == cp) next = kid;
+        }
+        if (next == 0) {
+          next = trie.size();
+          trie[at].kids.push_back({cp, next});
+          trie.emplace_back();
+        }
+        at = next;
+      }
+      trie[at].word = true;
+    }
+    if (trie.size() == 1 && !trie[0].word) return "json-string";
+    // Rules named first (children refer to them), bodies after.
+    const size_t first = rules_.size();
+    std::vector<std::string> rule(trie.size());
+    for (size_t i = 0; i < trie.size(); ++i) rule[i] = NewRule("");
+    for (size_t i = 0; i < trie.size(); ++i) {
+      std::string body, others = "[^\\\"\\\\\\x00-\\x1F";
+      std::vector<std::string> alts;
+      if (!trie[i].word) alts.push_back("\"\\\"\"");
+      for (const auto& [cp, kid] : trie[i].kids) {
+        alts.push_back(Str("\"", Hex8(cp), "\" ", rule[kid]));
+        others += Hex8(cp);
+      }
+      alts.push_back(Str(others, "] json-key-char* \"\\\"\""));
+      for (size_t a = 0; a < alts.size(); ++a) body += (a > 0 ? " | " : "") + alts[a];
+      rules_[first + i].second = std::move(body);
+    }
+    return Str("(\"\\\"\" ", rule[0], ")");
+  }
+
+  static std::string Hex8(uint32_t cp) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "\\U%08X", static_cast<unsigned>(cp));
+    return buf;
+  }
+
+  // The code point at s[*i] (valid UTF-8: nlohmann checked it), advancing *i.
+  static uint32_t DecodeUtf8(const std::string& s, size_t* i) {
+    const auto b = static_cast<uint8_t>(s[*i]);
+    const int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : 4;
+    uint32_t cp = len == 1 ? b : b & (0x7F >> len);
+    for (int k = 1; k < len && *i + static_cast<size_t>(k) < s.size(); ++k) {
+      cp = (cp << 6) | (static_cast<uint8_t>(s[*i + static_cast<size_t>(k)]) & 0x3F);
+    }
+    *i += static_cast<size_t>(len);
+    return cp;
+  }
+
+  // The kinds of JSON value a schema admits (bits), through references, for oneOf's check.
+  uint8_t KindsOf(const Json& s, int depth) const {
+    if (depth > kMaxDepth) return kAnyKind;
+    if (s.is_boolean()) return s.get<bool>() ? kAnyKind : 0;
+    if (!s.is_object()) return kAnyKind;
+    if (s.contains("$ref") && s["$ref"].is_string()) {
+      auto target = Resolve(s["$ref"].get<std::string>(), "");
+      return target.ok() ? KindsOf(**target, depth + 1) : kAnyKind;
+    }
+    uint8_t kinds = 0;
+    const bool nullable = s.contains("nullable") && s["nullable"] == true;
+    if (s.contains("const") || s.contains("enum")) {
+      if (s.contains("const")) kinds |= KindOfValue(s["const"]);
+      if (s.contains("enum") && s["enum"].is_array()) {
+        for (const Json& v : s["enum"]) kinds |= KindOfValue(v);
+      }
+      return kinds | (nullable ? kNullKind : 0);
+    }
+    bool combined = false;
+    for (const char* key : {"anyOf", "oneOf", "allOf"}) {
+      if (!s.contains(key) || !s[key].is_array()) continue;
+      combined = true;
+      for (const Json& b : s[key]) kinds |= KindsOf(b, depth + 1);
+    }
+    if (combined) return kinds | (nullable ? kNullKind : 0);
+    auto types = Types(s, "");
+    if (!types.ok()) return kAnyKind;
+    for (const std::string& t : *types) kinds |= t == "any" ? kAnyKind : KindOfType(t);
+    return kinds | (nullable ? kNullKind : 0);
+  }
+
+  // oneOf holds when exactly one branch matches. Enforced where no value can match two: the
+  // branches admit disjoint kinds of value, or they are objects told apart by a required
+  // property whose const/enum values differ (a discriminator, as Pydantic writes unions).
+  // Anything else is refused: the grammar can only say "at least one".
+  absl::Status OneOfIsExclusive(const Json& list, const std::string& path) const {
+    std::vector<uint8_t> kinds;
+    bool disjoint = true;
+    for (const Json& b : list) {
+      const uint8_t k = KindsOf(b, 0) & ~kIntegerOnly;
+      for (uint8_t other : kinds) disjoint = disjoint && (k & other) == 0;
+      kinds.push_back(k);
+    }
+    if (disjoint) return absl::OkStatus();
+    std::vector<const Json*> branches;
+    for (const Json& b : list) {
+      const Json* at = &b;
+      for (int hops = 0; at->is_object() && at->contains("$ref") && (*at)["$ref"].is_string() && hops < 16; ++hops) {
+        auto target = Resolve((*at)["$ref"].get<std::string>(), path);
+        if (!target.ok()) break;
+        at = *target;
+      }
+      if (!at->is_object() || !at->contains("required") || !(*at)["required"].is_array() ||
+          !at->contains("properties") || !(*at)["properties"].is_object()) {
+        branches.clear();
+        break;
+      }
+      branches.push_back(at);
+    }
+    if (!branches.empty()) {
+      for (const Json& name : (*branches[0])["required"]) {
+        if (!name.is_string()) continue;
+        std::vector<std::vector<const Json*>> values;
+        for (const Json* b : branches) {
+          const Json& required = (*b)["required"];
+          if (std::find(required.begin(), required.end(), name) == required.end()) break;
+          const Json& props = (*b)["properties"];
+          if (!props.contains(name.get<std::string>())) break;
+          const Json& p = props[name.get<std::string>()];
+          if (!p.is_object()) break;
+          std::vector<const Json*> vs;
+          if (p.contains("const")) vs.push_back(&p["const"]);
+          if (p.contains("enum") && p["enum"].is_array()) {
+            for (const Json& v : p["enum"]) vs.push_back(&v);
+          }
+          if (vs.empty()) break;
+          values.push_back(std::move(vs));
+        }
+        if (values.size() != branches.size()) continue;
+        bool apart = true;
+        for (size_t i = 0; i < values.size() && apart; ++i) {
+          for (size_t j = i + 1; j < values.size() && apart; ++j) {
+            for (const Json* a : values[i]) {
+              for (const Json* b : values[j]) apart = apart && !(*a == *b);
+            }
+          }
+        }
+        if (apart) return absl::OkStatus();
+      }
+    }
+    return Bad(path, "oneOf whose branches may match the same value is not supported (it is "
+                     "enforced where the branches are of different types or are objects told apart "
+                     "by a required const/enum property); use anyOf");
   }
 
   const Json& root_;
@@ -413,8 +649,13 @@ absl::StatusOr<std::string> JsonObjectGrammar(const JsonGrammarOptions& options)
 
 absl::StatusOr<std::string> JsonSchemaToGrammar(std::string_view schema_json,
                                                 const JsonGrammarOptions& options) {
-  Json schema = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
-  if (schema.is_discarded()) return absl::InvalidArgumentError("json_schema: not valid JSON");
+  // Parsed in linear time with its nesting bounded as it is read: a schema is request input,
+  // and the compiler's walks over it (and nlohmann's dump of a const) recurse.
+  Json schema;
+  JsonBodyError error;
+  if (!ParseJsonBody(schema_json, kMaxJsonNesting, {}, &schema, &error)) {
+    return absl::InvalidArgumentError(Str("json_schema: ", error.message));
+  }
   return SchemaCompiler(schema, options).Compile();
 }
 

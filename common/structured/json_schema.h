@@ -2,15 +2,25 @@
 // `json_schema` constraint (OpenAI's response_format, vLLM's guided_json) compiles to.
 //
 // Output is compact, as OpenAI's strict mode writes it, unless JsonGrammarOptions::whitespace
-// allows some between tokens; object properties come in the schema's order. Supported keywords: type (a name or a list), properties,
-// required, additionalProperties (false or a schema; unspecified: false where `properties` is
-// given, as strict mode requires, else any property), enum, const, items, prefixItems,
-// minItems, maxItems, anyOf, oneOf (as anyOf: the grammar cannot count matches), allOf of one
-// schema, $ref (#, #/$defs/..., #/definitions/..., any local JSON pointer; recursion allowed),
-// $defs/definitions, minLength, maxLength, pattern (regex_grammar.h), format (date, time,
-// date-time, uuid), nullable (OpenAPI). Annotations (title, description, default, examples,
+// allows some between tokens; object properties come in the schema's order. Every output
+// validates against the schema (Python's jsonschema with its format checker is the tests'
+// oracle); a keyword the grammar cannot enforce exactly is refused, never approximated.
+// Supported: type (a name or a list), properties, required, additionalProperties (false or a
+// schema; unspecified: false where `properties` is given, as strict mode requires, else any
+// property; additional keys are never a declared property's name and are written without
+// escapes), enum and const (beside them only type, which filters the values, and nullable),
+// items, prefixItems, minItems, maxItems, anyOf, oneOf where no value can match two branches
+// (branches of disjoint types, or objects told apart by a required const/enum property),
+// allOf of one schema, $ref (#, #/$defs/..., #/definitions/..., any local JSON pointer;
+// recursion allowed), $defs/definitions, minLength and maxLength (in code points, as JSON
+// Schema counts: an escaped surrogate pair is one), pattern (regex_grammar.h, Python's re as
+// Python's jsonschema reads it; the output matches it whole), format (date: real calendar
+// dates, leap years included; time, date-time, uuid), nullable (OpenAPI). Strings never hold an
+// unpaired surrogate escape. No object repeats a key: the grammar cannot see that, the request's
+// JsonKeyTracker does (json_keys.h). Annotations (title, description, default, examples,
 // $schema, $id, $comment, deprecated, readOnly, writeOnly) constrain nothing. Any other keyword
-// is refused (InvalidArgument naming it and where it is), never silently ignored.
+// is refused (InvalidArgument naming it and where it is). The schema's text nests at most 256
+// deep and its schemas 128 (InvalidArgument past either, before any recursion).
 #ifndef PDSERVE_COMMON_STRUCTURED_JSON_SCHEMA_H_
 #define PDSERVE_COMMON_STRUCTURED_JSON_SCHEMA_H_
 
@@ -27,8 +37,6 @@ struct JsonGrammarOptions {
   // mode writes JSON. Whatever it matches goes into the output: it should match only JSON
   // whitespace.
   std::string whitespace;
-  // One or more values separated by this (forced tool calls in llama3_json's form); empty: one.
-  std::string separator;
 };
 
 // The grammar's text (its root rule `root`) for the schema `schema_json` (a JSON text).

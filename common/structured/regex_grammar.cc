@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -29,9 +30,18 @@ Node Class(CodeRanges r) {
   return n;
 }
 
-const CodeRanges kDigits = {{'0', '9'}};
-const CodeRanges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-const CodeRanges kSpace = {{'\t', '\r'}, {' ', ' '}};
+#include "common/structured/regex_classes.inc"
+
+template <size_t N>
+CodeRanges Table(const std::pair<uint32_t, uint32_t> (&t)[N]) {
+  return CodeRanges(std::begin(t), std::end(t));
+}
+
+// \d \w \s as Python's re reads them in a str pattern (Unicode): its decimal digits, its word
+// characters (str.isalnum() and '_'), its whitespace.
+const CodeRanges kDigits = Table(kPythonDigit);
+const CodeRanges kWord = Table(kPythonWord);
+const CodeRanges kSpace = Table(kPythonSpace);
 
 class RegexParser {
  public:
@@ -90,39 +100,46 @@ class RegexParser {
     return seq;
   }
 
+  // At most one quantifier (and its lazy `?`) per atom: a second is "multiple repeat", as Python's
+  // re says, so the tree's depth is bounded by the groups' nesting, not by the pattern's length.
   absl::Status Quantifiers(Node* atom) {
-    while (true) {
-      int64_t min = 0, max = -1;
-      const size_t start = pos_;
-      const char c = Peek();
-      if (c == '*') {
-        ++pos_;
-      } else if (c == '+') {
-        ++pos_;
-        min = 1;
-      } else if (c == '?') {
-        ++pos_;
-        max = 1;
-      } else if (c == '{' && ParseBraces(&min, &max)) {
-        // Parsed.
-      } else {
-        return absl::OkStatus();
-      }
-      if (max >= 0 && max < min) {
-        pos_ = start;
-        return Error("a repetition's maximum is below its minimum");
-      }
-      if (Peek() == '?') {
-        ++pos_;  // Lazy: the same language.
-      } else if (Peek() == '+') {
-        return Error("possessive quantifiers are not supported");
-      }
-      Node rep;
-      rep.kind = Node::Kind::kRepeat;
-      rep.min = min;
-      rep.max = max;
-      rep.kids.push_back(std::move(*atom));
-      *atom = std::move(rep);
+    int64_t min = 0, max = -1;
+    const size_t start = pos_;
+    if (!Quantifier(&min, &max)) return absl::OkStatus();
+    if (max >= 0 && max < min) {
+      pos_ = start;
+      return Error("a repetition's maximum is below its minimum");
+    }
+    if (Peek() == '?') {
+      ++pos_;  // Lazy: the same language.
+    } else if (Peek() == '+') {
+      return Error("possessive quantifiers are not supported");
+    }
+    int64_t unused_min, unused_max;
+    const size_t second = pos_;
+    if (Quantifier(&unused_min, &unused_max)) {
+      pos_ = second;
+      return Error("multiple repeat");
+    }
+    Node rep;
+    rep.kind = Node::Kind::kRepeat;
+    rep.min = min;
+    rep.max = max;
+    rep.kids.push_back(std::move(*atom));
+    *atom = std::move(rep);
+    return absl::OkStatus();
+  }
+
+  // A quantifier (* + ? {m} {m,} {,n} {m,n}) at pos_, consumed; false (nothing consumed) if none.
+  bool Quantifier(int64_t* min, int64_t* max) {
+    *min = 0;
+    *max = -1;
+    switch (Peek()) {
+      case '*': ++pos_; return true;
+      case '+': ++pos_; *min = 1; return true;
+      case '?': ++pos_; *max = 1; return true;
+      case '{': return ParseBraces(min, max);
+      default: return false;
     }
   }
 

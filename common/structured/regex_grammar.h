@@ -4,11 +4,14 @@
 //
 // Supported: literals and escapes (\n \t \r \f \v \xHH \uHHHH \UHHHHHHHH, \. and other
 // punctuation), classes [...] and [^...] with ranges and \d \w \s \D \W \S, `.` (not a newline),
-// groups ( ) (?: ) (?P<name> ) (?<name> ), `|`, the quantifiers * + ? {m} {m,} {,n} {m,n} and
-// their lazy forms (the same language), `^`/`\A` at the start and `$`/`\Z` at the end. \d \w \s
-// are ASCII (a subset of Python's Unicode classes, so every output still matches). Refused with
-// InvalidArgument naming the construct and its offset: backreferences, lookarounds, inline
-// flags, word boundaries, possessive quantifiers, anchors elsewhere.
+// groups ( ) (?: ) (?P<name> ) (?<name> ), `|`, one quantifier * + ? {m} {m,} {,n} {m,n} per atom
+// and its lazy form (the same language), `^`/`\A` at the start and `$`/`\Z` at the end. Classes
+// mean what Python's re means in a str pattern (Unicode, its default): \d its decimal digits, \w
+// its word characters, \s its whitespace, \D \W \S and [^...] their complements (tables read
+// from Python's own re: regex_classes.inc). Refused with InvalidArgument naming the construct and
+// its offset: backreferences, lookarounds, inline flags (so no case-insensitive matching), word
+// boundaries, possessive quantifiers, a quantifier on a quantifier ("multiple repeat", as Python
+// says), anchors elsewhere.
 #ifndef PDSERVE_COMMON_STRUCTURED_REGEX_GRAMMAR_H_
 #define PDSERVE_COMMON_STRUCTURED_REGEX_GRAMMAR_H_
 

@@ -1,6 +1,7 @@
 #include "common/structured/token_constraint.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/container/node_hash_map.h"
@@ -12,20 +13,32 @@ struct CompiledConstraint {
   std::shared_ptr<const Grammar> grammar;
   GrammarMatcher prototype;  // Its tables are shared by every request's copy.
   absl::node_hash_map<int32_t, TokenMask> masks;  // By matcher state (stable references).
-  explicit CompiledConstraint(std::shared_ptr<const Grammar> g) : grammar(g), prototype(g) {}
+  bool json = false;  // The output is JSON: its keys are tracked (json_keys.h).
+  CompiledConstraint(std::shared_ptr<const Grammar> g, bool json_output)
+      : grammar(g), prototype(g), json(json_output) {}
 };
 
 TokenConstraint::TokenConstraint(ConstraintCache* cache, std::shared_ptr<CompiledConstraint> compiled)
-    : cache_(cache), compiled_(std::move(compiled)), matcher_(compiled_->prototype) {}
+    : cache_(cache), compiled_(std::move(compiled)), matcher_(compiled_->prototype) {
+  if (compiled_->json) keys_ = std::make_unique<JsonKeyTracker>();
+}
 
 TokenConstraint::~TokenConstraint() = default;
 
 bool TokenConstraint::Accept(int32_t token) {
   const std::string& b = cache_->bytes(token);
-  return !b.empty() && matcher_.Advance(b);
+  if (b.empty()) return false;
+  if (keys_ != nullptr && !JsonKeyTracker::Lookahead(*keys_).Feed(b)) return false;
+  if (!matcher_.Advance(b)) return false;
+  if (keys_ != nullptr) keys_->Advance(b);
+  return true;
 }
 
-const TokenMask& TokenConstraint::Mask() { return cache_->MaskFor(compiled_.get(), matcher_); }
+const TokenMask& TokenConstraint::Mask() {
+  const TokenMask& mask = cache_->MaskFor(compiled_.get(), matcher_);
+  if (keys_ == nullptr) return mask;
+  return cache_->WithoutRepeatedKeys(mask, *keys_, &own_mask_);
+}
 
 bool TokenConstraint::MaskReady() const { return compiled_->masks.contains(matcher_.state()); }
 
@@ -33,9 +46,12 @@ void TokenConstraint::PrepareMask() { cache_->MaskFor(compiled_.get(), matcher_,
 
 size_t TokenConstraint::AllowedPrefix(const std::vector<int32_t>& tokens) const {
   int32_t state = matcher_.state();
+  std::optional<JsonKeyTracker::Lookahead> keys;
+  if (keys_ != nullptr) keys.emplace(*keys_);
   for (size_t i = 0; i < tokens.size(); ++i) {
     const std::string& b = cache_->bytes(tokens[i]);
     if (b.empty()) return i;
+    if (keys.has_value() && !keys->Feed(b)) return i;
     for (char c : b) {
       state = matcher_.Next(state, static_cast<uint8_t>(c));
       if (state < 0) return i;
@@ -61,7 +77,11 @@ ConstraintCache::ConstraintCache(std::vector<std::string> token_bytes, int64_t v
       vocab_size_(vocab_size),
       eos_ids_(std::move(eos_ids)),
       max_grammars_(std::max<size_t>(1, max_grammars)),
-      max_mask_bytes_(max_mask_bytes) {}
+      max_mask_bytes_(max_mask_bytes) {
+  for (size_t t = 0; t < token_bytes_.size(); ++t) {
+    if (token_bytes_[t].find('"') != std::string::npos) quote_tokens_.push_back(static_cast<int32_t>(t));
+  }
+}
 
 ConstraintCache::~ConstraintCache() = default;
 
@@ -81,7 +101,8 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> ConstraintCache::Start(const Ou
   auto grammar = CompileConstraint(c);
   if (!grammar.ok()) return grammar.status();
   ++compiled_count_;
-  auto compiled = std::make_shared<CompiledConstraint>(*grammar);
+  const bool json = c.kind == OutputConstraint::Kind::kJsonSchema || c.kind == OutputConstraint::Kind::kJsonObject;
+  auto compiled = std::make_shared<CompiledConstraint>(*grammar, json);
   if (grammars_.size() >= max_grammars_) {
     grammars_.erase(lru_.back());
     lru_.pop_back();
@@ -128,6 +149,24 @@ const TokenMask& ConstraintCache::MaskFor(CompiledConstraint* c, const GrammarMa
   for (uint64_t w : mask.words) mask.allowed += __builtin_popcountll(w);
   mask_bytes_ += words * 8;
   return c->masks.emplace(m.state(), std::move(mask)).first->second;
+}
+
+// Costs a read of each allowed token with a '"' (a few percent of a vocabulary) through the
+// tracker's lookahead: the bytes up to the quote that would close a key, no allocation unless
+// the token opens an object.
+const TokenMask& ConstraintCache::WithoutRepeatedKeys(const TokenMask& mask, const JsonKeyTracker& keys,
+                                                      TokenMask* out) const {
+  bool copied = false;
+  for (int32_t t : quote_tokens_) {
+    if (!mask.Test(t) || JsonKeyTracker::Lookahead(keys).Feed(token_bytes_[static_cast<size_t>(t)])) continue;
+    if (!copied) {
+      *out = mask;
+      copied = true;
+    }
+    out->words[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+    --out->allowed;
+  }
+  return copied ? *out : mask;
 }
 
 }  // namespace pdserve::structured

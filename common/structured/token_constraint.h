@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "common/structured/constraint.h"
 #include "common/structured/grammar_matcher.h"
+#include "common/structured/json_keys.h"
 #include "common/structured/token_trie.h"
 
 namespace pdserve::structured {
@@ -43,7 +44,9 @@ class TokenConstraint {
   // End-of-sequence tokens are the caller's (see Mask).
   bool Accept(int32_t token);
   // The tokens allowed next, end-of-sequence ones where the output may end here. Valid until the
-  // cache's masks are flushed (a Mask of any of its requests that passes the memory bound).
+  // cache's masks are flushed (a Mask of any of its requests that passes the memory bound), or
+  // this constraint's next Mask or Accept. For JSON outputs, the state's mask less the tokens
+  // that would repeat a key of an open object (json_keys.h).
   const TokenMask& Mask();
   // The mask of this state is computed (Mask costs a lookup).
   bool MaskReady() const;
@@ -59,6 +62,8 @@ class TokenConstraint {
   ConstraintCache* cache_;
   std::shared_ptr<CompiledConstraint> compiled_;
   GrammarMatcher matcher_;
+  std::unique_ptr<JsonKeyTracker> keys_;  // JSON outputs only.
+  TokenMask own_mask_;                     // The state's mask with repeated keys taken out.
 };
 
 class ConstraintCache {
@@ -83,8 +88,13 @@ class ConstraintCache {
   friend class TokenConstraint;
   const std::string& bytes(int32_t token) const;
   const TokenMask& MaskFor(CompiledConstraint* c, const GrammarMatcher& m, bool lookup = true);
+  // `mask` less the tokens that would close a key `keys` has in that object: `mask` itself if
+  // none would, else *out.
+  const TokenMask& WithoutRepeatedKeys(const TokenMask& mask, const JsonKeyTracker& keys,
+                                       TokenMask* out) const;
 
   std::vector<std::string> token_bytes_;
+  std::vector<int32_t> quote_tokens_;  // Tokens with a '"' in their bytes: the ones closing keys.
   TokenTrie trie_;
   int64_t vocab_size_;
   std::vector<int32_t> eos_ids_;

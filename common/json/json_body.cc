@@ -1,11 +1,11 @@
-#include "openai_api/json_body.h"
+#include "common/json/json_body.h"
 
 #include <memory>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-namespace pdserve::openai {
+namespace pdserve {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -147,4 +147,4 @@ bool ParseJsonBody(std::string_view body, int max_depth,
   return true;
 }
 
-}  // namespace pdserve::openai
+}  // namespace pdserve

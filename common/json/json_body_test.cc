@@ -1,11 +1,11 @@
-#include "openai_api/json_body.h"
+#include "common/json/json_body.h"
 
 #include <chrono>
 #include <string>
 
 #include "gtest/gtest.h"
 
-namespace pdserve::openai {
+namespace pdserve {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -132,4 +132,4 @@ TEST(JsonBody, TimeGrowsLinearlyWithTheBody) {
 }
 
 }  // namespace
-}  // namespace pdserve::openai
+}  // namespace pdserve

@@ -7,8 +7,8 @@
 // an object's keys are indexed by a hash map while it is open (a repeated key keeps its first
 // place and its last value, as nlohmann does), nesting is refused past a bound as it is read, and
 // the root object's members that the caller does not want are parsed but never built.
-#ifndef PDSERVE_OPENAI_API_JSON_BODY_H_
-#define PDSERVE_OPENAI_API_JSON_BODY_H_
+#ifndef PDSERVE_COMMON_JSON_JSON_BODY_H_
+#define PDSERVE_COMMON_JSON_JSON_BODY_H_
 
 #include <functional>
 #include <string>
@@ -16,7 +16,7 @@
 
 #include "nlohmann/json.hpp"
 
-namespace pdserve::openai {
+namespace pdserve {
 
 struct JsonBodyError {
   bool too_deep = false;  // Else: not JSON (or trailing bytes).
@@ -29,6 +29,6 @@ bool ParseJsonBody(std::string_view body, int max_depth,
                    const std::function<bool(std::string_view key)>& keep,
                    nlohmann::ordered_json* out, JsonBodyError* error);
 
-}  // namespace pdserve::openai
+}  // namespace pdserve
 
-#endif  // PDSERVE_OPENAI_API_JSON_BODY_H_
+#endif  // PDSERVE_COMMON_JSON_JSON_BODY_H_
