@@ -17,6 +17,7 @@
 #include "common/structured/grammar_matcher.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "kernels/cpu/linear_bf16.h"
 
 namespace pdserve {
@@ -873,6 +874,94 @@ EngineOptions SpeculativeOptionsForTest(int32_t k = 4) {
   return o;
 }
 
+// A draft's rejected positions give their blocks back in the step that rejects them: after every
+// step a running request holds exactly the blocks its computed tokens need (as plain decoding
+// does), never those of a draft.
+TEST(EngineTest, RejectedDraftsGiveTheirBlocksBack) {
+  const std::string dir = ModelDir("llama");
+  EngineOptions o = SpeculativeOptionsForTest(4);
+  auto engine = LLMEngine::Create(dir, o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::map<std::string, int64_t> tokens;
+  for (int i = 0; i < 4; ++i) {
+    SamplingParams p = Greedy(40);
+    if (i % 2 == 1) {
+      p.temperature = 0.8f;
+      p.seed = 40 + i;
+    }
+    const std::string id = Str("r", i);
+    const std::vector<int32_t> prompt = RepeatingPrompt(80 + i);
+    tokens[id] = static_cast<int64_t>(prompt.size());
+    ASSERT_TRUE((*engine)->AddRequest(id, prompt, p).ok());
+  }
+  int64_t checked_after_rejection = 0, last_rejected = 0;
+  for (int step = 0; (*engine)->HasUnfinished() && step < 1000; ++step) {
+    std::vector<RequestOutput> outs;
+    ASSERT_TRUE((*engine)->Step(&outs).ok());
+    const EngineStats s = (*engine)->Stats();
+    const int64_t rejected = s.spec_draft_tokens - s.spec_accepted_tokens;
+    for (const RequestOutput& out : outs) {
+      tokens[out.request_id] += static_cast<int64_t>(out.tokens.size());
+      if (out.finished) continue;
+      // The KV of every token but the last sampled one (computed by the next step), and after a
+      // draft's step perhaps the slot of that last one (Truncate keeps the tokens'), no more.
+      const int64_t t = tokens[out.request_id];
+      const int64_t held = static_cast<int64_t>((*engine)->BlockTable(out.request_id).size());
+      EXPECT_GE(held, (t - 1 + o.block_size - 1) / o.block_size) << out.request_id << " at step " << step;
+      EXPECT_LE(held, (t + o.block_size - 1) / o.block_size)
+          << out.request_id << " at step " << step << " with " << t << " tokens";
+      if (rejected > last_rejected) ++checked_after_rejection;
+    }
+    last_rejected = rejected;
+  }
+  EXPECT_FALSE((*engine)->HasUnfinished());
+  EXPECT_GT(checked_after_rejection, 5) << "too few steps rejected a draft to prove anything";
+}
+
+// Drafts are accepted in every temperature class on its own (a pooled count would hide a class
+// that never accepts), and a request built to accept (a loop at low temperature) keeps most.
+TEST(EngineTest, DraftsAreAcceptedInEveryTemperatureClass) {
+  const std::string dir = ModelDir("llama");
+  struct Class {
+    const char* name;
+    float temperature;
+  };
+  for (const Class& c : {Class{"greedy", 0.0f}, Class{"low", 0.3f}, Class{"warm", 0.8f}, Class{"hot", 1.2f}}) {
+    std::vector<Request> requests;
+    for (int i = 0; i < 4; ++i) {
+      SamplingParams p = Greedy(32);
+      p.temperature = c.temperature;
+      p.seed = 500 + i;
+      requests.push_back({Str(c.name, i), RepeatingPrompt(200 + i), p});
+    }
+    for (SpeculativeMethod method : {SpeculativeMethod::kNgram, SpeculativeMethod::kSuffix}) {
+      EngineOptions o = SpeculativeOptionsForTest(4);
+      o.speculative.method = method;
+      EngineStats stats;
+      RunEngine(dir, o, requests, {}, &stats);
+      EXPECT_GT(stats.spec_accepted_tokens, 0) << c.name << " " << SpeculativeMethodName(method);
+      EXPECT_GT(stats.spec_draft_tokens, stats.spec_accepted_tokens) << c.name;
+    }
+  }
+  // A loop: the random model's greedy continuation of this prompt repeats a short cycle, which
+  // the drafts then predict; at temperature 0.05 the seeded draws still follow it.
+  std::vector<int32_t> loop;
+  {
+    const auto first = RunEngine(dir, SmallOptions(), {{"probe", Prompt(6, 77), Greedy(160)}});
+    loop = Prompt(6, 77);
+    const auto& t = first.at("probe").tokens;
+    loop.insert(loop.end(), t.begin(), t.end());
+  }
+  SamplingParams p = Greedy(48);
+  p.temperature = 0.05f;
+  p.seed = 9;
+  EngineStats stats;
+  RunEngine(dir, SpeculativeOptionsForTest(4), {{"loop", loop, p}}, {}, &stats);
+  ASSERT_GT(stats.spec_draft_tokens, 0);
+  EXPECT_GT(static_cast<double>(stats.spec_accepted_tokens) / static_cast<double>(stats.spec_draft_tokens), 0.5)
+      << stats.spec_accepted_tokens << " of " << stats.spec_draft_tokens;
+}
+
 // Preempted while speculating (drafted slots and all), recomputed, the same bits as a roomy plain
 // run; stop tokens, max_tokens and max_model_len end a request inside an accepted draft as plain
 // decoding ends it; nothing leaks (RunEngine checks every block is free at the end).
@@ -986,6 +1075,47 @@ TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {
   EXPECT_NE(engine.status().message().find("max_model_len"), absl::string_view::npos);
 }
 
+
+// A constraint that no token of the vocabulary can continue, and that cannot end, finishes with
+// its own reason (kFinishConstraintDeadEnd) at once, not with "length" before max_tokens: here
+// the vocabulary has no token for '~' (its byte token made a special token, which writes
+// nothing), and the regex needs one.
+TEST(EngineTest, AConstraintThatNoTokenContinuesEndsAsADeadEnd) {
+  const std::string dir = JoinPath(TempRoot::Path(), "no_tilde");
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(ModelDir("llama"), dir);
+  auto text = ReadFileToString(JoinPath(dir, "tokenizer.json"));
+  ASSERT_TRUE(text.ok());
+  auto tok = nlohmann::json::parse(*text);
+  auto& vocab = tok["model"]["vocab"];
+  ASSERT_TRUE(vocab.contains("~"));
+  const int id = vocab["~"].get<int>();
+  vocab.erase("~");
+  nlohmann::json merges = nlohmann::json::array();
+  for (const auto& m : tok["model"]["merges"]) {
+    const std::string joined = m.is_array() ? m[0].get<std::string>() + m[1].get<std::string>() : m.get<std::string>();
+    if (joined.find('~') == std::string::npos) merges.push_back(m);
+  }
+  tok["model"]["merges"] = merges;
+  tok["added_tokens"].push_back({{"id", id}, {"content", "<|no_tilde|>"}, {"single_word", false}, {"lstrip", false},
+                                 {"rstrip", false}, {"normalized", false}, {"special", true}});
+  ASSERT_TRUE(WriteStringToFile(JoinPath(dir, "tokenizer.json"), tok.dump()).ok());
+  using structured::OutputConstraint;
+  std::vector<Request> requests;
+  for (const char* regex : {"~+", "ab?~"}) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.max_tokens = 20;
+    p.seed = 3;
+    p.constraint = std::make_shared<OutputConstraint>(OutputConstraint{OutputConstraint::Kind::kRegex, regex, {}, ""});
+    requests.push_back({regex, Prompt(9, 12), p});
+  }
+  const auto got = RunEngine(dir, SmallOptions(), requests);
+  EXPECT_EQ(got.at("~+").finish_reason, kFinishConstraintDeadEnd);
+  EXPECT_TRUE(got.at("~+").tokens.empty());
+  EXPECT_EQ(got.at("ab?~").finish_reason, kFinishConstraintDeadEnd);
+  EXPECT_LT(got.at("ab?~").tokens.size(), 3u);  // "a" or "ab", then nothing continues.
+}
 
 // Structured outputs on a random model at temperature 1 (the worst case: it knows nothing of
 // JSON): every output that ends with `stop` is a whole string of its constraint's language (and

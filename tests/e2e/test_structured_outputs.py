@@ -102,11 +102,19 @@ def constraint_of(kind, value):
     return pb.Constraint(json_object=True)
 
 
+def no_duplicates(pairs):
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise ValueError(f"duplicate key in {keys}")
+    return dict(pairs)
+
+
 def check(test, kind, value, text, what):
     if kind in ("json_schema", "json_schema_ws"):
-        jsonschema.validate(json.loads(text), value)
+        jsonschema.Draft202012Validator(value, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER).validate(
+            json.loads(text, object_pairs_hook=no_duplicates))
     elif kind == "json_object":
-        test.assertIsInstance(json.loads(text), dict, what)
+        test.assertIsInstance(json.loads(text, object_pairs_hook=no_duplicates), dict, what)
     elif kind == "regex":
         test.assertIsNotNone(re.fullmatch(value, text), f"{what}: {text!r}")
     elif kind == "choice":
@@ -167,13 +175,20 @@ class StructuredOutputsTest(unittest.TestCase):
             with concurrent.futures.ThreadPoolExecutor(16) as pool:
                 got = list(pool.map(lambda j: collect(stub, request(j[4], j[0], j[1], j[3])), jobs))
             stops = 0
+            per_case = {}
             for (kind, value, name, seed, prompt), g in zip(jobs, got):
                 what = f"{name} seed {seed}"
                 self.assertIn(g["finish"], ("stop", "length"), what)
                 if g["finish"] == "stop":
                     stops += 1
+                    per_case[name] = per_case.get(name, 0) + 1
                     check(self, kind, value, g["text"], what)
+                else:  # Cut by max_tokens, never short of it.
+                    self.assertEqual(len(g["ids"]), 96, f"{what}: 'length' before max_tokens")
             self.assertGreaterEqual(stops, min_stop_share * len(jobs), "too few outputs finished to prove much")
+            # Every case proves something: none may pass by finishing nothing.
+            for kind, value, name in cases():
+                self.assertGreaterEqual(per_case.get(name, 0), 1, f"{name}: no output finished")
             # Disaggregated (prefill worker's first token, decode worker's rest) == local, bitwise.
             for (kind, value, name, seed, prompt), g in list(zip(jobs, got))[::seeds]:
                 want = local(model, prompt, kind, value, seed)
