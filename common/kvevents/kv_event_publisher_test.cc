@@ -148,6 +148,57 @@ TEST(KvEventPublisher, LiveFramesAndReplayFromAnySequence) {
   EXPECT_EQ((*p)->dropped(), 0);
 }
 
+// Every kept batch is replayed, and then the end marker, however many there are: more than a
+// socket's high-water mark (1,000 by default) to a consumer that reads slowly, and to two
+// consumers at once. A subscriber that connected before the publisher (a late joiner by
+// ZeroMQ's rules) recovers sequence 0, the AllBlocksCleared, by replay.
+TEST(KvEventPublisher, ReplayDeliversEveryKeptBatchThenTheEndMarker) {
+  KvEventsOptions o;
+  o.publisher = "zmq";
+  o.endpoint = "tcp://127.0.0.1:*";
+  o.replay_endpoint = "tcp://127.0.0.1:*";
+  o.block_size = 2;
+  o.buffer_steps = 10000;
+  auto p = KvEventPublisher::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::vector<KvEvent> batch = {{KvEvent::Type::kStored, {1, 2}, {}, {7, 8}}};
+  constexpr int kBatches = 5000;
+  for (int i = 0; i < kBatches; ++i) (*p)->Publish(batch);
+  Sockets sockets;
+  void* slow = sockets.Open(ZMQ_DEALER, (*p)->replay_endpoint());
+  void* fast = sockets.Open(ZMQ_DEALER, (*p)->replay_endpoint());
+  auto ask = [&](void* s, int64_t start) {
+    ASSERT_EQ(zmq_send(s, "", 0, ZMQ_SNDMORE), 0);
+    ASSERT_EQ(zmq_send(s, Seq(start).data(), 8, 0), 8);
+  };
+  // Until the publisher has sent them all (it queues what Publish handed it).
+  std::this_thread::sleep_for(milliseconds(300));
+  ask(slow, 0);
+  ask(fast, 0);
+  auto drain = [&](void* s, bool pause) {
+    std::vector<int64_t> seqs;
+    for (;;) {
+      std::vector<std::string> m = Receive(s, 5000);
+      if (m.size() != 3) break;
+      int64_t seq = 0;
+      for (char c : m[1]) seq = (seq << 8) | static_cast<uint8_t>(c);
+      seqs.push_back(seq);
+      if (seq == -1) break;
+      if (pause && seqs.size() % 500 == 0) std::this_thread::sleep_for(milliseconds(50));
+    }
+    return seqs;
+  };
+  std::vector<int64_t> slow_seqs;
+  std::thread reader([&] { slow_seqs = drain(slow, true); });
+  const std::vector<int64_t> fast_seqs = drain(fast, false);
+  reader.join();
+  for (const std::vector<int64_t>* seqs : std::initializer_list<const std::vector<int64_t>*>{&slow_seqs, &fast_seqs}) {
+    ASSERT_EQ(seqs->size(), static_cast<size_t>(kBatches + 2));  // AllBlocksCleared + batches + end.
+    for (int64_t i = 0; i <= kBatches; ++i) EXPECT_EQ((*seqs)[static_cast<size_t>(i)], i);
+    EXPECT_EQ(seqs->back(), -1);
+  }
+}
+
 TEST(KvEventPublisher, BadOptionsNameTheFlag) {
   KvEventsOptions o;
   EXPECT_EQ(KvEventPublisher::Start(o).value(), nullptr);  // "none": no publisher.

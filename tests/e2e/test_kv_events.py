@@ -196,7 +196,134 @@ def drain_heard(consumer, address, seed):
     raise AssertionError("the consumer heard nothing from the worker")
 
 
+# vLLM's documented event schema (vllm/distributed/kv_events.py, array-like msgspec structs
+# tagged by class name), written here from its documentation, not from pdserve's encoder:
+# field names in order, each with the Python types msgpack may decode it to.
+UINT64 = "uint64"
+VLLM_EVENTS = {
+    "BlockStored": [("block_hashes", [UINT64]), ("parent_block_hash", (UINT64, None)), ("token_ids", [int]),
+                    ("block_size", int), ("lora_id", (int, None)), ("medium", (str, None)),
+                    ("lora_name", (str, None))],
+    "BlockRemoved": [("block_hashes", [UINT64]), ("medium", (str, None))],
+    "AllBlocksCleared": [],
+}
+
+
+def conforms(value, kind):
+    if kind is None:
+        return value is None
+    if kind == UINT64:
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 64
+    if isinstance(kind, tuple):
+        return any(conforms(value, k) for k in kind)
+    if isinstance(kind, list):
+        return isinstance(value, list) and all(conforms(v, kind[0]) for v in value)
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def check_vllm_batch(test, payload, medium="CPU"):
+    """One batch's raw msgpack against VLLM_EVENTS: [ts, events(, data_parallel_rank)]; every event
+    an array [tag, field...] with every documented field, each of its type. Returns the events."""
+    batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    test.assertIsInstance(batch, list)
+    test.assertIn(len(batch), (2, 3))
+    test.assertIsInstance(batch[0], float)
+    if len(batch) == 3:
+        test.assertTrue(conforms(batch[2], (int, None)))
+    for e in batch[1]:
+        test.assertIsInstance(e, list)
+        fields = VLLM_EVENTS[e[0]]
+        test.assertEqual(len(e), 1 + len(fields), f"{e[0]} carries {len(e) - 1} fields, vLLM's has {len(fields)}")
+        for (name, kind), value in zip(fields, e[1:]):
+            test.assertTrue(conforms(value, kind), f"{e[0]}.{name} = {value!r}")
+        named = dict(zip([n for n, _ in fields], e[1:]))
+        if "medium" in named:
+            test.assertEqual(named["medium"], medium)
+        if e[0] == "BlockStored":
+            test.assertIsNone(named["lora_id"])
+            test.assertIsNone(named["lora_name"])
+            test.assertEqual(len(named["token_ids"]), len(named["block_hashes"]) * named["block_size"])
+    return batch[1]
+
+
+def replay_all(test, replay_port):
+    """Every kept batch's payload, from sequence 0, through a DEALER."""
+    ctx = zmq.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(f"tcp://127.0.0.1:{replay_port}")
+    dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+    payloads = []
+    try:
+        while True:
+            test.assertTrue(dealer.poll(5000), "no replay answer")
+            _, seq, payload = dealer.recv_multipart()
+            if seq == END_SEQ:
+                return payloads
+            test.assertEqual(int.from_bytes(seq, "big"), len(payloads))
+            payloads.append(payload)
+    finally:
+        ctx.destroy(linger=0)
+
+
 class KvEventsTest(unittest.TestCase):
+    def test_serve_and_prefill_workers_publish_vllms_fields(self):
+        """serve (its decode worker's cache) and a separate prefill worker publish batches whose every
+        event has vLLM's fields in vLLM's order and types; a subscriber connected before the worker
+        started misses sequence 0 on the PUB socket (ZeroMQ's late joiner) and recovers it by replay."""
+        pub_port, replay_port = free_port(), free_port()
+        early_ctx = zmq.Context()
+        early = early_ctx.socket(zmq.SUB)
+        early.setsockopt(zmq.SUBSCRIBE, b"")
+        early.connect(f"tcp://127.0.0.1:{pub_port}")  # Before anything listens there.
+        s = cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
+                                      "--block-size", str(BLOCK), "--kv-blocks", "40",
+                                      "--kv-events-publisher", "zmq",
+                                      "--kv-events-endpoint", f"tcp://*:{pub_port}",
+                                      "--kv-events-replay-endpoint", f"tcp://*:{replay_port}"])
+        try:
+            from pdserve.v1 import generation_pb2_grpc as pbg
+            stub = pbg.GenerationStub(grpc.insecure_channel(s.grpc))
+            heard = []
+            for i in range(60):  # Until the early subscriber hears a batch (it reconnects on its own).
+                req = pb.GenerateRequest(token_ids=pb.TokenIds(ids=[5 + i] * 13),
+                                         sampling=pb.SamplingParams(max_tokens=6, temperature=0))
+                list(stub.Generate(req, timeout=60))
+                while early.poll(200):
+                    heard.append(early.recv_multipart())
+                if heard:
+                    break
+            self.assertGreater(len(heard), 0, "the early subscriber heard nothing")
+            # What it heard first is (almost always) past sequence 0: the AllBlocksCleared went out
+            # before its connection was up. Replay from 0 gives it (README's late-joiner rule).
+            payloads = replay_all(self, replay_port)
+            kinds = [e[0] for p in payloads for e in check_vllm_batch(self, p)]
+            self.assertEqual(kinds[0], "AllBlocksCleared")  # Sequence 0, recovered by replay.
+            self.assertIn("BlockStored", kinds)
+        finally:
+            early_ctx.destroy(linger=0)
+            self.assertEqual(s.stop(), 0)
+        # A prefill worker publishes its own cache, in the same form.
+        pub_port, replay_port = free_port(), free_port()
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1,
+                            prefill_args=["--block-size", str(BLOCK), "--kv-events-publisher", "zmq",
+                                          "--kv-events-endpoint", f"tcp://*:{pub_port}",
+                                          "--kv-events-replay-endpoint", f"tcp://*:{replay_port}"],
+                            decode_args=["--block-size", str(BLOCK)], router_args=["--block-size", str(BLOCK)])
+        try:
+            from pdserve.v1 import generation_pb2_grpc as pbg
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            for i in range(4):
+                req = pb.GenerateRequest(token_ids=pb.TokenIds(ids=[40 + i] * 30),
+                                         sampling=pb.SamplingParams(max_tokens=4, temperature=0))
+                list(stub.Generate(req, timeout=60))
+            payloads = replay_all(self, replay_port)
+            kinds = [e[0] for p in payloads for e in check_vllm_batch(self, p)]
+            self.assertEqual(kinds[0], "AllBlocksCleared")
+            self.assertIn("BlockStored", kinds)
+        finally:
+            self.assertEqual(c.stop(), [0, 0, 0])
+
+
     def test_consumers_rebuild_the_workers_cache_through_evictions_late_joins_and_a_restart(self):
         pub_port, replay_port = free_port(), free_port()
         worker = start_decode(pub_port, replay_port)

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 
 import jsonschema
 
@@ -267,6 +269,45 @@ class StructuredOutputsTest(unittest.TestCase):
             cluster.wait_idle(self, [(c.prefill[0], True), (c.decode[0], False)])
         finally:
             self.assertEqual(c.stop(), [0, 0, 0])
+
+    def test_one_request_cannot_end_a_server(self):
+        """Schemas and regexes nested or stacked 60k-100k deep, sent as a string (past the HTTP body's
+        own nesting bound) to serve's OpenAI API and to a separate router's gRPC API: each is a 400 /
+        INVALID_ARGUMENT naming the field, and the servers go on serving (these ended them with
+        SIGSEGV before)."""
+        deep = "{\"const\": " + "[" * 100000 + "]" * 100000 + "}"
+        stacked = ["a" + "*" * 100000, "a" + "?" * 60000, "a" + "{1}" * 100000]
+        s = cluster.Process(PDSERVE, ["serve", "--model", DEMO, "--listen", "127.0.0.1:0", "--threads", "1",
+                                      "--kv-memory-gib", "0.1", "--http-listen", "127.0.0.1:0"])
+        try:
+            bodies = [({"guided_json": deep}, "guided_json", "nests deeper than 256")]
+            bodies += [({"guided_regex": r}, "guided_regex", "multiple repeat") for r in stacked]
+            bodies.append(({"guided_json": json.dumps({"type": "string", "pattern": stacked[0]})}, "guided_json",
+                           "multiple repeat"))
+            for extra, param, message in bodies:
+                body = json.dumps({"model": "pdserve-demo", "prompt": "In the beginning", "max_tokens": 4, **extra})
+                req = urllib.request.Request(f"http://{s.addresses['http']}/v1/completions", data=body.encode(),
+                                             headers={"Content-Type": "application/json"})
+                with self.assertRaises(urllib.error.HTTPError) as e:
+                    urllib.request.urlopen(req, timeout=60)
+                self.assertEqual(e.exception.code, 400)
+                err = json.loads(e.exception.read())["error"]
+                self.assertEqual(err["param"], param)
+                self.assertIn(message, err["message"])
+                self.assertIsNone(s.proc.poll(), "serve ended")
+            stub = pbg.GenerationStub(grpc.insecure_channel(s.grpc))
+            for constraint, message in [(pb.Constraint(json_schema=deep), "nests deeper"),
+                                        (pb.Constraint(regex=stacked[0]), "multiple repeat")]:
+                req = pb.GenerateRequest(text="In the beginning",
+                                         sampling=pb.SamplingParams(max_tokens=4, constraint=constraint))
+                with self.assertRaises(grpc.RpcError) as e:
+                    collect(stub, req)
+                self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn(message, e.exception.details())
+            ok = collect(stub, pb.GenerateRequest(text="In the beginning", sampling=pb.SamplingParams(max_tokens=4)))
+            self.assertEqual(len(ok["ids"]), 4)
+        finally:
+            self.assertEqual(s.stop(), 0)
 
     def test_openai_node_client(self):
         client_dir = subprocess.run([os.path.join(ROOT, "scripts", "openai_client_setup.sh")], check=True,
