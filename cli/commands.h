@@ -26,6 +26,9 @@ int ServeCommand(int argc, char** argv);
 
 // Routes SIGTERM/SIGINT to the tier commands' shutdown path. main() calls it first.
 void InstallStopSignalHandler();
+// For the commands that do not serve (generate, bench, simulate, plan, ...): SIGTERM or SIGINT
+// ends the process at once, with 128 + the signal's number (130 for Ctrl-C) and a line on stderr.
+void StartExitOnStopSignal(const char* cmd);
 
 }  // namespace pdserve::cli
 

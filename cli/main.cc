@@ -72,6 +72,10 @@ int main(int argc, char** argv) {
   int sub_argc = argc - 2;
   char** sub_argv = argv + 2;
   using namespace pdserve::cli;
+  // The tiers drain on a stop signal (their own watchers); every other command just stops.
+  if (command != "serve" && command != "router" && command != "prefill" && command != "decode") {
+    StartExitOnStopSignal(argv[1]);
+  }
   if (command == "generate") return GenerateCommand(sub_argc, sub_argv);
   if (command == "serve") return ServeCommand(sub_argc, sub_argv);
   if (command == "router") return RouterCommand(sub_argc, sub_argv);

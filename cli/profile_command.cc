@@ -49,7 +49,8 @@ absl::StatusOr<std::vector<int64_t>> ParseCounts(const std::string& text, const 
 Json ModelJson(const ModelConfig& c, const std::string& name) {
   return {{"name", name},           {"architecture", c.architecture}, {"hidden_size", c.hidden_size},
           {"num_layers", c.num_layers}, {"num_heads", c.num_heads},     {"num_kv_heads", c.num_kv_heads},
-          {"head_dim", c.head_dim},     {"vocab_size", c.vocab_size},   {"parameters", c.NumParameters()}};
+          {"head_dim", c.head_dim},     {"vocab_size", c.vocab_size},   {"parameters", c.NumParameters()},
+          {"max_position_embeddings", c.max_position_embeddings}};
 }
 
 Json FitJson(const StepTimeModel& m, const std::vector<StepTimeSample>& samples) {

@@ -61,8 +61,8 @@ absl::Status TierDevice(const EngineOptions& engine, const std::string& transpor
 // signal with its default action and kill the process.
 int g_stop_pipe[2] = {-1, -1};
 
-void OnStopSignal(int) {
-  const char b = 1;
+void OnStopSignal(int signal) {
+  const char b = static_cast<char>(signal);
   [[maybe_unused]] ssize_t n = ::write(g_stop_pipe[1], &b, 1);
 }
 
@@ -465,6 +465,23 @@ void InstallStopSignalHandler() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  // A parent may have started us with them blocked (the mask is inherited across exec): a stop
+  // signal must always reach the handler.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
+}
+
+void StartExitOnStopSignal(const char* cmd) {
+  std::thread([cmd] {
+    char b = 0;
+    while (::read(g_stop_pipe[0], &b, 1) < 0 && errno == EINTR) {
+    }
+    std::fprintf(stderr, "pdserve %s: stopped by signal %d\n", cmd, static_cast<int>(b));
+    ExitAfterShutdown(128 + static_cast<int>(b));  // The shell's convention: 130 for Ctrl-C.
+  }).detach();
 }
 
 // The OpenAI HTTP API in front of the public gRPC server at `grpc_address` (null when

@@ -134,7 +134,11 @@ FormulaChoice DynamoFormula(const SimProfile& profile, const SimWorker::Options&
 
 absl::StatusOr<PlanResult> Plan(const SimProfile& profile, const ClusterOptions& base,
                                 const PlanOptions& options, const WorkloadAtRate& workload) {
-  if (options.workers < 1) return absl::InvalidArgumentError("--workers: must be >= 1");
+  // Every split of K workers is simulated at several rates with K workers each: K^2 workers'
+  // state in turn, so K is bounded (plan a slice of a larger cluster: the best split scales).
+  if (options.workers < 1 || options.workers > kMaxPlanWorkers) {
+    return absl::InvalidArgumentError(Str("--workers: must be in [1, ", kMaxPlanWorkers, "]"));
+  }
   if (!(options.slo_ttft_ms > 0) || !(options.slo_tpot_ms > 0) || !std::isfinite(options.slo_ttft_ms) ||
       !std::isfinite(options.slo_tpot_ms)) {
     return absl::InvalidArgumentError("--slo-ttft-ms and --slo-tpot-ms: both targets must be > 0");
@@ -142,7 +146,10 @@ absl::StatusOr<PlanResult> Plan(const SimProfile& profile, const ClusterOptions&
   if (!(options.attainment > 0 && options.attainment <= 1)) {
     return absl::InvalidArgumentError("--attainment: must be in (0, 1]");
   }
-  if (!(options.start_rate > 0) || options.bisect_steps < 0 || options.policies.empty() ||
+  if (!(options.start_rate > 0) || options.start_rate > kMaxPlanRate) {
+    return absl::InvalidArgumentError(Str("--start-rate: must be in (0, ", kMaxPlanRate, "] requests/s"));
+  }
+  if (options.bisect_steps < 0 || options.policies.empty() ||
       options.local_prefill_tokens.empty()) {
     return absl::InvalidArgumentError("plan: a start rate > 0, bisection steps >= 0, a policy and a threshold");
   }

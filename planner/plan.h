@@ -25,6 +25,10 @@ namespace pdserve {
 // or slower.
 using WorkloadAtRate = std::function<absl::StatusOr<std::unique_ptr<RequestSource>>(double rate)>;
 
+// Bounds on a plan's inputs: K workers are simulated in K splits, each with K workers.
+inline constexpr int64_t kMaxPlanWorkers = 256;
+inline constexpr double kMaxPlanRate = 1e6;  // Requests/s: the rate search starts below it.
+
 struct PlanOptions {
   int64_t workers = 4;          // K: every split p + d = K with d >= 1 is tried (p = 0: colocated).
   double slo_ttft_ms = 0, slo_tpot_ms = 0;

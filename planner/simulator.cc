@@ -76,6 +76,12 @@ class TraceSource : public RequestSource {
     if (*in < 1 || *outlen < 1) {
       return absl::InvalidArgumentError(Str(where, ": input_length and output_length must be >= 1"));
     }
+    // Bounded before the prompt is allocated (and before a length past int32 wraps).
+    if (*in * options_.length_scale > static_cast<double>(kMaxTraceLength) ||
+        *outlen > static_cast<double>(kMaxTraceLength)) {
+      return absl::InvalidArgumentError(Str(where, ": input_length (after --trace-length-scale) and output_length "
+                                                   "must be at most ", kMaxTraceLength, " tokens"));
+    }
     if (!j.contains("hash_ids") || !j["hash_ids"].is_array()) {
       return absl::InvalidArgumentError(Str(where, ": 'hash_ids' is missing or not an array"));
     }
@@ -303,15 +309,18 @@ class Cluster {
     const int64_t index = next_index_++;
     if (options_.keep_requests) result_.requests.emplace_back();
     const int64_t len = static_cast<int64_t>(r.prompt.size());
-    // As the engine's request validation.
-    if (len == 0 || len >= options_.worker.max_model_len || r.output_tokens < 1) {
+    // As the router's request validation: a prompt that leaves no room, or whose max_tokens
+    // (the output length) would run past the context, is refused, not served.
+    const int64_t context = options_.worker.max_model_len;
+    if (len == 0 || len >= context || r.output_tokens < 1 || len + r.output_tokens > context) {
       SimRequestResult res;
       res.prompt_tokens = len;
       res.ok = false;
       res.error = len == 0 ? "empty prompt"
-                           : r.output_tokens < 1 ? "output_tokens must be >= 1"
-                                                 : Str("prompt of ", len, " tokens leaves no room to generate within max_model_len ",
-                                                       options_.worker.max_model_len);
+                  : r.output_tokens < 1 ? "output_tokens must be >= 1"
+                  : len >= context ? Str("prompt of ", len, " tokens leaves no room to generate within max_model_len ", context)
+                                   : Str("max_tokens ", r.output_tokens, " and a ", len,
+                                         "-token prompt exceed the context length of ", context);
       if (summary_.failed++ == 0) summary_.first_error = res.error;
       if (options_.keep_requests) result_.requests[static_cast<size_t>(index)] = std::move(res);
       return;
@@ -586,6 +595,13 @@ absl::StatusOr<SimProfile> ParseSimProfile(std::string_view json, std::string_vi
     }
     p.kv_bytes_per_token = static_cast<int64_t>(2 * *layers * *kv_heads * *head_dim * kv_dtype_bytes);
   }
+  // The model's own context bounds a request as the real router bounds it (profiles written
+  // before it was recorded leave it to the engine section or the KV cache).
+  if (m.contains("max_position_embeddings") && m["max_position_embeddings"].is_number_integer() &&
+      m["max_position_embeddings"].get<int64_t>() > 0) {
+    const int64_t context = m["max_position_embeddings"].get<int64_t>();
+    p.max_model_len = p.max_model_len > 0 ? std::min(p.max_model_len, context) : context;
+  }
   if (p.kv_bytes_per_token <= 0 || p.vocab_size < 2) {
     return absl::InvalidArgumentError(Str(source, ": KV bytes per token and vocab_size must be positive"));
   }
@@ -661,6 +677,18 @@ absl::StatusOr<ClusterResult> SimulateCluster(const SimProfile& profile, const C
   const SimWorker::Options& w = options.worker;
   if (options.decode_workers < 1 || options.prefill_workers < 0) {
     return absl::InvalidArgumentError("decode workers must be >= 1 and prefill workers >= 0");
+  }
+  // Bounded before any worker is made: each holds its block manager's state for every block.
+  const int64_t workers = options.prefill_workers + options.decode_workers;
+  if (workers > kMaxSimWorkers) {
+    return absl::InvalidArgumentError(Str("--prefill + --decode: ", workers, " workers, more than ", kMaxSimWorkers,
+                                          " (simulate a slice of the cluster: the planner's answer scales)"));
+  }
+  if (w.num_blocks > kMaxSimBlocks || workers * w.num_blocks > kMaxSimBlocks) {
+    return absl::InvalidArgumentError(
+        Str(workers, " workers x ", w.num_blocks, " KV blocks each: more than ", kMaxSimBlocks,
+            " blocks to simulate (~", kMaxSimBlocks * 32 >> 30, " GiB); fewer workers, --kv-blocks, "
+            "--kv-memory-gib or a larger --block-size"));
   }
   if (w.num_blocks < 1 || w.block_size < 1 || w.max_num_seqs < 1 || w.max_num_batched_tokens < 1 ||
       w.max_model_len < 2) {

@@ -113,6 +113,12 @@ struct TraceOptions {
 absl::StatusOr<std::unique_ptr<RequestSource>> OpenTrace(const std::string& path,
                                                           const TraceOptions& options);
 
+// What one simulation may hold, checked before it starts (a block's state is ~32 bytes).
+inline constexpr int64_t kMaxSimWorkers = 4096;
+inline constexpr int64_t kMaxSimBlocks = int64_t{1} << 27;
+// A trace line's input or output length, at most (tokens: past any model's context).
+inline constexpr int64_t kMaxTraceLength = int64_t{1} << 24;
+
 struct ClusterOptions {
   int64_t prefill_workers = 1;  // 0: every prompt prefilled on its decode worker.
   int64_t decode_workers = 1;

@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 PDSERVE = None
@@ -466,6 +467,78 @@ class SimulateTest(unittest.TestCase):
             r = pdserve("simulate", *args)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(what, r.stderr)
+
+
+class BoundsAndSignalsTest(unittest.TestCase):
+    """Inputs nobody checked used to cost gigabytes or abort (plan --workers 1000 took 8.7 GB,
+    simulate --prefill 100000 --decode 100000 10.8 GB, a trace line of 1e12 tokens std::bad_alloc);
+    each is now refused by name at once, within a small memory bound, and requests longer than the
+    model's context fail as the router fails them. Every command stops on SIGINT and SIGTERM."""
+
+    def setUp(self):
+        self.profile = os.path.join(WORKDIR, "bounds_profile.json")
+        write_json(self.profile, {**SimulateTest.PROFILE,
+                                  "model": {**SimulateTest.PROFILE["model"], "max_position_embeddings": 512}})
+
+    def run_bounded(self, *args):
+        """The command under a 1 GiB address-space limit (what it would allocate first fails)."""
+        import resource
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        return subprocess.run([PDSERVE, *args], capture_output=True, text=True, timeout=60, preexec_fn=limit)
+
+    def test_absurd_counts_and_lengths_are_refused_by_name(self):
+        trace = os.path.join(WORKDIR, "huge_trace.jsonl")
+        with open(trace, "w") as f:
+            f.write('{"timestamp": 0, "input_length": 1e12, "output_length": 2, "hash_ids": []}\n')
+        wraps = os.path.join(WORKDIR, "wrap_trace.jsonl")
+        with open(wraps, "w") as f:
+            f.write('{"timestamp": 0, "input_length": 10, "output_length": 3e9, "hash_ids": []}\n')
+        p = ["--profile", self.profile, "--kv-blocks", "2048"]
+        for cmd, args, what in (
+                ("plan", ["--workers", "1000", "--slo-ttft-ms", "100", "--slo-tpot-ms", "10"], "--workers"),
+                ("plan", ["--workers", "2", "--slo-ttft-ms", "100", "--slo-tpot-ms", "10", "--start-rate", "1e300"],
+                 "--start-rate"),
+                ("simulate", ["--prefill", "100000", "--decode", "100000"], "workers"),
+                ("simulate", ["--input-len", "1000000000"], "--input-len"),
+                ("simulate", ["--num-prompts", "1000000000"], "--num-prompts"),
+                ("simulate", ["--num-prompts", "1000000", "--input-len", "10000"], "--num-prompts x"),
+                ("simulate", ["--workload", "trace", "--trace", trace], "line 1"),
+                ("simulate", ["--workload", "trace", "--trace", wraps], "output_length"),
+                ("simulate", ["--decode", "4", "--kv-blocks", "100000000"], "blocks to simulate")):
+            args = p + args if "--kv-blocks" not in args else ["--profile", self.profile] + args
+            r = self.run_bounded(cmd, *args)
+            self.assertEqual(r.returncode, 2, f"{cmd} {args}: {r.stderr[-500:]}")
+            self.assertIn(what, r.stderr)
+
+    def test_requests_past_the_context_fail_as_the_router_fails_them(self):
+        j = json.loads(ok("simulate", "--profile", self.profile, "--kv-blocks", "2048", "--num-prompts", "4",
+                          "--input-len", "400", "--output-len", "200", "--format", "json"))
+        self.assertEqual((j["ok"], j["failed"]), (0, 4))
+        self.assertIn("exceed the context length of 512", j["first_error"])
+        j = json.loads(ok("simulate", "--profile", self.profile, "--kv-blocks", "2048", "--num-prompts", "4",
+                          "--input-len", "300", "--output-len", "200", "--format", "json"))
+        self.assertEqual((j["ok"], j["failed"]), (4, 0))
+
+    def test_every_command_stops_on_a_signal(self):
+        import signal
+        long_plan = ["plan", "--profile", self.profile, "--kv-blocks", "2048", "--workers", "64", "--slo-ttft-ms",
+                     "100", "--slo-tpot-ms", "10", "--num-prompts", "5000"]
+        long_sim = ["simulate", "--profile", self.profile, "--kv-blocks", "2048", "--decode", "64",
+                    "--num-prompts", "2000000", "--input-len", "100", "--output-len", "100"]
+        for args in (long_plan, long_sim):
+            for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+                proc = subprocess.Popen([PDSERVE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                time.sleep(1.0)
+                self.assertIsNone(proc.poll(), f"{args[0]} ended before the signal")
+                proc.send_signal(sig)
+                try:
+                    self.assertEqual(proc.wait(timeout=10), code, args[0])
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    self.fail(f"{args[0]} ignored signal {sig}")
+                self.assertIn("stopped by signal", proc.stderr.read())
 
 
 class FlagCheckTest(unittest.TestCase):

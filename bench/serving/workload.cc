@@ -40,9 +40,20 @@ absl::Status Validate(const WorkloadOptions& o) {
     return absl::InvalidArgumentError(
         Str("--workload: '", o.kind, "' is not random, shared-prefix or synthetic-chat"));
   }
-  if (o.num_prompts < 1) return absl::InvalidArgumentError("--num-prompts: must be >= 1");
-  if (o.input_len < 1) return absl::InvalidArgumentError("--input-len: must be >= 1");
-  if (o.output_len < 1) return absl::InvalidArgumentError("--output-len: must be >= 1");
+  // Counts and lengths are bounded before anything is allocated for them: no model has a longer
+  // context than kMaxWorkloadLength, and the prompts of a workload live in memory at once.
+  auto bounded = [](int64_t v, int64_t lo, int64_t hi, const char* flag) -> absl::Status {
+    if (v < lo || v > hi) return absl::InvalidArgumentError(Str(flag, ": must be in [", lo, ", ", hi, "]"));
+    return absl::OkStatus();
+  };
+  for (absl::Status s : {bounded(o.num_prompts, 1, kMaxWorkloadPrompts, "--num-prompts"),
+                         bounded(o.input_len, 1, kMaxWorkloadLength, "--input-len"),
+                         bounded(o.output_len, 1, kMaxWorkloadLength, "--output-len"),
+                         bounded(o.prefix_len, 0, kMaxWorkloadLength, "--prefix-len"),
+                         bounded(o.groups, 1, kMaxWorkloadPrompts, "--groups"),
+                         bounded(o.max_prompt_len, 0, kMaxWorkloadLength, "--max-prompt-len")}) {
+    if (!s.ok()) return s;
+  }
   if (!(o.range_ratio >= 0 && o.range_ratio < 1)) {
     return absl::InvalidArgumentError("--range-ratio: must be in [0, 1)");
   }
@@ -58,6 +69,17 @@ absl::Status Validate(const WorkloadOptions& o) {
   }
   if (o.vocab_size <= o.first_token + 1) {
     return absl::InvalidArgumentError(Str("vocabulary of ", o.vocab_size, " is too small"));
+  }
+  // The tokens the prompts hold at most (a conversation's history up to its cap).
+  const double longest = o.kind == "synthetic-chat"
+                             ? static_cast<double>(o.max_prompt_len > 0 ? o.max_prompt_len : 16 * o.input_len)
+                             : static_cast<double>(o.input_len) * (1 + o.range_ratio) +
+                                   static_cast<double>(o.kind == "shared-prefix" ? o.prefix_len : 0);
+  if (static_cast<double>(o.num_prompts) * longest > static_cast<double>(kMaxWorkloadTokens)) {
+    return absl::InvalidArgumentError(
+        Str("--num-prompts x the prompt length: up to ", static_cast<int64_t>(static_cast<double>(o.num_prompts) * longest),
+            " prompt tokens, more than ", kMaxWorkloadTokens, " (", kMaxWorkloadTokens * 4 >> 30,
+            " GiB); fewer or shorter prompts"));
   }
   return absl::OkStatus();
 }

@@ -26,6 +26,11 @@
 
 namespace pdserve {
 
+// Bounds on what a workload may ask for, checked before anything is allocated.
+inline constexpr int64_t kMaxWorkloadPrompts = 10'000'000;
+inline constexpr int64_t kMaxWorkloadLength = int64_t{1} << 24;  // Tokens: past any model's context.
+inline constexpr int64_t kMaxWorkloadTokens = int64_t{1} << 30;  // All prompts together (4 GiB).
+
 struct WorkloadOptions {
   std::string kind = "random";  // random, shared-prefix or synthetic-chat
   int64_t num_prompts = 100;
