@@ -8,6 +8,7 @@
 #include "common/base/strings.h"
 #include "common/chat/chat_template.h"
 #include "nlohmann/json.hpp"
+#include "openai_api/openai_server.h"
 
 namespace pdserve::cli {
 
@@ -16,7 +17,7 @@ int ChatTemplateCommand(int argc, char** argv) {
   std::string model, override_path, input;
   FlagSet flags("chat-template",
                 "Renders conversations with a model's chat template (tokenizer_config.json).");
-  flags.String("model", &model, "model directory (its tokenizer_config.json)");
+  flags.String("model", &model, "model directory (its tokenizer_config.json) or GGUF file (its tokenizer.chat_template)");
   flags.String("chat-template", &override_path, "a Jinja file to use instead of the model's template");
   flags.String("input-jsonl", &input,
                "a file of {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": bool, "
@@ -27,7 +28,7 @@ int ChatTemplateCommand(int argc, char** argv) {
   if (model.empty() && override_path.empty()) {
     return ReportError(cmd, absl::InvalidArgumentError("--model or --chat-template is required"), kExitUsage);
   }
-  auto tmpl = ChatTemplate::Load(model, override_path);
+  auto tmpl = openai::LoadChatTemplate(model, override_path);
   if (!tmpl.ok()) return ReportError(cmd, tmpl.status());
   if (input.empty()) {
     std::printf("ok\n");

@@ -42,8 +42,9 @@ Json ValueJson(const GgufValue& v, size_t max_array) {
       for (size_t i = 0; i < v.array.size() && i < max_array; ++i) {
         items.push_back(ValueJson(v.array[i], max_array));
       }
-      if (v.array.size() <= max_array) return items;
-      return Json{{"length", v.array.size()}, {"first", items}};
+      const size_t length = v.held_whole() ? v.array.size() : static_cast<size_t>(v.array_length);
+      if (length <= max_array && v.held_whole()) return items;
+      return Json{{"length", length}, {"first", items}};
     }
     default: return v.is_negative ? Json(v.i) : Json(v.u);
   }
@@ -291,14 +292,16 @@ int GgufCommand(int argc, char** argv) {
   std::string out, tensor, type = "q8_0";
   int64_t max_array = 16;
   bool vocab_only = false;
-  FlagSet flags("gguf inspect|dequantize|quantize FILE [OUT]",
+  FlagSet flags("gguf inspect|dequantize|quantize|convert FILE [OUT]",
                 "GGUF files as pdserve reads them: their metadata and tensors, each tensor "
-                "dequantized as the kernels see it, a float file quantized to Q8_0.");
+                "dequantized as the kernels see it, a float file quantized to Q8_0, a Hugging Face "
+                "checkpoint converted to a GGUF file.");
   flags.String("out", &out, "dequantize: the directory for NAME.npy files");
   flags.String("tensor", &tensor, "dequantize: only this tensor");
   flags.String("type", &type,
                "quantize: the block format (q8_0); convert: f32, f16, bf16, q8_0, q4_k or q4_k_m");
-  flags.Int("max-array", &max_array, "inspect: arrays longer than this are summarized");
+  flags.Int("max-array", &max_array,
+            "inspect: arrays longer than this are summarized (those no loader reads hold 16 elements)");
   flags.Bool("vocab-only", &vocab_only, "convert: the tokenizer alone (DIR holds tokenizer.json)");
   flags.AllowPositional(3);
   int code;

@@ -15,6 +15,8 @@
 namespace pdserve::openai {
 namespace {
 
+constexpr size_t kMaxStopStrings = 1024;
+
 // Choices per request (prompts x n): each is a generation of its own.
 constexpr size_t kMaxChoices = 128;
 
@@ -186,6 +188,11 @@ bool Common(const Json& j, const ParseOptions& o, ParsedRequest* out, v1::Sampli
     if (stop.is_string()) {
       s->add_stop(stop.get<std::string>());
     } else if (stop.is_array()) {
+      // Counted before anything is copied (the router refuses past its --max-stop-strings,
+      // 16 by default; this bound only keeps a list of millions from costing seconds first).
+      if (stop.size() > kMaxStopStrings) {
+        return Fail(e, "stop", Str("'stop' has ", stop.size(), " strings; at most ", kMaxStopStrings));
+      }
       for (const Json& x : stop) {
         if (!x.is_string()) return Fail(e, "stop", "'stop' must be a string or a list of strings");
         s->add_stop(x.get<std::string>());

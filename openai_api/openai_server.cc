@@ -712,8 +712,6 @@ void Exchange::Finish() {
 
 }  // namespace
 
-// The chat template: --chat-template's file, a directory's tokenizer_config.json, or a GGUF file's
-// tokenizer.chat_template (with its BOS and EOS strings).
 absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::string& path, const std::string& file) {
   if (!file.empty() || !IsGgufPath(path)) return ChatTemplate::Load(path, file);
   auto g = GgufFile::Open(path);

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/chat/chat_template.h"
 #include "common/rpc/api_keys.h"
 
 namespace pdserve::metrics {
@@ -28,6 +29,10 @@ class Registry;
 }
 
 namespace pdserve::openai {
+
+// The chat template: the file `file` when given, else a directory's tokenizer_config.json, or a
+// GGUF file's tokenizer.chat_template (with its BOS and EOS strings).
+absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::string& path, const std::string& file);
 
 struct OpenAiServerOptions {
   std::string listen;             // host:port (port 0: any).

@@ -11,7 +11,7 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libre2-dev libopenblas-dev libxxhash-dev libcpp-httplib-dev libucx-dev ucx-utils libzmq3-dev
   python3 python3-numpy python3-grpcio python3-protobuf python3-yaml python3-jinja2 python3-zmq python3-msgpack python3-xxhash python3-jsonschema libicu-dev
-  prometheus openssl libssl-dev clang libclang-rt-14-dev gnuplot-nox
+  prometheus openssl libssl-dev clang libclang-rt-14-dev gnuplot-nox time
 )
 
 if [ "${1:-}" = "--train" ]; then

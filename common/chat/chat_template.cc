@@ -21,6 +21,10 @@ std::string TokenText(const nlohmann::ordered_json& config, const char* key) {
 
 absl::StatusOr<ChatTemplate> ChatTemplate::FromSource(const std::string& source, std::string bos_token,
                                                       std::string eos_token) {
+  if (source.size() > kMaxSourceBytes) {
+    return absl::InvalidArgumentError(Str("chat template: ", source.size(), " bytes, more than ", kMaxSourceBytes,
+                                          " (released templates are tens of KB)"));
+  }
   auto t = jinja::Template::Parse(source);
   if (!t.ok()) return t.status();
   ChatTemplate c;

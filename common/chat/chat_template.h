@@ -21,8 +21,10 @@ class ChatTemplate {
   // construct when the template uses what the renderer does not support.
   static absl::StatusOr<ChatTemplate> Load(const std::string& model_dir,
                                            const std::string& override_path = "");
+  // InvalidArgument past kMaxSourceBytes: a template is parsed into a tree many times its size.
   static absl::StatusOr<ChatTemplate> FromSource(const std::string& source, std::string bos_token,
                                                  std::string eos_token);
+  static constexpr size_t kMaxSourceBytes = size_t{1} << 20;
 
   // messages: a JSON list of {role, content, ...}; tools: a list or null; extra: an object of
   // further variables. InvalidArgument for a template's raise_exception and type errors.

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -36,6 +37,9 @@ constexpr uint64_t kListenId = 0, kWakeId = 1;
 constexpr size_t kReadChunk = 64 << 10;
 constexpr size_t kBusyReadCap = 64 << 10;  // Bytes read ahead while a response is in flight.
 constexpr std::chrono::milliseconds kSweepEvery{50};
+constexpr size_t kTrimAfterBytes = size_t{1} << 20;  // Bodies this large are trimmed after...
+constexpr std::chrono::milliseconds kTrimEvery{500};  // ...every this long...
+constexpr std::chrono::milliseconds kTrimFor{3000};   // ...for this long after their handler.
 constexpr std::chrono::milliseconds kLingerFor{
     2000};  // After the last response of a closing connection.
 
@@ -70,6 +74,13 @@ std::string SslError() {
   char buf[256] = {};
   ERR_error_string_n(e, buf, sizeof(buf));
   return e == 0 ? "unknown error" : buf;
+}
+
+// A connection's buffer that grew for one large request gives its memory back once emptied
+// enough, so a keep-alive connection does not hold a body's worth for its whole life.
+void ReleaseSpare(std::string* buffer) {
+  constexpr size_t kKeep = size_t{64} << 10;
+  if (buffer->capacity() > kKeep && buffer->size() < kKeep) buffer->shrink_to_fit();
 }
 
 }  // namespace
@@ -189,6 +200,9 @@ class Loop : public std::enable_shared_from_this<Loop> {
   uint64_t next_id_ = 2;
   bool accepting_ = true;
   Clock::time_point accept_again_, next_sweep_;
+  // When a large body's handler last returned (0: none lately), and the last malloc_trim.
+  std::atomic<int64_t> large_body_at_{0};
+  Clock::time_point last_trim_;
 
   std::mutex ops_mu_;
   std::vector<Op> ops_;
@@ -319,6 +333,7 @@ void Loop::RunHandlers() {
       t.res->Send(500, type, body);
     }
     Unreserve(t.reserved);  // The handler has returned: the body it was given is gone.
+    if (t.reserved >= kTrimAfterBytes) large_body_at_.store(Clock::now().time_since_epoch().count());
   }
 }
 
@@ -571,6 +586,7 @@ bool Loop::Flush(Conn* c) {
   }
   if (c->out_off == c->out.size()) {
     c->out.clear();
+    ReleaseSpare(&c->out);
     c->out_off = 0;
     if (c->state == State::kClosing) {
       // Lingering close: stop sending, read (and drop) until the client closes, so that unread
@@ -594,7 +610,7 @@ void Loop::Refuse(Conn* c, int status, std::string_view message) {
   c->out += ErrorResponse(status, message);
   c->chunked.reset();
   c->state = State::kClosing;
-  c->in.clear();
+  std::string().swap(c->in);  // Its memory too, not just its bytes.
   c->responder.reset();
 }
 
@@ -669,6 +685,7 @@ bool Loop::Advance(Conn* c) {
       c->req.body = c->in.substr(c->head_len, c->req.content_length);
       c->in.erase(0, c->head_len + c->req.content_length);
       c->head_len = 0;
+      ReleaseSpare(&c->in);
     }
     c->state = State::kBusy;
     c->responder = std::make_shared<HttpResponder>(shared_from_this(), c->id, c->req.keep_alive,
@@ -725,6 +742,20 @@ void Loop::ApplyOps() {
 }
 
 void Loop::Sweep(Clock::time_point now) {
+  // A large body's copies (its bytes, its parse tree, the gRPC request made of it) are freed
+  // over the moments after its handler returns, on other threads, and glibc keeps freed memory
+  // in their arenas: for a few seconds after one, give it back every half second, or a few
+  // 10 MB bodies leave the process holding their peak for good.
+  const int64_t large = large_body_at_.load();
+  if (large != 0 && now - last_trim_ >= kTrimEvery) {
+    const Clock::duration since = now.time_since_epoch() - Clock::duration(large);
+    if (since >= kTrimEvery) {
+      malloc_trim(0);
+      last_trim_ = now;
+      int64_t seen = large;
+      if (since > kTrimFor) large_body_at_.compare_exchange_strong(seen, 0);
+    }
+  }
   if (!accepting_ && now >= accept_again_) {
     epoll_event ev{};
     ev.events = EPOLLIN;

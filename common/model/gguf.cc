@@ -100,8 +100,10 @@ absl::Status ReadInt(Reader& r, std::string_view what, GgufValue* v) {
 }
 
 // `elements_left`: array elements the whole file may still hold (each costs an in-memory value).
+// `whole`: an array's elements are all held (else only the first kPreviewElements, the rest
+// read and dropped).
 absl::Status ReadValue(Reader& r, GgufValueType type, const std::string& key, int depth,
-                       uint64_t* elements_left, GgufValue* v) {
+                       uint64_t* elements_left, bool whole, GgufValue* v) {
   v->type = type;
   switch (type) {
     case GgufValueType::kUint8: return ReadInt<uint8_t>(r, key, v);
@@ -152,14 +154,22 @@ absl::Status ReadValue(Reader& r, GgufValueType type, const std::string& key, in
         return r.Error(Str(key, ": an array of ", *n, " elements cannot fit in the ", r.left(),
                            " bytes left"));
       }
-      if (*n > *elements_left) {
+      v->array_length = *n;
+      const uint64_t held = whole ? *n : std::min<uint64_t>(*n, GgufFile::kPreviewElements);
+      if (held > *elements_left) {
         return r.Error(Str(key, ": arrays of more than ", GgufFile::kMaxArrayElements,
                            " elements in all"));
       }
-      *elements_left -= *n;
-      v->array.resize(static_cast<size_t>(*n));
+      *elements_left -= held;
+      v->array.resize(static_cast<size_t>(held));
       for (GgufValue& e : v->array) {
-        absl::Status s = ReadValue(r, v->element_type, key, depth + 1, elements_left, &e);
+        absl::Status s = ReadValue(r, v->element_type, key, depth + 1, elements_left, whole, &e);
+        if (!s.ok()) return s;
+      }
+      GgufValue dropped;  // The rest: checked, not kept.
+      for (uint64_t i = held; i < *n; ++i) {
+        dropped = GgufValue();
+        absl::Status s = ReadValue(r, v->element_type, key, depth + 1, elements_left, false, &dropped);
         if (!s.ok()) return s;
       }
       return absl::OkStatus();
@@ -234,8 +244,12 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(const uint8_t* data, s
     if (!type.ok()) return type.status();
     if (!KnownValueType(*type)) return r.Error(Str(*key, ": unknown value type ", *type));
     GgufValue v;
-    absl::Status s = ReadValue(r, static_cast<GgufValueType>(*type), *key, 0, &elements_left, &v);
+    // Only the tokenizer's arrays are read by a loader; the rest are held in part.
+    const bool whole = std::string_view(*key).substr(0, 15) == "tokenizer.ggml.";
+    const size_t start = r.pos();
+    absl::Status s = ReadValue(r, static_cast<GgufValueType>(*type), *key, 0, &elements_left, whole, &v);
     if (!s.ok()) return s;
+    v.encoded = std::string_view(reinterpret_cast<const char*>(data) + start, r.pos() - start);
     if (g->values_.contains(AsAbsl(*key))) return r.Error(Str("metadata key ", *key, " appears twice"));
     g->keys_.push_back(*key);
     g->values_.emplace(std::move(*key), std::move(v));

@@ -36,7 +36,17 @@ struct GgufValue {
   double f = 0;
   std::string s;
   GgufValueType element_type = GgufValueType::kUint8;
+  // Arrays: array_length elements in the file; `array` holds them all for the keys a loader
+  // reads (tokenizer.ggml.*), else only the first kPreviewElements (an array of metadata
+  // nobody reads costs no memory per element: 8M empty strings were 0.9 GB).
   std::vector<GgufValue> array;
+  uint64_t array_length = 0;
+  // A top-level value's bytes in the file (after its type), so a value held in part can be
+  // copied whole (gguf convert); empty for values made in memory.
+  std::string_view encoded;
+  bool held_whole() const {
+    return type != GgufValueType::kArray || encoded.empty() || array.size() == array_length;
+  }
 
   bool is_integer() const;
   bool is_number() const { return is_integer() || type == GgufValueType::kFloat32 || type == GgufValueType::kFloat64; }
@@ -81,8 +91,11 @@ class GgufFile {
   static constexpr uint64_t kMaxTensors = 1 << 20;
   static constexpr uint64_t kMaxKeys = 1 << 20;
   static constexpr uint64_t kMaxArrayDepth = 4;
-  // Array elements in all (a vocabulary of 262k tokens and its merges are far below).
-  static constexpr uint64_t kMaxArrayElements = uint64_t{1} << 23;
+  // Array elements held in all (Gemma 3's 262k tokens with their scores and types, or Llama 3's
+  // 128k tokens and 280k merges, are well below); each costs ~100 bytes of memory.
+  static constexpr uint64_t kMaxArrayElements = uint64_t{1} << 21;
+  // What is held of an array no loader reads (gguf inspect shows them).
+  static constexpr uint64_t kPreviewElements = 16;
   static constexpr uint64_t kMaxDims = 4;
 
  private:

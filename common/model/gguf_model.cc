@@ -29,13 +29,9 @@ std::string HfArchitecture(const std::string& arch) {
 bool IsGgufPath(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return path.size() > 5 && path.substr(path.size() - 5) == ".gguf";
-  if (!S_ISREG(st.st_mode)) return false;
-  char magic[4] = {};
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
-  const size_t n = std::fread(magic, 1, 4, f);
-  std::fclose(f);
-  return n == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+  // A model is a directory or a GGUF file: any other file (but a config.json) is read as GGUF,
+  // whose reader then says what is wrong with it ("not a GGUF file (wrong magic)").
+  return S_ISREG(st.st_mode) && !(path.size() >= 5 && path.substr(path.size() - 5) == ".json");
 }
 
 bool GgufPermutesQk(const GgufFile& file) {

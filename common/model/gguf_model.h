@@ -12,7 +12,8 @@
 
 namespace pdserve {
 
-// A path names a GGUF model when it is a file that starts with GGUF's magic (or ends in .gguf).
+// A path names a GGUF model when it is a regular file (not a .json one), or names none and ends
+// in .gguf; a directory is a Hugging Face checkpoint.
 bool IsGgufPath(const std::string& path);
 
 // The config a GGUF file's metadata and tensors imply. Errors name the key. Llama 3.1's scaling

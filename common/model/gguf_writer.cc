@@ -34,6 +34,10 @@ void PutValue(std::string* out, const GgufValue& v) {
     case GgufValueType::kBool: return Put<uint8_t>(out, v.u != 0 ? 1 : 0);
     case GgufValueType::kString: return PutString(out, v.s);
     case GgufValueType::kArray:
+      if (!v.held_whole()) {  // Read in part from a file that is still open: its own bytes.
+        out->append(v.encoded);
+        return;
+      }
       Put<uint32_t>(out, static_cast<uint32_t>(v.element_type));
       Put<uint64_t>(out, v.array.size());
       for (const GgufValue& e : v.array) PutValue(out, e);

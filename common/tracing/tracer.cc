@@ -1,5 +1,7 @@
 #include "common/tracing/tracer.h"
 
+#include <algorithm>
+
 #include <httplib.h>
 
 #include <cmath>
@@ -49,6 +51,8 @@ Tracer::~Tracer() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    // What is still queued goes within one export timeout, whatever the collector does.
+    give_up_at_ = std::chrono::steady_clock::now() + options_.timeout;
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -80,8 +84,12 @@ void Tracer::Flush() {
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t target = submitted_;
   flush_ = true;
+  // One deadline for the whole flush (a stalled collector took 2 s a batch, 16 s at shutdown):
+  // past it the spans still queued are dropped, and counted.
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  give_up_at_ = std::min(give_up_at_, deadline);
   wake_.notify_one();
-  flushed_.wait(lock, [&] { return handled_ >= target || stop_; });
+  flushed_.wait_until(lock, deadline, [&] { return handled_ >= target || stop_; });
 }
 
 void Tracer::Loop() {
@@ -96,6 +104,14 @@ void Tracer::Loop() {
       });
       if (queue_.empty()) flush_ = false;
       stop = stop_;
+      if (std::chrono::steady_clock::now() >= give_up_at_) {
+        // A flush or the stop is past its deadline: what is queued is dropped, not sent.
+        dropped_.fetch_add(static_cast<int64_t>(queue_.size()));
+        handled_ += queue_.size();
+        queue_.clear();
+        flush_ = false;
+        if (!stop_) give_up_at_ = std::chrono::steady_clock::time_point::max();
+      }
       while (!queue_.empty() && batch.size() < options_.max_batch) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();

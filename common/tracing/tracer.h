@@ -38,12 +38,13 @@ class Tracer {
  public:
   // Null when options.endpoint is empty.
   static absl::StatusOr<std::unique_ptr<Tracer>> Start(const TracingOptions& options);
-  // Sends what is queued (each request bounded by the timeout), then stops.
+  // Sends what is queued within one export timeout (the rest is dropped), then stops.
   ~Tracer();
 
   bool Sample(const std::array<uint8_t, 16>& trace_id) const;
   void Submit(std::unique_ptr<SpanData> span);
-  // Waits until every span submitted before the call was sent or dropped.
+  // Waits until every span submitted before the call was sent or dropped, at most one export
+  // timeout in all: past it, what is still queued is dropped (and counted).
   void Flush();
 
   int64_t exported() const { return exported_.load(); }
@@ -66,6 +67,8 @@ class Tracer {
   uint64_t submitted_ = 0, handled_ = 0;  // Spans queued and spans sent or dropped since start.
   bool stop_ = false;
   bool flush_ = false;
+  // When a flush or the stop gives up on the spans still queued (max: not now).
+  std::chrono::steady_clock::time_point give_up_at_ = std::chrono::steady_clock::time_point::max();
   std::atomic<int64_t> exported_{0}, dropped_{0};
   bool unreachable_ = false;  // Exporter thread: logged as unreachable.
   std::thread thread_;

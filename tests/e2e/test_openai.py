@@ -11,6 +11,7 @@ Run: /usr/bin/python3 tests/e2e/test_openai.py --pdserve build/pdserve
 import argparse
 import http.client
 import json
+import re
 import os
 import signal
 import socket
@@ -914,6 +915,32 @@ class OpenAiLimitsTest(unittest.TestCase):
             self.assertEqual((status, got["error"]["param"]), (400, "n"), got)
             self.assertIn("--max-inflight-requests", got["error"]["message"])
             self.assertNotIn("Retry-After", headers)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_rejected_large_bodies_leave_no_memory_behind(self):
+        """A few refused 10 MB bodies (a chat of 300k messages, a 10 MB message, 1.5M stop strings)
+        took serve from ~100 MB to 1.2 GB for good; their memory is given back within seconds."""
+        s = serve()
+        try:
+            def rss_mib():
+                with open(f"/proc/{s.proc.pid}/status") as f:
+                    return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) // 1024
+            base = rss_mib()
+            bodies = [("/v1/chat/completions", {"model": "pdserve-demo", "max_tokens": 4,
+                                                "messages": [{"role": "user", "content": "w"}] * 300000}),
+                      ("/v1/chat/completions", {"model": "pdserve-demo", "max_tokens": 4,
+                                                "messages": [{"role": "user", "content": "word " * 2000000}]}),
+                      ("/v1/completions", {"model": "pdserve-demo", "prompt": "hi", "stop": ["ab"] * 1500000})]
+            for path, body in bodies * 2:
+                status, got, _ = post(s, path, body)
+                self.assertEqual(status, 400, got)
+            deadline = time.time() + 10
+            while rss_mib() > base + 300 and time.time() < deadline:
+                time.sleep(0.5)
+            self.assertLess(rss_mib(), base + 300, f"from {base} MiB")
+            status, got, _ = post(s, "/v1/completions", {"model": "pdserve-demo", "prompt": "In the", "max_tokens": 3})
+            self.assertEqual(status, 200, got)
         finally:
             self.assertEqual(s.stop(), 0)
 

@@ -337,6 +337,38 @@ class TracingTest(unittest.TestCase):
             self.assertEqual(serve.stop(), 0)
         self.assertEqual(serve.stderr().count("did not take"), 1)  # Logged once, not per batch.
 
+    def test_a_stalled_collector_delays_shutdown_by_one_timeout_at_most(self):
+        """A collector that accepts connections and never answers: each export waits out its 2 s
+        timeout, and the spans of a few hundred requests queue behind it. SIGTERM used to wait for
+        every queued batch (2 s each); the final flush now has one deadline."""
+        stalled = socket.socket()
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen(256)  # Connections complete in the kernel; nothing is ever read.
+        url = f"http://127.0.0.1:{stalled.getsockname()[1]}/v1/traces"
+        args = ["serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", *ENGINE]
+        # serve's own shutdown (its servers' long-lived load streams end at their deadline) as
+        # the baseline, without tracing.
+        def run(process):
+            stub = pbg.GenerationStub(grpc.insecure_channel(process.grpc))
+            for i in range(300):
+                self.assertEqual(len(generate(stub, [5 + i % 50] * 8, 2)), 2)
+
+        plain = cluster.Process(PDSERVE, args)
+        run(plain)
+        start = time.time()
+        self.assertEqual(plain.stop(), 0)
+        baseline = time.time() - start
+        serve = cluster.Process(PDSERVE, args + ["--otlp-traces-endpoint", url])
+        try:
+            run(serve)
+            start = time.time()
+            self.assertEqual(serve.stop(), 0)
+            # One 2 s export timeout for the final flush, not 2 s for each queued batch.
+            self.assertLess(time.time() - start, baseline + 3.0, "shutdown waited for the stalled collector")
+        finally:
+            serve.stop()
+            stalled.close()
+
     def test_bad_flags_are_refused_naming_them(self):
         for args, flag in ((["--otlp-traces-endpoint", "collector:4318"], "--otlp-traces-endpoint"),
                            (["--trace-sample-ratio", "2"], "--trace-sample-ratio")):

@@ -193,6 +193,49 @@ class GgufPyTest(unittest.TestCase):
         self.assertIn("tensor odd: type 10 is not supported", r.stderr)
 
 
+class GgufMetadataBoundsTest(unittest.TestCase):
+    """Metadata no loader reads is checked and skipped, not held (a 64 MB file of 8M empty strings
+    cost 0.9 GB in `gguf inspect` and 1.8 GB in serve); gguf-py, an independent reader, says the
+    files are valid GGUF and that `gguf quantize` copied the array whole."""
+
+    N = 3 * 1024 * 1024  # Past the 2^21 elements a loader may hold.
+
+    def raw(self, path, key, n):
+        """A GGUF v3 file with no tensors and one array of n empty strings under `key`."""
+        with open(path, "wb") as f:
+            f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 1))
+            f.write(struct.pack("<Q", len(key)) + key.encode())
+            f.write(struct.pack("<IIQ", 9, 8, n))  # array of strings
+            f.write(b"\0" * (8 * n))
+
+    def test_an_array_nobody_reads_costs_no_memory(self):
+        # gguf-py (slow on millions of strings) checks a smaller one: a valid file, and the
+        # array copied whole by `gguf quantize` though pdserve held 16 of its elements.
+        small = os.path.join(WORKDIR, "junk_small.gguf")
+        self.raw(small, "junk.strings", 100000)
+        self.assertEqual(len(gguf.GGUFReader(small).get_field("junk.strings").data), 100000)
+        copied = os.path.join(WORKDIR, "junk_copy.gguf")
+        run("gguf", "quantize", small, copied, "--type", "q8_0")
+        self.assertEqual(len(gguf.GGUFReader(copied).get_field("junk.strings").data), 100000)
+        path = os.path.join(WORKDIR, "junk.gguf")
+        self.raw(path, "junk.strings", self.N)
+        # Its own peak, by GNU time (a child of Python would count Python's pages from the fork).
+        r = subprocess.run(["/usr/bin/time", "-f", "maxrss_kib=%M", PDSERVE, "gguf", "inspect", path],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual(out["metadata"]["junk.strings"]["length"], self.N)
+        maxrss_kib = int(r.stderr.rsplit("maxrss_kib=", 1)[1])
+        # The 24 MB file is mapped; its 3M values held would be ~300 MB more.
+        self.assertLess(maxrss_kib, 150 * 1024, "inspect held the array")
+        # The same array where a loader reads it whole: refused by its bound, by name.
+        tok = os.path.join(WORKDIR, "junk_tokens.gguf")
+        self.raw(tok, "tokenizer.ggml.merges", self.N)
+        r = run("gguf", "inspect", tok, check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("tokenizer.ggml.merges: arrays of more than 2097152 elements", r.stderr)
+
+
 # Scales of random blocks so that weights are ~0.05 in size (the engine's activations stay O(1)).
 SCALE = {"Q8_0": 4e-4, "Q4_0": 8e-3, "Q5_0": 4e-3, "Q4_K": 6e-5, "Q5_K": 3e-5, "Q6_K": 1.5e-5}
 PROMPT = [1, 17, 5, 203, 44, 9, 120, 3]
