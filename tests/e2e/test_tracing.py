@@ -236,6 +236,46 @@ class TracingTest(unittest.TestCase):
         finally:
             self.assertEqual(c.stop(), [0, 0, 0])
 
+    def test_sampling_decisions_hold_on_every_tier(self):
+        """A client's traceparent with flags 00 (not sampled) gives no span on any tier; with
+        --trace-sample-ratio 0.5 each new trace has all of its spans on all three tiers or none
+        (the router decides, the workers follow the propagated flag, never a coin of their own)."""
+        sampling = (*self.tracing, "--trace-sample-ratio", "0.5")
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, engine_args=ENGINE,
+                            router_args=sampling, decode_args=sampling, prefill_args=sampling)
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            rng = random.Random(21)
+            unsampled = [rng.randbytes(16) for _ in range(8)]
+            for t in unsampled:
+                out = generate(stub, [rng.randrange(3, 500) for _ in range(40)], 4,
+                               (("traceparent", f"00-{t.hex()}-{rng.randbytes(8).hex()}-00"),))
+                self.assertEqual(len(out), 4)
+            for i in range(40):
+                self.assertEqual(len(generate(stub, [rng.randrange(3, 500) for _ in range(40)], 4)), 4)
+            # A sampled request last: once its spans are in from all three processes, so is
+            # everything each of them queued before it.
+            last = rng.randbytes(16)
+            generate(stub, [9] * 40, 4, (("traceparent", traceparent(last, b"\2" * 8)),))
+            self.collector.wait(last, ["pdserve.generate", "pdserve.decode", "pdserve.prefill"])
+            with self.collector.lock:
+                spans = list(self.collector.spans)
+            seen = {s.trace_id for _, s in spans}
+            self.assertEqual(seen & set(unsampled), set(), "a trace its client did not sample has spans")
+            by_trace = {}
+            for resource, s in spans:
+                if s.trace_id != last:
+                    by_trace.setdefault(s.trace_id, set()).add((resource["pdserve.role"], s.name))
+            roles = {t: {r for r, _ in names} for t, names in by_trace.items()}
+            self.assertGreater(len(by_trace), 0)
+            self.assertLess(len(by_trace), 40, "every new trace was sampled at ratio 0.5")
+            for t, names in by_trace.items():
+                self.assertEqual(roles[t], {"router", "decode", "prefill"}, t.hex())
+                for name in ("pdserve.generate", "pdserve.decode", "pdserve.prefill"):
+                    self.assertIn(name, {n for _, n in names}, t.hex())
+        finally:
+            self.assertEqual(c.stop(), [0, 0, 0])
+
     def test_a_resumed_request_shows_both_decode_attempts(self):
         c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=2, engine_args=ENGINE,
                             router_args=self.tracing, decode_args=self.tracing)
@@ -266,7 +306,7 @@ class TracingTest(unittest.TestCase):
                 victim.proc.kill()
                 victim.proc.wait()
                 self.assertEqual([f.result(timeout=120) for f in futures], [600] * len(traces))
-            resumed = 0
+            resumed, resumed_any = 0, False
             for t in traces:
                 spans = self.collector.wait(t, ["pdserve.generate", "pdserve.decode"])
                 root = [s for _, s in spans if s.name == "pdserve.generate"][0]
@@ -279,17 +319,23 @@ class TracingTest(unittest.TestCase):
                 self.assertEqual([attrs(a)["pdserve.attempt"] for a in attempts], [0, 1])
                 self.assertEqual(attempts[0].status.code, 2)  # The broken stream: an error.
                 self.assertEqual(attempts[1].status.code, 0)
-                # What the first attempt had streamed (none, if it died before its first token).
-                self.assertGreaterEqual(attrs(attempts[1])["pdserve.resumed_tokens"], 0)
+                # What the first attempt had streamed, told by a count the router did not make:
+                # the survivor generated the rest of the 600 tokens the client received.
+                resumed_tokens = attrs(attempts[1])["pdserve.resumed_tokens"]
                 self.assertEqual(attrs(attempts[1])["pdserve.decode_worker"], c.decode[1].grpc)
                 # The survivor's span hangs under the second attempt and says what it resumed.
                 second = [s for _, s in spans if s.name == "pdserve.decode"
                           and s.parent_span_id == attempts[1].span_id]
                 self.assertEqual(len(second), 1)
-                self.assertEqual(attrs(second[0])["pdserve.resumed_tokens"],
-                                 attrs(attempts[1])["pdserve.resumed_tokens"])
+                self.assertEqual(attrs(second[0])["pdserve.resumed_tokens"], resumed_tokens)
+                generated = [s for _, s in spans if s.name == "pdserve.decode.generate"
+                             and s.parent_span_id == second[0].span_id]
+                self.assertEqual(len(generated), 1)
+                self.assertEqual(resumed_tokens + attrs(generated[0])["gen_ai.usage.output_tokens"], 600)
+                resumed_any = resumed_any or resumed_tokens > 0
                 self.assertLessEqual(attempts[0].end_time_unix_nano, attempts[1].start_time_unix_nano)
             self.assertGreater(resumed, 0, "no request was on the killed worker: the test proved nothing")
+            self.assertTrue(resumed_any, "every resumed request had streamed nothing before the kill")
         finally:
             c.router.stop()
             c.decode[1].stop()
