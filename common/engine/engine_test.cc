@@ -19,6 +19,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/linear_quant_panels.h"
+#include "kernels/cpu/linear_quant_vnni.h"
 
 namespace pdserve {
 namespace {
@@ -453,6 +455,49 @@ TEST(EngineTest, DecodeWeightMemoryIsWhatTheForwardPassReads) {
         std::memcpy(bytes, kept.data(), kept.size());
       }
       EXPECT_EQ(run(), first) << what;
+    }
+  }
+}
+
+// Quantized weights are read from panels packed at load wherever the build has the AVX2 panel
+// kernels (each decode region is the packed copy: its size and bytes are the panels', not the
+// row-major blocks'), and through the VNNI kernels where the CPU has AVX512-VNNI. Either decision
+// could fall back to a slower path and every bitwise test would still pass.
+TEST(EngineTest, QuantizedWeightsAreReadAsPanelsWithTheCpusKernels) {
+  const char* panels = std::getenv("PDSERVE_QUANT_PANELS");
+  const char* isa = std::getenv("PDSERVE_KERNEL_ISA");
+  if (!__builtin_cpu_supports("avx2") || (panels != nullptr && std::strcmp(panels, "0") == 0)) {
+    GTEST_SKIP() << "needs avx2: the quantized panel kernels";
+  }
+  const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("avx512vnni");
+  EXPECT_EQ(kernels::QuantVnniEnabled(), vnni && !(isa != nullptr && std::strcmp(isa, "avx2") == 0));
+  for (const Mode& mode : {Mode{ComputeDType::kF32, KvDType::kF32, WeightFormat::kQ8_0},
+                           Mode{ComputeDType::kF32, KvDType::kF32, WeightFormat::kQ4_K_M}}) {
+    EngineOptions o = ModeOptions(mode);
+    o.weight_huge_pages = false;
+    auto engine = LLMEngine::Create(ModelDir("llama", DType::kF32, mode.wide()), o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const auto memory = (*engine)->decode_weight_memory();
+    const ModelWeights& w = (*engine)->weights();
+    std::vector<const MatrixRef*> matrices;
+    for (int64_t l = 0; l < (*engine)->config().num_layers; ++l) {
+      const LayerWeights& lw = w.layer(l);
+      for (const MatrixRef* m : {&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate_proj, &lw.up_proj,
+                                 &lw.down_proj}) {
+        matrices.push_back(m);
+      }
+    }
+    matrices.push_back(&w.lm_head());
+    ASSERT_EQ(memory.size(), matrices.size());
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      const MatrixRef& m = *matrices[i];
+      ASSERT_TRUE(m.quantized()) << ModeName(mode) << " matrix " << i;
+      EXPECT_EQ(static_cast<int64_t>(memory[i].size()), kernels::QuantPanelsBytes(m.quant_type, m.rows, m.cols))
+          << ModeName(mode) << " matrix " << i;
+      EXPECT_NE(std::memcmp(memory[i].data(), m.data, std::min(memory[i].size(), m.bytes())), 0)
+          << ModeName(mode) << " matrix " << i << " is read row-major";
     }
   }
 }

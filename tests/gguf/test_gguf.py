@@ -45,10 +45,14 @@ BLOCKS = {
 }
 
 
+GGUF_PY = None  # gguf-py's directory inside the fetched llama.cpp source.
+
+
 def setup_gguf_py():
-    global gguf
+    global gguf, GGUF_PY
     path = subprocess.run([os.path.join(ROOT, "scripts", "gguf_py_setup.sh")], check=True,
                           capture_output=True, text=True).stdout.strip()
+    GGUF_PY = path
     sys.path.insert(0, path)
     import gguf as module  # noqa: E402
     gguf = module
@@ -390,6 +394,46 @@ class GgufModelTest(unittest.TestCase):
             tokens_gguf, logits_gguf = engine_logits(f32)
             self.assertEqual(tokens_gguf, tokens_hf, arch)
             np.testing.assert_array_equal(logits_gguf, logits_hf, err_msg=arch)
+
+    def test_k_quant_bytes_equal_llama_cpps_reference_quantizer(self):
+        """Q4_K, Q6_K and Q8_0 blocks of `gguf convert --type q4_k_m` against llama.cpp's own C
+        reference quantizers (quantize_row_*_ref in ggml-quants.c, the source gguf_py_setup.sh
+        fetched, compiled here), given the f32 file's values: the same bytes, block for block."""
+        import ctypes
+        src = os.path.join(os.path.dirname(GGUF_PY), "ggml")
+        lib = os.path.join(WORKDIR, "libggml_quants_ref.so")
+        stubs = os.path.join(WORKDIR, "ggml_stubs.c")
+        with open(stubs, "w") as f:  # ggml-quants.c's references into the rest of ggml; unused here.
+            f.write("#include <stdlib.h>\n#include <stddef.h>\n"
+                    "void ggml_abort(const char* f, int l, const char* m, ...) { abort(); }\n"
+                    "size_t ggml_row_size(int t, long long n) { abort(); }\n"
+                    "const char* ggml_type_name(int t) { return \"?\"; }\n"
+                    "size_t ggml_type_size(int t) { abort(); }\n")
+        subprocess.run(["cc", "-O2", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", f"-I{src}/include", f"-I{src}/src", f"-I{src}/src/ggml-cpu",
+                        f"{src}/src/ggml-quants.c", stubs, "-o", lib, "-lm"], check=True, capture_output=True)
+        ref = ctypes.CDLL(lib)
+        quantizers = {"Q4_K": (ref.quantize_row_q4_K_ref, 256, 144), "Q6_K": (ref.quantize_row_q6_K_ref, 256, 210),
+                      "Q8_0": (ref.quantize_row_q8_0_ref, 32, 34)}
+        hf = self.make("llama")
+        f32, q = os.path.join(WORKDIR, "llama_ref_f32.gguf"), os.path.join(WORKDIR, "llama_ref_q4_k_m.gguf")
+        run("gguf", "convert", hf, f32, "--type", "f32")
+        run("gguf", "convert", hf, q, "--type", "q4_k_m")
+        source = {t.name: np.asarray(t.data, dtype=np.float32) for t in gguf.GGUFReader(f32).tensors}
+        checked = {}
+        for t in gguf.GGUFReader(q).tensors:
+            qname = t.tensor_type.name
+            if qname not in quantizers:
+                continue
+            fn, qk, nbytes = quantizers[qname]
+            x = np.ascontiguousarray(source[t.name].reshape(-1))
+            want = np.zeros(x.size // qk * nbytes, dtype=np.uint8)
+            fn(x.ctypes.data_as(ctypes.c_void_p), want.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(x.size))
+            got = np.asarray(t.data).reshape(-1).view(np.uint8)
+            self.assertEqual(got.size, want.size, t.name)
+            diff = np.nonzero(got != want)[0]
+            self.assertEqual(diff.size, 0, f"{t.name} ({qname}): {diff.size} bytes differ, first at {diff[:1]}")
+            checked[qname] = checked.get(qname, 0) + 1
+        self.assertEqual(set(checked), {"Q4_K", "Q6_K"}, checked)  # Q4_K_M's mix: both formats.
 
     def test_q4_k_m_of_rows_that_are_not_whole_256_blocks(self):
         """Rows of 160 (as Qwen2.5-0.5B's 896): llama-quantize's fallbacks, Q4_K to Q5_0 and Q6_K
