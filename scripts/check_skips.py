@@ -12,6 +12,11 @@ scripts/test.sh runs this after ctest (and scripts/fuzz.sh after the sanitizer b
      that is reported, and fails only under PDSERVE_REQUIRE_ALL=1 (what .ci/run sets).
   3. Extra lines from the caller (--left-out "what (why)"), e.g. the fuzzers under
      PDSERVE_SKIP_FUZZ=1; they fail under PDSERVE_REQUIRE_ALL=1.
+  4. Tests written so that they never run or check nothing: a GoogleTest DISABLED_ test that no
+     ctest entry runs (--gtest_also_run_disabled_tests with a filter naming it), and a Python
+     test that leaves part of itself out when a tool is missing (`if shutil.which(...)`) instead
+     of requiring it (scripts/setup.sh installs it) or skipping with a "needs <capability>:"
+     reason. (Python tests that pass without any assertion are failed by tests/suite_main.py.)
 
   scripts/check_skips.py build [--skips-only] [--left-out TEXT]...
 """
@@ -116,6 +121,66 @@ EXPECTED_SUITES = [
 ]
 
 
+# The sources scanned for tests that never run or check nothing (tests/check_skips_test.py points
+# it at a fixture tree).
+ROOT = os.environ.get("PDSERVE_CHECK_ROOT") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE_DIRS = ["common", "kernels", "router", "openai_api", "prefill_service", "decode_service", "planner",
+               "cli", "bench", "tests"]
+
+
+def sources(suffixes):
+    for top in SOURCE_DIRS:
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if f.endswith(suffixes):
+                    yield os.path.join(d, f)
+
+
+def disabled_tests():
+    """(file, Suite.DISABLED_Name) of every GoogleTest test declared disabled."""
+    import re
+    out = []
+    decl = re.compile(r"\bTEST(?:_F|_P)?\(\s*(\w+)\s*,\s*(DISABLED_\w+)\s*\)")
+    for path in sources(("_test.cc",)):
+        with open(path, errors="replace") as f:
+            for suite, name in decl.findall(f.read()):
+                out.append((os.path.relpath(path, ROOT), f"{suite}.{name}"))
+    return out
+
+
+def runs_disabled(build, test):
+    """Whether a ctest entry runs `test` (Suite.DISABLED_Name) with --gtest_also_run_disabled_tests."""
+    import fnmatch
+    out = subprocess.run(["ctest", "--show-only=json-v1"], cwd=build, capture_output=True, text=True, check=True)
+    for t in json.loads(out.stdout)["tests"]:
+        command = " ".join(t.get("command", []))
+        if "--gtest_also_run_disabled_tests" not in command:
+            continue
+        for part in command.split():
+            for token in part.replace('"', " ").replace("'", " ").split():
+                if token.startswith("--gtest_filter="):
+                    patterns = token[len("--gtest_filter="):].split("-")[0].split(":")
+                    if any(fnmatch.fnmatch(test, p) for p in patterns):
+                        return True
+    return False
+
+
+def tool_conditionals():
+    """file:line of each `if ... shutil.which(` in the Python tests: a part of a test left out
+    when a tool is missing, silently."""
+    import re
+    out = []
+    pattern = re.compile(r"^\s*(el)?if\b.*shutil\.which\(")
+    for path in sources((".py",)):
+        if not os.path.relpath(path, ROOT).startswith("tests" + os.sep):
+            continue
+        with open(path, errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                if pattern.search(line):
+                    out.append(f"{os.path.relpath(path, ROOT)}:{number}")
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("build")
@@ -159,6 +224,14 @@ def main():
                 errors.append(f"{', '.join(missing)} not built although {what} is here")
     for line in args.left_out:
         (errors if require_all else notes).append(f"left out: {line}")
+    if not args.skips_only:
+        for path, test in disabled_tests():
+            if not runs_disabled(args.build, test):
+                errors.append(f"{test} ({path}) is DISABLED_ and no ctest entry runs it "
+                              "(--gtest_also_run_disabled_tests --gtest_filter=...)")
+        for where in tool_conditionals():
+            errors.append(f"{where}: part of a test is left out when a tool is missing (if shutil.which): "
+                          "require the tool (scripts/setup.sh) or skip with 'needs <capability>:'")
 
     for line in notes:
         print(f"  NOTE {line}")

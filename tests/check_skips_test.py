@@ -102,6 +102,17 @@ class Recorded(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(len(recs), 1)
 
+    def test_python_test_that_checks_nothing_fails(self):
+        out, _ = self.run_suite("""\
+            def test_a(self):
+                for x in []:
+                    self.assertEqual(x, 1)
+            def test_b(self):
+                self.assertEqual(2, 2)
+            """)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("without checking anything", out.stderr)
+
     def test_python_failure_beside_a_skip_fails(self):
         out, _ = self.run_suite("""\
             def test_a(self):
@@ -131,8 +142,11 @@ class Judged(unittest.TestCase):
         with open(os.path.join(self.build, "skips", f"{suite}.1.tsv"), "a") as f:
             f.write(f"{suite}\t{test}\t{message}\n")
 
-    def check(self, caps, *args, require_all=False):
-        env = dict(os.environ, PDSERVE_FAKE_CAPABILITIES=caps)
+    def check(self, caps, *args, require_all=False, root=None):
+        if root is None:  # An empty source tree: nothing DISABLED_, no tool conditionals.
+            root = os.path.join(self.build, "empty_root")
+            os.makedirs(root, exist_ok=True)
+        env = dict(os.environ, PDSERVE_FAKE_CAPABILITIES=caps, PDSERVE_CHECK_ROOT=root)
         env.pop("PDSERVE_REQUIRE_ALL", None)
         if require_all:
             env["PDSERVE_REQUIRE_ALL"] = "1"
@@ -189,6 +203,25 @@ class Judged(unittest.TestCase):
         self.assertIn("NOTE kernels_cuda_test, device_model_runner_gpu_test not built: nvcc is here "
                       "but PDSERVE_CUDA=OFF", out.stdout)
         self.assertEqual(self.check(self.NONE, require_all=True).returncode, 1)
+
+    def test_a_disabled_test_no_entry_runs_and_a_tool_conditional_fail(self):
+        root = os.path.join(self.build, "src")
+        os.makedirs(os.path.join(root, "tests"))
+        os.makedirs(os.path.join(root, "common"))
+        with open(os.path.join(root, "common", "a_test.cc"), "w") as f:
+            f.write("TEST(Suite, DISABLED_Heavy) {}\nTEST(Suite, Runs) {}\n")
+        with open(os.path.join(root, "tests", "b.py"), "w") as f:
+            f.write("import shutil\nif shutil.which('gnuplot'):\n    pass\n")
+        out = self.check("", root=root)
+        self.assertEqual(out.returncode, 1, out.stdout)
+        self.assertIn("Suite.DISABLED_Heavy (common/a_test.cc) is DISABLED_ and no ctest entry runs it", out.stdout)
+        self.assertIn("tests/b.py:2: part of a test is left out when a tool is missing", out.stdout)
+        # An entry that runs it: no longer a problem.
+        os.remove(os.path.join(root, "tests", "b.py"))
+        with open(os.path.join(self.build, "CTestTestfile.cmake"), "a") as f:
+            f.write("add_test(heavy /bin/true --gtest_also_run_disabled_tests --gtest_filter=Suite.DISABLED_*)\n")
+        out = self.check("", root=root)
+        self.assertEqual(out.returncode, 0, out.stdout)
 
     def test_left_out_is_reported_and_fails_in_ci(self):
         args = ["--left-out", "the fuzzers (PDSERVE_SKIP_FUZZ=1)"]

@@ -4,7 +4,10 @@ does (common/testing/gtest_main.cc):
   - each skipped test is appended, with its reason, to $PDSERVE_SKIP_DIR/<suite>.<pid>.tsv
     ("suite<TAB>Class.test<TAB>reason"); scripts/check_skips.py reads the records after ctest;
   - when tests were skipped and none passed or failed, the exit status is 77, which ctest counts
-    as skipped (SKIP_RETURN_CODE), not passed.
+    as skipped (SKIP_RETURN_CODE), not passed;
+  - each test's assert* calls are counted, and a test that passed having checked nothing (its
+    loops all `continue`d, its condition never held) fails the suite: a test that cannot fail is
+    a bug.
 
   /usr/bin/python3 tests/suite_main.py tests/e2e/test_tiers.py --pdserve build/pdserve
 """
@@ -44,6 +47,43 @@ class RecordingRunner(unittest.TextTestRunner):
     resultclass = RecordingResult
 
 
+class CountingResult(RecordingResult):
+    """Counts each test's assertions (unittest.TestCase's assert* methods and fail); a test that
+    ends successfully with none is an error."""
+
+    checks = 0
+
+    def startTest(self, test):
+        CountingResult.checks = 0
+        super().startTest(test)
+
+    def addSuccess(self, test):
+        if CountingResult.checks == 0:
+            try:
+                raise AssertionError("the test passed without checking anything (no assertion ran)")
+            except AssertionError:
+                self.addFailure(test, sys.exc_info())
+            return
+        super().addSuccess(test)
+
+
+def count_assertions():
+    """Wraps every assert* method of unittest.TestCase to count its calls (nested calls, as
+    assertEqual calling assertListEqual, count once or more: only zero matters)."""
+    def counted(method):
+        def wrapper(*args, **kwargs):
+            CountingResult.checks += 1
+            return method(*args, **kwargs)
+        return wrapper
+    for name in dir(unittest.TestCase):
+        if name.startswith("assert") or name == "fail":
+            setattr(unittest.TestCase, name, counted(getattr(unittest.TestCase, name)))
+
+
+class CountingRunner(unittest.TextTestRunner):
+    resultclass = CountingResult
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit("usage: suite_main.py SCRIPT [ARGS...]")
@@ -56,9 +96,10 @@ def main():
     plain_main = unittest.main
 
     def recording_main(*args, **kwargs):
-        kwargs.setdefault("testRunner", RecordingRunner)
+        kwargs.setdefault("testRunner", CountingRunner)
         return plain_main(*args, **kwargs)
 
+    count_assertions()
     unittest.main = recording_main
     sys.argv = [script] + sys.argv[2:]
     sys.path.insert(0, os.path.dirname(script))
