@@ -124,12 +124,18 @@ std::vector<int32_t> Walk(ConstraintCache* cache, const OutputConstraint& c, int
   return walk;
 }
 
+// keys 1: the schema as a JSON constraint (its mask less the tokens that would repeat a key,
+// json_keys.h); 0: the same grammar as a grammar constraint (the same masks here, no tracker):
+// the difference is the key tracker's cost per token.
 void BM_ConstrainedStep(benchmark::State& state) {
   const int64_t vocab = state.range(0);
   const bool warm = state.range(1) != 0;
+  const bool keys = state.range(2) != 0;
   const std::vector<std::string> tokens = Vocabulary(static_cast<size_t>(vocab - 1));
   const int32_t eos = static_cast<int32_t>(vocab - 1);
-  const OutputConstraint c{OutputConstraint::Kind::kJsonSchema, kSchema, {}};
+  const OutputConstraint schema{OutputConstraint::Kind::kJsonSchema, kSchema, {}};
+  const OutputConstraint c =
+      keys ? schema : OutputConstraint{OutputConstraint::Kind::kGrammar, *ConstraintGrammarText(schema), {}};
   auto cache = std::make_unique<ConstraintCache>(tokens, vocab, std::vector<int32_t>{eos});
   const std::vector<int32_t> walk = Walk(cache.get(), c, eos);
   int64_t steps = 0;
@@ -151,8 +157,8 @@ void BM_ConstrainedStep(benchmark::State& state) {
   state.counters["tokens"] = static_cast<double>(walk.size());
 }
 BENCHMARK(BM_ConstrainedStep)
-    ->ArgsProduct({{4096, 151936}, {0, 1}})
-    ->ArgNames({"vocab", "warm"})
+    ->ArgsProduct({{4096, 151936}, {0, 1}, {1, 0}})
+    ->ArgNames({"vocab", "warm", "keys"})
     ->Unit(benchmark::kMillisecond);
 
 // The sampler over a 152k vocabulary at temperature 1, top_p 0.9, with no mask and with the mask

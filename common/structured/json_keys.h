@@ -67,6 +67,9 @@ class JsonKeyTracker {
   // Consumes `bytes` if none of them closes a repeated key; false, and nothing consumed, if one
   // does.
   bool Advance(std::string_view bytes);
+  // Inside a key's string: the next '"' (unescaped) would close it. Elsewhere a token with one
+  // quote cannot close a key (it opens one, or closes a value), only one with two or more can.
+  bool InKey() const { return lexer_.key && lexer_.mode != Lexer::kOutside; }
 
  private:
   template <typename Frames>

@@ -79,7 +79,9 @@ ConstraintCache::ConstraintCache(std::vector<std::string> token_bytes, int64_t v
       max_grammars_(std::max<size_t>(1, max_grammars)),
       max_mask_bytes_(max_mask_bytes) {
   for (size_t t = 0; t < token_bytes_.size(); ++t) {
-    if (token_bytes_[t].find('"') != std::string::npos) quote_tokens_.push_back(static_cast<int32_t>(t));
+    const auto quotes = std::count(token_bytes_[t].begin(), token_bytes_[t].end(), '"');
+    if (quotes == 1) one_quote_tokens_.push_back(static_cast<int32_t>(t));
+    if (quotes > 1) quotes_tokens_.push_back(static_cast<int32_t>(t));
   }
 }
 
@@ -151,21 +153,25 @@ const TokenMask& ConstraintCache::MaskFor(CompiledConstraint* c, const GrammarMa
   return c->masks.emplace(m.state(), std::move(mask)).first->second;
 }
 
-// Costs a read of each allowed token with a '"' (a few percent of a vocabulary) through the
-// tracker's lookahead: the bytes up to the quote that would close a key, no allocation unless
-// the token opens an object.
+// Costs a read through the tracker's lookahead (no allocation unless the token opens an object)
+// of each allowed token with two or more quotes, and inside a key's string of those with one
+// too: a small share of a vocabulary, only for JSON constraints.
 const TokenMask& ConstraintCache::WithoutRepeatedKeys(const TokenMask& mask, const JsonKeyTracker& keys,
                                                       TokenMask* out) const {
   bool copied = false;
-  for (int32_t t : quote_tokens_) {
-    if (!mask.Test(t) || JsonKeyTracker::Lookahead(keys).Feed(token_bytes_[static_cast<size_t>(t)])) continue;
-    if (!copied) {
-      *out = mask;
-      copied = true;
+  auto check = [&](const std::vector<int32_t>& tokens) {
+    for (int32_t t : tokens) {
+      if (!mask.Test(t) || JsonKeyTracker::Lookahead(keys).Feed(token_bytes_[static_cast<size_t>(t)])) continue;
+      if (!copied) {
+        *out = mask;
+        copied = true;
+      }
+      out->words[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+      --out->allowed;
     }
-    out->words[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
-    --out->allowed;
-  }
+  };
+  if (keys.InKey()) check(one_quote_tokens_);
+  check(quotes_tokens_);
   return copied ? *out : mask;
 }
 

@@ -94,7 +94,9 @@ class ConstraintCache {
                                        TokenMask* out) const;
 
   std::vector<std::string> token_bytes_;
-  std::vector<int32_t> quote_tokens_;  // Tokens with a '"' in their bytes: the ones closing keys.
+  // Tokens with a '"' in their bytes, the ones that may close keys: with one (they matter only
+  // inside a key's string), and with more (they may open and close one).
+  std::vector<int32_t> one_quote_tokens_, quotes_tokens_;
   TokenTrie trie_;
   int64_t vocab_size_;
   std::vector<int32_t> eos_ids_;

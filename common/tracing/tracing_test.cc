@@ -151,7 +151,14 @@ TEST(Tracer, AGoneCollectorDropsAndCountsWithoutBlocking) {
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 100; ++i) Span::Start(tracer->get(), "s", SpanKind::kInternal, TraceContext{});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+  // The flush gives up after one export timeout; the batch then in flight is counted once its
+  // request fails (within its own timeouts).
+  const auto flush_start = std::chrono::steady_clock::now();
   (*tracer)->Flush();
+  EXPECT_LT(std::chrono::steady_clock::now() - flush_start, std::chrono::milliseconds(400));
+  for (int i = 0; i < 200 && (*tracer)->dropped() < 100; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ((*tracer)->exported(), 0);
   EXPECT_EQ((*tracer)->dropped(), 100);
 }

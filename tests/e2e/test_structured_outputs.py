@@ -66,9 +66,13 @@ SCHEMAS = {
 }
 REGEXES = [r"(\d{1,3}\.){3}\d{1,3}", r"[a-z]{2,5}@[a-z]{2,4}\.(com|org)", r"(yes|no|maybe)!?"]
 CHOICES = ["alpha", "beta", "gamma delta"]
+# An arithmetic grammar whose strings are bounded (parentheses one deep, four terms at most): the
+# demo model, a King James Bible one, would nest "(((..." to max_tokens otherwise, and a case that
+# never finishes proves nothing. Recursive grammars are the engine tests' (engine_test).
 ARITH = """root ::= expr
-expr ::= term (("+" | "-") term)*
-term ::= num | "(" expr ")"
+expr ::= term (("+" | "-") term){0,3}
+term ::= num | "(" inner ")"
+inner ::= num (("+" | "-") num){0,3}
 num ::= [1-9] [0-9]{0,2}
 """
 
