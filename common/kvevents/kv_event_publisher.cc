@@ -134,9 +134,10 @@ void KvEventPublisher::Publish(const std::vector<KvEvent>& events) {
 void KvEventPublisher::Loop() {
   std::deque<Pending> batches;
   for (;;) {
-    // Replay requests, room to go on with a replay, or a short sleep (zmq_poll with no socket
-    // waits out its timeout).
-    zmq_pollitem_t item{replay_, 0, static_cast<short>(ZMQ_POLLIN | (replays_.empty() ? 0 : ZMQ_POLLOUT)), 0};
+    // Replay requests, or a short sleep (zmq_poll with no socket waits out its timeout): 1 ms
+    // while a replay waits for its consumer's pipe to drain (a ROUTER socket always polls as
+    // writable, so POLLOUT would spin), else 5 ms.
+    zmq_pollitem_t item{replay_, 0, ZMQ_POLLIN, 0};
     zmq_poll(&item, replay_ != nullptr ? 1 : 0, /*timeout ms=*/replays_.empty() ? 5 : 1);
     if (replay_ != nullptr && (item.revents & ZMQ_POLLIN)) ServeReplay();
     if (!replays_.empty()) ContinueReplays();
