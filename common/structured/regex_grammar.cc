@@ -14,6 +14,9 @@ namespace pdserve::structured {
 namespace {
 
 constexpr int kMaxNesting = 256;
+// A pattern's length: every character becomes a grammar element of ~13 bytes of text, so a
+// pattern of a few hundred KB costs a request a second of compiling (many under a sanitizer).
+constexpr size_t kMaxPatternBytes = size_t{1} << 16;
 
 struct Node {
   enum class Kind { kClass, kConcat, kAlt, kRepeat };
@@ -477,6 +480,10 @@ class Printer {
 }  // namespace
 
 absl::StatusOr<std::string> RegexToGrammar(std::string_view pattern, const RegexOptions& options) {
+  if (pattern.size() > kMaxPatternBytes) {
+    return absl::InvalidArgumentError(
+        Str("regex: ", pattern.size(), " bytes, over the limit of ", kMaxPatternBytes));
+  }
   PD_ASSIGN_OR_RETURN(Node n, RegexParser(pattern).Parse());
   std::string out;
   PD_RETURN_IF_ERROR(Printer(options).Print(n, &out));
