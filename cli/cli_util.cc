@@ -1,10 +1,12 @@
 #include "cli/cli_util.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
+#include "common/kvcache/disk_tier.h"
 
 namespace pdserve::cli {
 
@@ -83,6 +85,11 @@ void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
   flags.String("structured-mask-overlap", &structured_mask_overlap,
                "structured outputs: compute a step's new token masks on a second thread during "
                "its forward pass: auto (on for --device cuda), true or false");
+  flags.String("kv-offload-disk", &kv_offload_disk,
+               "KV cache tier on disk: a directory where published prefix blocks are kept beyond "
+               "the pool (checked on load, LRU under --kv-offload-disk-gib, kept across restarts); "
+               "a request whose next prefix blocks are there loads them instead of computing them");
+  flags.Double("kv-offload-disk-gib", &kv_offload_disk_gib, "--kv-offload-disk: its byte budget, GiB");
   flags.String("compute-dtype", &compute_dtype,
                "linear layers in f32, bf16 (bf16 activations x bf16 weights, f32 sums; "
                "batch-invariant too) or auto (bf16 when the weights are bf16 and the CPU has "
@@ -139,6 +146,15 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
     return absl::InvalidArgumentError(
         "--compute-dtype bf16 and --prefill-gemm openblas exclude each other (OpenBLAS computes in "
         "f32)");
+  }
+  if (!kv_offload_disk.empty()) {
+    if (!(kv_offload_disk_gib > 0) || !std::isfinite(kv_offload_disk_gib)) {
+      return absl::InvalidArgumentError("--kv-offload-disk-gib: must be > 0");
+    }
+    auto tier = DiskTier::Open(
+        {kv_offload_disk, static_cast<int64_t>(kv_offload_disk_gib * static_cast<double>(int64_t{1} << 30))});
+    if (!tier.ok()) return tier.status();
+    o->kv_tier = std::shared_ptr<KvTier>(std::move(*tier));
   }
   if (threads < 0) return absl::InvalidArgumentError("--threads: must be >= 0");
   if (block_size < 1) return absl::InvalidArgumentError("--block-size: must be positive");

@@ -49,6 +49,9 @@ struct EngineFlags {
   double spec_suffix_min_prob = 0.1;
   bool spec_step_budget = true;
   std::string structured_mask_overlap = "auto";
+  // KV cache tiers: a directory for evicted and published prefix blocks, and its byte budget.
+  std::string kv_offload_disk;
+  double kv_offload_disk_gib = 16;
 
   // `speculative`: also the speculative decoding flags (not for prefill workers).
   void Register(FlagSet& flags, bool speculative = true);

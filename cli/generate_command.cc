@@ -250,6 +250,7 @@ absl::StatusOr<Completion> RunLocal(const GenerateFlags& f, const FlagSet& flags
   if (!stops.empty()) sink(c.text);
   c.ttft_ms = Ms(first_token - start);
   if (c.tokens.size() > 1) c.tpot_ms = Ms(Clock::now() - first_token) / (c.tokens.size() - 1);
+  engine->FlushKvOffload();  // --kv-offload-disk: what this run published is stored before it exits.
   if (!f.dump_logits.empty()) {
     const int64_t rows = static_cast<int64_t>(dumped.size()) / vocab;
     PD_RETURN_IF_ERROR(WriteNpyFloat32(f.dump_logits, dumped, {rows, vocab}));

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include "common/base/rng.h"
 #include "common/base/strings.h"
 #include "common/engine/shared_weights.h"
+#include "common/kvcache/disk_tier.h"
 #include "common/model/random_model.h"
 #include "common/structured/grammar_matcher.h"
 #include "common/tokenizer/tokenizer.h"
@@ -136,6 +138,7 @@ std::map<std::string, Result> RunEngine(const std::string& dir, const EngineOpti
       break;
     }
   }
+  (*engine)->FlushKvOffload();  // With a KV tier: what it published is stored before it goes.
   const EngineStats s = (*engine)->Stats();
   EXPECT_EQ(s.kv.used_blocks, 0) << "blocks leaked";
   if (stats != nullptr) *stats = s;
@@ -1120,6 +1123,118 @@ TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {
   EXPECT_NE(engine.status().message().find("max_model_len"), absl::string_view::npos);
 }
 
+
+// Prefix blocks loaded from the disk tier give the bits computing them gives: a second engine (a
+// restarted worker: a new pool, the same directory) loads the prefixes the first published, and
+// one engine whose pool is too small to keep them loads them back after their eviction; outputs
+// (ids and logits) equal an engine without tiers in f32, bf16 compute, int8 KV and Q4_K_M
+// weights, and the loaded blocks are counted, not computed.
+TEST(EngineTest, PrefixBlocksFromTheDiskTierGiveTheBitsOfComputingThem) {
+  const Mode modes[] = {{ComputeDType::kF32, KvDType::kF32},
+                        {ComputeDType::kBF16, KvDType::kF32},
+                        {ComputeDType::kF32, KvDType::kInt8},
+                        {ComputeDType::kF32, KvDType::kF32, WeightFormat::kQ4_K_M}};
+  for (const Mode& mode : modes) {
+    const std::string name = ModeName(mode);
+    const std::string dir = ModelDir("llama", DType::kF32, mode.wide());
+    std::vector<Request> requests;
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> prompt = Prompt(37, 900 + i % 3);  // Three prefixes, each twice.
+      const std::vector<int32_t> own = Prompt(3 + i, 50 + i);
+      prompt.insert(prompt.end(), own.begin(), own.end());
+      SamplingParams p = Greedy(6);
+      if (i % 2 == 1) {
+        p.temperature = 0.8f;
+        p.seed = 70 + i;
+      }
+      requests.push_back({Str("t", i), prompt, p});
+    }
+    std::vector<int> arrivals;  // One at a time: each finds what the ones before published.
+    for (int i = 0; i < 6; ++i) arrivals.push_back(12 * i);
+    EngineStats plain_stats;
+    const auto plain = RunEngine(dir, ModeOptions(mode), requests, arrivals, &plain_stats);
+
+    const std::string tier_dir = JoinPath(TempRoot::Path(), Str("tier_", name));
+    std::filesystem::remove_all(tier_dir);
+    auto tier = DiskTier::Open({tier_dir, int64_t{1} << 30});
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    EngineOptions o = ModeOptions(mode);
+    o.kv_tier = std::shared_ptr<KvTier>(std::move(*tier));
+    {  // The first engine computes the prefixes and stores them.
+      auto engine = LLMEngine::Create(dir, o);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      for (const Request& r : requests) ASSERT_TRUE((*engine)->AddRequest(r.id, r.prompt, r.params).ok());
+      std::vector<RequestOutput> outs;
+      while ((*engine)->HasUnfinished()) ASSERT_TRUE((*engine)->Step(&outs).ok());
+      (*engine)->FlushKvOffload();
+      EXPECT_GT((*engine)->Stats().tier.stores, 0) << name;
+    }
+    // A restarted worker: a new engine over the same tier.
+    EngineStats restarted;
+    const auto again = RunEngine(dir, o, requests, arrivals, &restarted);
+    for (const Request& r : requests) ExpectBitwiseEqual(again.at(r.id), plain.at(r.id), name + " restarted " + r.id);
+    EXPECT_GT(restarted.offload.loaded_blocks, 0) << name;
+    EXPECT_EQ(restarted.offload.failed_blocks, 0) << name;
+    EXPECT_LT(restarted.prompt_tokens_computed, plain_stats.prompt_tokens_computed) << name;
+    // A pool of 14 blocks of 4 (one request at a time): each prefix is evicted by the next and
+    // comes back from the tier.
+    EngineOptions small = o;
+    small.num_kv_blocks = 14;
+    EngineStats squeezed;
+    const auto evicted = RunEngine(dir, small, requests, arrivals, &squeezed);
+    for (const Request& r : requests) ExpectBitwiseEqual(evicted.at(r.id), plain.at(r.id), name + " evicted " + r.id);
+    EXPECT_GT(squeezed.offload.loaded_blocks, 0) << name;
+    EXPECT_GT(squeezed.kv.evictions, 0) << name;
+    std::filesystem::remove_all(tier_dir);
+  }
+}
+
+// A block that fails its checks on load is recomputed, never used; a request aborted while its
+// prefix loads frees its blocks once the load ends; nothing leaks.
+TEST(EngineTest, TierLoadsThatFailOrAreAbortedLeaveNothingBehind) {
+  const std::string dir = ModelDir("llama");
+  const std::string tier_dir = JoinPath(TempRoot::Path(), "tier_faults");
+  std::filesystem::remove_all(tier_dir);
+  auto tier = DiskTier::Open({tier_dir, int64_t{1} << 30});
+  ASSERT_TRUE(tier.ok());
+  EngineOptions o = SmallOptions();
+  o.kv_tier = std::shared_ptr<KvTier>(std::move(*tier));
+  const Request r{"r", Prompt(41, 5), Greedy(5)};
+  const auto plain = RunEngine(dir, SmallOptions(), {r});
+  {
+    auto engine = LLMEngine::Create(dir, o);
+    ASSERT_TRUE(engine.ok());
+    ASSERT_TRUE((*engine)->AddRequest(r.id, r.prompt, r.params).ok());
+    std::vector<RequestOutput> outs;
+    while ((*engine)->HasUnfinished()) ASSERT_TRUE((*engine)->Step(&outs).ok());
+    (*engine)->FlushKvOffload();
+  }
+  // Every block's file corrupted: each load fails its checksum; the prompt is computed instead.
+  for (const auto& e : std::filesystem::directory_iterator(tier_dir)) {
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(DiskTier::kHeaderBytes + 3);
+    f.put('\x5a');
+  }
+  EngineStats stats;
+  const auto corrupted = RunEngine(dir, o, {r}, {}, &stats);
+  ExpectBitwiseEqual(corrupted.at("r"), plain.at("r"), "corrupted tier");
+  EXPECT_GT(stats.offload.failed_blocks, 0);
+  EXPECT_EQ(stats.offload.loaded_blocks, 0);
+  EXPECT_GT(stats.tier.corrupt, 0);
+  // The blocks are stored again (by that run); a request aborted at once while they load.
+  auto engine = LLMEngine::Create(dir, o);
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE((*engine)->AddRequest("gone", r.prompt, r.params).ok());
+  std::vector<RequestOutput> outs;
+  EXPECT_EQ((*engine)->Stats().offload.load_requests, 1) << "the abort must find its prefix loading";
+  EXPECT_TRUE((*engine)->Abort("gone", &outs));
+  ASSERT_EQ(outs.size(), 1u);
+  EXPECT_EQ(outs[0].finish_reason, "abort");
+  for (int i = 0; i < 1000 && (*engine)->HasScheduledWork(); ++i) ASSERT_TRUE((*engine)->Step(&outs).ok());
+  EXPECT_FALSE((*engine)->HasUnfinished());
+  EXPECT_EQ((*engine)->Stats().kv.used_blocks, 0);
+  std::filesystem::remove_all(tier_dir);
+}
 
 // A constraint that no token of the vocabulary can continue, and that cannot end, finishes with
 // its own reason (kFinishConstraintDeadEnd) at once, not with "length" before max_tokens: here

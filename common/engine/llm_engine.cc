@@ -12,6 +12,8 @@
 #include "common/model/gguf_model.h"
 #include "common/model/gguf_tokenizer.h"
 #include "kernels/cpu/linear_bf16.h"  // AmxEnabled
+#include "absl/strings/str_format.h"
+#include <xxhash.h>
 #include "nlohmann/json.hpp"
 
 namespace pdserve {
@@ -175,6 +177,22 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
                           ? options.runner_factory(ro, e->weights_.get(), e->pool_.get())
                           : CreateModelRunner(options.backend, ro, e->weights_.get(), e->pool_.get()));
   e->logits_.resize(static_cast<size_t>(ro.max_logit_rows) * config.vocab_size);
+  if (options.kv_tier != nullptr) {
+    if (options.backend != "cpu") {
+      return absl::UnimplementedError(
+          Str("--kv-offload-disk with --device ", options.backend, ": the tiers read and write host "
+              "pools; GPU workers' host tier comes later"));
+    }
+    if (!options.enable_prefix_caching) {
+      return absl::InvalidArgumentError(
+          "--kv-offload-disk needs the prefix cache (its blocks are the prefix cache's)");
+    }
+    if (options.kv_offload_buffers < 1) {
+      return absl::InvalidArgumentError("kv offload buffers must be >= 1");
+    }
+    e->offload_ = std::make_unique<KvOffload>(options.kv_tier, spec, e->pool_->data(), num_blocks,
+                                              e->TierModelKey(), options.kv_offload_buffers);
+  }
   if (options.speculative.method == SpeculativeMethod::kSuffix) {
     e->recent_outputs_ = std::make_unique<SuffixTrie>(options.speculative.suffix_depth);
   }
@@ -298,7 +316,7 @@ absl::Status LLMEngine::AddRequest(const std::string& request_id, std::vector<in
     seq->sampler.Accept(t);
   }
   PD_RETURN_IF_ERROR(StartConstraint(seq.get(), "resume_output_ids"));
-  scheduler_->AddWaiting(seq.get());
+  if (offload_ == nullptr || !StartTierLoad(seq.get())) scheduler_->AddWaiting(seq.get());
   if (options.hold_blocks_after_finish) options_by_request_[request_id] = options;
   sequences_.emplace(request_id, std::move(seq));
   return absl::OkStatus();
@@ -355,7 +373,7 @@ absl::Status LLMEngine::CompleteRemotePrefill(const std::string& request_id,
                                           " constraint"));
   }
   seq->num_computed = seq->num_prompt_tokens;
-  blocks_->Publish(seq->id, seq->block_hashes, EventTokens(*seq));
+  Publish(seq, seq->block_hashes);
   stats_.prompt_tokens_computed += seq->num_prompt_tokens - seq->num_cached_prompt_tokens;
   seq->num_cached_prompt_tokens =
       std::clamp<int64_t>(prefill_cached_tokens, 0, seq->num_prompt_tokens);
@@ -374,6 +392,7 @@ absl::Status LLMEngine::CompleteRemotePrefill(const std::string& request_id,
 }
 
 bool LLMEngine::HasScheduledWork() const {
+  if (offload_ != nullptr && offload_->HasPendingLoads()) return true;
   return scheduler_->num_running() > 0 || scheduler_->num_waiting() > 0;
 }
 
@@ -534,6 +553,14 @@ void LLMEngine::RememberOutput(const Sequence& seq) {
 
 absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   const Clock::time_point step_start = Clock::now();
+  if (offload_ != nullptr && offload_->HasPendingLoads()) {
+    PollTierLoads();
+    // Nothing else to step: wait a little for a load rather than spin.
+    if (offload_->HasPendingLoads() && scheduler_->num_running() == 0 && scheduler_->num_waiting() == 0) {
+      offload_->WaitForLoad(std::chrono::milliseconds(1));
+      PollTierLoads();
+    }
+  }
   if (options_.speculative.enabled()) DraftForRunning();
   scheduler_->Schedule(&schedule_);
   if (schedule_.chunks.empty()) return absl::OkStatus();
@@ -671,10 +698,116 @@ absl::Span<const int32_t> LLMEngine::EventTokens(const Sequence& seq) const {
 void LLMEngine::PublishComputed(Sequence* seq) {
   const int64_t bs = blocks_->block_size();
   ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
-  blocks_->Publish(seq->id,
-                   absl::MakeConstSpan(seq->block_hashes)
-                       .subspan(0, std::min<size_t>(seq->block_hashes.size(), seq->num_computed / bs)),
-                   EventTokens(*seq));
+  Publish(seq, absl::MakeConstSpan(seq->block_hashes)
+                   .subspan(0, std::min<size_t>(seq->block_hashes.size(), seq->num_computed / bs)));
+}
+
+void LLMEngine::Publish(Sequence* seq, absl::Span<const BlockHash> hashes) {
+  if (offload_ == nullptr) {
+    blocks_->Publish(seq->id, hashes, EventTokens(*seq));
+    return;
+  }
+  indexed_.clear();
+  blocks_->Publish(seq->id, hashes, EventTokens(*seq), &indexed_);
+  for (const auto& [hash, block] : indexed_) offload_->OfferStored(hash, block);
+}
+
+bool LLMEngine::StartTierLoad(Sequence* seq) {
+  const int64_t bs = blocks_->block_size();
+  const int64_t len = static_cast<int64_t>(seq->tokens.size());
+  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+  const int64_t max_blocks = (len - 1) / bs;  // At least one token is computed (its logits).
+  auto probe = blocks_->PlanAdmit(seq->block_hashes, max_blocks, 0, 0);
+  if (!probe.ok()) return false;
+  const int64_t cached = probe->num_cached_tokens / bs;
+  const auto next = absl::MakeConstSpan(seq->block_hashes).subspan(static_cast<size_t>(cached),
+                                                                     static_cast<size_t>(max_blocks - cached));
+  const int64_t found = offload_->Holds(next);
+  if (found == 0) return false;
+  // The whole prompt's blocks now (as a remote prefill reserves them): the tier's land in the
+  // blocks after the pool's cached prefix.
+  auto plan = blocks_->PlanAdmit(seq->block_hashes, max_blocks, len, seq->num_prompt_tokens);
+  if (!plan.ok() || plan->num_cached_tokens != cached * bs) return false;  // No room: as usual.
+  blocks_->CommitAdmit(seq->id, *plan, static_cast<int64_t>(seq->tokens.capacity()));
+  seq->num_computed = plan->num_cached_tokens;
+  seq->num_cached_prompt_tokens = std::min(plan->num_cached_tokens, seq->num_prompt_tokens);
+  seq->admitted_before = true;
+  seq->first_scheduled = Clock::now();
+  const auto table = blocks_->BlockTable(seq->id);
+  std::vector<BlockHash> hashes(next.begin(), next.begin() + found);
+  std::vector<BlockId> targets(table.begin() + cached, table.begin() + cached + found);
+  seq->tier_loading = true;
+  tier_loads_[static_cast<uint64_t>(seq->id)] = seq->request_id;
+  offload_->StartLoad(static_cast<uint64_t>(seq->id), std::move(hashes), std::move(targets));
+  return true;
+}
+
+void LLMEngine::PollTierLoads() {
+  std::vector<KvOffload::LoadDone> done;
+  offload_->Poll(&done);
+  const int64_t bs = blocks_->block_size();
+  for (const KvOffload::LoadDone& d : done) {
+    auto name = tier_loads_.find(d.tag);
+    if (name == tier_loads_.end()) continue;
+    auto it = sequences_.find(name->second);
+    tier_loads_.erase(name);
+    if (it == sequences_.end()) continue;
+    Sequence* seq = it->second.get();
+    if (seq->held) {  // Aborted while loading: its blocks were kept for the load; now they go.
+      ReleaseHeld(seq->request_id);
+      continue;
+    }
+    seq->tier_loading = false;
+    const int64_t cached_blocks = seq->num_computed / bs;
+    // The loaded blocks are computed KV now: published (a later request finds them in the pool),
+    // counted as cached prompt tokens (they were not computed for this request).
+    seq->num_computed += d.loaded * bs;
+    seq->num_cached_prompt_tokens = std::min(seq->num_computed, seq->num_prompt_tokens);
+    Publish(seq, absl::MakeConstSpan(seq->block_hashes).subspan(0, static_cast<size_t>(cached_blocks + d.loaded)));
+    scheduler_->AddWaiting(seq);  // Joins with its blocks (the rest of its prompt is prefilled).
+  }
+}
+
+BlockHash LLMEngine::TierModelKey() const {
+  // Everything that fixes a block's bits: the model's shape, its weights' bytes, the arithmetic
+  // (numerics: compute dtype, block formats, AMX's order), the pool's layout.
+  const ModelConfig& c = config();
+  const KvCacheSpec& spec = pool_->spec();
+  const RopeScaling& rs = c.rope_scaling;
+  std::string canonical = Str(
+      "pdserve-kv-tier-v1|", ModelFamilyName(c.family), "|", c.vocab_size, "|", c.hidden_size, "|",
+      c.intermediate_size, "|", c.num_layers, "|", c.num_heads, "|", c.num_kv_heads, "|", c.head_dim, "|",
+      absl::StrFormat("%a|%a|%d|%a|%a|%a|%d", c.rms_norm_eps, c.rope_theta, static_cast<int>(rs.type),
+                      rs.factor, rs.low_freq_factor, rs.high_freq_factor,
+                      static_cast<int>(rs.original_max_position)),
+      "|", c.tie_word_embeddings, c.qkv_bias, c.o_bias, c.mlp_bias, c.qk_norm, "|", c.sliding_window, "|",
+      numerics(), "|", KvDTypeName(spec.dtype), "|", spec.block_size, "|", spec.PageBytes());
+  for (float f : rs.freq_factors) canonical += absl::StrFormat("|%a", f);
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  XXH3_128bits_update(state, canonical.data(), canonical.size());
+  auto bytes = [&](const void* p, size_t n) {
+    if (p != nullptr && n > 0) XXH3_128bits_update(state, p, n);
+  };
+  auto floats = [&](const std::vector<float>& v) { bytes(v.data(), v.size() * sizeof(float)); };
+  const ModelWeights& w = *weights_;
+  bytes(w.embed_tokens().data, w.embed_tokens().bytes());
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& lw = w.layer(l);
+    for (const MatrixRef* m : {&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate_proj, &lw.up_proj,
+                               &lw.down_proj}) {
+      bytes(m->data, m->bytes());
+    }
+    for (const std::vector<float>* v : {&lw.input_norm, &lw.post_attention_norm, &lw.q_bias, &lw.k_bias,
+                                        &lw.v_bias, &lw.o_bias, &lw.q_norm, &lw.k_norm, &lw.gate_bias,
+                                        &lw.up_bias, &lw.down_bias}) {
+      floats(*v);
+    }
+  }
+  floats(w.final_norm());
+  const XXH128_hash_t h = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  return BlockHash{h.low64, h.high64};
 }
 
 void LLMEngine::EndSpeculation(Sequence* seq, int64_t drafted, int64_t accepted, bool finished) {
@@ -777,6 +910,13 @@ bool LLMEngine::Abort(const std::string& request_id, std::vector<RequestOutput>*
     ReleaseHeld(request_id);
     return true;
   }
+  if (it->second->tier_loading) {
+    // Its blocks are being written by the tier's load: held under another name until it ends.
+    const uint64_t tag = static_cast<uint64_t>(it->second->id);
+    const std::string held = AbortKeepingBlocks(request_id, outputs);
+    tier_loads_[tag] = held;
+    return true;
+  }
   options_by_request_.erase(request_id);
   RequestOutput out = MakeOutput(*it->second);
   SetFinished(*it->second, "abort", &out);
@@ -797,6 +937,10 @@ EngineStats LLMEngine::Stats() const {
   s.preemptions = scheduler_->num_preemptions();
   s.kv = blocks_->Stats();
   s.forward_phase_seconds = runner_->phase_seconds();
+  if (offload_ != nullptr) {
+    s.offload = offload_->stats();
+    s.tier = offload_->tier().Stats();
+  }
   return s;
 }
 

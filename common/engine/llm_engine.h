@@ -18,6 +18,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "common/engine/engine_options.h"
+#include "common/engine/kv_offload.h"
 #include "common/engine/model_runner.h"
 #include "common/engine/scheduler.h"
 #include "common/engine/sequence.h"
@@ -105,6 +106,10 @@ struct EngineStats {
   // The forward passes' time by phase, where the backend times them (ModelRunner::phase_seconds).
   ForwardPhaseSeconds forward_phase_seconds{};
   KvCacheStats kv;
+  // KV cache tiers (EngineOptions::kv_tier): this engine's offers and loads, and the tier's own
+  // counters (shared by the process's engines).
+  KvOffloadStats offload;
+  KvTierStats tier;
 };
 
 class LLMEngine {
@@ -190,6 +195,13 @@ class LLMEngine {
   int64_t num_kv_blocks() const { return pool_->num_blocks(); }
   const SpeculativeOptions& speculative() const { return options_.speculative; }
   EngineStats Stats() const;
+  bool has_kv_tier() const { return offload_ != nullptr; }
+  std::string kv_tier_name() const { return offload_ != nullptr ? std::string(offload_->tier().name()) : ""; }
+  // KV cache tiers: waits until the blocks queued for the tiers so far are stored (tests; a
+  // worker draining before it exits). Nothing without a tier.
+  void FlushKvOffload() {
+    if (offload_ != nullptr) offload_->FlushStores();
+  }
   // Prefix-cache changes since the last call (EngineOptions::enable_kv_events), and the full set.
   void DrainKvEvents(std::vector<KvEvent>* out) { blocks_->DrainEvents(out); }
   std::vector<BlockHash> IndexedBlockHashes() const { return blocks_->IndexedHashes(); }
@@ -214,6 +226,17 @@ class LLMEngine {
   void EndSpeculation(Sequence* seq, int64_t drafted, int64_t accepted, bool finished);
   // Hashes and publishes the full blocks whose KV is computed.
   void PublishComputed(Sequence* seq);
+  // Publishes seq's first hashes.size() blocks, offering those it newly indexed to the tiers.
+  void Publish(Sequence* seq, absl::Span<const BlockHash> hashes);
+  // KV cache tiers: starts loading the prompt's next prefix blocks from the tiers when they have
+  // some (its blocks reserved, the sequence parked until the load ends); false: nothing to load
+  // (or no room), admit as usual.
+  bool StartTierLoad(Sequence* seq);
+  // The finished loads: each sequence joins the waiting queue with its loaded blocks computed.
+  void PollTierLoads();
+  // What fixes a block's bits (KvTierKey::model): the model's shape and weights, the arithmetic,
+  // the pool's layout.
+  BlockHash TierModelKey() const;
   // The tokens for the block manager's stored events (EngineOptions::kv_event_tokens), or none.
   absl::Span<const int32_t> EventTokens(const Sequence& seq) const;
   // Suffix decoding: indexes a finished request's output for later requests' drafts.
@@ -240,6 +263,12 @@ class LLMEngine {
   std::vector<int32_t> eos_ids_;
   int64_t max_model_len_ = 0;
   std::unique_ptr<KvPool> pool_;
+  // After pool_: destroyed first, so its loads in flight end before the pool's memory does.
+  std::unique_ptr<KvOffload> offload_;
+  // Loads in flight by sequence id: the request's name (a new one if aborted while loading: its
+  // blocks are then held until the load ends, then freed).
+  absl::flat_hash_map<uint64_t, std::string> tier_loads_;
+  std::vector<std::pair<BlockHash, BlockId>> indexed_;  // Publish's scratch.
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;

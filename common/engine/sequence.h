@@ -36,6 +36,7 @@ struct Sequence {
   SamplingParams params;        // params.max_tokens first.
   bool admitted_before = false;
   bool held = false;  // Finished, blocks kept for a transfer still in flight.
+  bool tier_loading = false;  // Its next prefix blocks are being loaded from the KV tiers.
   int64_t num_preemptions = 0;
   std::vector<BlockHash> block_hashes;  // Of the full blocks of `tokens`.
   std::string request_id;

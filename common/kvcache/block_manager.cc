@@ -117,7 +117,8 @@ absl::Status BlockManager::ReserveSlow(SeqId seq, int64_t num_tokens, int32_t* s
 }
 
 void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes,
-                           absl::Span<const int32_t> tokens) {
+                           absl::Span<const int32_t> tokens,
+                           std::vector<std::pair<BlockHash, BlockId>>* indexed) {
   if (!prefix_caching_) return;
   SeqBlocks* found = Find(seq);
   PD_CHECK_MSG(found != nullptr, "Publish: unknown sequence");
@@ -132,6 +133,7 @@ void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes,
       index_.Insert(hashes[i].lo, s.table[i]);
       m.hashed = true;
       m.hash = hashes[i];
+      if (indexed != nullptr) indexed->emplace_back(hashes[i], s.table[i]);
       if (events_on_) {
         KvEvent e{KvEvent::Type::kStored, hashes[i], i > 0 ? hashes[i - 1] : BlockHash{}, {}};
         if (static_cast<int64_t>(tokens.size()) >= (i + 1) * block_size_) {

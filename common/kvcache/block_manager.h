@@ -15,6 +15,7 @@
 #define PDSERVE_COMMON_KVCACHE_BLOCK_MANAGER_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -98,9 +99,11 @@ class BlockManager {
 
   // Publishes `seq`'s full blocks whose KV is computed: hashes[i] is the hash of block i.
   // `tokens` (the sequence's tokens, at least hashes.size() blocks of them, or empty) go into the
-  // stored events.
+  // stored events. `indexed` (optional): each block this call put in the prefix index, appended
+  // (the KV tiers' offer).
   void Publish(SeqId seq, absl::Span<const BlockHash> hashes,
-               absl::Span<const int32_t> tokens = {});
+               absl::Span<const int32_t> tokens = {},
+               std::vector<std::pair<BlockHash, BlockId>>* indexed = nullptr);
 
   // A hint: the prefix index's entry for `hash` will be looked up soon (Publish, PlanAdmit).
   void PrefetchIndex(const BlockHash& hash) const { index_.Prefetch(hash.lo); }

@@ -147,6 +147,7 @@ void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
   transfers_.SetTotal(static_cast<double>(info.transfers_completed()));
   if (info.spec_accepted_by_position_size() > 0) CollectSpeculative(info);
   if (info.structured_mask_lookups() > 0) CollectStructured(info);
+  if (info.has_kv_tier()) CollectKvTier(info.kv_tier());
 }
 
 void WorkerMetrics::CollectStructured(const internal::v1::WorkerInfo& info) {
@@ -163,6 +164,48 @@ void WorkerMetrics::CollectStructured(const internal::v1::WorkerInfo& info) {
   counter("pdserve_structured_output_mask_lookups_total",
           "Token masks used: one per constrained sampled position (computed or found).")
       .SetTotal(static_cast<double>(info.structured_mask_lookups()));
+}
+
+void WorkerMetrics::CollectKvTier(const internal::v1::KvTierInfo& t) {
+  // Registered on workers with a tier; labelled by the tier ("disk").
+  const std::vector<std::string> labels = {"model_name", "role", "tier"};
+  const std::vector<std::string> values = {model_name_, role_, t.name()};
+  const auto counter = [&](const char* name, const char* help, double total) {
+    registry_->AddCounter(name, help, labels).With(values).SetTotal(total);
+  };
+  const auto gauge = [&](const char* name, const char* help, double value) {
+    registry_->AddGauge(name, help, labels).With(values).Set(value);
+  };
+  gauge("pdserve_kv_offload_blocks", "Prefix blocks the KV tier holds.", static_cast<double>(t.blocks()));
+  gauge("pdserve_kv_offload_bytes", "Bytes the KV tier holds.", static_cast<double>(t.bytes()));
+  counter("pdserve_kv_offload_store_bytes_total", "Block bytes stored in the KV tier.",
+          static_cast<double>(t.store_bytes()));
+  counter("pdserve_kv_offload_store_seconds_total", "Seconds spent storing blocks (I/O thread).",
+          t.store_seconds());
+  counter("pdserve_kv_offload_load_bytes_total", "Block bytes loaded from the KV tier and checked.",
+          static_cast<double>(t.load_bytes()));
+  counter("pdserve_kv_offload_load_seconds_total", "Seconds spent loading blocks (I/O thread).",
+          t.load_seconds());
+  counter("pdserve_kv_offload_misses_total", "Blocks asked of the KV tier and not there.",
+          static_cast<double>(t.misses()));
+  counter("pdserve_kv_offload_corrupt_blocks_total",
+          "Blocks found in the KV tier that failed their checks (removed, recomputed).",
+          static_cast<double>(t.corrupt()));
+  counter("pdserve_kv_offload_evictions_total", "Blocks removed from the KV tier for its byte budget.",
+          static_cast<double>(t.evictions()));
+  counter("pdserve_kv_offload_errors_total", "Blocks the KV tier failed to write (a full disk).",
+          static_cast<double>(t.errors()));
+  counter("pdserve_kv_offload_store_drops_total",
+          "Published blocks not stored: every store buffer was busy (a store never waits).",
+          static_cast<double>(t.store_drops()));
+  counter("pdserve_kv_offload_loaded_blocks_total", "Blocks this worker loaded into its pool from the tier.",
+          static_cast<double>(t.loaded_blocks()));
+  counter("pdserve_kv_offload_failed_blocks_total",
+          "Blocks this worker asked of the tier and recomputed instead (a miss or a failed check).",
+          static_cast<double>(t.failed_blocks()));
+  counter("pdserve_kv_offload_loaded_tokens_total",
+          "Prompt tokens whose KV this worker loaded from the tier instead of computing it.",
+          static_cast<double>(t.loaded_tokens()));
 }
 
 void WorkerMetrics::CollectSpeculative(const internal::v1::WorkerInfo& info) {

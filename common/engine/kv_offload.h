@@ -1,0 +1,112 @@
+// An engine's side of the KV cache tiers (kv_tier.h): offers the prefix blocks it publishes to
+// the tiers, and loads a new request's next prefix blocks from them into blocks of the pool.
+//
+// Writes never slow a step: at publication a block's pages are copied into a buffer of a fixed
+// set (a block's bytes, on the scheduler thread: ~BlockBytes / memory bandwidth) and queued for
+// this offloader's I/O thread; with no free buffer the block is dropped and counted. Loads are
+// asynchronous: the I/O thread reads each block, checks it and writes it straight into the pool
+// pages of the block the engine reserved for it (which no step reads until the load is done),
+// and the engine polls the completions at each step. The scheduler thread never waits on I/O.
+//
+// Threads: StartLoad, OfferStored, Poll and the queries are the engine's scheduler thread's; the
+// I/O thread touches only the buffers queued to it and the pool pages of blocks being loaded.
+#ifndef PDSERVE_COMMON_ENGINE_KV_OFFLOAD_H_
+#define PDSERVE_COMMON_ENGINE_KV_OFFLOAD_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "common/kvcache/block_manager.h"
+#include "common/kvcache/kv_cache_spec.h"
+#include "common/kvcache/kv_tier.h"
+
+namespace pdserve {
+
+struct KvOffloadStats {
+  int64_t offered = 0;        // Published blocks offered to the tier.
+  int64_t queued = 0;         // Of those, queued for a store (the rest: the tier had them).
+  int64_t store_drops = 0;    // Queued for a store but no buffer was free: dropped.
+  int64_t load_requests = 0;  // Requests that found prefix blocks in the tier.
+  int64_t loaded_blocks = 0;  // Blocks loaded and checked into the pool.
+  int64_t failed_blocks = 0;  // Found but failing to load or its checks: recomputed.
+  int64_t loaded_tokens = 0;  // Prompt tokens those blocks hold (not computed again).
+};
+
+class KvOffload {
+ public:
+  // `pool`: the pool's first byte, `num_blocks` its blocks, laid out as KvPool's
+  // [layer][block] pages of spec.PageBytes(). `model`: KvTierModelKey's. `buffers`: blocks that
+  // may wait for a store at once (their memory is allocated now).
+  KvOffload(std::shared_ptr<KvTier> tier, const KvCacheSpec& spec, uint8_t* pool, int64_t num_blocks,
+            const BlockHash& model, int64_t buffers);
+  ~KvOffload();  // Finishes the loads in flight and the queued stores.
+
+  const KvTier& tier() const { return *tier_; }
+
+  // A published prefix block: copied and queued for the tier unless it has it already.
+  void OfferStored(const BlockHash& hash, BlockId block);
+  // How many of `hashes`, from the first, the tier holds (a hint: a load may still miss).
+  int64_t Holds(absl::Span<const BlockHash> hashes) const;
+
+  // Loads blocks[i] <- the tier's hashes[i] (a request's consecutive prefix blocks, reserved for
+  // it); Poll later reports `tag` with how many of them, from the first, loaded and checked.
+  void StartLoad(uint64_t tag, std::vector<BlockHash> hashes, std::vector<BlockId> blocks);
+  struct LoadDone {
+    uint64_t tag;
+    int64_t loaded;     // Leading blocks in the pool, checked.
+    int64_t requested;  // Blocks asked for (the rest, from the first that failed, are recomputed).
+  };
+  // The loads finished since the last call.
+  void Poll(std::vector<LoadDone>* done);
+  bool HasPendingLoads() const { return pending_loads_ > 0; }
+  // Waits at most `timeout` for a load to finish (the engine, with nothing else to step).
+  void WaitForLoad(std::chrono::milliseconds timeout);
+  // Waits until every store queued so far is done (tests; a worker's drain).
+  void FlushStores();
+
+  const KvOffloadStats& stats() const { return stats_; }
+
+ private:
+  struct Load {
+    uint64_t tag;
+    std::vector<BlockHash> hashes;
+    std::vector<BlockId> blocks;
+  };
+  struct Store {
+    BlockHash hash;
+    std::vector<uint8_t> bytes;
+  };
+  void Run();  // The I/O thread.
+  uint8_t* Page(int64_t layer, BlockId block) const {
+    return pool_ + static_cast<size_t>(layer * num_blocks_ + block) * spec_.PageBytes();
+  }
+
+  const std::shared_ptr<KvTier> tier_;
+  const KvCacheSpec spec_;
+  uint8_t* const pool_;
+  const int64_t num_blocks_;
+  const BlockHash model_;
+  KvOffloadStats stats_;      // The scheduler thread's.
+  int64_t pending_loads_ = 0;  // The scheduler thread's: started, not yet polled.
+
+  std::mutex mu_;
+  std::condition_variable wake_, done_cv_;
+  std::deque<Load> loads_;
+  std::deque<Store> stores_;
+  std::vector<std::vector<uint8_t>> free_buffers_;
+  std::vector<LoadDone> finished_;
+  int64_t stores_in_flight_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_KV_OFFLOAD_H_
