@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/base/file_util.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/kvcache/disk_tier.h"
+#include "common/kvcache/redis_tier.h"
 
 namespace pdserve::cli {
 
@@ -90,6 +92,16 @@ void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
                "the pool (checked on load, LRU under --kv-offload-disk-gib, kept across restarts); "
                "a request whose next prefix blocks are there loads them instead of computing them");
   flags.Double("kv-offload-disk-gib", &kv_offload_disk_gib, "--kv-offload-disk: its byte budget, GiB");
+  flags.String("kv-store", &kv_store,
+               "shared KV tier: redis://HOST:PORT[,HOST:PORT...] (blocks sharded by hash across the "
+               "servers); published prefix blocks are written through to it and any worker loads "
+               "the prefixes any worker computed (asked after the pool and --kv-offload-disk)");
+  flags.String("kv-store-password-file", &kv_store_password_file,
+               "--kv-store: a file holding PASSWORD or USER:PASSWORD for Redis AUTH (an ACL user)");
+  flags.String("kv-store-key-file", &kv_store_key_file,
+               "--kv-store: a file holding a secret; every block is signed with HMAC-SHA256 under it "
+               "and a block whose signature fails is never used (a store others can write)");
+  flags.Int("kv-store-timeout-ms", &kv_store_timeout_ms, "--kv-store: connect and command timeout");
   flags.String("compute-dtype", &compute_dtype,
                "linear layers in f32, bf16 (bf16 activations x bf16 weights, f32 sums; "
                "batch-invariant too) or auto (bf16 when the weights are bf16 and the CPU has "
@@ -154,7 +166,30 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
     auto tier = DiskTier::Open(
         {kv_offload_disk, static_cast<int64_t>(kv_offload_disk_gib * static_cast<double>(int64_t{1} << 30))});
     if (!tier.ok()) return tier.status();
-    o->kv_tier = std::shared_ptr<KvTier>(std::move(*tier));
+    o->kv_tiers.push_back(std::shared_ptr<KvTier>(std::move(*tier)));
+  }
+  if (kv_store.empty() && (!kv_store_password_file.empty() || !kv_store_key_file.empty())) {
+    return absl::InvalidArgumentError("--kv-store-password-file/--kv-store-key-file: need --kv-store");
+  }
+  if (!kv_store.empty()) {
+    RedisTierOptions ro;
+    PD_RETURN_IF_ERROR(ParseRedisUrl(kv_store, &ro));
+    if (!kv_store_password_file.empty()) PD_RETURN_IF_ERROR(ReadRedisPasswordFile(kv_store_password_file, &ro));
+    if (!kv_store_key_file.empty()) {
+      auto key = ReadFileToString(kv_store_key_file);
+      if (!key.ok()) return absl::InvalidArgumentError(Str("--kv-store-key-file: ", key.status().message()));
+      if (key->size() < 16) {
+        return absl::InvalidArgumentError("--kv-store-key-file: the key must be at least 16 bytes");
+      }
+      ro.hmac_key = std::move(*key);
+    }
+    if (kv_store_timeout_ms < 1 || kv_store_timeout_ms > 600000) {
+      return absl::InvalidArgumentError("--kv-store-timeout-ms: must be in [1, 600000]");
+    }
+    ro.timeout_ms = static_cast<int>(kv_store_timeout_ms);
+    auto tier = RedisTier::Open(ro);
+    if (!tier.ok()) return tier.status();
+    o->kv_tiers.push_back(std::shared_ptr<KvTier>(std::move(*tier)));
   }
   if (threads < 0) return absl::InvalidArgumentError("--threads: must be >= 0");
   if (block_size < 1) return absl::InvalidArgumentError("--block-size: must be positive");

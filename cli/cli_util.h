@@ -52,6 +52,8 @@ struct EngineFlags {
   // KV cache tiers: a directory for evicted and published prefix blocks, and its byte budget.
   std::string kv_offload_disk;
   double kv_offload_disk_gib = 16;
+  std::string kv_store, kv_store_password_file, kv_store_key_file;  // The shared store (Redis).
+  int64_t kv_store_timeout_ms = 1000;
 
   // `speculative`: also the speculative decoding flags (not for prefill workers).
   void Register(FlagSet& flags, bool speculative = true);

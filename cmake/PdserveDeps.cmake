@@ -10,6 +10,7 @@ find_package(OpenBLAS CONFIG REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET re2)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 # Debian builds cpp-httplib as a library; pkg-config adds the CPPHTTPLIB_* defines it was built with.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)

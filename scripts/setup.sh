@@ -9,7 +9,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libre2-dev libopenblas-dev libxxhash-dev libcpp-httplib-dev libucx-dev ucx-utils libzmq3-dev
+  nlohmann-json3-dev libre2-dev libopenblas-dev libxxhash-dev libhiredis-dev redis-server libcpp-httplib-dev libucx-dev ucx-utils libzmq3-dev
   python3 python3-numpy python3-grpcio python3-protobuf python3-yaml python3-jinja2 python3-zmq python3-msgpack python3-xxhash python3-jsonschema libicu-dev
   prometheus openssl libssl-dev clang libclang-rt-14-dev gnuplot-nox time
 )

@@ -57,11 +57,11 @@ struct EngineOptions {
   bool weight_huge_pages = true;  // ModelRunnerOptions::weight_huge_pages.
   // A format to quantize the model's float matrices to on load (--weight-dtype q4_k_m).
   WeightFormat weight_dtype = WeightFormat::kAsStored;
-  // KV cache tiers (kv_tier.h): the process's tier (the engines of one process share it), or
-  // null for none. Its published prefix blocks are offered to it, and a request's next prefix
-  // blocks loaded from it; `kv_offload_buffers` blocks may wait for a store at once (more are
-  // dropped and counted: a store never slows a step).
-  std::shared_ptr<KvTier> kv_tier;
+  // KV cache tiers (kv_tier.h): the process's tiers (the engines of one process share them),
+  // local ones first, or none. Published prefix blocks are offered to each, and a request's next
+  // prefix blocks loaded from the first that has each; `kv_offload_buffers` blocks may wait for a
+  // store at once (more are dropped and counted: a store never slows a step).
+  std::vector<std::shared_ptr<KvTier>> kv_tiers;
   int64_t kv_offload_buffers = 64;
   // Engines of one process (serve's prefill and decode workers) given one object load the model
   // and make the cpu runner's matrix copies once between them (shared_weights.h). Null: their own.

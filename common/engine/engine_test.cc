@@ -1159,7 +1159,7 @@ TEST(EngineTest, PrefixBlocksFromTheDiskTierGiveTheBitsOfComputingThem) {
     auto tier = DiskTier::Open({tier_dir, int64_t{1} << 30});
     ASSERT_TRUE(tier.ok()) << tier.status();
     EngineOptions o = ModeOptions(mode);
-    o.kv_tier = std::shared_ptr<KvTier>(std::move(*tier));
+    o.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
     {  // The first engine computes the prefixes and stores them.
       auto engine = LLMEngine::Create(dir, o);
       ASSERT_TRUE(engine.ok()) << engine.status();
@@ -1167,7 +1167,7 @@ TEST(EngineTest, PrefixBlocksFromTheDiskTierGiveTheBitsOfComputingThem) {
       std::vector<RequestOutput> outs;
       while ((*engine)->HasUnfinished()) ASSERT_TRUE((*engine)->Step(&outs).ok());
       (*engine)->FlushKvOffload();
-      EXPECT_GT((*engine)->Stats().tier.stores, 0) << name;
+      EXPECT_GT((*engine)->Stats().tiers.at(0).second.stores, 0) << name;
     }
     // A restarted worker: a new engine over the same tier.
     EngineStats restarted;
@@ -1198,7 +1198,7 @@ TEST(EngineTest, TierLoadsThatFailOrAreAbortedLeaveNothingBehind) {
   auto tier = DiskTier::Open({tier_dir, int64_t{1} << 30});
   ASSERT_TRUE(tier.ok());
   EngineOptions o = SmallOptions();
-  o.kv_tier = std::shared_ptr<KvTier>(std::move(*tier));
+  o.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
   const Request r{"r", Prompt(41, 5), Greedy(5)};
   const auto plain = RunEngine(dir, SmallOptions(), {r});
   {
@@ -1220,7 +1220,7 @@ TEST(EngineTest, TierLoadsThatFailOrAreAbortedLeaveNothingBehind) {
   ExpectBitwiseEqual(corrupted.at("r"), plain.at("r"), "corrupted tier");
   EXPECT_GT(stats.offload.failed_blocks, 0);
   EXPECT_EQ(stats.offload.loaded_blocks, 0);
-  EXPECT_GT(stats.tier.corrupt, 0);
+  EXPECT_GT(stats.tiers.at(0).second.corrupt, 0);
   // The blocks are stored again (by that run); a request aborted at once while they load.
   auto engine = LLMEngine::Create(dir, o);
   ASSERT_TRUE(engine.ok());

@@ -5,9 +5,10 @@
 
 namespace pdserve {
 
-KvOffload::KvOffload(std::shared_ptr<KvTier> tier, const KvCacheSpec& spec, uint8_t* pool, int64_t num_blocks,
-                     const BlockHash& model, int64_t buffers)
-    : tier_(std::move(tier)), spec_(spec), pool_(pool), num_blocks_(num_blocks), model_(model) {
+KvOffload::KvOffload(std::vector<std::shared_ptr<KvTier>> tiers, const KvCacheSpec& spec, uint8_t* pool,
+                     int64_t num_blocks, const BlockHash& model, int64_t buffers)
+    : tiers_(std::move(tiers)), spec_(spec), pool_(pool), num_blocks_(num_blocks), model_(model) {
+  for (const auto& t : tiers_) remote_ = remote_ || t->remote();
   for (int64_t i = 0; i < buffers; ++i) free_buffers_.emplace_back(spec_.BlockBytes());
   thread_ = std::thread([this] { Run(); });
 }
@@ -23,7 +24,9 @@ KvOffload::~KvOffload() {
 
 void KvOffload::OfferStored(const BlockHash& hash, BlockId block) {
   ++stats_.offered;
-  if (tier_->Contains({model_, hash})) return;
+  bool all = true;
+  for (const auto& t : tiers_) all = all && t->Contains({model_, hash});
+  if (all) return;
   std::vector<uint8_t> buffer;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -48,8 +51,15 @@ void KvOffload::OfferStored(const BlockHash& hash, BlockId block) {
 }
 
 int64_t KvOffload::Holds(absl::Span<const BlockHash> hashes) const {
+  if (remote_) return static_cast<int64_t>(hashes.size());
+  const auto any = [&](const BlockHash& h) {
+    for (const auto& t : tiers_) {
+      if (t->Contains({model_, h})) return true;
+    }
+    return false;
+  };
   int64_t n = 0;
-  while (n < static_cast<int64_t>(hashes.size()) && tier_->Contains({model_, hashes[static_cast<size_t>(n)]})) ++n;
+  while (n < static_cast<int64_t>(hashes.size()) && any(hashes[static_cast<size_t>(n)])) ++n;
   return n;
 }
 
@@ -86,7 +96,6 @@ void KvOffload::FlushStores() {
 }
 
 void KvOffload::Run() {
-  std::vector<uint8_t> scratch(spec_.BlockBytes());
   const size_t page = spec_.PageBytes();
   for (;;) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -95,17 +104,23 @@ void KvOffload::Run() {
       Load job = std::move(loads_.front());
       loads_.pop_front();
       lock.unlock();
-      int64_t loaded = 0;
-      for (size_t i = 0; i < job.hashes.size(); ++i) {
-        if (!tier_->Load({model_, job.hashes[i]}, absl::MakeSpan(scratch)).ok()) break;
-        // Into the block reserved for it: no step reads it until the engine has polled this.
-        for (int64_t l = 0; l < spec_.num_layers; ++l) {
-          std::memcpy(Page(l, job.blocks[i]), scratch.data() + static_cast<size_t>(l) * page, page);
-        }
-        ++loaded;
+      std::vector<KvTierKey> keys;
+      for (const BlockHash& h : job.hashes) keys.push_back({model_, h});
+      // Each tier in turn continues the run where the one before it missed.
+      size_t loaded = 0;
+      for (const auto& t : tiers_) {
+        if (loaded == keys.size()) break;
+        const size_t base = loaded;
+        loaded += static_cast<size_t>(t->LoadRun(
+            absl::MakeConstSpan(keys).subspan(base), spec_.BlockBytes(), [&](size_t i, absl::Span<const uint8_t> bytes) {
+              // Into the block reserved for it: no step reads it until the engine has polled this.
+              for (int64_t l = 0; l < spec_.num_layers; ++l) {
+                std::memcpy(Page(l, job.blocks[base + i]), bytes.data() + static_cast<size_t>(l) * page, page);
+              }
+            }));
       }
       lock.lock();
-      finished_.push_back({job.tag, loaded, static_cast<int64_t>(job.hashes.size())});
+      finished_.push_back({job.tag, static_cast<int64_t>(loaded), static_cast<int64_t>(job.hashes.size())});
       done_cv_.notify_all();
       continue;
     }
@@ -114,7 +129,9 @@ void KvOffload::Run() {
     stores_.pop_front();
     ++stores_in_flight_;
     lock.unlock();
-    (void)tier_->Store({model_, job.hash}, job.bytes);  // A failure is the tier's to count.
+    for (const auto& t : tiers_) {
+      if (!t->Contains({model_, job.hash})) (void)t->Store({model_, job.hash}, job.bytes);  // Failures: the tier's.
+    }
     lock.lock();
     --stores_in_flight_;
     free_buffers_.push_back(std::move(job.bytes));

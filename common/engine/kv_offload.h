@@ -44,15 +44,17 @@ class KvOffload {
   // `pool`: the pool's first byte, `num_blocks` its blocks, laid out as KvPool's
   // [layer][block] pages of spec.PageBytes(). `model`: KvTierModelKey's. `buffers`: blocks that
   // may wait for a store at once (their memory is allocated now).
-  KvOffload(std::shared_ptr<KvTier> tier, const KvCacheSpec& spec, uint8_t* pool, int64_t num_blocks,
+  // `tiers`: asked in order for each block (local ones first), stored into each that lacks it.
+  KvOffload(std::vector<std::shared_ptr<KvTier>> tiers, const KvCacheSpec& spec, uint8_t* pool, int64_t num_blocks,
             const BlockHash& model, int64_t buffers);
   ~KvOffload();  // Finishes the loads in flight and the queued stores.
 
-  const KvTier& tier() const { return *tier_; }
+  const std::vector<std::shared_ptr<KvTier>>& tiers() const { return tiers_; }
 
-  // A published prefix block: copied and queued for the tier unless it has it already.
+  // A published prefix block: copied and queued for the tiers unless every one has it already.
   void OfferStored(const BlockHash& hash, BlockId block);
-  // How many of `hashes`, from the first, the tier holds (a hint: a load may still miss).
+  // How many of `hashes`, from the first, are worth asking the tiers for: those a local tier
+  // holds (a hint: a load may still miss), or all of them with a remote tier (only it knows).
   int64_t Holds(absl::Span<const BlockHash> hashes) const;
 
   // Loads blocks[i] <- the tier's hashes[i] (a request's consecutive prefix blocks, reserved for
@@ -88,7 +90,8 @@ class KvOffload {
     return pool_ + static_cast<size_t>(layer * num_blocks_ + block) * spec_.PageBytes();
   }
 
-  const std::shared_ptr<KvTier> tier_;
+  const std::vector<std::shared_ptr<KvTier>> tiers_;
+  bool remote_ = false;  // Some tier is.
   const KvCacheSpec spec_;
   uint8_t* const pool_;
   const int64_t num_blocks_;

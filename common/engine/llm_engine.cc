@@ -177,20 +177,20 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
                           ? options.runner_factory(ro, e->weights_.get(), e->pool_.get())
                           : CreateModelRunner(options.backend, ro, e->weights_.get(), e->pool_.get()));
   e->logits_.resize(static_cast<size_t>(ro.max_logit_rows) * config.vocab_size);
-  if (options.kv_tier != nullptr) {
+  if (!options.kv_tiers.empty()) {
     if (options.backend != "cpu") {
       return absl::UnimplementedError(
-          Str("--kv-offload-disk with --device ", options.backend, ": the tiers read and write host "
+          Str("--kv-offload-disk/--kv-store with --device ", options.backend, ": the tiers read and write host "
               "pools; GPU workers' host tier comes later"));
     }
     if (!options.enable_prefix_caching) {
       return absl::InvalidArgumentError(
-          "--kv-offload-disk needs the prefix cache (its blocks are the prefix cache's)");
+          "--kv-offload-disk/--kv-store need the prefix cache (their blocks are the prefix cache's)");
     }
     if (options.kv_offload_buffers < 1) {
       return absl::InvalidArgumentError("kv offload buffers must be >= 1");
     }
-    e->offload_ = std::make_unique<KvOffload>(options.kv_tier, spec, e->pool_->data(), num_blocks,
+    e->offload_ = std::make_unique<KvOffload>(options.kv_tiers, spec, e->pool_->data(), num_blocks,
                                               e->TierModelKey(), options.kv_offload_buffers);
   }
   if (options.speculative.method == SpeculativeMethod::kSuffix) {
@@ -939,7 +939,7 @@ EngineStats LLMEngine::Stats() const {
   s.forward_phase_seconds = runner_->phase_seconds();
   if (offload_ != nullptr) {
     s.offload = offload_->stats();
-    s.tier = offload_->tier().Stats();
+    for (const auto& t : offload_->tiers()) s.tiers.emplace_back(std::string(t->name()), t->Stats());
   }
   return s;
 }

@@ -106,10 +106,10 @@ struct EngineStats {
   // The forward passes' time by phase, where the backend times them (ModelRunner::phase_seconds).
   ForwardPhaseSeconds forward_phase_seconds{};
   KvCacheStats kv;
-  // KV cache tiers (EngineOptions::kv_tier): this engine's offers and loads, and the tier's own
-  // counters (shared by the process's engines).
+  // KV cache tiers (EngineOptions::kv_tiers): this engine's offers and loads, and each tier's
+  // own counters by name, in order (shared by the process's engines).
   KvOffloadStats offload;
-  KvTierStats tier;
+  std::vector<std::pair<std::string, KvTierStats>> tiers;
 };
 
 class LLMEngine {
@@ -196,7 +196,6 @@ class LLMEngine {
   const SpeculativeOptions& speculative() const { return options_.speculative; }
   EngineStats Stats() const;
   bool has_kv_tier() const { return offload_ != nullptr; }
-  std::string kv_tier_name() const { return offload_ != nullptr ? std::string(offload_->tier().name()) : ""; }
   // KV cache tiers: waits until the blocks queued for the tiers so far are stored (tests; a
   // worker draining before it exits). Nothing without a tier.
   void FlushKvOffload() {

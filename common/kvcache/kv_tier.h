@@ -10,7 +10,9 @@
 // compute arithmetic, the KV dtype, block size and page layout; KvTierModelKey) and the chained
 // block hash the prefix cache already computes, which covers the whole prefix.
 //
-// One interface per backend family, one file per backend (disk_tier.h), as KvTransport.
+// One interface per backend family, one file per backend (disk_tier.h, redis_tier.h), as
+// KvTransport. A worker may have several (a local disk and the shared store): the engine asks
+// them in order for each block and stores a published block in each that lacks it.
 #ifndef PDSERVE_COMMON_KVCACHE_KV_TIER_H_
 #define PDSERVE_COMMON_KVCACHE_KV_TIER_H_
 
@@ -18,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/kvcache/block_hash.h"
@@ -51,7 +54,11 @@ class KvTier {
   virtual ~KvTier() = default;
   // "disk", ...: for messages and metrics' labels.
   virtual std::string_view name() const = 0;
-  // Whether the tier holds `key` now: a hint (a Load may still miss). Cheap, thread-safe.
+  // Whether what the tier holds is known only by asking it (a store other workers write): the
+  // engine then asks it at admission for every block its pool and local tiers lack.
+  virtual bool remote() const { return false; }
+  // Whether the tier holds `key` now, as far as this process knows: a hint (a Load may still
+  // miss; a remote tier knows only what this process stored or loaded). Cheap, thread-safe.
   virtual bool Contains(const KvTierKey& key) const = 0;
   // Stores a block under `key` (one that is there already is kept). Errors are the tier's (a
   // full disk): the block is simply not stored. Thread-safe.
@@ -59,6 +66,11 @@ class KvTier {
   // Fills `out` (exactly the block's size) with the block: NotFound when it is not there,
   // DataLoss when what is there fails its checks (it is removed). Thread-safe.
   virtual absl::Status Load(const KvTierKey& key, absl::Span<uint8_t> out) = 0;
+  // Loads the longest leading run of `keys` the tier has (each block_bytes, checked), calling
+  // use(i, bytes) for each in order; returns the run's length. The default loads one at a time;
+  // a remote tier asks for all of them in one round trip. Thread-safe.
+  virtual int64_t LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
+                          absl::FunctionRef<void(size_t, absl::Span<const uint8_t>)> use);
   // Thread-safe.
   virtual KvTierStats Stats() const = 0;
 };

@@ -54,24 +54,27 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
   info.set_structured_masks_computed(s.structured_masks_computed);
   info.set_structured_mask_lookups(s.structured_mask_lookups);
   if (core.engine->has_kv_tier()) {
-    internal::v1::KvTierInfo* t = info.mutable_kv_tier();
-    t->set_name(core.engine->kv_tier_name());
-    t->set_blocks(s.tier.blocks);
-    t->set_bytes(s.tier.bytes);
-    t->set_stores(s.tier.stores);
-    t->set_store_bytes(s.tier.store_bytes);
-    t->set_store_seconds(s.tier.store_seconds);
-    t->set_loads(s.tier.loads);
-    t->set_load_bytes(s.tier.load_bytes);
-    t->set_load_seconds(s.tier.load_seconds);
-    t->set_misses(s.tier.misses);
-    t->set_corrupt(s.tier.corrupt);
-    t->set_evictions(s.tier.evictions);
-    t->set_errors(s.tier.errors);
-    t->set_store_drops(s.offload.store_drops);
-    t->set_loaded_blocks(s.offload.loaded_blocks);
-    t->set_failed_blocks(s.offload.failed_blocks);
-    t->set_loaded_tokens(s.offload.loaded_tokens);
+    internal::v1::KvOffloadInfo* o = info.mutable_kv_offload();
+    for (const auto& [name, tier] : s.tiers) {
+      internal::v1::KvTierInfo* t = o->add_tiers();
+      t->set_name(name);
+      t->set_blocks(tier.blocks);
+      t->set_bytes(tier.bytes);
+      t->set_stores(tier.stores);
+      t->set_store_bytes(tier.store_bytes);
+      t->set_store_seconds(tier.store_seconds);
+      t->set_loads(tier.loads);
+      t->set_load_bytes(tier.load_bytes);
+      t->set_load_seconds(tier.load_seconds);
+      t->set_misses(tier.misses);
+      t->set_corrupt(tier.corrupt);
+      t->set_evictions(tier.evictions);
+      t->set_errors(tier.errors);
+    }
+    o->set_store_drops(s.offload.store_drops);
+    o->set_loaded_blocks(s.offload.loaded_blocks);
+    o->set_failed_blocks(s.offload.failed_blocks);
+    o->set_loaded_tokens(s.offload.loaded_tokens);
   }
   const SpeculativeOptions& spec = core.engine->speculative();
   if (spec.enabled()) {

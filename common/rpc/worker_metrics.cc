@@ -147,7 +147,7 @@ void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
   transfers_.SetTotal(static_cast<double>(info.transfers_completed()));
   if (info.spec_accepted_by_position_size() > 0) CollectSpeculative(info);
   if (info.structured_mask_lookups() > 0) CollectStructured(info);
-  if (info.has_kv_tier()) CollectKvTier(info.kv_tier());
+  if (info.has_kv_offload()) CollectKvOffload(info.kv_offload());
 }
 
 void WorkerMetrics::CollectStructured(const internal::v1::WorkerInfo& info) {
@@ -166,8 +166,27 @@ void WorkerMetrics::CollectStructured(const internal::v1::WorkerInfo& info) {
       .SetTotal(static_cast<double>(info.structured_mask_lookups()));
 }
 
+void WorkerMetrics::CollectKvOffload(const internal::v1::KvOffloadInfo& o) {
+  // Registered on workers with a tier. The tiers' own counters are labelled by the tier ("disk",
+  // "redis"); the engine's offers and loads (from whichever tier) are not.
+  for (const internal::v1::KvTierInfo& t : o.tiers()) CollectKvTier(t);
+  const auto engine_counter = [&](const char* name, const char* help, double total) {
+    registry_->AddCounter(name, help, kLabels).With({model_name_, role_}).SetTotal(total);
+  };
+  engine_counter("pdserve_kv_offload_store_drops_total",
+                 "Published blocks not stored: every store buffer was busy (a store never waits).",
+                 static_cast<double>(o.store_drops()));
+  engine_counter("pdserve_kv_offload_loaded_blocks_total", "Blocks this worker loaded into its pool from its tiers.",
+                 static_cast<double>(o.loaded_blocks()));
+  engine_counter("pdserve_kv_offload_failed_blocks_total",
+                 "Blocks this worker asked of its tiers and recomputed instead (a miss or a failed check).",
+                 static_cast<double>(o.failed_blocks()));
+  engine_counter("pdserve_kv_offload_loaded_tokens_total",
+                 "Prompt tokens whose KV this worker loaded from its tiers instead of computing it.",
+                 static_cast<double>(o.loaded_tokens()));
+}
+
 void WorkerMetrics::CollectKvTier(const internal::v1::KvTierInfo& t) {
-  // Registered on workers with a tier; labelled by the tier ("disk").
   const std::vector<std::string> labels = {"model_name", "role", "tier"};
   const std::vector<std::string> values = {model_name_, role_, t.name()};
   const auto counter = [&](const char* name, const char* help, double total) {
@@ -193,19 +212,8 @@ void WorkerMetrics::CollectKvTier(const internal::v1::KvTierInfo& t) {
           static_cast<double>(t.corrupt()));
   counter("pdserve_kv_offload_evictions_total", "Blocks removed from the KV tier for its byte budget.",
           static_cast<double>(t.evictions()));
-  counter("pdserve_kv_offload_errors_total", "Blocks the KV tier failed to write (a full disk).",
+  counter("pdserve_kv_offload_errors_total", "Failed writes or calls of the KV tier (a full disk, a store out of reach).",
           static_cast<double>(t.errors()));
-  counter("pdserve_kv_offload_store_drops_total",
-          "Published blocks not stored: every store buffer was busy (a store never waits).",
-          static_cast<double>(t.store_drops()));
-  counter("pdserve_kv_offload_loaded_blocks_total", "Blocks this worker loaded into its pool from the tier.",
-          static_cast<double>(t.loaded_blocks()));
-  counter("pdserve_kv_offload_failed_blocks_total",
-          "Blocks this worker asked of the tier and recomputed instead (a miss or a failed check).",
-          static_cast<double>(t.failed_blocks()));
-  counter("pdserve_kv_offload_loaded_tokens_total",
-          "Prompt tokens whose KV this worker loaded from the tier instead of computing it.",
-          static_cast<double>(t.loaded_tokens()));
 }
 
 void WorkerMetrics::CollectSpeculative(const internal::v1::WorkerInfo& info) {

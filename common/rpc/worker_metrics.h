@@ -42,6 +42,7 @@ class WorkerMetrics {
   // Speculative decoding's counters, once a worker reports them (vLLM's spec_decode names).
   void CollectSpeculative(const internal::v1::WorkerInfo& info);
   void CollectStructured(const internal::v1::WorkerInfo& info);
+  void CollectKvOffload(const internal::v1::KvOffloadInfo& offload);
   void CollectKvTier(const internal::v1::KvTierInfo& tier);
 
   std::unique_ptr<metrics::Registry> own_registry_;

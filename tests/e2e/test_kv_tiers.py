@@ -4,6 +4,11 @@ an empty pool) loads them instead of computing them, and its outputs (ids and lo
 seeded, prompts prefilled on the decode worker and on the prefill worker) equal the first run's
 bit for bit. The tier's metrics say what moved. A directory that cannot be used is refused by name.
 
+The shared store (`--kv-store redis://...`, a real redis-server with a password and an HMAC key):
+a second serve process, running beside the first, loads the prefixes the first computed with the
+same outputs; with the store killed, requests are computed as before (equal outputs, the errors
+counted); a store that cannot be reached or refuses the password is refused at start by name.
+
 Run: /usr/bin/python3 tests/e2e/test_kv_tiers.py --pdserve build/pdserve
 """
 
@@ -30,10 +35,54 @@ MODEL = None
 
 
 def serve(tier, *extra):
+    disk = ["--kv-offload-disk", tier, "--kv-offload-disk-gib", "0.5"] if tier else []
     return cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
                                      "--block-size", "4", "--kv-blocks", "48", "--local-prefill-tokens", "24",
-                                     "--metrics-listen", "127.0.0.1:0", "--kv-offload-disk", tier,
-                                     "--kv-offload-disk-gib", "0.5", *extra])
+                                     "--metrics-listen", "127.0.0.1:0", *disk, *extra])
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    """A redis-server on a free port, in memory only, with a password."""
+
+    def __init__(self, password):
+        self.port = free_port()
+        self.password = password
+        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--requirepass", password],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while self.cli("PING") != "PONG":
+            if time.time() > deadline:
+                raise AssertionError("redis-server did not start")
+            time.sleep(0.05)
+
+    def cli(self, *command):
+        r = subprocess.run(["redis-cli", "-p", str(self.port), "--no-auth-warning", "-a", self.password, *command],
+                           capture_output=True, text=True, timeout=10)
+        return r.stdout.strip()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def wait_stored_in(process, tier, roles=("prefill", "decode")):
+    last, deadline = -1, time.time() + 30
+    while time.time() < deadline:
+        now = sum(cluster.metric(process, "pdserve_kv_offload_store_bytes_total", role=r, tier=tier) for r in roles)
+        if now == last and now > 0:
+            return now
+        last = now
+        time.sleep(0.5)
+    raise AssertionError("the tier's stores did not settle")
 
 
 def requests():
@@ -63,7 +112,11 @@ def run(process):
 
 
 def tier_metric(process, name, role):
-    return cluster.metric(process, name, role=role, tier="disk")
+    return tier_metric_of(process, name, role, "disk")
+
+
+def tier_metric_of(process, name, role, tier):
+    return cluster.metric(process, name, role=role, tier=tier)
 
 
 def wait_stored(process):
@@ -93,15 +146,75 @@ class KvTiersTest(unittest.TestCase):
         try:
             got = run(second)
             self.assertEqual(got, want, "outputs with prefixes from the tier differ from computing them")
-            loaded = sum(tier_metric(second, "pdserve_kv_offload_loaded_blocks_total", r) for r in ("prefill", "decode"))
+            loaded = sum(cluster.metric(second, "pdserve_kv_offload_loaded_blocks_total", role=r)
+                         for r in ("prefill", "decode"))
             self.assertGreater(loaded, 0)
             # Both paths: prompts prefilled on the decode worker, and on the prefill worker.
-            self.assertGreater(tier_metric(second, "pdserve_kv_offload_loaded_tokens_total", "decode"), 0)
-            self.assertGreater(tier_metric(second, "pdserve_kv_offload_loaded_tokens_total", "prefill"), 0)
+            self.assertGreater(cluster.metric(second, "pdserve_kv_offload_loaded_tokens_total", role="decode"), 0)
+            self.assertGreater(cluster.metric(second, "pdserve_kv_offload_loaded_tokens_total", role="prefill"), 0)
             self.assertEqual(sum(tier_metric(second, "pdserve_kv_offload_corrupt_blocks_total", r)
                                  for r in ("prefill", "decode")), 0)
         finally:
             self.assertEqual(second.stop(), 0)
+
+    def test_a_second_server_loads_what_the_first_computed_from_the_shared_store(self):
+        redis = Redis("pw-" + str(random.randrange(1 << 30)))
+        pw_file = os.path.join(WORKDIR, "redis_password")
+        key_file = os.path.join(WORKDIR, "kv_store_key")
+        with open(pw_file, "w") as f:
+            f.write("default:" + redis.password + "\n")
+        with open(key_file, "w") as f:
+            f.write("a shared secret of the deployment")
+        store = ["--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file", pw_file,
+                 "--kv-store-key-file", key_file]
+        procs = []
+        try:
+            first = serve(None, *store)
+            procs.append(first)
+            want = run(first)
+            wait_stored_in(first, "redis")
+            self.assertGreater(int(redis.cli("DBSIZE")), 0)
+            self.assertTrue(redis.cli("KEYS", "pdkv:*"))
+            # Beside it, a fresh server (an empty pool, no disk): every prefix comes from the store.
+            second = serve(None, *store)
+            procs.append(second)
+            third = serve(None, *store)
+            procs.append(third)
+            self.assertEqual(run(second), want, "outputs with prefixes from the store differ from computing them")
+            for r in ("prefill", "decode"):
+                self.assertGreater(cluster.metric(second, "pdserve_kv_offload_loaded_tokens_total", role=r), 0, r)
+                self.assertGreater(tier_metric_of(second, "pdserve_kv_offload_load_bytes_total", r, "redis"), 0)
+                self.assertEqual(tier_metric_of(second, "pdserve_kv_offload_corrupt_blocks_total", r, "redis"), 0)
+            # The store dies: the third server computes everything, with the same outputs.
+            redis.kill()
+            self.assertEqual(run(third), want, "outputs without the store differ")
+            self.assertGreater(sum(tier_metric_of(third, "pdserve_kv_offload_errors_total", r, "redis")
+                                   for r in ("prefill", "decode")), 0)
+            self.assertEqual(sum(cluster.metric(third, "pdserve_kv_offload_loaded_blocks_total", role=r)
+                                 for r in ("prefill", "decode")), 0)
+        finally:
+            for p in procs:
+                self.assertEqual(p.stop(), 0)
+            redis.kill()
+
+    def test_a_store_out_of_reach_or_refusing_the_password_is_refused_at_start(self):
+        redis = Redis("right-password")
+        try:
+            pw_file = os.path.join(WORKDIR, "wrong_password")
+            with open(pw_file, "w") as f:
+                f.write("wrong-password")
+            absent = f"127.0.0.1:{free_port()}"
+            for args, what in ((["--kv-store", f"redis://{absent}"], f"--kv-store: redis {absent}:"),
+                               (["--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file", pw_file],
+                                "AUTH: "),
+                               (["--kv-store", "redis://nohostport"], "is not HOST:PORT"),
+                               (["--kv-store-key-file", pw_file], "need --kv-store")):
+                r = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", *args],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(what, r.stderr)
+        finally:
+            redis.kill()
 
     def test_an_unusable_directory_is_refused_by_name(self):
         blocker = os.path.join(WORKDIR, "a_file")

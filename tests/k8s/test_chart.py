@@ -703,6 +703,75 @@ class Consistency(unittest.TestCase):
         self.assertNotEqual(bad.returncode, 0)
         self.assertIn("at '/kvEvents/bufferSteps'", bad.stderr)
 
+    def test_kv_store_deployed_or_external_reaches_the_workers_only(self):
+        out = render(None, ["kvStore.enabled=true", "kvStore.passwordSecret=kv-pw", "kvStore.keySecret=kv-hmac",
+                            "kvStore.redis.maxmemoryGib=12"])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        for r in validate_with_schemas(self, docs):
+            self.assertIsNone(r["error"], r)
+        store = one(docs, "Deployment", tier_name("kv-store"))
+        redis = container(store)
+        args = redis["args"]
+        self.assertEqual(args[0], "redis-server")
+        opts = dict(zip(args[1::2], args[2::2]))
+        self.assertEqual((opts["--maxmemory"], opts["--maxmemory-policy"], opts["--save"], opts["--appendonly"]),
+                         ("12gb", "allkeys-lru", "", "no"))
+        self.assertEqual(opts["--requirepass"], "$(REDIS_PASSWORD)")
+        env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in redis["env"]}
+        self.assertEqual(env["REDIS_PASSWORD"], {"name": "kv-pw", "key": "password"})
+        self.assertEqual(redis["resources"]["limits"]["memory"], f"{12 * 1280}Mi")  # maxmemory + 25%
+        svc = one(docs, "Service", tier_name("kv-store"))
+        self.assertTrue(selects(svc["spec"]["selector"], pod_labels(store)))
+        port = svc["spec"]["ports"][0]
+        self.assertEqual(container_port(redis, port["targetPort"]), int(opts["--port"]))
+        for tier in ("prefill", "decode"):
+            d = one(docs, "Deployment", tier_name(tier))
+            c = container(d)
+            flags = flag_values(c)
+            self.assertTrue(flags.keys() <= known_flags(tier)[0], flags.keys() - known_flags(tier)[0])
+            self.assertEqual(flags["--kv-store"], f"redis://{tier_name('kv-store')}:{port['port']}")
+            self.assertEqual(flags["--kv-store-timeout-ms"], "1000")
+            # Each file flag names a file of a mounted Secret's item.
+            volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
+            for flag, secret, key in (("--kv-store-password-file", "kv-pw", "password"),
+                                      ("--kv-store-key-file", "kv-hmac", "key")):
+                path = flags[flag]
+                mount = [m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+                self.assertEqual(len(mount), 1, flag)
+                vol = volumes[mount[0]["name"]]["secret"]
+                self.assertEqual(vol["secretName"], secret)
+                self.assertIn({"key": key, "path": path[len(mount[0]["mountPath"]) + 1:]}, vol["items"])
+        router = one(docs, "Deployment", tier_name("router"))
+        self.assertNotIn("--kv-store", flag_values(container(router)))
+        self.assertNotIn("kv-store-password", str(router["spec"]["template"]["spec"]["volumes"]))
+        # Only the workers reach the store.
+        rule = one(docs, "NetworkPolicy", tier_name("kv-store"))["spec"]["ingress"]
+        self.assertEqual(len(rule), 1)
+        peers = [p["podSelector"]["matchLabels"] for p in rule[0]["from"]]
+        for tier in ("prefill", "decode", "router"):
+            labels = pod_labels(one(docs, "Deployment", tier_name(tier)))
+            self.assertEqual(any(selects(p, labels) for p in peers), tier != "router", tier)
+
+        # External servers: no Redis in the release, the workers shard across the list.
+        docs = [d for d in yaml.safe_load_all(render(None, [
+            "kvStore.enabled=true", "kvStore.mode=external",
+            "kvStore.servers={redis-0.cache:6379,redis-1.cache:6380}"]).stdout) if d]
+        self.assertEqual(find(docs, "Deployment", tier_name("kv-store")), [])
+        flags = flag_values(container(one(docs, "Deployment", tier_name("decode"))))
+        self.assertEqual(flags["--kv-store"], "redis://redis-0.cache:6379,redis-1.cache:6380")
+        self.assertNotIn("--kv-store-password-file", flags)
+        # Off by default.
+        docs = [d for d in yaml.safe_load_all(render(None, []).stdout) if d]
+        self.assertEqual(find(docs, "Deployment", tier_name("kv-store")), [])
+        self.assertNotIn("--kv-store", flag_values(container(one(docs, "Deployment", tier_name("decode")))))
+        for sets, message in ((["kvStore.enabled=true", "kvStore.mode=external"], "at '/kvStore/servers'"),
+                              (["kvStore.redis.maxmemoryGib=0"], "at '/kvStore/redis/maxmemoryGib'"),
+                              (["kvStore.servers={nohostport}"], "at '/kvStore/servers/0'")):
+            bad = render(None, sets)
+            self.assertNotEqual(bad.returncode, 0, sets)
+            self.assertIn(message, bad.stderr, sets)
+
     def test_tracing_reaches_every_tier_as_opentelemetry_variables(self):
         out = render(None, ["tracing.otlpEndpoint=http://otel:4318/v1/traces", "tracing.sampleRatio=0.25"])
         self.assertEqual(out.returncode, 0, out.stderr)

@@ -250,3 +250,59 @@ tolerations: {{- toYaml . | nindent 2 }}
 affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* The shared KV store (kvStore): the workers' flags, and the Secrets they read as files. */}}
+{{- define "pdserve.kvStoreUrl" -}}
+{{- $k := .Values.kvStore -}}
+{{- if eq $k.mode "deploy" -}}
+redis://{{ include "pdserve.fullname" . }}-kv-store:{{ $k.redis.port }}
+{{- else -}}
+redis://{{ join "," $k.servers }}
+{{- end -}}
+{{- end -}}
+
+{{- define "pdserve.kvStoreArgs" -}}
+{{- $k := .Values.kvStore -}}
+{{- if $k.enabled }}
+- --kv-store={{ include "pdserve.kvStoreUrl" . }}
+- --kv-store-timeout-ms={{ $k.timeoutMs }}
+{{- if $k.passwordSecret }}
+- --kv-store-password-file=/etc/pdserve/kv-store-password/password
+{{- end }}
+{{- if $k.keySecret }}
+- --kv-store-key-file=/etc/pdserve/kv-store-key/key
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "pdserve.kvStoreVolumeMounts" -}}
+{{- $k := .Values.kvStore -}}
+{{- if and $k.enabled $k.passwordSecret }}
+- name: kv-store-password
+  mountPath: /etc/pdserve/kv-store-password
+  readOnly: true
+{{- end }}
+{{- if and $k.enabled $k.keySecret }}
+- name: kv-store-key
+  mountPath: /etc/pdserve/kv-store-key
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "pdserve.kvStoreVolumes" -}}
+{{- $k := .Values.kvStore -}}
+{{- if and $k.enabled $k.passwordSecret }}
+- name: kv-store-password
+  secret:
+    secretName: {{ $k.passwordSecret }}
+    items: [{key: password, path: password}]
+    defaultMode: 0440
+{{- end }}
+{{- if and $k.enabled $k.keySecret }}
+- name: kv-store-key
+  secret:
+    secretName: {{ $k.keySecret }}
+    items: [{key: key, path: key}]
+    defaultMode: 0440
+{{- end }}
+{{- end -}}

@@ -77,6 +77,7 @@ spec:
             - --kv-events-buffer-steps={{ $root.Values.kvEvents.bufferSteps }}
             {{- end }}
             {{- with include "pdserve.tlsArgs" $root | trim }}{{ . | nindent 12 }}{{ end }}
+            {{- with include "pdserve.kvStoreArgs" $root | trim }}{{ . | nindent 12 }}{{ end }}
             {{- with $v.extraArgs }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -112,8 +113,10 @@ spec:
           securityContext: {{- include "pdserve.containerSecurityContext" $root | trim | nindent 12 }}
           volumeMounts:
             {{- include "pdserve.volumeMounts" $root | trim | nindent 12 }}
+            {{- with include "pdserve.kvStoreVolumeMounts" $root | trim }}{{ . | nindent 12 }}{{ end }}
       volumes:
         {{- include "pdserve.volumes" $root | trim | nindent 8 }}
+        {{- with include "pdserve.kvStoreVolumes" $root | trim }}{{ . | nindent 8 }}{{ end }}
 ---
 # Headless: its DNS name lists the ready pods' IPs, which the router resolves (dns:///).
 apiVersion: v1

@@ -1,0 +1,405 @@
+#include "common/kvcache/redis_tier.h"
+
+#include <sys/time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include <hiredis/hiredis.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <xxhash.h>
+
+#include "common/base/strings.h"
+
+namespace pdserve {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'D', 'K', 'V', 'R', 'D', 'S', '1'};
+
+struct Header {
+  char magic[8];
+  uint64_t payload_bytes;
+  uint64_t checksum;  // XXH3-64 of the payload.
+  uint64_t key[4];    // model.lo, model.hi, block.lo, block.hi.
+  uint8_t hmac[32];   // HMAC-SHA256 of the header (this field zero) and payload; zero without a key.
+  uint64_t reserved;
+};
+static_assert(sizeof(Header) == RedisTier::kHeaderBytes);
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+timeval Tv(int ms) { return {ms / 1000, static_cast<suseconds_t>(ms % 1000) * 1000}; }
+
+void Mac(const std::string& key, const Header& h, absl::Span<const uint8_t> payload, uint8_t out[32]) {
+  Header zeroed = h;
+  std::memset(zeroed.hmac, 0, sizeof zeroed.hmac);
+  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(mac);
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
+  size_t len = 0;
+  EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(), params);
+  EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(&zeroed), sizeof zeroed);
+  EVP_MAC_update(ctx, payload.data(), payload.size());
+  EVP_MAC_final(ctx, out, &len, 32);
+  EVP_MAC_CTX_free(ctx);
+  EVP_MAC_free(mac);
+}
+
+// While a LoadRun reads its GET replies, a connection's reader hands each bulk string straight
+// to the run, which checks it and copies the block into the pool from the reader's own buffer: no
+// reply object of a block's size is allocated (a few hundred KB each, every one a fresh mmap or a
+// trimmed heap's page faults: most of a load's time).
+struct LoadReplies {
+  enum Result { kNone, kString, kOther };
+  absl::FunctionRef<void(std::string_view)>* consume = nullptr;  // Null: drained, not used.
+  Result result = kNone;
+};
+int kReplySentinel;  // Every reply "object" of a load: the result is in LoadReplies.
+
+void* LoadString(const redisReadTask* task, char* str, size_t len) {
+  auto* ctx = static_cast<LoadReplies*>(task->privdata);
+  if (task->type != REDIS_REPLY_STRING || task->parent != nullptr) {
+    ctx->result = LoadReplies::kOther;  // An error reply (OOM, NOAUTH, ...).
+  } else {
+    ctx->result = LoadReplies::kString;
+    if (ctx->consume != nullptr) (*ctx->consume)(std::string_view(str, len));
+  }
+  return &kReplySentinel;
+}
+void* LoadArray(const redisReadTask* task, int) {
+  static_cast<LoadReplies*>(task->privdata)->result = LoadReplies::kOther;
+  return &kReplySentinel;
+}
+void* LoadInteger(const redisReadTask* task, long long) {
+  static_cast<LoadReplies*>(task->privdata)->result = LoadReplies::kOther;
+  return &kReplySentinel;
+}
+void* LoadNil(const redisReadTask* task) {
+  static_cast<LoadReplies*>(task->privdata)->result = LoadReplies::kOther;
+  return &kReplySentinel;
+}
+void LoadFree(void*) {}
+redisReplyObjectFunctions kLoadFunctions = {LoadString, LoadArray, LoadInteger, LoadNil, LoadFree};
+
+}  // namespace
+
+absl::Status ParseRedisUrl(std::string_view url, RedisTierOptions* options) {
+  constexpr std::string_view kScheme = "redis://";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    return absl::InvalidArgumentError(Str("--kv-store: '", url, "' is not redis://HOST:PORT[,HOST:PORT...]"));
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  options->servers.clear();
+  for (size_t start = 0; start <= rest.size();) {
+    size_t end = rest.find(',', start);
+    if (end == std::string_view::npos) end = rest.size();
+    const std::string_view server = rest.substr(start, end - start);
+    const size_t colon = server.rfind(':');
+    int port = 0;
+    if (colon == std::string_view::npos || colon == 0 ||
+        std::sscanf(std::string(server.substr(colon + 1)).c_str(), "%d", &port) != 1 || port <= 0 || port > 65535 ||
+        Str(port) != server.substr(colon + 1)) {
+      return absl::InvalidArgumentError(Str("--kv-store: server '", server, "' is not HOST:PORT"));
+    }
+    options->servers.emplace_back(server);
+    start = end + 1;
+  }
+  if (options->servers.size() > 64) return absl::InvalidArgumentError("--kv-store: at most 64 servers");
+  return absl::OkStatus();
+}
+
+absl::Status ReadRedisPasswordFile(const std::string& path, RedisTierOptions* options) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(Str("--kv-store-password-file: cannot read '", path, "'"));
+  std::string line;
+  std::getline(in, line);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.empty()) return absl::InvalidArgumentError(Str("--kv-store-password-file: '", path, "' is empty"));
+  const size_t colon = line.find(':');
+  if (colon == std::string::npos) {
+    options->password = line;
+  } else {
+    options->user = line.substr(0, colon);
+    options->password = line.substr(colon + 1);
+  }
+  return absl::OkStatus();
+}
+
+RedisTier::RedisTier(const RedisTierOptions& options)
+    : options_(options), conns_(options.servers.size(), nullptr), retry_after_(options.servers.size()) {}
+
+RedisTier::~RedisTier() {
+  for (redisContext* c : conns_) {
+    if (c != nullptr) redisFree(c);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<RedisTier>> RedisTier::Open(const RedisTierOptions& options) {
+  if (options.servers.empty()) return absl::InvalidArgumentError("--kv-store: no server");
+  if (options.timeout_ms <= 0 || options.timeout_ms > 600000) {
+    return absl::InvalidArgumentError("--kv-store-timeout-ms: must be in (0, 600000]");
+  }
+  std::unique_ptr<RedisTier> tier(new RedisTier(options));
+  std::lock_guard<std::mutex> lock(tier->mu_);
+  for (size_t i = 0; i < options.servers.size(); ++i) {
+    if (absl::Status s = tier->Connect(i); !s.ok()) return s;
+  }
+  return tier;
+}
+
+absl::Status RedisTier::Connect(size_t shard) {
+  const std::string& server = options_.servers[shard];
+  const size_t colon = server.rfind(':');
+  const std::string host = server.substr(0, colon);
+  const int port = std::atoi(server.c_str() + colon + 1);
+  redisContext* c = redisConnectWithTimeout(host.c_str(), port, Tv(options_.timeout_ms));
+  const auto fail = [&](std::string_view why) {
+    absl::Status s = absl::UnavailableError(Str("--kv-store: redis ", server, ": ", why));
+    if (c != nullptr) redisFree(c);
+    return s;
+  };
+  if (c == nullptr) return fail("cannot allocate a connection");
+  if (c->err != 0) return fail(c->errstr);
+  redisSetTimeout(c, Tv(options_.timeout_ms));
+  // Keep the reader's buffer between replies: hiredis frees it when idle past 16 KB, and growing
+  // it again for each block of a few hundred KB costs its page faults every time.
+  c->reader->maxbuf = 0;
+  if (!options_.password.empty()) {
+    Reply r(static_cast<redisReply*>(
+        options_.user.empty()
+            ? redisCommand(c, "AUTH %b", options_.password.data(), options_.password.size())
+            : redisCommand(c, "AUTH %b %b", options_.user.data(), options_.user.size(), options_.password.data(),
+                           options_.password.size())));
+    if (r == nullptr) return fail(c->errstr);
+    if (r->type == REDIS_REPLY_ERROR) return fail(Str("AUTH: ", std::string_view(r->str, r->len)));
+  }
+  Reply r(static_cast<redisReply*>(redisCommand(c, "PING")));
+  if (r == nullptr) return fail(c->errstr);
+  if (r->type == REDIS_REPLY_ERROR) return fail(Str("PING: ", std::string_view(r->str, r->len)));
+  conns_[shard] = c;
+  return absl::OkStatus();
+}
+
+redisContext* RedisTier::Connection(size_t shard) {
+  if (conns_[shard] != nullptr) return conns_[shard];
+  // A server out of reach is tried again after a second, not by every call: a blackholed one
+  // would otherwise cost each request the connect timeout.
+  const auto now = Clock::now();
+  if (now < retry_after_[shard] || !Connect(shard).ok()) {
+    if (now >= retry_after_[shard]) retry_after_[shard] = now + std::chrono::seconds(1);
+    ++stats_.errors;
+    return nullptr;
+  }
+  return conns_[shard];
+}
+
+void RedisTier::Drop(size_t shard) {
+  ++stats_.errors;
+  if (conns_[shard] != nullptr) redisFree(conns_[shard]);
+  conns_[shard] = nullptr;
+}
+
+size_t RedisTier::Shard(const KvTierKey& key) const { return static_cast<size_t>(key.block.lo % conns_.size()); }
+
+std::string RedisTier::RedisKey(const KvTierKey& key) {
+  return Str("pdkv:", key.model.ToHex(), ":", key.block.ToHex());
+}
+
+std::string RedisTier::Value(const KvTierKey& key, absl::Span<const uint8_t> block) const {
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.payload_bytes = block.size();
+  h.checksum = XXH3_64bits(block.data(), block.size());
+  h.key[0] = key.model.lo;
+  h.key[1] = key.model.hi;
+  h.key[2] = key.block.lo;
+  h.key[3] = key.block.hi;
+  if (!options_.hmac_key.empty()) Mac(options_.hmac_key, h, block, h.hmac);
+  std::string value(sizeof h + block.size(), '\0');
+  std::memcpy(value.data(), &h, sizeof h);
+  std::memcpy(value.data() + sizeof h, block.data(), block.size());
+  return value;
+}
+
+bool RedisTier::Check(const KvTierKey& key, std::string_view value, size_t block_bytes) const {
+  Header h;
+  if (value.size() != sizeof h + block_bytes) return false;
+  std::memcpy(&h, value.data(), sizeof h);
+  const auto payload = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(value.data()) + sizeof h, block_bytes);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.payload_bytes != block_bytes ||
+      h.key[0] != key.model.lo || h.key[1] != key.model.hi || h.key[2] != key.block.lo ||
+      h.key[3] != key.block.hi || h.checksum != XXH3_64bits(payload.data(), payload.size())) {
+    return false;
+  }
+  if (options_.hmac_key.empty()) return true;
+  uint8_t mac[32];
+  Mac(options_.hmac_key, h, payload, mac);
+  return CRYPTO_memcmp(mac, h.hmac, sizeof mac) == 0;
+}
+
+void RedisTier::Remember(const KvTierKey& key) {
+  if (known_.size() >= (size_t{1} << 20)) known_.clear();  // A hint: bounded, forgotten wholesale.
+  known_.insert(key);
+}
+
+bool RedisTier::Contains(const KvTierKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return known_.contains(key);
+}
+
+absl::Status RedisTier::Store(const KvTierKey& key, absl::Span<const uint8_t> block) {
+  const std::string value = Value(key, block);
+  const std::string name = RedisKey(key);
+  const auto start = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t shard = Shard(key);
+  redisContext* c = Connection(shard);
+  if (c == nullptr) return absl::UnavailableError(Str("redis ", options_.servers[shard], ": not connected"));
+  Reply r(static_cast<redisReply*>(
+      redisCommand(c, "SET %b %b NX", name.data(), name.size(), value.data(), value.size())));
+  if (r == nullptr) {
+    const std::string why = c->errstr;
+    Drop(shard);
+    return absl::UnavailableError(Str("redis ", options_.servers[shard], ": ", why));
+  }
+  if (r->type == REDIS_REPLY_ERROR) {  // OOM with maxmemory and noeviction, ...
+    ++stats_.errors;
+    return absl::ResourceExhaustedError(Str("redis ", options_.servers[shard], ": ", std::string_view(r->str, r->len)));
+  }
+  Remember(key);
+  if (r->type == REDIS_REPLY_STATUS) {  // "OK": written now (NIL: it was there).
+    ++stats_.stores;
+    stats_.store_bytes += static_cast<int64_t>(block.size());
+  }
+  stats_.store_seconds += Since(start);
+  return absl::OkStatus();
+}
+
+absl::Status RedisTier::Load(const KvTierKey& key, absl::Span<uint8_t> out) {
+  absl::Status status = absl::NotFoundError("not in the store");
+  const KvTierKey keys[] = {key};
+  LoadRun(keys, out.size(), [&](size_t, absl::Span<const uint8_t> bytes) {
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+    status = absl::OkStatus();
+  });
+  return status;
+}
+
+int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
+                           absl::FunctionRef<void(size_t, absl::Span<const uint8_t>)> use) {
+  if (keys.empty()) return 0;
+  const auto start = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  // Every GET written first (one pipeline per shard: a round trip per server), then each reply
+  // read, checked and used in key order straight from the reader's buffer (LoadReplies).
+  std::vector<int> pending(conns_.size(), 0);  // Replies a shard still owes.
+  std::vector<int8_t> usable(conns_.size(), -1);  // -1: not asked yet.
+  LoadReplies ctx;
+  std::vector<redisReplyObjectFunctions*> saved(conns_.size(), nullptr);
+  for (const KvTierKey& key : keys) {
+    const size_t shard = Shard(key);
+    if (usable[shard] < 0) {
+      usable[shard] = Connection(shard) != nullptr;
+      if (usable[shard]) {
+        saved[shard] = conns_[shard]->reader->fn;
+        conns_[shard]->reader->fn = &kLoadFunctions;
+        conns_[shard]->reader->privdata = &ctx;
+      }
+    }
+    if (!usable[shard]) continue;
+    const std::string name = RedisKey(key);
+    if (redisAppendCommand(conns_[shard], "GET %b", name.data(), name.size()) != REDIS_OK) {
+      Drop(shard);  // Replies not read would answer the next call's commands.
+      usable[shard] = 0;
+      continue;
+    }
+    ++pending[shard];
+  }
+  int64_t n = 0;
+  bool running = true;
+  size_t corrupt = keys.size();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const size_t shard = Shard(keys[i]);
+    bool used = false;
+    const auto check_and_use = [&](std::string_view value) {
+      if (!Check(keys[i], value, block_bytes)) return;
+      use(i, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(value.data()) + kHeaderBytes, block_bytes));
+      used = true;
+    };
+    absl::FunctionRef<void(std::string_view)> consume = check_and_use;
+    ctx.consume = running ? &consume : nullptr;
+    ctx.result = LoadReplies::kNone;
+    if (usable[shard] > 0 && pending[shard] > 0) {
+      void* reply = nullptr;
+      if (redisGetReply(conns_[shard], &reply) != REDIS_OK) {
+        Drop(shard);
+        usable[shard] = 0;
+        pending[shard] = 0;
+        ctx.result = LoadReplies::kNone;
+      } else {
+        --pending[shard];
+      }
+    }
+    if (!running) continue;  // Draining what the servers still owe.
+    if (ctx.result != LoadReplies::kString) {
+      ++stats_.misses;
+      running = false;
+      continue;
+    }
+    if (!used) {
+      corrupt = i;
+      running = false;
+      continue;
+    }
+    Remember(keys[i]);
+    ++stats_.loads;
+    stats_.load_bytes += static_cast<int64_t>(block_bytes);
+    ++n;
+  }
+  for (size_t shard = 0; shard < conns_.size(); ++shard) {
+    if (saved[shard] != nullptr && conns_[shard] != nullptr) {
+      conns_[shard]->reader->fn = saved[shard];
+      conns_[shard]->reader->privdata = nullptr;
+    }
+  }
+  if (corrupt < keys.size()) {
+    // Not this block (another model's under a colliding name, a torn or forged write): never
+    // used; deleted so that the next store of it can succeed.
+    ++stats_.corrupt;
+    ++stats_.misses;
+    const std::string name = RedisKey(keys[corrupt]);
+    const size_t shard = Shard(keys[corrupt]);
+    if (redisContext* c = Connection(shard); c != nullptr) {
+      Reply d(static_cast<redisReply*>(redisCommand(c, "DEL %b", name.data(), name.size())));
+      if (d == nullptr) Drop(shard);
+    }
+    known_.erase(keys[corrupt]);
+  }
+  stats_.load_seconds += Since(start);
+  return n;
+}
+
+KvTierStats RedisTier::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  KvTierStats s = stats_;
+  s.blocks = static_cast<int64_t>(known_.size());  // Known to this process (the store may hold more).
+  s.bytes = 0;
+  return s;
+}
+
+}  // namespace pdserve
