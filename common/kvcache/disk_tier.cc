@@ -168,7 +168,7 @@ bool DiskTier::Contains(const KvTierKey& key) const {
   return index_.contains(key);
 }
 
-void DiskTier::ForgetLocked(const KvTierKey& key, bool unlink) {
+void DiskTier::ForgetLocked(KvTierKey key, bool unlink) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
   bytes_ -= it->second.bytes;

@@ -48,7 +48,7 @@ class DiskTier : public KvTier {
   explicit DiskTier(const DiskTierOptions& options) : options_(options) {}
   std::string PathOf(const KvTierKey& key) const;
   // Removes `key` from the index (and its file, when `unlink`). Holds mu_.
-  void ForgetLocked(const KvTierKey& key, bool unlink);
+  void ForgetLocked(KvTierKey key, bool unlink);  // By value: callers pass lru_'s own entries.
   // Removes the least recently used blocks until `incoming` more bytes fit. Holds mu_.
   void MakeRoomLocked(int64_t incoming);
 
