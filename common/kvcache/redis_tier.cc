@@ -16,6 +16,7 @@
 #include <openssl/params.h>
 #include <xxhash.h>
 
+#include "common/base/log.h"
 #include "common/base/strings.h"
 
 namespace pdserve {
@@ -157,7 +158,13 @@ absl::StatusOr<std::unique_ptr<RedisTier>> RedisTier::Open(const RedisTierOption
   std::unique_ptr<RedisTier> tier(new RedisTier(options));
   std::lock_guard<std::mutex> lock(tier->mu_);
   for (size_t i = 0; i < options.servers.size(); ++i) {
-    if (absl::Status s = tier->Connect(i); !s.ok()) return s;
+    absl::Status s = tier->Connect(i);
+    if (s.ok()) continue;
+    // A server that refuses us (AUTH, ACL) is a configuration to fix: refused. One out of reach
+    // may come up later (a store starting beside the workers): served without, tried again.
+    if (!absl::IsUnavailable(s)) return s;
+    PD_LOG(Warning) << s.message() << "; serving without it, trying it again every second";
+    tier->retry_after_[i] = Clock::now() + std::chrono::seconds(1);
   }
   return tier;
 }
@@ -168,8 +175,10 @@ absl::Status RedisTier::Connect(size_t shard) {
   const std::string host = server.substr(0, colon);
   const int port = std::atoi(server.c_str() + colon + 1);
   redisContext* c = redisConnectWithTimeout(host.c_str(), port, Tv(options_.timeout_ms));
-  const auto fail = [&](std::string_view why) {
-    absl::Status s = absl::UnavailableError(Str("--kv-store: redis ", server, ": ", why));
+  // Unavailable: out of reach (tried again later); FailedPrecondition: it refused us.
+  const auto fail = [&](std::string_view why, bool refused = false) {
+    const std::string m = Str("--kv-store: redis ", server, ": ", why);
+    absl::Status s = refused ? absl::FailedPreconditionError(m) : absl::UnavailableError(m);
     if (c != nullptr) redisFree(c);
     return s;
   };
@@ -186,11 +195,11 @@ absl::Status RedisTier::Connect(size_t shard) {
             : redisCommand(c, "AUTH %b %b", options_.user.data(), options_.user.size(), options_.password.data(),
                            options_.password.size())));
     if (r == nullptr) return fail(c->errstr);
-    if (r->type == REDIS_REPLY_ERROR) return fail(Str("AUTH: ", std::string_view(r->str, r->len)));
+    if (r->type == REDIS_REPLY_ERROR) return fail(Str("AUTH: ", std::string_view(r->str, r->len)), true);
   }
   Reply r(static_cast<redisReply*>(redisCommand(c, "PING")));
   if (r == nullptr) return fail(c->errstr);
-  if (r->type == REDIS_REPLY_ERROR) return fail(Str("PING: ", std::string_view(r->str, r->len)));
+  if (r->type == REDIS_REPLY_ERROR) return fail(Str("PING: ", std::string_view(r->str, r->len)), true);
   conns_[shard] = c;
   return absl::OkStatus();
 }

@@ -52,7 +52,9 @@ class RedisTier : public KvTier {
  public:
   static constexpr size_t kHeaderBytes = 96;
 
-  // Connects to every server (AUTH, PING): an error names the server that failed.
+  // Connects to every server (AUTH, PING). A server that refuses the connection's AUTH or PING
+  // is an error naming it; one out of reach is logged and tried again every second (calls miss
+  // meanwhile), so a worker starts before its store does.
   static absl::StatusOr<std::unique_ptr<RedisTier>> Open(const RedisTierOptions& options);
   ~RedisTier() override;
 

@@ -51,8 +51,8 @@ def free_port():
 class Redis:
     """A redis-server on a free port, in memory only, with a password."""
 
-    def __init__(self, password):
-        self.port = free_port()
+    def __init__(self, password, port=None):
+        self.port = port or free_port()
         self.password = password
         self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                                       "--appendonly", "no", "--requirepass", password],
@@ -72,6 +72,57 @@ class Redis:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+class SlowProxy:
+    """A TCP proxy in front of a Redis server; with `delay` > 0 it holds every reply that long
+    (a store slowed past the workers' timeout, as by a saturated network or a stalled server)."""
+
+    def __init__(self, target_port):
+        import socket
+        import threading
+        self.delay = 0.0
+        self.target = target_port
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+
+    def _pump(self, src, dst, replies):
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    break
+                if replies and self.delay > 0:
+                    time.sleep(self.delay)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
 
 
 def wait_stored_in(process, tier, roles=("prefill", "decode")):
@@ -197,15 +248,50 @@ class KvTiersTest(unittest.TestCase):
                 self.assertEqual(p.stop(), 0)
             redis.kill()
 
-    def test_a_store_out_of_reach_or_refusing_the_password_is_refused_at_start(self):
+    def test_a_store_slower_than_the_timeout_costs_no_request_more_than_it(self):
+        redis = Redis("slow-pw")
+        proxy = SlowProxy(redis.port)
+        with open(os.path.join(WORKDIR, "pw_slow"), "w") as f:
+            f.write("slow-pw")
+        pw = ["--kv-store-password-file", os.path.join(WORKDIR, "pw_slow")]
+        procs = []
+        try:
+            first = serve(None, "--kv-store", f"redis://127.0.0.1:{redis.port}", *pw)
+            procs.append(first)
+            want = run(first)
+            wait_stored_in(first, "redis")
+            second = serve(None, "--kv-store", f"redis://127.0.0.1:{proxy.port}", "--kv-store-timeout-ms", "300", *pw)
+            procs.append(second)
+            proxy.delay = 3.0  # Every reply now comes 10x past the timeout.
+            stub = pbg.GenerationStub(grpc.insecure_channel(second.grpc))
+            got, slowest = [], 0.0
+            for req in requests():
+                start = time.time()
+                ids, lps = [], []
+                for r in stub.Generate(req, timeout=120):
+                    ids += list(r.token_ids)
+                    lps += list(r.logprobs)
+                slowest = max(slowest, time.time() - start)
+                got.append((ids, lps))
+            self.assertEqual(got, want, "outputs with a slow store differ from computing them")
+            # A load waits one timeout at most, then the connection is dropped and tried again a
+            # second later (a store queued before a load adds at most one more timeout).
+            self.assertLess(slowest, 2.5)
+            self.assertGreater(sum(tier_metric_of(second, "pdserve_kv_offload_errors_total", r, "redis")
+                                   for r in ("prefill", "decode")), 0)
+        finally:
+            for p in procs:
+                self.assertEqual(p.stop(), 0)
+            proxy.close()
+            redis.kill()
+
+    def test_a_store_refusing_the_password_or_misnamed_is_refused_at_start(self):
         redis = Redis("right-password")
         try:
             pw_file = os.path.join(WORKDIR, "wrong_password")
             with open(pw_file, "w") as f:
                 f.write("wrong-password")
-            absent = f"127.0.0.1:{free_port()}"
-            for args, what in ((["--kv-store", f"redis://{absent}"], f"--kv-store: redis {absent}:"),
-                               (["--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file", pw_file],
+            for args, what in ((["--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file", pw_file],
                                 "AUTH: "),
                                (["--kv-store", "redis://nohostport"], "is not HOST:PORT"),
                                (["--kv-store-key-file", pw_file], "need --kv-store")):
@@ -215,6 +301,33 @@ class KvTiersTest(unittest.TestCase):
                 self.assertIn(what, r.stderr)
         finally:
             redis.kill()
+
+    def test_a_store_out_of_reach_at_start_is_served_without_and_used_once_up(self):
+        port = free_port()
+        with open(os.path.join(WORKDIR, "pw_later"), "w") as f:
+            f.write("later-pw")
+        store = ["--kv-store", f"redis://127.0.0.1:{port}", "--kv-store-password-file",
+                 os.path.join(WORKDIR, "pw_later")]
+        p = serve(None, *store)
+        redis = None
+        try:
+            self.assertIn(f"--kv-store: redis 127.0.0.1:{port}:", p.stderr())
+            self.assertIn("serving without it", p.stderr())
+            want = run(p)  # Served without the store: computed.
+            redis = Redis("later-pw", port)
+            time.sleep(1.2)  # Past the retry backoff.
+            stub = pbg.GenerationStub(grpc.insecure_channel(p.grpc))
+            ids = list(range(7, 7 + 40))
+            for _ in stub.Generate(pb.GenerateRequest(token_ids=pb.TokenIds(ids=ids),
+                                                      sampling=pb.SamplingParams(max_tokens=2)), timeout=60):
+                pass
+            wait_stored_in(p, "redis")
+            self.assertGreater(int(redis.cli("DBSIZE")), 0)
+            self.assertEqual(run(p), want)
+        finally:
+            self.assertEqual(p.stop(), 0)
+            if redis:
+                redis.kill()
 
     def test_an_unusable_directory_is_refused_by_name(self):
         blocker = os.path.join(WORKDIR, "a_file")
