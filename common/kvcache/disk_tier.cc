@@ -199,10 +199,7 @@ absl::Status DiskTier::Store(const KvTierKey& key, absl::Span<const uint8_t> blo
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.payload_bytes = block.size();
   h.checksum = XXH3_64bits(block.data(), block.size());
-  h.key[0] = key.model.lo;
-  h.key[1] = key.model.hi;
-  h.key[2] = key.block.lo;
-  h.key[3] = key.block.hi;
+  KvTierKeyWords(key, h.key);
   // Written whole under a temporary name, then renamed: the block's name never names a part.
   const std::string final_path = PathOf(key);
   const std::string temp_path = Str(final_path, ".", ::getpid(), ".", temp_counter_.fetch_add(1), kTempSuffix);
@@ -251,8 +248,7 @@ absl::Status DiskTier::Load(const KvTierKey& key, absl::Span<uint8_t> out) {
     problem = "cannot be opened";
   } else if (!ReadAll(fd, &h, sizeof h, 0) || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
     problem = "has no block header";
-  } else if (h.key[0] != key.model.lo || h.key[1] != key.model.hi || h.key[2] != key.block.lo ||
-             h.key[3] != key.block.hi) {
+  } else if (!KvTierKeyWordsMatch(key, h.key)) {
     problem = "holds another key";
   } else if (h.payload_bytes != out.size()) {
     problem = "is of another size";

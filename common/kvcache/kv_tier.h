@@ -37,6 +37,18 @@ struct KvTierKey {
   }
 };
 
+// The key as the four words a stored block's header carries (model.lo, model.hi, block.lo,
+// block.hi), and their check at load.
+inline void KvTierKeyWords(const KvTierKey& k, uint64_t words[4]) {
+  words[0] = k.model.lo;
+  words[1] = k.model.hi;
+  words[2] = k.block.lo;
+  words[3] = k.block.hi;
+}
+inline bool KvTierKeyWordsMatch(const KvTierKey& k, const uint64_t words[4]) {
+  return words[0] == k.model.lo && words[1] == k.model.hi && words[2] == k.block.lo && words[3] == k.block.hi;
+}
+
 // What a tier did (cumulative); exported as metrics by the engine's owner.
 struct KvTierStats {
   int64_t blocks = 0, bytes = 0;        // Held now.

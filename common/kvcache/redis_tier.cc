@@ -234,10 +234,7 @@ std::string RedisTier::Value(const KvTierKey& key, absl::Span<const uint8_t> blo
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.payload_bytes = block.size();
   h.checksum = XXH3_64bits(block.data(), block.size());
-  h.key[0] = key.model.lo;
-  h.key[1] = key.model.hi;
-  h.key[2] = key.block.lo;
-  h.key[3] = key.block.hi;
+  KvTierKeyWords(key, h.key);
   if (!options_.hmac_key.empty()) Mac(options_.hmac_key, h, block, h.hmac);
   std::string value(sizeof h + block.size(), '\0');
   std::memcpy(value.data(), &h, sizeof h);
@@ -251,8 +248,7 @@ bool RedisTier::Check(const KvTierKey& key, std::string_view value, size_t block
   std::memcpy(&h, value.data(), sizeof h);
   const auto payload = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(value.data()) + sizeof h, block_bytes);
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.payload_bytes != block_bytes ||
-      h.key[0] != key.model.lo || h.key[1] != key.model.hi || h.key[2] != key.block.lo ||
-      h.key[3] != key.block.hi || h.checksum != XXH3_64bits(payload.data(), payload.size())) {
+      !KvTierKeyWordsMatch(key, h.key) || h.checksum != XXH3_64bits(payload.data(), payload.size())) {
     return false;
   }
   if (options_.hmac_key.empty()) return true;
