@@ -156,7 +156,7 @@ absl::StatusOr<std::unique_ptr<RedisTier>> RedisTier::Open(const RedisTierOption
     return absl::InvalidArgumentError("--kv-store-timeout-ms: must be in (0, 600000]");
   }
   std::unique_ptr<RedisTier> tier(new RedisTier(options));
-  std::lock_guard<std::mutex> lock(tier->mu_);
+  std::lock_guard<std::mutex> lock(tier->io_mu_);
   for (size_t i = 0; i < options.servers.size(); ++i) {
     absl::Status s = tier->Connect(i);
     if (s.ok()) continue;
@@ -211,14 +211,19 @@ redisContext* RedisTier::Connection(size_t shard) {
   const auto now = Clock::now();
   if (now < retry_after_[shard] || !Connect(shard).ok()) {
     if (now >= retry_after_[shard]) retry_after_[shard] = now + std::chrono::seconds(1);
-    ++stats_.errors;
+    CountError();
     return nullptr;
   }
   return conns_[shard];
 }
 
-void RedisTier::Drop(size_t shard) {
+void RedisTier::CountError() {
+  std::lock_guard<std::mutex> lock(mu_);
   ++stats_.errors;
+}
+
+void RedisTier::Drop(size_t shard) {
+  CountError();
   if (conns_[shard] != nullptr) redisFree(conns_[shard]);
   conns_[shard] = nullptr;
 }
@@ -257,7 +262,7 @@ bool RedisTier::Check(const KvTierKey& key, std::string_view value, size_t block
   return CRYPTO_memcmp(mac, h.hmac, sizeof mac) == 0;
 }
 
-void RedisTier::Remember(const KvTierKey& key) {
+void RedisTier::RememberLocked(const KvTierKey& key) {
   if (known_.size() >= (size_t{1} << 20)) known_.clear();  // A hint: bounded, forgotten wholesale.
   known_.insert(key);
 }
@@ -271,23 +276,29 @@ absl::Status RedisTier::Store(const KvTierKey& key, absl::Span<const uint8_t> bl
   const std::string value = Value(key, block);
   const std::string name = RedisKey(key);
   const auto start = Clock::now();
+  bool written = false;
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    const size_t shard = Shard(key);
+    redisContext* c = Connection(shard);
+    if (c == nullptr) return absl::UnavailableError(Str("redis ", options_.servers[shard], ": not connected"));
+    Reply r(static_cast<redisReply*>(
+        redisCommand(c, "SET %b %b NX", name.data(), name.size(), value.data(), value.size())));
+    if (r == nullptr) {
+      const std::string why = c->errstr;
+      Drop(shard);
+      return absl::UnavailableError(Str("redis ", options_.servers[shard], ": ", why));
+    }
+    if (r->type == REDIS_REPLY_ERROR) {  // OOM with maxmemory and noeviction, ...
+      CountError();
+      return absl::ResourceExhaustedError(
+          Str("redis ", options_.servers[shard], ": ", std::string_view(r->str, r->len)));
+    }
+    written = r->type == REDIS_REPLY_STATUS;  // "OK": written now (NIL: it was there).
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t shard = Shard(key);
-  redisContext* c = Connection(shard);
-  if (c == nullptr) return absl::UnavailableError(Str("redis ", options_.servers[shard], ": not connected"));
-  Reply r(static_cast<redisReply*>(
-      redisCommand(c, "SET %b %b NX", name.data(), name.size(), value.data(), value.size())));
-  if (r == nullptr) {
-    const std::string why = c->errstr;
-    Drop(shard);
-    return absl::UnavailableError(Str("redis ", options_.servers[shard], ": ", why));
-  }
-  if (r->type == REDIS_REPLY_ERROR) {  // OOM with maxmemory and noeviction, ...
-    ++stats_.errors;
-    return absl::ResourceExhaustedError(Str("redis ", options_.servers[shard], ": ", std::string_view(r->str, r->len)));
-  }
-  Remember(key);
-  if (r->type == REDIS_REPLY_STATUS) {  // "OK": written now (NIL: it was there).
+  RememberLocked(key);
+  if (written) {
     ++stats_.stores;
     stats_.store_bytes += static_cast<int64_t>(block.size());
   }
@@ -309,7 +320,7 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
                            absl::FunctionRef<void(size_t, absl::Span<const uint8_t>)> use) {
   if (keys.empty()) return 0;
   const auto start = Clock::now();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> io(io_mu_);
   // Every GET written first (one pipeline per shard: a round trip per server), then each reply
   // read, checked and used in key order straight from the reader's buffer (LoadReplies).
   std::vector<int> pending(conns_.size(), 0);  // Replies a shard still owes.
@@ -336,7 +347,7 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
     ++pending[shard];
   }
   int64_t n = 0;
-  bool running = true;
+  bool running = true, missed = false;
   size_t corrupt = keys.size();
   for (size_t i = 0; i < keys.size(); ++i) {
     const size_t shard = Shard(keys[i]);
@@ -362,7 +373,7 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
     }
     if (!running) continue;  // Draining what the servers still owe.
     if (ctx.result != LoadReplies::kString) {
-      ++stats_.misses;
+      missed = true;
       running = false;
       continue;
     }
@@ -371,9 +382,6 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
       running = false;
       continue;
     }
-    Remember(keys[i]);
-    ++stats_.loads;
-    stats_.load_bytes += static_cast<int64_t>(block_bytes);
     ++n;
   }
   for (size_t shard = 0; shard < conns_.size(); ++shard) {
@@ -385,14 +393,21 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
   if (corrupt < keys.size()) {
     // Not this block (another model's under a colliding name, a torn or forged write): never
     // used; deleted so that the next store of it can succeed.
-    ++stats_.corrupt;
-    ++stats_.misses;
     const std::string name = RedisKey(keys[corrupt]);
     const size_t shard = Shard(keys[corrupt]);
     if (redisContext* c = Connection(shard); c != nullptr) {
       Reply d(static_cast<redisReply*>(redisCommand(c, "DEL %b", name.data(), name.size())));
       if (d == nullptr) Drop(shard);
     }
+  }
+  io.unlock();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t i = 0; i < n; ++i) RememberLocked(keys[static_cast<size_t>(i)]);
+  stats_.loads += n;
+  stats_.load_bytes += n * static_cast<int64_t>(block_bytes);
+  if (missed || corrupt < keys.size()) ++stats_.misses;
+  if (corrupt < keys.size()) {
+    ++stats_.corrupt;
     known_.erase(keys[corrupt]);
   }
   stats_.load_seconds += Since(start);

@@ -80,12 +80,17 @@ class RedisTier : public KvTier {
   // Header + payload's check; false: not this block.
   bool Check(const KvTierKey& key, std::string_view value, size_t block_bytes) const;
   std::string Value(const KvTierKey& key, absl::Span<const uint8_t> block) const;
-  void Remember(const KvTierKey& key);
+  void RememberLocked(const KvTierKey& key);  // mu_ held.
+  void CountError();
 
   const RedisTierOptions options_;
-  mutable std::mutex mu_;  // Everything below.
+  // Held across a call's round trips (Store, LoadRun): the connections.
+  std::mutex io_mu_;
   std::vector<redisContext*> conns_;
   std::vector<std::chrono::steady_clock::time_point> retry_after_;  // Per server, after a failed connect.
+  // Held briefly, never across the network: what Contains and Stats read from the scheduler
+  // thread, which must not wait for another thread's round trip. Taken after io_mu_, not before.
+  mutable std::mutex mu_;
   absl::flat_hash_set<KvTierKey> known_;
   KvTierStats stats_;
 };
