@@ -215,8 +215,11 @@ class MetricsTest(unittest.TestCase):
         # A corrupted page in the first transfer: one refused transfer, recomputed on decode.
         # The decode worker speculates (n-gram drafts): the same tokens, and vLLM's spec_decode
         # counters beside the rest.
-        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, prefill_args=METRICS,
-                            decode_args=(*METRICS, "--speculative", "ngram", "--num-speculative-tokens", "3",
+        # Both workers keep a disk tier: its metrics (and the dashboard's panels of them) too.
+        tiers = [("--kv-offload-disk", os.path.join(WORKDIR, f"tier_{r}"), "--kv-offload-disk-gib", "0.1")
+                 for r in ("prefill", "decode")]
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, prefill_args=(*METRICS, *tiers[0]),
+                            decode_args=(*METRICS, *tiers[1], "--speculative", "ngram", "--num-speculative-tokens", "3",
                                          "--spec-ngram-min", "1", "--spec-step-budget=false"),
                             router_args=(*METRICS, "--http-listen", "127.0.0.1:0"),
                             prefill_env={"PDSERVE_FAULT_CORRUPT_KV_PAGE": "3"})
