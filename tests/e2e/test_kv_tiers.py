@@ -5,9 +5,11 @@ seeded, prompts prefilled on the decode worker and on the prefill worker) equal 
 bit for bit. The tier's metrics say what moved. A directory that cannot be used is refused by name.
 
 The shared store (`--kv-store redis://...`, a real redis-server with a password and an HMAC key):
+separate prefill, decode and router processes load what an earlier set computed, with equal outputs;
 a second serve process, running beside the first, loads the prefixes the first computed with the
-same outputs; with the store killed, requests are computed as before (equal outputs, the errors
-counted); a store that cannot be reached or refuses the password is refused at start by name.
+same outputs; with the store killed or slower than the timeout, requests are computed as before
+(equal outputs, bounded latency, the errors counted); a store out of reach at start is served
+without and used once up; one that refuses the password, or a misnamed one, is refused by name.
 
 Run: /usr/bin/python3 tests/e2e/test_kv_tiers.py --pdserve build/pdserve
 """
@@ -246,6 +248,36 @@ class KvTiersTest(unittest.TestCase):
         finally:
             for p in procs:
                 self.assertEqual(p.stop(), 0)
+            redis.kill()
+
+    def test_separate_prefill_and_decode_processes_load_from_the_store_with_the_same_outputs(self):
+        redis = Redis("disagg-pw")
+        with open(os.path.join(WORKDIR, "pw_disagg"), "w") as f:
+            f.write("disagg-pw")
+        engine = ("--threads", "1", "--block-size", "4", "--kv-blocks", "48", "--kv-store",
+                  f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file", os.path.join(WORKDIR, "pw_disagg"))
+        clusters = []
+        try:
+            first = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, engine_args=engine,
+                                    prefill_args=("--metrics-listen", "127.0.0.1:0"),
+                                    decode_args=("--metrics-listen", "127.0.0.1:0"), router_args=("--block-size", "4"))
+            clusters.append(first)
+            want = run(first.router)
+            wait_stored_in(first.prefill[0], "redis", roles=("prefill",))
+            # Fresh processes of both tiers: the prefill worker loads every stored prefix and
+            # sends its pages; the decode worker loads those of prompts it prefills itself.
+            second = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, engine_args=engine,
+                                     prefill_args=("--metrics-listen", "127.0.0.1:0"),
+                                     decode_args=("--metrics-listen", "127.0.0.1:0"), router_args=("--block-size", "4"))
+            clusters.append(second)
+            self.assertEqual(run(second.router), want, "disaggregated outputs with the store differ")
+            self.assertGreater(cluster.metric(second.prefill[0], "pdserve_kv_offload_loaded_tokens_total",
+                                              role="prefill"), 0)
+            self.assertEqual(tier_metric_of(second.prefill[0], "pdserve_kv_offload_corrupt_blocks_total",
+                                            "prefill", "redis"), 0)
+        finally:
+            for c in clusters:
+                self.assertEqual(c.stop(), [0] * 3)
             redis.kill()
 
     def test_a_store_slower_than_the_timeout_costs_no_request_more_than_it(self):
