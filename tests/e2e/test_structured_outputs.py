@@ -275,12 +275,15 @@ class StructuredOutputsTest(unittest.TestCase):
             self.assertEqual(c.stop(), [0, 0, 0])
 
     def test_one_request_cannot_end_a_server(self):
-        """Schemas and regexes nested or stacked 60k-100k deep, sent as a string (past the HTTP body's
+        """Schemas and regexes nested or stacked 20k-100k deep, sent as a string (past the HTTP body's
         own nesting bound) to serve's OpenAI API and to a separate router's gRPC API: each is a 400 /
         INVALID_ARGUMENT naming the field, and the servers go on serving (these ended them with
         SIGSEGV before)."""
         deep = "{\"const\": " + "[" * 100000 + "]" * 100000 + "}"
-        stacked = ["a" + "*" * 100000, "a" + "?" * 60000, "a" + "{1}" * 100000]
+        # Stacked quantifiers within the 64 KiB a pattern may have, and a pattern past it (a 762 KB
+        # one took a second to compile: refused before compiling now).
+        stacked = ["a" + "*" * 65000, "a" + "?" * 60000, "a" + "{1}" * 21000]
+        long = "a1" * 40000
         s = cluster.Process(PDSERVE, ["serve", "--model", DEMO, "--listen", "127.0.0.1:0", "--threads", "1",
                                       "--kv-memory-gib", "0.1", "--http-listen", "127.0.0.1:0"])
         try:
@@ -288,6 +291,9 @@ class StructuredOutputsTest(unittest.TestCase):
             bodies += [({"guided_regex": r}, "guided_regex", "multiple repeat") for r in stacked]
             bodies.append(({"guided_json": json.dumps({"type": "string", "pattern": stacked[0]})}, "guided_json",
                            "multiple repeat"))
+            bodies.append(({"guided_regex": long}, "guided_regex", "80000 bytes, over the limit of 65536"))
+            bodies.append(({"guided_json": json.dumps({"type": "string", "pattern": long})}, "guided_json",
+                           "over the limit of 65536"))
             for extra, param, message in bodies:
                 body = json.dumps({"model": "pdserve-demo", "prompt": "In the beginning", "max_tokens": 4, **extra})
                 req = urllib.request.Request(f"http://{s.addresses['http']}/v1/completions", data=body.encode(),
