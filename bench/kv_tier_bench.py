@@ -15,7 +15,6 @@ import argparse
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -77,19 +76,13 @@ def main():
                             "--hidden", str(a.hidden), "--heads", str(a.heads), "--kv-heads", str(a.kv_heads),
                             "--intermediate", str(a.hidden * 3), "--vocab", "4096", "--seed", "1"],
                            check=True, capture_output=True)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                  "--appendonly", "no", "--maxmemory", "8gb", "--maxmemory-policy", "allkeys-lru"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
+        redis = cluster.RedisServer(extra=("--maxmemory", "8gb", "--maxmemory-policy", "allkeys-lru"))
         rng = random.Random(5)
         prefixes = [[rng.randrange(3, 4000) for _ in range(a.prefix_len)] for _ in range(a.prompts)]
         first = [p + [rng.randrange(3, 4000) for _ in range(3)] for p in prefixes]
         again = [p + [rng.randrange(3, 4000) for _ in range(3)] for p in prefixes]
         tiers = {"disk": ["--kv-offload-disk", os.path.join(work, "disk"), "--kv-offload-disk-gib", "16"],
-                 "redis": ["--kv-store", f"redis://127.0.0.1:{port}"]}
+                 "redis": ["--kv-store", redis.url]}
         rows = []
         for name, flags in tiers.items():
             def serve():
@@ -123,7 +116,6 @@ def main():
     finally:
         if redis is not None:
             redis.kill()
-            redis.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -17,12 +17,13 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
+import cluster  # noqa: E402
 TRACE = os.path.join(HERE, "..", "..", "shared", "traces", "mooncake_synthetic_trace.jsonl")
 
 
@@ -57,15 +58,9 @@ def main():
         distinct = len({h for r in rows for h in r["hash_ids"]})
         longest = max(int(r["input_length"] * a.length_scale) + r["output_length"] for r in rows)
         kv_blocks = max(int(distinct * a.pool_fraction), longest // block + 2)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                  "--appendonly", "no", "--maxmemory", "4gb", "--maxmemory-policy", "allkeys-lru"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
+        redis = cluster.RedisServer(extra=("--maxmemory", "4gb", "--maxmemory-policy", "allkeys-lru"))
         results = {}
-        for name, extra in (("no tiers", ""), ("redis store", f" --kv-store redis://127.0.0.1:{port}")):
+        for name, extra in (("no tiers", ""), ("redis store", f" --kv-store {redis.url}")):
             flags = f"--threads {a.threads} --block-size {block} --kv-blocks {kv_blocks}{extra}"
             out = subprocess.run([a.pdserve, "bench", "--compare-policies", "kv_aware", "--model", model,
                                   "--prefill", "1", "--decode", "2", "--worker-flags", flags,
@@ -92,7 +87,6 @@ def main():
     finally:
         if redis is not None:
             redis.kill()
-            redis.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 

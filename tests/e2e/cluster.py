@@ -107,6 +107,46 @@ class Cluster:
 
 # Helpers the end-to-end tests share.
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server (Debian's) on 127.0.0.1, in memory only: the shared KV store's tests and
+    benches. `password`: its requirepass; `extra`: more server flags (maxmemory, ...)."""
+
+    def __init__(self, password="", port=None, extra=()):
+        self.port = port or free_port()
+        self.password = password
+        auth = ["--requirepass", password] if password else []
+        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", *auth, *extra],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while self.cli("PING") != "PONG":
+            if time.time() > deadline:
+                raise AssertionError("redis-server did not start")
+            time.sleep(0.05)
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}"
+
+    def cli(self, *command):
+        auth = ["--no-auth-warning", "-a", self.password] if self.password else []
+        r = subprocess.run(["redis-cli", "-p", str(self.port), *auth, *command],
+                           capture_output=True, text=True, timeout=10)
+        return r.stdout.strip()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def wide_model(pdserve, workdir):
     """An 8-layer, 512-wide random model (made once per workdir): prefill slow enough to queue
     behind and decode steps slow enough for requests to overlap a stalled transfer."""

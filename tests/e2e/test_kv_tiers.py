@@ -43,37 +43,8 @@ def serve(tier, *extra):
                                      "--metrics-listen", "127.0.0.1:0", *disk, *extra])
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Redis:
-    """A redis-server on a free port, in memory only, with a password."""
-
-    def __init__(self, password, port=None):
-        self.port = port or free_port()
-        self.password = password
-        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--requirepass", password],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while self.cli("PING") != "PONG":
-            if time.time() > deadline:
-                raise AssertionError("redis-server did not start")
-            time.sleep(0.05)
-
-    def cli(self, *command):
-        r = subprocess.run(["redis-cli", "-p", str(self.port), "--no-auth-warning", "-a", self.password, *command],
-                           capture_output=True, text=True, timeout=10)
-        return r.stdout.strip()
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+free_port = cluster.free_port
+Redis = cluster.RedisServer
 
 
 class SlowProxy:
