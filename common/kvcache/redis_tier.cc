@@ -73,8 +73,8 @@ int kReplySentinel;  // Every reply "object" of a load: the result is in LoadRep
 
 void* LoadString(const redisReadTask* task, char* str, size_t len) {
   auto* ctx = static_cast<LoadReplies*>(task->privdata);
-  if (task->type != REDIS_REPLY_STRING || task->parent != nullptr) {
-    ctx->result = LoadReplies::kOther;  // An error reply (OOM, NOAUTH, ...).
+  if (task->type != REDIS_REPLY_STRING || task->parent != nullptr || len == 0) {
+    ctx->result = LoadReplies::kOther;  // An error reply (OOM, NOAUTH, ...), or no value (empty).
   } else {
     ctx->result = LoadReplies::kString;
     if (ctx->consume != nullptr) (*ctx->consume)(std::string_view(str, len));
@@ -338,8 +338,12 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
       }
     }
     if (!usable[shard]) continue;
+    // At most a block's bytes: a value someone else wrote under this name (the store may be
+    // writable by others) could be 512 MB, and hiredis would buffer all of it. A longer value
+    // is read up to the block's length and checked as any other.
     const std::string name = RedisKey(key);
-    if (redisAppendCommand(conns_[shard], "GET %b", name.data(), name.size()) != REDIS_OK) {
+    if (redisAppendCommand(conns_[shard], "GETRANGE %b 0 %lld", name.data(), name.size(),
+                           static_cast<long long>(kHeaderBytes + block_bytes) - 1) != REDIS_OK) {
       Drop(shard);  // Replies not read would answer the next call's commands.
       usable[shard] = 0;
       continue;

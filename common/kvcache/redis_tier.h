@@ -10,7 +10,8 @@
 // worker use KV it did not ask for: a block that fails is a miss, counted, deleted, never used.
 //
 // Remote: what the store holds is not known here, so the engine asks it at admission (one
-// pipelined round trip per shard for a request's blocks, on its I/O thread). Contains says only
+// pipelined round trip per shard for a request's blocks, on its I/O thread; each GETRANGE reads
+// at most a block's bytes, whatever size another writer left under the name). Contains says only
 // what this process stored or loaded (to skip storing a block twice).
 //
 // Client: hiredis (Debian's 0.14: no TLS; put the store on a private network or behind stunnel,

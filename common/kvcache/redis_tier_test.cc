@@ -214,6 +214,11 @@ TEST(RedisTierTest, TamperedForgedOrForeignValuesAreNeverUsed) {
   // Garbage.
   s.Set(RedisTier::RedisKey(Key(5)), "not a block");
   EXPECT_EQ(LoadAll(*reader, {Key(5)}).size(), 0u);
+  // 64 MB under a block's name: only the block's length is read (GETRANGE), and it fails its
+  // checks like any garbage; the reader's memory stays a block's.
+  s.Set(RedisTier::RedisKey(Key(6)), std::string(64 << 20, 'x'));
+  EXPECT_EQ(LoadAll(*reader, {Key(6)}).size(), 0u);
+  EXPECT_EQ(reader->Stats().corrupt, 6);
 }
 
 TEST(RedisTierTest, AuthRefusalsAreErrorsAndServersOutOfReachAreWaitedFor) {
