@@ -25,6 +25,8 @@ struct DecodeWorker::Remote {
   uint64_t tag = 0;
   std::vector<int32_t> prompt;  // To prefill here if the remote path fails.
   SamplingParams params;
+  std::string prefill_address;
+  bool tier_loading = false;  // The reservation is loading from the KV cache tiers: no call yet.
   std::chrono::steady_clock::time_point start, deadline;
   grpc::ClientContext context;
   internal::v1::PrefillRequest request;
@@ -80,10 +82,10 @@ void DecodeWorker::Cancel(const std::string& request_id) {
     if (it == active_.end()) return;
     it->second.span.AddEvent("cancelled");
     std::vector<RequestOutput> aborted;
-    if (it->second.remote) {
+    if (it->second.remote && !it->second.remote->tier_loading) {
       it->second.remote->context.TryCancel();
       DropReservation(request_id, it->second.remote->tag, &aborted);
-    } else {
+    } else {  // Running, queued, or its reservation loading from the tiers (the engine holds it).
       engine_->Abort(request_id, &aborted);
     }
     for (const RequestOutput& out : aborted) metrics_->Observe(out);
@@ -195,44 +197,73 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
     active_.erase(id);
     return;
   }
-  const KvCacheSpec& spec = engine_->kv_spec();
-  KvPool& pool = engine_->kv_pool();
-  const int64_t first_block = plan->cached_tokens / spec.block_size;
   if (reserve.recording()) {
     reserve.Set("pdserve.cached_tokens", static_cast<int64_t>(plan->cached_tokens));
-    reserve.Set("pdserve.reserved_blocks", static_cast<int64_t>(plan->blocks.size() - first_block));
+    reserve.Set("pdserve.reserved_blocks", static_cast<int64_t>(plan->blocks.size()) - plan->cached_tokens / bs);
+    reserve.Set("pdserve.tier_loading", plan->tier_loading);
   }
   reserve.End();
-  std::vector<ByteRange> ranges;
   auto remote = std::make_shared<Remote>();
   remote->tag = next_tag_++;
-  remote->prompt = job.prompt;
+  remote->prompt = std::move(job.prompt);
   remote->params = job.params;
+  remote->prefill_address = job.prefill_address;
   remote->start = std::chrono::steady_clock::now();
-  remote->deadline = remote->start + std::chrono::milliseconds(options_.lease_ms);
+  active.remote = remote;
+  if (plan->tier_loading) {
+    // The pool's prefix, then the tiers': the prefill worker is asked for the rest once loaded.
+    remote->tier_loading = true;
+    active.phase = active.span.Child("pdserve.decode.tier_load");
+    return;
+  }
+  SendPrefill(id, active, plan->cached_tokens);
+}
+
+void DecodeWorker::SendLoadedReservations() {
+  loaded_.clear();
+  engine_->TakeTierReservations(&loaded_);
+  for (const TierReservation& r : loaded_) {
+    auto it = active_.find(r.request_id);
+    if (it == active_.end() || !it->second.remote || !it->second.remote->tier_loading) continue;
+    it->second.remote->tier_loading = false;
+    if (it->second.phase.recording()) it->second.phase.Set("pdserve.cached_tokens", r.cached_tokens);
+    it->second.phase.End();
+    SendPrefill(r.request_id, it->second, r.cached_tokens);
+  }
+}
+
+void DecodeWorker::SendPrefill(const std::string& id, Active& active, int64_t cached_tokens) {
+  const std::shared_ptr<Remote>& remote = active.remote;
+  const KvCacheSpec& spec = engine_->kv_spec();
+  KvPool& pool = engine_->kv_pool();
+  const int64_t first_block = cached_tokens / spec.block_size;
+  const absl::Span<const BlockId> blocks = engine_->BlockTable(id);
+  const SamplingParams& params = remote->params;
+  std::vector<ByteRange> ranges;
+  remote->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.lease_ms);
   internal::v1::PrefillRequest& r = remote->request;
   r.set_request_id(id);
-  r.mutable_prompt_ids()->Assign(job.prompt.begin(), job.prompt.end());
-  r.set_seed(*job.params.seed);
+  r.mutable_prompt_ids()->Assign(remote->prompt.begin(), remote->prompt.end());
+  r.set_seed(*params.seed);
   v1::SamplingParams* sp = r.mutable_sampling();
-  sp->set_temperature(job.params.temperature);
-  sp->set_top_p(job.params.top_p);
-  sp->set_top_k(job.params.top_k);
-  sp->set_min_p(job.params.min_p);
-  sp->set_repetition_penalty(job.params.repetition_penalty);
-  sp->set_frequency_penalty(job.params.frequency_penalty);
-  sp->set_presence_penalty(job.params.presence_penalty);
-  sp->set_logprobs(job.params.logprobs);
-  if (job.params.constraint != nullptr) ToProto(*job.params.constraint, sp->mutable_constraint());
+  sp->set_temperature(params.temperature);
+  sp->set_top_p(params.top_p);
+  sp->set_top_k(params.top_k);
+  sp->set_min_p(params.min_p);
+  sp->set_repetition_penalty(params.repetition_penalty);
+  sp->set_frequency_penalty(params.frequency_penalty);
+  sp->set_presence_penalty(params.presence_penalty);
+  sp->set_logprobs(params.logprobs);
+  if (params.constraint != nullptr) ToProto(*params.constraint, sp->mutable_constraint());
   *r.mutable_layout() = core_.layout;
   r.set_transport_endpoint(transport_->endpoint());
   r.set_transfer_tag(remote->tag);
   r.set_first_block(static_cast<int32_t>(first_block));
   r.set_dst_pool_blocks(pool.num_blocks());
-  for (size_t b = first_block; b < plan->blocks.size(); ++b) {
-    r.add_dst_blocks(plan->blocks[b]);
+  for (size_t b = static_cast<size_t>(first_block); b < blocks.size(); ++b) {
+    r.add_dst_blocks(blocks[b]);
     for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
-      const uint64_t off = pool.PageOffset(layer, plan->blocks[b]);
+      const uint64_t off = pool.PageOffset(layer, blocks[b]);
       ranges.push_back({off, off + spec.PageBytes()});
     }
   }
@@ -242,7 +273,6 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
     active_.erase(id);
     return;
   }
-  active.remote = remote;
   remote->context.set_deadline(std::chrono::system_clock::now() +
                                std::chrono::milliseconds(options_.lease_ms));
   // From the Prefill call to the pages checked: the prefill worker's spans are its children.
@@ -254,10 +284,10 @@ void DecodeWorker::StartRemote(DecodeJob job, Active& active) {
     }
   }
   if (active.phase.recording()) {
-    active.phase.Set("pdserve.prefill_worker", job.prefill_address);
+    active.phase.Set("pdserve.prefill_worker", remote->prefill_address);
     active.phase.Set("pdserve.transport", transport_->endpoint());
   }
-  internal::v1::PrefillWorker::Stub* stub = PrefillStub(job.prefill_address);
+  internal::v1::PrefillWorker::Stub* stub = PrefillStub(remote->prefill_address);
   stub->async()->Prefill(&remote->context, &remote->request, &remote->response,
                          [this, id, remote](grpc::Status status) {
                            remote->rpc_status = std::move(status);
@@ -308,7 +338,7 @@ void DecodeWorker::CheckRemotes() {
   std::vector<std::string> ready;
   for (auto& [id, active] : active_) {
     const std::shared_ptr<Remote>& remote = active.remote;
-    if (!remote) continue;
+    if (!remote || remote->tier_loading) continue;
     const TransferPoll poll = transport_->Poll(remote->tag);
     if (poll.state == TransferState::kFailed) {
       failed.push_back({id, poll.status,
@@ -483,6 +513,7 @@ void DecodeWorker::Loop() {
       if (absl::Status s = engine_->Step(&outputs_); !s.ok()) {
         PD_LOG(Error) << "decode step failed: " << s;
       }
+      SendLoadedReservations();
     }
     Dispatch(outputs_);
     PublishInfo();

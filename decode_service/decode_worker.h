@@ -117,7 +117,13 @@ class DecodeWorker {
   void Post(std::function<void()> command) { commands_.Post(std::move(command)); }
   void Loop();
   void Start(DecodeJob job, std::shared_ptr<DecodeSink> sink);
+  // Reserves the prompt's blocks and asks the prefill worker for their pages (after the tiers'
+  // blocks are loaded into the reservation, when the KV cache tiers hold some).
   void StartRemote(DecodeJob job, Active& active);
+  // The Prefill call for the reservation's pages after its first `cached_tokens` tokens.
+  void SendPrefill(const std::string& request_id, Active& active, int64_t cached_tokens);
+  // The reservations whose tier loads ended: their Prefill calls go out.
+  void SendLoadedReservations();
   void OnPrefillReply(const std::string& request_id, const std::shared_ptr<Remote>& remote);
   void CheckRemotes();
   // `reason` labels kv_transfer_failures_total.
@@ -143,6 +149,7 @@ class DecodeWorker {
   absl::flat_hash_map<std::string, std::unique_ptr<internal::v1::PrefillWorker::Stub>> stubs_;
   uint64_t next_tag_ = 1;
   std::vector<RequestOutput> outputs_;
+  std::vector<TierReservation> loaded_;  // SendLoadedReservations' scratch.
   TransferCounters transfers_;
   int64_t remote_prefills_ = 0, local_prefills_ = 0;
   int64_t quarantined_ = 0;  // Reservations kept until their transfer is quiescent.

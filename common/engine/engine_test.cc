@@ -1236,6 +1236,146 @@ TEST(EngineTest, TierLoadsThatFailOrAreAbortedLeaveNothingBehind) {
   std::filesystem::remove_all(tier_dir);
 }
 
+// A decode engine's reservation for a remote prefill loads the prefix blocks the tiers hold
+// first (the decode worker then asks its prefill worker only for the pages after them): the
+// reservation reports its end with the cached tokens, the prefill engine's pages after those are
+// copied in, and the request's tokens and logits equal a colocated run's bitwise. Aborted while
+// loading, the reservation frees its blocks once the load ends and is never reported.
+TEST(EngineTest, RemoteReservationLoadsTheTiersPrefixFirst) {
+  const std::string dir = ModelDir("llama");
+  const std::string tier_dir = JoinPath(TempRoot::Path(), "tier_reservation");
+  std::filesystem::remove_all(tier_dir);
+  auto tier = DiskTier::Open({tier_dir, int64_t{1} << 30});
+  ASSERT_TRUE(tier.ok());
+  EngineOptions o = SmallOptions();
+  o.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
+  SamplingParams params = Greedy(8);
+  params.temperature = 0.7f;
+  params.seed = 99;
+  const std::vector<int32_t> prompt = Prompt(42, 314);  // 10 full blocks of 4, then 2 tokens.
+  const auto local = RunEngine(dir, SmallOptions(), {{"r", prompt, params}});
+  {  // An earlier worker computed the prompt's first 7 blocks and stored them.
+    auto writer = *LLMEngine::Create(dir, o);
+    ASSERT_TRUE(writer->AddRequest("w", std::vector<int32_t>(prompt.begin(), prompt.begin() + 29), Greedy(1)).ok());
+    std::vector<RequestOutput> outs;
+    while (writer->HasUnfinished()) ASSERT_TRUE(writer->Step(&outs).ok());
+    writer->FlushKvOffload();
+  }
+  auto decode = *LLMEngine::Create(dir, o);
+  auto prefill = *LLMEngine::Create(dir, SmallOptions());
+  std::vector<std::vector<float>> logits;
+  auto observe = [&logits](const std::string& id, const float* l, int64_t v) {
+    if (id == "r") logits.emplace_back(l, l + v);
+  };
+  prefill->SetLogitsObserver(observe);
+  decode->SetLogitsObserver(observe);
+
+  auto plan = decode->ReserveForRemotePrefill("r", prompt, params);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->cached_tokens, 0);
+  ASSERT_TRUE(plan->tier_loading);
+  std::vector<RequestOutput> outs;
+  std::vector<TierReservation> loaded;
+  for (int i = 0; i < 5000 && loaded.empty(); ++i) {
+    ASSERT_TRUE(decode->Step(&outs).ok());
+    decode->TakeTierReservations(&loaded);
+  }
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].request_id, "r");
+  EXPECT_EQ(loaded[0].cached_tokens, 28);  // The 7 stored blocks.
+  EXPECT_TRUE(outs.empty());
+  EXPECT_EQ(decode->Stats().offload.loaded_blocks, 7);
+  EXPECT_EQ(decode->CachedPrefixTokens(prompt), 28) << "loaded blocks are published in the pool";
+
+  SamplingParams first_only = params;
+  first_only.max_tokens = 1;
+  ASSERT_TRUE(prefill->AddRequest("r", prompt, first_only, RequestOptions{true}).ok());
+  std::vector<RequestOutput> pouts;
+  while (prefill->HasUnfinished()) ASSERT_TRUE(prefill->Step(&pouts).ok());
+  ASSERT_EQ(pouts.size(), 1u);
+  const auto src = prefill->BlockTable("r");
+  ASSERT_EQ(src.size(), plan->blocks.size());
+  const KvCacheSpec& spec = prefill->kv_spec();
+  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
+    for (size_t b = loaded[0].cached_tokens / spec.block_size; b < src.size(); ++b) {
+      std::memcpy(decode->kv_pool().data() + decode->kv_pool().PageOffset(layer, plan->blocks[b]),
+                  prefill->kv_pool().data() + prefill->kv_pool().PageOffset(layer, src[b]), spec.PageBytes());
+    }
+  }
+  prefill->ReleaseHeld("r");
+  SampledToken first{pouts[0].tokens[0].token, pouts[0].tokens[0].logprob, {}};
+  ASSERT_TRUE(decode->CompleteRemotePrefill("r", first, pouts[0].cached_tokens, &outs).ok());
+  std::vector<int32_t> tokens = {outs[0].tokens[0].token};
+  while (decode->HasUnfinished()) {
+    outs.clear();
+    ASSERT_TRUE(decode->Step(&outs).ok());
+    for (const auto& out : outs) {
+      for (const auto& t : out.tokens) tokens.push_back(t.token);
+    }
+  }
+  Result disaggregated;
+  disaggregated.tokens = tokens;
+  disaggregated.logits = logits;
+  ExpectBitwiseEqual(disaggregated, local.at("r"), "decode's prefix from the tier, the rest from prefill");
+
+  // Aborted while loading (a fresh engine: nothing in its pool).
+  auto other = *LLMEngine::Create(dir, o);
+  auto again = other->ReserveForRemotePrefill("gone", prompt, params);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(again->tier_loading);
+  EXPECT_FALSE(other->CompleteRemotePrefill("gone", first, 0, &outs).ok()) << "pages cannot complete a load";
+  EXPECT_TRUE(other->Abort("gone", nullptr));
+  for (int i = 0; i < 5000 && other->HasScheduledWork(); ++i) ASSERT_TRUE(other->Step(&outs).ok());
+  loaded.clear();
+  other->TakeTierReservations(&loaded);
+  EXPECT_TRUE(loaded.empty()) << "an aborted reservation is not reported";
+  EXPECT_FALSE(other->HasUnfinished());
+  EXPECT_EQ(other->Stats().kv.used_blocks, 0);
+  std::filesystem::remove_all(tier_dir);
+}
+
+// A request resumed on another worker (its output so far given back, as the router does after a
+// decode worker dies) loads the blocks of its prompt and of that output from the tier that the
+// first worker wrote, and continues with the tokens and logits of an uninterrupted run.
+TEST(EngineTest, AResumedRequestLoadsItsPromptAndOutputFromTheTier) {
+  const std::string dir = ModelDir("llama");
+  const std::string tier_dir = JoinPath(TempRoot::Path(), "tier_resumed");
+  std::filesystem::remove_all(tier_dir);
+  auto tier = DiskTier::Open({tier_dir, int64_t{1} << 30});
+  ASSERT_TRUE(tier.ok());
+  EngineOptions o = SmallOptions();
+  o.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
+  SamplingParams params = Greedy(20);
+  params.temperature = 0.9f;
+  params.seed = 4242;
+  const Request r{"r", Prompt(30, 2718), params};
+  const auto plain = RunEngine(dir, SmallOptions(), {r});
+  const auto first = RunEngine(dir, o, {r});  // The first worker: it stores what it computed.
+  ExpectBitwiseEqual(first.at("r"), plain.at("r"), "with the tier");
+  const std::vector<int32_t>& all = plain.at("r").tokens;
+  constexpr size_t kSent = 10;  // Tokens the client had when the first worker died.
+
+  auto engine = *LLMEngine::Create(dir, o);
+  Result resumed;
+  engine->SetLogitsObserver([&](const std::string&, const float* l, int64_t v) { resumed.logits.emplace_back(l, l + v); });
+  RequestOptions resume;
+  resume.resume_output.assign(all.begin(), all.begin() + kSent);
+  ASSERT_TRUE(engine->AddRequest("r", r.prompt, r.params, resume).ok());
+  std::vector<RequestOutput> outs;
+  while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step(&outs).ok());
+  for (const RequestOutput& out : outs) {
+    for (const TokenOutput& t : out.tokens) resumed.tokens.push_back(t.token);
+  }
+  Result want;
+  want.tokens.assign(all.begin() + kSent, all.end());
+  want.logits.assign(plain.at("r").logits.begin() + kSent, plain.at("r").logits.end());
+  ExpectBitwiseEqual(resumed, want, "resumed from the tier");
+  // (30 + 10 - 1) / 4 = 9 blocks: the prompt's 7 and two of the first worker's output.
+  EXPECT_EQ(engine->Stats().offload.loaded_blocks, 9);
+  EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
+  std::filesystem::remove_all(tier_dir);
+}
+
 // A constraint that no token of the vocabulary can continue, and that cannot end, finishes with
 // its own reason (kFinishConstraintDeadEnd) at once, not with "length" before max_tokens: here
 // the vocabulary has no token for '~' (its byte token made a special token, which writes

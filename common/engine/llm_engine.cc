@@ -337,10 +337,12 @@ absl::StatusOr<RemotePrefillPlan> LLMEngine::ReserveForRemotePrefill(
   seq->num_cached_prompt_tokens = plan.num_cached_tokens;
   seq->admitted_before = true;
   seq->first_scheduled = Clock::now();
+  seq->remote_reserved = true;
   RemotePrefillPlan out;
   const auto table = blocks_->BlockTable(seq->id);
   out.blocks.assign(table.begin(), table.end());
   out.cached_tokens = plan.num_cached_tokens;
+  out.tier_loading = offload_ != nullptr && LoadFromTiers(seq.get(), plan.num_cached_tokens / bs);
   sequences_.emplace(request_id, std::move(seq));
   return out;
 }
@@ -372,6 +374,10 @@ absl::Status LLMEngine::CompleteRemotePrefill(const std::string& request_id,
                                           "' is not allowed by its ", seq->params.constraint->field(),
                                           " constraint"));
   }
+  if (seq->tier_loading) {
+    return absl::FailedPreconditionError(Str("request '", request_id, "' is still loading from the KV cache tiers"));
+  }
+  seq->remote_reserved = false;
   seq->num_computed = seq->num_prompt_tokens;
   Publish(seq, seq->block_hashes);
   stats_.prompt_tokens_computed += seq->num_prompt_tokens - seq->num_cached_prompt_tokens;
@@ -722,8 +728,7 @@ bool LLMEngine::StartTierLoad(Sequence* seq) {
   const int64_t cached = probe->num_cached_tokens / bs;
   const auto next = absl::MakeConstSpan(seq->block_hashes).subspan(static_cast<size_t>(cached),
                                                                      static_cast<size_t>(max_blocks - cached));
-  const int64_t found = offload_->Holds(next);
-  if (found == 0) return false;
+  if (offload_->Holds(next) == 0) return false;
   // The whole prompt's blocks now (as a remote prefill reserves them): the tier's land in the
   // blocks after the pool's cached prefix.
   auto plan = blocks_->PlanAdmit(seq->block_hashes, max_blocks, len, seq->num_prompt_tokens);
@@ -733,9 +738,22 @@ bool LLMEngine::StartTierLoad(Sequence* seq) {
   seq->num_cached_prompt_tokens = std::min(plan->num_cached_tokens, seq->num_prompt_tokens);
   seq->admitted_before = true;
   seq->first_scheduled = Clock::now();
+  if (LoadFromTiers(seq, cached)) return true;
+  scheduler_->AddWaiting(seq);  // Not in the tiers after all (Holds probed them): computed.
+  return true;
+}
+
+bool LLMEngine::LoadFromTiers(Sequence* seq, int64_t cached_blocks) {
+  const int64_t bs = blocks_->block_size();
+  const int64_t max_blocks = (static_cast<int64_t>(seq->tokens.size()) - 1) / bs;
+  if (cached_blocks >= max_blocks) return false;
+  const auto next = absl::MakeConstSpan(seq->block_hashes)
+                        .subspan(static_cast<size_t>(cached_blocks), static_cast<size_t>(max_blocks - cached_blocks));
+  const int64_t found = offload_->Holds(next);
+  if (found == 0) return false;
   const auto table = blocks_->BlockTable(seq->id);
   std::vector<BlockHash> hashes(next.begin(), next.begin() + found);
-  std::vector<BlockId> targets(table.begin() + cached, table.begin() + cached + found);
+  std::vector<BlockId> targets(table.begin() + cached_blocks, table.begin() + cached_blocks + found);
   seq->tier_loading = true;
   tier_loads_[static_cast<uint64_t>(seq->id)] = seq->request_id;
   offload_->StartLoad(static_cast<uint64_t>(seq->id), std::move(hashes), std::move(targets));
@@ -764,6 +782,11 @@ void LLMEngine::PollTierLoads() {
     seq->num_computed += d.loaded * bs;
     seq->num_cached_prompt_tokens = std::min(seq->num_computed, seq->num_prompt_tokens);
     Publish(seq, absl::MakeConstSpan(seq->block_hashes).subspan(0, static_cast<size_t>(cached_blocks + d.loaded)));
+    if (seq->remote_reserved) {
+      // The decode worker now asks its prefill worker for the pages after these.
+      tier_reservations_.push_back({seq->request_id, seq->num_computed});
+      continue;
+    }
     scheduler_->AddWaiting(seq);  // Joins with its blocks (the rest of its prompt is prefilled).
   }
 }

@@ -79,6 +79,16 @@ struct RequestOptions {
 struct RemotePrefillPlan {
   std::vector<BlockId> blocks;  // The whole prompt's block table.
   int64_t cached_tokens = 0;    // Leading tokens already in this pool (their blocks come first).
+  // The KV cache tiers hold the blocks that follow: they are being loaded into the reservation,
+  // and TakeTierReservations reports when, with the cached tokens then. Ask the prefill worker
+  // for the pages after those.
+  bool tier_loading = false;
+};
+
+// A remote prefill's reservation whose tier load has ended (LLMEngine::TakeTierReservations).
+struct TierReservation {
+  std::string request_id;
+  int64_t cached_tokens = 0;  // Leading prompt tokens in the pool now: the pool's and the tiers'.
 };
 
 struct EngineStats {
@@ -142,13 +152,20 @@ class LLMEngine {
   // they are not free now). Complete: the prompt's pages have arrived; `first` is the token the
   // prefill worker sampled and `prefill_cached_tokens` how many prompt tokens it took from its own
   // prefix cache (usage reports those as cached: they were not computed for this request); the
-  // request joins the running batch. Abort frees a reservation.
+  // request joins the running batch. Abort frees a reservation. With KV cache tiers, the blocks
+  // after the pool's prefix that the tiers hold are loaded into the reservation first
+  // (RemotePrefillPlan::tier_loading; Step polls the load, TakeTierReservations reports its end).
   absl::StatusOr<RemotePrefillPlan> ReserveForRemotePrefill(const std::string& request_id,
                                                             std::vector<int32_t> prompt,
                                                             const SamplingParams& params);
   absl::Status CompleteRemotePrefill(const std::string& request_id, const SampledToken& first,
                                      int64_t prefill_cached_tokens,
                                      std::vector<RequestOutput>* outputs);
+  // The reservations whose tier loads ended since the last call (aborted ones are not reported).
+  void TakeTierReservations(std::vector<TierReservation>* out) {
+    out->insert(out->end(), tier_reservations_.begin(), tier_reservations_.end());
+    tier_reservations_.clear();
+  }
   // Leading prompt tokens this pool's prefix cache holds now (a probe: nothing changes).
   int64_t CachedPrefixTokens(const std::vector<int32_t>& prompt) const;
 
@@ -231,7 +248,12 @@ class LLMEngine {
   // some (its blocks reserved, the sequence parked until the load ends); false: nothing to load
   // (or no room), admit as usual.
   bool StartTierLoad(Sequence* seq);
-  // The finished loads: each sequence joins the waiting queue with its loaded blocks computed.
+  // Loads the tiers' run of the prompt's blocks after the first `cached_blocks` (the sequence
+  // holds the whole prompt's blocks) up to its last full block before the final token; false
+  // when the tiers hold none of them.
+  bool LoadFromTiers(Sequence* seq, int64_t cached_blocks);
+  // The finished loads: each sequence joins the waiting queue with its loaded blocks computed (a
+  // remote prefill's reservation is reported by TakeTierReservations instead).
   void PollTierLoads();
   // What fixes a block's bits (KvTierKey::model): the model's shape and weights, the arithmetic,
   // the pool's layout.
@@ -267,6 +289,7 @@ class LLMEngine {
   // Loads in flight by sequence id: the request's name (a new one if aborted while loading: its
   // blocks are then held until the load ends, then freed).
   absl::flat_hash_map<uint64_t, std::string> tier_loads_;
+  std::vector<TierReservation> tier_reservations_;  // Loads ended, not yet taken.
   std::vector<std::pair<BlockHash, BlockId>> indexed_;  // Publish's scratch.
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -235,8 +235,8 @@ class KvTiersTest(unittest.TestCase):
             clusters.append(first)
             want = run(first.router)
             wait_stored_in(first.prefill[0], "redis", roles=("prefill",))
-            # Fresh processes of both tiers: the prefill worker loads every stored prefix and
-            # sends its pages; the decode worker loads those of prompts it prefills itself.
+            # Fresh processes of both tiers: each loads the stored prefixes; the decode worker
+            # asks the prefill worker only for the pages after those it loaded.
             second = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, engine_args=engine,
                                      prefill_args=("--metrics-listen", "127.0.0.1:0"),
                                      decode_args=("--metrics-listen", "127.0.0.1:0"), router_args=("--block-size", "4"))
@@ -244,6 +244,11 @@ class KvTiersTest(unittest.TestCase):
             self.assertEqual(run(second.router), want, "disaggregated outputs with the store differ")
             self.assertGreater(cluster.metric(second.prefill[0], "pdserve_kv_offload_loaded_tokens_total",
                                               role="prefill"), 0)
+            self.assertGreater(cluster.metric(second.decode[0], "pdserve_kv_offload_loaded_tokens_total",
+                                              role="decode"), 0)
+            sent = [cluster.metric(c.decode[0], "pdserve_kv_transfer_pages_total", role="decode") for c in clusters]
+            self.assertGreater(sent[0], 0)
+            self.assertLess(sent[1], sent[0], "the decode worker's pages loaded from the store were sent again")
             self.assertEqual(tier_metric_of(second.prefill[0], "pdserve_kv_offload_corrupt_blocks_total",
                                             "prefill", "redis"), 0)
         finally:
