@@ -499,10 +499,12 @@ void DecodeWorker::Loop() {
   for (;;) {
     bool remotes = false;
     for (const auto& [id, a] : active_) remotes |= a.remote != nullptr;
-    // Poll every millisecond while pages are on their way; otherwise sleep until a command.
+    // Poll every millisecond while pages are on their way, every 20 while the KV cache tiers'
+    // stores have events to publish; otherwise sleep until a command.
     bool stopped = false;
     auto commands = commands_.Take(engine_->HasScheduledWork(),
-                                   std::chrono::milliseconds(remotes ? 1 : 0), &stopped);
+                                   std::chrono::milliseconds(remotes ? 1 : engine_->TierEventsPending() ? 20 : 0),
+                                   &stopped);
     if (stopped) return;
     for (auto& c : commands) c();
     CheckRemotes();

@@ -291,7 +291,9 @@ void PrefillWorker::PublishInfo() {
 void PrefillWorker::Loop() {
   for (;;) {
     bool stopped = false;
-    auto commands = commands_.Take(engine_->HasScheduledWork(), std::chrono::milliseconds(0), &stopped);
+    // Asleep until a command, or every 20 ms while the KV cache tiers' stores have events to publish.
+    auto commands = commands_.Take(engine_->HasScheduledWork(),
+                                   std::chrono::milliseconds(engine_->TierEventsPending() ? 20 : 0), &stopped);
     if (stopped) return;
     for (auto& c : commands) c();
     if (engine_->HasScheduledWork()) {

@@ -6,9 +6,20 @@
 namespace pdserve {
 
 KvOffload::KvOffload(std::vector<std::shared_ptr<KvTier>> tiers, const KvCacheSpec& spec, uint8_t* pool,
-                     int64_t num_blocks, const BlockHash& model, int64_t buffers)
-    : tiers_(std::move(tiers)), spec_(spec), pool_(pool), num_blocks_(num_blocks), model_(model) {
-  for (const auto& t : tiers_) remote_ = remote_ || t->remote();
+                     int64_t num_blocks, const BlockHash& model, int64_t buffers, bool events)
+    : tiers_(std::move(tiers)), spec_(spec), pool_(pool), num_blocks_(num_blocks), model_(model),
+      events_enabled_(events) {
+  for (const auto& t : tiers_) {
+    remote_ = remote_ || t->remote();
+    if (!events_enabled_) continue;
+    // What a local tier holds from before (a restarted worker's directory): a consumer's view
+    // starts from the worker's AllBlocksCleared, so it hears of these now. No parent is known.
+    for (const BlockHash& h : t->Held(model_)) {
+      events_.push_back({KvEvent::Type::kStored, h, BlockHash{}, {}, t->event_medium()});
+    }
+    std::vector<KvTierKey> before;
+    t->TakeRemoved(&before);  // Removals before this engine existed are not its news.
+  }
   for (int64_t i = 0; i < buffers; ++i) free_buffers_.emplace_back(spec_.BlockBytes());
   thread_ = std::thread([this] { Run(); });
 }
@@ -22,7 +33,8 @@ KvOffload::~KvOffload() {
   thread_.join();
 }
 
-void KvOffload::OfferStored(const BlockHash& hash, BlockId block) {
+void KvOffload::OfferStored(const BlockHash& hash, const BlockHash& parent, BlockId block,
+                            absl::Span<const int32_t> tokens) {
   ++stats_.offered;
   bool all = true;
   for (const auto& t : tiers_) all = all && t->Contains({model_, hash});
@@ -43,9 +55,11 @@ void KvOffload::OfferStored(const BlockHash& hash, BlockId block) {
     std::memcpy(buffer.data() + static_cast<size_t>(l) * page, Page(l, block), page);
   }
   ++stats_.queued;
+  std::vector<int32_t> event_tokens;
+  if (events_enabled_) event_tokens.assign(tokens.begin(), tokens.end());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stores_.push_back({hash, std::move(buffer)});
+    stores_.push_back({hash, parent, std::move(buffer), std::move(event_tokens)});
   }
   wake_.notify_one();
 }
@@ -85,6 +99,33 @@ void KvOffload::Poll(std::vector<LoadDone>* done) {
   finished_.clear();
 }
 
+void KvOffload::DrainEvents(std::vector<KvEvent>* out) {
+  if (!events_enabled_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (KvEvent& e : events_) out->push_back(std::move(e));
+  events_.clear();
+}
+
+bool KvOffload::EventsPending() {
+  if (!events_enabled_) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return !events_.empty() || !stores_.empty() || stores_in_flight_ > 0;
+}
+
+void KvOffload::TakeRemovedLocked() {
+  for (const auto& t : tiers_) {
+    removed_.clear();
+    t->TakeRemoved(&removed_);
+    for (const KvTierKey& k : removed_) {
+      if (k.model == model_) events_.push_back({KvEvent::Type::kRemoved, k.block, BlockHash{}, {}, t->event_medium()});
+    }
+  }
+  // A consumer that never drains (a worker without event consumers drains every step) is bounded.
+  if (events_.size() > 2 * KvTier::kMaxRemovedKept) {
+    events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(KvTier::kMaxRemovedKept));
+  }
+}
+
 void KvOffload::WaitForLoad(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait_for(lock, timeout, [this] { return !finished_.empty(); });
@@ -120,6 +161,7 @@ void KvOffload::Run() {
             }));
       }
       lock.lock();
+      if (events_enabled_) TakeRemovedLocked();  // Blocks that failed their checks went.
       finished_.push_back({job.tag, static_cast<int64_t>(loaded), static_cast<int64_t>(job.hashes.size())});
       done_cv_.notify_all();
       continue;
@@ -129,10 +171,20 @@ void KvOffload::Run() {
     stores_.pop_front();
     ++stores_in_flight_;
     lock.unlock();
+    std::vector<const char*> stored;
     for (const auto& t : tiers_) {
-      if (!t->Contains({model_, job.hash})) (void)t->Store({model_, job.hash}, job.bytes);  // Failures: the tier's.
+      // Failures are the tier's (counted there): the block is simply not in it.
+      if (!t->Contains({model_, job.hash}) && t->Store({model_, job.hash}, job.bytes).ok()) {
+        stored.push_back(t->event_medium());
+      }
     }
     lock.lock();
+    if (events_enabled_) {
+      for (const char* medium : stored) {
+        events_.push_back({KvEvent::Type::kStored, job.hash, job.parent, job.tokens, medium});
+      }
+      TakeRemovedLocked();
+    }
     --stores_in_flight_;
     free_buffers_.push_back(std::move(job.bytes));
     done_cv_.notify_all();

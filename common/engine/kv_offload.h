@@ -45,14 +45,17 @@ class KvOffload {
   // [layer][block] pages of spec.PageBytes(). `model`: KvTierModelKey's. `buffers`: blocks that
   // may wait for a store at once (their memory is allocated now).
   // `tiers`: asked in order for each block (local ones first), stored into each that lacks it.
+  // `events`: report what the tiers hold as KV events (DrainEvents): each block stored into a
+  // tier, each one a tier removed, and, now, the blocks a local tier holds already.
   KvOffload(std::vector<std::shared_ptr<KvTier>> tiers, const KvCacheSpec& spec, uint8_t* pool, int64_t num_blocks,
-            const BlockHash& model, int64_t buffers);
+            const BlockHash& model, int64_t buffers, bool events = false);
   ~KvOffload();  // Finishes the loads in flight and the queued stores.
 
   const std::vector<std::shared_ptr<KvTier>>& tiers() const { return tiers_; }
 
   // A published prefix block: copied and queued for the tiers unless every one has it already.
-  void OfferStored(const BlockHash& hash, BlockId block);
+  // `parent` and `tokens` (its tokens, or none) are for its KV events.
+  void OfferStored(const BlockHash& hash, const BlockHash& parent, BlockId block, absl::Span<const int32_t> tokens);
   // How many of `hashes`, from the first, are worth asking the tiers for: those a local tier
   // holds (a hint: a load may still miss), or all of them with a remote tier (only it knows).
   int64_t Holds(absl::Span<const BlockHash> hashes) const;
@@ -74,6 +77,10 @@ class KvOffload {
   void FlushStores();
 
   const KvOffloadStats& stats() const { return stats_; }
+  // The tiers' KV events since the last call (with `events` on), each with its tier's medium.
+  void DrainEvents(std::vector<KvEvent>* out);
+  // With `events` on: events not yet drained, or stores that will make some.
+  bool EventsPending();
 
  private:
   struct Load {
@@ -82,9 +89,12 @@ class KvOffload {
     std::vector<BlockId> blocks;
   };
   struct Store {
-    BlockHash hash;
+    BlockHash hash, parent;
     std::vector<uint8_t> bytes;
+    std::vector<int32_t> tokens;  // For its events (empty without).
   };
+  // The I/O thread's: the tiers' removals as events. Holds mu_.
+  void TakeRemovedLocked();
   void Run();  // The I/O thread.
   uint8_t* Page(int64_t layer, BlockId block) const {
     return pool_ + static_cast<size_t>(layer * num_blocks_ + block) * spec_.PageBytes();
@@ -96,6 +106,7 @@ class KvOffload {
   uint8_t* const pool_;
   const int64_t num_blocks_;
   const BlockHash model_;
+  const bool events_enabled_;
   KvOffloadStats stats_;      // The scheduler thread's.
   int64_t pending_loads_ = 0;  // The scheduler thread's: started, not yet polled.
 
@@ -105,6 +116,8 @@ class KvOffload {
   std::deque<Store> stores_;
   std::vector<std::vector<uint8_t>> free_buffers_;
   std::vector<LoadDone> finished_;
+  std::vector<KvEvent> events_;  // Not yet drained.
+  std::vector<KvTierKey> removed_;  // TakeRemovedLocked's scratch.
   int64_t stores_in_flight_ = 0;
   bool stop_ = false;
   std::thread thread_;

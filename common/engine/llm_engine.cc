@@ -191,7 +191,8 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
       return absl::InvalidArgumentError("kv offload buffers must be >= 1");
     }
     e->offload_ = std::make_unique<KvOffload>(options.kv_tiers, spec, e->pool_->data(), num_blocks,
-                                              e->TierModelKey(), options.kv_offload_buffers);
+                                              e->TierModelKey(), options.kv_offload_buffers,
+                                              options.enable_kv_events);
   }
   if (options.speculative.method == SpeculativeMethod::kSuffix) {
     e->recent_outputs_ = std::make_unique<SuffixTrie>(options.speculative.suffix_depth);
@@ -714,8 +715,20 @@ void LLMEngine::Publish(Sequence* seq, absl::Span<const BlockHash> hashes) {
     return;
   }
   indexed_.clear();
-  blocks_->Publish(seq->id, hashes, EventTokens(*seq), &indexed_);
-  for (const auto& [hash, block] : indexed_) offload_->OfferStored(hash, block);
+  const absl::Span<const int32_t> tokens = EventTokens(*seq);
+  blocks_->Publish(seq->id, hashes, tokens, &indexed_);
+  // The newly indexed blocks come in the order of `hashes`: their parents and tokens for events.
+  const int64_t bs = blocks_->block_size();
+  size_t i = 0;
+  for (const auto& [hash, block] : indexed_) {
+    while (i < hashes.size() && !(hashes[i] == hash)) ++i;
+    if (i == hashes.size()) break;
+    const BlockHash parent = i == 0 ? BlockHash{} : hashes[i - 1];
+    const auto own = tokens.size() >= (i + 1) * static_cast<size_t>(bs)
+                         ? tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs))
+                         : absl::Span<const int32_t>();
+    offload_->OfferStored(hash, parent, block, own);
+  }
 }
 
 bool LLMEngine::StartTierLoad(Sequence* seq) {

@@ -219,7 +219,14 @@ class LLMEngine {
     if (offload_ != nullptr) offload_->FlushStores();
   }
   // Prefix-cache changes since the last call (EngineOptions::enable_kv_events), and the full set.
-  void DrainKvEvents(std::vector<KvEvent>* out) { blocks_->DrainEvents(out); }
+  // KV cache tiers with KV events on: events of stores still to be drained (a worker idle
+  // meanwhile polls for them).
+  bool TierEventsPending() const { return offload_ != nullptr && offload_->EventsPending(); }
+  // With KV cache tiers, the tiers' events follow the pool's (each with its tier's medium).
+  void DrainKvEvents(std::vector<KvEvent>* out) {
+    blocks_->DrainEvents(out);
+    if (offload_ != nullptr) offload_->DrainEvents(out);
+  }
   std::vector<BlockHash> IndexedBlockHashes() const { return blocks_->IndexedHashes(); }
 
  private:

@@ -58,6 +58,9 @@ struct KvEvent {
   BlockHash hash;
   BlockHash parent;
   std::vector<int32_t> tokens;  // Stored only: block_size tokens, or empty.
+  // Where the block is (vLLM's `medium`): null for the pool (the publisher's medium, "CPU" or
+  // "GPU"); a KV cache tier's KvTier::event_medium() ("DISK", "STORE") otherwise.
+  const char* medium = nullptr;
 };
 
 class BlockManager {

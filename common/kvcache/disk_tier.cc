@@ -174,7 +174,24 @@ void DiskTier::ForgetLocked(KvTierKey key, bool unlink) {
   bytes_ -= it->second.bytes;
   lru_.erase(it->second.lru);
   index_.erase(it);
+  removed_.push_back(key);
+  if (removed_.size() > kMaxRemovedKept) removed_.pop_front();
   if (unlink) ::unlink(PathOf(key).c_str());
+}
+
+std::vector<BlockHash> DiskTier::Held(const BlockHash& model) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<BlockHash> out;
+  for (const KvTierKey& k : lru_) {
+    if (k.model == model) out.push_back(k.block);
+  }
+  return out;
+}
+
+void DiskTier::TakeRemoved(std::vector<KvTierKey>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  out->insert(out->end(), removed_.begin(), removed_.end());
+  removed_.clear();
 }
 
 void DiskTier::MakeRoomLocked(int64_t incoming) {

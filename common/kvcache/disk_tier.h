@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -37,10 +38,13 @@ class DiskTier : public KvTier {
   static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
 
   std::string_view name() const override { return "disk"; }
+  const char* event_medium() const override { return "DISK"; }
   bool Contains(const KvTierKey& key) const override;
   absl::Status Store(const KvTierKey& key, absl::Span<const uint8_t> block) override;
   absl::Status Load(const KvTierKey& key, absl::Span<uint8_t> out) override;
   KvTierStats Stats() const override;
+  std::vector<BlockHash> Held(const BlockHash& model) const override;
+  void TakeRemoved(std::vector<KvTierKey>* out) override;
 
   static constexpr size_t kHeaderBytes = 64;
 
@@ -61,6 +65,7 @@ class DiskTier : public KvTier {
   absl::flat_hash_map<KvTierKey, Entry> index_;
   std::list<KvTierKey> lru_;  // Oldest first.
   int64_t bytes_ = 0;
+  std::deque<KvTierKey> removed_;  // Since the last TakeRemoved (the newest kMaxRemovedKept).
   KvTierStats stats_;
   std::atomic<uint64_t> temp_counter_{0};
 };

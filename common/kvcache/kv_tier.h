@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -66,6 +67,8 @@ class KvTier {
   virtual ~KvTier() = default;
   // "disk", ...: for messages and metrics' labels.
   virtual std::string_view name() const = 0;
+  // The `medium` its blocks have in KV events ("DISK", "STORE").
+  virtual const char* event_medium() const = 0;
   // Whether what the tier holds is known only by asking it (a store other workers write): the
   // engine then asks it at admission for every block its pool and local tiers lack.
   virtual bool remote() const { return false; }
@@ -85,6 +88,13 @@ class KvTier {
                           absl::FunctionRef<void(size_t, absl::Span<const uint8_t>)> use);
   // Thread-safe.
   virtual KvTierStats Stats() const = 0;
+  // For KV events: the blocks of `model` the tier holds now (a local tier: its index; a remote
+  // one knows only what this process stored, and says nothing), and the keys it removed itself
+  // (evicted for its budget, or failing their checks) since the last call (at most the last
+  // kMaxRemovedKept). Thread-safe.
+  virtual std::vector<BlockHash> Held(const BlockHash& model) const { return {}; }
+  virtual void TakeRemoved(std::vector<KvTierKey>* out) {}
+  static constexpr size_t kMaxRemovedKept = size_t{1} << 16;
 };
 
 }  // namespace pdserve

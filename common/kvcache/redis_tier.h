@@ -60,6 +60,7 @@ class RedisTier : public KvTier {
   ~RedisTier() override;
 
   std::string_view name() const override { return "redis"; }
+  const char* event_medium() const override { return "STORE"; }
   bool remote() const override { return true; }
   bool Contains(const KvTierKey& key) const override;
   absl::Status Store(const KvTierKey& key, absl::Span<const uint8_t> block) override;

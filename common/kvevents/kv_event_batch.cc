@@ -1,5 +1,6 @@
 #include "common/kvevents/kv_event_batch.h"
 
+#include <string_view>
 #include <vector>
 
 #include "common/kvevents/msgpack_writer.h"
@@ -7,20 +8,25 @@
 namespace pdserve {
 namespace {
 
+bool SameMedium(const KvEvent& a, const KvEvent& b) {
+  if (a.medium == nullptr || b.medium == nullptr) return a.medium == b.medium;
+  return std::string_view(a.medium) == b.medium;
+}
+
 // A run of events that becomes one msgpack event: [begin, end) of the batch.
 struct Run {
   size_t begin, end;
 };
 
-// Stored blocks chain when each is the next one's parent and all carry tokens or none do;
-// removed blocks always share an event.
+// Events of one medium share an event: stored blocks when each is the next one's parent and
+// all carry tokens or none do, removed blocks always.
 std::vector<Run> Runs(absl::Span<const KvEvent> events) {
   std::vector<Run> runs;
   for (size_t i = 0; i < events.size(); ++i) {
     const KvEvent& e = events[i];
     if (!runs.empty()) {
       const KvEvent& prev = events[i - 1];
-      const bool chains = e.type == prev.type &&
+      const bool chains = e.type == prev.type && SameMedium(e, prev) &&
                           (e.type == KvEvent::Type::kRemoved ||
                            (e.parent == prev.hash && e.tokens.empty() == prev.tokens.empty()));
       if (chains) {
@@ -44,13 +50,14 @@ std::string EncodeKvEventBatch(double ts, absl::Span<const KvEvent> events, int6
   w.Array(static_cast<uint32_t>(runs.size()));
   for (const Run& r : runs) {
     const KvEvent& first = events[r.begin];
+    const std::string_view where = first.medium != nullptr ? std::string_view(first.medium) : medium;
     const uint32_t n = static_cast<uint32_t>(r.end - r.begin);
     if (first.type == KvEvent::Type::kRemoved) {
       w.Array(3);
       w.Str("BlockRemoved");
       w.Array(n);
       for (size_t i = r.begin; i < r.end; ++i) w.Uint(ExternalBlockHash(events[i].hash));
-      w.Str(medium);
+      w.Str(where);
       continue;
     }
     w.Array(8);
@@ -70,7 +77,7 @@ std::string EncodeKvEventBatch(double ts, absl::Span<const KvEvent> events, int6
     }
     w.Int(block_size);
     w.Nil();  // lora_id
-    w.Str(medium);
+    w.Str(where);
     w.Nil();  // lora_name
   }
   return w.Take();

@@ -25,7 +25,8 @@ namespace pdserve {
 
 inline uint64_t ExternalBlockHash(const BlockHash& h) { return h.lo; }
 
-// One batch's msgpack bytes. `medium`: "GPU" or "CPU" (vLLM's names for where the blocks are).
+// One batch's msgpack bytes. `medium`: "GPU" or "CPU" (vLLM's names for where the blocks are),
+// the pool's; an event with its own (a KV cache tier's: "DISK", "STORE") carries that.
 std::string EncodeKvEventBatch(double ts, absl::Span<const KvEvent> events, int64_t block_size,
                                const std::string& medium);
 // A batch holding one AllBlocksCleared (a publisher's first: its worker's cache starts empty).

@@ -65,6 +65,53 @@ TEST(KvEventBatch, StoredChainsShareAnEventRemovedBlocksToo) {
   EXPECT_EQ(got, w.bytes());
 }
 
+// A KV cache tier's events carry its medium, and events of different media never share one: a
+// block stored in the pool and its child stored on disk are two BlockStored events.
+TEST(KvEventBatch, TierEventsCarryTheirMediumAndDoNotMixWithThePools) {
+  KvEvent disk_child = Stored(11, 10, {});
+  disk_child.medium = "DISK";
+  KvEvent disk_removed = Removed(30);
+  disk_removed.medium = "DISK";
+  KvEvent store_stored = Stored(12, 11, {});
+  store_stored.medium = "STORE";
+  const std::vector<KvEvent> events = {Stored(10, 0, {}), disk_child, store_stored, disk_removed, Removed(31)};
+  const std::string got = EncodeKvEventBatch(1.0, events, 4, "GPU");
+
+  MsgpackWriter w;
+  w.Array(2);
+  w.Double(1.0);
+  w.Array(5);
+  auto stored = [&w](uint64_t hash, uint64_t parent, const char* medium) {
+    w.Array(8);
+    w.Str("BlockStored");
+    w.Array(1);
+    w.Uint(hash);
+    if (parent == 0) {
+      w.Nil();
+    } else {
+      w.Uint(parent);
+    }
+    w.Array(0);
+    w.Int(4);
+    w.Nil();
+    w.Str(medium);
+    w.Nil();
+  };
+  auto removed = [&w](uint64_t hash, const char* medium) {
+    w.Array(3);
+    w.Str("BlockRemoved");
+    w.Array(1);
+    w.Uint(hash);
+    w.Str(medium);
+  };
+  stored(10, 0, "GPU");
+  stored(11, 10, "DISK");
+  stored(12, 11, "STORE");
+  removed(30, "DISK");
+  removed(31, "GPU");
+  EXPECT_EQ(got, w.Take());
+}
+
 TEST(KvEventBatch, HashesAreTheLow64BitsAndClearedIsATaggedEmptyArray) {
   EXPECT_EQ(ExternalBlockHash(BlockHash{0x1122334455667788ULL, 5}), 0x1122334455667788ULL);
   const std::string cleared = EncodeAllBlocksCleared(0.0);

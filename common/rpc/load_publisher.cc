@@ -57,6 +57,7 @@ void LoadPublisher::Publish(const internal::v1::WorkerInfo& info,
   std::lock_guard<std::mutex> lock(mu_);
   info_ = info;
   for (const KvEvent& e : events) {
+    if (e.medium != nullptr) continue;  // A KV cache tier's: not the pool the router indexes.
     recent_.emplace_back(++last_seq_, KvEvent{e.type, e.hash, {}, {}});  // Routers need no tokens.
     if (e.type == KvEvent::Type::kStored) {
       indexed_.insert(e.hash);

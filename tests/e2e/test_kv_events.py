@@ -70,6 +70,8 @@ class Consumer:
         self.replay = self.ctx.socket(zmq.DEALER)
         self.replay.connect(replay_endpoint)
         self.blocks = set()
+        self.tiers = {}  # A KV cache tier's medium ("DISK", "STORE") -> its blocks.
+        self.tier_removed = 0
         self.full = {}  # Published hash -> the whole 128-bit hash this consumer computed.
         self.last_seq = -1
         self.stored = self.removed = self.cleared = self.replayed = self.received = 0
@@ -85,7 +87,27 @@ class Consumer:
             kind = e[0]
             if kind == "AllBlocksCleared":
                 self.blocks.clear()
+                self.tiers.clear()
                 self.cleared += 1
+            elif kind == "BlockStored" and e[6] != "CPU":
+                # A KV cache tier's: its own set. Its parent may be in no set (evicted, or a block
+                # the tier held before the worker started, announced without parent or tokens).
+                hashes, parent, tokens, size, lora_id, medium = e[1:7]
+                assert medium in ("DISK", "STORE") and (size, lora_id) == (block_size, None), e
+                assert len(tokens) in (0, len(hashes) * size), e
+                for i, h in enumerate(hashes):
+                    if tokens and parent is not None and parent in self.full:
+                        whole = block_hash(self.full[parent] if i == 0 else self.full[hashes[i - 1]],
+                                           tokens[i * size:(i + 1) * size])
+                        assert whole & MASK64 == h, (h, e)
+                        self.full[h] = whole
+                self.tiers.setdefault(medium, set()).update(hashes)
+            elif kind == "BlockRemoved" and e[2] != "CPU":
+                hashes, medium = e[1:3]
+                for h in hashes:
+                    assert h in self.tiers.get(medium, ()), (h, medium)  # Only what was stored goes.
+                    self.tiers[medium].discard(h)
+                self.tier_removed += len(hashes)
             elif kind == "BlockStored":
                 hashes, parent, tokens, size, lora_id, medium = e[1:7]
                 assert (size, lora_id, medium) == (block_size, None, "CPU"), e
@@ -221,7 +243,7 @@ def conforms(value, kind):
     return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
 
 
-def check_vllm_batch(test, payload, medium="CPU"):
+def check_vllm_batch(test, payload, medium="CPU", tiers=()):
     """One batch's raw msgpack against VLLM_EVENTS: [ts, events(, data_parallel_rank)]; every event
     an array [tag, field...] with every documented field, each of its type. Returns the events."""
     batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
@@ -238,11 +260,12 @@ def check_vllm_batch(test, payload, medium="CPU"):
             test.assertTrue(conforms(value, kind), f"{e[0]}.{name} = {value!r}")
         named = dict(zip([n for n, _ in fields], e[1:]))
         if "medium" in named:
-            test.assertEqual(named["medium"], medium)
+            test.assertIn(named["medium"], (medium, *tiers))
         if e[0] == "BlockStored":
             test.assertIsNone(named["lora_id"])
             test.assertIsNone(named["lora_name"])
-            test.assertEqual(len(named["token_ids"]), len(named["block_hashes"]) * named["block_size"])
+            test.assertIn(len(named["token_ids"]), (0, len(named["block_hashes"]) * named["block_size"])
+                          if named["medium"] in tiers else (len(named["block_hashes"]) * named["block_size"],))
     return batch[1]
 
 
@@ -380,6 +403,51 @@ class KvEventsTest(unittest.TestCase):
             self.assertGreaterEqual(early.cleared, 2)
         finally:
             early.close()
+            self.assertEqual(worker.stop(), 0)
+
+    def test_a_disk_tiers_blocks_are_published_with_their_medium(self):
+        """A decode worker with a disk tier publishes the blocks it writes there and those its budget
+        evicts as BlockStored / BlockRemoved with medium "DISK" (vLLM's fields): a consumer's DISK
+        set equals the blocks in the directory (the hashes its file names carry), and after a
+        restart on the same directory (AllBlocksCleared, then what the directory holds) too."""
+        tier = os.path.join(WORKDIR, "events_disk_tier")
+        shutil.rmtree(tier, ignore_errors=True)
+
+        def on_disk():
+            return {int(n[48:64], 16) for n in os.listdir(tier) if n.endswith(".kvb")}
+
+        def settled(consumer, worker, seed):
+            deadline = time.time() + 30
+            while consumer.tiers.get("DISK", set()) != on_disk() and time.time() < deadline:
+                drain_heard(consumer, worker.grpc, seed)
+            self.assertEqual(consumer.tiers.get("DISK", set()), on_disk())
+
+        pub_port, replay_port = free_port(), free_port()
+        disk = ("--kv-offload-disk", tier, "--kv-offload-disk-gib", "0.00005")  # 25 blocks of 2,112 bytes
+        worker = start_decode(pub_port, replay_port, disk)
+        consumer = Consumer(f"tcp://127.0.0.1:{pub_port}", f"tcp://127.0.0.1:{replay_port}", b"kv@test")
+        try:
+            time.sleep(0.3)
+            workload(worker.grpc, seed=11, n=40)
+            settled(consumer, worker, 11)
+            self.assertGreater(len(on_disk()), 0)
+            self.assertGreater(consumer.tier_removed, 0, "the workload was to fill the disk budget")
+            self.assertEqual(consumer.blocks, worker_blocks(worker.grpc))
+            payloads = replay_all(self, replay_port)
+            media = {e[6 if e[0] == "BlockStored" else 2] for p in payloads
+                     for e in check_vllm_batch(self, p, tiers=("DISK",)) if e[0] != "AllBlocksCleared"}
+            self.assertEqual(media, {"CPU", "DISK"})
+            # Restarted on the same directory: the consumer sees the sequence start again, and the
+            # new run announces what the directory holds.
+            self.assertEqual(worker.stop(), 0)
+            held = on_disk()
+            worker = start_decode(pub_port, replay_port, disk)
+            time.sleep(0.5)
+            workload(worker.grpc, seed=12, n=2)
+            settled(consumer, worker, 12)
+            self.assertTrue(held & consumer.tiers["DISK"], "the blocks kept across the restart were not announced")
+        finally:
+            consumer.close()
             self.assertEqual(worker.stop(), 0)
 
     def test_bad_flags_are_refused_naming_them(self):
