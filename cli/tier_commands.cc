@@ -175,6 +175,9 @@ struct RouterFlags {
     flags.String("policy", &policy, "routing policy: kv_aware, least_loaded or round_robin");
     flags.Double("w-prefix", &options.routing.w_prefix,
                  "kv_aware: weight of the prompt blocks a worker would still have to prefill");
+    flags.Double("w-tier", &options.routing.w_tier,
+                 "kv_aware: what a prompt block a worker would load from its KV cache tiers (its "
+                 "disk, the shared store) costs, against computing it (1)");
     flags.Double("w-queue", &options.routing.w_queue, "kv_aware: weight of a worker's queue");
     flags.Double("w-recent", &options.routing.w_recent,
                  "weight of a worker's excess share of the prompts this router sent lately");
@@ -225,6 +228,9 @@ struct RouterFlags {
     }
     PD_RETURN_IF_ERROR(AtLeast(options.routing.w_prefix, 0, "--w-prefix"));
     PD_RETURN_IF_ERROR(AtLeast(options.routing.w_queue, 0, "--w-queue"));
+    if (!(options.routing.w_tier >= 0 && options.routing.w_tier <= 1)) {
+      return absl::InvalidArgumentError("--w-tier: must be in [0, 1] (a loaded block costs at most computing it)");
+    }
     PD_RETURN_IF_ERROR(AtLeast(options.routing.w_recent, 0, "--w-recent"));
     if (!(recent_half_life > 0) || !std::isfinite(recent_half_life)) {
       return absl::InvalidArgumentError("--recent-half-life-seconds: must be > 0");

@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   po.credentials = options.worker_credentials;
   r->numerics_ = std::make_shared<NumericsWatch>();
   po.numerics = r->numerics_;
+  po.store = std::make_shared<SharedStoreIndex>();
   r->decode_ = std::make_unique<WorkerPool>(po);
   po.prefill_tier = true;
   r->prefill_ = std::make_unique<WorkerPool>(po);
@@ -121,6 +122,7 @@ absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt,
   if (!constraints.retry) ++requests_;
   if (decode->fell_back) ++fallbacks_;
   metrics_->Decision("decode", WorkerPool::Address(*decode->worker));
+  metrics_->PromptBlocks("decode", decode->cached_prefix_blocks, decode->tier_prefix_blocks, prompt_blocks);
   Route route{*decode, std::nullopt};
   const int64_t uncached = static_cast<int64_t>(prompt.size()) - decode->cached_prefix_blocks * bs;
   if (!constraints.local_prefill && uncached > options_.local_prefill_tokens && prefill_->usable() > 0 &&
@@ -131,6 +133,8 @@ absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt,
   if (route.prefill) {
     ++remote_prefills_;
     metrics_->Decision("prefill", WorkerPool::Address(*route.prefill->worker));
+    metrics_->PromptBlocks("prefill", route.prefill->cached_prefix_blocks, route.prefill->tier_prefix_blocks,
+                           prompt_blocks);
   } else {
     ++local_prefills_;
   }

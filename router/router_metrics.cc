@@ -45,6 +45,11 @@ RouterMetrics::RouterMetrics(metrics::Registry* registry, const std::string& mod
       decisions_(registry_->AddCounter("pdserve_router_decisions_total",
                                        "Routing decisions by policy, tier and worker.",
                                        {"model_name", "role", "policy", "tier", "worker"})),
+      prompt_blocks_(registry_->AddCounter("pdserve_router_prompt_blocks_total",
+                                           "Routed prompts' blocks by where the chosen worker finds them, as the "
+                                           "router predicts: pool (its prefix cache), kv_tier (its KV cache tiers: "
+                                           "disk, shared store) or compute.",
+                                           {"model_name", "role", "tier", "source"})),
       failures_(registry_->AddCounter("pdserve_request_failures_total",
                                       "Requests that ended with an error, by gRPC status code.",
                                       {"model_name", "role", "code"})),
@@ -56,6 +61,13 @@ RouterMetrics::RouterMetrics(metrics::Registry* registry, const std::string& mod
 
 void RouterMetrics::Decision(const std::string& tier, const std::string& worker) {
   decisions_.With({model_name_, "router", policy_, tier, worker}).Inc();
+}
+
+void RouterMetrics::PromptBlocks(const std::string& tier, int64_t pool, int64_t kv_tier, int64_t prompt_blocks) {
+  const int64_t held = std::min(pool + kv_tier, prompt_blocks);
+  prompt_blocks_.With({model_name_, "router", tier, "pool"}).Inc(static_cast<double>(std::min(pool, prompt_blocks)));
+  prompt_blocks_.With({model_name_, "router", tier, "kv_tier"}).Inc(static_cast<double>(held - std::min(pool, prompt_blocks)));
+  prompt_blocks_.With({model_name_, "router", tier, "compute"}).Inc(static_cast<double>(prompt_blocks - held));
 }
 
 void RouterMetrics::Prefill(bool local) { (local ? local_prefills_ : remote_prefills_).Inc(); }

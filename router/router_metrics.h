@@ -31,6 +31,9 @@ class RouterMetrics {
 
   metrics::RequestMetrics& requests() { return requests_; }
   void Decision(const std::string& tier, const std::string& worker);
+  // Where the chosen worker of `tier` finds a routed prompt's blocks, as the router sees it: its
+  // pool's prefix cache, its KV cache tiers (disk, shared store), or none (computed).
+  void PromptBlocks(const std::string& tier, int64_t pool, int64_t kv_tier, int64_t prompt_blocks);
   void Prefill(bool local);
   // A request that ended without finishing (validation, no worker, a worker's error).
   void Failed(const std::string& code);
@@ -52,6 +55,7 @@ class RouterMetrics {
   metrics::Counter& refused_;
   metrics::Counter& resumes_;
   metrics::Family<metrics::Counter>& decisions_;
+  metrics::Family<metrics::Counter>& prompt_blocks_;
   metrics::Family<metrics::Counter>& failures_;
   metrics::Family<metrics::Gauge>& worker_up_;
   std::mutex collect_mu_;

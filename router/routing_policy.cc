@@ -69,8 +69,10 @@ RoutingDecision ChooseWorker(const RoutingOptions& o, const std::vector<WorkerCa
       d.fell_back = true;
     } else {
       for (size_t i = 0; i < c.size(); ++i) {
-        const int64_t to_prefill = std::max<int64_t>(0, prompt_blocks - c[i].cached_prefix_blocks);
-        scores[i] += o.w_prefix * static_cast<double>(to_prefill);
+        const int64_t tier = std::max<int64_t>(0, std::min(c[i].tier_prefix_blocks,
+                                                           prompt_blocks - c[i].cached_prefix_blocks));
+        const int64_t to_prefill = std::max<int64_t>(0, prompt_blocks - c[i].cached_prefix_blocks - tier);
+        scores[i] += o.w_prefix * (static_cast<double>(to_prefill) + o.w_tier * static_cast<double>(tier));
       }
     }
   }

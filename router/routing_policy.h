@@ -2,10 +2,12 @@
 // tested without any RPC.
 //
 // kv_aware (default) scores each worker, lowest wins:
-//   w_prefix * blocks_still_to_prefill + load + share_excess
+//   w_prefix * (blocks_still_to_prefill + w_tier * blocks_in_its_tiers) + load + share_excess
 //   load         = active_blocks + w_queue * waiting
 //   share_excess = w_recent * prompt_blocks * (recent_blocks / mean recent_blocks - 1)
-// where blocks_still_to_prefill are the prompt's blocks past the longest prefix the worker holds,
+// where blocks_in_its_tiers are the prompt's blocks after the longest prefix the worker's pool
+// holds that its KV cache tiers hold (its disk, or the shared store: loaded, not computed),
+// blocks_still_to_prefill the prompt's blocks past both,
 // active_blocks the blocks its running sequences hold (plus those this router sent it since its
 // last report), waiting its queue, and recent_blocks the prompt blocks this router sent it lately
 // (decaying with a half-life). share_excess is how far over (or under) its share of the recent
@@ -41,6 +43,9 @@ std::string_view RoutingPolicyName(RoutingPolicy policy);
 struct RoutingOptions {
   RoutingPolicy policy = RoutingPolicy::kKvAware;
   double w_prefix = 1.0;
+  // What a block loaded from a KV cache tier costs against computing it (1): loading it from the
+  // shared store took 0.11 of computing it in bench/kv_tier_bench.py (RESULTS "KV cache tiers").
+  double w_tier = 0.1;
   double w_queue = 4.0;
   double w_recent = 1.0;
   // Both beyond: least_loaded. Small absolute differences (a request or two on an idle tier)
@@ -56,6 +61,7 @@ struct WorkerCandidate {
   int64_t waiting = 0;
   int64_t cached_prefix_blocks = 0;  // Leading prompt blocks the worker holds.
   double recent_blocks = 0;          // Decayed prompt blocks this router sent it lately.
+  int64_t tier_prefix_blocks = 0;    // The blocks after its cached prefix that its KV cache tiers hold.
 };
 
 struct RoutingDecision {

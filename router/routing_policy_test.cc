@@ -17,6 +17,34 @@ TEST(RoutingPolicyTest, KvAwarePrefersTheWorkerHoldingThePrefix) {
   EXPECT_EQ(ChooseWorker(o, c, 8, 0, 0.5).index, 2u);
 }
 
+// Blocks a worker would load from its KV cache tiers cost w_tier of computing them: such a
+// worker beats one that would compute them and loses to one whose pool holds them; with
+// w_tier = 1 the tiers make no difference, and they never count beyond the prompt.
+TEST(RoutingPolicyTest, BlocksInTheTiersCostLessThanComputingMoreThanThePool) {
+  RoutingOptions o;
+  o.w_recent = 0;
+  WorkerCandidate pool, tier, none;
+  pool.cached_prefix_blocks = 8;
+  tier.tier_prefix_blocks = 8;
+  none.active_blocks = 0;
+  // 10 prompt blocks. The tier's worker, busier by 3 blocks, scores 3 + 2 + 0.1 * 8 = 5.8 against
+  // the idle one's 10; the pool's, as busy, 3 + 2 = 5.
+  tier.active_blocks = 3;
+  pool.active_blocks = 3;
+  EXPECT_EQ(ChooseWorker(o, {none, tier}, 10, 0, 0).index, 1u);
+  EXPECT_EQ(ChooseWorker(o, {tier, pool}, 10, 0, 0).index, 1u);
+  const RoutingDecision d = ChooseWorker(o, {tier}, 10, 0, 0);
+  EXPECT_DOUBLE_EQ(d.score, 3 + 2 + 0.1 * 8);
+  o.w_tier = 1;
+  EXPECT_EQ(ChooseWorker(o, {none, tier}, 10, 0, 0).index, 0u);
+  // Pool and tier together cover at most the prompt.
+  o.w_tier = 0.5;
+  WorkerCandidate both;
+  both.cached_prefix_blocks = 6;
+  both.tier_prefix_blocks = 9;
+  EXPECT_DOUBLE_EQ(ChooseWorker(o, {both}, 10, 0, 0).score, 0.5 * 4);
+}
+
 TEST(RoutingPolicyTest, QueueLengthCounts) {
   RoutingOptions o;
   std::vector<WorkerCandidate> c = {{10, 3, 4}, {12, 0, 4}};

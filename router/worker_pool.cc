@@ -19,6 +19,26 @@ namespace pdserve {
 
 using Clock = std::chrono::steady_clock;
 
+void SharedStoreIndex::Insert(const BlockHash& h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!set_.insert(h).second) return;
+  order_.push_back(h);
+  if (order_.size() > capacity_) {
+    set_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+bool SharedStoreIndex::Contains(const BlockHash& h) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return set_.contains(h);
+}
+
+size_t SharedStoreIndex::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return set_.size();
+}
+
 struct WorkerPool::Worker {
   std::string address;
   std::shared_ptr<grpc::Channel> channel;
@@ -34,6 +54,8 @@ struct WorkerPool::Worker {
   uint64_t last_seq = 0;
   int failed_watches = 0;  // Watch streams ended since the last report.
   absl::flat_hash_set<BlockHash> hashes;
+  absl::flat_hash_set<BlockHash> tier_hashes;  // Its own KV cache tiers' (LoadReport::tier_stored).
+  bool has_store = false;  // It has the shared KV store (a "redis" tier): SharedStoreIndex counts.
   absl::flat_hash_map<BlockHash, Clock::time_point> predicted;  // Routed here -> when.
   internal::v1::WorkerInfo info;
   int64_t pending_blocks = 0;  // Routed since its last report.
@@ -225,9 +247,13 @@ void WorkerPool::Apply(const std::shared_ptr<Worker>& w, const internal::v1::Loa
   }
   if (r.snapshot()) {
     w->hashes.clear();
+    w->tier_hashes.clear();
     BlockHash h;
     for (const std::string& s : r.stored()) {
       if (DecodeBlockHash(s, &h)) w->hashes.insert(h);
+    }
+    for (const std::string& s : r.tier_stored()) {
+      if (DecodeBlockHash(s, &h)) w->tier_hashes.insert(h);
     }
   } else if (r.first_seq() != w->last_seq + 1 && r.last_seq() >= r.first_seq()) {
     // A gap: what we know is no longer the worker's cache. Resubscribe for a snapshot.
@@ -245,7 +271,21 @@ void WorkerPool::Apply(const std::shared_ptr<Worker>& w, const internal::v1::Loa
     for (const std::string& s : r.removed()) {
       if (DecodeBlockHash(s, &h)) w->hashes.erase(h);
     }
+    for (const std::string& s : r.tier_stored()) {
+      if (DecodeBlockHash(s, &h)) w->tier_hashes.insert(h);
+    }
+    for (const std::string& s : r.tier_removed()) {
+      if (DecodeBlockHash(s, &h)) w->tier_hashes.erase(h);
+    }
   }
+  if (options_.store != nullptr) {
+    BlockHash h;
+    for (const std::string& s : r.store_stored()) {
+      if (DecodeBlockHash(s, &h)) options_.store->Insert(h);
+    }
+  }
+  w->has_store = false;
+  for (const auto& t : r.info().kv_offload().tiers()) w->has_store = w->has_store || t.name() == "redis";
   w->last_seq = r.last_seq();
   w->events = options_.use_events;
   w->info = r.info();
@@ -330,6 +370,17 @@ std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing
       if (!held) break;
       ++c.cached_prefix_blocks;
     }
+    if (w->events) {
+      // The blocks after those that the worker would load from its tiers rather than compute.
+      for (size_t i = static_cast<size_t>(c.cached_prefix_blocks); i < prompt_hashes.size(); ++i) {
+        const BlockHash& h = prompt_hashes[i];
+        if (!w->tier_hashes.contains(h) &&
+            !(w->has_store && options_.store != nullptr && options_.store->Contains(h))) {
+          break;
+        }
+        ++c.tier_prefix_blocks;
+      }
+    }
     usable.push_back(w);
     candidates.push_back(c);
   }
@@ -338,7 +389,8 @@ std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing
   const RoutingDecision d = ChooseWorker(routing, candidates, prompt_blocks,
                                          round_robin_.fetch_add(1),
                                          static_cast<double>(rng_state_ >> 11) * 0x1.0p-53);
-  Pick pick{usable[d.index], candidates[d.index].cached_prefix_blocks, d.fell_back};
+  Pick pick{usable[d.index], candidates[d.index].cached_prefix_blocks, candidates[d.index].tier_prefix_blocks,
+            d.fell_back};
   Worker& w = *pick.worker;
   w.pending_blocks += prompt_blocks;
   w.recent += static_cast<double>(prompt_blocks);

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -49,6 +50,23 @@ class NumericsWatch {
   std::vector<std::string> warned_;
 };
 
+// The blocks the workers wrote to a shared KV store (LoadReport::store_stored), shared by a
+// router's two pools: any worker with the store can load them. The store evicts without telling,
+// so this is a hint kept for the last `capacity` blocks heard of.
+class SharedStoreIndex {
+ public:
+  explicit SharedStoreIndex(size_t capacity = size_t{1} << 20) : capacity_(capacity) {}
+  void Insert(const BlockHash& h);
+  bool Contains(const BlockHash& h) const;
+  size_t size() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  absl::flat_hash_set<BlockHash> set_;
+  std::deque<BlockHash> order_;  // Oldest first.
+};
+
 struct WorkerPoolOptions {
   bool prefill_tier = false;
   int64_t block_size = 16;
@@ -65,6 +83,7 @@ struct WorkerPoolOptions {
   // For the channels to the workers (mutual TLS); null: insecure.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::shared_ptr<NumericsWatch> numerics;  // Shared by a router's two pools; null: not watched.
+  std::shared_ptr<SharedStoreIndex> store;  // Shared by a router's two pools; null: none kept.
 };
 
 class WorkerPool {
@@ -73,6 +92,7 @@ class WorkerPool {
   struct Pick {
     std::shared_ptr<Worker> worker;
     int64_t cached_prefix_blocks = 0;
+    int64_t tier_prefix_blocks = 0;  // The blocks after those that its KV cache tiers hold.
     bool fell_back = false;
   };
   struct WorkerStats {

@@ -159,6 +159,54 @@ TEST(WorkerPoolTest, AppliesStoredAndRemovedEvents) {
   EXPECT_EQ(worker.Subscriptions(1), std::vector<uint64_t>{0});
 }
 
+// A worker's own tiers' blocks (tier_stored / tier_removed) count after its pool's prefix; the
+// blocks any worker wrote to the shared store count for every worker that has the store (a
+// "redis" tier in its info), in both pools of a router, and for no other.
+TEST(WorkerPoolTest, TierAndSharedStoreBlocksCountAfterThePoolsPrefix) {
+  ScriptedWorker a, b;
+  WorkerPoolOptions o = Options();
+  o.store = std::make_shared<SharedStoreIndex>();
+  WorkerPool decode(o), prefill(o);
+  decode.SetAddresses({a.address()});
+  prefill.SetAddresses({b.address()});
+  const std::vector<BlockHash> p = Hashes(7, 6);
+  LoadReport first = Report(true, 1, 0, {p[0]});
+  first.add_tier_stored(EncodeBlockHash(p[1]));
+  first.add_tier_stored(EncodeBlockHash(p[2]));
+  first.add_tier_stored(EncodeBlockHash(p[4]));  // Not after a held run: never counted.
+  a.Push(0, first);
+  b.Push(0, Report(true, 1, 0, {}));
+  ASSERT_TRUE(decode.WaitForReports(std::chrono::seconds(10)));
+  ASSERT_TRUE(prefill.WaitForReports(std::chrono::seconds(10)));
+  auto tiers = [](WorkerPool& pool, const std::vector<BlockHash>& prompt) {
+    std::this_thread::sleep_for(milliseconds(2));
+    auto pick = pool.Choose(RoutingOptions{}, prompt, static_cast<int64_t>(prompt.size()));
+    if (!pick) return std::pair<int64_t, int64_t>(-1, -1);
+    pool.Done(pick->worker);
+    return std::pair<int64_t, int64_t>(pick->cached_prefix_blocks, pick->tier_prefix_blocks);
+  };
+  EXPECT_EQ(tiers(decode, p), std::make_pair(int64_t{1}, int64_t{2}));
+  // The prefill worker writes blocks 3 and 4 to the shared store; the decode worker has no store
+  // yet: they do not count for it.
+  LoadReport wrote = Report(false, 1, 2, {});
+  wrote.add_store_stored(EncodeBlockHash(p[3]));
+  wrote.add_store_stored(EncodeBlockHash(p[4]));
+  b.Push(0, wrote);
+  ASSERT_TRUE(Eventually([&] { return o.store->size() == 2; }));
+  EXPECT_EQ(tiers(decode, p), std::make_pair(int64_t{1}, int64_t{2}));
+  // Now it reports a "redis" tier: the run goes on through the store's blocks.
+  LoadReport with_store = Report(false, 1, 1, {}, {});
+  with_store.mutable_info()->mutable_kv_offload()->add_tiers()->set_name("redis");
+  a.Push(0, with_store);
+  ASSERT_TRUE(Eventually([&] { return tiers(decode, p) == std::make_pair(int64_t{1}, int64_t{4}); }));
+  // Its disk evicts block 2: the run stops before it.
+  LoadReport evicted = Report(false, 2, 2, {}, {});
+  evicted.add_tier_removed(EncodeBlockHash(p[2]));
+  evicted.mutable_info()->mutable_kv_offload()->add_tiers()->set_name("redis");
+  a.Push(0, evicted);
+  ASSERT_TRUE(Eventually([&] { return tiers(decode, p) == std::make_pair(int64_t{1}, int64_t{1}); }));
+}
+
 TEST(WorkerPoolTest, EventGapResubscribesForASnapshot) {
   ScriptedWorker worker;
   WorkerPool pool(Options());

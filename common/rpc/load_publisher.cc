@@ -1,10 +1,18 @@
 #include "common/rpc/load_publisher.h"
 
 #include <cstring>
+#include <string_view>
 
 #include "common/rpc/stream_writer.h"
 
 namespace pdserve {
+namespace {
+
+// The medium of a KvTier that other workers share (RedisTier's).
+bool IsSharedStore(const char* medium) { return std::string_view(medium) == "STORE"; }
+
+}  // namespace
+
 
 class LoadPublisher::Watcher : public StreamWriter<internal::v1::LoadReport> {
  public:
@@ -57,12 +65,15 @@ void LoadPublisher::Publish(const internal::v1::WorkerInfo& info,
   std::lock_guard<std::mutex> lock(mu_);
   info_ = info;
   for (const KvEvent& e : events) {
-    if (e.medium != nullptr) continue;  // A KV cache tier's: not the pool the router indexes.
-    recent_.emplace_back(++last_seq_, KvEvent{e.type, e.hash, {}, {}});  // Routers need no tokens.
+    // Routers need no tokens. A tier's events keep their medium: a shared store's ("STORE") are
+    // reported apart (any worker can load them), the others are this worker's tiers.
+    recent_.emplace_back(++last_seq_, KvEvent{e.type, e.hash, {}, {}, e.medium});
+    if (e.medium != nullptr && IsSharedStore(e.medium)) continue;
+    absl::flat_hash_set<BlockHash>& set = e.medium == nullptr ? indexed_ : tier_indexed_;
     if (e.type == KvEvent::Type::kStored) {
-      indexed_.insert(e.hash);
+      set.insert(e.hash);
     } else {
-      indexed_.erase(e.hash);
+      set.erase(e.hash);
     }
   }
   while (recent_.size() > max_kept_events_) recent_.pop_front();
@@ -99,6 +110,7 @@ bool LoadPublisher::BuildReport(uint64_t* applied, bool force, internal::v1::Loa
     report->set_first_seq(last_seq_ + 1);
     report->set_last_seq(last_seq_);
     for (const BlockHash& h : indexed_) report->add_stored(EncodeBlockHash(h));
+    for (const BlockHash& h : tier_indexed_) report->add_tier_stored(EncodeBlockHash(h));
     *applied = last_seq_;
     return true;
   }
@@ -107,10 +119,14 @@ bool LoadPublisher::BuildReport(uint64_t* applied, bool force, internal::v1::Loa
   report->set_last_seq(last_seq_);
   for (auto it = recent_.begin(); it != recent_.end(); ++it) {
     if (it->first <= *applied) continue;
-    if (it->second.type == KvEvent::Type::kStored) {
-      report->add_stored(EncodeBlockHash(it->second.hash));
+    const KvEvent& e = it->second;
+    const bool stored = e.type == KvEvent::Type::kStored;
+    if (e.medium == nullptr) {
+      *(stored ? report->add_stored() : report->add_removed()) = EncodeBlockHash(e.hash);
+    } else if (IsSharedStore(e.medium)) {
+      if (stored) report->add_store_stored(EncodeBlockHash(e.hash));
     } else {
-      report->add_removed(EncodeBlockHash(it->second.hash));
+      *(stored ? report->add_tier_stored() : report->add_tier_removed()) = EncodeBlockHash(e.hash);
     }
   }
   *applied = last_seq_;

@@ -54,6 +54,7 @@ class LoadPublisher {
   uint64_t last_seq_ = 0;                             // Of the newest event.
   std::deque<std::pair<uint64_t, KvEvent>> recent_;   // Oldest first.
   absl::flat_hash_set<BlockHash> indexed_;
+  absl::flat_hash_set<BlockHash> tier_indexed_;  // Its own KV cache tiers' (not a shared store's).
   absl::flat_hash_map<Watcher*, uint64_t> watchers_;  // -> last event sequence sent.
   bool stop_ = false;
   std::thread thread_;

@@ -256,6 +256,53 @@ class KvTiersTest(unittest.TestCase):
                 self.assertEqual(c.stop(), [0] * 3)
             redis.kill()
 
+    def test_the_router_counts_the_stores_blocks_for_every_worker_with_the_store(self):
+        """A prefix every pool has evicted but the shared store holds: the router knows it (the
+        workers report what they wrote there), predicts the chosen workers load it
+        (pdserve_router_prompt_blocks_total{source="kv_tier"}), and they do, with the output of
+        computing it."""
+        redis = Redis("route-pw")
+        with open(os.path.join(WORKDIR, "pw_route"), "w") as f:
+            f.write("route-pw")
+        store = ("--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file",
+                 os.path.join(WORKDIR, "pw_route"))
+        metrics = ("--metrics-listen", "127.0.0.1:0")
+        engine = ("--threads", "1", "--block-size", "4", "--kv-blocks", "48")
+        plain = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, engine_args=engine,
+                                router_args=("--block-size", "4"))
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=2, engine_args=engine + store,
+                            prefill_args=metrics, decode_args=metrics, router_args=("--block-size", "4", *metrics))
+        try:
+            rng = random.Random(23)
+            prefix = [rng.randrange(3, 500) for _ in range(40)]
+
+            def ask(target, ids):
+                stub = pbg.GenerationStub(grpc.insecure_channel(target.grpc))
+                req = pb.GenerateRequest(token_ids=pb.TokenIds(ids=ids), sampling=pb.SamplingParams(
+                    max_tokens=4, temperature=0, logprobs=1, ignore_eos=True))
+                got = [(list(r.token_ids), list(r.logprobs)) for r in stub.Generate(req, timeout=120)]
+                return [t for ids, _ in got for t in ids], [lp for _, lps in got for lp in lps]
+
+            ask(c.router, prefix + [7, 8, 9])
+            # Other prompts (16 x 11 blocks) push the prefix out of every 48-block pool.
+            for i in range(16):
+                ask(c.router, [rng.randrange(3, 500) for _ in range(42)])
+            time.sleep(2.5)  # Past the router's event grace: its own recent decisions no longer count.
+            before = cluster.metric(c.router, "pdserve_router_prompt_blocks_total", tier="decode", source="kv_tier")
+            loaded = sum(cluster.metric(d, "pdserve_kv_offload_loaded_blocks_total", role="decode") for d in c.decode)
+            probe = prefix + [11, 12, 13]
+            self.assertEqual(ask(c.router, probe), ask(plain.router, probe))
+            self.assertGreaterEqual(cluster.metric(c.router, "pdserve_router_prompt_blocks_total", tier="decode",
+                                                   source="kv_tier") - before, 10)
+            self.assertGreater(cluster.metric(c.router, "pdserve_router_prompt_blocks_total", tier="prefill",
+                                              source="kv_tier"), 0)
+            self.assertGreaterEqual(sum(cluster.metric(d, "pdserve_kv_offload_loaded_blocks_total", role="decode")
+                                        for d in c.decode) - loaded, 10)
+        finally:
+            self.assertEqual(c.stop(), [0] * 4)
+            self.assertEqual(plain.stop(), [0] * 3)
+            redis.kill()
+
     def test_a_store_slower_than_the_timeout_costs_no_request_more_than_it(self):
         redis = Redis("slow-pw")
         proxy = SlowProxy(redis.port)
