@@ -214,6 +214,16 @@ redisContext* RedisTier::Connection(size_t shard) {
     CountError();
     return nullptr;
   }
+  // A new connection may be to a server restarted empty: what this process knew it held is
+  // forgotten, so its blocks are stored again (SET NX costs nothing where they are still there).
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = known_.begin(); it != known_.end();) {
+    if (Shard(*it) == shard) {
+      known_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
   return conns_[shard];
 }
 
@@ -410,6 +420,9 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
   stats_.loads += n;
   stats_.load_bytes += n * static_cast<int64_t>(block_bytes);
   if (missed || corrupt < keys.size()) ++stats_.misses;
+  // Not there (evicted by the server's maxmemory policy, or a server restarted empty): stored
+  // again when next published, not skipped as known.
+  if (missed) known_.erase(keys[static_cast<size_t>(n)]);
   if (corrupt < keys.size()) {
     ++stats_.corrupt;
     known_.erase(keys[corrupt]);

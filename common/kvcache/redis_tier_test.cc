@@ -182,6 +182,41 @@ TEST(RedisTierTest, WhatOneWorkerStoresAnotherLoadsShardedAcrossServers) {
   EXPECT_EQ(reader->Load(Key(1000), absl::MakeSpan(one)).code(), absl::StatusCode::kNotFound);
 }
 
+// What a process stored is a hint, not a promise: a block the server evicted (maxmemory) is
+// found missing by a load and stored again at its next offer; a server restarted empty (a new
+// connection after the old one broke) makes the process forget what it stored there, so its
+// blocks are stored again rather than skipped as known.
+TEST(RedisTierTest, BlocksEvictedOrLostWithARestartAreStoredAgain) {
+  if (!HaveRedis()) GTEST_SKIP() << "no redis-server (Debian's redis-server package)";
+  const int port = FreePort();
+  auto server = std::make_unique<RedisServer>("", port);
+  auto t = Open({server->address()});
+  ASSERT_TRUE(t);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(t->Store(Key(i), Bytes(i)).ok());
+  EXPECT_TRUE(t->Contains(Key(1)));
+  // The server drops block 1 (as maxmemory's LRU would): a load misses it and the tier forgets it.
+  redisContext* c = redisConnect("127.0.0.1", port);
+  const std::string name = RedisTier::RedisKey(Key(1));
+  freeReplyObject(redisCommand(c, "DEL %b", name.data(), name.size()));
+  redisFree(c);
+  EXPECT_EQ(LoadAll(*t, {Key(0), Key(1), Key(2)}).size(), 1u);
+  EXPECT_FALSE(t->Contains(Key(1)));
+  EXPECT_TRUE(t->Contains(Key(2)));  // Not asked past the miss: still a hint.
+  ASSERT_TRUE(t->Store(Key(1), Bytes(1)).ok());
+  EXPECT_EQ(server->Integer("", "DBSIZE"), 4);
+  // Restarted empty on the same port: the next call finds the connection broken (an error), the
+  // one after a second reconnects, and everything this process stored there is unknown again.
+  server.reset();
+  server = std::make_unique<RedisServer>("", port);
+  EXPECT_FALSE(t->Store(Key(9), Bytes(9)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  ASSERT_TRUE(t->Store(Key(8), Bytes(8)).ok());
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_FALSE(t->Contains(Key(i))) << i;
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(t->Store(Key(i), Bytes(i)).ok());
+  EXPECT_EQ(server->Integer("", "DBSIZE"), 5);
+  EXPECT_EQ(LoadAll(*t, {Key(0), Key(1), Key(2), Key(3)}).size(), 4u);
+}
+
 TEST(RedisTierTest, TamperedForgedOrForeignValuesAreNeverUsed) {
   if (!HaveRedis()) GTEST_SKIP() << "no redis-server (Debian's redis-server package)";
   RedisServer s;

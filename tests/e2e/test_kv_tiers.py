@@ -340,6 +340,72 @@ class KvTiersTest(unittest.TestCase):
             proxy.close()
             redis.kill()
 
+    def test_a_store_restarted_empty_is_filled_again_and_costs_only_its_hits(self):
+        """The store restarts empty under a running server: requests are computed with the same
+        outputs (the loads miss, the broken connection is an error, counted), and the server stores
+        its blocks again rather than believing the store still holds what it wrote before."""
+        redis = Redis("restart-pw")
+        with open(os.path.join(WORKDIR, "pw_restart"), "w") as f:
+            f.write("restart-pw")
+        store = ["--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file",
+                 os.path.join(WORKDIR, "pw_restart")]
+        p = serve(None, *store)
+        try:
+            want = run(p)
+            wait_stored_in(p, "redis")
+            self.assertGreater(int(redis.cli("DBSIZE")), 0)
+            redis.kill()
+            redis = Redis("restart-pw", redis.port)  # Same address, nothing in it.
+            self.assertEqual(int(redis.cli("DBSIZE")), 0)
+            self.assertEqual(run(p), want, "outputs after the store restarted empty differ")
+            time.sleep(1.2)  # Past the reconnect backoff.
+            self.assertEqual(run(p), want)
+            wait_stored_in(p, "redis")
+            self.assertGreater(int(redis.cli("DBSIZE")), 0, "the server never stored its blocks again")
+            self.assertGreater(sum(tier_metric_of(p, "pdserve_kv_offload_errors_total", r, "redis")
+                                   for r in ("prefill", "decode")), 0)
+            self.assertEqual(sum(tier_metric_of(p, "pdserve_kv_offload_corrupt_blocks_total", r, "redis")
+                                 for r in ("prefill", "decode")), 0)
+        finally:
+            self.assertEqual(p.stop(), 0)
+            redis.kill()
+
+    def test_a_full_disk_costs_only_its_hits(self):
+        """The tier's file system fills up (a 64 KiB tmpfs, far below the byte budget): writes fail,
+        counted, leaving no temporary file; requests complete with the outputs of a server without
+        the tier; a restart on the full directory loads what fit."""
+        full = os.path.join(WORKDIR, "full_disk")
+        os.makedirs(full, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", full], capture_output=True, text=True)
+        if r.returncode != 0:
+            self.skipTest(f"cannot mount a tmpfs to fill (needs CAP_SYS_ADMIN): {r.stderr.strip()}")
+        procs = []
+        try:
+            plain = serve(None)
+            procs.append(plain)
+            want = run(plain)
+            p = serve(full)
+            procs.append(p)
+            self.assertEqual(run(p), want, "outputs with a full disk differ")
+            deadline = time.time() + 30
+            while sum(tier_metric(p, "pdserve_kv_offload_errors_total", role) for role in ("prefill", "decode")) == 0:
+                self.assertLess(time.time(), deadline, "no write failed: the disk never filled")
+                time.sleep(0.2)
+            self.assertEqual(p.stop(), 0)
+            procs.remove(p)
+            names = os.listdir(full)
+            self.assertFalse([n for n in names if n.endswith(".tmp")], "a failed write left its temporary file")
+            self.assertTrue([n for n in names if n.endswith(".kvb")], "nothing fit")
+            again = serve(full)
+            procs.append(again)
+            self.assertEqual(run(again), want, "outputs after a restart on the full disk differ")
+            self.assertGreater(sum(cluster.metric(again, "pdserve_kv_offload_loaded_blocks_total", role=role)
+                                   for role in ("prefill", "decode")), 0)
+        finally:
+            for proc in procs:
+                self.assertEqual(proc.stop(), 0)
+            subprocess.run(["umount", full], capture_output=True)
+
     def test_a_store_refusing_the_password_or_misnamed_is_refused_at_start(self):
         redis = Redis("right-password")
         try:
