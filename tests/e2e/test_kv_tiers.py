@@ -284,8 +284,9 @@ class KvTiersTest(unittest.TestCase):
                 return [t for ids, _ in got for t in ids], [lp for _, lps in got for lp in lps]
 
             ask(c.router, prefix + [7, 8, 9])
-            # Other prompts (16 x 11 blocks) push the prefix out of every 48-block pool.
-            for i in range(16):
+            # Other prompts (32 x 11 blocks, however the router splits them) push the prefix out of
+            # every 48-block pool.
+            for i in range(32):
                 ask(c.router, [rng.randrange(3, 500) for _ in range(42)])
             time.sleep(2.5)  # Past the router's event grace: its own recent decisions no longer count.
             before = cluster.metric(c.router, "pdserve_router_prompt_blocks_total", tier="decode", source="kv_tier")
