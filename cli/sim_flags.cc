@@ -31,6 +31,13 @@ void SimFlags::Register(FlagSet& flags, bool with_rate) {
   flags.Int("max-model-len", &cluster.worker.max_model_len,
             "longest sequence (0: the profile's, else what a worker's KV cache holds)");
   flags.Bool("enable-prefix-caching", &cluster.worker.enable_prefix_caching, "reuse KV of shared prompt prefixes");
+  flags.Double("kv-offload-disk-gib", &disk_gib,
+               "KV cache tiers: each worker's disk tier, GiB (0: none), as the workers' flag");
+  flags.Double("kv-offload-disk-gbps", &disk_gbps, "the disk tier's read bandwidth, GB/s");
+  flags.Double("kv-offload-disk-latency-us", &disk_latency_us, "the disk tier's latency per load, us");
+  flags.Double("kv-store-gib", &store_gib, "KV cache tiers: the shared store's size (Redis maxmemory), GiB (0: none)");
+  flags.Double("kv-store-gbps", &store_gbps, "the shared store's read bandwidth to a worker, GB/s");
+  flags.Double("kv-store-latency-us", &store_latency_us, "the shared store's round trip per load, us");
   flags.String("workload", &workload.kind, "random, shared-prefix or synthetic-chat (as pdserve bench), or trace");
   RegisterTraceFlags(flags, &trace, &trace_options);
   RegisterWorkloadShapeFlags(flags, &workload);
@@ -46,6 +53,44 @@ void RegisterTraceFlags(FlagSet& flags, std::string* path, TraceOptions* options
                "multiply the trace's arrival times by this (0.5: twice the rate)");
   flags.Int("trace-max-requests", &options->max_requests, "the trace's first N requests (0: all)");
 }
+
+namespace {
+
+absl::Status ResolveTierFlags(const SimFlags& f, const SimProfile& profile, ClusterOptions* cluster) {
+  const std::pair<double, const char*> checked[] = {
+      {f.disk_gib, "--kv-offload-disk-gib"}, {f.store_gib, "--kv-store-gib"},
+      {f.disk_gbps, "--kv-offload-disk-gbps"}, {f.disk_latency_us, "--kv-offload-disk-latency-us"},
+      {f.store_gbps, "--kv-store-gbps"}, {f.store_latency_us, "--kv-store-latency-us"}};
+  for (const auto& [v, flag] : checked) {
+    if (!(v >= 0) || !std::isfinite(v) || v > 1e9) return absl::InvalidArgumentError(Str(flag, ": must be in [0, 1e9]"));
+  }
+  for (const auto& [v, flag] : {std::pair{f.disk_gbps, "--kv-offload-disk-gbps"}, {f.store_gbps, "--kv-store-gbps"}}) {
+    if (!(v > 0)) return absl::InvalidArgumentError(Str(flag, ": must be > 0"));
+  }
+  const double block_bytes =
+      static_cast<double>(profile.kv_bytes_per_token) * static_cast<double>(cluster->worker.block_size);
+  const auto blocks = [&](double gib, const char* flag) -> absl::StatusOr<int64_t> {
+    if (gib == 0) return 0;
+    if (!(block_bytes > 0)) return absl::InvalidArgumentError(Str(flag, ": the profile has no KV bytes per token"));
+    const double n = std::floor(gib * 1073741824.0 / block_bytes);
+    if (n < 1) return absl::InvalidArgumentError(Str(flag, ": smaller than one block (", block_bytes, " bytes)"));
+    if (n > static_cast<double>(kMaxSimBlocks)) {
+      return absl::InvalidArgumentError(Str(flag, ": more than ", kMaxSimBlocks, " blocks to simulate"));
+    }
+    return static_cast<int64_t>(n);
+  };
+  auto disk = blocks(f.disk_gib, "--kv-offload-disk-gib");
+  if (!disk.ok()) return disk.status();
+  auto store = blocks(f.store_gib, "--kv-store-gib");
+  if (!store.ok()) return store.status();
+  cluster->tiers.disk_blocks = *disk;
+  cluster->tiers.store_blocks = *store;
+  cluster->tiers.disk = SimTierCost{f.disk_latency_us * 1e-6, f.disk_gbps * 1e9};
+  cluster->tiers.store = SimTierCost{f.store_latency_us * 1e-6, f.store_gbps * 1e9};
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<SimSetup> ResolveSimFlags(const SimFlags& f) {
   if (f.profile_path.empty()) {
@@ -76,6 +121,7 @@ absl::StatusOr<SimSetup> ResolveSimFlags(const SimFlags& f) {
       !st.ok()) {
     return st;
   }
+  if (absl::Status st = ResolveTierFlags(f, s.profile, &s.cluster); !st.ok()) return st;
   if (f.workload.kind == "trace") {
     if (f.trace.empty()) return absl::InvalidArgumentError("--workload trace needs --trace FILE");
     TraceOptions t = f.trace_options;

@@ -17,6 +17,9 @@ struct SimFlags {
   std::string profile_path, trace, rate_text = "inf", model;
   int64_t kv_blocks = 0, seed = 1;
   double kv_memory_gib = 4, transport_gbps = 0, transport_latency_us = -1, kv_dtype_bytes = 2;
+  // KV cache tiers: each worker's disk and the shared store, GiB (0: none), and their reads.
+  double disk_gib = 0, store_gib = 0;
+  double disk_gbps = 2, disk_latency_us = 100, store_gbps = 1.25, store_latency_us = 500;
   ClusterOptions cluster;
   WorkloadOptions workload;
   TraceOptions trace_options;

@@ -61,6 +61,34 @@ void SimWorker::Add(int64_t request, std::vector<int32_t> prompt, int64_t output
   scheduler_.AddWaiting(seq);
 }
 
+bool SimWorker::AddLoading(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
+                           bool hold_after_finish, std::vector<BlockHash> prompt_hashes, int64_t pool_cached_blocks) {
+  const int64_t bs = options_.block_size;
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  std::vector<BlockHash> hashes = std::move(prompt_hashes);
+  ExtendBlockHashes(prompt, bs, &hashes);
+  auto plan = blocks_.PlanAdmit(hashes, (len - 1) / bs, len, len);
+  if (!plan.ok() || plan->num_cached_tokens != pool_cached_blocks * bs) return false;
+  Sequence* seq = NewSequence(request, std::move(prompt), output_tokens);
+  seq->block_hashes = std::move(hashes);
+  blocks_.CommitAdmit(seq->id, *plan, static_cast<int64_t>(seq->tokens.capacity()));
+  seq->num_computed = plan->num_cached_tokens;
+  seq->num_cached_prompt_tokens = plan->num_cached_tokens;
+  seq->admitted_before = true;
+  if (hold_after_finish) hold_[request] = true;
+  return true;
+}
+
+void SimWorker::FinishLoad(int64_t request, int64_t loaded_blocks) {
+  auto it = seqs_.find(request);
+  PD_CHECK_MSG(it != seqs_.end(), "FinishLoad without AddLoading");
+  Sequence* seq = it->second.get();
+  seq->num_computed += loaded_blocks * options_.block_size;
+  seq->num_cached_prompt_tokens = std::min(seq->num_computed, seq->num_prompt_tokens);
+  Publish(seq);
+  scheduler_.AddWaiting(seq);
+}
+
 bool SimWorker::Reserve(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
                         int64_t* cached_tokens, std::vector<BlockHash> prompt_hashes) {
   const int64_t bs = options_.block_size;
@@ -87,7 +115,7 @@ SimWorker::Emitted SimWorker::CompleteRemote(int64_t request, int32_t first_toke
   PD_CHECK_MSG(it != seqs_.end(), "CompleteRemote without a reservation");
   Sequence* seq = it->second.get();
   seq->num_computed = seq->num_prompt_tokens;
-  blocks_.Publish(seq->id, seq->block_hashes, {});
+  PublishHashes(seq, seq->block_hashes);
   seq->num_cached_prompt_tokens = std::clamp<int64_t>(prefill_cached_tokens, 0, seq->num_prompt_tokens);
   Emitted e{request, first_token, true, false, seq->num_cached_prompt_tokens};
   ReserveOutput(seq);
@@ -141,10 +169,18 @@ bool SimWorker::BeginStep(StepShape* shape) {
 void SimWorker::Publish(Sequence* seq) {
   // seq->block_hashes already cover its full blocks (EndStep extended them).
   const int64_t bs = options_.block_size;
-  blocks_.Publish(seq->id,
-                  absl::MakeConstSpan(seq->block_hashes)
-                      .subspan(0, std::min<size_t>(seq->block_hashes.size(), seq->num_computed / bs)),
-                  {});
+  PublishHashes(seq, absl::MakeConstSpan(seq->block_hashes)
+                         .subspan(0, std::min<size_t>(seq->block_hashes.size(), seq->num_computed / bs)));
+}
+
+void SimWorker::PublishHashes(Sequence* seq, absl::Span<const BlockHash> hashes) {
+  if (!options_.on_publish) {
+    blocks_.Publish(seq->id, hashes, {});
+    return;
+  }
+  indexed_.clear();
+  blocks_.Publish(seq->id, hashes, {}, &indexed_);
+  for (const auto& [hash, block] : indexed_) options_.on_publish(hash);
 }
 
 void SimWorker::Finish(Sequence* seq) {

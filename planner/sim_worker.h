@@ -40,6 +40,9 @@ class SimWorker {
     bool enable_prefix_caching = true;
     // The token a request's `position`-th generated token is (request ids are the caller's).
     std::function<int32_t(int64_t request, int64_t position)> next_token;
+    // Called with each block newly indexed in the prefix cache (KV cache tiers: what a worker
+    // offers them); null: none.
+    std::function<void(const BlockHash&)> on_publish;
   };
 
   // What a step (or a completed remote prefill) did to one request.
@@ -60,6 +63,14 @@ class SimWorker {
   // prompt is not hashed again; empty: hashed here when it is admitted.
   void Add(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
            bool hold_after_finish = false, std::vector<BlockHash> prompt_hashes = {});
+  // As LLMEngine::StartTierLoad: a request whose prompt's blocks after its cached prefix
+  // (`pool_cached_blocks` of them, CachedPrefixTokens's) the KV cache tiers hold; its blocks are
+  // reserved now and it waits, parked, until FinishLoad says `loaded_blocks` of them arrived.
+  // False (nothing changed) when its blocks are not free now: Add it instead.
+  bool AddLoading(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens, bool hold_after_finish,
+                  std::vector<BlockHash> prompt_hashes, int64_t pool_cached_blocks);
+  // The load ended: the blocks are computed KV (published), the request joins the waiting queue.
+  void FinishLoad(int64_t request, int64_t loaded_blocks);
   // Remote prefill, decode side, as DecodeWorker::StartRemote: refuses (false, nothing changed)
   // when the pool is busy (free + cached blocks minus the prompt's would leave fewer than one per
   // running sequence) or the blocks are not there; otherwise reserves the prompt's blocks, reusing
@@ -92,6 +103,8 @@ class SimWorker {
   Sequence* NewSequence(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens);
   // Publishes seq's computed full blocks (their hashes already extended).
   void Publish(Sequence* seq);
+  // Publishes `hashes` (seq's leading blocks), telling Options::on_publish of the new ones.
+  void PublishHashes(Sequence* seq, absl::Span<const BlockHash> hashes);
   // Gives seq->tokens room for its output (before its first token).
   void ReserveOutput(Sequence* seq) const;
   // Appends the next token; true when the request ends with it.
@@ -108,6 +121,7 @@ class SimWorker {
   SchedulerOutput schedule_;
   std::vector<Sequence*> sampled_;  // This step's sequences whose last chunk runs.
   std::vector<Sequence*> publish_;  // EndStep: this step's sequences that filled a block.
+  std::vector<std::pair<BlockHash, BlockId>> indexed_;  // PublishHashes' scratch.
 };
 
 }  // namespace pdserve

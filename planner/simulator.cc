@@ -125,13 +125,13 @@ class TraceSource : public RequestSource {
   std::vector<uint64_t> ids_;
 };
 
-enum class EventKind : uint8_t { kArrival, kStepEnd, kTransferDone };
+enum class EventKind : uint8_t { kArrival, kStepEnd, kTransferDone, kTierLoadDone };
 
 struct Event {
   double time;
   uint64_t order;  // Ties in time run in the order they were posted.
   EventKind kind;
-  int64_t who;     // The worker (kStepEnd) or the request (kTransferDone).
+  int64_t who;     // The worker (kStepEnd) or the request (kTransferDone, kTierLoadDone).
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : order > o.order; }
 };
 
@@ -161,8 +161,16 @@ struct Transfer {
   int32_t first_token = 0;  // What the prefill worker sampled.
 };
 
+// A request's prompt blocks loading from the KV cache tiers into a worker's pool.
+struct TierLoad {
+  int64_t worker = 0;
+  int64_t blocks = 0;
+};
+
 struct Worker {
   std::unique_ptr<SimWorker> engine;
+  std::unique_ptr<SimTier> disk;  // Its KV cache tier on disk (null: none).
+  double io_free = 0;             // When its I/O thread has finished the loads queued so far.
   SimWorkerStats stats;
   bool busy = false;
   double step_start = 0;
@@ -183,8 +191,18 @@ class Cluster {
                                static_cast<uint64_t>(position));
       return static_cast<int32_t>((static_cast<unsigned __int128>(h) * vocab) >> 64);
     };
+    const SimTierOptions& tiers = options.tiers;
+    if (tiers.store_blocks > 0) store_ = std::make_unique<SimTier>(tiers.store_blocks, tiers.store);
     for (int64_t i = 0; i < options.prefill_workers + options.decode_workers; ++i) {
       Worker w;
+      if (tiers.disk_blocks > 0) w.disk = std::make_unique<SimTier>(tiers.disk_blocks, tiers.disk);
+      if (w.disk != nullptr || store_ != nullptr) {
+        // Write-through: every block the worker publishes is offered to its disk and the store.
+        wo.on_publish = [disk = w.disk.get(), store = store_.get()](const BlockHash& h) {
+          if (disk != nullptr) disk->Insert(h);
+          if (store != nullptr) store->Insert(h);
+        };
+      }
       w.engine = std::make_unique<SimWorker>(wo);
       w.stats.tier = i < options.prefill_workers ? "prefill" : "decode";
       workers_.push_back(std::move(w));
@@ -224,6 +242,9 @@ class Cluster {
         case EventKind::kTransferDone:
           TransferDone(e.who);
           break;
+        case EventKind::kTierLoadDone:
+          TierLoadDone(e.who);
+          break;
       }
     }
     result_.end_seconds = now_;
@@ -237,6 +258,10 @@ class Cluster {
       result_.steps += w.stats.steps;
       result_.workers.push_back(w.stats);
     }
+    for (const Worker& w : workers_) {
+      if (w.disk != nullptr) result_.disk_evictions += w.disk->evictions();
+    }
+    if (store_ != nullptr) result_.store_evictions = store_->evictions();
     result_.wall_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     return std::move(result_);
@@ -293,6 +318,8 @@ class Cluster {
       c.recent_blocks = w.recent;
       c.cached_prefix_blocks =
           w.engine->CachedPrefixTokens(hashes, static_cast<int64_t>(hashes.size()) * bs + 1) / bs;
+      const TierRun run = FindTierRun(w, hashes, c.cached_prefix_blocks, static_cast<int64_t>(hashes.size()));
+      c.tier_prefix_blocks = run.disk + run.store;
       candidates->push_back(c);
     }
     rng_ = Mix64(rng_ + 0x9E3779B97F4A7C15ull);
@@ -354,8 +381,7 @@ class Cluster {
     }
     if (remote) {
       transfers_[index].sent_tokens = decode_cached;  // The pages the decode worker lacks are sent.
-      Worker& pre = workers_[static_cast<size_t>(f.prefill)];
-      pre.engine->Add(index, std::move(r.prompt), 1, /*hold_after_finish=*/true, std::move(hashes));
+      AddWithTiers(f.prefill, index, std::move(r.prompt), 1, /*hold_after_finish=*/true, std::move(hashes));
       ++result_.remote_prefills;
       f.remote_prefill = true;
       Touch(dec);
@@ -363,13 +389,77 @@ class Cluster {
       Kick(f.prefill);
     } else {
       f.prefill = -1;
-      dec.engine->Add(index, std::move(r.prompt), r.output_tokens, /*hold_after_finish=*/false,
-                      std::move(hashes));
+      AddWithTiers(f.decode, index, std::move(r.prompt), r.output_tokens, /*hold_after_finish=*/false,
+                   std::move(hashes));
       ++result_.local_prefills;
       flights_.emplace(index, f);
       Kick(f.decode);
     }
     result_.peak_in_flight = std::max<int64_t>(result_.peak_in_flight, static_cast<int64_t>(flights_.size()));
+  }
+
+  // A run of prompt blocks after the pool's prefix that the tiers hold: the worker's disk first,
+  // then the store where the disk's run ends.
+  struct TierRun {
+    int64_t disk = 0, store = 0;
+  };
+  TierRun FindTierRun(const Worker& w, const std::vector<BlockHash>& hashes, int64_t from, int64_t to) const {
+    TierRun run;
+    int64_t i = from;
+    if (w.disk != nullptr) {
+      while (i < to && w.disk->Contains(hashes[static_cast<size_t>(i)])) ++i;
+      run.disk = i - from;
+    }
+    if (store_ != nullptr) {
+      const int64_t start = i;
+      while (i < to && store_->Contains(hashes[static_cast<size_t>(i)])) ++i;
+      run.store = i - start;
+    }
+    return run;
+  }
+
+  // SimWorker::Add, or, when the tiers hold the prompt's next blocks, AddLoading and a load on the
+  // worker's I/O thread (as LLMEngine::StartTierLoad).
+  void AddWithTiers(int64_t worker, int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
+                    bool hold, std::vector<BlockHash> hashes) {
+    Worker& w = workers_[static_cast<size_t>(worker)];
+    if (w.disk == nullptr && store_ == nullptr) {
+      w.engine->Add(request, std::move(prompt), output_tokens, hold, std::move(hashes));
+      return;
+    }
+    const int64_t bs = options_.worker.block_size;
+    const int64_t len = static_cast<int64_t>(prompt.size());
+    ExtendBlockHashes(prompt, bs, &hashes);
+    const int64_t cached = w.engine->CachedPrefixTokens(hashes, len) / bs;
+    const TierRun run = FindTierRun(w, hashes, cached, (len - 1) / bs);
+    if (run.disk + run.store == 0 ||
+        !w.engine->AddLoading(request, prompt, output_tokens, hold, hashes, cached)) {
+      w.engine->Add(request, std::move(prompt), output_tokens, hold, std::move(hashes));
+      return;
+    }
+    for (int64_t i = cached; i < cached + run.disk + run.store; ++i) {
+      const BlockHash& h = hashes[static_cast<size_t>(i)];
+      (i < cached + run.disk ? w.disk.get() : store_.get())->Touch(h);
+    }
+    const double block_bytes = static_cast<double>(profile_.kv_bytes_per_token * bs);
+    const double cost = (run.disk > 0 ? w.disk->cost().Load(run.disk, block_bytes) : 0) +
+                        (run.store > 0 ? store_->cost().Load(run.store, block_bytes) : 0);
+    w.io_free = std::max(w.io_free, now_) + cost;
+    loads_[request] = {worker, run.disk + run.store};
+    result_.disk_loaded_tokens += run.disk * bs;
+    result_.store_loaded_tokens += run.store * bs;
+    ++result_.tier_loads;
+    Touch(w);
+    Post(w.io_free, EventKind::kTierLoadDone, request);
+  }
+
+  void TierLoadDone(int64_t request) {
+    auto it = loads_.find(request);
+    PD_CHECK_MSG(it != loads_.end(), "TierLoadDone without a load");
+    const TierLoad load = it->second;
+    loads_.erase(it);
+    workers_[static_cast<size_t>(load.worker)].engine->FinishLoad(request, load.blocks);
+    Kick(load.worker);
   }
 
   void Token(int64_t request, Flight& f, double t) {
@@ -513,6 +603,8 @@ class Cluster {
   double now_ = 0;
   absl::flat_hash_map<int64_t, Flight> flights_;
   absl::flat_hash_map<int64_t, Transfer> transfers_;
+  absl::flat_hash_map<int64_t, TierLoad> loads_;  // By request.
+  std::unique_ptr<SimTier> store_;  // The shared KV store (null: none).
   absl::flat_hash_map<int64_t, std::vector<double>> itls_;  // keep_requests: by arrival index.
   ClusterResult result_;
   std::vector<WorkerCandidate> candidates_;
@@ -689,6 +781,13 @@ absl::StatusOr<ClusterResult> SimulateCluster(const SimProfile& profile, const C
         Str(workers, " workers x ", w.num_blocks, " KV blocks each: more than ", kMaxSimBlocks,
             " blocks to simulate (~", kMaxSimBlocks * 32 >> 30, " GiB); fewer workers, --kv-blocks, "
             "--kv-memory-gib or a larger --block-size"));
+  }
+  // A tier's entries are made as blocks are published (at most the run's distinct blocks), so its
+  // capacity costs nothing until used.
+  const SimTierOptions& t = options.tiers;
+  if (t.disk_blocks < 0 || t.store_blocks < 0 || !(t.disk.latency_seconds >= 0) || !(t.store.latency_seconds >= 0) ||
+      !(t.disk.bytes_per_second >= 0) || !(t.store.bytes_per_second >= 0)) {
+    return absl::InvalidArgumentError("KV cache tiers: sizes, latencies and bandwidths must be >= 0");
   }
   if (w.num_blocks < 1 || w.block_size < 1 || w.max_num_seqs < 1 || w.max_num_batched_tokens < 1 ||
       w.max_model_len < 2) {

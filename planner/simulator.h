@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "bench/serving/load_client.h"
 #include "common/model/model_config.h"
+#include "planner/sim_tier.h"
 #include "planner/sim_worker.h"
 #include "planner/step_time.h"
 #include "router/routing_policy.h"
@@ -119,11 +120,26 @@ inline constexpr int64_t kMaxSimBlocks = int64_t{1} << 27;
 // A trace line's input or output length, at most (tokens: past any model's context).
 inline constexpr int64_t kMaxTraceLength = int64_t{1} << 24;
 
+// KV cache tiers (issue 59): each worker's disk and one store the cluster shares, in blocks (0:
+// none), and what loading from each costs. As the real workers: every block a worker publishes
+// is written through to both; a request whose next prompt blocks after the pool's prefix are
+// there (the disk's first, then the store's) has its blocks reserved and waits for the load on
+// its worker's I/O thread (one load at a time) before it runs. Departures: stores cost nothing
+// (the real ones run on the same I/O thread); a decode worker's reservation for a remote prefill
+// does not load from the tiers first (the real one does, saving transfer bytes, not compute).
+struct SimTierOptions {
+  int64_t disk_blocks = 0;   // Per worker.
+  int64_t store_blocks = 0;  // Shared.
+  SimTierCost disk{100e-6, 2e9};     // An NVMe drive.
+  SimTierCost store{500e-6, 1.25e9};  // A Redis over 10 Gb/s Ethernet.
+};
+
 struct ClusterOptions {
   int64_t prefill_workers = 1;  // 0: every prompt prefilled on its decode worker.
   int64_t decode_workers = 1;
   SimWorker::Options worker;    // Both tiers' engines (next_token is the simulator's).
   RoutingOptions routing;
+  SimTierOptions tiers;
   int64_t local_prefill_tokens = 32;  // As the router's and decode workers' flag.
   int64_t prefill_max_waiting = 8;    // As the router's: a tier this queued takes no more.
   double recent_half_life_seconds = 2;
@@ -162,6 +178,10 @@ struct ClusterResult {
   std::vector<SimWorkerStats> workers;     // Prefill workers first.
   double first_arrival_seconds = 0, end_seconds = 0;  // Virtual.
   int64_t local_prefills = 0, remote_prefills = 0, reserve_refusals = 0, guard_fallbacks = 0;
+  // KV cache tiers: prompt tokens loaded from each (also counted in summary's cached tokens),
+  // the loads, and the blocks each tier evicted for its capacity.
+  int64_t disk_loaded_tokens = 0, store_loaded_tokens = 0, tier_loads = 0;
+  int64_t disk_evictions = 0, store_evictions = 0;
   int64_t steps = 0;
   int64_t step_sequences = 0;  // Summed over the steps: / steps is the mean batch.
   int64_t peak_in_flight = 0;

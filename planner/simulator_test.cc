@@ -147,6 +147,70 @@ TEST(SimulatorTest, ShortPromptsStayLocalAndPrefixesHitTheCache) {
   for (const SimWorkerStats& w : r->workers) EXPECT_EQ(w.kv_usage_max <= 1.0, true);
 }
 
+// KV cache tiers: a prompt whose blocks the pool evicted but the store (or the worker's disk)
+// holds is loaded, then only its last block's tokens computed: TTFT is the load (a round trip and
+// the bytes at the tier's bandwidth) plus one 16-token step, and its loaded tokens count as cached.
+TEST(SimulatorTest, APrefixEvictedFromThePoolIsLoadedFromTheTiers) {
+  const std::vector<int32_t> p = Tokens(400, 30);
+  // 26 blocks of 16: the second prompt evicts (nearly) every block of the first.
+  std::vector<SimRequest> reqs = {{0, p, 1}, {1, Tokens(400, 31), 1}, {2, p, 1}};
+  ClusterOptions none = Options(0, 1);
+  none.worker.num_blocks = 26;
+  none.worker.max_model_len = 416;
+  auto plain_source = ListSource(reqs);
+  auto plain = SimulateCluster(Profile(), none, *plain_source);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  // Without a tier the third prompt computes what the pool lost.
+  const int64_t pool = plain->requests[2].cached_tokens;
+  EXPECT_LT(pool, 128);
+  EXPECT_NEAR(plain->requests[2].ttft_seconds, 0.010 + static_cast<double>(400 - pool) * 0.0001, 1e-12);
+  for (const bool disk : {false, true}) {
+    ClusterOptions o = none;
+    (disk ? o.tiers.disk_blocks : o.tiers.store_blocks) = 1000;
+    (disk ? o.tiers.disk : o.tiers.store) = SimTierCost{0.0005, 1.25e9};
+    auto source = ListSource(reqs);
+    auto r = SimulateCluster(Profile(), o, *source);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const SimRequestResult& again = r->requests[2];
+    // Up to (400 - 1) / 16 = 24 blocks: the rest after the pool's, 1,000 bytes a token.
+    const int64_t loaded = 384 - pool;
+    const double load = 0.0005 + static_cast<double>(loaded) * 1000 / 1.25e9;
+    EXPECT_NEAR(again.ttft_seconds, load + 0.010 + 16 * 0.0001, 1e-12) << disk;
+    EXPECT_EQ(again.cached_tokens, 384) << disk;
+    EXPECT_EQ(disk ? r->disk_loaded_tokens : r->store_loaded_tokens, loaded);
+    EXPECT_EQ(r->tier_loads, 1);
+    EXPECT_NEAR(r->requests[0].ttft_seconds, 0.010 + 400 * 0.0001, 1e-12);
+    for (const SimWorkerStats& w : r->workers) EXPECT_EQ(w.used_blocks_at_end, 0);
+  }
+}
+
+// A store smaller than what the trace reuses: least recently used blocks go; every request still
+// ends, no block leaks, on both tiers with remote prefills.
+TEST(SimulatorTest, TiersUnderLoadLeakNothing) {
+  std::vector<SimRequest> reqs;
+  SplitMix64 rng(77);
+  std::vector<std::vector<int32_t>> prefixes;
+  for (int i = 0; i < 8; ++i) prefixes.push_back(Tokens(256, 100 + i));
+  for (int i = 0; i < 300; ++i) {
+    std::vector<int32_t> prompt = prefixes[rng.Next() % prefixes.size()];
+    const std::vector<int32_t> own = Tokens(static_cast<int64_t>(16 + rng.Next() % 64), 1000 + i);
+    prompt.insert(prompt.end(), own.begin(), own.end());
+    reqs.push_back({0.05 * i, prompt, static_cast<int64_t>(1 + rng.Next() % 16)});
+  }
+  ClusterOptions o = Options(1, 2);
+  o.worker.num_blocks = 64;
+  o.worker.max_model_len = 1024;
+  o.tiers.disk_blocks = 40;
+  o.tiers.store_blocks = 100;
+  auto source = ListSource(reqs);
+  auto r = SimulateCluster(Profile(), o, *source);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.ok, 300);
+  EXPECT_GT(r->tier_loads, 0);
+  EXPECT_GT(r->store_evictions, 0);
+  for (const SimWorkerStats& w : r->workers) EXPECT_EQ(w.used_blocks_at_end, 0);
+}
+
 TEST(SimulatorTest, EveryBlockIsFreeAndEveryRequestEndsUnderLoad) {
   // Many requests at once on small pools: preemptions, reservation refusals, chunked prefill.
   std::vector<SimRequest> reqs;

@@ -423,6 +423,33 @@ class SimulateTest(unittest.TestCase):
         # After the first, each request finds its first 1024 tokens (ids 7 and 8) cached.
         self.assertAlmostEqual(j["hit_rate"], 5 * 1024 / (6 * 1500), places=6)
 
+    def test_kv_cache_tiers_load_what_the_pool_evicted(self):
+        # A 1500-token prefix (ids 7, 8, 9) returns after five others have evicted it from a pool of
+        # 100 blocks of 16 (1600 tokens): computed again without a tier, loaded from the store with
+        # one (93 blocks of 16 tokens x 128 B = 190,464 B at 1 GB/s after 50 us).
+        trace = os.path.join(WORKDIR, "tier_trace.jsonl")
+        with open(trace, "w") as f:
+            lines = [[7, 8, 9]] + [[100 + 3 * i, 101 + 3 * i, 102 + 3 * i] for i in range(5)] + [[7, 8, 9]]
+            for i, ids in enumerate(lines):
+                f.write(json.dumps({"timestamp": 1000 * i, "input_length": 1500, "output_length": 2,
+                                    "hash_ids": ids}) + "\n")
+        base = ["simulate", "--profile", self.profile, "--kv-blocks", "100", "--max-model-len", "1600", "--prefill", "0",
+                "--decode", "1", "--workload", "trace", "--trace", trace, "--format", "json"]
+        plain = json.loads(ok(*base))
+        tiered = json.loads(ok(*base, "--kv-store-gib", "1", "--kv-store-gbps", "1", "--kv-store-latency-us", "50"))
+        self.assertEqual((plain["ok"], tiered["ok"]), (7, 7))
+        self.assertNotIn("store_loaded_tokens", plain)
+        self.assertEqual(tiered["tier_loads"], 1)
+        self.assertGreater(tiered["store_loaded_tokens"], 1000)
+        self.assertGreater(tiered["hit_rate"], plain["hit_rate"])
+        for args, what in ((["--kv-store-gib", "-1"], "--kv-store-gib"),
+                           (["--kv-offload-disk-gib", "nan"], "--kv-offload-disk-gib"),
+                           (["--kv-store-gib", "1", "--kv-store-gbps", "0"], "--kv-store-gbps"),
+                           (["--kv-offload-disk-gib", "1e-9"], "smaller than one block")):
+            r = pdserve(*base, *args)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(what, r.stderr)
+
     def test_plan_reports_every_split_and_the_best(self):
         out = json.loads(ok("plan", "--profile", self.profile, "--kv-blocks", "2048", "--workers", "3", "--slo-ttft-ms", "300",
                             "--slo-tpot-ms", "30", "--num-prompts", "60", "--input-len", "300",
