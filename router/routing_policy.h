@@ -44,7 +44,7 @@ struct RoutingOptions {
   RoutingPolicy policy = RoutingPolicy::kKvAware;
   double w_prefix = 1.0;
   // What a block loaded from a KV cache tier costs against computing it (1): loading it from the
-  // shared store took 0.11 of computing it in bench/kv_tier_bench.py (RESULTS "KV cache tiers").
+  // shared store took 0.06-0.11 of computing it in bench/kv_tier_bench.py (RESULTS "KV cache tiers").
   double w_tier = 0.1;
   double w_queue = 4.0;
   double w_recent = 1.0;

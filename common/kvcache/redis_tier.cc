@@ -331,13 +331,17 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
   if (keys.empty()) return 0;
   const auto start = Clock::now();
   std::unique_lock<std::mutex> io(io_mu_);
-  // Every GET written first (one pipeline per shard: a round trip per server), then each reply
-  // read, checked and used in key order straight from the reader's buffer (LoadReplies).
+  // The GETs pipelined (per shard, one connection each), at most kPipelineBytes of replies
+  // outstanding: each reply is read, checked and used in key order straight from the reader's
+  // buffer (LoadReplies), and the next GET written as one is read. (All of a 64-block run's 32 MB
+  // asked at once read at 0.26 GB/s here, a window of 16 blocks at 2.6: bench/kv_tier_io.py.)
   std::vector<int> pending(conns_.size(), 0);  // Replies a shard still owes.
   std::vector<int8_t> usable(conns_.size(), -1);  // -1: not asked yet.
+  std::vector<uint8_t> asked(keys.size(), 0);
   LoadReplies ctx;
   std::vector<redisReplyObjectFunctions*> saved(conns_.size(), nullptr);
-  for (const KvTierKey& key : keys) {
+  const auto ask = [&](size_t j) {
+    const KvTierKey& key = keys[j];
     const size_t shard = Shard(key);
     if (usable[shard] < 0) {
       usable[shard] = Connection(shard) != nullptr;
@@ -347,7 +351,7 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
         conns_[shard]->reader->privdata = &ctx;
       }
     }
-    if (!usable[shard]) continue;
+    if (!usable[shard]) return;
     // At most a block's bytes: a value someone else wrote under this name (the store may be
     // writable by others) could be 512 MB, and hiredis would buffer all of it. A longer value
     // is read up to the block's length and checked as any other.
@@ -356,14 +360,19 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
                            static_cast<long long>(kHeaderBytes + block_bytes) - 1) != REDIS_OK) {
       Drop(shard);  // Replies not read would answer the next call's commands.
       usable[shard] = 0;
-      continue;
+      return;
     }
+    asked[j] = 1;
     ++pending[shard];
-  }
+  };
+  const size_t window = std::max<size_t>(1, kPipelineBytes / (kHeaderBytes + block_bytes));
+  size_t next = 0;
   int64_t n = 0;
   bool running = true, missed = false;
   size_t corrupt = keys.size();
   for (size_t i = 0; i < keys.size(); ++i) {
+    // Past a miss nothing more is asked; what was asked is still read (the servers owe it).
+    while (running && next < keys.size() && next < i + window) ask(next++);
     const size_t shard = Shard(keys[i]);
     bool used = false;
     const auto check_and_use = [&](std::string_view value) {
@@ -374,7 +383,7 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
     absl::FunctionRef<void(std::string_view)> consume = check_and_use;
     ctx.consume = running ? &consume : nullptr;
     ctx.result = LoadReplies::kNone;
-    if (usable[shard] > 0 && pending[shard] > 0) {
+    if (asked[i] && usable[shard] > 0 && pending[shard] > 0) {
       void* reply = nullptr;
       if (redisGetReply(conns_[shard], &reply) != REDIS_OK) {
         Drop(shard);

@@ -52,6 +52,8 @@ absl::Status ReadRedisPasswordFile(const std::string& path, RedisTierOptions* op
 class RedisTier : public KvTier {
  public:
   static constexpr size_t kHeaderBytes = 96;
+  // Replies a load keeps outstanding at most (a window of a run's GETs).
+  static constexpr size_t kPipelineBytes = size_t{8} << 20;
 
   // Connects to every server (AUTH, PING). A server that refuses the connection's AUTH or PING
   // is an error naming it; one out of reach is logged and tried again every second (calls miss
