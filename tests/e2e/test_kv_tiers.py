@@ -304,6 +304,58 @@ class KvTiersTest(unittest.TestCase):
             self.assertEqual(plain.stop(), [0] * 3)
             redis.kill()
 
+    def test_a_stream_resumed_on_another_decode_worker_loads_its_prefix_from_the_store(self):
+        """A decode worker killed mid-stream: the router continues each broken stream on the other
+        one, which loads the prompt and the output the first worker stored (the prompt's blocks from
+        the prefill worker, the output's from the dead worker) instead of computing them, and every
+        stream equals the fault-free run, token and logprob."""
+        redis = Redis("resume-pw")
+        with open(os.path.join(WORKDIR, "pw_resume"), "w") as f:
+            f.write("resume-pw")
+        store = ("--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file",
+                 os.path.join(WORKDIR, "pw_resume"))
+        metrics = ("--metrics-listen", "127.0.0.1:0")
+        engine = ("--threads", "1", "--block-size", "4", "--kv-blocks", "400")
+        rng = random.Random(31)
+        reqs = []
+        for i in range(16):
+            ids = [rng.randrange(3, 500) for _ in range(rng.randrange(30, 60))]
+            sp = pb.SamplingParams(max_tokens=300, temperature=0 if i % 2 == 0 else 0.9, seed=500 + i, logprobs=1,
+                                   ignore_eos=True)
+            reqs.append(pb.GenerateRequest(token_ids=pb.TokenIds(ids=ids), sampling=sp))
+
+        def collect(target, req, on_token=None):
+            stub = pbg.GenerationStub(grpc.insecure_channel(target.grpc))
+            ids, lps = [], []
+            for r in stub.Generate(req, timeout=120):
+                ids += list(r.token_ids)
+                lps += list(r.logprobs)
+                if on_token and r.token_ids:
+                    on_token(len(ids))
+            return ids, lps
+
+        plain = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, engine_args=engine,
+                                router_args=("--block-size", "4"))
+        try:
+            want = [collect(plain.router, r) for r in reqs]
+        finally:
+            self.assertEqual(plain.stop(), [0] * 3)
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=2, engine_args=engine + store, decode_args=metrics,
+                            router_args=("--block-size", "4", *metrics))
+        victim, survivor = c.decode[0], c.decode[1]
+        try:
+            got, running = cluster.streams_with_a_killed_worker(
+                self, lambda i, on_token: collect(c.router, reqs[i], on_token), len(reqs), victim,
+                started_streams=8, started_tokens=8)
+            self.assertGreater(running, 0)
+            self.assertEqual(got, want, "resumed streams differ from the fault-free run")
+            self.assertGreater(cluster.metric(c.router, "pdserve_router_resumes_total"), 0)
+            self.assertGreater(cluster.metric(survivor, "pdserve_kv_offload_loaded_tokens_total", role="decode"), 0)
+            self.assertEqual(tier_metric_of(survivor, "pdserve_kv_offload_corrupt_blocks_total", "decode", "redis"), 0)
+        finally:
+            self.assertEqual(c.stop(), [0, -9, 0, 0])
+            redis.kill()
+
     def test_a_store_slower_than_the_timeout_costs_no_request_more_than_it(self):
         redis = Redis("slow-pw")
         proxy = SlowProxy(redis.port)
