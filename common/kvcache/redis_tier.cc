@@ -2,6 +2,7 @@
 
 #include <sys/time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -68,6 +69,7 @@ struct LoadReplies {
   enum Result { kNone, kString, kOther };
   absl::FunctionRef<void(std::string_view)>* consume = nullptr;  // Null: drained, not used.
   Result result = kNone;
+  bool moved = false;  // A MOVED or ASK error: Redis Cluster's slots moved.
 };
 int kReplySentinel;  // Every reply "object" of a load: the result is in LoadReplies.
 
@@ -75,6 +77,10 @@ void* LoadString(const redisReadTask* task, char* str, size_t len) {
   auto* ctx = static_cast<LoadReplies*>(task->privdata);
   if (task->type != REDIS_REPLY_STRING || task->parent != nullptr || len == 0) {
     ctx->result = LoadReplies::kOther;  // An error reply (OOM, NOAUTH, ...), or no value (empty).
+    const std::string_view s(str, len);
+    if (task->type == REDIS_REPLY_ERROR && (s.substr(0, 6) == "MOVED " || s.substr(0, 4) == "ASK ")) {
+      ctx->moved = true;
+    }
   } else {
     ctx->result = LoadReplies::kString;
     if (ctx->consume != nullptr) (*ctx->consume)(std::string_view(str, len));
@@ -99,11 +105,18 @@ redisReplyObjectFunctions kLoadFunctions = {LoadString, LoadArray, LoadInteger, 
 }  // namespace
 
 absl::Status ParseRedisUrl(std::string_view url, RedisTierOptions* options) {
-  constexpr std::string_view kScheme = "redis://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    return absl::InvalidArgumentError(Str("--kv-store: '", url, "' is not redis://HOST:PORT[,HOST:PORT...]"));
+  constexpr std::string_view kScheme = "redis://", kClusterScheme = "redis+cluster://";
+  std::string_view rest;
+  if (url.substr(0, kScheme.size()) == kScheme) {
+    rest = url.substr(kScheme.size());
+    options->cluster = false;
+  } else if (url.substr(0, kClusterScheme.size()) == kClusterScheme) {
+    rest = url.substr(kClusterScheme.size());
+    options->cluster = true;
+  } else {
+    return absl::InvalidArgumentError(Str("--kv-store: '", url,
+                                          "' is not redis://HOST:PORT[,HOST:PORT...] or redis+cluster://HOST:PORT[,...]"));
   }
-  std::string_view rest = url.substr(kScheme.size());
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   options->servers.clear();
   for (size_t start = 0; start <= rest.size();) {
@@ -142,7 +155,10 @@ absl::Status ReadRedisPasswordFile(const std::string& path, RedisTierOptions* op
 }
 
 RedisTier::RedisTier(const RedisTierOptions& options)
-    : options_(options), conns_(options.servers.size(), nullptr), retry_after_(options.servers.size()) {}
+    : options_(options),
+      servers_(options.servers),
+      conns_(options.servers.size(), nullptr),
+      retry_after_(options.servers.size()) {}
 
 RedisTier::~RedisTier() {
   for (redisContext* c : conns_) {
@@ -166,11 +182,18 @@ absl::StatusOr<std::unique_ptr<RedisTier>> RedisTier::Open(const RedisTierOption
     PD_LOG(Warning) << s.message() << "; serving without it, trying it again every second";
     tier->retry_after_[i] = Clock::now() + std::chrono::seconds(1);
   }
+  if (options.cluster) {
+    tier->RefreshSlotsLocked(/*force=*/true);
+    if (tier->slot_node_.empty()) {
+      PD_LOG(Warning) << "--kv-store: no Redis Cluster node answered CLUSTER SLOTS; serving without the store, "
+                         "asking again every second";
+    }
+  }
   return tier;
 }
 
 absl::Status RedisTier::Connect(size_t shard) {
-  const std::string& server = options_.servers[shard];
+  const std::string& server = servers_[shard];
   const size_t colon = server.rfind(':');
   const std::string host = server.substr(0, colon);
   const int port = std::atoi(server.c_str() + colon + 1);
@@ -238,7 +261,107 @@ void RedisTier::Drop(size_t shard) {
   conns_[shard] = nullptr;
 }
 
-size_t RedisTier::Shard(const KvTierKey& key) const { return static_cast<size_t>(key.block.lo % conns_.size()); }
+size_t RedisTier::Shard(const KvTierKey& key) const {
+  if (!options_.cluster) return static_cast<size_t>(key.block.lo % conns_.size());
+  if (slot_node_.empty()) return 0;  // Not known yet: a seed, which answers MOVED (a refresh).
+  return slot_node_[KeySlot(RedisKey(key))];
+}
+
+uint16_t RedisTier::KeySlot(std::string_view key) {
+  // The hash tag: the part between the first '{' and the next '}', when not empty.
+  const size_t open = key.find('{');
+  if (open != std::string_view::npos) {
+    const size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+  }
+  uint16_t crc = 0;  // CRC16-XMODEM: polynomial 0x1021, initial 0.
+  for (const char ch : key) {
+    crc ^= static_cast<uint16_t>(static_cast<uint8_t>(ch)) << 8;
+    for (int b = 0; b < 8; ++b) crc = (crc & 0x8000) != 0 ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : static_cast<uint16_t>(crc << 1);
+  }
+  return crc & 16383;
+}
+
+void RedisTier::RefreshSlotsLocked(bool force) {
+  const auto now = Clock::now();
+  if (!force && now < next_refresh_) return;
+  next_refresh_ = now + std::chrono::seconds(1);
+  refresh_slots_ = false;
+  // Ask the masters known so far, then the seeds.
+  std::vector<std::string> ask = servers_;
+  for (const std::string& seed : options_.servers) {
+    if (std::find(ask.begin(), ask.end(), seed) == ask.end()) ask.push_back(seed);
+  }
+  for (const std::string& server : ask) {
+    const size_t colon = server.rfind(':');
+    const std::string host = server.substr(0, colon);
+    // A connection of its own (the map is asked of whichever node answers), closed after.
+    redisContext* c = redisConnectWithTimeout(host.c_str(), std::atoi(server.c_str() + colon + 1), Tv(options_.timeout_ms));
+    if (c == nullptr || c->err != 0) {
+      if (c != nullptr) redisFree(c);
+      continue;
+    }
+    redisSetTimeout(c, Tv(options_.timeout_ms));
+    if (!options_.password.empty()) {
+      Reply a(static_cast<redisReply*>(
+          options_.user.empty() ? redisCommand(c, "AUTH %b", options_.password.data(), options_.password.size())
+                                : redisCommand(c, "AUTH %b %b", options_.user.data(), options_.user.size(),
+                                               options_.password.data(), options_.password.size())));
+      if (a == nullptr || a->type == REDIS_REPLY_ERROR) {
+        redisFree(c);
+        continue;
+      }
+    }
+    Reply r(static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS")));
+    redisFree(c);
+    if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements == 0) continue;
+    std::vector<std::string> masters;
+    std::vector<uint16_t> map(16384, 0);
+    std::vector<bool> covered(16384, false);
+    for (size_t i = 0; i < r->elements; ++i) {
+      const redisReply* range = r->element[i];
+      if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 || range->element[0]->type != REDIS_REPLY_INTEGER ||
+          range->element[1]->type != REDIS_REPLY_INTEGER || range->element[2]->type != REDIS_REPLY_ARRAY ||
+          range->element[2]->elements < 2 || range->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+          range->element[2]->element[1]->type != REDIS_REPLY_INTEGER) {
+        continue;
+      }
+      const long long lo = range->element[0]->integer, hi = range->element[1]->integer;
+      if (lo < 0 || hi > 16383 || lo > hi) continue;
+      std::string ip(range->element[2]->element[0]->str, range->element[2]->element[0]->len);
+      if (ip.empty()) ip = host;  // "": the node asked.
+      const std::string master = Str(ip, ":", range->element[2]->element[1]->integer);
+      auto at = std::find(masters.begin(), masters.end(), master);
+      if (at == masters.end()) at = masters.insert(masters.end(), master);
+      for (long long s = lo; s <= hi; ++s) {
+        map[static_cast<size_t>(s)] = static_cast<uint16_t>(at - masters.begin());
+        covered[static_cast<size_t>(s)] = true;
+      }
+    }
+    if (masters.empty() || masters.size() > 1024 || std::find(covered.begin(), covered.end(), false) != covered.end()) {
+      continue;  // Not a whole map (a cluster being resharded or not yet formed): ask another.
+    }
+    // The masters that stay keep their connections; the others' are closed.
+    std::vector<redisContext*> conns(masters.size(), nullptr);
+    std::vector<Clock::time_point> retry(masters.size());
+    for (size_t m = 0; m < masters.size(); ++m) {
+      auto old = std::find(servers_.begin(), servers_.end(), masters[m]);
+      if (old == servers_.end()) continue;
+      const size_t o = static_cast<size_t>(old - servers_.begin());
+      conns[m] = conns_[o];
+      retry[m] = retry_after_[o];
+      conns_[o] = nullptr;
+    }
+    for (redisContext* stale : conns_) {
+      if (stale != nullptr) redisFree(stale);
+    }
+    servers_ = std::move(masters);
+    conns_ = std::move(conns);
+    retry_after_ = std::move(retry);
+    slot_node_ = std::move(map);
+    return;
+  }
+}
 
 std::string RedisTier::RedisKey(const KvTierKey& key) {
   return Str("pdkv:", key.model.ToHex(), ":", key.block.ToHex());
@@ -289,20 +412,23 @@ absl::Status RedisTier::Store(const KvTierKey& key, absl::Span<const uint8_t> bl
   bool written = false;
   {
     std::lock_guard<std::mutex> io(io_mu_);
+    if (options_.cluster && (slot_node_.empty() || refresh_slots_)) RefreshSlotsLocked(false);
     const size_t shard = Shard(key);
     redisContext* c = Connection(shard);
-    if (c == nullptr) return absl::UnavailableError(Str("redis ", options_.servers[shard], ": not connected"));
+    if (c == nullptr) return absl::UnavailableError(Str("redis ", servers_[shard], ": not connected"));
     Reply r(static_cast<redisReply*>(
         redisCommand(c, "SET %b %b NX", name.data(), name.size(), value.data(), value.size())));
     if (r == nullptr) {
       const std::string why = c->errstr;
       Drop(shard);
-      return absl::UnavailableError(Str("redis ", options_.servers[shard], ": ", why));
+      return absl::UnavailableError(Str("redis ", servers_[shard], ": ", why));
     }
-    if (r->type == REDIS_REPLY_ERROR) {  // OOM with maxmemory and noeviction, ...
+    if (r->type == REDIS_REPLY_ERROR) {  // OOM with maxmemory and noeviction, MOVED, ...
       CountError();
+      const std::string_view error(r->str, r->len);
+      if (error.substr(0, 6) == "MOVED " || error.substr(0, 4) == "ASK ") refresh_slots_ = true;
       return absl::ResourceExhaustedError(
-          Str("redis ", options_.servers[shard], ": ", std::string_view(r->str, r->len)));
+          Str("redis ", servers_[shard], ": ", std::string_view(r->str, r->len)));
     }
     written = r->type == REDIS_REPLY_STATUS;  // "OK": written now (NIL: it was there).
   }
@@ -331,6 +457,7 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
   if (keys.empty()) return 0;
   const auto start = Clock::now();
   std::unique_lock<std::mutex> io(io_mu_);
+  if (options_.cluster && (slot_node_.empty() || refresh_slots_)) RefreshSlotsLocked(false);
   // The GETs pipelined (per shard, one connection each), at most kPipelineBytes of replies
   // outstanding: each reply is read, checked and used in key order straight from the reader's
   // buffer (LoadReplies), and the next GET written as one is read. (All of a 64-block run's 32 MB
@@ -423,6 +550,7 @@ int64_t RedisTier::LoadRun(absl::Span<const KvTierKey> keys, size_t block_bytes,
       if (d == nullptr) Drop(shard);
     }
   }
+  if (ctx.moved) refresh_slots_ = true;  // Refreshed by the next call (at most once a second).
   io.unlock();
   std::lock_guard<std::mutex> lock(mu_);
   for (int64_t i = 0; i < n; ++i) RememberLocked(keys[static_cast<size_t>(i)]);

@@ -41,9 +41,14 @@ struct RedisTierOptions {
   std::string password;              // Empty: no AUTH.
   std::string hmac_key;              // Empty: no HMAC.
   int timeout_ms = 1000;             // Connect and every command.
+  // Redis Cluster (`redis+cluster://`): `servers` are seeds; the masters and the hash slots each
+  // serves come from CLUSTER SLOTS, and a block goes to the master of its key's slot (refreshed
+  // after a MOVED or ASK reply, at most once a second).
+  bool cluster = false;
 };
 
-// Parses `redis://HOST:PORT[,HOST:PORT...]` (`--kv-store`) into options.servers.
+// Parses `redis://HOST:PORT[,HOST:PORT...]` or `redis+cluster://HOST:PORT[,...]` (`--kv-store`)
+// into options.servers (and options.cluster).
 absl::Status ParseRedisUrl(std::string_view url, RedisTierOptions* options);
 // Reads `--kv-store-password-file`: "PASSWORD" or "USER:PASSWORD" (one line; a trailing newline
 // is dropped).
@@ -73,10 +78,15 @@ class RedisTier : public KvTier {
 
   // The Redis key of a block: "pdkv:" + the model key and block hash in hex.
   static std::string RedisKey(const KvTierKey& key);
+  // Redis Cluster's hash slot of a key (CRC16-XMODEM of the key, or of its {hash tag}, mod 16384).
+  static uint16_t KeySlot(std::string_view key);
 
  private:
   explicit RedisTier(const RedisTierOptions& options);
   size_t Shard(const KvTierKey& key) const;
+  // Redis Cluster: the masters and their slots from CLUSTER SLOTS asked of any node it reaches
+  // (connections to masters that stay are kept). At most once a second unless `force`. io_mu_ held.
+  void RefreshSlotsLocked(bool force);
   // The shard's connection, (re)connected: null when it cannot be (errors_ counted).
   redisContext* Connection(size_t shard);
   void Drop(size_t shard);  // After an I/O error: reconnect on the next call.
@@ -88,9 +98,13 @@ class RedisTier : public KvTier {
   void CountError();
 
   const RedisTierOptions options_;
-  // Held across a call's round trips (Store, LoadRun): the connections.
+  // Held across a call's round trips (Store, LoadRun): the servers and their connections.
   std::mutex io_mu_;
+  std::vector<std::string> servers_;  // options_.servers; with a cluster, its masters.
   std::vector<redisContext*> conns_;
+  std::vector<uint16_t> slot_node_;  // Redis Cluster: slot -> index in servers_ (empty: unknown).
+  bool refresh_slots_ = false;       // A MOVED or ASK reply: the map is stale.
+  std::chrono::steady_clock::time_point next_refresh_{};
   std::vector<std::chrono::steady_clock::time_point> retry_after_;  // Per server, after a failed connect.
   // Held briefly, never across the network: what Contains and Stats read from the scheduler
   // thread, which must not wait for another thread's round trip. Taken after io_mu_, not before.

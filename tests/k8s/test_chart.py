@@ -761,6 +761,12 @@ class Consistency(unittest.TestCase):
         flags = flag_values(container(one(docs, "Deployment", tier_name("decode"))))
         self.assertEqual(flags["--kv-store"], "redis://redis-0.cache:6379,redis-1.cache:6380")
         self.assertNotIn("--kv-store-password-file", flags)
+        # A Redis Cluster's seeds.
+        docs = [d for d in yaml.safe_load_all(render(None, [
+            "kvStore.enabled=true", "kvStore.mode=external", "kvStore.cluster=true",
+            "kvStore.servers={redis-cluster.cache:6379}"]).stdout) if d]
+        flags = flag_values(container(one(docs, "Deployment", tier_name("prefill"))))
+        self.assertEqual(flags["--kv-store"], "redis+cluster://redis-cluster.cache:6379")
         # Off by default.
         docs = [d for d in yaml.safe_load_all(render(None, []).stdout) if d]
         self.assertEqual(find(docs, "Deployment", tier_name("kv-store")), [])

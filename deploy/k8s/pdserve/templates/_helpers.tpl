@@ -257,7 +257,7 @@ affinity: {{- toYaml . | nindent 2 }}
 {{- if eq $k.mode "deploy" -}}
 redis://{{ include "pdserve.fullname" . }}-kv-store:{{ $k.redis.port }}
 {{- else -}}
-redis://{{ join "," $k.servers }}
+{{ if $k.cluster }}redis+cluster{{ else }}redis{{ end }}://{{ join "," $k.servers }}
 {{- end -}}
 {{- end -}}
 
