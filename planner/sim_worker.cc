@@ -69,14 +69,20 @@ bool SimWorker::AddLoading(int64_t request, std::vector<int32_t> prompt, int64_t
   ExtendBlockHashes(prompt, bs, &hashes);
   auto plan = blocks_.PlanAdmit(hashes, (len - 1) / bs, len, len);
   if (!plan.ok() || plan->num_cached_tokens != pool_cached_blocks * bs) return false;
-  Sequence* seq = NewSequence(request, std::move(prompt), output_tokens);
-  seq->block_hashes = std::move(hashes);
-  blocks_.CommitAdmit(seq->id, *plan, static_cast<int64_t>(seq->tokens.capacity()));
-  seq->num_computed = plan->num_cached_tokens;
-  seq->num_cached_prompt_tokens = plan->num_cached_tokens;
-  seq->admitted_before = true;
+  AdmitWhole(request, std::move(prompt), output_tokens, std::move(hashes), *plan);
   if (hold_after_finish) hold_[request] = true;
   return true;
+}
+
+Sequence* SimWorker::AdmitWhole(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
+                                std::vector<BlockHash> hashes, const BlockManager::AdmitPlan& plan) {
+  Sequence* seq = NewSequence(request, std::move(prompt), output_tokens);
+  seq->block_hashes = std::move(hashes);
+  blocks_.CommitAdmit(seq->id, plan, static_cast<int64_t>(seq->tokens.capacity()));
+  seq->num_computed = plan.num_cached_tokens;
+  seq->num_cached_prompt_tokens = plan.num_cached_tokens;
+  seq->admitted_before = true;
+  return seq;
 }
 
 void SimWorker::FinishLoad(int64_t request, int64_t loaded_blocks) {
@@ -99,12 +105,7 @@ bool SimWorker::Reserve(int64_t request, std::vector<int32_t> prompt, int64_t ou
   ExtendBlockHashes(prompt, bs, &hashes);  // Only what the caller did not hash.
   auto plan = blocks_.PlanAdmit(hashes, (len - 1) / bs, len, len);
   if (!plan.ok()) return false;
-  Sequence* seq = NewSequence(request, std::move(prompt), output_tokens);
-  seq->block_hashes = std::move(hashes);
-  blocks_.CommitAdmit(seq->id, *plan, static_cast<int64_t>(seq->tokens.capacity()));
-  seq->num_computed = plan->num_cached_tokens;
-  seq->num_cached_prompt_tokens = plan->num_cached_tokens;
-  seq->admitted_before = true;
+  AdmitWhole(request, std::move(prompt), output_tokens, std::move(hashes), *plan);
   *cached_tokens = plan->num_cached_tokens;
   return true;
 }

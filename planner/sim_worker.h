@@ -101,6 +101,10 @@ class SimWorker {
 
  private:
   Sequence* NewSequence(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens);
+  // A new sequence holding its whole prompt's blocks by `plan` (a reservation, a tier load): its
+  // cached prefix computed, the rest allocated.
+  Sequence* AdmitWhole(int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
+                       std::vector<BlockHash> hashes, const BlockManager::AdmitPlan& plan);
   // Publishes seq's computed full blocks (their hashes already extended).
   void Publish(Sequence* seq);
   // Publishes `hashes` (seq's leading blocks), telling Options::on_publish of the new ones.

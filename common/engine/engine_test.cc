@@ -10,6 +10,7 @@
 #include <map>
 #include <tuple>
 
+#include "common/base/check.h"
 #include "common/base/file_util.h"
 #include "common/base/rng.h"
 #include "common/base/strings.h"
@@ -1124,6 +1125,16 @@ TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {
 }
 
 
+// `base` with a disk tier in a fresh directory TempRoot/`name` (its path in *dir, to remove).
+EngineOptions WithDiskTier(EngineOptions base, const std::string& name, std::string* dir) {
+  *dir = JoinPath(TempRoot::Path(), name);
+  std::filesystem::remove_all(*dir);
+  auto tier = DiskTier::Open({*dir, int64_t{1} << 30});
+  PD_CHECK_MSG(tier.ok(), "cannot open a disk tier for the test");
+  base.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
+  return base;
+}
+
 // Prefix blocks loaded from the disk tier give the bits computing them gives: a second engine (a
 // restarted worker: a new pool, the same directory) loads the prefixes the first published, and
 // one engine whose pool is too small to keep them loads them back after their eviction; outputs
@@ -1154,12 +1165,8 @@ TEST(EngineTest, PrefixBlocksFromTheDiskTierGiveTheBitsOfComputingThem) {
     EngineStats plain_stats;
     const auto plain = RunEngine(dir, ModeOptions(mode), requests, arrivals, &plain_stats);
 
-    const std::string tier_dir = JoinPath(TempRoot::Path(), Str("tier_", name));
-    std::filesystem::remove_all(tier_dir);
-    auto tier = DiskTier::Open({tier_dir, int64_t{1} << 30});
-    ASSERT_TRUE(tier.ok()) << tier.status();
-    EngineOptions o = ModeOptions(mode);
-    o.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
+    std::string tier_dir;
+    const EngineOptions o = WithDiskTier(ModeOptions(mode), Str("tier_", name), &tier_dir);
     {  // The first engine computes the prefixes and stores them.
       auto engine = LLMEngine::Create(dir, o);
       ASSERT_TRUE(engine.ok()) << engine.status();
@@ -1193,12 +1200,8 @@ TEST(EngineTest, PrefixBlocksFromTheDiskTierGiveTheBitsOfComputingThem) {
 // prefix loads frees its blocks once the load ends; nothing leaks.
 TEST(EngineTest, TierLoadsThatFailOrAreAbortedLeaveNothingBehind) {
   const std::string dir = ModelDir("llama");
-  const std::string tier_dir = JoinPath(TempRoot::Path(), "tier_faults");
-  std::filesystem::remove_all(tier_dir);
-  auto tier = DiskTier::Open({tier_dir, int64_t{1} << 30});
-  ASSERT_TRUE(tier.ok());
-  EngineOptions o = SmallOptions();
-  o.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
+  std::string tier_dir;
+  const EngineOptions o = WithDiskTier(SmallOptions(), "tier_faults", &tier_dir);
   const Request r{"r", Prompt(41, 5), Greedy(5)};
   const auto plain = RunEngine(dir, SmallOptions(), {r});
   {
@@ -1243,12 +1246,8 @@ TEST(EngineTest, TierLoadsThatFailOrAreAbortedLeaveNothingBehind) {
 // loading, the reservation frees its blocks once the load ends and is never reported.
 TEST(EngineTest, RemoteReservationLoadsTheTiersPrefixFirst) {
   const std::string dir = ModelDir("llama");
-  const std::string tier_dir = JoinPath(TempRoot::Path(), "tier_reservation");
-  std::filesystem::remove_all(tier_dir);
-  auto tier = DiskTier::Open({tier_dir, int64_t{1} << 30});
-  ASSERT_TRUE(tier.ok());
-  EngineOptions o = SmallOptions();
-  o.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
+  std::string tier_dir;
+  const EngineOptions o = WithDiskTier(SmallOptions(), "tier_reservation", &tier_dir);
   SamplingParams params = Greedy(8);
   params.temperature = 0.7f;
   params.seed = 99;
@@ -1339,12 +1338,8 @@ TEST(EngineTest, RemoteReservationLoadsTheTiersPrefixFirst) {
 // first worker wrote, and continues with the tokens and logits of an uninterrupted run.
 TEST(EngineTest, AResumedRequestLoadsItsPromptAndOutputFromTheTier) {
   const std::string dir = ModelDir("llama");
-  const std::string tier_dir = JoinPath(TempRoot::Path(), "tier_resumed");
-  std::filesystem::remove_all(tier_dir);
-  auto tier = DiskTier::Open({tier_dir, int64_t{1} << 30});
-  ASSERT_TRUE(tier.ok());
-  EngineOptions o = SmallOptions();
-  o.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
+  std::string tier_dir;
+  const EngineOptions o = WithDiskTier(SmallOptions(), "tier_resumed", &tier_dir);
   SamplingParams params = Greedy(20);
   params.temperature = 0.9f;
   params.seed = 4242;

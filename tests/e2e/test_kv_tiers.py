@@ -47,6 +47,16 @@ free_port = cluster.free_port
 Redis = cluster.RedisServer
 
 
+def store_with_password(name):
+    """A redis-server requiring the password `name`-pw, and the flags that reach it (the password in
+    a file, as --kv-store-password-file reads it)."""
+    redis = Redis(f"{name}-pw")
+    pw_file = os.path.join(WORKDIR, f"pw_{name}")
+    with open(pw_file, "w") as f:
+        f.write(redis.password)
+    return redis, ("--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file", pw_file)
+
+
 class SlowProxy:
     """A TCP proxy in front of a Redis server; with `delay` > 0 it holds every reply that long
     (a store slowed past the workers' timeout, as by a saturated network or a stalled server)."""
@@ -222,11 +232,8 @@ class KvTiersTest(unittest.TestCase):
             redis.kill()
 
     def test_separate_prefill_and_decode_processes_load_from_the_store_with_the_same_outputs(self):
-        redis = Redis("disagg-pw")
-        with open(os.path.join(WORKDIR, "pw_disagg"), "w") as f:
-            f.write("disagg-pw")
-        engine = ("--threads", "1", "--block-size", "4", "--kv-blocks", "48", "--kv-store",
-                  f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file", os.path.join(WORKDIR, "pw_disagg"))
+        redis, store = store_with_password("disagg")
+        engine = ("--threads", "1", "--block-size", "4", "--kv-blocks", "48", *store)
         clusters = []
         try:
             first = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, engine_args=engine,
@@ -261,11 +268,7 @@ class KvTiersTest(unittest.TestCase):
         workers report what they wrote there), predicts the chosen workers load it
         (pdserve_router_prompt_blocks_total{source="kv_tier"}), and they do, with the output of
         computing it."""
-        redis = Redis("route-pw")
-        with open(os.path.join(WORKDIR, "pw_route"), "w") as f:
-            f.write("route-pw")
-        store = ("--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file",
-                 os.path.join(WORKDIR, "pw_route"))
+        redis, store = store_with_password("route")
         metrics = ("--metrics-listen", "127.0.0.1:0")
         engine = ("--threads", "1", "--block-size", "4", "--kv-blocks", "48")
         plain = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1, engine_args=engine,
@@ -309,13 +312,11 @@ class KvTiersTest(unittest.TestCase):
         one, which loads the prompt and the output the first worker stored (the prompt's blocks from
         the prefill worker, the output's from the dead worker) instead of computing them, and every
         stream equals the fault-free run, token and logprob."""
-        redis = Redis("resume-pw")
-        with open(os.path.join(WORKDIR, "pw_resume"), "w") as f:
-            f.write("resume-pw")
-        store = ("--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file",
-                 os.path.join(WORKDIR, "pw_resume"))
+        redis, store = store_with_password("resume")
         metrics = ("--metrics-listen", "127.0.0.1:0")
-        engine = ("--threads", "1", "--block-size", "4", "--kv-blocks", "400")
+        # Room for every stream at once (16 x 90 blocks): a request is loaded from the store only
+        # when its blocks are free at admission (else it is computed, as without a store).
+        engine = ("--threads", "1", "--block-size", "4", "--kv-blocks", "2000")
         rng = random.Random(31)
         reqs = []
         for i in range(16):
@@ -397,11 +398,7 @@ class KvTiersTest(unittest.TestCase):
         """The store restarts empty under a running server: requests are computed with the same
         outputs (the loads miss, the broken connection is an error, counted), and the server stores
         its blocks again rather than believing the store still holds what it wrote before."""
-        redis = Redis("restart-pw")
-        with open(os.path.join(WORKDIR, "pw_restart"), "w") as f:
-            f.write("restart-pw")
-        store = ["--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-password-file",
-                 os.path.join(WORKDIR, "pw_restart")]
+        redis, store = store_with_password("restart")
         p = serve(None, *store)
         try:
             want = run(p)
