@@ -362,7 +362,8 @@ class Cluster {
     f.arrival = r.arrival_seconds;
     f.decode = static_cast<int32_t>(np + static_cast<int64_t>(d.index));
     f.prompt_len = static_cast<int32_t>(len);
-    const int64_t uncached = len - candidates_[d.index].cached_prefix_blocks * bs;
+    const int64_t uncached =
+        len - (candidates_[d.index].cached_prefix_blocks + candidates_[d.index].tier_prefix_blocks) * bs;
     bool saturated = true;
     for (int64_t i = 0; i < np; ++i) {
       saturated = saturated && workers_[static_cast<size_t>(i)].engine->num_waiting() >= options_.prefill_max_waiting;

@@ -124,7 +124,10 @@ absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt,
   metrics_->Decision("decode", WorkerPool::Address(*decode->worker));
   metrics_->PromptBlocks("decode", decode->cached_prefix_blocks, decode->tier_prefix_blocks, prompt_blocks);
   Route route{*decode, std::nullopt};
-  const int64_t uncached = static_cast<int64_t>(prompt.size()) - decode->cached_prefix_blocks * bs;
+  // What the decode worker would compute: past its pool's prefix and what its KV cache tiers hold
+  // (loaded, not computed: a prompt the store holds is prefilled there, not sent across).
+  const int64_t uncached =
+      static_cast<int64_t>(prompt.size()) - (decode->cached_prefix_blocks + decode->tier_prefix_blocks) * bs;
   if (!constraints.local_prefill && uncached > options_.local_prefill_tokens && prefill_->usable() > 0 &&
       !prefill_->Saturated(options_.prefill_max_waiting)) {
     route.prefill = prefill_->Choose(options_.routing, hashes, prompt_blocks);

@@ -265,9 +265,9 @@ class KvTiersTest(unittest.TestCase):
 
     def test_the_router_counts_the_stores_blocks_for_every_worker_with_the_store(self):
         """A prefix every pool has evicted but the shared store holds: the router knows it (the
-        workers report what they wrote there), predicts the chosen workers load it
-        (pdserve_router_prompt_blocks_total{source="kv_tier"}), and they do, with the output of
-        computing it."""
+        workers report what they wrote there), predicts the chosen decode worker loads it
+        (pdserve_router_prompt_blocks_total{source="kv_tier"}) and so has it prefilled there (what
+        is left to compute is short), and the worker does load it, with the output of computing it."""
         redis, store = store_with_password("route")
         metrics = ("--metrics-listen", "127.0.0.1:0")
         engine = ("--threads", "1", "--block-size", "4", "--kv-blocks", "48")
@@ -294,12 +294,13 @@ class KvTiersTest(unittest.TestCase):
             time.sleep(2.5)  # Past the router's event grace: its own recent decisions no longer count.
             before = cluster.metric(c.router, "pdserve_router_prompt_blocks_total", tier="decode", source="kv_tier")
             loaded = sum(cluster.metric(d, "pdserve_kv_offload_loaded_blocks_total", role="decode") for d in c.decode)
+            local = cluster.metric(c.router, "pdserve_router_local_prefill_total")
             probe = prefix + [11, 12, 13]
             self.assertEqual(ask(c.router, probe), ask(plain.router, probe))
             self.assertGreaterEqual(cluster.metric(c.router, "pdserve_router_prompt_blocks_total", tier="decode",
                                                    source="kv_tier") - before, 10)
-            self.assertGreater(cluster.metric(c.router, "pdserve_router_prompt_blocks_total", tier="prefill",
-                                              source="kv_tier"), 0)
+            # 43 tokens, 40 of them in the store: 3 to compute, under --local-prefill-tokens 4.
+            self.assertEqual(cluster.metric(c.router, "pdserve_router_local_prefill_total") - local, 1)
             self.assertGreaterEqual(sum(cluster.metric(d, "pdserve_kv_offload_loaded_blocks_total", role="decode")
                                         for d in c.decode) - loaded, 10)
         finally:
