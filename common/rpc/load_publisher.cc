@@ -68,7 +68,16 @@ void LoadPublisher::Publish(const internal::v1::WorkerInfo& info,
     // Routers need no tokens. A tier's events keep their medium: a shared store's ("STORE") are
     // reported apart (any worker can load them), the others are this worker's tiers.
     recent_.emplace_back(++last_seq_, KvEvent{e.type, e.hash, {}, {}, e.medium});
-    if (e.medium != nullptr && IsSharedStore(e.medium)) continue;
+    if (e.medium != nullptr && IsSharedStore(e.medium)) {
+      if (e.type == KvEvent::Type::kStored && store_written_.insert(e.hash).second) {
+        store_order_.push_back(e.hash);
+        if (store_order_.size() > kMaxStoreHashes) {
+          store_written_.erase(store_order_.front());
+          store_order_.pop_front();
+        }
+      }
+      continue;
+    }
     absl::flat_hash_set<BlockHash>& set = e.medium == nullptr ? indexed_ : tier_indexed_;
     if (e.type == KvEvent::Type::kStored) {
       set.insert(e.hash);
@@ -111,6 +120,7 @@ bool LoadPublisher::BuildReport(uint64_t* applied, bool force, internal::v1::Loa
     report->set_last_seq(last_seq_);
     for (const BlockHash& h : indexed_) report->add_stored(EncodeBlockHash(h));
     for (const BlockHash& h : tier_indexed_) report->add_tier_stored(EncodeBlockHash(h));
+    for (const BlockHash& h : store_order_) report->add_store_stored(EncodeBlockHash(h));
     *applied = last_seq_;
     return true;
   }

@@ -55,6 +55,11 @@ class LoadPublisher {
   std::deque<std::pair<uint64_t, KvEvent>> recent_;   // Oldest first.
   absl::flat_hash_set<BlockHash> indexed_;
   absl::flat_hash_set<BlockHash> tier_indexed_;  // Its own KV cache tiers' (not a shared store's).
+  // The blocks it wrote to a shared store lately (the newest kMaxStoreHashes), for snapshots: a
+  // router that subscribes (or resyncs) after they were written still hears of them.
+  static constexpr size_t kMaxStoreHashes = size_t{1} << 14;
+  absl::flat_hash_set<BlockHash> store_written_;
+  std::deque<BlockHash> store_order_;  // Oldest first.
   absl::flat_hash_map<Watcher*, uint64_t> watchers_;  // -> last event sequence sent.
   bool stop_ = false;
   std::thread thread_;

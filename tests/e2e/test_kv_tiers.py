@@ -36,10 +36,11 @@ WORKDIR = None
 MODEL = None
 
 
-def serve(tier, *extra):
+def serve(tier, *extra, local_prefill_tokens=24):
     disk = ["--kv-offload-disk", tier, "--kv-offload-disk-gib", "0.5"] if tier else []
     return cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
-                                     "--block-size", "4", "--kv-blocks", "48", "--local-prefill-tokens", "24",
+                                     "--block-size", "4", "--kv-blocks", "48",
+                                     "--local-prefill-tokens", str(local_prefill_tokens),
                                      "--metrics-listen", "127.0.0.1:0", *disk, *extra])
 
 
@@ -176,7 +177,10 @@ class KvTiersTest(unittest.TestCase):
         finally:
             self.assertEqual(first.stop(), 0)
         self.assertTrue(any(f.endswith(".kvb") for f in os.listdir(tier)))
-        second = serve(tier)
+        # The router counts what the tier holds as cached, and here it holds nearly every prompt
+        # whole: with --local-prefill-tokens 0 a prompt with anything left to compute still goes to
+        # the prefill worker, so both workers' loads are exercised.
+        second = serve(tier, local_prefill_tokens=0)
         try:
             got = run(second)
             self.assertEqual(got, want, "outputs with prefixes from the tier differ from computing them")
