@@ -689,6 +689,19 @@ TEST(EngineTest, BadRequestsAreRejectedWithTheField) {
   EXPECT_EQ(e.Stats().kv.used_blocks, 0);
 }
 
+// A transport's work done by hand: every layer's pages of blocks[first..] of `from` (table
+// `src`) copied into the blocks `dst` of `to`.
+void CopyPages(LLMEngine& from, absl::Span<const BlockId> src, LLMEngine& to, const std::vector<BlockId>& dst,
+               int64_t first) {
+  const KvCacheSpec& spec = from.kv_spec();
+  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
+    for (size_t b = static_cast<size_t>(first); b < src.size(); ++b) {
+      std::memcpy(to.kv_pool().data() + to.kv_pool().PageOffset(layer, dst[b]),
+                  from.kv_pool().data() + from.kv_pool().PageOffset(layer, src[b]), spec.PageBytes());
+    }
+  }
+}
+
 // The disaggregated flow at engine level: a "prefill" engine computes the prompt (holding its
 // blocks), its pages are copied into the blocks a "decode" engine reserved, and the decode engine
 // continues. The tokens and logits must be bitwise those of one engine doing everything.
@@ -743,14 +756,7 @@ TEST_P(RemotePrefillTest, ThroughCopiedPagesEqualsLocalBitwise) {
   ASSERT_EQ(pouts.size(), 1u);
   const auto src = prefill->BlockTable("r");
   ASSERT_EQ(src.size(), plan->blocks.size());
-  const KvCacheSpec& spec = prefill->kv_spec();
-  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
-    for (size_t b = plan->cached_tokens / spec.block_size; b < src.size(); ++b) {
-      std::memcpy(decode->kv_pool().data() + decode->kv_pool().PageOffset(layer, plan->blocks[b]),
-                  prefill->kv_pool().data() + prefill->kv_pool().PageOffset(layer, src[b]),
-                  spec.PageBytes());
-    }
-  }
+  CopyPages(*prefill, src, *decode, plan->blocks, plan->cached_tokens / prefill->kv_spec().block_size);
   prefill->ReleaseHeld("r");
   EXPECT_EQ(prefill->Stats().kv.used_blocks, 0);
   SampledToken first{pouts[0].tokens[0].token, pouts[0].tokens[0].logprob, {}};
@@ -1294,13 +1300,7 @@ TEST(EngineTest, RemoteReservationLoadsTheTiersPrefixFirst) {
   ASSERT_EQ(pouts.size(), 1u);
   const auto src = prefill->BlockTable("r");
   ASSERT_EQ(src.size(), plan->blocks.size());
-  const KvCacheSpec& spec = prefill->kv_spec();
-  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
-    for (size_t b = loaded[0].cached_tokens / spec.block_size; b < src.size(); ++b) {
-      std::memcpy(decode->kv_pool().data() + decode->kv_pool().PageOffset(layer, plan->blocks[b]),
-                  prefill->kv_pool().data() + prefill->kv_pool().PageOffset(layer, src[b]), spec.PageBytes());
-    }
-  }
+  CopyPages(*prefill, src, *decode, plan->blocks, loaded[0].cached_tokens / prefill->kv_spec().block_size);
   prefill->ReleaseHeld("r");
   SampledToken first{pouts[0].tokens[0].token, pouts[0].tokens[0].logprob, {}};
   ASSERT_TRUE(decode->CompleteRemotePrefill("r", first, pouts[0].cached_tokens, &outs).ok());
