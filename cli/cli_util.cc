@@ -8,6 +8,8 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/kvcache/disk_tier.h"
+#include "common/kvcache/host_tier.h"
+#include "common/transport/pool_device.h"
 #include "common/kvcache/redis_tier.h"
 
 namespace pdserve::cli {
@@ -92,6 +94,14 @@ void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
                "the pool (checked on load, LRU under --kv-offload-disk-gib, kept across restarts); "
                "a request whose next prefix blocks are there loads them instead of computing them");
   flags.Double("kv-offload-disk-gib", &kv_offload_disk_gib, "--kv-offload-disk: its byte budget, GiB");
+  flags.Double("kv-offload-host-gib", &kv_offload_host_gib,
+               "KV cache tier in host memory (pinned for --device cuda): GiB for published prefix "
+               "blocks beyond the pool, LRU, asked before the disk and the store; the process's "
+               "engines share it (0: none)");
+  flags.String("kv-tier-load", &kv_tier_load,
+               "when a prefix found in the KV tiers is loaded: always, faster (only when loading "
+               "it is expected to end sooner than computing it, by the tiers' and the engine's "
+               "measured speeds) or auto (faster on --device cuda, always on cpu)");
   flags.String("kv-store", &kv_store,
                "shared KV tier: redis://HOST:PORT[,HOST:PORT...] (blocks sharded by hash across the "
                "servers); published prefix blocks are written through to it and any worker loads "
@@ -158,6 +168,36 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
     return absl::InvalidArgumentError(
         "--compute-dtype bf16 and --prefill-gemm openblas exclude each other (OpenBLAS computes in "
         "f32)");
+  }
+  if (kv_tier_load == "auto" || kv_tier_load == "always" || kv_tier_load == "faster") {
+    o->kv_tier_load = kv_tier_load == "always"   ? KvTierLoad::kAlways
+                      : kv_tier_load == "faster" ? KvTierLoad::kFaster
+                                                 : KvTierLoad::kAuto;
+  } else {
+    return absl::InvalidArgumentError(Str("--kv-tier-load: '", kv_tier_load, "' is not auto, always or faster"));
+  }
+  if (!(kv_offload_host_gib >= 0) || !std::isfinite(kv_offload_host_gib)) {
+    return absl::InvalidArgumentError("--kv-offload-host-gib: must be >= 0");
+  }
+  std::shared_ptr<PoolDevice> pinner;  // --device cuda: pins the host tier's memory.
+  if (device == "cuda") {
+    o->kv_tier_device = [] { return CreatePoolDevice("cuda"); };
+    if (kv_offload_host_gib > 0) {
+      auto d = CreatePoolDevice("cuda");
+      if (!d.ok()) return absl::Status(d.status().code(), Str("--kv-offload-host-gib: ", d.status().message()));
+      pinner = std::move(*d);
+    }
+  }
+  if (kv_offload_host_gib > 0) {
+    HostTierOptions ho;
+    ho.budget_bytes = static_cast<int64_t>(kv_offload_host_gib * static_cast<double>(int64_t{1} << 30));
+    if (pinner != nullptr) {
+      ho.pin = [pinner](void* p, size_t n) { return pinner->PinHost(p, n); };
+      ho.unpin = [pinner](void* p) { pinner->UnpinHost(p); };
+    }
+    auto tier = HostTier::Create(std::move(ho));
+    if (!tier.ok()) return tier.status();
+    o->kv_tiers.push_back(std::shared_ptr<KvTier>(std::move(*tier)));
   }
   if (!kv_offload_disk.empty()) {
     if (!(kv_offload_disk_gib > 0) || !std::isfinite(kv_offload_disk_gib)) {

@@ -52,6 +52,8 @@ struct EngineFlags {
   // KV cache tiers: a directory for evicted and published prefix blocks, and its byte budget.
   std::string kv_offload_disk;
   double kv_offload_disk_gib = 16;
+  double kv_offload_host_gib = 0;  // The host tier's budget (0: none).
+  std::string kv_tier_load = "auto";  // EngineOptions::kv_tier_load.
   std::string kv_store, kv_store_password_file, kv_store_key_file;  // The shared store (Redis).
   int64_t kv_store_timeout_ms = 1000;
 

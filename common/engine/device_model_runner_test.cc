@@ -12,23 +12,29 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/base/file_util.h"
 #include "common/base/rng.h"
+#include "common/base/strings.h"
 #include "common/engine/cpu_model_runner.h"
 #include "common/engine/llm_engine.h"
 #include "common/engine/shared_weights.h"
 #include "common/model/model_config.h"
 #include "common/model/model_shapes.h"
+#include "common/kvcache/host_tier.h"
 #include "common/model/random_model.h"
+#include "common/transport/pool_device.h"
 #include "gtest/gtest.h"
 #if PDSERVE_TEST_ON_GPU
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_device_ops.h"
+#include "kernels/cuda/cuda_pool_device.h"
 #else
 #include "kernels/cuda/host_device_ops.h"
 #endif
@@ -499,11 +505,10 @@ TEST_P(DeviceRunnerHostTest, EngineOnTheDeviceRunnerGeneratesTheCpuEnginesTokens
   EXPECT_EQ(dev_stats.preemptions, cpu_stats.preemptions);
 }
 
-// Forwards to another DeviceOps and counts the steps that ran as a replayed graph.
-class CountingOps : public cuda::DeviceOps {
+// Forwards every call to another DeviceOps; tests override what they watch or change.
+class ForwardingOps : public cuda::DeviceOps {
  public:
-  explicit CountingOps(std::unique_ptr<cuda::DeviceOps> ops, int* replays)
-      : ops_(std::move(ops)), replays_(replays) {}
+  explicit ForwardingOps(std::unique_ptr<cuda::DeviceOps> ops) : ops_(std::move(ops)) {}
   std::string Describe() const override { return ops_->Describe(); }
   absl::StatusOr<void*> Alloc(size_t b) override { return ops_->Alloc(b); }
   void Free(void* p) override { ops_->Free(p); }
@@ -523,19 +528,182 @@ class CountingOps : public cuda::DeviceOps {
   absl::Status PrefillAttention(const cuda::PrefillAttentionParams& p) override { return ops_->PrefillAttention(p); }
   absl::Status BeginCapture() override { return ops_->BeginCapture(); }
   absl::Status EndCapture(int64_t key) override { return ops_->EndCapture(key); }
-  absl::StatusOr<bool> Replay(int64_t key) override {
-    auto r = ops_->Replay(key);
-    if (r.ok() && *r) ++*replays_;
-    return r;
-  }
+  absl::StatusOr<bool> Replay(int64_t key) override { return ops_->Replay(key); }
   absl::Status PrepareLayerMarks(int64_t n) override { return ops_->PrepareLayerMarks(n); }
   absl::Status MarkLayer(int64_t l) override { return ops_->MarkLayer(l); }
   absl::Status WaitLayer(int64_t l) override { return ops_->WaitLayer(l); }
 
  private:
   std::unique_ptr<cuda::DeviceOps> ops_;
+};
+
+// Counts the steps that ran as a replayed graph.
+class CountingOps : public ForwardingOps {
+ public:
+  CountingOps(std::unique_ptr<cuda::DeviceOps> ops, int* replays) : ForwardingOps(std::move(ops)), replays_(replays) {}
+  absl::StatusOr<bool> Replay(int64_t key) override {
+    auto r = ForwardingOps::Replay(key);
+    if (r.ok() && *r) ++*replays_;
+    return r;
+  }
+
+ private:
   int* replays_;
 };
+
+#if !PDSERVE_TEST_ON_GPU
+// TEST INFRASTRUCTURE standing in for a GPU's memory: the host layer's ops with the KV pool in a
+// buffer of their own (HostDeviceOps computes on the KvPool's host mapping itself), so an engine
+// that touched the KvPool's bytes instead of going through the device would miss the pages.
+class OwnPoolOps : public ForwardingOps {
+ public:
+  using ForwardingOps::ForwardingOps;
+  absl::StatusOr<uint8_t*> KvPoolMemory(uint8_t*, size_t bytes) override {
+    memory_.assign(bytes, 0);
+    return memory_.data();
+  }
+
+ private:
+  std::vector<uint8_t> memory_;
+};
+
+// TEST INFRASTRUCTURE standing in for a GPU's copy engine: copies between the pool and host
+// memory are queued and done only at Synchronize, as a stream's are, so an engine that used a
+// page (or reused a host buffer) before waiting for its copy would compute on stale bytes.
+std::atomic<size_t> g_pinned_bytes{0};
+class DeferredPoolDevice : public PoolDevice {
+ public:
+  std::string identity() const override { return "deferred-test"; }
+  absl::StatusOr<std::string> Export(uint8_t*, size_t) override { return absl::UnimplementedError("test"); }
+  absl::StatusOr<uint8_t*> Open(const std::string&, size_t) override { return absl::UnimplementedError("test"); }
+  void Close(uint8_t*, size_t) override {}
+  absl::Status CopyAsync(uint8_t* dst, const uint8_t* src, size_t n) override { return Queue(dst, src, n); }
+  absl::Status CopyToHost(uint8_t* host, const uint8_t* device, size_t n) override { return Queue(host, device, n); }
+  absl::Status CopyFromHost(uint8_t* device, const uint8_t* host, size_t n) override { return Queue(device, host, n); }
+  absl::Status Synchronize() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Copy& c : queued_) std::memcpy(c.dst, c.src, c.bytes);
+    queued_.clear();
+    return absl::OkStatus();
+  }
+  absl::Status PinHost(void*, size_t bytes) override {
+    g_pinned_bytes += bytes;
+    return absl::OkStatus();
+  }
+  void UnpinHost(void*) override {}
+  absl::Status FlipByteForTesting(uint8_t* p) override { return absl::UnimplementedError("test"); }
+  absl::Status HashPages(const std::vector<std::pair<const uint8_t*, uint64_t>>&, std::vector<uint64_t>*) override {
+    return absl::UnimplementedError("test");
+  }
+
+ private:
+  struct Copy {
+    uint8_t* dst;
+    const uint8_t* src;
+    size_t bytes;
+  };
+  absl::Status Queue(uint8_t* dst, const uint8_t* src, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_.push_back({dst, src, n});
+    return absl::OkStatus();
+  }
+  std::mutex mu_;
+  std::vector<Copy> queued_;
+};
+#endif
+
+// The KV tiers on a pool in device memory: published blocks leave through the scheduler thread's
+// PoolDevice, loaded ones come back through the I/O thread's pinned staging ring, in an engine
+// whose pool only the device reaches. A pool too small for three prefixes loads each back from
+// the host tier after its eviction: the tokens equal the same engine's without tiers. One family
+// and int8 KV (its blocks carry their scales): the engine on the host layer is slow.
+class DeviceTierTest : public DeviceRunnerHostTest {};
+INSTANTIATE_TEST_SUITE_P(Llama, DeviceTierTest, ::testing::Values(Case{"llama", KvDType::kInt8}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.arch + "_" + std::string(KvDTypeName(info.param.kv));
+                         });
+TEST_P(DeviceTierTest, TierLoadsIntoTheDevicePoolGiveTheTokensOfComputing) {
+  std::vector<std::pair<std::string, std::vector<int32_t>>> requests;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt;
+    for (int t = 0; t < 17; ++t) prompt.push_back(10 + 13 * (i % 3) + 7 * t);  // Three prefixes, each twice.
+    for (int t = 0; t < 2 + i; ++t) prompt.push_back(200 + 5 * i + t);
+    requests.push_back({Str("d", i), prompt});
+  }
+  auto run = [&](bool tiers, EngineStats* stats) {
+    EngineOptions o;
+    o.backend = "cuda";
+    o.threads = 1;
+    o.block_size = 4;
+    o.kv_dtype = GetParam().kv;
+    o.num_kv_blocks = 14;  // Two requests' blocks: the third evicts the first's prefix.
+    o.max_num_seqs = 4;
+    o.max_num_batched_tokens = 64;
+    o.compute_dtype = ComputeDType::kBF16;
+    o.weight_huge_pages = false;
+    o.runner_factory = [](const ModelRunnerOptions& ro, const ModelWeights* w, KvPool* pool)
+        -> absl::StatusOr<std::unique_ptr<ModelRunner>> {
+#if PDSERVE_TEST_ON_GPU
+      auto r = DeviceModelRunner::Create(ro, w, pool, Ops());
+#else
+      auto r = DeviceModelRunner::Create(ro, w, pool, std::make_unique<OwnPoolOps>(Ops()));
+#endif
+      if (!r.ok()) return r.status();
+      return std::unique_ptr<ModelRunner>(std::move(*r));
+    };
+    if (tiers) {
+      HostTierOptions host;
+      host.budget_bytes = int64_t{8} << 20;
+#if PDSERVE_TEST_ON_GPU
+      auto device = cuda::CreateCudaPoolDevice();
+      EXPECT_TRUE(device.ok()) << device.status();
+      host.pin = [d = std::shared_ptr<PoolDevice>(std::move(*device))](void* p, size_t n) { return d->PinHost(p, n); };
+      o.kv_tier_device = [] { return cuda::CreateCudaPoolDevice(); };
+#else
+      o.kv_tier_device = []() -> absl::StatusOr<std::unique_ptr<PoolDevice>> {
+        return std::unique_ptr<PoolDevice>(std::make_unique<DeferredPoolDevice>());
+      };
+#endif
+      auto tier = HostTier::Create(host);
+      EXPECT_TRUE(tier.ok()) << tier.status();
+      o.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
+      o.kv_tier_load = KvTierLoad::kAlways;
+    }
+    auto engine = LLMEngine::Create(dir_, o);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    std::map<std::string, std::vector<int32_t>> out;
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    greedy.max_tokens = 5;
+    greedy.ignore_eos = true;
+    for (const auto& [id, prompt] : requests) {  // One at a time, its blocks stored before the next.
+      EXPECT_TRUE((*engine)->AddRequest(id, prompt, greedy).ok());
+      std::vector<RequestOutput> outs;
+      while ((*engine)->HasUnfinished()) EXPECT_TRUE((*engine)->Step(&outs).ok());
+      for (const RequestOutput& r : outs) {
+        for (const TokenOutput& t : r.tokens) out[r.request_id].push_back(t.token);
+      }
+      (*engine)->FlushKvOffload();
+    }
+    *stats = (*engine)->Stats();
+    return out;
+  };
+  EngineStats plain_stats, tier_stats;
+  const auto plain = run(false, &plain_stats);
+  const auto loaded = run(true, &tier_stats);
+  for (const auto& [id, tokens] : plain) {
+    EXPECT_EQ(tokens.size(), 5u) << id;
+    EXPECT_EQ(loaded.at(id), tokens) << "request " << id;
+  }
+  // Later requests find their 17-token prefix (4 blocks) evicted and load it back.
+  EXPECT_GT(tier_stats.offload.loaded_blocks, 0);
+  EXPECT_EQ(tier_stats.offload.failed_blocks, 0);
+  EXPECT_LT(tier_stats.prompt_tokens_computed, plain_stats.prompt_tokens_computed);
+  EXPECT_EQ(tier_stats.kv.used_blocks, 0);
+#if !PDSERVE_TEST_ON_GPU
+  EXPECT_GT(g_pinned_bytes.load(), 0u) << "the offload's buffers and staging ring are pinned";
+#endif
+}
 
 // Decode steps replayed from graphs (one per batch size, captured at its first step) give the
 // logits of steps enqueued one by one, as positions grow and block tables change under them.

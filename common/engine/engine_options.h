@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
+
 #include "common/base/dtype.h"
 #include "common/base/ggml_types.h"
 #include "common/engine/model_runner.h"
@@ -20,6 +22,9 @@ class KvPool;
 class ModelWeights;
 class SharedWeights;
 class KvTier;
+class PoolDevice;
+
+enum class KvTierLoad { kAuto, kAlways, kFaster };
 
 struct EngineOptions {
   std::string backend = "cpu";
@@ -63,6 +68,16 @@ struct EngineOptions {
   // store at once (more are dropped and counted: a store never slows a step).
   std::vector<std::shared_ptr<KvTier>> kv_tiers;
   int64_t kv_offload_buffers = 64;
+  // A backend whose pool is in device memory reaches it for the tiers through PoolDevices this
+  // makes (two: one for the scheduler thread's copies, one for the I/O thread's): --device cuda's
+  // is CreateCudaPoolDevice; tests give a host stand-in. Unset: such a backend refuses tiers.
+  std::function<absl::StatusOr<std::unique_ptr<PoolDevice>>()> kv_tier_device;
+  // Whether a request's prefix found in the tiers is loaded: always, or only when loading it is
+  // expected to be done sooner than computing it (the tiers' measured seconds a block, the
+  // loads already queued included, against the engine's measured prefill seconds a token);
+  // auto: the latter on a device backend (a GPU computes a prefix faster than a slow tier reads
+  // it), always on cpu (every tier measured here reads faster than the CPU computes).
+  KvTierLoad kv_tier_load = KvTierLoad::kAuto;
   // Engines of one process (serve's prefill and decode workers) given one object load the model
   // and make the cpu runner's matrix copies once between them (shared_weights.h). Null: their own.
   std::shared_ptr<SharedWeights> shared_weights;

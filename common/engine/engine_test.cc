@@ -8,6 +8,7 @@
 #include <fstream>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <tuple>
 
 #include "common/base/check.h"
@@ -16,6 +17,7 @@
 #include "common/base/strings.h"
 #include "common/engine/shared_weights.h"
 #include "common/kvcache/disk_tier.h"
+#include "common/kvcache/host_tier.h"
 #include "common/model/random_model.h"
 #include "common/structured/grammar_matcher.h"
 #include "common/tokenizer/tokenizer.h"
@@ -1369,6 +1371,117 @@ TEST(EngineTest, AResumedRequestLoadsItsPromptAndOutputFromTheTier) {
   EXPECT_EQ(engine->Stats().offload.loaded_blocks, 9);
   EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
   std::filesystem::remove_all(tier_dir);
+}
+
+TEST(EngineTest, TierLoadPaysWhenReadingIsSoonerThanComputing) {
+  // 8 blocks of 16 tokens: 128 tokens at 10 us = 1.28 ms of compute.
+  EXPECT_TRUE(TierLoadPays(8, 0, 100e-6, 16, 10e-6));    // 0.8 ms of reading.
+  EXPECT_FALSE(TierLoadPays(8, 0, 200e-6, 16, 10e-6));   // 1.6 ms.
+  EXPECT_FALSE(TierLoadPays(8, 8, 100e-6, 16, 10e-6));   // 1.6 ms behind a queued load of 8.
+  EXPECT_TRUE(TierLoadPays(8, 8, 100e-6, 16, 100e-6));   // A CPU's compute: 12.8 ms.
+  EXPECT_TRUE(TierLoadPays(8, 0, 0, 16, 10e-6)) << "the tier not measured yet: load";
+  EXPECT_TRUE(TierLoadPays(8, 0, 1.0, 16, 0)) << "the engine's compute not measured yet: load";
+}
+
+// Runs `requests` on `engine` one after another, each to its end and its blocks stored in the
+// tiers before the next arrives (so what a request finds in a tier does not hang on the I/O
+// thread's timing).
+std::map<std::string, Result> RunOneByOne(LLMEngine* engine, const std::vector<Request>& requests) {
+  std::map<std::string, Result> got;
+  engine->SetLogitsObserver([&](const std::string& id, const float* l, int64_t v) { got[id].logits.emplace_back(l, l + v); });
+  for (const Request& r : requests) {
+    EXPECT_TRUE(engine->AddRequest(r.id, r.prompt, r.params).ok());
+    std::vector<RequestOutput> outs;
+    while (engine->HasUnfinished()) EXPECT_TRUE(engine->Step(&outs).ok());
+    for (const RequestOutput& out : outs) {
+      for (const TokenOutput& t : out.tokens) got[out.request_id].tokens.push_back(t.token);
+    }
+    engine->FlushKvOffload();
+  }
+  return got;
+}
+
+// A tier that takes `delay` a block to load (fault injection: a slow store standing in for a
+// tier slower than the compute, as a 10 GbE store is for a GPU); everything else is `inner`'s.
+class SlowTier : public KvTier {
+ public:
+  SlowTier(std::shared_ptr<KvTier> inner, std::chrono::milliseconds delay) : inner_(std::move(inner)), delay_(delay) {}
+  std::string_view name() const override { return inner_->name(); }
+  const char* event_medium() const override { return inner_->event_medium(); }
+  bool Contains(const KvTierKey& k) const override { return inner_->Contains(k); }
+  absl::Status Store(const KvTierKey& k, absl::Span<const uint8_t> b) override { return inner_->Store(k, b); }
+  absl::Status Load(const KvTierKey& k, absl::Span<uint8_t> out) override {
+    std::this_thread::sleep_for(delay_);
+    return inner_->Load(k, out);
+  }
+  KvTierStats Stats() const override { return inner_->Stats(); }
+
+ private:
+  std::shared_ptr<KvTier> inner_;
+  std::chrono::milliseconds delay_;
+};
+
+// With kv_tier_load kFaster a prefix the tier holds is computed when the tier (measured) reads
+// it slower than the engine (measured) computes it; kAlways loads it. Outputs equal computing.
+TEST(EngineTest, AnEngineComputesWhatItsTierWouldLoadSlowerThanItComputes) {
+  const std::string dir = ModelDir("llama");
+  HostTierOptions host;
+  host.budget_bytes = int64_t{64} << 20;
+  std::shared_ptr<KvTier> tier = std::shared_ptr<KvTier>(*HostTier::Create(host));
+  const Request warm{"warm", Prompt(200, 31), Greedy(2)};  // >= 128 tokens a step: measures compute.
+  const Request p1{"p1", Prompt(61, 32), Greedy(4)}, p2{"p2", Prompt(61, 33), Greedy(4)};
+  const auto plain = RunEngine(dir, SmallOptions(), {warm, p1, p2});
+  EngineOptions o = SmallOptions();
+  o.kv_tiers = {tier};
+  RunEngine(dir, o, {p1, p2});  // Stores both prefixes (15 blocks each).
+  ASSERT_GE(tier->Stats().blocks, 30);
+  for (KvTierLoad policy : {KvTierLoad::kFaster, KvTierLoad::kAlways}) {
+    EngineOptions slow = SmallOptions();
+    slow.kv_tiers = {std::make_shared<SlowTier>(tier, std::chrono::milliseconds(10))};
+    slow.kv_tier_load = policy;
+    auto engine = LLMEngine::Create(dir, slow);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    // One at a time: warm (computed: the engine's figure), p1 (loaded: the tier's figure), p2.
+    const auto got = RunOneByOne(engine->get(), {warm, p1, p2});
+    const EngineStats s = (*engine)->Stats();
+    const bool faster = policy == KvTierLoad::kFaster;
+    for (const Request& r : {warm, p1, p2}) ExpectBitwiseEqual(got.at(r.id), plain.at(r.id), r.id + (faster ? " faster" : " always"));
+    // kFaster: p1's 15 blocks (the tier unmeasured before); kAlways (after kFaster stored warm's
+    // blocks too): warm's (200 - 1) / 4 = 49, p1's and p2's.
+    EXPECT_EQ(s.offload.loaded_blocks, faster ? 15 : 49 + 30);
+    EXPECT_EQ(s.offload.declined_loads, faster ? 1 : 0) << "p2: 15 blocks at ~10 ms against ~us a token";
+  }
+}
+
+// The host tier between a pool and computing: a pool too small to keep three prefixes loads
+// each back from host memory after its eviction; outputs equal an engine without tiers.
+TEST(EngineTest, PrefixBlocksFromTheHostTierGiveTheBitsOfComputingThem) {
+  const std::string dir = ModelDir("llama");
+  std::vector<Request> requests;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = Prompt(37, 700 + i % 3);
+    const std::vector<int32_t> own = Prompt(2 + i, 60 + i);
+    prompt.insert(prompt.end(), own.begin(), own.end());
+    requests.push_back({Str("h", i), prompt, Greedy(5)});
+  }
+  const auto plain = RunEngine(dir, SmallOptions(), requests);
+  EngineOptions o = SmallOptions();
+  o.num_kv_blocks = 14;
+  HostTierOptions host;
+  host.budget_bytes = int64_t{16} << 20;
+  o.kv_tiers = {std::shared_ptr<KvTier>(*HostTier::Create(host))};
+  auto engine = LLMEngine::Create(dir, o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const auto got = RunOneByOne(engine->get(), requests);
+  for (const Request& r : requests) ExpectBitwiseEqual(got.at(r.id), plain.at(r.id), "host tier " + r.id);
+  const EngineStats stats = (*engine)->Stats();
+  // h3..h5 find their prefix (9 blocks of 4) evicted from the pool and load it back.
+  EXPECT_EQ(stats.offload.loaded_blocks, 27);
+  EXPECT_GT(stats.kv.evictions, 0);
+  EXPECT_EQ(stats.kv.used_blocks, 0);
+  ASSERT_EQ(stats.tiers.size(), 1u);
+  EXPECT_EQ(stats.tiers[0].first, "host");
+  EXPECT_EQ(stats.tiers[0].second.corrupt, 0);
 }
 
 // A constraint that no token of the vocabulary can continue, and that cannot end, finishes with

@@ -178,10 +178,16 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
                           : CreateModelRunner(options.backend, ro, e->weights_.get(), e->pool_.get()));
   e->logits_.resize(static_cast<size_t>(ro.max_logit_rows) * config.vocab_size);
   if (!options.kv_tiers.empty()) {
-    if (options.backend != "cpu") {
-      return absl::UnimplementedError(
-          Str("--kv-offload-disk/--kv-store with --device ", options.backend, ": the tiers read and write host "
-              "pools; GPU workers' host tier comes later"));
+    // A device pool is reached through two PoolDevices (the scheduler thread's and the I/O
+    // thread's streams); a host pool directly.
+    std::unique_ptr<PoolDevice> store_device, load_device;
+    if (e->runner_->kv_memory() != nullptr && e->runner_->kv_memory() != e->pool_->data()) {
+      if (!options.kv_tier_device) {
+        return absl::UnimplementedError(
+            Str("KV cache tiers with --device ", options.backend, ": this build has no way to copy its pool"));
+      }
+      PD_ASSIGN_OR_RETURN(store_device, options.kv_tier_device());
+      PD_ASSIGN_OR_RETURN(load_device, options.kv_tier_device());
     }
     if (!options.enable_prefix_caching) {
       return absl::InvalidArgumentError(
@@ -190,9 +196,12 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
     if (options.kv_offload_buffers < 1) {
       return absl::InvalidArgumentError("kv offload buffers must be >= 1");
     }
-    e->offload_ = std::make_unique<KvOffload>(options.kv_tiers, spec, e->pool_->data(), num_blocks,
+    e->offload_ = std::make_unique<KvOffload>(options.kv_tiers, spec, e->kv_memory(), num_blocks,
                                               e->TierModelKey(), options.kv_offload_buffers,
-                                              options.enable_kv_events);
+                                              options.enable_kv_events, std::move(store_device),
+                                              std::move(load_device));
+    e->tier_load_faster_ = options.kv_tier_load == KvTierLoad::kFaster ||
+                           (options.kv_tier_load == KvTierLoad::kAuto && options.backend != "cpu");
   }
   if (options.speculative.method == SpeculativeMethod::kSuffix) {
     e->recent_outputs_ = std::make_unique<SuffixTrie>(options.speculative.suffix_depth);
@@ -625,6 +634,11 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
   if (decode_only && options_.speculative.enabled()) {
     step_cost_.Observe(batch_.num_tokens(), Seconds(forward_end - forward_start));
   }
+  if (tier_load_faster_ && batch_.num_tokens() >= std::max<int64_t>(64, options_.max_num_batched_tokens / 4)) {
+    // Prefill's cost a token, from steps big enough to be mostly prefill: a moving average.
+    const double per_token = Seconds(forward_end - forward_start) / static_cast<double>(batch_.num_tokens());
+    prefill_token_seconds_ = prefill_token_seconds_ == 0 ? per_token : prefill_token_seconds_ + 0.1 * (per_token - prefill_token_seconds_);
+  }
 
   for (const ScheduledChunk& chunk : schedule_.chunks) {
     Sequence* seq = chunk.seq;
@@ -729,6 +743,8 @@ void LLMEngine::Publish(Sequence* seq, absl::Span<const BlockHash> hashes) {
                          : absl::Span<const int32_t>();
     offload_->OfferStored(hash, parent, block, own);
   }
+  // Before anything may reuse the blocks (a device pool's copies are only queued until then).
+  offload_->FlushOffers();
 }
 
 bool LLMEngine::StartTierLoad(Sequence* seq) {
@@ -756,6 +772,14 @@ bool LLMEngine::StartTierLoad(Sequence* seq) {
   return true;
 }
 
+bool TierLoadPays(int64_t blocks, int64_t pending_blocks, double seconds_per_block, int64_t block_tokens,
+                  double seconds_per_token) {
+  if (!(seconds_per_block > 0) || !(seconds_per_token > 0)) return true;  // Not measured yet: load.
+  const double load = static_cast<double>(pending_blocks + blocks) * seconds_per_block;
+  const double compute = static_cast<double>(blocks * block_tokens) * seconds_per_token;
+  return load <= compute;
+}
+
 bool LLMEngine::LoadFromTiers(Sequence* seq, int64_t cached_blocks) {
   const int64_t bs = blocks_->block_size();
   const int64_t max_blocks = (static_cast<int64_t>(seq->tokens.size()) - 1) / bs;
@@ -764,6 +788,12 @@ bool LLMEngine::LoadFromTiers(Sequence* seq, int64_t cached_blocks) {
                         .subspan(static_cast<size_t>(cached_blocks), static_cast<size_t>(max_blocks - cached_blocks));
   const int64_t found = offload_->Holds(next);
   if (found == 0) return false;
+  if (tier_load_faster_ &&
+      !TierLoadPays(found, offload_->PendingBlocks(), offload_->SecondsPerBlock(), bs, prefill_token_seconds_)) {
+    // Computed instead; one decline in kTierProbeEvery loads anyway, so the tiers' figure stays
+    // current (a tier that got faster, or a queue that drained).
+    if (++tier_loads_declined_ % kTierProbeEvery != 0) return false;
+  }
   const auto table = blocks_->BlockTable(seq->id);
   std::vector<BlockHash> hashes(next.begin(), next.begin() + found);
   std::vector<BlockId> targets(table.begin() + cached_blocks, table.begin() + cached_blocks + found);
@@ -975,6 +1005,7 @@ EngineStats LLMEngine::Stats() const {
   s.forward_phase_seconds = runner_->phase_seconds();
   if (offload_ != nullptr) {
     s.offload = offload_->stats();
+    s.offload.declined_loads = tier_loads_declined_ - tier_loads_declined_ / kTierProbeEvery;
     for (const auto& t : offload_->tiers()) s.tiers.emplace_back(std::string(t->name()), t->Stats());
   }
   return s;

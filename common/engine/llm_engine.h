@@ -122,6 +122,12 @@ struct EngineStats {
   std::vector<std::pair<std::string, KvTierStats>> tiers;
 };
 
+// EngineOptions::kv_tier_load's rule: loading `blocks` blocks at `seconds_per_block` behind
+// `pending_blocks` already queued is done no later than computing their `block_tokens` tokens each
+// at `seconds_per_token`; true while either figure is unknown (0).
+bool TierLoadPays(int64_t blocks, int64_t pending_blocks, double seconds_per_block, int64_t block_tokens,
+                  double seconds_per_token);
+
 class LLMEngine {
  public:
   // Loads config.json, generation_config.json (extra EOS ids) and the weights from `model_dir`.
@@ -297,6 +303,11 @@ class LLMEngine {
   // blocks are then held until the load ends, then freed).
   absl::flat_hash_map<uint64_t, std::string> tier_loads_;
   std::vector<TierReservation> tier_reservations_;  // Loads ended, not yet taken.
+  // EngineOptions::kv_tier_load resolved: load only what loads sooner than it computes.
+  bool tier_load_faster_ = false;
+  double prefill_token_seconds_ = 0;  // Measured (with tier_load_faster_), 0 before.
+  int64_t tier_loads_declined_ = 0;
+  static constexpr int64_t kTierProbeEvery = 16;
   std::vector<std::pair<BlockHash, BlockId>> indexed_;  // Publish's scratch.
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -75,6 +75,7 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
     o->set_loaded_blocks(s.offload.loaded_blocks);
     o->set_failed_blocks(s.offload.failed_blocks);
     o->set_loaded_tokens(s.offload.loaded_tokens);
+    o->set_declined_loads(s.offload.declined_loads);
   }
   const SpeculativeOptions& spec = core.engine->speculative();
   if (spec.enabled()) {

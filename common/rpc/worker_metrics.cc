@@ -167,8 +167,8 @@ void WorkerMetrics::CollectStructured(const internal::v1::WorkerInfo& info) {
 }
 
 void WorkerMetrics::CollectKvOffload(const internal::v1::KvOffloadInfo& o) {
-  // Registered on workers with a tier. The tiers' own counters are labelled by the tier ("disk",
-  // "redis"); the engine's offers and loads (from whichever tier) are not.
+  // Registered on workers with a tier. The tiers' own counters are labelled by the tier ("host",
+  // "disk", "redis"); the engine's offers and loads (from whichever tier) are not.
   for (const internal::v1::KvTierInfo& t : o.tiers()) CollectKvTier(t);
   const auto engine_counter = [&](const char* name, const char* help, double total) {
     registry_->AddCounter(name, help, kLabels).With({model_name_, role_}).SetTotal(total);
@@ -184,6 +184,10 @@ void WorkerMetrics::CollectKvOffload(const internal::v1::KvOffloadInfo& o) {
   engine_counter("pdserve_kv_offload_loaded_tokens_total",
                  "Prompt tokens whose KV this worker loaded from its tiers instead of computing it.",
                  static_cast<double>(o.loaded_tokens()));
+  engine_counter("pdserve_kv_offload_declined_loads_total",
+                 "Requests that computed a prefix their tiers held: loading it was expected to take longer "
+                 "(--kv-tier-load faster).",
+                 static_cast<double>(o.declined_loads()));
 }
 
 void WorkerMetrics::CollectKvTier(const internal::v1::KvTierInfo& t) {

@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,6 +37,11 @@ class PoolDevice {
   virtual absl::Status CopyFromHost(uint8_t* device, const uint8_t* host, size_t bytes) = 0;
   // Waits for the queued copies.
   virtual absl::Status Synchronize() = 0;
+  // Pins host memory [host, host + bytes) so copies to and from it run at the bus's speed (the
+  // host KV tier's slots, the tiers' staging buffers); UnpinHost undoes it. A device that reads
+  // host memory directly pins nothing.
+  virtual absl::Status PinHost(void* host, size_t bytes) = 0;
+  virtual void UnpinHost(void* host) = 0;
   // Tests only (fault injection): flips a byte at p, which is in device memory.
   virtual absl::Status FlipByteForTesting(uint8_t* p) = 0;
   // Waits for the queued copies, then hashes each (pointer, bytes) page (kernels/cuda/page_hash.h)
@@ -42,6 +49,11 @@ class PoolDevice {
   virtual absl::Status HashPages(const std::vector<std::pair<const uint8_t*, uint64_t>>& pages,
                                  std::vector<uint64_t>* hashes) = 0;
 };
+
+// The PoolDevice of `device`'s pools: "cuda" (GPU 0; Unavailable without a GPU, InvalidArgument
+// in a build without CUDA); InvalidArgument for "cpu" (host pools need none) and other names.
+// Defined with the transports (transport_registry.cc).
+absl::StatusOr<std::unique_ptr<PoolDevice>> CreatePoolDevice(std::string_view device);
 
 }  // namespace pdserve
 

@@ -64,6 +64,8 @@ class SharedMemoryPoolDevice : public PoolDevice {
     return absl::OkStatus();
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status PinHost(void*, size_t) override { return absl::OkStatus(); }  // Host memory already.
+  void UnpinHost(void*) override {}
   absl::Status FlipByteForTesting(uint8_t* p) override {
     *p ^= 0x5a;
     return absl::OkStatus();

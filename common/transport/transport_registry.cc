@@ -22,6 +22,15 @@ std::string_view KvPagesDevice(std::string_view backend, std::string_view pool_d
   return backend == "tcp" || backend == "ucx" ? "cpu" : pool_device;
 }
 
+absl::StatusOr<std::unique_ptr<PoolDevice>> CreatePoolDevice(std::string_view device) {
+  if (device != "cuda") return absl::InvalidArgumentError(Str("no pool device for '", device, "'"));
+#if PDSERVE_WITH_CUDA
+  return cuda::CreateCudaPoolDevice();
+#else
+  return absl::InvalidArgumentError("this pdserve was built without CUDA");
+#endif
+}
+
 absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(std::string_view backend,
                                                                const KvTransportOptions& options) {
   if (options.device != "cpu" && options.device != "cuda") {

@@ -114,6 +114,13 @@ class CudaPoolDevice final : public PoolDevice {
     std::lock_guard<std::mutex> lock(mu_);
     return CudaStatus(cudaStreamSynchronize(stream_), "KV copies");
   }
+  absl::Status PinHost(void* host, size_t bytes) override {
+    PD_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    return CudaStatus(cudaHostRegister(host, bytes, cudaHostRegisterPortable), "cudaHostRegister");
+  }
+  void UnpinHost(void* host) override {
+    if (cudaHostUnregister(host) != cudaSuccess) cudaGetLastError();
+  }
   absl::Status FlipByteForTesting(uint8_t* p) override {
     std::lock_guard<std::mutex> lock(mu_);
     uint8_t b = 0;

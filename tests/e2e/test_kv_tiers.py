@@ -505,6 +505,38 @@ class KvTiersTest(unittest.TestCase):
             if redis:
                 redis.kill()
 
+    def test_the_host_tier_gives_back_evicted_prefixes_with_the_same_outputs(self):
+        # serve's prefill and decode engines share one host tier: a second pass over prefixes the
+        # 48-block pools evicted loads them from host memory, with the outputs of computing them.
+        plain = serve(None)
+        try:
+            want = run(plain)
+        finally:
+            self.assertEqual(plain.stop(), 0)
+        host = serve(None, "--kv-offload-host-gib", "0.25")
+        try:
+            self.assertEqual(run(host), want, "the first pass (storing) differs from computing")
+            wait_stored_in(host, "host")
+            self.assertEqual(run(host), want, "outputs with prefixes from the host tier differ from computing")
+            loaded = sum(tier_metric_of(host, "pdserve_kv_offload_load_bytes_total", r, "host")
+                         for r in ("prefill", "decode"))
+            self.assertGreater(loaded, 0)
+            self.assertGreater(sum(cluster.metric(host, "pdserve_kv_offload_loaded_tokens_total", role=r)
+                                   for r in ("prefill", "decode")), 0)
+            self.assertEqual(sum(tier_metric_of(host, "pdserve_kv_offload_corrupt_blocks_total", r, "host")
+                                 for r in ("prefill", "decode")), 0)
+        finally:
+            self.assertEqual(host.stop(), 0)
+
+    def test_bad_host_tier_flags_are_refused_by_name(self):
+        for args, what in ((["--kv-offload-host-gib", "-1"], "--kv-offload-host-gib: must be >= 0"),
+                           (["--kv-offload-host-gib", "nan"], "--kv-offload-host-gib"),
+                           (["--kv-tier-load", "sometimes"], "--kv-tier-load: 'sometimes' is not auto, always or faster")):
+            r = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", *args],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(what, r.stderr)
+
     def test_an_unusable_directory_is_refused_by_name(self):
         blocker = os.path.join(WORKDIR, "a_file")
         with open(blocker, "w") as f:
