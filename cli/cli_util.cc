@@ -191,6 +191,7 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   if (kv_offload_host_gib > 0) {
     HostTierOptions ho;
     ho.budget_bytes = static_cast<int64_t>(kv_offload_host_gib * static_cast<double>(int64_t{1} << 30));
+    if (device == "cpu") ho.event_medium = "HOST";  // The pool's own events are "CPU".
     if (pinner != nullptr) {
       ho.pin = [pinner](void* p, size_t n) { return pinner->PinHost(p, n); };
       ho.unpin = [pinner](void* p) { pinner->UnpinHost(p); };

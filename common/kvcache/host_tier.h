@@ -37,6 +37,9 @@ struct HostTierOptions {
   std::function<absl::Status(void* p, size_t bytes)> pin;
   std::function<void(void* p)> unpin;
   std::string flag = "--kv-offload-host-gib";  // Named in errors.
+  // The `medium` of its KV events: vLLM's "CPU" beside a GPU's pool ("GPU"); a cpu worker, whose
+  // pool's events are "CPU" already, names it "HOST" so a consumer keeps the two sets apart.
+  const char* event_medium = "CPU";
 };
 
 class HostTier : public KvTier {
@@ -47,7 +50,7 @@ class HostTier : public KvTier {
   ~HostTier() override;
 
   std::string_view name() const override { return "host"; }
-  const char* event_medium() const override { return "CPU"; }
+  const char* event_medium() const override { return options_.event_medium; }
   bool Contains(const KvTierKey& key) const override;
   absl::Status Store(const KvTierKey& key, absl::Span<const uint8_t> block) override;
   absl::Status Load(const KvTierKey& key, absl::Span<uint8_t> out) override;
