@@ -3,11 +3,14 @@ blocks back in the engine's runs (bench/kv_tier_io_bench.cc) against `fio` readi
 sequentially from the same file system at the block's size, page cache dropped (cold) and kept
 (warm); RedisTier's pipelined runs against `redis-benchmark` GETs of the block's size pipelined as
 deep, one connection each, on the same redis-server (the tool's best of one GET at a time, the
-tier's window and the whole run); and a run loaded in one pipelined call against
-the same blocks one call at a time.
+tier's window and the whole run); a run loaded in one pipelined call against
+the same blocks one call at a time; and HostTier's loads (checked, copied out as into a pool)
+against memcpy of the same bytes. With --tls, the Redis rows go over TLS (a redis-server with a
+TLS port only; the tier through its bridge, redis-benchmark with --tls), certificates made here
+with the openssl command.
 
 Run (as root for the cold figures; `apt-get install fio` first):
-  /usr/bin/python3 bench/kv_tier_io.py --bench build/bench/kv_tier_io_bench [--block-bytes 524288] [--blocks 512]
+  /usr/bin/python3 bench/kv_tier_io.py --bench build/bench/kv_tier_io_bench [--block-bytes 524288] [--blocks 512] [--tls]
 """
 
 import argparse
@@ -41,9 +44,13 @@ def fio(path, block, total, cold):
     return json.loads(out)["jobs"][0]["read"]["bw_bytes"] / 1e6
 
 
-def redis_benchmark(port, block, n, pipeline):
+def redis_benchmark(port, block, n, pipeline, tls_certs=None):
+    tls = []
+    if tls_certs:
+        tls = ["--tls", "--cacert", os.path.join(tls_certs, "ca.pem"), "--cert", os.path.join(tls_certs, "node.pem"),
+               "--key", os.path.join(tls_certs, "node.key")]
     out = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set,get", "-d", str(block), "-n", str(n),
-                          "-P", str(pipeline), "-c", "1", "--csv"], capture_output=True, text=True, check=True).stdout
+                          "-P", str(pipeline), "-c", "1", "--csv", *tls], capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
         cells = [c.strip('"') for c in line.split(",")]
         if cells[0] == "GET":
@@ -58,11 +65,19 @@ def main():
     p.add_argument("--blocks", type=int, default=512)
     p.add_argument("--run", type=int, default=64)
     p.add_argument("--dir", default=None, help="the file system to measure (default: a temporary directory)")
+    p.add_argument("--tls", action="store_true", help="the Redis rows over TLS")
     a = p.parse_args()
     work = tempfile.mkdtemp(prefix="kv_tier_io_", dir=a.dir)
-    redis = cluster.RedisServer()
+    certs, tls_flags = None, []
+    if a.tls:
+        certs = os.path.join(work, "certs")
+        os.makedirs(certs)
+        cluster.make_ca(certs, "ca")
+        cluster.make_leaf(certs, "node", "ca")
+        tls_flags = ["--tls-ca", os.path.join(certs, "ca.pem")]
+    redis = cluster.RedisServer(tls_certs=certs)
     try:
-        ours = json.loads(subprocess.run([a.bench, "--dir", os.path.join(work, "tier"), "--redis", f"127.0.0.1:{redis.port}",
+        ours = json.loads(subprocess.run([a.bench, "--dir", os.path.join(work, "tier"), "--redis", redis.url, *tls_flags,
                                           "--block-bytes", str(a.block_bytes), "--blocks", str(a.blocks), "--run", str(a.run)],
                                          capture_output=True, text=True, check=True).stdout)
         total = a.block_bytes * a.blocks
@@ -73,7 +88,7 @@ def main():
         fio_warm = fio(data, a.block_bytes, total, cold=False)
         # The tool at its best: one GET at a time, the tier's window (8 MiB of replies), the run.
         window = max(1, (8 << 20) // (a.block_bytes + 96))
-        rb = max((redis_benchmark(redis.port, a.block_bytes, a.blocks * 4, depth), depth)
+        rb = max((redis_benchmark(redis.port, a.block_bytes, a.blocks * 4, depth, certs), depth)
                  for depth in sorted({1, window, a.run}))
     finally:
         redis.kill()
@@ -85,9 +100,13 @@ def main():
     def mbps(x):
         return f"{x:,.0f} MB/s" if x else "n/a"
 
-    print(f"blocks of {a.block_bytes:,} bytes, {a.blocks} of them, runs of {a.run}")
+    print(f"blocks of {a.block_bytes:,} bytes, {a.blocks} of them, runs of {a.run}{', Redis over TLS' if a.tls else ''}")
     print("| measurement | pdserve's tier | the tool | ratio |")
     print("| --- | --- | --- | --- |")
+    print(f"| host memory (checked, copied out) | {mbps(ours['host_mbps'])} | memcpy {mbps(ours['memcpy_mbps'])} | "
+          f"{ratio(ours['host_mbps'], ours['memcpy_mbps'])} |")
+    print(f"| host memory: the check alone (XXH3-64) | {mbps(ours['xxh3_mbps'])} | memcpy {mbps(ours['memcpy_mbps'])} | "
+          f"{ratio(ours['xxh3_mbps'], ours['memcpy_mbps'])} |")
     print(f"| disk, page cache dropped | {mbps(ours['disk_cold_mbps'])} | fio {mbps(fio_cold)} | "
           f"{ratio(ours['disk_cold_mbps'], fio_cold)} |")
     print(f"| disk, page cache warm | {mbps(ours['disk_warm_mbps'])} | fio {mbps(fio_warm)} | "

@@ -112,6 +112,12 @@ void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
                "--kv-store: a file holding a secret; every block is signed with HMAC-SHA256 under it "
                "and a block whose signature fails is never used (a store others can write)");
   flags.Int("kv-store-timeout-ms", &kv_store_timeout_ms, "--kv-store: connect and command timeout");
+  flags.String("kv-store-tls-ca", &kv_store_tls_ca,
+               "--kv-store rediss://: the CA (PEM) the servers' certificates are verified against "
+               "(default: the system's CAs); a certificate must name the host as the URL does");
+  flags.String("kv-store-tls-cert", &kv_store_tls_cert,
+               "--kv-store rediss://: a client certificate (PEM), for servers with tls-auth-clients");
+  flags.String("kv-store-tls-key", &kv_store_tls_key, "--kv-store-tls-cert's private key (PEM)");
   flags.String("compute-dtype", &compute_dtype,
                "linear layers in f32, bf16 (bf16 activations x bf16 weights, f32 sums; "
                "batch-invariant too) or auto (bf16 when the weights are bf16 and the CPU has "
@@ -209,13 +215,15 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
     if (!tier.ok()) return tier.status();
     o->kv_tiers.push_back(std::shared_ptr<KvTier>(std::move(*tier)));
   }
-  if (kv_store.empty() && (!kv_store_password_file.empty() || !kv_store_key_file.empty())) {
-    return absl::InvalidArgumentError("--kv-store-password-file/--kv-store-key-file: need --kv-store");
+  if (kv_store.empty() && (!kv_store_password_file.empty() || !kv_store_key_file.empty() ||
+                            !kv_store_tls_ca.empty() || !kv_store_tls_cert.empty() || !kv_store_tls_key.empty())) {
+    return absl::InvalidArgumentError("--kv-store-password-file/-key-file/-tls-ca/-tls-cert/-tls-key: need --kv-store");
   }
   if (!kv_store.empty()) {
     RedisTierOptions ro;
     PD_RETURN_IF_ERROR(ParseRedisUrl(kv_store, &ro));
     if (!kv_store_password_file.empty()) PD_RETURN_IF_ERROR(ReadRedisPasswordFile(kv_store_password_file, &ro));
+    ro.tls_options = {kv_store_tls_ca, kv_store_tls_cert, kv_store_tls_key};
     if (!kv_store_key_file.empty()) {
       auto key = ReadFileToString(kv_store_key_file);
       if (!key.ok()) return absl::InvalidArgumentError(Str("--kv-store-key-file: ", key.status().message()));

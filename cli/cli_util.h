@@ -55,6 +55,7 @@ struct EngineFlags {
   double kv_offload_host_gib = 0;  // The host tier's budget (0: none).
   std::string kv_tier_load = "auto";  // EngineOptions::kv_tier_load.
   std::string kv_store, kv_store_password_file, kv_store_key_file;  // The shared store (Redis).
+  std::string kv_store_tls_ca, kv_store_tls_cert, kv_store_tls_key;  // rediss://.
   int64_t kv_store_timeout_ms = 1000;
 
   // `speculative`: also the speculative decoding flags (not for prefill workers).

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <utility>
 
+// Inline: XXH3 compiled with the build's vector flags (AVX2), not the library's SSE2 build.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "common/base/strings.h"

@@ -105,17 +105,22 @@ redisReplyObjectFunctions kLoadFunctions = {LoadString, LoadArray, LoadInteger, 
 }  // namespace
 
 absl::Status ParseRedisUrl(std::string_view url, RedisTierOptions* options) {
-  constexpr std::string_view kScheme = "redis://", kClusterScheme = "redis+cluster://";
   std::string_view rest;
-  if (url.substr(0, kScheme.size()) == kScheme) {
-    rest = url.substr(kScheme.size());
-    options->cluster = false;
-  } else if (url.substr(0, kClusterScheme.size()) == kClusterScheme) {
-    rest = url.substr(kClusterScheme.size());
-    options->cluster = true;
-  } else {
+  bool matched = false;
+  for (const bool tls : {false, true}) {
+    for (const bool cluster : {false, true}) {
+      const std::string scheme = Str(tls ? "rediss" : "redis", cluster ? "+cluster" : "", "://");
+      if (matched || url.substr(0, scheme.size()) != scheme) continue;
+      rest = url.substr(scheme.size());
+      options->cluster = cluster;
+      options->tls = tls;
+      matched = true;
+    }
+  }
+  if (!matched) {
     return absl::InvalidArgumentError(Str("--kv-store: '", url,
-                                          "' is not redis://HOST:PORT[,HOST:PORT...] or redis+cluster://HOST:PORT[,...]"));
+                                          "' is not redis://HOST:PORT[,HOST:PORT...] or redis+cluster://HOST:PORT[,...] "
+                                          "(rediss:// and rediss+cluster:// over TLS)"));
   }
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   options->servers.clear();
@@ -172,6 +177,13 @@ absl::StatusOr<std::unique_ptr<RedisTier>> RedisTier::Open(const RedisTierOption
     return absl::InvalidArgumentError("--kv-store-timeout-ms: must be in (0, 600000]");
   }
   std::unique_ptr<RedisTier> tier(new RedisTier(options));
+  if (options.tls) {
+    auto tls = RedisTls::Create(options.tls_options);
+    if (!tls.ok()) return tls.status();
+    tier->tls_ = std::move(*tls);
+  } else if (!options.tls_options.ca_file.empty() || !options.tls_options.cert_file.empty()) {
+    return absl::InvalidArgumentError("--kv-store-tls-ca/-cert/-key: need a rediss:// --kv-store");
+  }
   std::lock_guard<std::mutex> lock(tier->io_mu_);
   for (size_t i = 0; i < options.servers.size(); ++i) {
     absl::Status s = tier->Connect(i);
@@ -192,19 +204,28 @@ absl::StatusOr<std::unique_ptr<RedisTier>> RedisTier::Open(const RedisTierOption
   return tier;
 }
 
-absl::Status RedisTier::Connect(size_t shard) {
-  const std::string& server = servers_[shard];
+redisContext* RedisTier::OpenConnection(const std::string& server, absl::Status* status) {
   const size_t colon = server.rfind(':');
   const std::string host = server.substr(0, colon);
   const int port = std::atoi(server.c_str() + colon + 1);
-  redisContext* c = redisConnectWithTimeout(host.c_str(), port, Tv(options_.timeout_ms));
+  redisContext* c = nullptr;
   // Unavailable: out of reach (tried again later); FailedPrecondition: it refused us.
-  const auto fail = [&](std::string_view why, bool refused = false) {
+  const auto fail = [&](std::string_view why, bool refused = false) -> redisContext* {
     const std::string m = Str("--kv-store: redis ", server, ": ", why);
-    absl::Status s = refused ? absl::FailedPreconditionError(m) : absl::UnavailableError(m);
+    *status = refused ? absl::FailedPreconditionError(m) : absl::UnavailableError(m);
     if (c != nullptr) redisFree(c);
-    return s;
+    return nullptr;
   };
+  if (tls_ != nullptr) {
+    auto fd = tls_->Connect(host, port, options_.timeout_ms);
+    if (!fd.ok()) {
+      *status = absl::Status(fd.status().code(), Str("--kv-store: ", fd.status().message()));
+      return nullptr;
+    }
+    c = redisConnectFd(*fd);  // hiredis owns the bridge's clear end from here.
+  } else {
+    c = redisConnectWithTimeout(host.c_str(), port, Tv(options_.timeout_ms));
+  }
   if (c == nullptr) return fail("cannot allocate a connection");
   if (c->err != 0) return fail(c->errstr);
   redisSetTimeout(c, Tv(options_.timeout_ms));
@@ -220,9 +241,21 @@ absl::Status RedisTier::Connect(size_t shard) {
     if (r == nullptr) return fail(c->errstr);
     if (r->type == REDIS_REPLY_ERROR) return fail(Str("AUTH: ", std::string_view(r->str, r->len)), true);
   }
+  *status = absl::OkStatus();
+  return c;
+}
+
+absl::Status RedisTier::Connect(size_t shard) {
+  absl::Status s;
+  redisContext* c = OpenConnection(servers_[shard], &s);
+  if (c == nullptr) return s;
   Reply r(static_cast<redisReply*>(redisCommand(c, "PING")));
-  if (r == nullptr) return fail(c->errstr);
-  if (r->type == REDIS_REPLY_ERROR) return fail(Str("PING: ", std::string_view(r->str, r->len)), true);
+  if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
+    const std::string m = Str("--kv-store: redis ", servers_[shard], ": PING: ",
+                              r == nullptr ? std::string(c->errstr) : std::string(r->str, r->len));
+    redisFree(c);
+    return r == nullptr ? absl::UnavailableError(m) : absl::FailedPreconditionError(m);
+  }
   conns_[shard] = c;
   return absl::OkStatus();
 }
@@ -293,25 +326,11 @@ void RedisTier::RefreshSlotsLocked(bool force) {
     if (std::find(ask.begin(), ask.end(), seed) == ask.end()) ask.push_back(seed);
   }
   for (const std::string& server : ask) {
-    const size_t colon = server.rfind(':');
-    const std::string host = server.substr(0, colon);
+    const std::string host = server.substr(0, server.rfind(':'));
     // A connection of its own (the map is asked of whichever node answers), closed after.
-    redisContext* c = redisConnectWithTimeout(host.c_str(), std::atoi(server.c_str() + colon + 1), Tv(options_.timeout_ms));
-    if (c == nullptr || c->err != 0) {
-      if (c != nullptr) redisFree(c);
-      continue;
-    }
-    redisSetTimeout(c, Tv(options_.timeout_ms));
-    if (!options_.password.empty()) {
-      Reply a(static_cast<redisReply*>(
-          options_.user.empty() ? redisCommand(c, "AUTH %b", options_.password.data(), options_.password.size())
-                                : redisCommand(c, "AUTH %b %b", options_.user.data(), options_.user.size(),
-                                               options_.password.data(), options_.password.size())));
-      if (a == nullptr || a->type == REDIS_REPLY_ERROR) {
-        redisFree(c);
-        continue;
-      }
-    }
+    absl::Status ignored;
+    redisContext* c = OpenConnection(server, &ignored);
+    if (c == nullptr) continue;
     Reply r(static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS")));
     redisFree(c);
     if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements == 0) continue;

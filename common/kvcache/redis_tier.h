@@ -14,10 +14,10 @@
 // at most a block's bytes, whatever size another writer left under the name). Contains says only
 // what this process stored or loaded (to skip storing a block twice).
 //
-// Client: hiredis (Debian's 0.14: no TLS; put the store on a private network or behind stunnel,
-// README). One connection per server, used under a mutex; a broken one is reconnected on the
-// next call, one that cannot be is tried again a second later (calls meanwhile miss at once).
-// Every call is bounded by `timeout_ms`.
+// Client: hiredis (Debian's 0.14, which has no TLS: `rediss://` runs it over redis_tls.h's bridge).
+// One connection per server, used under a mutex; a broken one is reconnected on the next call,
+// one that cannot be is tried again a second later (calls meanwhile miss at once). Every call is
+// bounded by `timeout_ms`.
 #ifndef PDSERVE_COMMON_KVCACHE_REDIS_TIER_H_
 #define PDSERVE_COMMON_KVCACHE_REDIS_TIER_H_
 
@@ -30,6 +30,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "common/kvcache/kv_tier.h"
+#include "common/kvcache/redis_tls.h"
 
 struct redisContext;
 
@@ -45,10 +46,14 @@ struct RedisTierOptions {
   // serves come from CLUSTER SLOTS, and a block goes to the master of its key's slot (refreshed
   // after a MOVED or ASK reply, at most once a second).
   bool cluster = false;
+  // `rediss://`: every connection is TLS (the server's certificate verified, redis_tls.h).
+  bool tls = false;
+  RedisTlsOptions tls_options;
 };
 
-// Parses `redis://HOST:PORT[,HOST:PORT...]` or `redis+cluster://HOST:PORT[,...]` (`--kv-store`)
-// into options.servers (and options.cluster).
+// Parses `redis://HOST:PORT[,HOST:PORT...]` or `redis+cluster://HOST:PORT[,...]` (`--kv-store`),
+// or either over TLS (`rediss://`, `rediss+cluster://`), into options.servers (and
+// options.cluster, options.tls).
 absl::Status ParseRedisUrl(std::string_view url, RedisTierOptions* options);
 // Reads `--kv-store-password-file`: "PASSWORD" or "USER:PASSWORD" (one line; a trailing newline
 // is dropped).
@@ -91,6 +96,9 @@ class RedisTier : public KvTier {
   redisContext* Connection(size_t shard);
   void Drop(size_t shard);  // After an I/O error: reconnect on the next call.
   absl::Status Connect(size_t shard);
+  // A connection to `server` ("HOST:PORT", TLS with tls_), its timeout set and AUTH done; null
+  // with *status Unavailable (out of reach) or FailedPrecondition (it refused us), naming it.
+  redisContext* OpenConnection(const std::string& server, absl::Status* status);
   // Header + payload's check; false: not this block.
   bool Check(const KvTierKey& key, std::string_view value, size_t block_bytes) const;
   std::string Value(const KvTierKey& key, absl::Span<const uint8_t> block) const;
@@ -98,6 +106,7 @@ class RedisTier : public KvTier {
   void CountError();
 
   const RedisTierOptions options_;
+  std::unique_ptr<RedisTls> tls_;  // With options_.tls.
   // Held across a call's round trips (Store, LoadRun): the servers and their connections.
   std::mutex io_mu_;
   std::vector<std::string> servers_;  // options_.servers; with a cluster, its masters.

@@ -114,15 +114,47 @@ def free_port():
         return s.getsockname()[1]
 
 
+def _openssl(certs, *args):
+    subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=certs)
+
+
+def make_ca(certs, name):
+    """A self-signed CA `name`.pem / `name`.key in the directory `certs` (made by the openssl command)."""
+    _openssl(certs, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}")
+
+
+def make_leaf(certs, name, ca, names="IP:127.0.0.1,DNS:localhost"):
+    """A certificate for `names` (127.0.0.1/localhost), good as server and as client, signed by `ca`."""
+    with open(os.path.join(certs, f"{name}.ext"), "w") as f:
+        f.write(f"subjectAltName={names}\nextendedKeyUsage=serverAuth,clientAuth\n"
+                "basicConstraints=CA:FALSE\n")
+    _openssl(certs, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+    _openssl(certs, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+
+
 class RedisServer:
     """A redis-server (Debian's) on 127.0.0.1, in memory only: the shared KV store's tests and
     benches. `password`: its requirepass; `extra`: more server flags (maxmemory, ...)."""
 
-    def __init__(self, password="", port=None, extra=()):
+    def __init__(self, password="", port=None, extra=(), tls_certs=None, tls_auth_clients=False, tls_leaf="node"):
+        """`tls_certs`: a directory with ca.pem and the leaf `tls_leaf`.pem/.key (make_ca,
+        make_leaf): the server then speaks TLS only, on `port`, requiring client certificates when
+        `tls_auth_clients`."""
         self.port = port or free_port()
         self.password = password
+        self.tls_certs = tls_certs
         auth = ["--requirepass", password] if password else []
-        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+        listen = ["--port", str(self.port)]
+        if tls_certs:
+            listen = ["--port", "0", "--tls-port", str(self.port),
+                      "--tls-cert-file", os.path.join(tls_certs, f"{tls_leaf}.pem"),
+                      "--tls-key-file", os.path.join(tls_certs, f"{tls_leaf}.key"),
+                      "--tls-ca-cert-file", os.path.join(tls_certs, "ca.pem"),
+                      "--tls-auth-clients", "yes" if tls_auth_clients else "no"]
+        self.proc = subprocess.Popen(["redis-server", *listen, "--bind", "127.0.0.1", "--save", "",
                                       "--appendonly", "no", *auth, *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 10
@@ -133,10 +165,14 @@ class RedisServer:
 
     @property
     def url(self):
-        return f"redis://127.0.0.1:{self.port}"
+        return f"{'rediss' if self.tls_certs else 'redis'}://127.0.0.1:{self.port}"
 
     def cli(self, *command):
         auth = ["--no-auth-warning", "-a", self.password] if self.password else []
+        if self.tls_certs:
+            auth += ["--tls", "--cacert", os.path.join(self.tls_certs, "ca.pem"),
+                     "--cert", os.path.join(self.tls_certs, "node.pem"),
+                     "--key", os.path.join(self.tls_certs, "node.key")]
         r = subprocess.run(["redis-cli", "-p", str(self.port), *auth, *command],
                            capture_output=True, text=True, timeout=10)
         return r.stdout.strip()

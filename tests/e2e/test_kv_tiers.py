@@ -120,6 +120,20 @@ def wait_stored_in(process, tier, roles=("prefill", "decode")):
     raise AssertionError("the tier's stores did not settle")
 
 
+def tls_certs():
+    """A CA and the redis-server's certificate it signed (node), a client's (client), one naming
+    another host (elsewhere), and a rogue CA."""
+    certs = os.path.join(WORKDIR, "certs")
+    if not os.path.exists(os.path.join(certs, "client.pem")):
+        os.makedirs(certs, exist_ok=True)
+        for ca in ("ca", "rogue"):
+            cluster.make_ca(certs, ca)
+        for leaf in ("node", "client"):
+            cluster.make_leaf(certs, leaf, "ca")
+        cluster.make_leaf(certs, "elsewhere", "ca", names="DNS:elsewhere.example")
+    return certs
+
+
 def requests():
     """Prompts over four shared prefixes (some prefilled on the decode worker, some long enough
     for the prefill worker), greedy and seeded, more blocks in all than the 48-block pools hold."""
@@ -477,6 +491,64 @@ class KvTiersTest(unittest.TestCase):
                 self.assertIn(what, r.stderr)
         finally:
             redis.kill()
+
+    def test_a_tls_store_carries_prefixes_between_servers_with_the_same_outputs(self):
+        # A redis-server speaking TLS only and requiring client certificates: a second serve loads
+        # what the first computed through it, with equal outputs.
+        certs = tls_certs()
+        redis = Redis("tls-pw", tls_certs=certs, tls_auth_clients=True)
+        try:
+            pw_file = os.path.join(WORKDIR, "pw_tls")
+            with open(pw_file, "w") as f:
+                f.write(redis.password)
+            store = ("--kv-store", redis.url, "--kv-store-password-file", pw_file,
+                     "--kv-store-tls-ca", os.path.join(certs, "ca.pem"),
+                     "--kv-store-tls-cert", os.path.join(certs, "client.pem"),
+                     "--kv-store-tls-key", os.path.join(certs, "client.key"))
+            first = serve(None, *store)
+            try:
+                want = run(first)
+                wait_stored_in(first, "redis")
+            finally:
+                self.assertEqual(first.stop(), 0)
+            self.assertGreater(int(redis.cli("DBSIZE")), 0)
+            second = serve(None, *store)
+            try:
+                self.assertEqual(run(second), want, "outputs with prefixes over TLS differ from computing them")
+                self.assertGreater(sum(tier_metric_of(second, "pdserve_kv_offload_load_bytes_total", r, "redis")
+                                       for r in ("prefill", "decode")), 0)
+                self.assertEqual(sum(tier_metric_of(second, "pdserve_kv_offload_corrupt_blocks_total", r, "redis")
+                                     for r in ("prefill", "decode")), 0)
+            finally:
+                self.assertEqual(second.stop(), 0)
+        finally:
+            redis.kill()
+
+    def test_a_tls_store_that_does_not_verify_is_refused_by_name(self):
+        certs = tls_certs()
+        redis = Redis(tls_certs=certs)
+        misnamed = Redis(tls_certs=certs, tls_leaf="elsewhere")
+        try:
+            for args, what in (
+                    # Its certificate is signed by a CA the worker does not trust.
+                    (["--kv-store", redis.url, "--kv-store-tls-ca", os.path.join(certs, "rogue.pem")],
+                     "TLS handshake failed: the server's certificate"),
+                    # The CA's, but for another host than the one asked for.
+                    (["--kv-store", misnamed.url, "--kv-store-tls-ca", os.path.join(certs, "ca.pem")],
+                     "TLS handshake failed: the server's certificate: IP address mismatch"),
+                    (["--kv-store", redis.url, "--kv-store-tls-ca", os.path.join(certs, "missing.pem")],
+                     "--kv-store-tls-ca: cannot load"),
+                    (["--kv-store", redis.url, "--kv-store-tls-cert", os.path.join(certs, "client.pem")],
+                     "--kv-store-tls-cert and --kv-store-tls-key go together"),
+                    (["--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-tls-ca", os.path.join(certs, "ca.pem")],
+                     "need a rediss:// --kv-store")):
+                r = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", *args],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(what, r.stderr)
+        finally:
+            redis.kill()
+            misnamed.kill()
 
     def test_a_store_out_of_reach_at_start_is_served_without_and_used_once_up(self):
         port = free_port()

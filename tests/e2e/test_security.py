@@ -33,24 +33,12 @@ CERTS = None
 API_KEY = "pdk-3f9c1e7a-secret-4b2d"
 
 
-def openssl(*args):
-    subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=CERTS)
-
-
 def make_ca(name):
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}")
+    cluster.make_ca(CERTS, name)
 
 
 def make_leaf(name, ca):
-    """A certificate for 127.0.0.1/localhost, good as server and as client, signed by `ca`."""
-    with open(os.path.join(CERTS, f"{name}.ext"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n"
-                "basicConstraints=CA:FALSE\n")
-    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+    cluster.make_leaf(CERTS, name, ca)
 
 
 def path(name):
