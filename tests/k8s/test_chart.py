@@ -767,6 +767,19 @@ class Consistency(unittest.TestCase):
             "kvStore.servers={redis-cluster.cache:6379}"]).stdout) if d]
         flags = flag_values(container(one(docs, "Deployment", tier_name("prefill"))))
         self.assertEqual(flags["--kv-store"], "redis+cluster://redis-cluster.cache:6379")
+        # Over TLS, with a client certificate: rediss://, the Secret's files named by the flags.
+        docs = [d for d in yaml.safe_load_all(render(None, [
+            "kvStore.enabled=true", "kvStore.mode=external", "kvStore.servers={redis-0.cache:6380}",
+            "kvStore.tlsSecret=kv-tls", "kvStore.clientCertificate=true"]).stdout) if d]
+        decode = one(docs, "Deployment", tier_name("decode"))
+        flags = flag_values(container(decode))
+        self.assertEqual(flags["--kv-store"], "rediss://redis-0.cache:6380")
+        mounts = {m["name"]: m["mountPath"] for m in container(decode)["volumeMounts"]}
+        volumes = {v["name"]: v for v in decode["spec"]["template"]["spec"]["volumes"]}
+        self.assertEqual(volumes["kv-store-tls"]["secret"]["secretName"], "kv-tls")
+        for flag, key in (("--kv-store-tls-ca", "ca.crt"), ("--kv-store-tls-cert", "tls.crt"),
+                          ("--kv-store-tls-key", "tls.key")):
+            self.assertEqual(flags[flag], mounts["kv-store-tls"] + "/" + key)
         # Off by default.
         docs = [d for d in yaml.safe_load_all(render(None, []).stdout) if d]
         self.assertEqual(find(docs, "Deployment", tier_name("kv-store")), [])

@@ -257,7 +257,7 @@ affinity: {{- toYaml . | nindent 2 }}
 {{- if eq $k.mode "deploy" -}}
 redis://{{ include "pdserve.fullname" . }}-kv-store:{{ $k.redis.port }}
 {{- else -}}
-{{ if $k.cluster }}redis+cluster{{ else }}redis{{ end }}://{{ join "," $k.servers }}
+{{ if $k.tlsSecret }}rediss{{ else }}redis{{ end }}{{ if $k.cluster }}+cluster{{ end }}://{{ join "," $k.servers }}
 {{- end -}}
 {{- end -}}
 
@@ -272,6 +272,13 @@ redis://{{ include "pdserve.fullname" . }}-kv-store:{{ $k.redis.port }}
 {{- if $k.keySecret }}
 - --kv-store-key-file=/etc/pdserve/kv-store-key/key
 {{- end }}
+{{- if and (eq $k.mode "external") $k.tlsSecret }}
+- --kv-store-tls-ca=/etc/pdserve/kv-store-tls/ca.crt
+{{- if $k.clientCertificate }}
+- --kv-store-tls-cert=/etc/pdserve/kv-store-tls/tls.crt
+- --kv-store-tls-key=/etc/pdserve/kv-store-tls/tls.key
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -285,6 +292,11 @@ redis://{{ include "pdserve.fullname" . }}-kv-store:{{ $k.redis.port }}
 {{- if and $k.enabled $k.keySecret }}
 - name: kv-store-key
   mountPath: /etc/pdserve/kv-store-key
+  readOnly: true
+{{- end }}
+{{- if and $k.enabled (eq $k.mode "external") $k.tlsSecret }}
+- name: kv-store-tls
+  mountPath: /etc/pdserve/kv-store-tls
   readOnly: true
 {{- end }}
 {{- end -}}
@@ -303,6 +315,12 @@ redis://{{ include "pdserve.fullname" . }}-kv-store:{{ $k.redis.port }}
   secret:
     secretName: {{ $k.keySecret }}
     items: [{key: key, path: key}]
+    defaultMode: 0440
+{{- end }}
+{{- if and $k.enabled (eq $k.mode "external") $k.tlsSecret }}
+- name: kv-store-tls
+  secret:
+    secretName: {{ $k.tlsSecret }}
     defaultMode: 0440
 {{- end }}
 {{- end -}}
