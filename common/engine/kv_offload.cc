@@ -156,6 +156,7 @@ void KvOffload::Poll(std::vector<LoadDone>* done) {
     stats_.loaded_blocks += d.loaded;
     stats_.failed_blocks += d.requested - d.loaded;
     stats_.loaded_tokens += d.loaded * spec_.block_size;
+    for (size_t t = 0; t < kMaxTiers; ++t) stats_.loaded_tokens_by_tier[t] += d.by_tier[t] * spec_.block_size;
   }
   finished_.clear();
 }
@@ -239,7 +240,9 @@ void KvOffload::Run() {
       // Each tier in turn continues the run where the one before it missed.
       size_t loaded = 0, staged = 0;
       bool written = true;
-      for (const auto& t : tiers_) {
+      std::array<int64_t, kMaxTiers> by_tier{};
+      for (size_t ti = 0; ti < tiers_.size(); ++ti) {
+        const auto& t = tiers_[ti];
         if (loaded == keys.size() || !written) break;
         const size_t base = loaded;
         loaded += static_cast<size_t>(t->LoadRun(
@@ -247,11 +250,15 @@ void KvOffload::Run() {
               // Into the block reserved for it: no step reads it until the engine has polled this.
               if (written) written = WriteBlock(job.blocks[base + i], bytes, &staged);
             }));
+        by_tier[ti] = static_cast<int64_t>(loaded - base);
       }
       // A device pool's copies must be done before the engine hears of them; a failed one
       // leaves every block of the run to be computed.
       if (load_device_ != nullptr && staged > 0 && written) written = load_device_->Synchronize().ok();
-      if (!written) loaded = 0;
+      if (!written) {
+        loaded = 0;
+        by_tier = {};
+      }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       lock.lock();
       if (loaded > 0) {
@@ -262,7 +269,7 @@ void KvOffload::Run() {
         blocks_measured_ += static_cast<int64_t>(loaded);
       }
       if (events_enabled_) TakeRemovedLocked();  // Blocks that failed their checks went.
-      finished_.push_back({job.tag, static_cast<int64_t>(loaded), static_cast<int64_t>(job.hashes.size())});
+      finished_.push_back({job.tag, static_cast<int64_t>(loaded), static_cast<int64_t>(job.hashes.size()), by_tier});
       done_cv_.notify_all();
       continue;
     }

@@ -20,6 +20,7 @@
 #ifndef PDSERVE_COMMON_ENGINE_KV_OFFLOAD_H_
 #define PDSERVE_COMMON_ENGINE_KV_OFFLOAD_H_
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -45,6 +46,8 @@ struct KvOffloadStats {
   int64_t loaded_blocks = 0;  // Blocks loaded and checked into the pool.
   int64_t failed_blocks = 0;  // Found but failing to load or its checks: recomputed.
   int64_t loaded_tokens = 0;  // Prompt tokens those blocks hold (not computed again).
+  // Of those, by the tier each block came from (in tiers() order).
+  std::array<int64_t, 4> loaded_tokens_by_tier{};
   // Requests whose prefix the tiers held but the engine computed: loading was expected to take
   // longer (EngineOptions::kv_tier_load). Counted by the engine.
   int64_t declined_loads = 0;
@@ -83,7 +86,9 @@ class KvOffload {
     uint64_t tag;
     int64_t loaded;     // Leading blocks in the pool, checked.
     int64_t requested;  // Blocks asked for (the rest, from the first that failed, are recomputed).
+    std::array<int64_t, 4> by_tier{};  // Of `loaded`, from each tier (tiers() order).
   };
+  static constexpr size_t kMaxTiers = 4;
   // The loads finished since the last call.
   void Poll(std::vector<LoadDone>* done);
   bool HasPendingLoads() const { return pending_loads_ > 0; }

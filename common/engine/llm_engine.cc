@@ -193,6 +193,9 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
       return absl::InvalidArgumentError(
           "--kv-offload-disk/--kv-store need the prefix cache (their blocks are the prefix cache's)");
     }
+    if (options.kv_tiers.size() > KvOffload::kMaxTiers) {
+      return absl::InvalidArgumentError(Str("at most ", KvOffload::kMaxTiers, " KV cache tiers"));
+    }
     if (options.kv_offload_buffers < 1) {
       return absl::InvalidArgumentError("kv offload buffers must be >= 1");
     }

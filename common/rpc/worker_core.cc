@@ -76,6 +76,9 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
     o->set_failed_blocks(s.offload.failed_blocks);
     o->set_loaded_tokens(s.offload.loaded_tokens);
     o->set_declined_loads(s.offload.declined_loads);
+    for (size_t t = 0; t < s.tiers.size() && t < s.offload.loaded_tokens_by_tier.size(); ++t) {
+      o->add_loaded_tokens_by_tier(s.offload.loaded_tokens_by_tier[t]);
+    }
   }
   const SpeculativeOptions& spec = core.engine->speculative();
   if (spec.enabled()) {

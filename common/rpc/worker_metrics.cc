@@ -148,6 +148,25 @@ void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
   if (info.spec_accepted_by_position_size() > 0) CollectSpeculative(info);
   if (info.structured_mask_lookups() > 0) CollectStructured(info);
   if (info.has_kv_offload()) CollectKvOffload(info.kv_offload());
+  CollectCachedBySource(info);
+}
+
+void WorkerMetrics::CollectCachedBySource(const internal::v1::WorkerInfo& info) {
+  // vLLM's sources: "device" the pool's own prefix hits, "host" and "disk" the local tiers,
+  // "external_unspecified" the shared store; "p2p" (KV another instance sends) stays 0 here:
+  // pages from a prefill worker are that request's computed prompt, not a cache hit.
+  auto& family = registry_->AddCounter(
+      "pdserve_prompt_tokens_cached_by_source_total",
+      "Prompt tokens not computed, by where their KV came from: the pool's prefix cache (device) "
+      "or a KV cache tier (host, disk, external_unspecified: the shared store).",
+      {"model_name", "role", "source"}, "vllm:prompt_tokens_cached_by_source_total");
+  family.With({model_name_, role_, "device"}).SetTotal(static_cast<double>(info.prefix_hit_tokens()));
+  const internal::v1::KvOffloadInfo& o = info.kv_offload();
+  for (int t = 0; t < o.tiers_size() && t < o.loaded_tokens_by_tier_size(); ++t) {
+    const std::string& name = o.tiers(t).name();
+    const char* source = name == "host" ? "host" : name == "disk" ? "disk" : "external_unspecified";
+    family.With({model_name_, role_, source}).SetTotal(static_cast<double>(o.loaded_tokens_by_tier(t)));
+  }
 }
 
 void WorkerMetrics::CollectStructured(const internal::v1::WorkerInfo& info) {

@@ -43,6 +43,8 @@ class WorkerMetrics {
   void CollectSpeculative(const internal::v1::WorkerInfo& info);
   void CollectStructured(const internal::v1::WorkerInfo& info);
   void CollectKvOffload(const internal::v1::KvOffloadInfo& offload);
+  // vllm:prompt_tokens_cached_by_source_total's sources.
+  void CollectCachedBySource(const internal::v1::WorkerInfo& info);
   void CollectKvTier(const internal::v1::KvTierInfo& tier);
 
   std::unique_ptr<metrics::Registry> own_registry_;

@@ -585,7 +585,7 @@ class KvTiersTest(unittest.TestCase):
             want = run(plain)
         finally:
             self.assertEqual(plain.stop(), 0)
-        host = serve(None, "--kv-offload-host-gib", "0.25")
+        host = serve(None, "--kv-offload-host-gib", "0.25", "--metrics-compat", "vllm")
         try:
             self.assertEqual(run(host), want, "the first pass (storing) differs from computing")
             wait_stored_in(host, "host")
@@ -593,6 +593,14 @@ class KvTiersTest(unittest.TestCase):
             loaded = sum(tier_metric_of(host, "pdserve_kv_offload_load_bytes_total", r, "host")
                          for r in ("prefill", "decode"))
             self.assertGreater(loaded, 0)
+            # vLLM's prompt_tokens_cached_by_source: the host tier's tokens are the loaded ones.
+            for name in ("pdserve_prompt_tokens_cached_by_source_total", "vllm:prompt_tokens_cached_by_source_total"):
+                by_host = sum(cluster.metric(host, name, role=r, source="host") for r in ("prefill", "decode"))
+                self.assertEqual(by_host, sum(cluster.metric(host, "pdserve_kv_offload_loaded_tokens_total", role=r)
+                                              for r in ("prefill", "decode")), name)
+                self.assertGreater(by_host, 0, name)
+                self.assertGreater(sum(cluster.metric(host, name, role=r, source="device") for r in ("prefill", "decode")),
+                                   0, name)
             self.assertGreater(sum(cluster.metric(host, "pdserve_kv_offload_loaded_tokens_total", role=r)
                                    for r in ("prefill", "decode")), 0)
             self.assertEqual(sum(tier_metric_of(host, "pdserve_kv_offload_corrupt_blocks_total", r, "host")
