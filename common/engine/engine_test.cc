@@ -1484,6 +1484,40 @@ TEST(EngineTest, PrefixBlocksFromTheHostTierGiveTheBitsOfComputingThem) {
   EXPECT_EQ(stats.tiers[0].second.corrupt, 0);
 }
 
+// A request that arrives while the pool has no room for it is queued; once it heads the queue
+// and fits, it still loads its prefix from the tiers instead of computing it.
+TEST(EngineTest, ARequestQueuedForRoomStillLoadsItsPrefixFromTheTiers) {
+  const std::string dir = ModelDir("llama");
+  HostTierOptions host;
+  host.budget_bytes = int64_t{16} << 20;
+  std::shared_ptr<KvTier> tier = std::shared_ptr<KvTier>(*HostTier::Create(host));
+  const Request a{"a", Prompt(40, 81), Greedy(30)}, b{"b", Prompt(41, 82), Greedy(4)};
+  const auto plain = RunEngine(dir, SmallOptions(), {a, b});
+  EngineOptions o = SmallOptions();
+  o.kv_tiers = {tier};
+  RunEngine(dir, o, {b});  // b's prefix: 10 blocks in the tier.
+  o.num_kv_blocks = 20;    // a holds 11 blocks at admission (18 by its end): b's 11 do not fit.
+  auto engine = LLMEngine::Create(dir, o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::map<std::string, Result> got;
+  (*engine)->SetLogitsObserver([&](const std::string& id, const float* l, int64_t v) { got[id].logits.emplace_back(l, l + v); });
+  ASSERT_TRUE((*engine)->AddRequest(a.id, a.prompt, a.params).ok());
+  std::vector<RequestOutput> outs;
+  ASSERT_TRUE((*engine)->Step(&outs).ok());
+  ASSERT_TRUE((*engine)->AddRequest(b.id, b.prompt, b.params).ok());
+  EXPECT_EQ((*engine)->Stats().offload.load_requests, 0) << "no room for b yet: queued";
+  EXPECT_EQ((*engine)->Stats().waiting, 1);
+  while ((*engine)->HasUnfinished()) ASSERT_TRUE((*engine)->Step(&outs).ok());
+  for (const RequestOutput& out : outs) {
+    for (const TokenOutput& t : out.tokens) got[out.request_id].tokens.push_back(t.token);
+  }
+  for (const Request& r : {a, b}) ExpectBitwiseEqual(got.at(r.id), plain.at(r.id), r.id);
+  const EngineStats s = (*engine)->Stats();
+  EXPECT_EQ(s.offload.load_requests, 1);
+  EXPECT_EQ(s.offload.loaded_blocks, 10) << "b's prefix came from the tier once a finished";
+  EXPECT_EQ(s.kv.used_blocks, 0);
+}
+
 // A constraint that no token of the vocabulary can continue, and that cannot end, finishes with
 // its own reason (kFinishConstraintDeadEnd) at once, not with "length" before max_tokens: here
 // the vocabulary has no token for '~' (its byte token made a special token, which writes

@@ -580,6 +580,7 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
       PollTierLoads();
     }
   }
+  if (offload_ != nullptr) TierLoadsForWaiting();
   if (options_.speculative.enabled()) DraftForRunning();
   scheduler_->Schedule(&schedule_);
   if (schedule_.chunks.empty()) return absl::OkStatus();
@@ -750,28 +751,56 @@ void LLMEngine::Publish(Sequence* seq, absl::Span<const BlockHash> hashes) {
   offload_->FlushOffers();
 }
 
-bool LLMEngine::StartTierLoad(Sequence* seq) {
+void LLMEngine::TierLoadsForWaiting() {
+  // A request that arrived while the pool had no room for it waits without having asked the
+  // tiers; once it heads the queue and its blocks fit, it asks them before the scheduler admits
+  // it (a full pool is when a tier's prefixes matter most). In queue order, a few a step.
+  for (int i = 0; i < 8; ++i) {
+    Sequence* head = scheduler_->waiting_head();
+    if (head == nullptr || head->tier_tried || head->admitted_before) return;
+    scheduler_->PopWaitingHead();
+    if (!StartTierLoad(head, /*at_head=*/true)) {
+      scheduler_->PushWaitingFront(head);
+      return;
+    }
+  }
+}
+
+bool LLMEngine::StartTierLoad(Sequence* seq, bool at_head) {
   const int64_t bs = blocks_->block_size();
   const int64_t len = static_cast<int64_t>(seq->tokens.size());
   ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
   const int64_t max_blocks = (len - 1) / bs;  // At least one token is computed (its logits).
   auto probe = blocks_->PlanAdmit(seq->block_hashes, max_blocks, 0, 0);
-  if (!probe.ok()) return false;
+  if (!probe.ok()) {
+    seq->tier_tried = true;
+    return false;
+  }
   const int64_t cached = probe->num_cached_tokens / bs;
   const auto next = absl::MakeConstSpan(seq->block_hashes).subspan(static_cast<size_t>(cached),
                                                                      static_cast<size_t>(max_blocks - cached));
-  if (offload_->Holds(next) == 0) return false;
+  if (offload_->Holds(next) == 0) {
+    seq->tier_tried = true;
+    return false;
+  }
   // The whole prompt's blocks now (as a remote prefill reserves them): the tier's land in the
   // blocks after the pool's cached prefix.
   auto plan = blocks_->PlanAdmit(seq->block_hashes, max_blocks, len, seq->num_prompt_tokens);
-  if (!plan.ok() || plan->num_cached_tokens != cached * bs) return false;  // No room: as usual.
+  // No room: queued as usual, the tiers asked again once it heads the queue (TierLoadsForWaiting).
+  if (!plan.ok() || plan->num_cached_tokens != cached * bs) return false;
+  seq->tier_tried = true;
   blocks_->CommitAdmit(seq->id, *plan, static_cast<int64_t>(seq->tokens.capacity()));
   seq->num_computed = plan->num_cached_tokens;
   seq->num_cached_prompt_tokens = std::min(plan->num_cached_tokens, seq->num_prompt_tokens);
   seq->admitted_before = true;
   seq->first_scheduled = Clock::now();
   if (LoadFromTiers(seq, cached)) return true;
-  scheduler_->AddWaiting(seq);  // Not in the tiers after all (Holds probed them): computed.
+  // Not in the tiers after all (Holds probed them), or not worth loading: computed, admitted.
+  if (at_head) {
+    scheduler_->PushWaitingFront(seq);
+  } else {
+    scheduler_->AddWaiting(seq);
+  }
   return true;
 }
 

@@ -260,7 +260,10 @@ class LLMEngine {
   // KV cache tiers: starts loading the prompt's next prefix blocks from the tiers when they have
   // some (its blocks reserved, the sequence parked until the load ends); false: nothing to load
   // (or no room), admit as usual.
-  bool StartTierLoad(Sequence* seq);
+  bool StartTierLoad(Sequence* seq, bool at_head = false);
+  // The waiting queue's head, if it never asked the tiers (no room at its arrival): asks them now
+  // that its blocks may fit (StartTierLoad, keeping its place).
+  void TierLoadsForWaiting();
   // Loads the tiers' run of the prompt's blocks after the first `cached_blocks` (the sequence
   // holds the whole prompt's blocks) up to its last full block before the final token; false
   // when the tiers hold none of them.

@@ -48,6 +48,10 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, BlockManager* blocks);
 
   void AddWaiting(Sequence* seq);
+  // The waiting queue's head (null when empty), taken out of it, or put back at its front.
+  Sequence* waiting_head() const { return waiting_.empty() ? nullptr : waiting_.front(); }
+  void PopWaitingHead() { waiting_.pop_front(); }
+  void PushWaitingFront(Sequence* seq) { waiting_.push_front(seq); }
   // Fills *out (cleared first); reuses its storage so a steady decode loop does not allocate.
   void Schedule(SchedulerOutput* out);
   // Removes a finished or aborted sequence and frees its blocks.

@@ -37,6 +37,9 @@ struct Sequence {
   bool admitted_before = false;
   bool held = false;  // Finished, blocks kept for a transfer still in flight.
   bool tier_loading = false;  // Its next prefix blocks are being loaded from the KV tiers.
+  // The tiers were asked for its prefix (at arrival, or at the head of the waiting queue once
+  // the pool had room): not asked again.
+  bool tier_tried = false;
   bool remote_reserved = false;  // Reserved for a remote prefill (not yet completed).
   int64_t num_preemptions = 0;
   std::vector<BlockHash> block_hashes;  // Of the full blocks of `tokens`.
