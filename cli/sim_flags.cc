@@ -31,6 +31,12 @@ void SimFlags::Register(FlagSet& flags, bool with_rate) {
   flags.Int("max-model-len", &cluster.worker.max_model_len,
             "longest sequence (0: the profile's, else what a worker's KV cache holds)");
   flags.Bool("enable-prefix-caching", &cluster.worker.enable_prefix_caching, "reuse KV of shared prompt prefixes");
+  flags.Double("kv-offload-host-gib", &host_gib,
+               "KV cache tiers: each worker's host-memory tier, GiB (0: none), as the workers' flag");
+  flags.Double("kv-offload-host-gbps", &host_gbps, "the host tier's read bandwidth into the pool, GB/s");
+  flags.Double("kv-offload-host-latency-us", &host_latency_us, "the host tier's latency per load, us");
+  flags.String("kv-tier-load", &tier_load,
+               "always, or faster: load a run only when it ends sooner than computing it (as the workers' flag)");
   flags.Double("kv-offload-disk-gib", &disk_gib,
                "KV cache tiers: each worker's disk tier, GiB (0: none), as the workers' flag");
   flags.Double("kv-offload-disk-gbps", &disk_gbps, "the disk tier's read bandwidth, GB/s");
@@ -58,13 +64,16 @@ namespace {
 
 absl::Status ResolveTierFlags(const SimFlags& f, const SimProfile& profile, ClusterOptions* cluster) {
   const std::pair<double, const char*> checked[] = {
+      {f.host_gib, "--kv-offload-host-gib"}, {f.host_gbps, "--kv-offload-host-gbps"},
+      {f.host_latency_us, "--kv-offload-host-latency-us"},
       {f.disk_gib, "--kv-offload-disk-gib"}, {f.store_gib, "--kv-store-gib"},
       {f.disk_gbps, "--kv-offload-disk-gbps"}, {f.disk_latency_us, "--kv-offload-disk-latency-us"},
       {f.store_gbps, "--kv-store-gbps"}, {f.store_latency_us, "--kv-store-latency-us"}};
   for (const auto& [v, flag] : checked) {
     if (!(v >= 0) || !std::isfinite(v) || v > 1e9) return absl::InvalidArgumentError(Str(flag, ": must be in [0, 1e9]"));
   }
-  for (const auto& [v, flag] : {std::pair{f.disk_gbps, "--kv-offload-disk-gbps"}, {f.store_gbps, "--kv-store-gbps"}}) {
+  for (const auto& [v, flag] : {std::pair{f.host_gbps, "--kv-offload-host-gbps"}, {f.disk_gbps, "--kv-offload-disk-gbps"},
+                                {f.store_gbps, "--kv-store-gbps"}}) {
     if (!(v > 0)) return absl::InvalidArgumentError(Str(flag, ": must be > 0"));
   }
   const double block_bytes =
@@ -79,6 +88,14 @@ absl::Status ResolveTierFlags(const SimFlags& f, const SimProfile& profile, Clus
     }
     return static_cast<int64_t>(n);
   };
+  if (f.tier_load != "always" && f.tier_load != "faster") {
+    return absl::InvalidArgumentError(Str("--kv-tier-load: '", f.tier_load, "' is not always or faster"));
+  }
+  cluster->tiers.load_faster = f.tier_load == "faster";
+  auto host = blocks(f.host_gib, "--kv-offload-host-gib");
+  if (!host.ok()) return host.status();
+  cluster->tiers.host_blocks = *host;
+  cluster->tiers.host = SimTierCost{f.host_latency_us * 1e-6, f.host_gbps * 1e9};
   auto disk = blocks(f.disk_gib, "--kv-offload-disk-gib");
   if (!disk.ok()) return disk.status();
   auto store = blocks(f.store_gib, "--kv-store-gib");

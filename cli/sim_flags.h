@@ -18,8 +18,10 @@ struct SimFlags {
   int64_t kv_blocks = 0, seed = 1;
   double kv_memory_gib = 4, transport_gbps = 0, transport_latency_us = -1, kv_dtype_bytes = 2;
   // KV cache tiers: each worker's disk and the shared store, GiB (0: none), and their reads.
-  double disk_gib = 0, store_gib = 0;
+  double host_gib = 0, disk_gib = 0, store_gib = 0;
+  double host_gbps = 16, host_latency_us = 10;
   double disk_gbps = 2, disk_latency_us = 100, store_gbps = 1.25, store_latency_us = 500;
+  std::string tier_load = "always";
   ClusterOptions cluster;
   WorkloadOptions workload;
   TraceOptions trace_options;

@@ -83,12 +83,16 @@ int SimulateCommand(int argc, char** argv) {
     j["remote_prefills"] = result->remote_prefills;
     j["reserve_refusals"] = result->reserve_refusals;
     j["guard_fallbacks"] = result->guard_fallbacks;
-    if (o.tiers.disk_blocks > 0 || o.tiers.store_blocks > 0) {
+    if (o.tiers.host_blocks > 0 || o.tiers.disk_blocks > 0 || o.tiers.store_blocks > 0) {
+      j["kv_offload_host_blocks_per_worker"] = o.tiers.host_blocks;
       j["kv_offload_disk_blocks_per_worker"] = o.tiers.disk_blocks;
       j["kv_store_blocks"] = o.tiers.store_blocks;
+      j["host_loaded_tokens"] = result->host_loaded_tokens;
       j["disk_loaded_tokens"] = result->disk_loaded_tokens;
       j["store_loaded_tokens"] = result->store_loaded_tokens;
       j["tier_loads"] = result->tier_loads;
+      j["declined_loads"] = result->declined_loads;
+      j["host_evictions"] = result->host_evictions;
       j["disk_evictions"] = result->disk_evictions;
       j["store_evictions"] = result->store_evictions;
     }
@@ -112,10 +116,11 @@ int SimulateCommand(int argc, char** argv) {
   std::printf("%-40s %lld / %lld (%lld reservations refused)\n", "Local / remote prefills:",
               static_cast<long long>(result->local_prefills), static_cast<long long>(result->remote_prefills),
               static_cast<long long>(result->reserve_refusals));
-  if (o.tiers.disk_blocks > 0 || o.tiers.store_blocks > 0) {
-    std::printf("%-40s %lld / %lld tokens in %lld loads\n", "Loaded from disk / store:",
-                static_cast<long long>(result->disk_loaded_tokens), static_cast<long long>(result->store_loaded_tokens),
-                static_cast<long long>(result->tier_loads));
+  if (o.tiers.host_blocks > 0 || o.tiers.disk_blocks > 0 || o.tiers.store_blocks > 0) {
+    std::printf("%-40s %lld / %lld / %lld tokens in %lld loads (%lld declined)\n", "Loaded from host / disk / store:",
+                static_cast<long long>(result->host_loaded_tokens), static_cast<long long>(result->disk_loaded_tokens),
+                static_cast<long long>(result->store_loaded_tokens), static_cast<long long>(result->tier_loads),
+                static_cast<long long>(result->declined_loads));
   }
   double busy_max = 0, busy_sum = 0;
   for (const SimWorkerStats& s : result->workers) {

@@ -169,6 +169,7 @@ struct TierLoad {
 
 struct Worker {
   std::unique_ptr<SimWorker> engine;
+  std::unique_ptr<SimTier> host;  // Its KV cache tier in host memory (null: none).
   std::unique_ptr<SimTier> disk;  // Its KV cache tier on disk (null: none).
   double io_free = 0;             // When its I/O thread has finished the loads queued so far.
   SimWorkerStats stats;
@@ -195,10 +196,12 @@ class Cluster {
     if (tiers.store_blocks > 0) store_ = std::make_unique<SimTier>(tiers.store_blocks, tiers.store);
     for (int64_t i = 0; i < options.prefill_workers + options.decode_workers; ++i) {
       Worker w;
+      if (tiers.host_blocks > 0) w.host = std::make_unique<SimTier>(tiers.host_blocks, tiers.host);
       if (tiers.disk_blocks > 0) w.disk = std::make_unique<SimTier>(tiers.disk_blocks, tiers.disk);
-      if (w.disk != nullptr || store_ != nullptr) {
-        // Write-through: every block the worker publishes is offered to its disk and the store.
-        wo.on_publish = [disk = w.disk.get(), store = store_.get()](const BlockHash& h) {
+      if (w.host != nullptr || w.disk != nullptr || store_ != nullptr) {
+        // Write-through: every block the worker publishes is offered to each of its tiers.
+        wo.on_publish = [host = w.host.get(), disk = w.disk.get(), store = store_.get()](const BlockHash& h) {
+          if (host != nullptr) host->Insert(h);
           if (disk != nullptr) disk->Insert(h);
           if (store != nullptr) store->Insert(h);
         };
@@ -260,6 +263,7 @@ class Cluster {
     }
     for (const Worker& w : workers_) {
       if (w.disk != nullptr) result_.disk_evictions += w.disk->evictions();
+      if (w.host != nullptr) result_.host_evictions += w.host->evictions();
     }
     if (store_ != nullptr) result_.store_evictions = store_->evictions();
     result_.wall_seconds =
@@ -319,7 +323,9 @@ class Cluster {
       c.cached_prefix_blocks =
           w.engine->CachedPrefixTokens(hashes, static_cast<int64_t>(hashes.size()) * bs + 1) / bs;
       const TierRun run = FindTierRun(w, hashes, c.cached_prefix_blocks, static_cast<int64_t>(hashes.size()));
-      c.tier_prefix_blocks = run.disk + run.store;
+      // A worker whose tiers read slower than it computes reports so (KvOffloadInfo::loads_declined):
+      // the router counts none of their blocks.
+      c.tier_prefix_blocks = LoadDeclined(w, run) ? 0 : run.host + run.disk + run.store;
       candidates->push_back(c);
     }
     rng_ = Mix64(rng_ + 0x9E3779B97F4A7C15ull);
@@ -399,17 +405,22 @@ class Cluster {
     result_.peak_in_flight = std::max<int64_t>(result_.peak_in_flight, static_cast<int64_t>(flights_.size()));
   }
 
-  // A run of prompt blocks after the pool's prefix that the tiers hold: the worker's disk first,
-  // then the store where the disk's run ends.
+  // A run of prompt blocks after the pool's prefix that the tiers hold: the worker's host memory
+  // first, then its disk, then the store, each where the one before's run ends.
   struct TierRun {
-    int64_t disk = 0, store = 0;
+    int64_t host = 0, disk = 0, store = 0;
   };
   TierRun FindTierRun(const Worker& w, const std::vector<BlockHash>& hashes, int64_t from, int64_t to) const {
     TierRun run;
     int64_t i = from;
+    if (w.host != nullptr) {
+      while (i < to && w.host->Contains(hashes[static_cast<size_t>(i)])) ++i;
+      run.host = i - from;
+    }
     if (w.disk != nullptr) {
+      const int64_t start = i;
       while (i < to && w.disk->Contains(hashes[static_cast<size_t>(i)])) ++i;
-      run.disk = i - from;
+      run.disk = i - start;
     }
     if (store_ != nullptr) {
       const int64_t start = i;
@@ -424,7 +435,7 @@ class Cluster {
   void AddWithTiers(int64_t worker, int64_t request, std::vector<int32_t> prompt, int64_t output_tokens,
                     bool hold, std::vector<BlockHash> hashes) {
     Worker& w = workers_[static_cast<size_t>(worker)];
-    if (w.disk == nullptr && store_ == nullptr) {
+    if (w.host == nullptr && w.disk == nullptr && store_ == nullptr) {
       w.engine->Add(request, std::move(prompt), output_tokens, hold, std::move(hashes));
       return;
     }
@@ -433,25 +444,50 @@ class Cluster {
     ExtendBlockHashes(prompt, bs, &hashes);
     const int64_t cached = w.engine->CachedPrefixTokens(hashes, len) / bs;
     const TierRun run = FindTierRun(w, hashes, cached, (len - 1) / bs);
-    if (run.disk + run.store == 0 ||
-        !w.engine->AddLoading(request, prompt, output_tokens, hold, hashes, cached)) {
+    const int64_t blocks = run.host + run.disk + run.store;
+    const double cost = LoadSeconds(w, run);
+    const bool declined = LoadDeclined(w, run);
+    if (declined) ++result_.declined_loads;
+    if (blocks == 0 || declined || !w.engine->AddLoading(request, prompt, output_tokens, hold, hashes, cached)) {
       w.engine->Add(request, std::move(prompt), output_tokens, hold, std::move(hashes));
       return;
     }
-    for (int64_t i = cached; i < cached + run.disk + run.store; ++i) {
+    for (int64_t i = cached; i < cached + blocks; ++i) {
       const BlockHash& h = hashes[static_cast<size_t>(i)];
-      (i < cached + run.disk ? w.disk.get() : store_.get())->Touch(h);
+      (i < cached + run.host ? w.host.get() : i < cached + run.host + run.disk ? w.disk.get() : store_.get())->Touch(h);
     }
-    const double block_bytes = static_cast<double>(profile_.kv_bytes_per_token * bs);
-    const double cost = (run.disk > 0 ? w.disk->cost().Load(run.disk, block_bytes) : 0) +
-                        (run.store > 0 ? store_->cost().Load(run.store, block_bytes) : 0);
     w.io_free = std::max(w.io_free, now_) + cost;
-    loads_[request] = {worker, run.disk + run.store};
+    loads_[request] = {worker, blocks};
+    result_.host_loaded_tokens += run.host * bs;
     result_.disk_loaded_tokens += run.disk * bs;
     result_.store_loaded_tokens += run.store * bs;
     ++result_.tier_loads;
     Touch(w);
     Post(w.io_free, EventKind::kTierLoadDone, request);
+  }
+
+  double LoadSeconds(const Worker& w, const TierRun& run) const {
+    const double block_bytes = static_cast<double>(profile_.kv_bytes_per_token * options_.worker.block_size);
+    return (run.host > 0 ? w.host->cost().Load(run.host, block_bytes) : 0) +
+           (run.disk > 0 ? w.disk->cost().Load(run.disk, block_bytes) : 0) +
+           (run.store > 0 ? store_->cost().Load(run.store, block_bytes) : 0);
+  }
+
+  // --kv-tier-load faster: as LLMEngine's TierLoadPays, the run behind the loads already queued
+  // on the worker's I/O thread against computing its tokens.
+  bool LoadDeclined(const Worker& w, const TierRun& run) const {
+    const int64_t blocks = run.host + run.disk + run.store;
+    if (blocks == 0 || !options_.tiers.load_faster) return false;
+    return std::max(w.io_free - now_, 0.0) + LoadSeconds(w, run) >
+           static_cast<double>(blocks * options_.worker.block_size) * PrefillTokenSeconds();
+  }
+
+  // What the engine measures as its prefill cost a token: a full step of one fresh prompt.
+  double PrefillTokenSeconds() const {
+    const int64_t t = std::max<int64_t>(1, options_.worker.max_num_batched_tokens);
+    StepShape s;
+    s.AddChunk(t, 0);
+    return profile_.step.Predict(s) / static_cast<double>(t);
   }
 
   void TierLoadDone(int64_t request) {
@@ -786,7 +822,8 @@ absl::StatusOr<ClusterResult> SimulateCluster(const SimProfile& profile, const C
   // A tier's entries are made as blocks are published (at most the run's distinct blocks), so its
   // capacity costs nothing until used.
   const SimTierOptions& t = options.tiers;
-  if (t.disk_blocks < 0 || t.store_blocks < 0 || !(t.disk.latency_seconds >= 0) || !(t.store.latency_seconds >= 0) ||
+  if (t.host_blocks < 0 || t.disk_blocks < 0 || t.store_blocks < 0 || !(t.host.latency_seconds >= 0) ||
+      !(t.disk.latency_seconds >= 0) || !(t.store.latency_seconds >= 0) || !(t.host.bytes_per_second >= 0) ||
       !(t.disk.bytes_per_second >= 0) || !(t.store.bytes_per_second >= 0)) {
     return absl::InvalidArgumentError("KV cache tiers: sizes, latencies and bandwidths must be >= 0");
   }

@@ -120,16 +120,22 @@ inline constexpr int64_t kMaxSimBlocks = int64_t{1} << 27;
 // A trace line's input or output length, at most (tokens: past any model's context).
 inline constexpr int64_t kMaxTraceLength = int64_t{1} << 24;
 
-// KV cache tiers (issue 59): each worker's disk and one store the cluster shares, in blocks (0:
-// none), and what loading from each costs. As the real workers: every block a worker publishes
-// is written through to both; a request whose next prompt blocks after the pool's prefix are
-// there (the disk's first, then the store's) has its blocks reserved and waits for the load on
-// its worker's I/O thread (one load at a time) before it runs. Departures: stores cost nothing
+// KV cache tiers (issue 59): each worker's host memory and disk and one store the cluster shares,
+// in blocks (0: none), and what loading from each costs. As the real workers: every block a
+// worker publishes is written through to each; a request whose next prompt blocks after the
+// pool's prefix are there (host's first, then the disk's, then the store's) has its blocks
+// reserved and waits for the load on its worker's I/O thread (one load at a time) before it
+// runs. With `load_faster` (--kv-tier-load faster) a run is loaded only when its load, behind
+// the loads queued on the I/O thread, ends sooner than computing its tokens would take (the
+// profile's prefill cost a token of a full step); otherwise it is computed. Departures: stores cost nothing
 // (the real ones run on the same I/O thread); a decode worker's reservation for a remote prefill
 // does not load from the tiers first (the real one does, saving transfer bytes, not compute).
 struct SimTierOptions {
+  int64_t host_blocks = 0;   // Per worker.
   int64_t disk_blocks = 0;   // Per worker.
   int64_t store_blocks = 0;  // Shared.
+  SimTierCost host{10e-6, 16e9};     // Pinned host memory, one I/O thread (its check ~17 GB/s).
+  bool load_faster = false;
   SimTierCost disk{100e-6, 2e9};     // An NVMe drive.
   SimTierCost store{500e-6, 1.25e9};  // A Redis over 10 Gb/s Ethernet.
 };
@@ -180,8 +186,9 @@ struct ClusterResult {
   int64_t local_prefills = 0, remote_prefills = 0, reserve_refusals = 0, guard_fallbacks = 0;
   // KV cache tiers: prompt tokens loaded from each (also counted in summary's cached tokens),
   // the loads, and the blocks each tier evicted for its capacity.
-  int64_t disk_loaded_tokens = 0, store_loaded_tokens = 0, tier_loads = 0;
-  int64_t disk_evictions = 0, store_evictions = 0;
+  int64_t host_loaded_tokens = 0, disk_loaded_tokens = 0, store_loaded_tokens = 0, tier_loads = 0;
+  int64_t declined_loads = 0;  // Runs the tiers held, computed instead (load_faster).
+  int64_t host_evictions = 0, disk_evictions = 0, store_evictions = 0;
   int64_t steps = 0;
   int64_t step_sequences = 0;  // Summed over the steps: / steps is the mean batch.
   int64_t peak_in_flight = 0;

@@ -147,8 +147,8 @@ TEST(SimulatorTest, ShortPromptsStayLocalAndPrefixesHitTheCache) {
   for (const SimWorkerStats& w : r->workers) EXPECT_EQ(w.kv_usage_max <= 1.0, true);
 }
 
-// KV cache tiers: a prompt whose blocks the pool evicted but the store (or the worker's disk)
-// holds is loaded, then only its last block's tokens computed: TTFT is the load (a round trip and
+// KV cache tiers: a prompt whose blocks the pool evicted but the store (or the worker's disk or
+// host memory) holds is loaded, then only its last block's tokens computed: TTFT is the load (a round trip and
 // the bytes at the tier's bandwidth) plus one 16-token step, and its loaded tokens count as cached.
 TEST(SimulatorTest, APrefixEvictedFromThePoolIsLoadedFromTheTiers) {
   const std::vector<int32_t> p = Tokens(400, 30);
@@ -164,10 +164,11 @@ TEST(SimulatorTest, APrefixEvictedFromThePoolIsLoadedFromTheTiers) {
   const int64_t pool = plain->requests[2].cached_tokens;
   EXPECT_LT(pool, 128);
   EXPECT_NEAR(plain->requests[2].ttft_seconds, 0.010 + static_cast<double>(400 - pool) * 0.0001, 1e-12);
-  for (const bool disk : {false, true}) {
+  for (const int tier : {0, 1, 2}) {  // The store, the disk, host memory.
     ClusterOptions o = none;
-    (disk ? o.tiers.disk_blocks : o.tiers.store_blocks) = 1000;
-    (disk ? o.tiers.disk : o.tiers.store) = SimTierCost{0.0005, 1.25e9};
+    (tier == 0 ? o.tiers.store_blocks : tier == 1 ? o.tiers.disk_blocks : o.tiers.host_blocks) = 1000;
+    (tier == 0 ? o.tiers.store : tier == 1 ? o.tiers.disk : o.tiers.host) = SimTierCost{0.0005, 1.25e9};
+    const bool disk = tier == 1;
     auto source = ListSource(reqs);
     auto r = SimulateCluster(Profile(), o, *source);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -177,10 +178,45 @@ TEST(SimulatorTest, APrefixEvictedFromThePoolIsLoadedFromTheTiers) {
     const double load = 0.0005 + static_cast<double>(loaded) * 1000 / 1.25e9;
     EXPECT_NEAR(again.ttft_seconds, load + 0.010 + 16 * 0.0001, 1e-12) << disk;
     EXPECT_EQ(again.cached_tokens, 384) << disk;
-    EXPECT_EQ(disk ? r->disk_loaded_tokens : r->store_loaded_tokens, loaded);
+    EXPECT_EQ(tier == 0 ? r->store_loaded_tokens : tier == 1 ? r->disk_loaded_tokens : r->host_loaded_tokens, loaded);
     EXPECT_EQ(r->tier_loads, 1);
     EXPECT_NEAR(r->requests[0].ttft_seconds, 0.010 + 400 * 0.0001, 1e-12);
     for (const SimWorkerStats& w : r->workers) EXPECT_EQ(w.used_blocks_at_end, 0);
+  }
+}
+
+// --kv-tier-load faster: a store slower than computing is not loaded from (the request computes,
+// its TTFT that of no tier); a fast one is. Always: the slow store is loaded from, TTFT worse.
+TEST(SimulatorTest, FasterLoadsOnlyWhatReadsSoonerThanItComputes) {
+  const std::vector<int32_t> p = Tokens(400, 30);
+  std::vector<SimRequest> reqs = {{0, p, 1}, {1, Tokens(400, 31), 1}, {2, p, 1}};
+  ClusterOptions base = Options(0, 1);
+  base.worker.num_blocks = 26;
+  base.worker.max_model_len = 416;
+  auto plain_source = ListSource(reqs);
+  auto plain = SimulateCluster(Profile(), base, *plain_source);
+  ASSERT_TRUE(plain.ok());
+  for (const bool faster : {true, false}) {
+    for (const double bandwidth : {1e6, 1e12}) {  // 1 MB/s: ~0.4 s for the run; 1 TB/s: ~0.
+      ClusterOptions o = base;
+      o.tiers.store_blocks = 1000;
+      o.tiers.store = SimTierCost{0.0001, bandwidth};
+      o.tiers.load_faster = faster;
+      auto source = ListSource(reqs);
+      auto r = SimulateCluster(Profile(), o, *source);
+      ASSERT_TRUE(r.ok()) << r.status();
+      const bool slow = bandwidth < 1e9;
+      const bool loads = !(faster && slow);
+      EXPECT_EQ(r->tier_loads, loads ? 1 : 0) << faster << " " << bandwidth;
+      EXPECT_EQ(r->declined_loads, loads ? 0 : 1) << faster << " " << bandwidth;
+      if (loads && slow) {
+        EXPECT_GT(r->requests[2].ttft_seconds, plain->requests[2].ttft_seconds) << "always: the slow store costs";
+      } else if (!loads) {
+        EXPECT_NEAR(r->requests[2].ttft_seconds, plain->requests[2].ttft_seconds, 1e-12);
+      } else {
+        EXPECT_LT(r->requests[2].ttft_seconds, plain->requests[2].ttft_seconds);
+      }
+    }
   }
 }
 

@@ -370,8 +370,9 @@ std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing
       if (!held) break;
       ++c.cached_prefix_blocks;
     }
-    if (w->events) {
-      // The blocks after those that the worker would load from its tiers rather than compute.
+    if (w->events && !w->info.kv_offload().loads_declined()) {
+      // The blocks after those that the worker would load from its tiers rather than compute (a
+      // worker whose tiers read slower than it computes says so: it would compute them).
       for (size_t i = static_cast<size_t>(c.cached_prefix_blocks); i < prompt_hashes.size(); ++i) {
         const BlockHash& h = prompt_hashes[i];
         if (!w->tier_hashes.contains(h) &&

@@ -205,6 +205,12 @@ TEST(WorkerPoolTest, TierAndSharedStoreBlocksCountAfterThePoolsPrefix) {
   evicted.mutable_info()->mutable_kv_offload()->add_tiers()->set_name("redis");
   a.Push(0, evicted);
   ASSERT_TRUE(Eventually([&] { return tiers(decode, p) == std::make_pair(int64_t{1}, int64_t{1}); }));
+  // Its tiers now read slower than it computes (--kv-tier-load faster declines them): none count.
+  LoadReport declining = Report(false, 3, 2, {}, {});
+  declining.mutable_info()->mutable_kv_offload()->add_tiers()->set_name("redis");
+  declining.mutable_info()->mutable_kv_offload()->set_loads_declined(true);
+  a.Push(0, declining);
+  ASSERT_TRUE(Eventually([&] { return tiers(decode, p) == std::make_pair(int64_t{1}, int64_t{0}); }));
 }
 
 TEST(WorkerPoolTest, EventGapResubscribesForASnapshot) {

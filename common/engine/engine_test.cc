@@ -1450,6 +1450,7 @@ TEST(EngineTest, AnEngineComputesWhatItsTierWouldLoadSlowerThanItComputes) {
     // blocks too): warm's (200 - 1) / 4 = 49, p1's and p2's.
     EXPECT_EQ(s.offload.loaded_blocks, faster ? 15 : 49 + 30);
     EXPECT_EQ(s.offload.declined_loads, faster ? 1 : 0) << "p2: 15 blocks at ~10 ms against ~us a token";
+    EXPECT_EQ((*engine)->TierLoadsDeclined(), faster) << "what its load reports tell routers";
   }
 }
 

@@ -219,6 +219,12 @@ class LLMEngine {
   const SpeculativeOptions& speculative() const { return options_.speculative; }
   EngineStats Stats() const;
   bool has_kv_tier() const { return offload_ != nullptr; }
+  // With kv_tier_load faster: the tiers' measured seconds a block exceed computing a block now,
+  // so a request's prefix they hold would be computed (routers count none of it as cached).
+  bool TierLoadsDeclined() const {
+    return offload_ != nullptr && tier_load_faster_ &&
+           !TierLoadPays(1, 0, offload_->SecondsPerBlock(), blocks_->block_size(), prefill_token_seconds_);
+  }
   // KV cache tiers: waits until the blocks queued for the tiers so far are stored (tests; a
   // worker draining before it exits). Nothing without a tier.
   void FlushKvOffload() {

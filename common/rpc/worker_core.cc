@@ -76,6 +76,7 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
     o->set_failed_blocks(s.offload.failed_blocks);
     o->set_loaded_tokens(s.offload.loaded_tokens);
     o->set_declined_loads(s.offload.declined_loads);
+    o->set_loads_declined(core.engine->TierLoadsDeclined());
     for (size_t t = 0; t < s.tiers.size() && t < s.offload.loaded_tokens_by_tier.size(); ++t) {
       o->add_loaded_tokens_by_tier(s.offload.loaded_tokens_by_tier[t]);
     }
