@@ -150,13 +150,22 @@ TEST(SimulatorTest, ShortPromptsStayLocalAndPrefixesHitTheCache) {
 // KV cache tiers: a prompt whose blocks the pool evicted but the store (or the worker's disk or
 // host memory) holds is loaded, then only its last block's tokens computed: TTFT is the load (a round trip and
 // the bytes at the tier's bandwidth) plus one 16-token step, and its loaded tokens count as cached.
-TEST(SimulatorTest, APrefixEvictedFromThePoolIsLoadedFromTheTiers) {
+// A prompt, another that evicts (nearly) every block of the first from a pool of 26 blocks of 16,
+// and the first again; the options of that one-worker cluster without tiers.
+std::vector<SimRequest> EvictedPrefixRequests() {
   const std::vector<int32_t> p = Tokens(400, 30);
-  // 26 blocks of 16: the second prompt evicts (nearly) every block of the first.
-  std::vector<SimRequest> reqs = {{0, p, 1}, {1, Tokens(400, 31), 1}, {2, p, 1}};
-  ClusterOptions none = Options(0, 1);
-  none.worker.num_blocks = 26;
-  none.worker.max_model_len = 416;
+  return {{0, p, 1}, {1, Tokens(400, 31), 1}, {2, p, 1}};
+}
+ClusterOptions EvictingPool() {
+  ClusterOptions o = Options(0, 1);
+  o.worker.num_blocks = 26;
+  o.worker.max_model_len = 416;
+  return o;
+}
+
+TEST(SimulatorTest, APrefixEvictedFromThePoolIsLoadedFromTheTiers) {
+  const std::vector<SimRequest> reqs = EvictedPrefixRequests();
+  const ClusterOptions none = EvictingPool();
   auto plain_source = ListSource(reqs);
   auto plain = SimulateCluster(Profile(), none, *plain_source);
   ASSERT_TRUE(plain.ok()) << plain.status();
@@ -188,11 +197,8 @@ TEST(SimulatorTest, APrefixEvictedFromThePoolIsLoadedFromTheTiers) {
 // --kv-tier-load faster: a store slower than computing is not loaded from (the request computes,
 // its TTFT that of no tier); a fast one is. Always: the slow store is loaded from, TTFT worse.
 TEST(SimulatorTest, FasterLoadsOnlyWhatReadsSoonerThanItComputes) {
-  const std::vector<int32_t> p = Tokens(400, 30);
-  std::vector<SimRequest> reqs = {{0, p, 1}, {1, Tokens(400, 31), 1}, {2, p, 1}};
-  ClusterOptions base = Options(0, 1);
-  base.worker.num_blocks = 26;
-  base.worker.max_model_len = 416;
+  const std::vector<SimRequest> reqs = EvictedPrefixRequests();
+  const ClusterOptions base = EvictingPool();
   auto plain_source = ListSource(reqs);
   auto plain = SimulateCluster(Profile(), base, *plain_source);
   ASSERT_TRUE(plain.ok());

@@ -280,6 +280,25 @@ struct LocalCluster {
 
 bool HaveRedisCli() { return HaveRedis() && ::access("/usr/bin/redis-cli", X_OK) == 0; }
 
+// Two clients of the cluster `seed` belongs to (`redis+cluster://` one seed), the writer having
+// stored blocks 0..39 (their keys in *keys).
+void WriteThroughSeed(RedisServer& seed, std::unique_ptr<RedisTier>* writer, std::unique_ptr<RedisTier>* reader,
+                      std::vector<KvTierKey>* keys) {
+  RedisTierOptions o;
+  ASSERT_TRUE(ParseRedisUrl("redis+cluster://" + seed.address(), &o).ok());
+  EXPECT_TRUE(o.cluster);
+  o.timeout_ms = 2000;
+  auto w = RedisTier::Open(o);
+  auto r = RedisTier::Open(o);
+  ASSERT_TRUE(w.ok() && r.ok());
+  *writer = std::move(*w);
+  *reader = std::move(*r);
+  for (uint64_t i = 0; i < 40; ++i) {
+    keys->push_back(Key(i));
+    ASSERT_TRUE((*writer)->Store(Key(i), Bytes(i)).ok()) << i;
+  }
+}
+
 // Redis Cluster (`redis+cluster://` one seed): the tier learns the masters and their slots, puts
 // each block on the master of its key's slot (Redis's own CLUSTER KEYSLOT is the oracle for the
 // slot function; a block on the wrong master would be a MOVED error, counted), and another client
@@ -294,18 +313,9 @@ TEST(RedisTierTest, ARedisClusterHoldsEachBlockOnItsSlotsMaster) {
     EXPECT_EQ(std::to_string(RedisTier::KeySlot(name)), nodes[0]->Text({"CLUSTER", "KEYSLOT", name})) << name;
   }
   EXPECT_EQ(std::to_string(RedisTier::KeySlot("{user1000}.following")), nodes[0]->Text({"CLUSTER", "KEYSLOT", "{user1000}.following"}));
-  RedisTierOptions o;
-  ASSERT_TRUE(ParseRedisUrl("redis+cluster://" + nodes[1]->address(), &o).ok());
-  EXPECT_TRUE(o.cluster);
-  o.timeout_ms = 2000;
-  auto writer = RedisTier::Open(o);
-  auto reader = RedisTier::Open(o);
-  ASSERT_TRUE(writer.ok() && reader.ok());
+  std::unique_ptr<RedisTier> writer, reader;
   std::vector<KvTierKey> keys;
-  for (uint64_t i = 0; i < 40; ++i) {
-    keys.push_back(Key(i));
-    ASSERT_TRUE((*writer)->Store(Key(i), Bytes(i)).ok()) << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteThroughSeed(*nodes[1], &writer, &reader, &keys));
   long long total = 0;
   for (auto& n : nodes) {
     const long long held = n->Integer("", "DBSIZE");
@@ -313,11 +323,11 @@ TEST(RedisTierTest, ARedisClusterHoldsEachBlockOnItsSlotsMaster) {
     total += held;
   }
   EXPECT_EQ(total, 40);
-  EXPECT_EQ((*writer)->Stats().errors, 0) << "a block went to a master that does not serve its slot";
-  auto got = LoadAll(**reader, keys);
+  EXPECT_EQ(writer->Stats().errors, 0) << "a block went to a master that does not serve its slot";
+  auto got = LoadAll(*reader, keys);
   ASSERT_EQ(got.size(), 40u);
   for (uint64_t i = 0; i < 40; ++i) EXPECT_EQ(got[i], Bytes(i)) << i;
-  EXPECT_EQ((*reader)->Stats().errors, 0);
+  EXPECT_EQ(reader->Stats().errors, 0);
 }
 
 // A live reshard under running clients: every slot of the first master (and its blocks) moves to
@@ -329,19 +339,11 @@ TEST(RedisTierTest, ALiveReshardIsFollowedThroughMovedReplies) {
   LocalCluster cluster;
   ASSERT_FALSE(cluster.nodes.empty()) << "redis-cli --cluster create failed";
   auto& nodes = cluster.nodes;
-  RedisTierOptions o;
-  ASSERT_TRUE(ParseRedisUrl("redis+cluster://" + nodes[2]->address(), &o).ok());
-  o.timeout_ms = 2000;
-  auto writer = RedisTier::Open(o);
-  auto reader = RedisTier::Open(o);
-  ASSERT_TRUE(writer.ok() && reader.ok());
+  std::unique_ptr<RedisTier> writer, reader;
   std::vector<KvTierKey> keys;
-  for (uint64_t i = 0; i < 40; ++i) {
-    keys.push_back(Key(i));
-    ASSERT_TRUE((*writer)->Store(Key(i), Bytes(i)).ok()) << i;
-  }
-  ASSERT_EQ(LoadAll(**reader, keys).size(), 40u);  // Both know the map now.
-  const int64_t misses_before = (*reader)->Stats().misses;
+  ASSERT_NO_FATAL_FAILURE(WriteThroughSeed(*nodes[2], &writer, &reader, &keys));
+  ASSERT_EQ(LoadAll(*reader, keys).size(), 40u);  // Both know the map now.
+  const int64_t misses_before = reader->Stats().misses;
   const long long moved = nodes[0]->Integer("", "DBSIZE");
   ASSERT_GT(moved, 0);
   const std::string from = nodes[0]->Text({"CLUSTER", "MYID"}), to = nodes[1]->Text({"CLUSTER", "MYID"});
@@ -354,11 +356,11 @@ TEST(RedisTierTest, ALiveReshardIsFollowedThroughMovedReplies) {
   // (one refresh a second) every block loads again, with its bytes.
   std::vector<std::vector<uint8_t>> got;
   for (int i = 0; i < 50 && got.size() < keys.size(); ++i) {
-    got = LoadAll(**reader, keys);
+    got = LoadAll(*reader, keys);
     if (got.size() < keys.size()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_EQ(got.size(), keys.size()) << "the reader never followed the reshard";
-  EXPECT_GT((*reader)->Stats().misses, misses_before) << "the reader's stale map met no MOVED: the test proved nothing";
+  EXPECT_GT(reader->Stats().misses, misses_before) << "the reader's stale map met no MOVED: the test proved nothing";
   for (uint64_t i = 0; i < 40; ++i) EXPECT_EQ(got[i], Bytes(i)) << i;
   // New blocks land on the masters that now serve their slots (none on the first). The writer's
   // map is stale too: a store MOVED sends back is not stored (an error, counted) until its map
@@ -369,14 +371,14 @@ TEST(RedisTierTest, ALiveReshardIsFollowedThroughMovedReplies) {
     return total;
   };
   for (int i = 0; i < 50 && held() < 80; ++i) {
-    for (uint64_t k = 40; k < 80; ++k) (void)(*writer)->Store(Key(k), Bytes(k));
+    for (uint64_t k = 40; k < 80; ++k) (void)writer->Store(Key(k), Bytes(k));
     if (held() < 80) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(held(), 80);
   EXPECT_EQ(nodes[0]->Integer("", "DBSIZE"), 0);
   std::vector<KvTierKey> all;
   for (uint64_t i = 0; i < 80; ++i) all.push_back(Key(i));
-  EXPECT_EQ(LoadAll(**reader, all).size(), 80u);
+  EXPECT_EQ(LoadAll(*reader, all).size(), 80u);
 }
 
 TEST(RedisTierTest, TamperedForgedOrForeignValuesAreNeverUsed) {

@@ -168,6 +168,11 @@ def tier_metric_of(process, name, role, tier):
     return cluster.metric(process, name, role=role, tier=tier)
 
 
+def tier_total(process, name, tier):
+    """`name` of `tier` summed over serve's two workers."""
+    return sum(tier_metric_of(process, name, r, tier) for r in ("prefill", "decode"))
+
+
 def wait_stored(process):
     """Until the tier's stores have stopped growing (they run on an I/O thread after each step)."""
     last, deadline = -1, time.time() + 30
@@ -181,6 +186,13 @@ def wait_stored(process):
 
 
 class KvTiersTest(unittest.TestCase):
+    def assert_serve_refuses(self, args, what):
+        """`serve` with `args` exits at start with the usage status, its error naming `what`."""
+        r = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", *args],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(what, r.stderr)
+
     def test_a_restarted_serve_loads_its_prefixes_from_disk_with_the_same_outputs(self):
         tier = os.path.join(WORKDIR, "tier")
         first = serve(tier)
@@ -240,8 +252,7 @@ class KvTiersTest(unittest.TestCase):
             # The store dies: the third server computes everything, with the same outputs.
             redis.kill()
             self.assertEqual(run(third), want, "outputs without the store differ")
-            self.assertGreater(sum(tier_metric_of(third, "pdserve_kv_offload_errors_total", r, "redis")
-                                   for r in ("prefill", "decode")), 0)
+            self.assertGreater(tier_total(third, "pdserve_kv_offload_errors_total", "redis"), 0)
             self.assertEqual(sum(cluster.metric(third, "pdserve_kv_offload_loaded_blocks_total", role=r)
                                  for r in ("prefill", "decode")), 0)
         finally:
@@ -405,8 +416,7 @@ class KvTiersTest(unittest.TestCase):
             # A load waits one timeout at most, then the connection is dropped and tried again a
             # second later (a store queued before a load adds at most one more timeout).
             self.assertLess(slowest, 2.5)
-            self.assertGreater(sum(tier_metric_of(second, "pdserve_kv_offload_errors_total", r, "redis")
-                                   for r in ("prefill", "decode")), 0)
+            self.assertGreater(tier_total(second, "pdserve_kv_offload_errors_total", "redis"), 0)
         finally:
             for p in procs:
                 self.assertEqual(p.stop(), 0)
@@ -431,10 +441,8 @@ class KvTiersTest(unittest.TestCase):
             self.assertEqual(run(p), want)
             wait_stored_in(p, "redis")
             self.assertGreater(int(redis.cli("DBSIZE")), 0, "the server never stored its blocks again")
-            self.assertGreater(sum(tier_metric_of(p, "pdserve_kv_offload_errors_total", r, "redis")
-                                   for r in ("prefill", "decode")), 0)
-            self.assertEqual(sum(tier_metric_of(p, "pdserve_kv_offload_corrupt_blocks_total", r, "redis")
-                                 for r in ("prefill", "decode")), 0)
+            self.assertGreater(tier_total(p, "pdserve_kv_offload_errors_total", "redis"), 0)
+            self.assertEqual(tier_total(p, "pdserve_kv_offload_corrupt_blocks_total", "redis"), 0)
         finally:
             self.assertEqual(p.stop(), 0)
             redis.kill()
@@ -485,10 +493,7 @@ class KvTiersTest(unittest.TestCase):
                                 "AUTH: "),
                                (["--kv-store", "redis://nohostport"], "is not HOST:PORT"),
                                (["--kv-store-key-file", pw_file], "need --kv-store")):
-                r = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", *args],
-                                   capture_output=True, text=True, timeout=60)
-                self.assertEqual(r.returncode, 2, r.stderr)
-                self.assertIn(what, r.stderr)
+                self.assert_serve_refuses(args, what)
         finally:
             redis.kill()
 
@@ -515,10 +520,8 @@ class KvTiersTest(unittest.TestCase):
             second = serve(None, *store)
             try:
                 self.assertEqual(run(second), want, "outputs with prefixes over TLS differ from computing them")
-                self.assertGreater(sum(tier_metric_of(second, "pdserve_kv_offload_load_bytes_total", r, "redis")
-                                       for r in ("prefill", "decode")), 0)
-                self.assertEqual(sum(tier_metric_of(second, "pdserve_kv_offload_corrupt_blocks_total", r, "redis")
-                                     for r in ("prefill", "decode")), 0)
+                self.assertGreater(tier_total(second, "pdserve_kv_offload_load_bytes_total", "redis"), 0)
+                self.assertEqual(tier_total(second, "pdserve_kv_offload_corrupt_blocks_total", "redis"), 0)
             finally:
                 self.assertEqual(second.stop(), 0)
         finally:
@@ -542,10 +545,7 @@ class KvTiersTest(unittest.TestCase):
                      "--kv-store-tls-cert and --kv-store-tls-key go together"),
                     (["--kv-store", f"redis://127.0.0.1:{redis.port}", "--kv-store-tls-ca", os.path.join(certs, "ca.pem")],
                      "need a rediss:// --kv-store")):
-                r = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", *args],
-                                   capture_output=True, text=True, timeout=60)
-                self.assertEqual(r.returncode, 2, r.stderr)
-                self.assertIn(what, r.stderr)
+                self.assert_serve_refuses(args, what)
         finally:
             redis.kill()
             misnamed.kill()
@@ -590,8 +590,7 @@ class KvTiersTest(unittest.TestCase):
             self.assertEqual(run(host), want, "the first pass (storing) differs from computing")
             wait_stored_in(host, "host")
             self.assertEqual(run(host), want, "outputs with prefixes from the host tier differ from computing")
-            loaded = sum(tier_metric_of(host, "pdserve_kv_offload_load_bytes_total", r, "host")
-                         for r in ("prefill", "decode"))
+            loaded = tier_total(host, "pdserve_kv_offload_load_bytes_total", "host")
             self.assertGreater(loaded, 0)
             # vLLM's prompt_tokens_cached_by_source: the host tier's tokens are the loaded ones.
             for name in ("pdserve_prompt_tokens_cached_by_source_total", "vllm:prompt_tokens_cached_by_source_total"):
@@ -603,8 +602,7 @@ class KvTiersTest(unittest.TestCase):
                                    0, name)
             self.assertGreater(sum(cluster.metric(host, "pdserve_kv_offload_loaded_tokens_total", role=r)
                                    for r in ("prefill", "decode")), 0)
-            self.assertEqual(sum(tier_metric_of(host, "pdserve_kv_offload_corrupt_blocks_total", r, "host")
-                                 for r in ("prefill", "decode")), 0)
+            self.assertEqual(tier_total(host, "pdserve_kv_offload_corrupt_blocks_total", "host"), 0)
         finally:
             self.assertEqual(host.stop(), 0)
 
@@ -612,10 +610,7 @@ class KvTiersTest(unittest.TestCase):
         for args, what in ((["--kv-offload-host-gib", "-1"], "--kv-offload-host-gib: must be >= 0"),
                            (["--kv-offload-host-gib", "nan"], "--kv-offload-host-gib"),
                            (["--kv-tier-load", "sometimes"], "--kv-tier-load: 'sometimes' is not auto, always or faster")):
-            r = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", *args],
-                               capture_output=True, text=True, timeout=60)
-            self.assertEqual(r.returncode, 2, r.stderr)
-            self.assertIn(what, r.stderr)
+            self.assert_serve_refuses(args, what)
 
     def test_an_unusable_directory_is_refused_by_name(self):
         blocker = os.path.join(WORKDIR, "a_file")
@@ -625,10 +620,7 @@ class KvTiersTest(unittest.TestCase):
                            (["--kv-offload-disk", blocker], "is not a directory"),
                            (["--kv-offload-disk", os.path.join(WORKDIR, "t2"), "--kv-offload-disk-gib", "0"],
                             "--kv-offload-disk-gib")):
-            r = subprocess.run([PDSERVE, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", *args],
-                               capture_output=True, text=True, timeout=60)
-            self.assertEqual(r.returncode, 2, r.stderr)
-            self.assertIn(what, r.stderr)
+            self.assert_serve_refuses(args, what)
 
 
 if __name__ == "__main__":
