@@ -59,7 +59,7 @@ bool HostTier::Contains(const KvTierKey& key) const {
   return index_.contains(key);
 }
 
-void HostTier::ForgetLocked(const KvTierKey& key) {
+void HostTier::ForgetLocked(KvTierKey key) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
   free_slots_.push_back(it->second.slot);

@@ -69,7 +69,7 @@ class HostTier : public KvTier {
   // The slot of `key`, its checks passed (else forgotten, counted); -1 when absent or failing.
   // Holds mu_.
   int64_t FindCheckedLocked(const KvTierKey& key, size_t bytes);
-  void ForgetLocked(const KvTierKey& key);  // Holds mu_.
+  void ForgetLocked(KvTierKey key);  // Holds mu_. By value: callers pass lru_'s own entries.
   uint8_t* Slot(int64_t slot) const { return base_ + static_cast<size_t>(slot) * slot_stride_; }
 
   struct Entry {
