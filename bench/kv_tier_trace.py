@@ -69,9 +69,14 @@ def main():
                                   "--trace-length-scale", str(a.length_scale), "--trace-time-scale", str(a.time_scale),
                                   "--trace-max-requests", str(a.requests), "--format", "json"],
                                  capture_output=True, text=True)
-            if out.returncode != 0:
+            # `bench` exits 1 when a request failed, after printing its JSON (the failures counted
+            # there, the first one's reason with them): reported in the table, not lost.
+            try:
+                results[name] = json.loads(out.stdout)[0]
+            except ValueError:
                 raise SystemExit(out.stderr[-3000:])
-            results[name] = json.loads(out.stdout)[0]
+            print(f"{name}: {results[name]['failed']} failed{': ' + results[name].get('first_error', '') if results[name]['failed'] else ''}",
+                  file=sys.stderr, flush=True)
         print(f"trace: first {a.requests} requests, lengths x{a.length_scale:g} ({block}-token blocks), "
               f"times x{a.time_scale:g}; {distinct} distinct blocks, pools of {kv_blocks} blocks "
               f"({kv_blocks / distinct:.2f} of them); 1 prefill + 2 decode workers, --threads {a.threads}")
