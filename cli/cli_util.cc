@@ -182,8 +182,10 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   } else {
     return absl::InvalidArgumentError(Str("--kv-tier-load: '", kv_tier_load, "' is not auto, always or faster"));
   }
-  if (!(kv_offload_host_gib >= 0) || !std::isfinite(kv_offload_host_gib)) {
-    return absl::InvalidArgumentError("--kv-offload-host-gib: must be >= 0");
+  // 1 PiB at most: the byte count must fit an int64 (a larger value would overflow the cast).
+  constexpr double kMaxGib = 1 << 20;
+  if (!(kv_offload_host_gib >= 0) || !(kv_offload_host_gib <= kMaxGib)) {
+    return absl::InvalidArgumentError("--kv-offload-host-gib: must be >= 0 and at most 1048576 (1 PiB)");
   }
   std::shared_ptr<PoolDevice> pinner;  // --device cuda: pins the host tier's memory.
   if (device == "cuda") {
@@ -207,8 +209,8 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
     o->kv_tiers.push_back(std::shared_ptr<KvTier>(std::move(*tier)));
   }
   if (!kv_offload_disk.empty()) {
-    if (!(kv_offload_disk_gib > 0) || !std::isfinite(kv_offload_disk_gib)) {
-      return absl::InvalidArgumentError("--kv-offload-disk-gib: must be > 0");
+    if (!(kv_offload_disk_gib > 0) || !(kv_offload_disk_gib <= kMaxGib)) {
+      return absl::InvalidArgumentError("--kv-offload-disk-gib: must be > 0 and at most 1048576 (1 PiB)");
     }
     auto tier = DiskTier::Open(
         {kv_offload_disk, static_cast<int64_t>(kv_offload_disk_gib * static_cast<double>(int64_t{1} << 30))});

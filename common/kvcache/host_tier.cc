@@ -84,19 +84,26 @@ absl::Status HostTier::Store(const KvTierKey& key, absl::Span<const uint8_t> blo
     block_bytes_ = block.size();
     slot_stride_ = stride;
     num_slots_ = static_cast<int64_t>(mapped_bytes_ / stride);
-    for (int64_t s = num_slots_ - 1; s >= 0; --s) free_slots_.push_back(s);
   }
   if (block.size() != block_bytes_) {
     ++stats_.errors;
     return absl::InvalidArgumentError(Str(options_.flag, ": a block of ", block.size(),
                                           " bytes where this tier holds blocks of ", block_bytes_));
   }
-  if (free_slots_.empty()) {
+  // Slots never used are taken in order (no list of them: a large budget of small blocks would
+  // cost a word a slot up front), then freed ones, then the least recently used block's.
+  int64_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else if (next_unused_ < num_slots_) {
+    slot = next_unused_++;
+  } else {
     ForgetLocked(lru_.front());
     ++stats_.evictions;
+    slot = free_slots_.back();
+    free_slots_.pop_back();
   }
-  const int64_t slot = free_slots_.back();
-  free_slots_.pop_back();
   std::memcpy(Slot(slot), block.data(), block.size());
   lru_.push_back(key);
   index_[key] = Entry{slot, checksum, std::prev(lru_.end())};

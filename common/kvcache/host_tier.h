@@ -86,7 +86,8 @@ class HostTier : public KvTier {
   size_t block_bytes_ = 0;  // Set by the first Store; then every block's size.
   size_t slot_stride_ = 0;  // block_bytes_ rounded up to 4 KiB.
   int64_t num_slots_ = 0;
-  std::vector<int64_t> free_slots_;
+  int64_t next_unused_ = 0;         // Slots [next_unused_, num_slots_) were never used.
+  std::vector<int64_t> free_slots_;  // Freed by evictions and failed checks.
   absl::flat_hash_map<KvTierKey, Entry> index_;
   std::list<KvTierKey> lru_;  // Oldest first.
   std::deque<KvTierKey> removed_;  // Since the last TakeRemoved (the newest kMaxRemovedKept).

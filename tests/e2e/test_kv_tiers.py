@@ -609,6 +609,9 @@ class KvTiersTest(unittest.TestCase):
     def test_bad_host_tier_flags_are_refused_by_name(self):
         for args, what in ((["--kv-offload-host-gib", "-1"], "--kv-offload-host-gib: must be >= 0"),
                            (["--kv-offload-host-gib", "nan"], "--kv-offload-host-gib"),
+                           (["--kv-offload-host-gib", "1e30"], "at most 1048576"),
+                           (["--kv-offload-disk", os.path.join(WORKDIR, "big"), "--kv-offload-disk-gib", "1e30"],
+                            "at most 1048576"),
                            (["--kv-tier-load", "sometimes"], "--kv-tier-load: 'sometimes' is not auto, always or faster")):
             self.assert_serve_refuses(args, what)
 
