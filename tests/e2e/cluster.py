@@ -83,13 +83,16 @@ class Cluster:
 
     def __init__(self, pdserve, model, prefill=2, decode=2, transport="tcp", decode_args=(),
                  prefill_args=(), prefill_env=None, engine_args=("--threads", "1", "--kv-memory-gib", "0.05"),
-                 router_args=(), env=None):
+                 router_args=(), env=None, decode_env=()):
+        """`decode_env[i]`: more environment for decode worker i only (a fault on one worker)."""
         self.prefill = [Process(pdserve, ["prefill", "--listen", "127.0.0.1:0", "--model", model,
                                           "--transport", transport, *engine_args, *prefill_args],
                                 env={**(env or {}), **(prefill_env or {})}) for _ in range(prefill)]
         self.decode = [Process(pdserve, ["decode", "--listen", "127.0.0.1:0", "--model", model,
                                          "--transport", transport, "--local-prefill-tokens", "4",
-                                         *engine_args, *decode_args], env=env) for _ in range(decode)]
+                                         *engine_args, *decode_args],
+                               env={**(env or {}), **(decode_env[i] if i < len(decode_env) else {})})
+                       for i in range(decode)]
         self.router = Process(pdserve, ["router", "--listen", "127.0.0.1:0", "--model", model,
                                         "--prefill", ",".join(p.grpc for p in self.prefill),
                                         "--decode", ",".join(d.grpc for d in self.decode),

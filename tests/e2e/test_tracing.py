@@ -29,6 +29,7 @@ import cluster  # noqa: E402
 cluster.stubs_dir()
 import grpc  # noqa: E402
 from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pbg  # noqa: E402
+from pdserve.internal.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
 
 PDSERVE = None
 WORKDIR = None
@@ -92,14 +93,19 @@ class Collector:
 
     def wait(self, trace_id, names, timeout=20):
         """The trace's spans once it holds every name in `names`."""
+        return self.wait_for(trace_id, lambda spans: set(names) <= {s.name for _, s in spans},
+                             f"the spans {sorted(names)}", timeout)
+
+    def wait_for(self, trace_id, ready, what, timeout=20):
+        """The trace's spans once ready(spans) holds (each process exports its own spans, in its
+        own time: one process's span that ends later may still arrive first)."""
         deadline = time.time() + timeout
         while True:
             spans = self.trace(trace_id)
-            have = {s.name for _, s in spans}
-            if set(names) <= have:
+            if ready(spans):
                 return spans
             if time.time() > deadline:
-                raise AssertionError(f"trace {trace_id.hex()} lacks {sorted(set(names) - have)}; has {sorted(have)}")
+                raise AssertionError(f"trace {trace_id.hex()} lacks {what}; has {sorted(s.name for _, s in spans)}")
             time.sleep(0.05)
 
 
@@ -277,8 +283,19 @@ class TracingTest(unittest.TestCase):
             self.assertEqual(c.stop(), [0, 0, 0])
 
     def test_a_resumed_request_shows_both_decode_attempts(self):
+        """The victim's streams are held open at their end (the fault holds each stream's final
+        message until the kill): the test model writes 600 tokens in ~0.2 s, and a kill that raced
+        it found the victim already done on a loaded CI machine (it ran nothing at the kill: CI
+        failed on it). Held, whatever the machine's speed, the victim's streams break at the kill,
+        mid-generation or after their last token but before their end."""
         c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=2, engine_args=ENGINE,
-                            router_args=self.tracing, decode_args=self.tracing)
+                            router_args=self.tracing, decode_args=self.tracing,
+                            decode_env=[{"PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS": "600000"}])
+        admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(c.router.grpc))
+
+        def on_victim():
+            stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+            return sum(w.inflight for w in stats.decode if w.address == c.decode[0].grpc)
         stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
         rng = random.Random(9)
         traces = [rng.randbytes(16) for _ in range(12)]
@@ -300,9 +317,9 @@ class TracingTest(unittest.TestCase):
                 futures = [pool.submit(run, i) for i in range(len(traces))]
                 victim = c.decode[0]
                 deadline = time.time() + 60
-                while (cluster.worker_info(victim.grpc, False).running == 0 or sum(progress) < 50) \
-                        and time.time() < deadline:
+                while (on_victim() == 0 or sum(progress) < 50) and time.time() < deadline:
                     time.sleep(0.01)
+                self.assertGreater(on_victim(), 0, "the router sent the victim nothing")
                 victim.proc.kill()
                 victim.proc.wait()
                 self.assertEqual([f.result(timeout=120) for f in futures], [600] * len(traces))
@@ -310,12 +327,20 @@ class TracingTest(unittest.TestCase):
             for t in traces:
                 spans = self.collector.wait(t, ["pdserve.generate", "pdserve.decode"])
                 root = [s for _, s in spans if s.name == "pdserve.generate"][0]
-                # The root span ends when the request does: wait for it, it is exported last.
+                # The root span ends when the request does (after every attempt's span).
                 if attrs(root)["pdserve.attempts"] < 2:
                     continue
                 resumed += 1
                 attempts = sorted((s for _, s in spans if s.name == "pdserve.router.decode_attempt"),
                                   key=lambda s: attrs(s)["pdserve.attempt"])
+                # The survivor exports its spans itself: the router's root may arrive before them
+                # (and the victim's own decode span, when its engine had finished, is there already).
+                second_id = attempts[-1].span_id
+
+                def survivors(spans):
+                    ids = {s.span_id for _, s in spans if s.name == "pdserve.decode" and s.parent_span_id == second_id}
+                    return any(s.name == "pdserve.decode.generate" and s.parent_span_id in ids for _, s in spans)
+                spans = self.collector.wait_for(t, survivors, "the survivor's decode and generate spans")
                 self.assertEqual([attrs(a)["pdserve.attempt"] for a in attempts], [0, 1])
                 self.assertEqual(attempts[0].status.code, 2)  # The broken stream: an error.
                 self.assertEqual(attempts[1].status.code, 0)
