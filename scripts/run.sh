@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and starts `pdserve serve` (router + prefill + decode in one
-# process) on 127.0.0.1:8000. With no --model it serves the trained demo model that ships in
+# Installs what building and running need (setup.sh --run), builds the pdserve binary only (the
+# tests are test.sh's), and starts `pdserve serve` (router + prefill + decode in one process) on
+# 127.0.0.1:8000, with the OpenAI-compatible HTTP API on 127.0.0.1:8080 and metrics on :9400. With no --model it serves the trained demo model that ships in
 # models/pdserve-demo (a 4M-parameter Llama trained on the King James Bible); it then sends one
 # request to show the server answering. Ctrl-C stops it. Arguments go to `pdserve serve`, e.g.
 #   scripts/run.sh --model /path/to/Qwen2.5-0.5B-Instruct --listen 0.0.0.0:8000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/build.sh >&2
+PDSERVE_SETUP_ARGS=--run PDSERVE_TARGETS=pdserve scripts/build.sh >&2
 BIN="${PDSERVE_BUILD_DIR:-build}/pdserve"
 ARGS=("$@")
 if [[ " $* " != *" --model "* ]]; then
   ARGS+=(--model models/pdserve-demo --kv-memory-gib 0.25)
 fi
 if [[ " $* " != *" --listen "* ]]; then ARGS+=(--listen 127.0.0.1:8000); fi
+if [[ " $* " != *" --http-listen "* ]]; then ARGS+=(--http-listen 127.0.0.1:8080); fi
+if [[ " $* " != *" --metrics-listen "* ]]; then ARGS+=(--metrics-listen 127.0.0.1:9400); fi
 
 READY=$(mktemp)
 "$BIN" serve "${ARGS[@]}" > "$READY" &
@@ -29,5 +32,16 @@ ADDRESS=$(grep -o "grpc=[^ ]*" "$READY" | cut -d= -f2)
 echo "demo request:" >&2
 "$BIN" generate --server "$ADDRESS" --prompt "In the beginning God created" --max-tokens 32 \
   --temperature 0
-echo "serving on $ADDRESS -- try: $BIN generate --server $ADDRESS --prompt 'And it came to pass'   (Ctrl-C to stop)" >&2
+HTTP=$(grep -o "http=[^ ]*" "$READY" | cut -d= -f2)
+METRICS=$(grep -o "metrics=[^ ]*" "$READY" | cut -d= -f2)
+cat >&2 <<EOF
+
+Serving on $ADDRESS (Ctrl-C stops it). Three things to try from another terminal:
+  1. Another prompt:  $BIN generate --server $ADDRESS --prompt 'And it came to pass' --max-tokens 40
+  2. The OpenAI API:  curl -s http://$HTTP/v1/completions -H 'Content-Type: application/json' \\
+                        -d '{"model": "pdserve-demo", "prompt": "Blessed are", "max_tokens": 24}'
+  3. Its metrics:     curl -s http://$METRICS/metrics | grep pdserve_generation_tokens_total
+                      (the Grafana dashboard that reads them: deploy/k8s/grafana/pdserve-dashboard.json)
+README's "A ten-minute tour" goes on from here.
+EOF
 wait $SERVER
