@@ -1,7 +1,7 @@
 """Where a disaggregated request's TTFT goes, from its OpenTelemetry spans: runs `pdserve bench
 --compare-policies kv_aware` on a local 1P1D cluster with every tier exporting OTLP to a
 collector in this script (decoded with OpenTelemetry's own protos, as tests/e2e/test_tracing.py
-does), and prints, per span of the request (README "Tracing"), the p50 and mean of its start,
+does), and prints, per span of the request (docs/guide/monitoring.md, "Tracing"), the p50 and mean of its start,
 end and duration in ms from the router's `pdserve.generate` start, and the TTFT (its first_token
 event).
 

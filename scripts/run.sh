@@ -12,7 +12,8 @@ PDSERVE_SETUP_ARGS=--run PDSERVE_TARGETS=pdserve scripts/build.sh >&2
 BIN="${PDSERVE_BUILD_DIR:-build}/pdserve"
 ARGS=("$@")
 if [[ " $* " != *" --model "* ]]; then
-  ARGS+=(--model models/pdserve-demo --kv-memory-gib 0.25)
+  # The demo model ships no chat template: the one in tests/chat/ serves /v1/chat/completions.
+  ARGS+=(--model models/pdserve-demo --kv-memory-gib 0.25 --chat-template tests/chat/inst_template.jinja)
 fi
 if [[ " $* " != *" --listen "* ]]; then ARGS+=(--listen 127.0.0.1:8000); fi
 if [[ " $* " != *" --http-listen "* ]]; then ARGS+=(--http-listen 127.0.0.1:8080); fi

@@ -37,8 +37,8 @@ struct TokenOutput {
 };
 
 // The finish reason of a constrained request that reached a dead end: no token of the
-// vocabulary continues its output and the constraint cannot end there (documented in README's
-// structured outputs; the OpenAI API passes it through as finish_reason).
+// vocabulary continues its output and the constraint cannot end there (documented in the guide's
+// structured outputs, docs/guide/api.md; the OpenAI API passes it through as finish_reason).
 inline constexpr char kFinishConstraintDeadEnd[] = "constraint_dead_end";
 
 // What one step produced for one request.

@@ -317,7 +317,7 @@ class KvEventsTest(unittest.TestCase):
                     break
             self.assertGreater(len(heard), 0, "the early subscriber heard nothing")
             # What it heard first is (almost always) past sequence 0: the AllBlocksCleared went out
-            # before its connection was up. Replay from 0 gives it (README's late-joiner rule).
+            # before its connection was up. Replay from 0 gives it (the late-joiner rule of docs/guide/monitoring.md).
             payloads = replay_all(self, replay_port)
             kinds = [e[0] for p in payloads for e in check_vllm_batch(self, p)]
             self.assertEqual(kinds[0], "AllBlocksCleared")  # Sequence 0, recovered by replay.
