@@ -11,7 +11,12 @@ if [ "${PDSERVE_SKIP_SETUP:-0}" != "1" ]; then
 fi
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 BUILD_DIR="${PDSERVE_BUILD_DIR:-build}"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${PDSERVE_BUILD_TYPE:-Release}" "$@" >/dev/null
+# The CUDA backend: PDSERVE_CUDA (AUTO unless set; run.sh: OFF unless it serves --device cuda),
+# given on every configure so a build dir run.sh configured without it gets it back for test.sh.
+# A -DPDSERVE_CUDA=... among the arguments wins.
+cuda=(-DPDSERVE_CUDA="${PDSERVE_CUDA:-AUTO}")
+if [[ " $* " == *" -DPDSERVE_CUDA="* ]]; then cuda=(); fi
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${PDSERVE_BUILD_TYPE:-Release}" "${cuda[@]}" "$@" >/dev/null
 # Two cores and gRPC-sized translation units: keep the job count at the core count.
 # shellcheck disable=SC2086  # PDSERVE_TARGETS is a list of target names.
 ninja -C "$BUILD_DIR" -j "$(nproc)" ${PDSERVE_TARGETS:-}
