@@ -20,9 +20,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "bench/serving/load_client.h"
-#include "bench/serving/local_cluster.h"
-#include "bench/serving/workload.h"
+#include "loadgen/load_client.h"
+#include "loadgen/local_cluster.h"
+#include "loadgen/workload.h"
 #include "cli/address_flags.h"
 #include "cli/bench_report.h"
 #include "cli/cli_util.h"

@@ -1,6 +1,6 @@
 // What `pdserve bench` (a real cluster) and `pdserve simulate` / `plan` (the simulated one) share,
 // so the two compare line by line: the workload generator's flags, and the figures of a serving
-// run (bench/serving/load_client's LoadSummary), printed and named the same way.
+// run (loadgen/load_client's LoadSummary), printed and named the same way.
 #ifndef PDSERVE_CLI_BENCH_REPORT_H_
 #define PDSERVE_CLI_BENCH_REPORT_H_
 
@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "bench/serving/load_client.h"
-#include "bench/serving/workload.h"
+#include "loadgen/load_client.h"
+#include "loadgen/workload.h"
 #include "cli/flags.h"
 #include "nlohmann/json.hpp"
 

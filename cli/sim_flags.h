@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "bench/serving/workload.h"
+#include "loadgen/workload.h"
 #include "cli/flags.h"
 #include "planner/plan.h"
 #include "planner/simulator.h"

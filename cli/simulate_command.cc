@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "bench/serving/load_client.h"
+#include "loadgen/load_client.h"
 #include "cli/bench_report.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"

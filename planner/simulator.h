@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bench/serving/load_client.h"
+#include "loadgen/load_client.h"
 #include "common/model/model_config.h"
 #include "planner/sim_tier.h"
 #include "planner/sim_worker.h"
@@ -95,7 +95,7 @@ class RequestSource {
   virtual absl::StatusOr<bool> Next(SimRequest* out) = 0;
 };
 
-// The requests of a list (bench/serving/workload's, for instance).
+// The requests of a list (loadgen/workload's, for instance).
 std::unique_ptr<RequestSource> ListSource(std::vector<SimRequest> requests);
 
 // A Mooncake-format trace (../shared/traces/README.md): one JSON object a line with timestamp
@@ -176,7 +176,7 @@ struct SimRequestResult {
 };
 
 struct ClusterResult {
-  // What `pdserve bench` reports, with its definitions (bench/serving/load_client.h: Summarize),
+  // What `pdserve bench` reports, with its definitions (loadgen/load_client.h: Summarize),
   // over the virtual time from the first arrival to the last token; percentiles from
   // LatencyHistogram (within 0.1%).
   LoadSummary summary;

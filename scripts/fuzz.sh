@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sanitizer build: clang with AddressSanitizer + UndefinedBehaviorSanitizer into build-fuzz/,
 # runs every GoogleTest binary (ctest label `unit`) there, then each libFuzzer target in fuzz/
-# for PDSERVE_FUZZ_SECONDS (default 45) on its committed seed corpus. Exits non-zero on a test
+# for PDSERVE_FUZZ_SECONDS (default 45) on its committed seed corpus, one target a core at once. Exits non-zero on a test
 # failure, a sanitizer report or a fuzzer crash (the crashing input is kept in build-fuzz/crashes/).
 #   scripts/fuzz.sh                      # what CI runs (scripts/test.sh calls it)
 #   PDSERVE_FUZZ_SECONDS=600 scripts/fuzz.sh
@@ -54,18 +54,38 @@ for dir in fuzz/corpus/*/; do
 done
 
 mkdir -p "$BUILD_DIR/crashes"
-for target in $targets; do
-  work="$BUILD_DIR/corpus/$target"
+# One fuzzer a core, each single-threaded for its full time: $(nproc) of them at once.
+fuzz_one() {
+  local target=$1 work="$BUILD_DIR/corpus/$1"
   mkdir -p "$work"
-  echo "fuzz.sh: $target for ${SECONDS_EACH}s"
-  if ! "$BUILD_DIR/fuzz/$target" -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 \
+  "$BUILD_DIR/fuzz/$target" -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 \
       -print_final_stats=1 -artifact_prefix="$BUILD_DIR/crashes/$target-" \
-      "$work" "fuzz/corpus/$target" >"$BUILD_DIR/$target.log" 2>&1; then
-    tail -n 60 "$BUILD_DIR/$target.log"
-    echo "fuzz.sh: $target failed; reproducer in $BUILD_DIR/crashes/" >&2
-    exit 1
+      "$work" "fuzz/corpus/$target" >"$BUILD_DIR/$target.log" 2>&1
+}
+report() {  # target exit-status
+  if [ "$2" != 0 ]; then
+    tail -n 60 "$BUILD_DIR/$1.log"
+    echo "fuzz.sh: $1 failed; reproducer in $BUILD_DIR/crashes/" >&2
+    return 1
   fi
-  grep -E "^stat::number_of_executed_units|^stat::new_units_added" "$BUILD_DIR/$target.log" | tr '\n' ' '
-  echo
+  echo "fuzz.sh: $1 ${SECONDS_EACH}s: $(grep -E "^stat::number_of_executed_units|^stat::new_units_added" \
+      "$BUILD_DIR/$1.log" | tr '\n' ' ')"
+}
+read -r -a queue <<<"$(echo $targets)"
+jobs_at_once=$(nproc)
+failed=0
+for ((i = 0; i < ${#queue[@]}; i += jobs_at_once)); do
+  batch=("${queue[@]:i:jobs_at_once}")
+  pids=()
+  for target in "${batch[@]}"; do
+    fuzz_one "$target" &
+    pids+=($!)
+  done
+  for k in "${!batch[@]}"; do
+    status=0
+    wait "${pids[$k]}" || status=$?
+    report "${batch[$k]}" "$status" || failed=1
+  done
+  [ "$failed" = 0 ] || exit 1
 done
 echo "fuzz.sh: unit tests and fuzzers clean"

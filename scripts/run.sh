@@ -38,6 +38,7 @@ ADDRESS=$(grep -o "grpc=[^ ]*" "$READY" | cut -d= -f2)
 echo "demo request:" >&2
 "$BIN" generate --server "$ADDRESS" --prompt "In the beginning God created" --max-tokens 32 \
   --temperature 0
+echo >&2
 HTTP=$(grep -o "http=[^ ]*" "$READY" | cut -d= -f2)
 METRICS=$(grep -o "metrics=[^ ]*" "$READY" | cut -d= -f2)
 cat >&2 <<EOF

@@ -14,7 +14,7 @@ Addresses in a block are the reader's: the runner maps the serve's three onto th
 and any other 127.0.0.1:PORT onto a free port (the same one throughout the block), and
 `build/pdserve` onto --pdserve. Processes a block leaves in the background are stopped after it.
 Beside the commands: every page of docs/guide is linked from README, and every relative link of
-README, RELIABILITY.md and docs/ reaches an existing file and, into a Markdown file, an existing
+README, docs/, bench/RESULTS.md and its notes, RELIABILITY.md and the chart's README reaches an existing file and, into a Markdown file, an existing
 heading.
 
   /usr/bin/python3 tests/docs/test_doc_commands.py --pdserve build/pdserve
@@ -229,8 +229,9 @@ class DocCommandsTest(unittest.TestCase):
             self.assertIn(f"](docs/guide/{os.path.basename(page)}", readme, f"{page} is not linked from README")
 
     def test_every_relative_link_resolves(self):
-        sources = pages() + [os.path.join(ROOT, "RELIABILITY.md"),
-                             os.path.join(ROOT, "deploy", "k8s", "pdserve", "README.md")]
+        sources = pages() + glob.glob(os.path.join(ROOT, "bench", "*.md"))
+        sources += glob.glob(os.path.join(ROOT, "bench", "notes", "*.md"))
+        sources += [os.path.join(ROOT, "RELIABILITY.md"), os.path.join(ROOT, "deploy", "k8s", "pdserve", "README.md")]
         broken, checked = [], 0
         for src in sources:
             with open(src) as f:

@@ -1,4 +1,4 @@
-#include "bench/serving/load_client.h"
+#include "loadgen/load_client.h"
 
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "bench/serving/local_cluster.h"
+#include "loadgen/local_cluster.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -5,8 +5,8 @@
 //   TPOT  (E2E - TTFT) / (completion tokens - 1), for requests with more than one token;
 //   E2E   send -> stream end.
 // Summarize turns the per-request results into the figures of `pdserve bench`.
-#ifndef PDSERVE_BENCH_SERVING_LOAD_CLIENT_H_
-#define PDSERVE_BENCH_SERVING_LOAD_CLIENT_H_
+#ifndef PDSERVE_LOADGEN_LOAD_CLIENT_H_
+#define PDSERVE_LOADGEN_LOAD_CLIENT_H_
 
 #include <cstdint>
 #include <memory>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "bench/serving/workload.h"
+#include "loadgen/workload.h"
 
 namespace grpc {
 class Channel;
@@ -92,4 +92,4 @@ LoadSummary Summarize(const LoadRun& run, const Slo& slo = {});
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_BENCH_SERVING_LOAD_CLIENT_H_
+#endif  // PDSERVE_LOADGEN_LOAD_CLIENT_H_

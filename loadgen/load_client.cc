@@ -1,4 +1,4 @@
-#include "bench/serving/load_client.h"
+#include "loadgen/load_client.h"
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>

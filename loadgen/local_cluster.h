@@ -2,8 +2,8 @@
 // workers and a router, each a child process of the given pdserve binary (the bench passes
 // /proc/self/exe), on loopback with ports picked by the OS. Each child's stdout and stderr go to
 // files in a temporary directory; a child is up once it printed its "ready:" line.
-#ifndef PDSERVE_BENCH_SERVING_LOCAL_CLUSTER_H_
-#define PDSERVE_BENCH_SERVING_LOCAL_CLUSTER_H_
+#ifndef PDSERVE_LOADGEN_LOCAL_CLUSTER_H_
+#define PDSERVE_LOADGEN_LOCAL_CLUSTER_H_
 
 #include <sys/types.h>
 
@@ -69,4 +69,4 @@ class LocalCluster {
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_BENCH_SERVING_LOCAL_CLUSTER_H_
+#endif  // PDSERVE_LOADGEN_LOCAL_CLUSTER_H_

@@ -14,8 +14,8 @@
 // Arrivals: a renewal process at `rate` requests per second whose gaps are Gamma distributed
 // with shape `burstiness` (1 = Poisson; < 1 burstier, > 1 more regular; the mean gap stays
 // 1 / rate), as vLLM's --burstiness. rate = infinity: all at time 0.
-#ifndef PDSERVE_BENCH_SERVING_WORKLOAD_H_
-#define PDSERVE_BENCH_SERVING_WORKLOAD_H_
+#ifndef PDSERVE_LOADGEN_WORKLOAD_H_
+#define PDSERVE_LOADGEN_WORKLOAD_H_
 
 #include <cstdint>
 #include <limits>
@@ -62,4 +62,4 @@ double SampleGamma(SplitMix64& rng, double shape);
 
 }  // namespace pdserve
 
-#endif  // PDSERVE_BENCH_SERVING_WORKLOAD_H_
+#endif  // PDSERVE_LOADGEN_WORKLOAD_H_

@@ -1,4 +1,4 @@
-#include "bench/serving/workload.h"
+#include "loadgen/workload.h"
 
 #include <algorithm>
 #include <cmath>
