@@ -7,10 +7,12 @@ worker on one Redis (`--kv-store`), same requests. Prompt tokens computed = prom
 (1 - the hit rate the responses' usage reports: pool hits and tier loads both count as cached).
 
 The model is a random one of SmolLM-135M's shape (30 layers, hidden 576, 9 heads, 3 KV heads),
-or of the demo model's (--shape tiny), or --model DIR. The trace shares prefixes mostly late
+of TinyLlama-1.1B's (--shape tinyllama), of the demo model's (--shape tiny), or --model DIR. The trace shares prefixes mostly late
 (the first 1,000 requests reuse 17% of their blocks, all 3,993 64%): the gain needs the whole.
 
-Run: /usr/bin/python3 bench/kv_tier_trace.py --pdserve build/pdserve [--shape tiny] [--requests N]
+Run: /usr/bin/python3 bench/kv_tier_trace.py --pdserve build/pdserve [--shape tiny|tinyllama] [--requests N]
+(the SmolLM and TinyLlama shapes need more cores than 2: on 2 the trace's rate overloads them;
+give them --threads 4 or more on a 16-core machine)
 """
 
 import argparse
@@ -27,6 +29,17 @@ import cluster  # noqa: E402
 TRACE = os.path.join(HERE, "..", "..", "shared", "traces", "mooncake_synthetic_trace.jsonl")
 
 
+# make-model shapes (random bf16 weights, an 8k context).
+SHAPES = {
+    "smollm": ["--layers", "30", "--hidden", "576", "--heads", "9", "--kv-heads", "3", "--intermediate", "1536",
+               "--vocab", "49152", "--tie-embeddings"],
+    "tinyllama": ["--layers", "22", "--hidden", "2048", "--heads", "32", "--kv-heads", "4", "--intermediate", "5632",
+                  "--vocab", "32000"],
+    "tiny": ["--layers", "4", "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--intermediate", "768",
+             "--vocab", "4096"],
+}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pdserve", required=True)
@@ -37,8 +50,9 @@ def main():
     ap.add_argument("--time-scale", type=float, default=0.05)
     ap.add_argument("--pool-fraction", type=float, default=1 / 8)
     ap.add_argument("--threads", default="1")
-    ap.add_argument("--shape", choices=("smollm", "tiny"), default="smollm",
-                    help="tiny: the demo model's shape (4 layers, hidden 256) with an 8k context")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="smollm",
+                    help="tiny: the demo model's shape (4 layers, hidden 256) with an 8k context; tinyllama: "
+                         "TinyLlama-1.1B's (22 layers, hidden 2048, 32 heads, 4 KV heads)")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="kv_tier_trace_")
     redis = None
@@ -46,10 +60,7 @@ def main():
         model = a.model
         if not model:
             model = os.path.join(work, f"{a.shape}-shape")
-            shape = (["--layers", "30", "--hidden", "576", "--heads", "9", "--kv-heads", "3", "--intermediate", "1536",
-                      "--vocab", "49152", "--tie-embeddings"] if a.shape == "smollm" else
-                     ["--layers", "4", "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--intermediate", "768",
-                      "--vocab", "4096"])
+            shape = SHAPES[a.shape]
             subprocess.run([a.pdserve, "make-model", model, "--arch", "llama", *shape, "--max-position", "8192",
                             "--dtype", "bf16", "--seed", "1"], check=True, capture_output=True)
         with open(a.trace) as f:
