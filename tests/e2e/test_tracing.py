@@ -291,7 +291,8 @@ class TracingTest(unittest.TestCase):
         c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=2, engine_args=ENGINE,
                             router_args=self.tracing, decode_args=self.tracing,
                             decode_env=[{"PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS": "600000"}])
-        admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(c.router.grpc))
+        admin_channel = grpc.insecure_channel(c.router.grpc)  # Polled every 10 ms: one channel.
+        admin = worker_pb2_grpc.RouterAdminStub(admin_channel)
 
         def on_victim():
             stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
@@ -362,6 +363,7 @@ class TracingTest(unittest.TestCase):
             self.assertGreater(resumed, 0, "no request was on the killed worker: the test proved nothing")
             self.assertTrue(resumed_any, "every resumed request had streamed nothing before the kill")
         finally:
+            admin_channel.close()
             c.router.stop()
             c.decode[1].stop()
 
