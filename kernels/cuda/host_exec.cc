@@ -1,15 +1,15 @@
 // TEST INFRASTRUCTURE (see host_exec.h): never part of the pdserve binary.
 #include "kernels/cuda/host_exec.h"
 
-#include <ucontext.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/dialect.h"
+#include "kernels/cuda/host_fiber.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define PD_HOST_EXEC_ASAN 1
@@ -19,6 +19,7 @@
 #endif
 #endif
 #if defined(PD_HOST_EXEC_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -27,6 +28,11 @@ namespace {
 
 // Room for a kernel body's registers-as-locals, the std::function call and sanitizer redzones.
 constexpr size_t kFiberStack = 256 * 1024;
+
+// Fiber stacks outlive a launch (each launch would otherwise allocate and fault in threads x
+// 256 KiB): a thread's launches reuse them.
+std::unique_ptr<char[]> TakeStack();
+void GiveBackStack(std::unique_ptr<char[]> stack);
 
 // PDSERVE_HOST_EXEC_ORDER=reverse starts every thread in the reversed order (ctest runs the
 // host-executed suites once more that way: a race that the forward order hides, a read of what
@@ -69,7 +75,10 @@ class BlockRunner {
       b.name = "a warp shuffle";
       b.parties = kWarpSize;
     }
-    for (Fiber& f : fibers_) f.stack.reset(new char[kFiberStack]);
+    for (Fiber& f : fibers_) f.stack = TakeStack();
+  }
+  ~BlockRunner() {
+    for (Fiber& f : fibers_) GiveBackStack(std::move(f.stack));
   }
 
   void RunBlock(int x, int y, int z) {
@@ -82,11 +91,7 @@ class BlockRunner {
     for (Fiber& f : fibers_) {
       f.done = false;
       f.waiting = nullptr;
-      getcontext(&f.ctx);
-      f.ctx.uc_stack.ss_sp = f.stack.get();
-      f.ctx.uc_stack.ss_size = kFiberStack;
-      f.ctx.uc_link = nullptr;
-      makecontext(&f.ctx, &BlockRunner::Entry, 0);
+      FiberInit(f.ctx, f.stack.get(), kFiberStack, &BlockRunner::Entry);
     }
     for (;;) {
       bool all_done = true, progressed = false;
@@ -149,7 +154,7 @@ class BlockRunner {
 
  private:
   struct Fiber {
-    ucontext_t ctx;
+    FiberContext ctx;
     std::unique_ptr<char[]> stack;
     bool done = false;
     const Barrier* waiting = nullptr;
@@ -177,21 +182,29 @@ class BlockRunner {
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, f.stack.get(), kFiberStack);
 #endif
-    swapcontext(&scheduler_, &f.ctx);
+    FiberSwitch(scheduler_, f.ctx);
 #if defined(PD_HOST_EXEC_ASAN)
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
   }
 
   void SwitchToScheduler(Fiber& f, bool exiting) {
+#if defined(PD_HOST_EXEC_ASAN) && defined(__x86_64__)
+    if (exiting) {
+      // This fiber's stack is reused by later ones, but its last frames (Entry's, this one) never
+      // return: their redzones would stay poisoned. Every deeper frame returned and unpoisoned
+      // its own. (glibc's swapcontext, used elsewhere, has ASan clear the whole stack itself.)
+      char* sp;
+      asm volatile("movq %%rsp, %0" : "=r"(sp));
+      ASAN_UNPOISON_MEMORY_REGION(sp, f.stack.get() + kFiberStack - sp);
+    }
+#endif
 #if defined(PD_HOST_EXEC_ASAN)
     __sanitizer_start_switch_fiber(exiting ? nullptr : &f.fake_stack, scheduler_bottom_,
                                    scheduler_size_);
 #endif
-    if (exiting) {
-      setcontext(&scheduler_);
-    }
-    swapcontext(&f.ctx, &scheduler_);
+    // An exiting fiber's context is saved but never resumed: RunBlock starts it afresh.
+    FiberSwitch(f.ctx, scheduler_);
 #if defined(PD_HOST_EXEC_ASAN)
     __sanitizer_finish_switch_fiber(f.fake_stack, &scheduler_bottom_, &scheduler_size_);
 #endif
@@ -216,13 +229,24 @@ class BlockRunner {
 
   std::vector<Fiber> fibers_;
   const std::function<void(HostCtx&)>* body_;
-  ucontext_t scheduler_;
+  FiberContext scheduler_;
   int current_ = 0;
   const void* scheduler_bottom_ = nullptr;
   size_t scheduler_size_ = 0;
 };
 
 thread_local BlockRunner* BlockRunner::running_ = nullptr;
+
+namespace {
+thread_local std::vector<std::unique_ptr<char[]>> t_free_stacks;
+std::unique_ptr<char[]> TakeStack() {
+  if (t_free_stacks.empty()) return std::unique_ptr<char[]>(new char[kFiberStack]);
+  std::unique_ptr<char[]> stack = std::move(t_free_stacks.back());
+  t_free_stacks.pop_back();
+  return stack;
+}
+void GiveBackStack(std::unique_ptr<char[]> stack) { t_free_stacks.push_back(std::move(stack)); }
+}  // namespace
 
 int HostCtx::threads() const { return runner_->threads_; }
 int HostCtx::block(int axis) const { return runner_->block_[axis]; }

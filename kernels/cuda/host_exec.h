@@ -2,7 +2,7 @@
 // our CUDA kernel bodies (written in dialect.h) on the CPU, so CI checks their logic against the
 // CPU kernels without a GPU.
 //
-// A launch runs the grid's blocks one after another. A block's threads are fibers (ucontext) of
+// A launch runs the grid's blocks one after another. A block's threads are fibers (host_fiber.h) of
 // the calling thread, each with its own stack (so a thread's private variables, loops and
 // branches behave as on the device), switched only where a device thread could be held back:
 // `sync()` is a barrier of the block, `shfl_xor` goes through a per-warp slot array between two
