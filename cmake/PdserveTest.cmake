@@ -1,6 +1,8 @@
-# pdserve_test(NAME SOURCES... LIBS ... [LABELS ...])
+# pdserve_test(NAME SOURCES... LIBS ... [LABELS ...] [SHARDS N])
 # A GoogleTest binary registered with ctest under its own name (one ctest entry per binary keeps
-# the CI log short; gtest prints each case), labelled `unit` and built by the `unit_tests` target
+# the CI log short; gtest prints each case), or, with SHARDS N, as N entries NAME_shardK that run
+# its cases split by GoogleTest's sharding (a binary long enough to be the last to finish under
+# ctest -j, as engine_test under ASan), labelled `unit` and built by the `unit_tests` target
 # (what the sanitizer build runs: scripts/fuzz.sh). Its main() (common/testing/gtest_main.cc)
 # records skipped tests under PDSERVE_SKIP_DIR and exits 77 when every test skipped.
 
@@ -19,12 +21,22 @@ function(pdserve_count_skips name)
 endfunction()
 
 function(pdserve_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "SHARDS" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gmock pdserve_gtest_main)
-  add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES TIMEOUT 900 LABELS "unit;${ARG_LABELS}")
-  pdserve_count_skips(${name})
+  if(ARG_SHARDS)
+    math(EXPR last "${ARG_SHARDS} - 1")
+    foreach(k RANGE ${last})
+      add_test(NAME ${name}_shard${k} COMMAND ${name})
+      set_tests_properties(${name}_shard${k} PROPERTIES TIMEOUT 900 LABELS "unit;${ARG_LABELS}"
+        ENVIRONMENT "GTEST_TOTAL_SHARDS=${ARG_SHARDS};GTEST_SHARD_INDEX=${k}")
+      pdserve_count_skips(${name}_shard${k})
+    endforeach()
+  else()
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES TIMEOUT 900 LABELS "unit;${ARG_LABELS}")
+    pdserve_count_skips(${name})
+  endif()
   if(NOT TARGET unit_tests)
     add_custom_target(unit_tests)
   endif()

@@ -1050,7 +1050,7 @@ class Dockerfiles(unittest.TestCase):
     def linked_packages(self):
         """The packages of the shared libraries the pdserve binary links: (Debian's, CUDA's)."""
         out = subprocess.run(["ldd", PDSERVE], capture_output=True, text=True, check=True).stdout
-        packages, cuda = set(), set()
+        packages, cuda, debian = set(), set(), []
         for path in re.findall(r"=> (/\S+)", out):
             real = os.path.realpath(path)
             if real.startswith("/usr/local/cuda"):
@@ -1058,13 +1058,19 @@ class Dockerfiles(unittest.TestCase):
                 self.assertIn(name, self.CUDA_LIBRARIES, f"which NVIDIA package ships {path}?")
                 cuda.add(self.CUDA_LIBRARIES[name])
                 continue
-            for candidate in (path, real, real.replace("/usr/lib/", "/lib/", 1)):
-                q = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)
-                if q.returncode == 0:
-                    packages.add(q.stdout.split(":", 1)[0])
-                    break
-            else:
+            debian.append((path, [path, real, real.replace("/usr/lib/", "/lib/", 1)]))
+        # One dpkg -S for every candidate path (each call reads the whole package database):
+        # it prints "package[:arch]: path" for each path a package owns.
+        q = subprocess.run(["dpkg", "-S", *{c for _, cs in debian for c in cs}], capture_output=True, text=True)
+        owner = {}
+        for line in q.stdout.splitlines():
+            package, owned = line.split(": ", 1)
+            owner[owned] = package.split(":", 1)[0]
+        for path, candidates in debian:
+            found = [owner[c] for c in candidates if c in owner]
+            if not found:
                 self.fail(f"no Debian package owns {path}")
+            packages.add(found[0])
         return packages - {"libc6", "libgcc-s1", "zlib1g"}, cuda  # libc6...: in every Debian image
 
     def test_build_stage_runs_build_sh_and_runtime_has_every_library(self):
