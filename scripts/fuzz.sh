@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The sanitizer build: clang with AddressSanitizer + UndefinedBehaviorSanitizer into build-fuzz/,
 # runs every GoogleTest binary (ctest label `unit`) there, then each libFuzzer target in fuzz/
-# for PDSERVE_FUZZ_SECONDS (default 45) on its committed seed corpus, one target a core at once. Exits non-zero on a test
-# failure, a sanitizer report or a fuzzer crash (the crashing input is kept in build-fuzz/crashes/).
+# on its committed seed corpus, one target a core at once. The fuzzers share a wall-clock budget,
+# PDSERVE_FUZZ_BUDGET_SECONDS (default 210): each target gets budget x cores / targets seconds (at
+# least 20; 30 s each for 14 targets on 2 cores, 240 s on 16), or PDSERVE_FUZZ_SECONDS each when
+# set. Exits non-zero on a test failure, a sanitizer report or a fuzzer crash (the crashing input
+# is kept in build-fuzz/crashes/).
 #   scripts/fuzz.sh                      # what CI runs (scripts/test.sh calls it)
 #   PDSERVE_FUZZ_SECONDS=600 scripts/fuzz.sh
 set -euo pipefail
@@ -13,7 +16,6 @@ if [ "${PDSERVE_SKIP_SETUP:-0}" != "1" ]; then
 fi
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 BUILD_DIR=build-fuzz
-SECONDS_EACH="${PDSERVE_FUZZ_SECONDS:-45}"
 # -O1 with line tables only: sanitizer reports keep file:line, and the build (every library with
 # ASan, on 2 cores) is lighter than -O2 -g.
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -54,6 +56,10 @@ for dir in fuzz/corpus/*/; do
 done
 
 mkdir -p "$BUILD_DIR/crashes"
+budget="${PDSERVE_FUZZ_BUDGET_SECONDS:-210}"
+n_targets=$(wc -w <<<"$targets")
+SECONDS_EACH="${PDSERVE_FUZZ_SECONDS:-$(( budget * $(nproc) / n_targets ))}"
+if [ -z "${PDSERVE_FUZZ_SECONDS:-}" ] && [ "$SECONDS_EACH" -lt 20 ]; then SECONDS_EACH=20; fi
 # One fuzzer a core, each single-threaded for its full time: $(nproc) of them at once.
 fuzz_one() {
   local target=$1 work="$BUILD_DIR/corpus/$1"
