@@ -58,6 +58,10 @@ done
 mkdir -p "$BUILD_DIR/crashes"
 budget="${PDSERVE_FUZZ_BUDGET_SECONDS:-210}"
 n_targets=$(wc -w <<<"$targets")
+if [ "$n_targets" -eq 0 ]; then
+  echo "fuzz.sh: $BUILD_DIR/fuzz/fuzzers.txt lists no fuzz target" >&2
+  exit 1
+fi
 SECONDS_EACH="${PDSERVE_FUZZ_SECONDS:-$(( budget * $(nproc) / n_targets ))}"
 if [ -z "${PDSERVE_FUZZ_SECONDS:-}" ] && [ "$SECONDS_EACH" -lt 20 ]; then SECONDS_EACH=20; fi
 # One fuzzer a core, each single-threaded for its full time: $(nproc) of them at once.

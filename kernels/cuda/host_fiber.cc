@@ -64,16 +64,13 @@ void FiberInit(FiberContext& fiber, char* stack, size_t size, void (*entry)()) {
   uint16_t fpucw = 0;
   asm volatile("stmxcsr %0" : "=m"(mxcsr));
   asm volatile("fnstcw %0" : "=m"(fpucw));
+  // frame[0]: MXCSR and the x87 control word; [1..6]: r15, r14, r13, r12, rbx, rbp (all zero but
+  // r12, the entry); [7]: the return address.
   std::memset(frame, 0, 8 * 8);
   std::memcpy(&frame[0], &mxcsr, sizeof(mxcsr));
   std::memcpy(reinterpret_cast<char*>(&frame[0]) + 4, &fpucw, sizeof(fpucw));
-  frame[1] = 0;                                    // r15
-  frame[2] = 0;                                    // r14
-  frame[3] = 0;                                    // r13
-  frame[4] = reinterpret_cast<uintptr_t>(entry);   // r12
-  frame[5] = 0;                                    // rbx
-  frame[6] = 0;                                    // rbp
-  frame[7] = reinterpret_cast<uintptr_t>(&pd_host_fiber_start);  // the return address
+  frame[4] = reinterpret_cast<uintptr_t>(entry);
+  frame[7] = reinterpret_cast<uintptr_t>(&pd_host_fiber_start);
   fiber.sp = frame;
 }
 
