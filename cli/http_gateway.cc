@@ -12,13 +12,14 @@
 namespace pdserve::cli {
 
 absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(
-    const RouterFlags& rf, const std::string& model, const std::string& grpc_address,
+    const RouterFlags& rf, const std::string& model, const HttpGatewayTarget& target,
     const SecurityFlags& security, const ApiKeys& keys, const Router& router,
     metrics::Registry* registry) {
   if (rf.http_listen.empty()) return std::unique_ptr<openai::OpenAiServer>();
   openai::OpenAiServerOptions o;
   o.listen = rf.http_listen;
-  o.grpc_target = grpc_address;
+  o.grpc_target = target.address;
+  o.grpc_channel = target.channel;
   o.model_dir = model;
   o.served_model_name = rf.served_model_name.empty() ? BaseName(model) : rf.served_model_name;
   o.chat_template = rf.chat_template;
@@ -45,17 +46,18 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(
 }
 
 absl::StatusOr<std::unique_ptr<HttpGatewayTarget>> GatewayTarget(const RouterFlags& rf, Router* router,
-                                                                   const std::string& public_address,
                                                                    const SecurityFlags& security) {
   auto t = std::make_unique<HttpGatewayTarget>();
-  t->address = public_address;
-  if (rf.http_listen.empty() || !security.tls.server_tls()) return t;
+  if (rf.http_listen.empty()) return t;
+  // Not the public server: its Shutdown (the drain) would end in-process calls at once, where a
+  // connection's calls may finish. This one is never shut down; the HTTP drain ends its calls.
   t->service = std::make_unique<GenerationService>(router);
   ServerOptions o;
   o.max_receive_bytes = static_cast<int>(security.max_request_bytes);
   o.flag = "--http-listen";
   PD_ASSIGN_OR_RETURN(t->server, StartGrpcServer("127.0.0.1:0", {t->service.get()}, o));
   t->address = t->server.address;
+  t->channel = InProcessChannel(*t->server.server);
   return t;
 }
 

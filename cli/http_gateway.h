@@ -18,24 +18,25 @@
 
 namespace pdserve::cli {
 
-// The OpenAI HTTP API in front of the public gRPC server at `grpc_address` (null when
-// --http-listen is empty).
-absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(
-    const RouterFlags& rf, const std::string& model, const std::string& grpc_address,
-    const SecurityFlags& security, const ApiKeys& keys, const Router& router,
-    metrics::Registry* registry);
-
-// The gateway's way into the Generation service. With TLS on the public port, a second, plain
-// listener on loopback only (the same service, so API keys still apply); else the public port.
+// The gateway's way into the Generation service: an in-process channel to a second gRPC server
+// of the same service (so API keys still apply; plain, on loopback only), which unlike the public
+// one is not shut down at the drain (its Shutdown would end in-process calls at once).
 struct HttpGatewayTarget {
   std::unique_ptr<GenerationService> service;
   StartedServer server;
   std::string address;
+  std::shared_ptr<grpc::Channel> channel;
 };
 
 absl::StatusOr<std::unique_ptr<HttpGatewayTarget>> GatewayTarget(const RouterFlags& rf, Router* router,
-                                                                   const std::string& public_address,
                                                                    const SecurityFlags& security);
+
+// The OpenAI HTTP API in front of the Generation service through `target` (null when
+// --http-listen is empty).
+absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(
+    const RouterFlags& rf, const std::string& model, const HttpGatewayTarget& target,
+    const SecurityFlags& security, const ApiKeys& keys, const Router& router,
+    metrics::Registry* registry);
 
 // " http=ADDRESS" for the ready line ("" without the HTTP API).
 std::string HttpReadyField(const openai::OpenAiServer* http);

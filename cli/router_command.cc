@@ -111,9 +111,9 @@ int RouterCommand(int argc, char** argv) {
         },
         &registry, rf.served_model_name.empty() ? BaseName(model) : rf.served_model_name);
   }
-  auto target = GatewayTarget(rf, router->get(), server->address, sf);
+  auto target = GatewayTarget(rf, router->get(), sf);
   if (!target.ok()) return ReportError(cmd, target.status());
-  auto http = StartHttp(rf, model, (*target)->address, sf, *keys, **router, &registry);
+  auto http = StartHttp(rf, model, **target, sf, *keys, **router, &registry);
   if (!http.ok()) return ReportFlagError(cmd, http.status());
   Ready(Str("pdserve router ready: grpc=", server->address, MetricsReadyField(exporter->get()),
             HttpReadyField(http->get())));

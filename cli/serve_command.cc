@@ -98,6 +98,10 @@ int ServeCommand(int argc, char** argv) {
   ro.model_dir = f.model;
   ro.prefill = prefill_server->address;
   ro.decode = decode_server->address;
+  // The router reaches its own workers in-process (their ports stay open: the decode worker
+  // calls the prefill worker's by address, and operators may look at them).
+  ro.worker_channels[prefill_server->address] = InProcessChannel(*prefill_server->server);
+  ro.worker_channels[decode_server->address] = InProcessChannel(*decode_server->server);
   ro.block_size = po.engine.block_size;
   ro.kv_dtype = po.engine.kv_dtype;
   ro.local_prefill_tokens = f.local_prefill_tokens;
@@ -112,9 +116,9 @@ int ServeCommand(int argc, char** argv) {
   if (!server.ok()) return ReportError(cmd, server.status());
   auto exporter = f.metrics.Start(&registry);
   if (!exporter.ok()) return ReportFlagError(cmd, exporter.status());
-  auto target = GatewayTarget(rf, router->get(), server->address, f.security);
+  auto target = GatewayTarget(rf, router->get(), f.security);
   if (!target.ok()) return ReportError(cmd, target.status());
-  auto http = StartHttp(rf, f.model, (*target)->address, f.security, *keys, **router, &registry);
+  auto http = StartHttp(rf, f.model, **target, f.security, *keys, **router, &registry);
   if (!http.ok()) return ReportFlagError(cmd, http.status());
   Ready(Str("pdserve serve ready: grpc=", server->address, MetricsReadyField(exporter->get()),
             HttpReadyField(http->get()), KvEventsReadyField(kv_events->get())));
@@ -125,6 +129,7 @@ int ServeCommand(int argc, char** argv) {
   (*decode)->Drain(absl::Seconds(f.drain_seconds));
   (*prefill)->Drain(absl::Seconds(1));
   DrainPublic(*server, http->get(), kFlushCalls);
+  (*router)->Stop();  // Before the workers' servers shut down (the router's channels are in-process).
   decode_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
   prefill_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
   if (tracer->tracer != nullptr) tracer->tracer->Flush();  // The last spans.

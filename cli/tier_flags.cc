@@ -81,6 +81,9 @@ void RouterFlags::Register(FlagSet& flags, bool standalone) {
             "refuse new requests (RESOURCE_EXHAUSTED, retry hint) beyond this many in flight (0: no limit)");
   flags.Int("max-resumes", &options.max_resumes,
             "how many times a request whose decode stream broke continues on another decode worker");
+  flags.Int("stream-interval", &options.stream_interval,
+            "tokens a streamed message carries: 1 one engine step each; N > 1 every N tokens, "
+            "and a client that falls behind gets what waits for it in one message");
   if (standalone) {
     flags.Int("block-size", &options.block_size, "KV block size the workers must use");
     flags.String("kv-dtype", &kv_dtype,
@@ -126,6 +129,9 @@ absl::Status RouterFlags::ToOptions(RouterOptions* out) const {
   out->served_model_name = served_model_name;
   out->tokenizer = tokenizer;
   if (options.max_resumes < 0) return absl::InvalidArgumentError("--max-resumes: must be >= 0");
+  if (options.stream_interval < 1 || options.stream_interval > 1024) {
+    return absl::InvalidArgumentError("--stream-interval: must be in [1, 1024]");
+  }
   if (options.max_inflight < 0) {
     return absl::InvalidArgumentError("--max-inflight-requests: must be >= 0");
   }

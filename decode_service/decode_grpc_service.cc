@@ -2,6 +2,7 @@
 
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/proto_convert.h"
+#include "common/rpc/stream_coalesce.h"
 #include "common/rpc/stream_writer.h"
 
 namespace pdserve {
@@ -69,7 +70,8 @@ void Sink::OnOutput(const RequestOutput& output) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (call_ == nullptr) return;
-  call_->Push(std::move(r));
+  // A stream behind the engine gets the steps it missed in one message (the router splits them).
+  call_->PushOrMerge(std::move(r), CoalesceDecodeResponse);
   if (output.finished) call_->Close(grpc::Status::OK);
 }
 

@@ -28,6 +28,10 @@ namespace pdserve::metrics {
 class Registry;
 }
 
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
 namespace pdserve::openai {
 
 // The chat template: the file `file` when given, else a directory's tokenizer_config.json, or a
@@ -37,6 +41,9 @@ absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::string& path, const std
 struct OpenAiServerOptions {
   std::string listen;             // host:port (port 0: any).
   std::string grpc_target;        // The router's public gRPC address.
+  // When set, the channel to use instead of connecting to grpc_target (the router's in-process
+  // channel: router and serve run the gateway beside the service).
+  std::shared_ptr<grpc::Channel> grpc_channel;
   std::string model_dir;          // Tokenizer, tokenizer_config.json (chat template); or a GGUF file.
   std::string tokenizer;          // A tokenizer directory instead of the model's (empty: none).
   std::string served_model_name;  // The `model` clients send and see.

@@ -14,6 +14,7 @@
 #include "common/base/strings.h"
 #include "common/rpc/byte_buffer.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/stream_coalesce.h"
 #include "common/rpc/stream_writer.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tracing/span.h"
@@ -146,7 +147,15 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
 
   // From the current attempt (its callbacks are serialized, and attempts do not overlap).
   void OnResponse(const internal::v1::DecodeResponse& d) {
-    if (!stopped_) Relay(d);
+    if (d.step_tokens_size() == 0 || router_->options().stream_interval > 1) {
+      if (!stopped_) Relay(d);
+      return;
+    }
+    // The decode worker folded steps its stream was behind on: the client still gets one
+    // message a step (its --stream-interval is 1).
+    for (const internal::v1::DecodeResponse& step : SplitDecodeResponse(d)) {
+      if (!stopped_) Relay(step);
+    }
   }
   void OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& status);
 
@@ -340,11 +349,38 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       u->set_completion_tokens(completion_tokens_);
       u->set_cached_tokens(last ? d.usage().cached_tokens() : 0);
     }
-    Push(MessageToByteBuffer(out));
+    Send(std::move(out));
     if (stopped_) {
       End(grpc::Status::OK);
       CancelAttempt();  // The decode worker stops generating.
     }
+  }
+
+  // One message a step when --stream-interval is 1; else every N tokens (and the last), folded
+  // into the message still waiting for the client when it is behind.
+  void Send(v1::GenerateResponse out) {
+    const int64_t interval = router_->options().stream_interval;
+    if (interval <= 1) {
+      Push(MessageToByteBuffer(out));
+      return;
+    }
+    if (held_tokens_ == 0) {
+      held_ = std::move(out);
+    } else {
+      CoalesceGenerateResponse(held_, out);
+    }
+    held_tokens_ = held_.token_ids_size();
+    if (held_tokens_ < interval && held_.finish_reason().empty()) return;
+    bool folded = false;
+    PushOrMerge(MessageToByteBuffer(held_), [&](grpc::ByteBuffer& waiting, const grpc::ByteBuffer&) {
+      if (!CoalesceGenerateResponse(waiting_, held_)) return false;
+      waiting = MessageToByteBuffer(waiting_);
+      folded = true;
+      return true;
+    });
+    if (!folded) waiting_ = std::move(held_);
+    held_.Clear();
+    held_tokens_ = 0;
   }
 
   Router* router_;
@@ -362,6 +398,10 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
   internal::v1::DecodeRequest downstream_request_;  // The first attempt's request.
   std::vector<int32_t> generated_;  // Token ids relayed to the client.
   std::string pending_text_;
+  // --stream-interval above 1: what waits for the interval, and the last message pushed (the
+  // one a lagging client's next tokens fold into while it is still queued).
+  v1::GenerateResponse held_, waiting_;
+  int64_t held_tokens_ = 0;
   size_t max_stop_ = 0;
   int32_t completion_tokens_ = 0;
   bool finished_ = false;

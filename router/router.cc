@@ -45,6 +45,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
                                  absl::ToChronoMilliseconds(options.recent_half_life));
   po.model_fingerprint = fingerprint;
   po.credentials = options.worker_credentials;
+  po.channels = options.worker_channels;
   r->numerics_ = std::make_shared<NumericsWatch>();
   po.numerics = r->numerics_;
   po.store = std::make_shared<SharedStoreIndex>();
@@ -94,6 +95,13 @@ Router::~Router() {
   // Discovery threads call into the pools: stop them first.
   decode_discovery_.reset();
   prefill_discovery_.reset();
+}
+
+void Router::Stop() {
+  decode_discovery_.reset();
+  prefill_discovery_.reset();
+  decode_->Stop();
+  prefill_->Stop();
 }
 
 int64_t Router::ContextLength() const {

@@ -56,6 +56,10 @@ struct RouterOptions {
   size_t max_stop_string_bytes = 256;
   // How many times one request may continue on another decode worker after its stream broke.
   int64_t max_resumes = 2;
+  // Tokens a message to a client carries (vLLM's --stream-interval): 1, one engine step each (one
+  // token, or a speculative step's accepted tokens); N > 1, every N tokens and the last, and
+  // a client that falls behind gets what waits for it folded into one message.
+  int64_t stream_interval = 1;
   // Backpressure: requests in flight through this router beyond which new ones are refused with
   // RESOURCE_EXHAUSTED (and a retry hint) instead of queued. 0: no limit.
   int64_t max_inflight = 1024;
@@ -63,6 +67,8 @@ struct RouterOptions {
   metrics::Registry* metrics = nullptr;  // Role "router"; null: not exported.
   // Calls to the workers (mutual TLS); null: insecure.
   std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
+  // Channels to use for these worker addresses instead of connecting (`serve`: in-process ones).
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> worker_channels;
   ApiKeys api_keys;  // Required on the public API when set.
   Tracer* tracer = nullptr;  // Each request's spans (not owned); null: no tracing.
 };
@@ -108,6 +114,10 @@ class Router {
   internal::v1::RouterStats Stats() const;
   RouterMetrics& metrics() { return *metrics_; }
   ~Router();
+  // Stops discovery and the workers' load watches: no call to a worker starts after it returns
+  // (`serve`, once its public calls are over, before its workers' servers shut down: a channel
+  // in-process must not start calls after its server shut down). Idempotent.
+  void Stop();
 
  private:
   Router() = default;

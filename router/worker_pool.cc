@@ -110,7 +110,9 @@ WorkerPool::WorkerPool(const WorkerPoolOptions& options) : options_(options) {
   maintainer_ = std::thread([this] { Maintain(); });
 }
 
-WorkerPool::~WorkerPool() {
+WorkerPool::~WorkerPool() { Stop(); }
+
+void WorkerPool::Stop() {
   std::unique_lock<std::mutex> lock(mu_);
   stop_ = true;
   for (auto& [address, w] : workers_) {
@@ -150,9 +152,13 @@ void WorkerPool::SetAddresses(const std::vector<std::string>& addresses) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
-    w->channel = grpc::CreateCustomChannel(
-        address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(),
-        args);
+    if (auto given = options_.channels.find(address); given != options_.channels.end()) {
+      w->channel = given->second;
+    } else {
+      w->channel = grpc::CreateCustomChannel(
+          address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(),
+          args);
+    }
     if (options_.prefill_tier) {
       w->prefill_stub = internal::v1::PrefillWorker::NewStub(w->channel);
     } else {

@@ -82,6 +82,9 @@ struct WorkerPoolOptions {
   std::chrono::milliseconds reconnect_every{500};
   // For the channels to the workers (mutual TLS); null: insecure.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Channels to use for these addresses instead of connecting to them (`serve`: gRPC's
+  // in-process channels to its own workers, no sockets or HTTP/2 framing between them).
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels;
   std::shared_ptr<NumericsWatch> numerics;  // Shared by a router's two pools; null: not watched.
   std::shared_ptr<SharedStoreIndex> store;  // Shared by a router's two pools; null: none kept.
 };
@@ -106,6 +109,8 @@ class WorkerPool {
 
   explicit WorkerPool(const WorkerPoolOptions& options);
   ~WorkerPool();
+  // Ends the load watches and starts no call to a worker after it returns. Idempotent.
+  void Stop();
 
   // Joins new addresses, drops vanished ones (their in-flight requests keep their channel).
   void SetAddresses(const std::vector<std::string>& addresses);

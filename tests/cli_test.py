@@ -592,6 +592,8 @@ class FlagCheckTest(unittest.TestCase):
         self.expect_usage(serve + ["--w-prefix", "nan"], "--w-prefix")
         self.expect_usage(serve + ["--imbalance-ratio", "inf"], "--imbalance-ratio")
         self.expect_usage(serve + ["--http-keep-alive-seconds", "0"], "--http-keep-alive-seconds")
+        self.expect_usage(serve + ["--stream-interval", "0"], "--stream-interval")
+        self.expect_usage(serve + ["--stream-interval", "5000"], "--stream-interval")
         self.expect_usage(["decode", "--model", self.NO_MODEL, "--transport", "carrier-pigeon"], "--transport")
         self.expect_usage(["prefill", "--model", self.NO_MODEL, "--kv-send-timeout-ms", "0"],
                           "--kv-send-timeout-ms")

@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include "common/base/host_port.h"
 #include "common/base/status_macros.h"
@@ -45,6 +46,13 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
   }
   out.address = HostPort{address.host, port}.ToString();
   return out;
+}
+
+std::shared_ptr<grpc::Channel> InProcessChannel(grpc::Server& server) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  return server.InProcessChannel(args);
 }
 
 }  // namespace pdserve

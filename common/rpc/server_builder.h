@@ -40,6 +40,10 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
                                               const std::vector<grpc::Service*>& services,
                                               const ServerOptions& options = {});
 
+// A channel to `server` from inside its own process (gRPC's in-process transport: no socket, no
+// HTTP/2 framing), with the same message size limits as the channels between tiers.
+std::shared_ptr<grpc::Channel> InProcessChannel(grpc::Server& server);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_COMMON_RPC_SERVER_BUILDER_H_

@@ -1,5 +1,6 @@
 // A server-streaming reactor that can be fed from any thread: Push queues a message (written one
-// at a time, as the callback API requires), Close finishes the call after the queued messages.
+// at a time, as the callback API requires; PushOrMerge folds it into a waiting one when the
+// stream lags), Close finishes the call after the queued messages.
 // Subclasses handle OnCancel/OnDone specifics through the hooks. gRPC deletes nothing: the
 // reactor deletes itself in OnDone once `references` reach zero.
 #ifndef PDSERVE_COMMON_RPC_STREAM_WRITER_H_
@@ -10,6 +11,9 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <type_traits>
+
+#include <grpcpp/support/byte_buffer.h>
 
 #include <grpcpp/support/server_callback.h>
 #include <grpcpp/support/status.h>
@@ -24,6 +28,18 @@ class StreamWriter : public grpc::ServerWriteReactor<Response> {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_ || done_) return false;
     queue_.push_back(std::move(message));
+    MaybeWriteLocked();
+    return true;
+  }
+
+  // Thread-safe. Like Push, but when the stream lags (a message is still waiting behind the one
+  // being written), `merge(waiting, message)` may fold the message into the waiting one and return
+  // true; false queues it as Push does. One write then carries what the engine produced meanwhile.
+  template <typename Merge>
+  bool PushOrMerge(Response message, Merge&& merge) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closing_ || done_) return false;
+    if (queue_.empty() || !merge(queue_.back(), message)) queue_.push_back(std::move(message));
     MaybeWriteLocked();
     return true;
   }
@@ -99,13 +115,22 @@ class StreamWriter : public grpc::ServerWriteReactor<Response> {
   // Tests only: PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS=N writes a stream's message that
   // carries a finish reason N ms late (a stream whose end is still on its way when the server
   // shuts down), so a test holds a call across Shutdown deterministically instead of racing it.
-  static std::chrono::milliseconds FaultDelayFinal(const Response& message) {
+  // Streams that lag behind what feeds them (so that messages wait and fold):
+  // PDSERVE_FAULT_GRPC_DELAY_WRITES_MS=N writes every message of a decode worker's streams N ms
+  // late, PDSERVE_FAULT_GRPC_DELAY_CLIENT_WRITES_MS=N every message of a router's to its clients.
+  static std::chrono::milliseconds FaultDelay(const Response& message) {
+    static const auto env = [](const char* name) {
+      const char* v = std::getenv(name);
+      return std::chrono::milliseconds(v == nullptr ? 0 : std::atoll(v));
+    };
     if constexpr (requires { message.finish_reason().empty(); }) {
-      static const std::chrono::milliseconds delay = [] {
-        const char* v = std::getenv("PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS");
-        return std::chrono::milliseconds(v == nullptr ? 0 : std::atoll(v));
-      }();
-      if (!message.finish_reason().empty()) return delay;
+      static const std::chrono::milliseconds final_delay = env("PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS");
+      static const std::chrono::milliseconds every_delay = env("PDSERVE_FAULT_GRPC_DELAY_WRITES_MS");
+      if (!message.finish_reason().empty() && final_delay.count() > 0) return final_delay;
+      return every_delay;
+    } else if constexpr (std::is_same_v<Response, grpc::ByteBuffer>) {
+      static const std::chrono::milliseconds client_delay = env("PDSERVE_FAULT_GRPC_DELAY_CLIENT_WRITES_MS");
+      return client_delay;
     }
     return std::chrono::milliseconds(0);
   }
@@ -115,7 +140,7 @@ class StreamWriter : public grpc::ServerWriteReactor<Response> {
     writing_ = true;
     current_ = std::move(queue_.front());
     queue_.pop_front();
-    if (const std::chrono::milliseconds delay = FaultDelayFinal(current_); delay.count() > 0) {
+    if (const std::chrono::milliseconds delay = FaultDelay(current_); delay.count() > 0) {
       // The write counts as in flight meanwhile, so nothing finishes (or deletes) the reactor.
       std::thread([this, delay] {
         std::this_thread::sleep_for(delay);

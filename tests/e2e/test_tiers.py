@@ -362,6 +362,64 @@ class TiersTest(unittest.TestCase):
         finally:
             self.assertEqual(c.stop(), [0] * 5)
 
+    def test_lagging_streams_fold_their_steps_and_clients_get_what_they_asked_for(self):
+        # The decode worker's stream writes each held 300 ms (PDSERVE_FAULT_GRPC_DELAY_WRITES_MS, a
+        # fault injected for the test): what the engine makes meanwhile waits, and the worker
+        # folds it into one message that says how many tokens each step made (step_tokens). The
+        # router still gives a client one message a step. With --stream-interval 4 (serve), 4
+        # tokens a message, and a client whose writes lag (PDSERVE_FAULT_GRPC_DELAY_CLIENT_WRITES_MS)
+        # gets what it missed in one. Outputs equal `generate` in another process.
+        ps = prompts(3, 11, 8, 40)
+        want = [local(p, 32) for p in ps]
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1,
+                            decode_env=[{"PDSERVE_FAULT_GRPC_DELAY_WRITES_MS": "300"}])
+        try:
+            # The decode worker's own stream (the router's view of it).
+            decode = worker_pb2_grpc.DecodeWorkerStub(grpc.insecure_channel(c.decode[0].grpc))
+            for i, (p, w) in enumerate(zip(ps, want)):
+                d = worker_pb2.DecodeRequest(request_id=f"lag{i}", prompt_ids=p, seed=1,
+                                             sampling=pb.SamplingParams(temperature=0, max_tokens=32,
+                                                                        ignore_eos=True, logprobs=2))
+                messages = list(decode.Generate(d, timeout=60))
+                ids = [t for m in messages for t in m.token_ids]
+                self.assertEqual(ids, w["token_ids"])
+                for m in messages:
+                    if m.step_tokens:
+                        self.assertEqual(sum(m.step_tokens), len(m.token_ids))
+                self.assertTrue(any(len(m.step_tokens) > 1 for m in messages),
+                                [len(m.token_ids) for m in messages])
+                self.assertLess(len(messages), 32)
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            for p, w in zip(ps, want):
+                messages = list(stub.Generate(request(p, 32), timeout=60))
+                self.assertEqual([len(m.token_ids) for m in messages], [1] * 32)
+                same_as_local(self, collect(stub, request(p, 32)), w)
+            wait_no_blocks_in_use(self, c)
+        finally:
+            self.assertEqual(c.stop(), [0] * 3)
+        # serve, whose router reaches its workers in-process.
+        serve = cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0",
+                                          "--threads", "1", "--kv-memory-gib", "0.05",
+                                          "--stream-interval", "4"],
+                                env={"PDSERVE_FAULT_GRPC_DELAY_CLIENT_WRITES_MS": "300"})
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(serve.grpc))
+            for p, w in zip(ps, want):
+                messages = list(stub.Generate(request(p, 32), timeout=60))
+                sizes = [len(m.token_ids) for m in messages]
+                self.assertEqual(sum(sizes), 32)
+                self.assertTrue(all(n >= 4 for n in sizes[:-1]), sizes)
+                self.assertTrue(any(n > 4 for n in sizes), sizes)
+                same_as_local(self, collect(stub, request(p, 32)), w)
+            # A stop string still cuts where one token a message would.
+            text = want[0]["text"]
+            stop = text[10:13]
+            got = collect(stub, request(ps[0], 32, stop=[stop]))
+            self.assertEqual(got["text"], text[:text.find(stop)])
+            self.assertEqual(got["finish_reason"], "stop")
+        finally:
+            self.assertEqual(serve.stop(), 0)
+
     def test_bad_input_is_invalid_argument_naming_the_field(self):
         c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=1)
         try:
