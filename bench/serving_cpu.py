@@ -14,6 +14,8 @@ attached to serve, and to a router, a decode and a prefill worker as separate pr
   # Every path side by side: serve over gRPC and over the OpenAI API, and the tiers as separate
   # processes (router, decode, prefill: each one's CPU a token), at 64 and 256 streams.
   /usr/bin/python3 bench/serving_cpu.py --paths grpc,openai,tiers --streams 64,256 --threads 1
+  # Clients that take several tokens a message (serve's flags).
+  /usr/bin/python3 bench/serving_cpu.py --paths grpc,openai --threads 1 --serve-args "--stream-interval 4"
 
 bench/notes/serving-cpu.md has its figures.
 """
@@ -83,9 +85,12 @@ def measured(pdserve, processes, server, perf_dir=None, tag="", streams=None, ht
     return tok_s, cpu
 
 
+EXTRA_SERVE_ARGS = []
+
+
 def serve_args(model, threads, http=False):
     return ["serve", "--model", model, "--listen", "127.0.0.1:0", "--kv-memory-gib", "0.5", "--threads", threads,
-            *(["--http-listen", "127.0.0.1:0"] if http else [])]
+            *(["--http-listen", "127.0.0.1:0"] if http else []), *EXTRA_SERVE_ARGS]
 
 
 def run_serve(pdserve, model, threads, streams, http=False):
@@ -119,11 +124,13 @@ def main():
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     parser.add_argument("--paths", help="grpc, openai, tiers: each path side by side (comma-separated)")
     parser.add_argument("--streams", help="concurrent streams, comma-separated (default: the shape's)")
+    parser.add_argument("--serve-args", default="", help="more flags for serve, e.g. '--stream-interval 4'")
     parser.add_argument("--perf", action="store_true")
     parser.add_argument("--out", default="/tmp/serving_cpu", help="perf data directory")
     a = parser.parse_args()
     global SHAPE
     SHAPE = SHAPES[a.shape]
+    EXTRA_SERVE_ARGS.extend(a.serve_args.split())
     pdserve = os.path.abspath(os.path.join(a.build, "pdserve"))
     streams_list = [int(x) for x in a.streams.split(",")] if a.streams else [SHAPE[2]]
     with tempfile.TemporaryDirectory() as work:
