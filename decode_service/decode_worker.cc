@@ -64,12 +64,14 @@ DecodeWorker::~DecodeWorker() {
 }
 
 void DecodeWorker::Submit(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
+  bool refuse;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (draining_ || stop_) {
-      sink->OnError(absl::UnavailableError("decode worker is shutting down"));
-      return;
-    }
+    refuse = draining_ || stop_;
+  }
+  if (refuse) {  // Outside the lock: the sink may call back into this worker.
+    sink->OnError(absl::UnavailableError("decode worker is shutting down"));
+    return;
   }
   Post([this, job = std::move(job), sink = std::move(sink)]() mutable {
     Start(std::move(job), std::move(sink));
@@ -89,7 +91,9 @@ void DecodeWorker::Cancel(const std::string& request_id) {
       engine_->Abort(request_id, &aborted);
     }
     for (const RequestOutput& out : aborted) metrics_->Observe(out);
+    std::shared_ptr<DecodeSink> sink = std::move(it->second.sink);
     active_.erase(it);
+    sink->OnError(absl::CancelledError("cancelled"));  // No further calls.
   });
 }
 

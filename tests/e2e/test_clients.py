@@ -143,6 +143,52 @@ class ClientsTest(unittest.TestCase):
         finally:
             self.assertEqual(serve.stop(), 0)
 
+    def test_request_timeout_and_cancels_free_everything_in_serve(self):
+        """serve's router hands requests to its decode worker directly (no gRPC between them):
+        a request's own timeout_ms ends it DEADLINE_EXCEEDED, clients that cancel mid-stream end
+        theirs, and afterwards the decode worker runs nothing and holds no block."""
+        model = os.path.join(os.path.dirname(MODEL), "wide")
+        if not os.path.exists(model):
+            subprocess.run([PDSERVE, "make-model", model, "--layers", "4", "--hidden", "256", "--heads", "4",
+                            "--kv-heads", "2", "--vocab", "768", "--max-position", "8192"],
+                           check=True, capture_output=True)
+        cluster.stubs_dir()
+        import grpc
+        from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pbg
+        serve = cluster.Process(PDSERVE, ["serve", "--model", model, "--listen", "127.0.0.1:0", "--threads", "1",
+                                          "--kv-memory-gib", "0.05", "--metrics-listen", "127.0.0.1:0"])
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(serve.grpc))
+
+            def req(timeout_ms=0, max_tokens=4000):
+                return pb.GenerateRequest(text=PROMPT, timeout_ms=timeout_ms, sampling=pb.SamplingParams(
+                    max_tokens=max_tokens, ignore_eos=True, temperature=0))
+
+            start = time.time()
+            with self.assertRaises(grpc.RpcError) as e:
+                list(stub.Generate(req(timeout_ms=300), timeout=60))
+            self.assertEqual(e.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED, e.exception.details())
+            self.assertLess(time.time() - start, 30)
+            streams = [stub.Generate(req(), timeout=60) for _ in range(8)]
+            for s in streams:
+                next(s)  # A token arrived: the request runs on the decode worker.
+            for s in streams:
+                s.cancel()
+            deadline = time.time() + 20
+            while True:
+                usage = cluster.metric(serve, "pdserve_kv_cache_usage_perc", role="decode")
+                running = cluster.metric(serve, "pdserve_num_requests_running", role="decode")
+                aborted = cluster.metric(serve, "pdserve_request_success_total", role="decode", finished_reason="abort")
+                if (usage, running, aborted) == (0, 0, 9):
+                    break
+                self.assertLess(time.time(), deadline, f"KV usage {usage}, running {running}, aborted {aborted}")
+                time.sleep(0.05)
+            # And it still serves.
+            got = list(stub.Generate(req(max_tokens=5), timeout=60))
+            self.assertEqual(sum(len(m.token_ids) for m in got), 5)
+        finally:
+            self.assertEqual(serve.stop(), 0)
+
     def test_streamed_text_is_utf8_and_equals_detokenize(self):
         """Random prompts sampled at temperature 1 from a random model: ids 0..255 are single
         bytes, so most completions are broken UTF-8, cut at every length by max_tokens. Each
