@@ -102,9 +102,6 @@ int ServeCommand(int argc, char** argv) {
   // calls the prefill worker's by address, and operators may look at them).
   ro.worker_channels[prefill_server->address] = InProcessChannel(*prefill_server->server);
   ro.worker_channels[decode_server->address] = InProcessChannel(*decode_server->server);
-  // And takes the decode worker's tokens directly, not through its Generate stream.
-  LocalDecodeService local_decode(decode->get());
-  ro.local_decode[decode_server->address] = &local_decode;
   ro.block_size = po.engine.block_size;
   ro.kv_dtype = po.engine.kv_dtype;
   ro.local_prefill_tokens = f.local_prefill_tokens;

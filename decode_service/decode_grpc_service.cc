@@ -31,11 +31,16 @@ class GenerateCall : public StreamWriter<internal::v1::DecodeResponse> {
   GenerateCall(DecodeWorker* worker, grpc::CallbackServerContext* context,
                const internal::v1::DecodeRequest& request)
       : worker_(worker), request_id_(request.request_id()), sink_(std::make_shared<Sink>(this)) {
+    DecodeJob job;
     const auto& md = context->client_metadata();
-    std::string traceparent, tracestate;
-    if (auto it = md.find("traceparent"); it != md.end()) traceparent.assign(it->second.data(), it->second.size());
-    if (auto it = md.find("tracestate"); it != md.end()) tracestate.assign(it->second.data(), it->second.size());
-    worker_->Submit(DecodeJobFromProto(request, std::move(traceparent), std::move(tracestate)), sink_);
+    if (auto it = md.find("traceparent"); it != md.end()) job.traceparent.assign(it->second.data(), it->second.size());
+    if (auto it = md.find("tracestate"); it != md.end()) job.tracestate.assign(it->second.data(), it->second.size());
+    job.request_id = request.request_id();
+    job.prompt.assign(request.prompt_ids().begin(), request.prompt_ids().end());
+    job.params = FromProto(request.sampling(), request.seed());
+    job.prefill_address = request.prefill_address();
+    job.resume.assign(request.resume_output_ids().begin(), request.resume_output_ids().end());
+    worker_->Submit(std::move(job), sink_);
   }
 
  private:
@@ -51,62 +56,6 @@ class GenerateCall : public StreamWriter<internal::v1::DecodeResponse> {
 };
 
 void Sink::OnOutput(const RequestOutput& output) {
-  internal::v1::DecodeResponse r = DecodeResponseFromOutput(output);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (call_ == nullptr) return;
-  // A stream behind the engine gets the steps it missed in one message (the router splits them).
-  call_->PushOrMerge(std::move(r), CoalesceDecodeResponse);
-  if (output.finished) call_->Close(grpc::Status::OK);
-}
-
-void Sink::OnError(const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (call_ != nullptr) call_->Close(ToGrpcStatus(status));
-}
-
-// The local path's bridge: the worker's outputs straight to the router's stream.
-class LocalSink : public DecodeSink {
- public:
-  explicit LocalSink(std::shared_ptr<LocalDecodeStream> stream) : stream_(std::move(stream)) {}
-  // A worker that let go of the request without a word (it was destroyed) still ends it.
-  ~LocalSink() override {
-    if (!ended_) stream_->OnEnd(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the decode worker dropped the request"));
-  }
-  void OnOutput(const RequestOutput& output) override {
-    if (ended_) return;
-    stream_->OnResponse(DecodeResponseFromOutput(output));
-    if (output.finished) End(grpc::Status::OK);
-  }
-  void OnError(const absl::Status& status) override {
-    if (!ended_) End(ToGrpcStatus(status));
-  }
-
- private:
-  void End(const grpc::Status& status) {
-    ended_ = true;
-    stream_->OnEnd(status);
-  }
-
-  std::shared_ptr<LocalDecodeStream> stream_;
-  bool ended_ = false;  // The worker calls a sink from one thread at a time.
-};
-
-}  // namespace
-
-DecodeJob DecodeJobFromProto(const internal::v1::DecodeRequest& request, std::string traceparent,
-                             std::string tracestate) {
-  DecodeJob job;
-  job.traceparent = std::move(traceparent);
-  job.tracestate = std::move(tracestate);
-  job.request_id = request.request_id();
-  job.prompt.assign(request.prompt_ids().begin(), request.prompt_ids().end());
-  job.params = FromProto(request.sampling(), request.seed());
-  job.prefill_address = request.prefill_address();
-  job.resume.assign(request.resume_output_ids().begin(), request.resume_output_ids().end());
-  return job;
-}
-
-internal::v1::DecodeResponse DecodeResponseFromOutput(const RequestOutput& output) {
   internal::v1::DecodeResponse r;
   for (const TokenOutput& t : output.tokens) {
     r.add_token_ids(t.token);
@@ -119,16 +68,19 @@ internal::v1::DecodeResponse DecodeResponseFromOutput(const RequestOutput& outpu
     r.mutable_usage()->set_completion_tokens(static_cast<int32_t>(output.completion_tokens));
     r.mutable_usage()->set_cached_tokens(static_cast<int32_t>(output.cached_tokens));
   }
-  return r;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (call_ == nullptr) return;
+  // A stream behind the engine gets the steps it missed in one message (the router splits them).
+  call_->PushOrMerge(std::move(r), CoalesceDecodeResponse);
+  if (output.finished) call_->Close(grpc::Status::OK);
 }
 
-void LocalDecodeService::Start(const internal::v1::DecodeRequest& request, const std::string& traceparent,
-                               const std::string& tracestate, std::shared_ptr<LocalDecodeStream> stream) {
-  worker_->Submit(DecodeJobFromProto(request, traceparent, tracestate),
-                  std::make_shared<LocalSink>(std::move(stream)));
+void Sink::OnError(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (call_ != nullptr) call_->Close(ToGrpcStatus(status));
 }
 
-void LocalDecodeService::Cancel(const std::string& request_id) { worker_->Cancel(request_id); }
+}  // namespace
 
 grpc::ServerWriteReactor<internal::v1::DecodeResponse>* DecodeGrpcService::Generate(
     grpc::CallbackServerContext* context, const internal::v1::DecodeRequest* request) {

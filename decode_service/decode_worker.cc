@@ -69,7 +69,7 @@ void DecodeWorker::Submit(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
     std::lock_guard<std::mutex> lock(mu_);
     refuse = draining_ || stop_;
   }
-  if (refuse) {  // Outside the lock: the sink may call back into this worker.
+  if (refuse) {  // Outside the lock: a sink may call back into this worker.
     sink->OnError(absl::UnavailableError("decode worker is shutting down"));
     return;
   }
@@ -91,9 +91,7 @@ void DecodeWorker::Cancel(const std::string& request_id) {
       engine_->Abort(request_id, &aborted);
     }
     for (const RequestOutput& out : aborted) metrics_->Observe(out);
-    std::shared_ptr<DecodeSink> sink = std::move(it->second.sink);
     active_.erase(it);
-    sink->OnError(absl::CancelledError("cancelled"));  // No further calls.
   });
 }
 

@@ -92,7 +92,6 @@ class DecodeWorker {
   ~DecodeWorker();
 
   void Submit(DecodeJob job, std::shared_ptr<DecodeSink> sink);
-  // The request's sink hears OnError(Cancelled) unless it had already finished.
   void Cancel(const std::string& request_id);
   // The KV transport for the ready line and logs (ucx: the UCX transports it may use).
   std::string TransportDescription() const { return transport_->description(); }

@@ -1,6 +1,5 @@
 #include "router/generate_call.h"
 
-#include <grpcpp/alarm.h>
 #include <grpcpp/client_context.h>
 
 #include <algorithm>
@@ -32,32 +31,14 @@ std::string Metadata(const grpc::CallbackServerContext& context, const char* nam
   return it == md.end() ? "" : std::string(it->second.data(), it->second.size());
 }
 
-// One try on a decode worker. Its outputs reach the call through OnResponse, then its end
-// through OnAttemptDone, once, never concurrently; Cancel may come from any thread, any time.
-class Attempt {
+// One try on a decode worker: the downstream stream. Deletes itself after telling the call
+// that it ended.
+class DecodeAttempt : public grpc::ClientReadReactor<internal::v1::DecodeResponse> {
  public:
-  virtual ~Attempt() = default;
-  virtual void Start(internal::v1::DecodeRequest request, std::chrono::system_clock::time_point deadline) = 0;
-  virtual void Cancel() = 0;
-  const Route& route() const { return route_; }
-
- protected:
-  Attempt(GenerateCall* call, Route route, Span span)
+  DecodeAttempt(GenerateCall* call, Route route, Span span)
       : call_(call), route_(std::move(route)), span_(std::move(span)) {}
-  // Ends the attempt's span and tells the call.
-  void Ended(const grpc::Status& status);
 
-  GenerateCall* const call_;
-  const Route route_;
-  Span span_;  // pdserve.router.decode_attempt: this try, from the call to its end.
-};
-
-// Over the decode worker's Generate stream. Deletes itself after telling the call that it ended.
-class DecodeAttempt : public Attempt, public grpc::ClientReadReactor<internal::v1::DecodeResponse> {
- public:
-  DecodeAttempt(GenerateCall* call, Route route, Span span) : Attempt(call, std::move(route), std::move(span)) {}
-
-  void Start(internal::v1::DecodeRequest request, std::chrono::system_clock::time_point deadline) override {
+  void Start(internal::v1::DecodeRequest request, std::chrono::system_clock::time_point deadline) {
     request_ = std::move(request);
     context_.set_deadline(deadline);
     // The decode worker's spans join this attempt's (W3C trace context in the metadata).
@@ -71,90 +52,19 @@ class DecodeAttempt : public Attempt, public grpc::ClientReadReactor<internal::v
     StartRead(&response_);
     StartCall();
   }
-  void Cancel() override { context_.TryCancel(); }
+  void Cancel() { context_.TryCancel(); }
+  const Route& route() const { return route_; }
 
  private:
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
 
+  GenerateCall* const call_;
+  const Route route_;
+  Span span_;  // pdserve.router.decode_attempt: this try, from the call to its end.
   grpc::ClientContext context_;
   internal::v1::DecodeRequest request_;
   internal::v1::DecodeResponse response_;
-};
-
-// On a decode worker in this process (`serve`), without gRPC: its outputs arrive on the worker's
-// scheduler thread. Kept alive by the worker while it runs and by its deadline alarm; the call
-// holds a plain pointer until OnAttemptDone.
-class LocalDecodeAttempt : public Attempt,
-                           public LocalDecodeStream,
-                           public std::enable_shared_from_this<LocalDecodeAttempt> {
- public:
-  LocalDecodeAttempt(GenerateCall* call, Route route, Span span, LocalDecode* worker)
-      : Attempt(call, std::move(route), std::move(span)), worker_(worker) {}
-
-  void Start(internal::v1::DecodeRequest request, std::chrono::system_clock::time_point deadline) override {
-    auto self = shared_from_this();
-    request_id_ = request.request_id();
-    if (deadline != std::chrono::system_clock::time_point::max()) {
-      // The request's own deadline (timeout_ms), which a Generate stream's context would carry.
-      alarm_.Set(deadline, [self](bool fired) {
-        if (fired) self->Stop(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"));
-      });
-    }
-    std::optional<grpc::Status> stopped;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopped = stop_status_;
-    }
-    if (stopped.has_value()) {  // Cancelled before it started: it never reaches the worker.
-      OnEnd(*stopped);
-      return;
-    }
-    // Not under the lock: a worker that is shutting down ends the stream before Start returns.
-    const bool traced = span_.context().valid();
-    worker_->Start(request, traced ? span_.traceparent() : "", traced ? span_.context().tracestate : "",
-                   std::move(self));
-    bool cancel;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      submitted_ = true;
-      cancel = stop_status_.has_value();  // A Stop while it was being submitted left it to us.
-    }
-    if (cancel) worker_->Cancel(request_id_);  // Posted after the start: the worker sees both.
-  }
-  void Cancel() override { Stop(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
-
-  void OnResponse(const internal::v1::DecodeResponse& response) override;
-  void OnEnd(const grpc::Status& status) override {
-    if (ended_.exchange(true)) return;
-    alarm_.Cancel();
-    grpc::Status end = status;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      // The worker ends a stopped request CANCELLED; the reason is the stop's (a deadline).
-      if (stop_status_.has_value() && status.error_code() == grpc::StatusCode::CANCELLED) end = *stop_status_;
-    }
-    Ended(end);
-  }
-
- private:
-  void Stop(const grpc::Status& why) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_status_.has_value()) return;
-      stop_status_ = why;
-      if (!submitted_) return;  // Start cancels it once submitted, or never submits it.
-    }
-    worker_->Cancel(request_id_);
-  }
-
-  LocalDecode* const worker_;
-  std::string request_id_;
-  grpc::Alarm alarm_;
-  std::atomic<bool> ended_{false};
-  std::mutex mu_;
-  bool submitted_ = false;                   // Guarded by mu_.
-  std::optional<grpc::Status> stop_status_;  // Guarded by mu_: Cancel's or the deadline's.
 };
 
 // Lives until gRPC is done with the public call and with the current attempt (a reference each).
@@ -247,7 +157,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       if (!stopped_) Relay(step);
     }
   }
-  void OnAttemptDone(Attempt* attempt, const grpc::Status& status);
+  void OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& status);
 
  private:
   void StartAttempt(Route route) {
@@ -270,16 +180,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       span.Set("pdserve.downstream_id", request.request_id());
     }
     ++attempts_;
-    // A decode worker in this process takes the request directly (the attempt owns itself).
-    std::shared_ptr<LocalDecodeAttempt> local;
-    Attempt* attempt;
-    const auto& locals = router_->options().local_decode;
-    if (auto it = locals.find(WorkerPool::Address(*route.decode.worker)); it != locals.end()) {
-      local = std::make_shared<LocalDecodeAttempt>(this, std::move(route), std::move(span), it->second);
-      attempt = local.get();
-    } else {
-      attempt = new DecodeAttempt(this, std::move(route), std::move(span));
-    }
+    auto* attempt = new DecodeAttempt(this, std::move(route), std::move(span));
     refs_.fetch_add(1);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -508,12 +409,12 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
   int attempts_ = 0;
   std::vector<std::shared_ptr<WorkerPool::Worker>> failed_;  // Decode workers that broke it.
   std::mutex mu_;
-  Attempt* attempt_ = nullptr;        // Guarded by mu_.
+  DecodeAttempt* attempt_ = nullptr;  // Guarded by mu_.
   bool client_gone_ = false;          // Guarded by mu_.
   std::atomic<int> refs_{1};
 };
 
-void GenerateCall::OnAttemptDone(Attempt* attempt, const grpc::Status& status) {
+void GenerateCall::OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& status) {
   router_->Done(attempt->route());
   bool gone;
   {
@@ -563,22 +464,14 @@ void DecodeAttempt::OnReadDone(bool ok) {
   StartRead(&response_);
 }
 
-void Attempt::Ended(const grpc::Status& status) {
+void DecodeAttempt::OnDone(const grpc::Status& status) {
   if (!status.ok()) {
     span_.SetError(Str(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
                        ": ", status.error_message()));
   }
   span_.End();
   call_->OnAttemptDone(this, status);
-}
-
-void DecodeAttempt::OnDone(const grpc::Status& status) {
-  Ended(status);
   delete this;
-}
-
-void LocalDecodeAttempt::OnResponse(const internal::v1::DecodeResponse& response) {
-  if (!ended_.load()) call_->OnResponse(response);
 }
 
 }  // namespace

@@ -22,7 +22,6 @@
 #include "common/metrics/metrics.h"
 #include "common/rpc/api_keys.h"
 #include "router/discovery.h"
-#include "common/rpc/local_decode.h"
 #include "router/request_validator.h"
 #include "router/router_metrics.h"
 #include "router/routing_policy.h"
@@ -70,9 +69,6 @@ struct RouterOptions {
   std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
   // Channels to use for these worker addresses instead of connecting (`serve`: in-process ones).
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> worker_channels;
-  // Decode workers in this process by address (`serve`): requests routed to one go to it
-  // directly, not through its Generate stream. Not owned.
-  absl::flat_hash_map<std::string, LocalDecode*> local_decode;
   ApiKeys api_keys;  // Required on the public API when set.
   Tracer* tracer = nullptr;  // Each request's spans (not owned); null: no tracing.
 };

@@ -144,9 +144,9 @@ class ClientsTest(unittest.TestCase):
             self.assertEqual(serve.stop(), 0)
 
     def test_request_timeout_and_cancels_free_everything_in_serve(self):
-        """serve's router hands requests to its decode worker directly (no gRPC between them):
-        a request's own timeout_ms ends it DEADLINE_EXCEEDED, clients that cancel mid-stream end
-        theirs, and afterwards the decode worker runs nothing and holds no block."""
+        """In serve (its router reaches the decode worker in-process): a request's own timeout_ms
+        ends it DEADLINE_EXCEEDED, clients that cancel mid-stream end theirs, and afterwards the
+        decode worker runs nothing and holds no block."""
         model = os.path.join(os.path.dirname(MODEL), "wide")
         if not os.path.exists(model):
             subprocess.run([PDSERVE, "make-model", model, "--layers", "4", "--hidden", "256", "--heads", "4",
