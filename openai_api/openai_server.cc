@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <ctime>
 #include <mutex>
-#include <shared_mutex>
 #include <thread>
 
 #include "common/base/log.h"
@@ -238,22 +237,8 @@ class Gateway {
     return std::make_pair(401, std::string(s.message()));
   }
 
-  // Once this returns, no call starts (StartCall): the router's gRPC server may shut down. A
-  // channel in-process must not start calls after its server shut down (gRPC crashes).
-  void BeginDrain() {
-    std::unique_lock<std::shared_mutex> gate(start_gate_);
-    draining_.store(true);
-  }
+  void BeginDrain() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
-
-  // GenerateCall::Start through this gateway's channel; null once draining.
-  std::shared_ptr<GenerateCall> StartCall(const std::vector<std::pair<std::string, std::string>>& metadata,
-                                          const v1::GenerateRequest& request, GenerateCall::OnMessage on_message,
-                                          GenerateCall::OnEnd on_end) {
-    std::shared_lock<std::shared_mutex> gate(start_gate_);
-    if (draining_.load()) return nullptr;
-    return GenerateCall::Start(stub_.get(), metadata, request, std::move(on_message), std::move(on_end));
-  }
   const std::string& system_fingerprint() const { return options_.system_fingerprint; }
 
   // The body of the HTTP server's own refusals, OpenAI-shaped.
@@ -264,6 +249,8 @@ class Gateway {
     e.type = ErrorType(status);
     return {Dump(e.ToJson()), "application/json"};
   }
+
+  v1::Generation::Stub* stub() const { return stub_.get(); }
 
   std::string TokenText(int32_t id) const {
     auto s = tokenizer_->Decode({id}, false);
@@ -387,7 +374,6 @@ class Gateway {
   std::condition_variable live_cv_;
   int live_ = 0;  // Exchanges not yet ended.
   std::atomic<bool> draining_{false};
-  std::shared_mutex start_gate_;  // StartCall shares it; BeginDrain takes it alone.
 };
 
 void AddUsage(const v1::Usage& u, v1::Usage* total) {
@@ -514,14 +500,10 @@ void Exchange::Begin() {
       request.mutable_sampling()->set_seed(request.sampling().seed() + sample);
     }
     lock.unlock();  // A call may end (and call OnEnd) before Start returns.
-    auto call = gateway_->StartCall(
-        metadata_, request, [self, c](const v1::GenerateResponse& r) { self->OnMessage(c, r); },
+    auto call = GenerateCall::Start(
+        gateway_->stub(), metadata_, request,
+        [self, c](const v1::GenerateResponse& r) { self->OnMessage(c, r); },
         [self, c](const grpc::Status& s) { self->OnEnd(c, s); });
-    if (call == nullptr) {  // The server began to stop meanwhile.
-      OnEnd(c, grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(kShuttingDown)));
-      lock.lock();
-      continue;
-    }
     lock.lock();
     calls_[c] = call;
     if (cancelled_ || failed_) {

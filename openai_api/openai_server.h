@@ -41,8 +41,8 @@ absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::string& path, const std
 struct OpenAiServerOptions {
   std::string listen;             // host:port (port 0: any).
   std::string grpc_target;        // The router's public gRPC address.
-  // When set, the channel to use instead of connecting to grpc_target (the router's in-process
-  // channel: router and serve run the gateway beside the service).
+  // When set, the channel to use instead of connecting to grpc_target (router and serve: an
+  // in-process channel to a Generation server that is never shut down, see cli/http_gateway.h).
   std::shared_ptr<grpc::Channel> grpc_channel;
   std::string model_dir;          // Tokenizer, tokenizer_config.json (chat template); or a GGUF file.
   std::string tokenizer;          // A tokenizer directory instead of the model's (empty: none).

@@ -4,7 +4,7 @@ namespace pdserve {
 
 bool CoalesceDecodeResponse(internal::v1::DecodeResponse& waiting,
                             const internal::v1::DecodeResponse& next) {
-  if (!waiting.finish_reason().empty()) return false;
+  if (!waiting.finish_reason().empty() || waiting.token_ids_size() >= kMaxFoldedTokens) return false;
   if (waiting.step_tokens_size() == 0) waiting.add_step_tokens(waiting.token_ids_size());
   if (next.step_tokens_size() == 0) {
     waiting.add_step_tokens(next.token_ids_size());
@@ -50,7 +50,7 @@ std::vector<internal::v1::DecodeResponse> SplitDecodeResponse(const internal::v1
 }
 
 bool CoalesceGenerateResponse(v1::GenerateResponse& waiting, const v1::GenerateResponse& next) {
-  if (!waiting.finish_reason().empty()) return false;
+  if (!waiting.finish_reason().empty() || waiting.token_ids_size() >= kMaxFoldedTokens) return false;
   waiting.mutable_token_ids()->MergeFrom(next.token_ids());
   waiting.mutable_logprobs()->MergeFrom(next.logprobs());
   waiting.mutable_top_logprobs()->MergeFrom(next.top_logprobs());

@@ -12,8 +12,13 @@
 
 namespace pdserve {
 
+// A message takes no more folding once it carries this many tokens (the next one queues): it
+// stays far below the gRPC message limit, and re-serializing a client's waiting message at each
+// fold costs a bounded amount however long the client lags.
+inline constexpr int kMaxFoldedTokens = 256;
+
 // Appends `next` to `waiting` (the decode worker's message still queued) and records each one's
-// token count in step_tokens. False, changing nothing, when `waiting` ends the stream.
+// token count in step_tokens. False, changing nothing, when `waiting` ends the stream or is full.
 bool CoalesceDecodeResponse(internal::v1::DecodeResponse& waiting,
                             const internal::v1::DecodeResponse& next);
 
@@ -23,7 +28,7 @@ std::vector<internal::v1::DecodeResponse> SplitDecodeResponse(const internal::v1
 
 // Appends `next` to `waiting` (the router's message to its client): tokens, logprobs and text;
 // the finish reason and usage when `next` has them. False, changing nothing, when `waiting` ends
-// the stream.
+// the stream or is full.
 bool CoalesceGenerateResponse(v1::GenerateResponse& waiting, const v1::GenerateResponse& next);
 
 }  // namespace pdserve

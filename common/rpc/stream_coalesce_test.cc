@@ -83,6 +83,23 @@ TEST(StreamCoalesce, AnEmptyStepOnlySurvivesAsTheLast) {
   EXPECT_EQ(split[2].finish_reason(), "abort");
 }
 
+TEST(StreamCoalesce, AFullMessageTakesNoMore) {
+  // One step short of the cap: the next step still folds in; then nothing does.
+  std::vector<int32_t> ids(kMaxFoldedTokens - 1, 7);
+  internal::v1::DecodeResponse a = Step(ids);
+  ASSERT_TRUE(CoalesceDecodeResponse(a, Step({8})));
+  EXPECT_EQ(a.token_ids_size(), kMaxFoldedTokens);
+  EXPECT_FALSE(CoalesceDecodeResponse(a, Step({9})));
+  EXPECT_EQ(a.token_ids_size(), kMaxFoldedTokens);
+  v1::GenerateResponse g;
+  for (int i = 0; i < kMaxFoldedTokens; ++i) g.add_token_ids(i);
+  v1::GenerateResponse h;
+  h.add_token_ids(1);
+  h.set_text("x");
+  EXPECT_FALSE(CoalesceGenerateResponse(g, h));
+  EXPECT_TRUE(g.text().empty());
+}
+
 TEST(StreamCoalesce, PublicMessagesConcatenateTheirText) {
   v1::GenerateResponse a;
   a.set_request_id("r");
