@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
 #include "common/base/file_util.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -11,6 +13,8 @@
 #include "common/kvcache/host_tier.h"
 #include "common/transport/pool_device.h"
 #include "common/kvcache/redis_tier.h"
+#include "common/model/gguf_model.h"
+#include "common/model/lora_registry.h"
 
 namespace pdserve::cli {
 
@@ -58,6 +62,13 @@ void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
                "per-request adaptation allows)");
   }
   flags.Int("threads", &threads, "compute threads (0: all cores)");
+  flags.String("lora-modules", &lora_modules,
+               "LoRA adapters to serve, NAME=PATH,... (PEFT directories: adapter_config.json and "
+               "adapter_model.safetensors); a request names one as its model");
+  flags.Int("max-lora-rank", &max_lora_rank, "the largest LoRA rank (r) an adapter may have");
+  flags.Int("max-cpu-loras", &max_cpu_loras,
+            "the most LoRA adapters kept loaded (0: all); the least recently used one no request "
+            "runs with is dropped and loaded again from its directory when asked for");
   flags.Int("block-size", &block_size, "KV cache block size in tokens");
   flags.String("kv-dtype", &kv_dtype, "KV cache dtype: f32, bf16, int8 or int4 (int8/int4: symmetric codes with an f32 scale per token and head, in the page)");
   flags.Double("kv-memory-gib", &kv_cache_gib,
@@ -258,6 +269,33 @@ absl::Status EngineFlags::ToOptions(EngineOptions* o) const {
   o->speculative.suffix_min_prob = spec_suffix_min_prob;
   o->speculative.step_budget = spec_step_budget;
   return o->speculative.Validate();
+}
+
+absl::Status EngineFlags::LoraToOptions(const std::string& model, EngineOptions* o) const {
+  if (max_lora_rank < 1 || max_lora_rank > kMaxLoraRankLimit) {
+    return absl::InvalidArgumentError(Str("--max-lora-rank: must be in [1, ", kMaxLoraRankLimit, "]"));
+  }
+  if (max_cpu_loras < 0) return absl::InvalidArgumentError("--max-cpu-loras: must be >= 0");
+  if (lora_modules.empty()) return absl::OkStatus();
+  PD_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model));
+  auto registry = std::make_shared<LoraRegistry>(
+      config, LoraRegistryOptions{.max_rank = max_lora_rank, .max_loaded = max_cpu_loras});
+  for (absl::string_view item : absl::StrSplit(lora_modules, ',', absl::SkipWhitespace())) {
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size()) {
+      return absl::InvalidArgumentError(
+          Str("--lora-modules: '", item, "' is not NAME=PATH (e.g. psalms=models/pdserve-demo-lora)"));
+    }
+    const std::string name(absl::StripAsciiWhitespace(item.substr(0, eq)));
+    const std::string path(absl::StripAsciiWhitespace(item.substr(eq + 1)));
+    if (absl::Status s = registry->Add(name, path); !s.ok()) {
+      return absl::Status(s.code() == absl::StatusCode::kNotFound ? absl::StatusCode::kInvalidArgument
+                                                                  : s.code(),
+                          Str("--lora-modules: ", s.message()));
+    }
+  }
+  o->lora = std::move(registry);
+  return absl::OkStatus();
 }
 
 }  // namespace pdserve::cli

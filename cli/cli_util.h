@@ -57,10 +57,18 @@ struct EngineFlags {
   std::string kv_store, kv_store_password_file, kv_store_key_file;  // The shared store (Redis).
   std::string kv_store_tls_ca, kv_store_tls_cert, kv_store_tls_key;  // rediss://.
   int64_t kv_store_timeout_ms = 1000;
+  // LoRA adapters: NAME=PATH,... (vLLM's --lora-modules), the largest rank accepted, the most
+  // adapters kept loaded (0: no bound).
+  std::string lora_modules;
+  int64_t max_lora_rank = 16;
+  int64_t max_cpu_loras = 0;
 
   // `speculative`: also the speculative decoding flags (not for prefill workers).
   void Register(FlagSet& flags, bool speculative = true);
   absl::Status ToOptions(EngineOptions* options) const;
+  // The LoRA flags for the model at `model` (a directory or GGUF file, whose shape adapters must
+  // fit): options->lora holds every --lora-modules adapter, loaded and checked; null without any.
+  absl::Status LoraToOptions(const std::string& model, EngineOptions* options) const;
 };
 
 }  // namespace pdserve::cli

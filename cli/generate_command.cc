@@ -54,6 +54,7 @@ struct GenerateFlags {
   double presence_penalty = 0.0;
   int64_t seed = -1;
   bool ignore_eos = false;
+  std::string lora_name;  // A LoRA adapter of --lora-modules (local) or the server's.
   int64_t logprobs = 0;
   std::string stop_token_ids;
   std::string stop;
@@ -136,6 +137,7 @@ absl::StatusOr<SamplingParams> ToSampling(const GenerateFlags& f) {
   p.presence_penalty = static_cast<float>(f.presence_penalty);
   if (f.seed >= 0) p.seed = static_cast<uint64_t>(f.seed);
   p.ignore_eos = f.ignore_eos;
+  p.lora_name = f.lora_name;
   p.logprobs = static_cast<int32_t>(f.logprobs);
   PD_RETURN_IF_ERROR(ParseIntList(f.stop_token_ids, "--stop-token-ids", &p.stop_token_ids));
   PD_ASSIGN_OR_RETURN(p.constraint, ToConstraint(f));
@@ -156,6 +158,7 @@ absl::StatusOr<Completion> RunLocal(const GenerateFlags& f, const FlagSet& flags
                                     const SamplingParams& sampling, const TextSink& sink) {
   EngineOptions options;
   PD_RETURN_IF_ERROR(f.engine.ToOptions(&options));
+  PD_RETURN_IF_ERROR(f.engine.LoraToOptions(f.model, &options));
   options.tokenizer = f.tokenizer;
   // The tokenizer is needed for --prompt; for --prompt-ids it only turns output into text.
   std::unique_ptr<Tokenizer> tokenizer;
@@ -419,6 +422,8 @@ int GenerateCommand(int argc, char** argv) {
   flags.Double("presence-penalty", &f.presence_penalty, "penalise output tokens once");
   flags.Int("seed", &f.seed, "sampling seed (-1: random)");
   flags.Bool("ignore-eos", &f.ignore_eos, "keep generating after EOS");
+  flags.String("lora-name", &f.lora_name,
+               "run with this LoRA adapter (one of --lora-modules, or the server's)");
   flags.Int("logprobs", &f.logprobs, "also report the top N alternatives per token");
   flags.String("stop-token-ids", &f.stop_token_ids, "extra stop token ids, e.g. 13,29");
   flags.String("stop", &f.stop, "a stop string (not included in the text)");

@@ -170,6 +170,7 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
   });
 
   if (bf16_attention_) PlanAttentionBf16(batch);  // The same calls in every layer.
+  PlanLora(batch);
   Lap(ForwardPhase::kEmbedding);
   for (int64_t layer = 0; layer < c.num_layers; ++layer) Layer(layer, batch, rows);
 
@@ -196,6 +197,49 @@ absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
   }
   Lap(ForwardPhase::kLogits);
   return absl::OkStatus();
+}
+
+void CpuModelRunner::PlanLora(const ForwardBatch& batch) {
+  lora_runs_.clear();
+  int64_t row = 0;
+  for (const SequenceChunk& chunk : batch.sequences) {
+    const int64_t n = static_cast<int64_t>(chunk.tokens.size());
+    if (chunk.lora != nullptr) {
+      if (!lora_runs_.empty() && lora_runs_.back().adapter == chunk.lora &&
+          lora_runs_.back().end == row) {
+        lora_runs_.back().end += n;
+      } else {
+        lora_runs_.push_back({row, row + n, chunk.lora});
+      }
+    }
+    row += n;
+  }
+}
+
+bool CpuModelRunner::LoraTargets(LoraTarget t) const {
+  for (const LoraRun& run : lora_runs_) {
+    if (run.adapter->targets(t)) return true;
+  }
+  return false;
+}
+
+void CpuModelRunner::AddLora(int64_t layer, const float* x, int64_t ldx, const LoraTarget* targets,
+                             const kernels::LinearOutput* outputs, int num_outputs) {
+  if (lora_runs_.empty()) return;
+  lora_deltas_.clear();
+  for (const LoraRun& run : lora_runs_) {
+    for (int i = 0; i < num_outputs; ++i) {
+      const LoraAdapter::Matrices* m = run.adapter->matrices(layer, targets[i]);
+      if (m == nullptr) continue;
+      lora_deltas_.push_back(
+          {&m->a_ref, &m->b_ref, run.begin, run.end, outputs[i].y, outputs[i].ldy});
+    }
+  }
+  if (lora_deltas_.empty()) return;
+  const int n = static_cast<int>(lora_deltas_.size());
+  const auto need = static_cast<size_t>(kernels::LoraScratchFloats(lora_deltas_.data(), n));
+  if (lora_scratch_.size() < need) lora_scratch_.resize(need);
+  kernels::LoraAddMulti(x, ldx, lora_deltas_.data(), n, lora_scratch_.data(), &pool_threads_);
 }
 
 void CpuModelRunner::AttentionF32(const ForwardBatch& batch, const kernels::KvPagesView& view,
@@ -302,6 +346,8 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
       {&p.q, q_.data(), qs}, {&p.k, k_.data(), kvs}, {&p.v, v_.data(), kvs}};
   Lap(ForwardPhase::kInputNorm);
   Project(h_.data(), rows, hidden, qkv, 3);
+  constexpr LoraTarget kQkv[3] = {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV};
+  AddLora(layer, h_.data(), hidden, kQkv, qkv, 3);
   Lap(ForwardPhase::kQkv);
 
   kernels::KvPagesView view;
@@ -351,6 +397,8 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
 
   const kernels::LinearOutput o[1] = {{&p.o, tmp_.data(), hidden}};
   Project(attn_.data(), rows, qs, o, 1);
+  constexpr LoraTarget kO[1] = {LoraTarget::kO};
+  AddLora(layer, attn_.data(), qs, kO, o, 1);
   Lap(ForwardPhase::kOProjection);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -366,11 +414,16 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
                                             {&p.up, up_.data(), inter}};
   Lap(ForwardPhase::kResidualNorm);
   Project(h_.data(), rows, hidden, gate_up, 2);
+  constexpr LoraTarget kGateUp[2] = {LoraTarget::kGate, LoraTarget::kUp};
+  AddLora(layer, h_.data(), hidden, kGateUp, gate_up, 2);
   Lap(ForwardPhase::kGateUp);
   // Under bf16 compute the down projection reads the activations rounded to bf16: each row is
   // rounded as it is made, a piece at a time through a buffer in L1, so its f32 values never go
   // to memory and back (the same bits as rounding the whole f32 row after).
   const bool bf16_down = options_.compute_dtype == ComputeDType::kBF16 && !ProjectsByBlas(rows);
+  // An adapter of down_proj reads the f32 activations: then they are kept in gate_ (the same
+  // values the bf16 rounding reads).
+  const bool lora_down = LoraTargets(LoraTarget::kDown);
   uint16_t* act_bf16 = x_bf16_.data();
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -379,8 +432,9 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
         kernels::AddBias(gate, w.gate_bias.data(), inter);
         kernels::AddBias(&up_[r * inter], w.up_bias.data(), inter);
       }
-      if (!bf16_down) {
+      if (!bf16_down || lora_down) {
         kernels::SiluMul(gate, &up_[r * inter], inter, gate);
+        if (bf16_down) kernels::RoundRowsToBf16(gate, 1, inter, inter, act_bf16 + r * inter, inter);
         continue;
       }
       constexpr int64_t kPiece = 1024;
@@ -399,6 +453,8 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   } else {
     Project(gate_.data(), rows, inter, down, 1);
   }
+  constexpr LoraTarget kDown[1] = {LoraTarget::kDown};
+  AddLora(layer, gate_.data(), inter, kDown, down, 1);
   Lap(ForwardPhase::kDown);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {

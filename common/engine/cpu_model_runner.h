@@ -18,9 +18,11 @@
 #include "common/engine/cpu_matrices.h"
 #include "common/engine/model_runner.h"
 #include "common/kvcache/kv_pool.h"
+#include "common/model/lora_adapter.h"
 #include "common/model/model_weights.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/lora.h"
 #include "kernels/cpu/ops.h"
 
 namespace pdserve {
@@ -54,9 +56,20 @@ class CpuModelRunner : public ModelRunner {
   void Project(const float* x, int64_t rows, int64_t ldx, const kernels::LinearOutput* outputs,
                int num_outputs);
   bool ProjectsByBlas(int64_t rows) const;  // Project takes OpenBLAS for these rows.
+  // The step's runs of consecutive rows with one LoRA adapter (empty: none in the batch).
+  void PlanLora(const ForwardBatch& batch);
+  // Adds each run's adapter term for layer `layer` to the outputs (targets[i] -> outputs[i]),
+  // from the same x the projections read (f32, before any rounding to bf16).
+  void AddLora(int64_t layer, const float* x, int64_t ldx, const LoraTarget* targets,
+               const kernels::LinearOutput* outputs, int num_outputs);
+  bool LoraTargets(LoraTarget t) const;  // Some run's adapter adapts t.
   struct Row {
     int32_t seq;       // Index into batch.sequences.
     int64_t position;
+  };
+  struct LoraRun {
+    int64_t begin, end;  // Rows.
+    const LoraAdapter* adapter;
   };
   // One call of the bf16 attention: a sequence's rows [row, row + count) (one chunk), query heads
   // [head_begin, head_end) of one KV head, tiles share, share + shares, ... of the chunk.
@@ -93,6 +106,10 @@ class CpuModelRunner : public ModelRunner {
   std::vector<float> logit_in_;      // [max_logit_rows][hidden]
   std::vector<float> blas_scratch_;
   std::vector<uint16_t> x_bf16_;     // [max_batch_tokens][widest input] (compute dtype bf16)
+  // LoRA: this step's runs, a layer's terms, and their A x rows (grown to the largest step's).
+  std::vector<LoraRun> lora_runs_;
+  std::vector<kernels::LoraDelta> lora_deltas_;
+  std::vector<float> lora_scratch_;
 };
 
 }  // namespace pdserve

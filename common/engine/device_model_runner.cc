@@ -147,6 +147,11 @@ cuda::KvLayer DeviceModelRunner::KvLayerView(int64_t layer) const {
 absl::Status DeviceModelRunner::Forward(const ForwardBatch& batch, float* logits) {
   PD_RETURN_IF_ERROR(ValidateForwardBatch(batch, options_, pool_->spec().block_size,
                                           pool_->num_blocks(), config_.vocab_size));
+  for (const SequenceChunk& chunk : batch.sequences) {
+    if (chunk.lora != nullptr) {
+      return absl::UnimplementedError("LoRA adapters run on the cpu backend only");
+    }
+  }
   const ModelConfig& c = config_;
   // Lay the step's metadata out compactly in the staging area, then one copy.
   Step& st = step_;

@@ -22,6 +22,7 @@ class KvPool;
 class ModelWeights;
 class SharedWeights;
 class KvTier;
+class LoraRegistry;
 class PoolDevice;
 
 enum class KvTierLoad { kAuto, kAlways, kFaster };
@@ -81,6 +82,9 @@ struct EngineOptions {
   // Engines of one process (serve's prefill and decode workers) given one object load the model
   // and make the cpu runner's matrix copies once between them (shared_weights.h). Null: their own.
   std::shared_ptr<SharedWeights> shared_weights;
+  // The LoRA adapters requests may name (SamplingParams::lora_name); shared by the process's
+  // engines. Null: none (a request naming one is refused). The cpu backend only.
+  std::shared_ptr<LoraRegistry> lora;
   // Tests only: makes the runner instead of CreateModelRunner(backend), e.g. the cuda backend's
   // runner over the host execution layer (its compute dtype still resolved for `backend`).
   std::function<absl::StatusOr<std::unique_ptr<ModelRunner>>(const ModelRunnerOptions&,

@@ -2,6 +2,7 @@
 // preempted = uninterrupted, any thread count, run twice = same bits. With the default
 // (batch-invariant) kernels these hold bitwise, and the tests assert exactly that.
 #include "common/engine/llm_engine.h"
+#include "common/engine/engine_test_util.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -30,161 +31,7 @@
 namespace pdserve {
 namespace {
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;  // One row per sampled step.
-  std::string finish_reason;
-  int64_t cached_tokens = 0;
-};
-
-struct Request {
-  std::string id;
-  std::vector<int32_t> prompt;
-  SamplingParams params;
-};
-
-// Models live in a directory of this process, removed at exit, so a model written by another
-// build of the fixture can never be picked up.
-class TempRoot : public ::testing::Environment {
- public:
-  static std::string& Path() {
-    static std::string path;
-    return path;
-  }
-  void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    std::string templ = JoinPath(tmp ? tmp : "/tmp", "pdserve_engine_test_XXXXXX");
-    Path() = mkdtemp(templ.data());
-  }
-  void TearDown() override { std::filesystem::remove_all(Path()); }
-};
-const auto* const kTempRoot = ::testing::AddGlobalTestEnvironment(new TempRoot);
-
-// wide: rows of whole 256-element blocks (hidden 256, MLP 512), so the K-quants apply.
-std::string ModelDir(const std::string& arch, DType dtype = DType::kF32, bool wide = false) {
-  const std::string dir =
-      JoinPath(TempRoot::Path(), arch + std::string(DTypeName(dtype)) + (wide ? "_wide" : ""));
-  if (!FileExists(JoinPath(dir, "config.json"))) {
-    RandomModelSpec spec;
-    spec.arch = arch;
-    spec.dtype = dtype;
-    spec.layers = 2;
-    spec.hidden = wide ? 256 : 64;
-    spec.heads = 4;
-    spec.kv_heads = 2;
-    spec.intermediate = wide ? 512 : 96;
-    spec.vocab = 300;
-    spec.seed = 11;
-    if (arch == "mistral") spec.sliding_window = 24;
-    EXPECT_TRUE(WriteRandomModel(spec, dir).ok());
-  }
-  return dir;
-}
-
-EngineOptions SmallOptions() {
-  EngineOptions o;
-  o.threads = 2;
-  o.block_size = 4;
-  o.num_kv_blocks = 256;
-  o.max_num_batched_tokens = 512;
-  o.max_num_seqs = 16;
-  return o;
-}
-
-std::vector<int32_t> Prompt(int n, uint64_t seed) {
-  SplitMix64 rng(seed);
-  std::vector<int32_t> p(n);
-  for (int32_t& t : p) t = static_cast<int32_t>(rng.Next() % 256);
-  return p;
-}
-
-SamplingParams Greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
-
-// Runs requests through one engine; `arrivals[i]` is the step at which request i is added.
-std::map<std::string, Result> RunEngine(const std::string& dir, const EngineOptions& options,
-                                        const std::vector<Request>& requests,
-                                        std::vector<int> arrivals = {},
-                                        EngineStats* stats = nullptr) {
-  auto engine = LLMEngine::Create(dir, options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  std::map<std::string, Result> results;
-  (*engine)->SetLogitsObserver([&](const std::string& id, const float* l, int64_t v) {
-    results[id].logits.emplace_back(l, l + v);
-  });
-  if (arrivals.empty()) arrivals.assign(requests.size(), 0);
-  size_t added = 0;
-  for (int step = 0; added < requests.size() || (*engine)->HasUnfinished(); ++step) {
-    for (size_t i = 0; i < requests.size(); ++i) {
-      if (arrivals[i] == step) {
-        EXPECT_TRUE((*engine)->AddRequest(requests[i].id, requests[i].prompt, requests[i].params).ok());
-        ++added;
-      }
-    }
-    std::vector<RequestOutput> outs;
-    EXPECT_TRUE((*engine)->Step(&outs).ok());
-    for (const RequestOutput& o : outs) {
-      Result& r = results[o.request_id];
-      for (const TokenOutput& t : o.tokens) r.tokens.push_back(t.token);
-      if (o.finished) {
-        r.finish_reason = o.finish_reason;
-        r.cached_tokens = o.cached_tokens;
-      }
-    }
-    if (step > 10000) {
-      ADD_FAILURE() << "engine did not finish";
-      break;
-    }
-  }
-  (*engine)->FlushKvOffload();  // With a KV tier: what it published is stored before it goes.
-  const EngineStats s = (*engine)->Stats();
-  EXPECT_EQ(s.kv.used_blocks, 0) << "blocks leaked";
-  if (stats != nullptr) *stats = s;
-  return results;
-}
-
-void ExpectBitwiseEqual(const Result& a, const Result& b, const std::string& what) {
-  ASSERT_EQ(a.tokens, b.tokens) << what;
-  ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
-  for (size_t s = 0; s < a.logits.size(); ++s) {
-    for (size_t i = 0; i < a.logits[s].size(); ++i) {
-      ASSERT_EQ(a.logits[s][i], b.logits[s][i]) << what << ": step " << s << " logit " << i;
-    }
-  }
-}
-
-// A numeric mode: the linear layers' dtype, the KV pool's, and the weights' (as stored, or
-// quantized on load and read by the integer kernels: Q8_0, and Q4_K_M's mix of Q4_K and Q6_K on
-// the wide model).
-struct Mode {
-  ComputeDType compute;
-  KvDType kv;
-  WeightFormat weights = WeightFormat::kAsStored;
-  bool wide() const { return weights == WeightFormat::kQ4_K_M; }
-};
-const Mode kModes[] = {{ComputeDType::kF32, KvDType::kF32},
-                       {ComputeDType::kBF16, KvDType::kF32},
-                       {ComputeDType::kF32, KvDType::kInt8},
-                       {ComputeDType::kF32, KvDType::kInt4},
-                       {ComputeDType::kBF16, KvDType::kInt8},
-                       {ComputeDType::kF32, KvDType::kF32, WeightFormat::kQ8_0},
-                       {ComputeDType::kF32, KvDType::kF32, WeightFormat::kQ4_K_M}};
-std::string ModeName(const Mode& m) {
-  return Str(ComputeDTypeName(m.compute), "_kv", KvDTypeName(m.kv),
-             m.weights != WeightFormat::kAsStored ? Str("_w", WeightFormatName(m.weights)) : "");
-}
-EngineOptions ModeOptions(const Mode& m) {
-  EngineOptions o = SmallOptions();
-  o.compute_dtype = m.compute;
-  o.kv_dtype = m.kv;
-  o.weight_dtype = m.weights;
-  return o;
-}
+using namespace enginetest;  // NOLINT: the fixture's helpers, as they were here.
 
 // Every family in both compute dtypes and with quantized KV pools: the bf16 path (VDPBF16PS, or
 // its AVX2 twin on a CPU without it) and int8/int4 pages must keep each equivalence bitwise, as
@@ -691,19 +538,6 @@ TEST(EngineTest, BadRequestsAreRejectedWithTheField) {
   EXPECT_EQ(e.Stats().kv.used_blocks, 0);
 }
 
-// A transport's work done by hand: every layer's pages of blocks[first..] of `from` (table
-// `src`) copied into the blocks `dst` of `to`.
-void CopyPages(LLMEngine& from, absl::Span<const BlockId> src, LLMEngine& to, const std::vector<BlockId>& dst,
-               int64_t first) {
-  const KvCacheSpec& spec = from.kv_spec();
-  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
-    for (size_t b = static_cast<size_t>(first); b < src.size(); ++b) {
-      std::memcpy(to.kv_pool().data() + to.kv_pool().PageOffset(layer, dst[b]),
-                  from.kv_pool().data() + from.kv_pool().PageOffset(layer, src[b]), spec.PageBytes());
-    }
-  }
-}
-
 // The disaggregated flow at engine level: a "prefill" engine computes the prompt (holding its
 // blocks), its pages are copied into the blocks a "decode" engine reserved, and the decode engine
 // continues. The tokens and logits must be bitwise those of one engine doing everything.
@@ -1135,7 +969,7 @@ TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {
 
 // `base` with a disk tier in a fresh directory TempRoot/`name` (its path in *dir, to remove).
 EngineOptions WithDiskTier(EngineOptions base, const std::string& name, std::string* dir) {
-  *dir = JoinPath(TempRoot::Path(), name);
+  *dir = JoinPath(TempRootPath(), name);
   std::filesystem::remove_all(*dir);
   auto tier = DiskTier::Open({*dir, int64_t{1} << 30});
   PD_CHECK_MSG(tier.ok(), "cannot open a disk tier for the test");
@@ -1524,7 +1358,7 @@ TEST(EngineTest, ARequestQueuedForRoomStillLoadsItsPrefixFromTheTiers) {
 // the vocabulary has no token for '~' (its byte token made a special token, which writes
 // nothing), and the regex needs one.
 TEST(EngineTest, AConstraintThatNoTokenContinuesEndsAsADeadEnd) {
-  const std::string dir = JoinPath(TempRoot::Path(), "no_tilde");
+  const std::string dir = JoinPath(TempRootPath(), "no_tilde");
   std::filesystem::remove_all(dir);
   std::filesystem::copy(ModelDir("llama"), dir);
   auto text = ReadFileToString(JoinPath(dir, "tokenizer.json"));

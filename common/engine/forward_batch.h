@@ -11,6 +11,8 @@
 
 namespace pdserve {
 
+class LoraAdapter;
+
 struct SequenceChunk {
   absl::Span<const int32_t> tokens;       // The tokens to run (a prefill chunk or 1 decode token).
   int64_t start_position = 0;             // Position of tokens[0]; positions before it are cached.
@@ -18,6 +20,9 @@ struct SequenceChunk {
   // Return logits of the last num_logits tokens: 0 none, 1 a prefill's last chunk or a decode
   // token, more a decode token followed by speculative drafts (each position's next token).
   int32_t num_logits = 0;
+  // The LoRA adapter this sequence runs with (its projections add B (A x)); null: the base model.
+  // The engine's sequence holds it for the step.
+  const LoraAdapter* lora = nullptr;
 };
 
 struct ForwardBatch {

@@ -11,6 +11,7 @@
 #include "common/engine/shared_weights.h"
 #include "common/model/gguf_model.h"
 #include "common/model/gguf_tokenizer.h"
+#include "common/model/lora_registry.h"
 #include "kernels/cpu/linear_bf16.h"  // AmxEnabled
 #include "absl/strings/str_format.h"
 #include <xxhash.h>
@@ -91,6 +92,11 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
             "--device cpu"));
   }
   PD_RETURN_IF_ERROR(options.speculative.Validate());
+  if (options.backend != "cpu" && options.lora != nullptr) {
+    return absl::UnimplementedError(
+        Str("--lora-modules with --device ", options.backend, ": LoRA adapters run on --device cpu "
+            "only (the CUDA runner has no LoRA kernels yet)"));
+  }
   if (options.backend != "cpu" && options.speculative.enabled()) {
     // Identity with plain decoding rests on a position's logits being the same bits inside a
     // chunk as alone; cuBLASLt's GEMMs do not promise that.
@@ -259,6 +265,22 @@ std::unique_ptr<Sequence> LLMEngine::NewSequence(const std::string& request_id,
   return seq;
 }
 
+absl::Status LLMEngine::AttachLora(Sequence* seq) {
+  const std::string& name = seq->params.lora_name;
+  if (name.empty()) return absl::OkStatus();
+  if (options_.lora == nullptr) {
+    return absl::NotFoundError(Str("lora_name: no LoRA adapter named '", name,
+                                   "' is served (this worker serves none: --lora-modules)"));
+  }
+  auto adapter = options_.lora->Acquire(name);
+  if (!adapter.ok()) {
+    return absl::Status(adapter.status().code(), Str("lora_name: ", adapter.status().message()));
+  }
+  seq->lora = *std::move(adapter);
+  seq->hash_root = LoraHashRoot(name);
+  return absl::OkStatus();
+}
+
 bool LLMEngine::OverlapMasks() const {
   if (constraints_ == nullptr) return false;
   return options_.overlap_masks < 0 ? options_.backend == "cuda" : options_.overlap_masks > 0;
@@ -324,6 +346,7 @@ absl::Status LLMEngine::AddRequest(const std::string& request_id, std::vector<in
                                           max_model_len_));
   }
   std::unique_ptr<Sequence> seq = NewSequence(request_id, std::move(prompt), params);
+  PD_RETURN_IF_ERROR(AttachLora(seq.get()));
   for (int32_t t : resumed) {  // As if sampled here; their KV is computed with the prompt's.
     seq->tokens.push_back(t);
     seq->sampler.Accept(t);
@@ -339,10 +362,11 @@ absl::StatusOr<RemotePrefillPlan> LLMEngine::ReserveForRemotePrefill(
     const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params) {
   PD_RETURN_IF_ERROR(ValidateRequest(request_id, prompt, params));
   std::unique_ptr<Sequence> seq = NewSequence(request_id, std::move(prompt), params);
+  PD_RETURN_IF_ERROR(AttachLora(seq.get()));
   PD_RETURN_IF_ERROR(StartConstraint(seq.get(), "output"));
   const int64_t bs = blocks_->block_size();
   const int64_t len = seq->num_prompt_tokens;
-  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes, seq->hash_root);
   PD_ASSIGN_OR_RETURN(BlockManager::AdmitPlan plan,
                       blocks_->PlanAdmit(seq->block_hashes, (len - 1) / bs, len, len));
   blocks_->CommitAdmit(seq->id, plan, static_cast<int64_t>(seq->tokens.capacity()));
@@ -360,12 +384,13 @@ absl::StatusOr<RemotePrefillPlan> LLMEngine::ReserveForRemotePrefill(
   return out;
 }
 
-int64_t LLMEngine::CachedPrefixTokens(const std::vector<int32_t>& prompt) const {
+int64_t LLMEngine::CachedPrefixTokens(const std::vector<int32_t>& prompt,
+                                      std::string_view lora_name) const {
   const int64_t bs = blocks_->block_size();
   const int64_t len = static_cast<int64_t>(prompt.size());
   if (len == 0) return 0;
   std::vector<BlockHash> hashes;
-  ExtendBlockHashes(prompt, bs, &hashes);
+  ExtendBlockHashes(prompt, bs, &hashes, LoraHashRoot(lora_name));
   auto probe = blocks_->PlanAdmit(hashes, (len - 1) / bs, 0, 0);
   return probe.ok() ? probe->num_cached_tokens : 0;
 }
@@ -605,6 +630,7 @@ absl::Status LLMEngine::Step(std::vector<RequestOutput>* outputs) {
     sc.start_position = seq->num_computed;
     sc.block_table = blocks_->BlockTable(seq->id);
     sc.num_logits = completes ? static_cast<int32_t>(1 + drafted) : 0;
+    sc.lora = seq->lora.get();
     batch_.sequences.push_back(sc);
     if (completes) sampled_.push_back(seq);
     if (seq->num_computed < seq->num_prompt_tokens) {
@@ -722,7 +748,7 @@ absl::Span<const int32_t> LLMEngine::EventTokens(const Sequence& seq) const {
 
 void LLMEngine::PublishComputed(Sequence* seq) {
   const int64_t bs = blocks_->block_size();
-  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes, seq->hash_root);
   Publish(seq, absl::MakeConstSpan(seq->block_hashes)
                    .subspan(0, std::min<size_t>(seq->block_hashes.size(), seq->num_computed / bs)));
 }
@@ -769,7 +795,7 @@ void LLMEngine::TierLoadsForWaiting() {
 bool LLMEngine::StartTierLoad(Sequence* seq, bool at_head) {
   const int64_t bs = blocks_->block_size();
   const int64_t len = static_cast<int64_t>(seq->tokens.size());
-  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes, seq->hash_root);
   const int64_t max_blocks = (len - 1) / bs;  // At least one token is computed (its logits).
   auto probe = blocks_->PlanAdmit(seq->block_hashes, max_blocks, 0, 0);
   if (!probe.ok()) {

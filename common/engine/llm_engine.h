@@ -172,8 +172,10 @@ class LLMEngine {
     out->insert(out->end(), tier_reservations_.begin(), tier_reservations_.end());
     tier_reservations_.clear();
   }
-  // Leading prompt tokens this pool's prefix cache holds now (a probe: nothing changes).
-  int64_t CachedPrefixTokens(const std::vector<int32_t>& prompt) const;
+  // Leading prompt tokens this pool's prefix cache holds now (a probe: nothing changes), for the
+  // base model or the LoRA adapter of that name.
+  int64_t CachedPrefixTokens(const std::vector<int32_t>& prompt,
+                             std::string_view lora_name = {}) const;
 
   // Blocks of a running, reserved or held request (empty if unknown).
   absl::Span<const BlockId> BlockTable(const std::string& request_id) const;
@@ -288,6 +290,10 @@ class LLMEngine {
   void SetFinished(const Sequence& seq, const std::string& reason, RequestOutput* out) const;
   absl::Status ValidateRequest(const std::string& request_id, const std::vector<int32_t>& prompt,
                                const SamplingParams& params) const;
+  // A request naming a LoRA adapter (params.lora_name): the adapter from EngineOptions::lora,
+  // held by the sequence, and its blocks' hash root. NotFound naming lora_name for an adapter
+  // not served; ResourceExhausted when it cannot be loaded now (--max-cpu-loras, all in use).
+  absl::Status AttachLora(Sequence* seq);
   // Structured outputs: the request's matcher (params.constraint), advanced over its output so
   // far; InvalidArgument naming the constraint's field where it does not compile or the output
   // so far leaves its language (`what` names where that output came from).

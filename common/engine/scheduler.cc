@@ -100,7 +100,7 @@ bool Scheduler::Admit(Sequence* seq, int64_t budget, SchedulerOutput* out) {
     out->chunks.push_back({seq, n});
     return true;
   }
-  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes);
+  ExtendBlockHashes(seq->tokens, bs, &seq->block_hashes, seq->hash_root);
   // At least one token is always computed: its logits produce the next token.
   const int64_t max_cached_blocks = (len - 1) / bs;
   auto probe = blocks_->PlanAdmit(seq->block_hashes, max_cached_blocks, 0, 0);

@@ -12,6 +12,7 @@
 #include "common/engine/suffix_trie.h"
 #include "common/kvcache/block_hash.h"
 #include "common/kvcache/block_manager.h"
+#include "common/model/lora_adapter.h"
 #include "common/sampling/sampler.h"
 #include "common/sampling/sampling_params.h"
 #include "common/structured/token_constraint.h"
@@ -42,7 +43,9 @@ struct Sequence {
   bool tier_tried = false;
   bool remote_reserved = false;  // Reserved for a remote prefill (not yet completed).
   int64_t num_preemptions = 0;
-  std::vector<BlockHash> block_hashes;  // Of the full blocks of `tokens`.
+  std::vector<BlockHash> block_hashes;  // Of the full blocks of `tokens`, chained from:
+  BlockHash hash_root;                  // LoraHashRoot(params.lora_name).
+  std::shared_ptr<const LoraAdapter> lora;  // params.lora_name's, held while the request runs.
   std::string request_id;
   SamplerState sampler;
   // The draft's step input (tokens.back() then the draft), and the request's acceptance so far.

@@ -40,12 +40,20 @@ BlockHash HashBlock(const BlockHash& parent, absl::Span<const int32_t> tokens) {
 }
 
 void ExtendBlockHashes(absl::Span<const int32_t> tokens, int64_t block_size,
-                       std::vector<BlockHash>* hashes) {
+                       std::vector<BlockHash>* hashes, const BlockHash& root) {
   const int64_t full = static_cast<int64_t>(tokens.size()) / block_size;
   for (int64_t b = static_cast<int64_t>(hashes->size()); b < full; ++b) {
-    const BlockHash parent = b == 0 ? BlockHash{} : (*hashes)[b - 1];
+    const BlockHash parent = b == 0 ? root : (*hashes)[b - 1];
     hashes->push_back(HashBlock(parent, tokens.subspan(b * block_size, block_size)));
   }
+}
+
+BlockHash LoraHashRoot(std::string_view adapter) {
+  if (adapter.empty()) return BlockHash{};
+  std::string bytes = "lora:";
+  bytes.append(adapter);
+  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  return BlockHash{h.low64, h.high64};
 }
 
 }  // namespace pdserve

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +35,10 @@ struct SamplingParams {
   // Structured outputs: the output is a string of this constraint's language (null: any). The
   // engine compiles it (cached) and masks every step's logits with it before sampling.
   std::shared_ptr<const structured::OutputConstraint> constraint;
+  // The LoRA adapter the request runs with (its OpenAI `model` when that names an adapter);
+  // empty: the base model. Not sampling, but it travels with the request on every hop as these
+  // do, and the engine resolves it (EngineOptions::lora).
+  std::string lora_name;
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr int32_t kMaxSpeculativeTokens = 16;

@@ -40,6 +40,26 @@ def _read_safetensors(path):
     return tensors
 
 
+def load_lora(adapter_dir):
+    """A PEFT LoRA adapter as {base weight name: (A, B, scale)}: the projection's output becomes
+    W x + scale * B (A x) (peft.tuners.lora.Linear.forward, dropout off)."""
+    with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+        c = json.load(f)
+    r = c["r"]
+    alpha = c.get("lora_alpha", 8)
+    scale = alpha / math.sqrt(r) if c.get("use_rslora") else alpha / r
+    tensors = _read_safetensors(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    out = {}
+    for name, a in tensors.items():
+        if not name.endswith(".lora_A.weight"):
+            continue
+        module = name[:-len(".lora_A.weight")]
+        b = tensors[module + ".lora_B.weight"]
+        assert module.startswith("base_model.model."), name
+        out[module[len("base_model.model."):] + ".weight"] = (a, b, scale)
+    return out
+
+
 def load_weights(model_dir):
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.exists(index):
@@ -186,7 +206,8 @@ def quantize_activations(x, block, site=None, ties=None, flips=()):
 TIE_WINDOW = 5e-4
 
 
-def forward(cfg, w, tokens, kv="f32", compute_bf16=False, act_blocks=None, ties=None, flips=()):
+def forward(cfg, w, tokens, kv="f32", compute_bf16=False, act_blocks=None, ties=None, flips=(),
+            lora=None):
     """Logits [len(tokens), vocab] in float64. kv: the KV pool dtype whose rounding K and V get
     (f32: none). compute_bf16: every linear layer's input and weights rounded to bf16 first
     (pdserve --compute-dtype bf16; the products and sums stay exact here), and attention's too:
@@ -194,7 +215,9 @@ def forward(cfg, w, tokens, kv="f32", compute_bf16=False, act_blocks=None, ties=
     it weights V (its sum, which divides, is not). act_blocks: {weight name: block} for quantized
     weights, whose input is quantized as the engine's integer kernels quantize it (ties and flips
     as quantize_activations has them; a site is the number of the quantization in the pass, so
-    sites order as the layers do)."""
+    sites order as the layers do). lora: load_lora's adapter, its terms computed from the layer's
+    input as it is (pdserve computes them in f32 from its f32 activations, whatever the base's
+    arithmetic)."""
     act_blocks = act_blocks or {}
     sites = iter(range(1 << 30))
 
@@ -202,11 +225,15 @@ def forward(cfg, w, tokens, kv="f32", compute_bf16=False, act_blocks=None, ties=
         return quantize_activations(x, act_blocks[name], next(sites), ties, flips)
 
     def lin(x, name):
+        delta = 0.0
+        if lora and name in lora:
+            a, b, scale = lora[name]
+            delta = scale * ((x @ a.T) @ b.T)
         if name in act_blocks:
             x = quantize(x, name)
         if compute_bf16:
-            return bf16_round(x) @ bf16_round(w[name]).T
-        return x @ w[name].T
+            return bf16_round(x) @ bf16_round(w[name]).T + delta
+        return x @ w[name].T + delta
 
     tokens = np.asarray(tokens)
     t = len(tokens)

@@ -75,6 +75,68 @@ CASES += [
      ["--kv-dtype", "int8"], 1e-4),
 ]
 
+# LoRA adapters (PEFT's layout, written here with numpy) on the base models above: the engine's
+# logits against the reference computing W x + scale * B (A x) from the same files.
+# (name, make-model flags, generate flags, tolerance, adapter: rank, alpha, rslora, targets, dtype)
+ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LORA_CASES = [
+    ("lora_llama_r8", ["--arch", "llama", "--seed", "21"], [], 1e-4,
+     dict(rank=8, alpha=16, rslora=False, targets=ALL_TARGETS, dtype="F32")),
+    ("lora_qwen2_r64_rslora", ["--arch", "qwen2", "--seed", "22"], [], 1e-4,
+     dict(rank=64, alpha=16, rslora=True, targets=ALL_TARGETS, dtype="F32")),
+    ("lora_qwen3_r8_attention_bf16", ["--arch", "qwen3", "--dtype", "bf16", "--seed", "23"], [], 1e-4,
+     dict(rank=8, alpha=8, rslora=False, targets=["q_proj", "v_proj", "o_proj"], dtype="BF16")),
+    ("lora_qwen3_r64_mlp", ["--arch", "qwen3", "--seed", "24"], [], 1e-4,
+     dict(rank=64, alpha=32, rslora=False, targets=["gate_proj", "up_proj", "down_proj"], dtype="F32")),
+    ("lora_llama_r8_rslora_chunked", ["--arch", "llama", "--seed", "25"], ["--max-num-batched-tokens", "7"],
+     1e-4, dict(rank=8, alpha=4, rslora=True, targets=ALL_TARGETS, dtype="F32")),
+    # bf16 compute: the base model's roundings modelled as above, the adapter's terms in f32.
+    ("lora_llama_r8_bf16_compute", ["--arch", "llama", "--dtype", "bf16", "--seed", "3"], BF16_COMPUTE,
+     5e-3, dict(rank=8, alpha=16, rslora=False, targets=ALL_TARGETS, dtype="BF16")),
+]
+
+
+def write_lora(path, cfg, rank, alpha, rslora, targets, dtype, seed):
+    """A random PEFT adapter: adapter_config.json and adapter_model.safetensors."""
+    rng = np.random.default_rng(seed)
+    with open(os.path.join(cfg.model_dir, "config.json")) as f:
+        intermediate = json.load(f)["intermediate_size"]
+    shapes = {"q_proj": (cfg.heads * cfg.head_dim, cfg.hidden),
+              "k_proj": (cfg.kv_heads * cfg.head_dim, cfg.hidden),
+              "v_proj": (cfg.kv_heads * cfg.head_dim, cfg.hidden),
+              "o_proj": (cfg.hidden, cfg.heads * cfg.head_dim),
+              "gate_proj": (intermediate, cfg.hidden),
+              "up_proj": (intermediate, cfg.hidden),
+              "down_proj": (cfg.hidden, intermediate)}
+    tensors = {}
+    for layer in range(cfg.layers):
+        for t in targets:
+            out, inp = shapes[t]
+            block = "self_attn" if t in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
+            p = f"base_model.model.model.layers.{layer}.{block}.{t}."
+            tensors[p + "lora_A.weight"] = rng.normal(0, 1 / np.sqrt(inp), (rank, inp))
+            tensors[p + "lora_B.weight"] = rng.normal(0, 0.1, (out, rank))
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        if dtype == "F32":
+            raw = a.astype("<f4").tobytes()
+        else:  # BF16: round to nearest even from f32
+            bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+            raw = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    os.makedirs(path, exist_ok=True)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(os.path.join(path, "adapter_model.safetensors"), "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+    with open(os.path.join(path, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "use_rslora": rslora,
+                   "target_modules": targets, "bias": "none", "base_model_name_or_path": "random",
+                   "task_type": "CAUSAL_LM"}, f)
+
+
 PROMPT = [17, 200, 3, 99, 45, 45, 120, 7, 300, 11, 64, 250, 8, 1, 77, 42, 160, 33, 90, 5,
           18, 230, 71, 3, 140, 56, 12, 9, 199, 61, 40, 100, 4, 28, 210, 55, 37, 88, 150, 2]
 
@@ -102,11 +164,21 @@ DEMO_TEXT = "And God said unto Moses, Go in unto Pharaoh, and"
 
 
 class ParityTest(unittest.TestCase):
-    def check_case(self, name, make_flags, gen_flags, tol, model=None, prompt=PROMPT, modelled_share=0.5):
+    def check_case(self, name, make_flags, gen_flags, tol, model=None, prompt=PROMPT, modelled_share=0.5,
+                   lora=None):
         kv = gen_flags[gen_flags.index("--kv-dtype") + 1] if "--kv-dtype" in gen_flags else "f32"
         if model is None:
             model = os.path.join(WORKDIR, name)
             run([PDSERVE, "make-model", model, "--layers", "2", "--vocab", "320"] + make_flags)
+        adapter = None
+        if lora is not None:
+            adapter_dir = os.path.join(WORKDIR, name + "_adapter")
+            cfg = hf_reference.Config(model)
+            cfg.model_dir = model
+            write_lora(adapter_dir, cfg, seed=len(name), **lora)
+            adapter = hf_reference.load_lora(adapter_dir)
+            gen_flags = gen_flags + ["--lora-modules", f"ad={adapter_dir}", "--lora-name", "ad",
+                                     "--max-lora-rank", "64"]
         dump = os.path.join(WORKDIR, name + ".npy")
         out = json.loads(run([PDSERVE, "generate", "--model", model, "--prompt-ids",
                               ",".join(map(str, prompt)), "--max-tokens", str(STEPS),
@@ -122,9 +194,18 @@ class ParityTest(unittest.TestCase):
         weights = hf_reference.load_weights(model)
         sequence = list(prompt) + engine_tokens
         ref = hf_reference.forward(cfg, weights, sequence[:-1], kv=kv,
-                                   compute_bf16="bf16" in pinned(gen_flags)[-1:])
+                                   compute_bf16="bf16" in pinned(gen_flags)[-1:], lora=adapter)
         ref = ref[len(prompt) - 1:]  # Logits that chose each generated token.
         self.assertEqual(ref.shape, engine_logits.shape)
+        if adapter is not None:
+            # The adapter must matter: the base model's logits are far from the engine's.
+            base = hf_reference.forward(cfg, weights, sequence[:-1], kv=kv,
+                                        compute_bf16="bf16" in pinned(gen_flags)[-1:])[len(prompt) - 1:]
+            unadapted = max(np.max(np.abs(engine_logits[i] - base[i])) / np.max(np.abs(base[i]))
+                            for i in range(STEPS))
+            self.assertGreater(unadapted, 20 * tol, f"{name}: the adapter barely changes the logits")
+            print(f"  {name:22s} base model's logits: max relative difference {unadapted:.2e}",
+                  file=sys.stderr)
         worst = 0.0
         errors = []
         for step in range(STEPS):
@@ -205,6 +286,17 @@ def make_test(case):
 
 for case in CASES:
     setattr(ParityTest, f"test_{case[0]}", make_test(case))
+
+
+def make_lora_test(case):
+    def test(self):
+        name, make_flags, gen_flags, tol, lora = case
+        self.check_case(name, make_flags, gen_flags, tol, lora=lora)
+    return test
+
+
+for case in LORA_CASES:
+    setattr(ParityTest, f"test_{case[0]}", make_lora_test(case))
 
 
 if __name__ == "__main__":
