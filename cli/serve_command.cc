@@ -65,6 +65,8 @@ int ServeCommand(int argc, char** argv) {
   dopts.lease_ms = f.lease_ms;
   dopts.max_waiting = f.max_waiting;
   if (absl::Status s = f.engine.ToOptions(&po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  // One set of LoRA adapters for both workers.
+  if (absl::Status s = f.engine.LoraToOptions(f.model, &po.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   if (absl::Status s = TierDevice(po.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
   // One model in memory for both workers: loaded once, the cpu runner's copies made once, one
   // upload to the GPU whose memory the two then share.

@@ -28,6 +28,7 @@ int RunPrefill(const TierFlags& f) {
   o.transport = f.transport;
   o.transport_options = f.TransportOptions();
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  if (absl::Status s = f.engine.LoraToOptions(f.model, &o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   if (absl::Status s = TierDevice(o.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
   o.engine.tokenizer = f.tokenizer;
   auto server_options = f.security.InternalServer();
@@ -71,6 +72,7 @@ int RunDecode(const TierFlags& f) {
   o.lease_ms = f.lease_ms;
   o.max_waiting = f.max_waiting;
   if (absl::Status s = f.engine.ToOptions(&o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
+  if (absl::Status s = f.engine.LoraToOptions(f.model, &o.engine); !s.ok()) return ReportError(cmd, s, kExitUsage);
   if (absl::Status s = TierDevice(o.engine, f.transport); !s.ok()) return ReportError(cmd, s, kExitUsage);
   o.engine.tokenizer = f.tokenizer;
   auto server_options = f.security.InternalServer();

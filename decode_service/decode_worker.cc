@@ -152,7 +152,7 @@ void DecodeWorker::Start(DecodeJob job, std::shared_ptr<DecodeSink> sink) {
   // Conditional disaggregation: a prompt whose part this pool has not cached is short is cheaper
   // to prefill here than to send across.
   if (!job.prefill_address.empty() && job.resume.empty() &&
-      static_cast<int64_t>(job.prompt.size()) - engine_->CachedPrefixTokens(job.prompt) >
+      static_cast<int64_t>(job.prompt.size()) - engine_->CachedPrefixTokens(job.prompt, job.params.lora_name) >
           options_.local_prefill_tokens) {
     StartRemote(std::move(job), active);
     return;
@@ -257,6 +257,7 @@ void DecodeWorker::SendPrefill(const std::string& id, Active& active, int64_t ca
   sp->set_presence_penalty(params.presence_penalty);
   sp->set_logprobs(params.logprobs);
   if (params.constraint != nullptr) ToProto(*params.constraint, sp->mutable_constraint());
+  sp->set_lora_name(params.lora_name);
   *r.mutable_layout() = core_.layout;
   r.set_transport_endpoint(transport_->endpoint());
   r.set_transfer_tag(remote->tag);

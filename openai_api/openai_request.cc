@@ -128,10 +128,17 @@ bool Common(const Json& j, const ParseOptions& o, ParsedRequest* out, v1::Sampli
     if (!j["model"].is_string()) return Fail(e, "model", "'model' must be a string");
     out->model = j["model"].get<std::string>();
     if (out->model != o.served_model_name) {
-      return Fail(e, "model", Str("The model `", out->model, "` does not exist."), 404, "model_not_found");
+      // Another name is a LoRA adapter's (vLLM's convention): the router answers 404 for one no
+      // worker serves.
+      if (out->model.empty() || out->model.size() > 256) {
+        return Fail(e, "model", Str("The model `", out->model.substr(0, 256), "` does not exist."), 404,
+                    "model_not_found");
+      }
+      s->set_lora_name(out->model);
     }
+  } else {
+    out->model = o.served_model_name;
   }
-  out->model = o.served_model_name;
   if (!Boolean(j, "stream", &out->stream, e)) return false;
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     if (!j["stream_options"].is_object()) return Fail(e, "stream_options", "'stream_options' must be an object");

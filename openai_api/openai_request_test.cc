@@ -206,10 +206,17 @@ TEST_F(OpenAiRequestTest, ChoicesBeyondTheInflightBoundAreABadRequest) {
             (std::pair<int, std::string>{400, "n"}));
 }
 
-TEST_F(OpenAiRequestTest, UnknownModelIsAnInvalidRequestError) {
+TEST_F(OpenAiRequestTest, AnotherModelNameIsALoraAdaptersAndAnEmptyOneIsNotFound) {
   ParsedRequest p;
   ApiError e;
-  ASSERT_FALSE(ParseCompletionRequest(R"({"prompt": "x", "model": "other"})", options_, &p, &e));
+  // The router answers NOT_FOUND (404 model_not_found) when no worker serves that adapter.
+  ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "model": "other"})", options_, &p, &e));
+  EXPECT_EQ(p.prompts.at(0).sampling().lora_name(), "other");
+  EXPECT_EQ(p.model, "other");
+  ParsedRequest base;
+  ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "model": "m"})", options_, &base, &e));
+  EXPECT_EQ(base.prompts.at(0).sampling().lora_name(), "");
+  ASSERT_FALSE(ParseCompletionRequest(R"({"prompt": "x", "model": ""})", options_, &p, &e));
   EXPECT_EQ(e.http_status, 404);
   EXPECT_EQ(e.type, "invalid_request_error");
   EXPECT_EQ(e.code, "model_not_found");

@@ -77,6 +77,13 @@ ApiError FromGrpc(const grpc::Status& s) {
     if (field.rfind("sampling.", 0) == 0) field = field.substr(9);
     e.param = field;
   }
+  // A model name that is neither the served model nor a LoRA adapter a worker serves.
+  constexpr std::string_view kUnknownAdapter = "sampling.lora_name: ";
+  if (e.http_status == 404 && e.message.rfind(kUnknownAdapter, 0) == 0) {
+    e.message = e.message.substr(kUnknownAdapter.size());
+    e.param = "model";
+    e.code = "model_not_found";
+  }
   return e;
 }
 
@@ -192,11 +199,17 @@ class Gateway {
     }
     constexpr std::string_view kModels = "/v1/models/";
     if (path == "/v1/models" && get) {
-      return SendJson(*res, {{"object", "list"}, {"data", Json::array({ModelCard()})}});
+      Json data = Json::array({ModelCard()});
+      for (const v1::LoraAdapterInfo& a : LoraAdapters(req)) data.push_back(LoraCard(a));
+      return SendJson(*res, {{"object", "list"}, {"data", std::move(data)}});
     }
     if (path.rfind(kModels, 0) == 0 && path.size() > kModels.size() && get) {
-      // models.retrieve: the one model, by the name clients send.
-      if (path.substr(kModels.size()) == options_.served_model_name) return SendJson(*res, ModelCard());
+      // models.retrieve: the model or a LoRA adapter, by the name clients send.
+      const std::string_view name = std::string_view(path).substr(kModels.size());
+      if (name == options_.served_model_name) return SendJson(*res, ModelCard());
+      for (const v1::LoraAdapterInfo& a : LoraAdapters(req)) {
+        if (a.name() == name) return SendJson(*res, LoraCard(a));
+      }
       ApiError e;
       e.http_status = 404;
       e.param = "model";
@@ -264,6 +277,25 @@ class Gateway {
   }
 
  private:
+  // The LoRA adapters the router's decode workers serve now (GetModelInfo; none if it fails).
+  // A blocking call on the HTTP thread: the router answers from memory, in-process.
+  std::vector<v1::LoraAdapterInfo> LoraAdapters(const http::HttpRequest& req) const {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    for (const auto& [k, v] : Forwarded(req)) ctx.AddMetadata(k, v);
+    v1::ModelInfo info;
+    if (!stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok()) return {};
+    return {info.lora_adapters().begin(), info.lora_adapters().end()};
+  }
+
+  // As vLLM lists an adapter: its parent is the base model.
+  Json LoraCard(const v1::LoraAdapterInfo& a) const {
+    return {{"id", a.name()},           {"object", "model"},
+            {"created", std::time(nullptr)}, {"owned_by", "pdserve"},
+            {"root", a.name()},         {"parent", options_.served_model_name},
+            {"max_model_len", max_model_len_}};
+  }
+
   Json ModelCard() const {
     return {{"id", options_.served_model_name},   {"object", "model"},
             {"created", std::time(nullptr)},      {"owned_by", "pdserve"},

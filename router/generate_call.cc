@@ -129,7 +129,9 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
     }
     admit.End();
     Span routing = span_.Child("pdserve.router.route");
-    auto route = router_->RouteRequest(routed_.prompt);
+    RouteConstraints constraints;
+    constraints.lora_name = routed_.params.lora_name;
+    auto route = router_->RouteRequest(routed_.prompt, constraints);
     if (!route.ok()) {
       routing.SetError(std::string(route.status().message()));
       routing.End();
@@ -432,6 +434,7 @@ void GenerateCall::OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& sta
     for (const auto& w : failed_) c.exclude_decode.push_back(w.get());
     c.retry = true;
     c.local_prefill = !generated_.empty();
+    c.lora_name = routed_.params.lora_name;
     auto route = router_->RouteRequest(routed_.prompt, c);
     if (route.ok()) {
       PD_LOG(Warning) << "request " << routed_.request_id << ": decode stream broke after "

@@ -37,6 +37,7 @@ absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(const std::string& byte
   for (const std::string& stop : lenient.sampling().stop()) {
     if (absl::Status s = CheckUtf8(stop, "sampling.stop"); !s.ok()) return s;
   }
+  if (absl::Status s = CheckUtf8(lenient.sampling().lora_name(), "sampling.lora_name"); !s.ok()) return s;
   const auto& c = lenient.sampling().constraint();
   for (const auto& [text, field] : {std::pair{&c.json_schema(), "sampling.constraint.json_schema"},
                                     std::pair{&c.regex(), "sampling.constraint.regex"},

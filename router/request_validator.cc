@@ -11,6 +11,9 @@
 namespace pdserve {
 namespace {
 
+// A LoRA adapter's name, as a request names it (an unknown one is echoed in the error).
+constexpr size_t kMaxLoraNameBytes = 256;
+
 absl::Status Invalid(std::string_view field, std::string_view why) {
   return absl::InvalidArgumentError(Str(field, ": ", why));
 }
@@ -74,6 +77,10 @@ absl::StatusOr<RoutedRequest> ValidateGenerateRequest(const v1::GenerateRequest&
     return Invalid("sampling.max_tokens",
                    Str(sp.max_tokens(), " plus the ", out.prompt.size(),
                        "-token prompt exceed the context length of ", context));
+  }
+  if (sp.lora_name().size() > kMaxLoraNameBytes) {
+    return Invalid("sampling.lora_name", Str("is ", sp.lora_name().size(), " bytes; at most ",
+                                             kMaxLoraNameBytes));
   }
   out.params = FromProto(sp, sp.has_seed() ? sp.seed() : fallback_seed);
   if (!sp.has_max_tokens() && sp.max_tokens_to_context()) {

@@ -116,6 +116,7 @@ int64_t Router::ContextLength() const {
 v1::ModelInfo Router::model_info() const {
   v1::ModelInfo info = model_info_;
   info.set_context_length(static_cast<int32_t>(ContextLength()));
+  for (v1::LoraAdapterInfo& a : decode_->LoraAdapters()) *info.add_lora_adapters() = std::move(a);
   return info;
 }
 
@@ -123,10 +124,17 @@ absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt,
                                            const RouteConstraints& constraints) {
   const int64_t bs = options_.block_size;
   std::vector<BlockHash> hashes;
-  ExtendBlockHashes(prompt, bs, &hashes);
+  // An adapter's blocks are its own (block_hash.h): the workers report them under its root.
+  ExtendBlockHashes(prompt, bs, &hashes, LoraHashRoot(constraints.lora_name));
   const int64_t prompt_blocks = (static_cast<int64_t>(prompt.size()) + bs - 1) / bs;
-  auto decode = decode_->Choose(options_.routing, hashes, prompt_blocks, constraints.exclude_decode);
-  if (!decode) return absl::UnavailableError("no decode worker is available");
+  auto decode = decode_->Choose(options_.routing, hashes, prompt_blocks, constraints.exclude_decode,
+                                constraints.lora_name);
+  if (!decode) {
+    return constraints.lora_name.empty() || decode_->usable() == 0
+               ? absl::UnavailableError("no decode worker is available")
+               : absl::UnavailableError(Str("no available decode worker serves the LoRA adapter '",
+                                            constraints.lora_name, "'"));
+  }
   if (!constraints.retry) ++requests_;
   if (decode->fell_back) ++fallbacks_;
   metrics_->Decision("decode", WorkerPool::Address(*decode->worker));
@@ -138,7 +146,7 @@ absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt,
       static_cast<int64_t>(prompt.size()) - (decode->cached_prefix_blocks + decode->tier_prefix_blocks) * bs;
   if (!constraints.local_prefill && uncached > options_.local_prefill_tokens && prefill_->usable() > 0 &&
       !prefill_->Saturated(options_.prefill_max_waiting)) {
-    route.prefill = prefill_->Choose(options_.routing, hashes, prompt_blocks);
+    route.prefill = prefill_->Choose(options_.routing, hashes, prompt_blocks, {}, constraints.lora_name);
     if (route.prefill && route.prefill->fell_back) ++fallbacks_;
   }
   if (route.prefill) {
@@ -205,6 +213,11 @@ absl::StatusOr<RoutedRequest> Router::Prepare(const v1::GenerateRequest& request
       std::random_device{}() * 0x9e3779b97f4a7c15ull + std::random_device{}();
   PD_ASSIGN_OR_RETURN(RoutedRequest out,
                       ValidateGenerateRequest(request, *tokenizer_, limits, deadline, fallback_seed));
+  if (!out.params.lora_name.empty() && !decode_->ServesLora(out.params.lora_name)) {
+    return absl::NotFoundError(Str("sampling.lora_name: the model `", out.params.lora_name,
+                                   "` does not exist (no decode worker serves a LoRA adapter of "
+                                   "that name)"));
+  }
   // Two routers, or two clients, may use the same id: the workers key requests by a
   // downstream id that adds this router's instance and a counter.
   const uint64_t n = const_cast<Router*>(this)->next_request_.fetch_add(1);

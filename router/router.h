@@ -79,6 +79,7 @@ struct RouteConstraints {
   std::vector<const WorkerPool::Worker*> exclude_decode;
   bool retry = false;         // Not a new request (RouterStats.requests counts it once).
   bool local_prefill = false;  // Prefill on the decode worker.
+  std::string lora_name;       // Only workers that serve this LoRA adapter (empty: any).
 };
 
 // Where one request goes.

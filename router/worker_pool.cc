@@ -347,10 +347,40 @@ void WorkerPool::Maintain() {
   }
 }
 
+bool WorkerPool::HasLora(const internal::v1::WorkerInfo& info, std::string_view name) {
+  for (const v1::LoraAdapterInfo& a : info.lora_adapters()) {
+    if (a.name() == name) return true;
+  }
+  return false;
+}
+
+bool WorkerPool::ServesLora(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& w : order_) {
+    if (w->healthy && !w->refused && HasLora(w->info, name)) return true;
+  }
+  return false;
+}
+
+std::vector<v1::LoraAdapterInfo> WorkerPool::LoraAdapters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::LoraAdapterInfo> out;
+  for (const auto& w : order_) {
+    if (!w->healthy || w->refused) continue;
+    for (const v1::LoraAdapterInfo& a : w->info.lora_adapters()) {
+      const bool seen = std::any_of(out.begin(), out.end(),
+                                    [&](const v1::LoraAdapterInfo& o) { return o.name() == a.name(); });
+      if (!seen) out.push_back(a);
+    }
+  }
+  return out;
+}
+
 std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing,
                                                    absl::Span<const BlockHash> prompt_hashes,
                                                    int64_t prompt_blocks,
-                                                   absl::Span<const Worker* const> exclude) {
+                                                   absl::Span<const Worker* const> exclude,
+                                                   std::string_view lora_name) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<Worker>> usable;
   std::vector<WorkerCandidate> candidates;
@@ -358,6 +388,7 @@ std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing
   for (auto& w : order_) {
     if (!w->healthy || w->refused) continue;
     if (std::find(exclude.begin(), exclude.end(), w.get()) != exclude.end()) continue;
+    if (!lora_name.empty() && !HasLora(w->info, lora_name)) continue;
     WorkerCandidate c;
     c.active_blocks = w->info.used_blocks() + w->pending_blocks;
     c.waiting = w->info.waiting();

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -116,9 +117,15 @@ class WorkerPool {
   void SetAddresses(const std::vector<std::string>& addresses);
   // The worker for a prompt whose full blocks hash to `prompt_hashes` (prompt_blocks counts the
   // partial last block too), never one of `exclude`; nullopt when no worker is usable.
+  // `lora_name`: only workers that serve that LoRA adapter (empty: any).
   std::optional<Pick> Choose(const RoutingOptions& options,
                              absl::Span<const BlockHash> prompt_hashes, int64_t prompt_blocks,
-                             absl::Span<const Worker* const> exclude = {});
+                             absl::Span<const Worker* const> exclude = {},
+                             std::string_view lora_name = {});
+  // Whether a usable worker serves the LoRA adapter `name`.
+  bool ServesLora(std::string_view name) const;
+  // The LoRA adapters its usable workers serve, each once, in the order first seen.
+  std::vector<v1::LoraAdapterInfo> LoraAdapters() const;
   // The request routed by Choose has ended.
   void Done(const std::shared_ptr<Worker>& worker);
   // True when every usable worker has at least `waiting` requests queued.
@@ -134,6 +141,7 @@ class WorkerPool {
   static const std::string& Address(const Worker& w);
 
  private:
+  static bool HasLora(const internal::v1::WorkerInfo& info, std::string_view name);
   class Watch;
   friend class Watch;
   void Apply(const std::shared_ptr<Worker>& w, const internal::v1::LoadReport& report);

@@ -219,6 +219,8 @@ class LLMEngine {
   std::string numerics() const;
   int64_t num_kv_blocks() const { return pool_->num_blocks(); }
   const SpeculativeOptions& speculative() const { return options_.speculative; }
+  // The LoRA adapters requests may name (EngineOptions::lora); null: none.
+  LoraRegistry* lora() const { return options_.lora.get(); }
   EngineStats Stats() const;
   bool has_kv_tier() const { return offload_ != nullptr; }
   // With kv_tier_load faster: the tiers' measured seconds a block exceed computing a block now,

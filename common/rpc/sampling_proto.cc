@@ -22,6 +22,7 @@ SamplingParams FromProto(const v1::SamplingParams& p, std::optional<uint64_t> se
   s.logprobs = p.logprobs();
   if (p.has_num_speculative_tokens()) s.num_speculative_tokens = p.num_speculative_tokens();
   if (p.has_constraint()) s.constraint = FromProto(p.constraint());
+  s.lora_name = p.lora_name();
   return s;
 }
 

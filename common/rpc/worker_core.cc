@@ -1,6 +1,7 @@
 #include "common/rpc/worker_core.h"
 
 #include "common/base/status_macros.h"
+#include "common/model/lora_registry.h"
 #include "common/rpc/proto_convert.h"
 
 namespace pdserve {
@@ -48,6 +49,14 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
   info.set_page_bytes(static_cast<int64_t>(core.engine->kv_spec().PageBytes()));
   info.set_kv_bytes_per_token(static_cast<int64_t>(core.engine->kv_spec().BytesPerToken()));
   info.set_numerics(core.engine->numerics());
+  if (core.engine->lora() != nullptr) {
+    for (const LoraInfo& l : core.engine->lora()->List()) {
+      v1::LoraAdapterInfo* a = info.add_lora_adapters();
+      a->set_name(l.name);
+      a->set_base_model(l.base_model);
+      a->set_rank(static_cast<int32_t>(l.rank));
+    }
+  }
   info.set_prefix_query_tokens(s.kv.prefix_query_tokens);
   info.set_prefix_hit_tokens(s.kv.prefix_hit_tokens);
   info.set_structured_compiled(s.structured_compiled);

@@ -21,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_reference  # noqa: E402
+from peft_adapter import ALL_TARGETS, write_lora  # noqa: E402
 
 PDSERVE = None
 WORKDIR = None
@@ -78,7 +79,6 @@ CASES += [
 # LoRA adapters (PEFT's layout, written here with numpy) on the base models above: the engine's
 # logits against the reference computing W x + scale * B (A x) from the same files.
 # (name, make-model flags, generate flags, tolerance, adapter: rank, alpha, rslora, targets, dtype)
-ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LORA_CASES = [
     ("lora_llama_r8", ["--arch", "llama", "--seed", "21"], [], 1e-4,
      dict(rank=8, alpha=16, rslora=False, targets=ALL_TARGETS, dtype="F32")),
@@ -94,47 +94,6 @@ LORA_CASES = [
     ("lora_llama_r8_bf16_compute", ["--arch", "llama", "--dtype", "bf16", "--seed", "3"], BF16_COMPUTE,
      5e-3, dict(rank=8, alpha=16, rslora=False, targets=ALL_TARGETS, dtype="BF16")),
 ]
-
-
-def write_lora(path, cfg, rank, alpha, rslora, targets, dtype, seed):
-    """A random PEFT adapter: adapter_config.json and adapter_model.safetensors."""
-    rng = np.random.default_rng(seed)
-    with open(os.path.join(cfg.model_dir, "config.json")) as f:
-        intermediate = json.load(f)["intermediate_size"]
-    shapes = {"q_proj": (cfg.heads * cfg.head_dim, cfg.hidden),
-              "k_proj": (cfg.kv_heads * cfg.head_dim, cfg.hidden),
-              "v_proj": (cfg.kv_heads * cfg.head_dim, cfg.hidden),
-              "o_proj": (cfg.hidden, cfg.heads * cfg.head_dim),
-              "gate_proj": (intermediate, cfg.hidden),
-              "up_proj": (intermediate, cfg.hidden),
-              "down_proj": (cfg.hidden, intermediate)}
-    tensors = {}
-    for layer in range(cfg.layers):
-        for t in targets:
-            out, inp = shapes[t]
-            block = "self_attn" if t in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
-            p = f"base_model.model.model.layers.{layer}.{block}.{t}."
-            tensors[p + "lora_A.weight"] = rng.normal(0, 1 / np.sqrt(inp), (rank, inp))
-            tensors[p + "lora_B.weight"] = rng.normal(0, 0.1, (out, rank))
-    header, blobs, offset = {}, [], 0
-    for name, a in tensors.items():
-        if dtype == "F32":
-            raw = a.astype("<f4").tobytes()
-        else:  # BF16: round to nearest even from f32
-            bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
-            raw = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    os.makedirs(path, exist_ok=True)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(os.path.join(path, "adapter_model.safetensors"), "wb") as f:
-        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
-    with open(os.path.join(path, "adapter_config.json"), "w") as f:
-        json.dump({"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "use_rslora": rslora,
-                   "target_modules": targets, "bias": "none", "base_model_name_or_path": "random",
-                   "task_type": "CAUSAL_LM"}, f)
 
 
 PROMPT = [17, 200, 3, 99, 45, 45, 120, 7, 300, 11, 64, 250, 8, 1, 77, 42, 160, 33, 90, 5,
@@ -173,9 +132,7 @@ class ParityTest(unittest.TestCase):
         adapter = None
         if lora is not None:
             adapter_dir = os.path.join(WORKDIR, name + "_adapter")
-            cfg = hf_reference.Config(model)
-            cfg.model_dir = model
-            write_lora(adapter_dir, cfg, seed=len(name), **lora)
+            write_lora(adapter_dir, model, seed=len(name), **lora)
             adapter = hf_reference.load_lora(adapter_dir)
             gen_flags = gen_flags + ["--lora-modules", f"ad={adapter_dir}", "--lora-name", "ad",
                                      "--max-lora-rank", "64"]
