@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -17,7 +19,10 @@
 #include "cli/flags.h"
 #include "common/base/file_util.h"
 #include "common/engine/llm_engine.h"
+#include "common/model/gguf_model.h"
+#include "common/model/lora_registry.h"
 #include "common/model/model_shapes.h"
+#include "common/model/random_lora.h"
 #include "kernels/cpu/linear_avx512.h"
 #include "kernels/cpu/linear_bf16.h"
 #include "nlohmann/json.hpp"
@@ -37,7 +42,7 @@ int BenchEngineCommand(int argc, char** argv) {
   const char* cmd = "bench-engine";
   std::string model, random_weights, format = "text", prompts = "random";
   int64_t batch = 1, input_len = 128, output_len = 64, sgemm_n = 1536, prefill_rounds = 3, requests = 0;
-  int64_t bw_every = 0;
+  int64_t bw_every = 0, lora_adapters = 0, lora_rank = 16;
   double bw_gib = 2.0, temperature = 0;
   EngineFlags ef;
   FlagSet flags("bench-engine", "Measures engine prefill/decode throughput against this "
@@ -73,6 +78,11 @@ int BenchEngineCommand(int argc, char** argv) {
             "and report decode against these reads, each window of N steps against the read "
             "after it: on a shared host the memory's rate moves within seconds (the reads' time "
             "is not counted as decode time)");
+  flags.Int("lora-adapters", &lora_adapters,
+            "run the requests with N random LoRA adapters (all seven projections, made in a "
+            "temporary directory and loaded from it, the loads timed): request i with adapter "
+            "i mod N (0: the base model)");
+  flags.Int("lora-rank", &lora_rank, "--lora-adapters: their rank");
   ef.Register(flags);
   int code;
   if (!ParseFlagsOrExit(flags, cmd, argc, argv, &code)) return code;
@@ -146,6 +156,38 @@ int BenchEngineCommand(int argc, char** argv) {
   // --requests above --batch: the batch's slots are all there is, as a server's max-num-seqs.
   options.max_num_seqs = queued ? batch : std::max(options.max_num_seqs, batch);
   options.enable_prefix_caching = false;  // Random prompts; measure compute, not reuse.
+  // --lora-adapters: written to a temporary directory, then loaded as a server loads them.
+  double lora_load_s = 0;
+  size_t lora_bytes = 0;
+  if (lora_adapters < 0 || lora_rank < 1 || lora_rank > kMaxLoraRankLimit) {
+    return ReportError(cmd, absl::InvalidArgumentError(
+                                Str("--lora-adapters must be >= 0 and --lora-rank in [1, ", kMaxLoraRankLimit, "]")),
+                       kExitUsage);
+  }
+  if (lora_adapters > 0) {
+    auto config = shape ? absl::StatusOr<ModelConfig>(*shape) : LoadModelConfig(model);
+    if (!config.ok()) return ReportError(cmd, config.status());
+    std::string dir = (std::filesystem::temp_directory_path() / "pdserve_bench_lora_XXXXXX").string();
+    if (mkdtemp(dir.data()) == nullptr) return ReportError(cmd, absl::InternalError("mkdtemp failed"));
+    auto registry = std::make_shared<LoraRegistry>(*config, LoraRegistryOptions{.max_rank = lora_rank});
+    for (int64_t i = 0; i < lora_adapters; ++i) {
+      RandomLoraSpec spec;
+      spec.rank = lora_rank;
+      spec.seed = static_cast<uint64_t>(i);
+      const std::string path = JoinPath(dir, Str("lora", i));
+      absl::Status s = WriteRandomLora(spec, *config, path);
+      const auto t = Clock::now();
+      if (s.ok()) s = registry->Add(Str("lora", i), path);
+      lora_load_s += SecondsSince(t);
+      if (!s.ok()) {
+        std::filesystem::remove_all(dir);
+        return ReportError(cmd, s);
+      }
+    }
+    lora_bytes = (*registry->Acquire("lora0"))->bytes();
+    std::filesystem::remove_all(dir);  // Loaded: the files are no longer read.
+    options.lora = std::move(registry);
+  }
   auto engine_or = shape ? LLMEngine::CreateSynthetic(*shape, options, /*seed=*/1)
                          : LLMEngine::Create(model, options);
   if (!engine_or.ok()) return ReportError(cmd, engine_or.status());
@@ -170,6 +212,7 @@ int BenchEngineCommand(int argc, char** argv) {
     p.seed = static_cast<uint64_t>(index);
     p.ignore_eos = true;
     p.max_tokens = max_tokens;
+    if (lora_adapters > 0) p.lora_name = Str("lora", index % lora_adapters);
     return engine.AddRequest(Str("bench-", index), std::move(prompt), p);
   };
   std::vector<RequestOutput> outs;
@@ -404,6 +447,12 @@ int BenchEngineCommand(int argc, char** argv) {
   j["prefill_phase_shares"] = prefill_phases;
   j["decode_phase_shares"] = decode_phases;
   j["cpu"] = bench::CpuModel();
+  j["lora_adapters"] = lora_adapters;
+  if (lora_adapters > 0) {
+    j["lora_rank"] = lora_rank;
+    j["lora_adapter_bytes"] = lora_bytes;
+    j["lora_load_ms"] = lora_load_s / static_cast<double>(lora_adapters) * 1e3;
+  }
   if (format == "json") {
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;

@@ -66,6 +66,9 @@ void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
                "LoRA adapters to serve, NAME=PATH,... (PEFT directories: adapter_config.json and "
                "adapter_model.safetensors); a request names one as its model");
   flags.Int("max-lora-rank", &max_lora_rank, "the largest LoRA rank (r) an adapter may have");
+  flags.Int("max-loras", &max_loras,
+            "the most LoRA adapters among the requests running at once (0: no bound); a request "
+            "of another adapter waits for one of them to end");
   flags.Int("max-cpu-loras", &max_cpu_loras,
             "the most LoRA adapters kept loaded (0: all); the least recently used one no request "
             "runs with is dropped and loaded again from its directory when asked for");
@@ -276,6 +279,12 @@ absl::Status EngineFlags::LoraToOptions(const std::string& model, EngineOptions*
     return absl::InvalidArgumentError(Str("--max-lora-rank: must be in [1, ", kMaxLoraRankLimit, "]"));
   }
   if (max_cpu_loras < 0) return absl::InvalidArgumentError("--max-cpu-loras: must be >= 0");
+  if (max_loras < 0) return absl::InvalidArgumentError("--max-loras: must be >= 0");
+  if (max_cpu_loras > 0 && max_cpu_loras < max_loras) {
+    return absl::InvalidArgumentError(Str("--max-cpu-loras: ", max_cpu_loras, " is fewer than --max-loras (",
+                                          max_loras, "): the adapters running must all be loaded"));
+  }
+  o->max_loras = max_loras;
   if (lora_modules.empty()) return absl::OkStatus();
   PD_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model));
   auto registry = std::make_shared<LoraRegistry>(

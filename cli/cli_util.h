@@ -62,6 +62,7 @@ struct EngineFlags {
   std::string lora_modules;
   int64_t max_lora_rank = 16;
   int64_t max_cpu_loras = 0;
+  int64_t max_loras = 0;
 
   // `speculative`: also the speculative decoding flags (not for prefill workers).
   void Register(FlagSet& flags, bool speculative = true);

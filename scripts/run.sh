@@ -2,7 +2,8 @@
 # Installs what building and running need (setup.sh --run), builds the pdserve binary only (the
 # tests are test.sh's), and starts `pdserve serve` (router + prefill + decode in one process) on
 # 127.0.0.1:8000, with the OpenAI-compatible HTTP API on 127.0.0.1:8080 and metrics on :9400. With no --model it serves the trained demo model that ships in
-# models/pdserve-demo (a 4M-parameter Llama trained on the King James Bible); it then sends one
+# models/pdserve-demo (a 4M-parameter Llama trained on the King James Bible), and its LoRA adapter
+# models/pdserve-demo-lora as the model "psalms"; it then sends one
 # request to show the server answering. Ctrl-C stops it. Arguments go to `pdserve serve`, e.g.
 #   scripts/run.sh --model /path/to/Qwen2.5-0.5B-Instruct --listen 0.0.0.0:8000
 set -euo pipefail
@@ -18,7 +19,9 @@ BIN="${PDSERVE_BUILD_DIR:-build}/pdserve"
 ARGS=("$@")
 if [[ " $* " != *" --model "* ]]; then
   # The demo model ships no chat template: the one in tests/chat/ serves /v1/chat/completions.
-  ARGS+=(--model models/pdserve-demo --kv-memory-gib 0.25 --chat-template tests/chat/inst_template.jinja)
+  # Its LoRA adapter, trained on the Psalms, is served beside it as the model "psalms".
+  ARGS+=(--model models/pdserve-demo --kv-memory-gib 0.25 --chat-template tests/chat/inst_template.jinja
+         --lora-modules psalms=models/pdserve-demo-lora)
 fi
 if [[ " $* " != *" --listen "* ]]; then ARGS+=(--listen 127.0.0.1:8000); fi
 if [[ " $* " != *" --http-listen "* ]]; then ARGS+=(--http-listen 127.0.0.1:8080); fi

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
+#include "common/base/check.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -122,11 +124,17 @@ bool CpuModelRunner::ProjectsByBlas(int64_t rows) const {
 }
 
 void CpuModelRunner::Project(const float* x, int64_t rows, int64_t ldx,
-                             const kernels::LinearOutput* outputs, int num_outputs) {
+                             const kernels::LinearOutput* outputs, int num_outputs, int64_t layer,
+                             const LoraTarget* targets) {
+  const bool lora = targets != nullptr && PlanLoraDeltas(layer, targets, num_outputs, outputs);
   if (ProjectsByBlas(rows)) {
     for (int i = 0; i < num_outputs; ++i) {
       kernels::BlasLinear(x, rows, ldx, *outputs[i].w, outputs[i].y, outputs[i].ldy,
                           &blas_scratch_, &pool_threads_);
+    }
+    if (lora) {
+      kernels::LoraAddMulti(x, ldx, lora_deltas_.data(), static_cast<int>(lora_deltas_.size()),
+                            lora_scratch_.data(), &pool_threads_);
     }
     return;
   }
@@ -141,10 +149,31 @@ void CpuModelRunner::Project(const float* x, int64_t rows, int64_t ldx,
     } else {
       kernels::RoundRowsToBf16(x, rows, k, ldx, xb, k);
     }
+    ProjectBf16(xb, rows, k, outputs, num_outputs, lora);
+    return;
+  }
+  if (!lora) {
+    kernels::LinearMulti(x, rows, ldx, outputs, num_outputs, &pool_threads_);
+    return;
+  }
+  kernels::LoraShrink(x, ldx, lora_deltas_.data(), static_cast<int>(lora_deltas_.size()),
+                      lora_scratch_.data(), &pool_threads_);
+  WithLoraEpilogues(outputs, num_outputs, false, [&](const kernels::LinearOutput* with) {
+    kernels::LinearMulti(x, rows, ldx, with, num_outputs, &pool_threads_);
+  });
+}
+
+void CpuModelRunner::ProjectBf16(const uint16_t* xb, int64_t rows, int64_t k,
+                                 const kernels::LinearOutput* outputs, int num_outputs, bool lora) {
+  if (!lora) {
     kernels::LinearBf16Multi(xb, rows, k, outputs, num_outputs, &pool_threads_);
     return;
   }
-  kernels::LinearMulti(x, rows, ldx, outputs, num_outputs, &pool_threads_);
+  kernels::LoraShrinkBf16(xb, k, lora_deltas_.data(), static_cast<int>(lora_deltas_.size()),
+                          lora_scratch_.data(), lora_scratch_bf16_.data(), &pool_threads_);
+  WithLoraEpilogues(outputs, num_outputs, true, [&](const kernels::LinearOutput* with) {
+    kernels::LinearBf16Multi(xb, rows, k, with, num_outputs, &pool_threads_);
+  });
 }
 
 absl::Status CpuModelRunner::Forward(const ForwardBatch& batch, float* logits) {
@@ -214,32 +243,77 @@ void CpuModelRunner::PlanLora(const ForwardBatch& batch) {
     }
     row += n;
   }
-}
-
-bool CpuModelRunner::LoraTargets(LoraTarget t) const {
-  for (const LoraRun& run : lora_runs_) {
-    if (run.adapter->targets(t)) return true;
+  // An adapter's runs one after another: its matrices are read from memory once a step and from
+  // cache for its later runs (the order of the terms does not change any row's bits).
+  std::stable_sort(lora_runs_.begin(), lora_runs_.end(),
+                   [](const LoraRun& a, const LoraRun& b) { return a.adapter < b.adapter; });
+  if (options_.compute_dtype == ComputeDType::kBF16) {
+    // Packed in the order the linear layers sum in, once per adapter and process.
+    for (const LoraRun& run : lora_runs_) run.adapter->PackBf16(matrices_->layer(0).o.layout);
   }
-  return false;
 }
 
-void CpuModelRunner::AddLora(int64_t layer, const float* x, int64_t ldx, const LoraTarget* targets,
-                             const kernels::LinearOutput* outputs, int num_outputs) {
-  if (lora_runs_.empty()) return;
+bool CpuModelRunner::PlanLoraDeltas(int64_t layer, const LoraTarget* targets, int num_outputs,
+                                    const kernels::LinearOutput* outputs) {
+  if (lora_runs_.empty()) return false;
+  const bool bf16 = options_.compute_dtype == ComputeDType::kBF16;
   lora_deltas_.clear();
-  for (const LoraRun& run : lora_runs_) {
-    for (int i = 0; i < num_outputs; ++i) {
+  // Grouped by output: output i's deltas are [lora_first_[i], lora_first_[i + 1]).
+  for (int i = 0; i < num_outputs; ++i) {
+    lora_first_[static_cast<size_t>(i)] = static_cast<int>(lora_deltas_.size());
+    for (const LoraRun& run : lora_runs_) {
       const LoraAdapter::Matrices* m = run.adapter->matrices(layer, targets[i]);
       if (m == nullptr) continue;
-      lora_deltas_.push_back(
-          {&m->a_ref, &m->b_ref, run.begin, run.end, outputs[i].y, outputs[i].ldy});
+      kernels::LoraDelta d;
+      d.a = bf16 ? &m->a_panels : &m->a_ref;
+      d.b = bf16 ? &m->b_panels : &m->b_ref;
+      d.begin = run.begin;
+      d.end = run.end;
+      d.y = outputs[i].y;
+      d.ldy = outputs[i].ldy;
+      lora_deltas_.push_back(d);
     }
   }
-  if (lora_deltas_.empty()) return;
-  const int n = static_cast<int>(lora_deltas_.size());
-  const auto need = static_cast<size_t>(kernels::LoraScratchFloats(lora_deltas_.data(), n));
+  lora_first_[static_cast<size_t>(num_outputs)] = static_cast<int>(lora_deltas_.size());
+  if (lora_deltas_.empty()) return false;
+  const auto need = static_cast<size_t>(
+      kernels::LoraPlanScratch(lora_deltas_.data(), static_cast<int>(lora_deltas_.size())));
   if (lora_scratch_.size() < need) lora_scratch_.resize(need);
-  kernels::LoraAddMulti(x, ldx, lora_deltas_.data(), n, lora_scratch_.data(), &pool_threads_);
+  if (bf16 && lora_scratch_bf16_.size() < need) lora_scratch_bf16_.resize(need);
+  return true;
+}
+
+void CpuModelRunner::WithLoraEpilogues(const kernels::LinearOutput* outputs, int num_outputs,
+                                       bool bf16,
+                                       absl::FunctionRef<void(const kernels::LinearOutput*)> run) {
+  // Each output's columns, once computed, get its deltas' expands on the same thread.
+  struct Expand {
+    const CpuModelRunner* r;
+    int first, last;
+    bool bf16;
+    void operator()(int64_t lo, int64_t hi) const {
+      for (int d = first; d < last; ++d) {
+        const kernels::LoraDelta& delta = r->lora_deltas_[static_cast<size_t>(d)];
+        if (bf16) {
+          kernels::LoraExpandColumnsBf16(delta, r->lora_scratch_bf16_.data(), lo, hi);
+        } else {
+          kernels::LoraExpandColumns(delta, r->lora_scratch_.data(), lo, hi);
+        }
+      }
+    }
+  };
+  constexpr int kMaxOutputs = 3;
+  PD_CHECK(num_outputs <= kMaxOutputs);
+  Expand expands[kMaxOutputs];
+  std::optional<absl::FunctionRef<void(int64_t, int64_t)>> refs[kMaxOutputs];
+  kernels::LinearOutput with[kMaxOutputs];
+  for (int i = 0; i < num_outputs; ++i) {
+    expands[i] = {this, lora_first_[static_cast<size_t>(i)], lora_first_[static_cast<size_t>(i) + 1], bf16};
+    refs[i].emplace(expands[i]);
+    with[i] = outputs[i];
+    if (expands[i].first < expands[i].last) with[i].after = &*refs[i];
+  }
+  run(with);
 }
 
 void CpuModelRunner::AttentionF32(const ForwardBatch& batch, const kernels::KvPagesView& view,
@@ -345,9 +419,8 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   const kernels::LinearOutput qkv[3] = {
       {&p.q, q_.data(), qs}, {&p.k, k_.data(), kvs}, {&p.v, v_.data(), kvs}};
   Lap(ForwardPhase::kInputNorm);
-  Project(h_.data(), rows, hidden, qkv, 3);
   constexpr LoraTarget kQkv[3] = {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV};
-  AddLora(layer, h_.data(), hidden, kQkv, qkv, 3);
+  Project(h_.data(), rows, hidden, qkv, 3, layer, kQkv);
   Lap(ForwardPhase::kQkv);
 
   kernels::KvPagesView view;
@@ -396,9 +469,8 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   Lap(ForwardPhase::kAttention);
 
   const kernels::LinearOutput o[1] = {{&p.o, tmp_.data(), hidden}};
-  Project(attn_.data(), rows, qs, o, 1);
   constexpr LoraTarget kO[1] = {LoraTarget::kO};
-  AddLora(layer, attn_.data(), qs, kO, o, 1);
+  Project(attn_.data(), rows, qs, o, 1, layer, kO);
   Lap(ForwardPhase::kOProjection);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -413,17 +485,13 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   const kernels::LinearOutput gate_up[2] = {{&p.gate, gate_.data(), inter},
                                             {&p.up, up_.data(), inter}};
   Lap(ForwardPhase::kResidualNorm);
-  Project(h_.data(), rows, hidden, gate_up, 2);
   constexpr LoraTarget kGateUp[2] = {LoraTarget::kGate, LoraTarget::kUp};
-  AddLora(layer, h_.data(), hidden, kGateUp, gate_up, 2);
+  Project(h_.data(), rows, hidden, gate_up, 2, layer, kGateUp);
   Lap(ForwardPhase::kGateUp);
   // Under bf16 compute the down projection reads the activations rounded to bf16: each row is
   // rounded as it is made, a piece at a time through a buffer in L1, so its f32 values never go
   // to memory and back (the same bits as rounding the whole f32 row after).
   const bool bf16_down = options_.compute_dtype == ComputeDType::kBF16 && !ProjectsByBlas(rows);
-  // An adapter of down_proj reads the f32 activations: then they are kept in gate_ (the same
-  // values the bf16 rounding reads).
-  const bool lora_down = LoraTargets(LoraTarget::kDown);
   uint16_t* act_bf16 = x_bf16_.data();
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -432,9 +500,8 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
         kernels::AddBias(gate, w.gate_bias.data(), inter);
         kernels::AddBias(&up_[r * inter], w.up_bias.data(), inter);
       }
-      if (!bf16_down || lora_down) {
+      if (!bf16_down) {
         kernels::SiluMul(gate, &up_[r * inter], inter, gate);
-        if (bf16_down) kernels::RoundRowsToBf16(gate, 1, inter, inter, act_bf16 + r * inter, inter);
         continue;
       }
       constexpr int64_t kPiece = 1024;
@@ -448,13 +515,12 @@ void CpuModelRunner::Layer(int64_t layer, const ForwardBatch& batch, int64_t row
   });
   const kernels::LinearOutput down[1] = {{&p.down, tmp_.data(), hidden}};
   Lap(ForwardPhase::kActivation);
-  if (bf16_down) {
-    kernels::LinearBf16Multi(act_bf16, rows, inter, down, 1, &pool_threads_);
-  } else {
-    Project(gate_.data(), rows, inter, down, 1);
-  }
   constexpr LoraTarget kDown[1] = {LoraTarget::kDown};
-  AddLora(layer, gate_.data(), inter, kDown, down, 1);
+  if (bf16_down) {
+    ProjectBf16(act_bf16, rows, inter, down, 1, PlanLoraDeltas(layer, kDown, 1, down));
+  } else {
+    Project(gate_.data(), rows, inter, down, 1, layer, kDown);
+  }
   Lap(ForwardPhase::kDown);
   pool_threads_.ParallelFor(rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {

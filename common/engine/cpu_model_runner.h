@@ -10,6 +10,7 @@
 #ifndef PDSERVE_COMMON_ENGINE_CPU_MODEL_RUNNER_H_
 #define PDSERVE_COMMON_ENGINE_CPU_MODEL_RUNNER_H_
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <vector>
@@ -52,17 +53,25 @@ class CpuModelRunner : public ModelRunner {
   absl::Status Validate(const ForwardBatch& batch) const;
   void Layer(int64_t layer, const ForwardBatch& batch, int64_t rows);
   // y = x W^T for `rows` rows (each of x's rows has the matrices' cols elements), choosing the
-  // invariant f32 kernel, the bf16 kernel or OpenBLAS per the options.
+  // invariant f32 kernel, the bf16 kernel or OpenBLAS per the options; with `targets` (output
+  // i is layer `layer`'s targets[i]), each row's LoRA term added (kernels/cpu/lora.h).
   void Project(const float* x, int64_t rows, int64_t ldx, const kernels::LinearOutput* outputs,
-               int num_outputs);
+               int num_outputs, int64_t layer = -1, const LoraTarget* targets = nullptr);
+  // The bf16 kernel over rows already rounded to bf16 (row length k); `lora`: PlanLoraDeltas
+  // planned these outputs' terms.
+  void ProjectBf16(const uint16_t* xb, int64_t rows, int64_t k, const kernels::LinearOutput* outputs,
+                   int num_outputs, bool lora);
   bool ProjectsByBlas(int64_t rows) const;  // Project takes OpenBLAS for these rows.
   // The step's runs of consecutive rows with one LoRA adapter (empty: none in the batch).
   void PlanLora(const ForwardBatch& batch);
-  // Adds each run's adapter term for layer `layer` to the outputs (targets[i] -> outputs[i]),
-  // from the same x the projections read (f32, before any rounding to bf16).
-  void AddLora(int64_t layer, const float* x, int64_t ldx, const LoraTarget* targets,
-               const kernels::LinearOutput* outputs, int num_outputs);
-  bool LoraTargets(LoraTarget t) const;  // Some run's adapter adapts t.
+  // The LoRA terms of layer `layer` for these outputs (targets[i] -> outputs[i]) in lora_deltas_,
+  // grouped by output (lora_first_), and the scratch sized; false when there are none.
+  bool PlanLoraDeltas(int64_t layer, const LoraTarget* targets, int num_outputs,
+                      const kernels::LinearOutput* outputs);
+  // Calls `run` with the outputs, each with the expand of its deltas as its `after` (the shrink
+  // done).
+  void WithLoraEpilogues(const kernels::LinearOutput* outputs, int num_outputs, bool bf16,
+                         absl::FunctionRef<void(const kernels::LinearOutput*)> run);
   struct Row {
     int32_t seq;       // Index into batch.sequences.
     int64_t position;
@@ -109,7 +118,9 @@ class CpuModelRunner : public ModelRunner {
   // LoRA: this step's runs, a layer's terms, and their A x rows (grown to the largest step's).
   std::vector<LoraRun> lora_runs_;
   std::vector<kernels::LoraDelta> lora_deltas_;
+  std::array<int, 4> lora_first_{};
   std::vector<float> lora_scratch_;
+  std::vector<uint16_t> lora_scratch_bf16_;
 };
 
 }  // namespace pdserve

@@ -85,6 +85,8 @@ struct EngineOptions {
   // The LoRA adapters requests may name (SamplingParams::lora_name); shared by the process's
   // engines. Null: none (a request naming one is refused). The cpu backend only.
   std::shared_ptr<LoraRegistry> lora;
+  // LoRA adapters among a step's running requests at most (--max-loras; 0: no bound).
+  int64_t max_loras = 0;
   // Tests only: makes the runner instead of CreateModelRunner(backend), e.g. the cuda backend's
   // runner over the host execution layer (its compute dtype still resolved for `backend`).
   std::function<absl::StatusOr<std::unique_ptr<ModelRunner>>(const ModelRunnerOptions&,

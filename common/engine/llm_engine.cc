@@ -153,7 +153,8 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
                                               options.enable_prefix_caching);
   e->blocks_->EnableEvents(options.enable_kv_events);
   e->scheduler_ = std::make_unique<Scheduler>(
-      SchedulerOptions{options.max_num_seqs, options.max_num_batched_tokens, options.speculative.enabled()},
+      SchedulerOptions{options.max_num_seqs, options.max_num_batched_tokens, options.speculative.enabled(),
+                       options.max_loras},
       e->blocks_.get());
   ModelRunnerOptions ro;
   ro.threads = options.threads;
@@ -755,12 +756,12 @@ void LLMEngine::PublishComputed(Sequence* seq) {
 
 void LLMEngine::Publish(Sequence* seq, absl::Span<const BlockHash> hashes) {
   if (offload_ == nullptr) {
-    blocks_->Publish(seq->id, hashes, EventTokens(*seq));
+    blocks_->Publish(seq->id, hashes, EventTokens(*seq), nullptr, seq->params.lora_name);
     return;
   }
   indexed_.clear();
   const absl::Span<const int32_t> tokens = EventTokens(*seq);
-  blocks_->Publish(seq->id, hashes, tokens, &indexed_);
+  blocks_->Publish(seq->id, hashes, tokens, &indexed_, seq->params.lora_name);
   // The newly indexed blocks come in the order of `hashes`: their parents and tokens for events.
   const int64_t bs = blocks_->block_size();
   size_t i = 0;

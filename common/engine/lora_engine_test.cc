@@ -3,7 +3,9 @@
 // disaggregated, in every numeric mode; an adapter's KV blocks never serve the base model or
 // another adapter; bad names are refused and leave nothing behind. (Parity with an independent
 // float64 reference: tests/reference/test_parity.py.)
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include "common/base/file_util.h"
@@ -206,6 +208,41 @@ TEST(LoraEngineTest, AnAdapterRemovedWhileItsRequestRunsLetsItFinish) {
     for (const auto& t : o.tokens) got.tokens.push_back(t.token);
   }
   ExpectBitwiseEqual(got, alone.at("r"), "the adapter removed at step 3");
+  EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
+}
+
+TEST(LoraEngineTest, MaxLorasBoundsTheAdaptersOfAStepAndChangesNoOutput) {
+  const std::string dir = ModelDir("llama");
+  EngineOptions opts = SmallOptions();
+  opts.lora = Adapters(dir);
+  std::vector<Request> requests;
+  for (int i = 0; i < 9; ++i) {
+    requests.push_back(WithAdapter(Str("r", i), Prompt(9 + i, 200 + i), Str("a", i % 3), 6 + i % 4));
+  }
+  const auto unbounded = RunEngine(dir, opts, requests);
+  opts.max_loras = 2;
+  auto engine = *LLMEngine::Create(dir, opts);
+  size_t most = 0;
+  engine->SetLayerObserver([&](int64_t layer, const SchedulerOutput& schedule) {
+    if (layer != 0) return;
+    std::vector<const LoraAdapter*> seen;
+    for (const ScheduledChunk& c : schedule.chunks) {
+      if (std::find(seen.begin(), seen.end(), c.seq->lora.get()) == seen.end()) seen.push_back(c.seq->lora.get());
+    }
+    most = std::max(most, seen.size());
+  });
+  std::map<std::string, Result> bounded;
+  engine->SetLogitsObserver([&](const std::string& id, const float* l, int64_t v) {
+    bounded[id].logits.emplace_back(l, l + v);
+  });
+  for (const Request& r : requests) ASSERT_TRUE(engine->AddRequest(r.id, r.prompt, r.params).ok());
+  std::vector<RequestOutput> outs;
+  while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step(&outs).ok());
+  for (const auto& o : outs) {
+    for (const auto& t : o.tokens) bounded[o.request_id].tokens.push_back(t.token);
+  }
+  EXPECT_EQ(most, 2u) << "at most --max-loras adapters a step, and the bound was reached";
+  for (const Request& r : requests) ExpectBitwiseEqual(bounded.at(r.id), unbounded.at(r.id), r.id);
   EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
 }
 

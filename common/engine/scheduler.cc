@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/container/inlined_vector.h"
+
 #include "common/base/check.h"
 
 namespace pdserve {
@@ -58,6 +60,7 @@ void Scheduler::Schedule(SchedulerOutput* out) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
     Sequence* seq = waiting_.front();
+    if (!LoraFits(seq)) break;  // First come, first served: it waits for an adapter's slot.
     if (!Admit(seq, budget, out)) {
       // First come, first served: no overtaking. But with nothing running, no block will ever be
       // freed except those that waiting sequences hold (prompts prefilled remotely): release the
@@ -88,6 +91,19 @@ void Scheduler::ScheduleDrafts(int64_t& budget, SchedulerOutput* out) {
     }
   }
   for (size_t i = out->chunks.size(); i < running_.size(); ++i) running_[i]->draft.clear();
+}
+
+bool Scheduler::LoraFits(const Sequence* seq) const {
+  if (options_.max_loras <= 0 || seq->lora == nullptr) return true;
+  // The distinct adapters running (at most max_loras of them: a short scan per admission).
+  absl::InlinedVector<const LoraAdapter*, 8> seen;
+  for (const Sequence* r : running_) {
+    const LoraAdapter* a = r->lora.get();
+    if (a == nullptr || std::find(seen.begin(), seen.end(), a) != seen.end()) continue;
+    if (a == seq->lora.get()) return true;
+    seen.push_back(a);
+  }
+  return static_cast<int64_t>(seen.size()) < options_.max_loras;
 }
 
 bool Scheduler::Admit(Sequence* seq, int64_t budget, SchedulerOutput* out) {

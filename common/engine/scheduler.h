@@ -28,6 +28,10 @@ struct SchedulerOptions {
   // False: no sequence ever carries a draft (speculative decoding off), so Schedule skips its
   // pass over the drafts (a cache line per running sequence per step).
   bool drafts = true;
+  // LoRA adapters among the running sequences at most (vLLM's --max-loras; 0: no bound). A
+  // waiting sequence whose adapter would exceed it waits (first come, first served) until a
+  // running sequence of another adapter ends.
+  int64_t max_loras = 0;
 };
 
 struct ScheduledChunk {
@@ -70,6 +74,8 @@ class Scheduler {
   // Extends decode chunks by their sequences' drafts where budget and blocks allow; drops the rest.
   void ScheduleDrafts(int64_t& budget, SchedulerOutput* out);
   bool Admit(Sequence* seq, int64_t budget, SchedulerOutput* out);
+  // Whether `seq` may run beside the running sequences under max_loras.
+  bool LoraFits(const Sequence* seq) const;
   // Frees blocks of waiting sequences (newest first, the head last) until `head` is admitted.
   bool ReleaseWaitingHolders(Sequence* head, int64_t budget, SchedulerOutput* out);
 

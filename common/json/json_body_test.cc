@@ -72,9 +72,12 @@ TEST(JsonBody, RefusesDeepNestingAndBadJson) {
   }
 }
 
-double SecondsToParse(const std::string& body, const std::function<bool(std::string_view)>& keep) {
+// The fastest of `rounds` parses: a parse the machine interrupted (this test runs beside others on
+// 2 cores) is not the parser's time.
+double SecondsToParse(const std::string& body, const std::function<bool(std::string_view)>& keep,
+                      int rounds = 3) {
   double best = 1e9;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     Json j;
     JsonBodyError e;
     const auto start = std::chrono::steady_clock::now();
@@ -85,9 +88,9 @@ double SecondsToParse(const std::string& body, const std::function<bool(std::str
   return best;
 }
 
-double SecondsForNlohmann(const std::string& body) {
+double SecondsForNlohmann(const std::string& body, int rounds = 3) {
   double best = 1e9;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     const auto start = std::chrono::steady_clock::now();
     const nlohmann::json j = nlohmann::json::parse(body);  // No callback: linear (std::map keys).
     EXPECT_FALSE(j.is_discarded());
@@ -120,14 +123,23 @@ TEST(JsonBody, TimeGrowsLinearlyWithTheBody) {
   const std::function<bool(std::string_view)> prompt_only = [](std::string_view k) {
     return k == "prompt";
   };
+  // The sizes alternated, the fastest of each kept: a stretch of time the machine gave to other
+  // processes (ctest -j2 on 2 cores; once 48x was exceeded so) slows one round, not every one.
+  const std::string small_body = ArrayOfObjects(20000), large_body = ArrayOfObjects(320000);
   for (const auto& keep : {all, prompt_only}) {
-    const double small = SecondsToParse(ArrayOfObjects(20000), keep);
-    const double large = SecondsToParse(ArrayOfObjects(320000), keep);
+    double small = 1e9, large = 1e9;
+    for (int round = 0; round < 4; ++round) {
+      small = std::min(small, SecondsToParse(small_body, keep, 2));
+      large = std::min(large, SecondsToParse(large_body, keep, 1));
+    }
     EXPECT_LT(large, 48 * small + 0.01) << "array of objects: " << small << " s, then " << large;
   }
   for (const std::string& body : {ArrayOfObjects(200000), ObjectOfKeys(200000)}) {
-    const double ours = SecondsToParse(body, all);
-    const double reference = SecondsForNlohmann(body);
+    double ours = 1e9, reference = 1e9;
+    for (int round = 0; round < 3; ++round) {
+      ours = std::min(ours, SecondsToParse(body, all, 1));
+      reference = std::min(reference, SecondsForNlohmann(body, 1));
+    }
     EXPECT_LT(ours, 5 * reference + 0.005)
         << body.substr(0, 20) << "...: " << ours << " s; nlohmann's parse " << reference << " s";
   }

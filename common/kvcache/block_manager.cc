@@ -118,7 +118,8 @@ absl::Status BlockManager::ReserveSlow(SeqId seq, int64_t num_tokens, int32_t* s
 
 void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes,
                            absl::Span<const int32_t> tokens,
-                           std::vector<std::pair<BlockHash, BlockId>>* indexed) {
+                           std::vector<std::pair<BlockHash, BlockId>>* indexed,
+                           std::string_view lora_name) {
   if (!prefix_caching_) return;
   SeqBlocks* found = Find(seq);
   PD_CHECK_MSG(found != nullptr, "Publish: unknown sequence");
@@ -136,6 +137,7 @@ void BlockManager::Publish(SeqId seq, absl::Span<const BlockHash> hashes,
       if (indexed != nullptr) indexed->emplace_back(hashes[i], s.table[i]);
       if (events_on_) {
         KvEvent e{KvEvent::Type::kStored, hashes[i], i > 0 ? hashes[i - 1] : BlockHash{}, {}};
+        e.lora_name = lora_name;
         if (static_cast<int64_t>(tokens.size()) >= (i + 1) * block_size_) {
           e.tokens.assign(tokens.begin() + i * block_size_, tokens.begin() + (i + 1) * block_size_);
         }

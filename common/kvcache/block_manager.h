@@ -15,6 +15,8 @@
 #define PDSERVE_COMMON_KVCACHE_BLOCK_MANAGER_H_
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -61,6 +63,7 @@ struct KvEvent {
   // Where the block is (vLLM's `medium`): null for the pool (the publisher's medium, "CPU" or
   // "GPU"); a KV cache tier's KvTier::event_medium() ("DISK", "STORE") otherwise.
   const char* medium = nullptr;
+  std::string lora_name;  // Stored only: the LoRA adapter whose KV it is ("": the base model).
 };
 
 class BlockManager {
@@ -103,10 +106,11 @@ class BlockManager {
   // Publishes `seq`'s full blocks whose KV is computed: hashes[i] is the hash of block i.
   // `tokens` (the sequence's tokens, at least hashes.size() blocks of them, or empty) go into the
   // stored events. `indexed` (optional): each block this call put in the prefix index, appended
-  // (the KV tiers' offer).
+  // (the KV tiers' offer). `lora_name`: the adapter the sequence runs with, for the events.
   void Publish(SeqId seq, absl::Span<const BlockHash> hashes,
                absl::Span<const int32_t> tokens = {},
-               std::vector<std::pair<BlockHash, BlockId>>* indexed = nullptr);
+               std::vector<std::pair<BlockHash, BlockId>>* indexed = nullptr,
+               std::string_view lora_name = {});
 
   // A hint: the prefix index's entry for `hash` will be looked up soon (Publish, PlanAdmit).
   void PrefetchIndex(const BlockHash& hash) const { index_.Prefetch(hash.lo); }

@@ -28,7 +28,8 @@ std::vector<Run> Runs(absl::Span<const KvEvent> events) {
       const KvEvent& prev = events[i - 1];
       const bool chains = e.type == prev.type && SameMedium(e, prev) &&
                           (e.type == KvEvent::Type::kRemoved ||
-                           (e.parent == prev.hash && e.tokens.empty() == prev.tokens.empty()));
+                           (e.parent == prev.hash && e.tokens.empty() == prev.tokens.empty() &&
+                            e.lora_name == prev.lora_name));
       if (chains) {
         runs.back().end = i + 1;
         continue;
@@ -78,7 +79,11 @@ std::string EncodeKvEventBatch(double ts, absl::Span<const KvEvent> events, int6
     w.Int(block_size);
     w.Nil();  // lora_id
     w.Str(where);
-    w.Nil();  // lora_name
+    if (first.lora_name.empty()) {
+      w.Nil();  // lora_name: the base model
+    } else {
+      w.Str(first.lora_name);
+    }
   }
   return w.Take();
 }

@@ -1,7 +1,7 @@
 // KV cache events in vLLM's wire format (vllm/distributed/kv_events.py): a batch is the msgpack
 // array [ts, [event, ...]] (msgspec's array_like structs; the tag, the event's class name, first):
 //   ["BlockStored", [hash, ...], parent_hash | nil, [token_id, ...], block_size, lora_id (nil),
-//    medium, lora_name (nil)]
+//    medium, lora_name (nil for the base model; the adapter's name for a LoRA request's blocks)]
 //   ["BlockRemoved", [hash, ...], medium]
 //   ["AllBlocksCleared"]
 // Decoders of vLLM's older five-field BlockStored ignore the trailing fields (msgspec ignores

@@ -65,6 +65,46 @@ TEST(KvEventBatch, StoredChainsShareAnEventRemovedBlocksToo) {
   EXPECT_EQ(got, w.bytes());
 }
 
+// A LoRA request's blocks carry its adapter's name (vLLM's lora_name); a base block and an
+// adapter's block never share an event, even where one's hash is the other's parent.
+TEST(KvEventBatch, AnAdaptersBlocksCarryItsName) {
+  KvEvent adapted = Stored(10, 0, {1, 2});
+  adapted.lora_name = "psalms";
+  KvEvent next = Stored(11, 10, {3, 4});
+  next.lora_name = "psalms";
+  const KvEvent base = Stored(12, 11, {5, 6});
+  const std::string got = EncodeKvEventBatch(1.0, {adapted, next, base}, 2, "CPU");
+  MsgpackWriter w;
+  w.Array(2);
+  w.Double(1.0);
+  w.Array(2);
+  auto stored = [&w](std::vector<uint64_t> hashes, uint64_t parent, std::vector<int> tokens,
+                     const char* lora) {
+    w.Array(8);
+    w.Str("BlockStored");
+    w.Array(static_cast<uint32_t>(hashes.size()));
+    for (uint64_t h : hashes) w.Uint(h);
+    if (parent == 0) {
+      w.Nil();
+    } else {
+      w.Uint(parent);
+    }
+    w.Array(static_cast<uint32_t>(tokens.size()));
+    for (int t : tokens) w.Int(t);
+    w.Int(2);
+    w.Nil();
+    w.Str("CPU");
+    if (lora == nullptr) {
+      w.Nil();
+    } else {
+      w.Str(lora);
+    }
+  };
+  stored({10, 11}, 0, {1, 2, 3, 4}, "psalms");
+  stored({12}, 11, {5, 6}, nullptr);
+  EXPECT_EQ(got, w.bytes());
+}
+
 // A KV cache tier's events carry its medium, and events of different media never share one: a
 // block stored in the pool and its child stored on disk are two BlockStored events.
 TEST(KvEventBatch, TierEventsCarryTheirMediumAndDoNotMixWithThePools) {

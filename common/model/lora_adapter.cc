@@ -12,6 +12,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
 #include "common/model/safetensors.h"
+#include "kernels/cpu/linear_bf16.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve {
@@ -137,6 +138,20 @@ std::vector<float> ToF32(const SafetensorsTensor& t) {
 }  // namespace
 
 std::string_view LoraTargetName(LoraTarget t) { return kTargetNames[static_cast<size_t>(t)]; }
+
+void LoraAdapter::PackBf16(MatrixLayout layout) const {
+  absl::call_once(packed_once_, [&] {
+    for (auto& layer : layers_) {
+      for (Matrices& m : layer) {
+        if (m.rank() == 0) continue;
+        m.a_bf16.resize(kernels::Bf16PanelsBytes(m.a_ref.rows, m.a_ref.cols) / 2);
+        m.b_bf16.resize(kernels::Bf16PanelsBytes(m.b_ref.rows, m.b_ref.cols) / 2);
+        m.a_panels = kernels::PackBf16Panels(m.a_ref, m.a_bf16.data(), layout);
+        m.b_panels = kernels::PackBf16Panels(m.b_ref, m.b_bf16.data(), layout);
+      }
+    }
+  });
+}
 
 absl::StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(std::string name,
                                                                      const std::string& dir,

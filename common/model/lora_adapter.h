@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
 #include "common/base/tensor_ref.h"
 #include "common/model/model_config.h"
@@ -39,6 +40,9 @@ class LoraAdapter {
     std::vector<float> a;  // [rank][in]
     std::vector<float> b;  // [out][rank], times the adapter's scale
     MatrixRef a_ref, b_ref;
+    // The same rounded to bf16 and packed in bf16 panels (PackBf16: engines computing in bf16).
+    std::vector<uint16_t> a_bf16, b_bf16;
+    MatrixRef a_panels, b_panels;
     int64_t rank() const { return a_ref.rows; }
   };
 
@@ -65,7 +69,12 @@ class LoraAdapter {
   }
   // Whether any layer has a term for `t`.
   bool targets(LoraTarget t) const { return targeted_[static_cast<size_t>(t)]; }
-  size_t bytes() const { return bytes_; }
+  size_t bytes() const { return bytes_; }  // Of the f32 matrices.
+
+  // Makes every Matrices' a_panels and b_panels: bf16 panels in `layout` (the process's
+  // kernels::Bf16PanelLayout()), once, whichever engine asks first (thread-safe); later calls
+  // return at once. The layout never changes within a process.
+  void PackBf16(MatrixLayout layout) const;
 
  private:
   LoraAdapter() = default;
@@ -74,9 +83,12 @@ class LoraAdapter {
   int64_t rank_ = 0;
   double alpha_ = 0, scale_ = 0;
   bool rslora_ = false;
-  std::vector<std::array<Matrices, kNumLoraTargets>> layers_;
+  // Mutable for PackBf16 only, which fills the bf16 members once under packed_once_ (nothing reads
+  // them before).
+  mutable std::vector<std::array<Matrices, kNumLoraTargets>> layers_;
   std::array<bool, kNumLoraTargets> targeted_{};
   size_t bytes_ = 0;
+  mutable absl::once_flag packed_once_;  // PackBf16's.
 };
 
 }  // namespace pdserve

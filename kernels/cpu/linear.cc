@@ -231,7 +231,11 @@ void OutputColumns(const LinearOutput* outputs, int num_outputs, ThreadPool* poo
       const LinearOutput& o = outputs[i];
       const int64_t own = (o.w->rows + grain - 1) / grain;
       const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + own);
-      if (lo < hi) columns(o, (lo - offset) * grain, std::min(o.w->rows, (hi - offset) * grain));
+      if (lo < hi) {
+        const int64_t c0 = (lo - offset) * grain, c1 = std::min(o.w->rows, (hi - offset) * grain);
+        columns(o, c0, c1);
+        if (o.after != nullptr) (*o.after)(c0, c1);
+      }
       offset += own;
     }
   };

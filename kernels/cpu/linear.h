@@ -38,6 +38,10 @@ struct LinearOutput {
   const MatrixRef* w;
   float* y;
   int64_t ldy;
+  // Called with each range of columns [lo, hi) as soon as the thread that computed them has (all
+  // rows), on that thread: work on those columns of y while they are in its cache (LoRA's
+  // expand, kernels/cpu/lora.h). Null: none.
+  const absl::FunctionRef<void(int64_t, int64_t)>* after = nullptr;
 };
 void LinearMulti(const float* x, int64_t m, int64_t ldx, const LinearOutput* outputs,
                  int num_outputs, ThreadPool* pool);

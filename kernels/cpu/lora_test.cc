@@ -47,11 +47,11 @@ TEST(Lora, MatchesDoubleReferenceForMixedAdaptersAndRanks) {
   Adapter a8(8, k, n, 10), a64(64, k, n, 20), a3(3, k, n, 30);
   // Runs: [0, 5) a8, [5, 9) none, [9, 30) a64, [30, 31) a8, [31, 37) a3.
   std::vector<float> y = y0;
-  const LoraDelta deltas[] = {{&a8.ra, &a8.rb, 0, 5, y.data(), n},
-                              {&a64.ra, &a64.rb, 9, 30, y.data(), n},
-                              {&a8.ra, &a8.rb, 30, 31, y.data(), n},
-                              {&a3.ra, &a3.rb, 31, 37, y.data(), n}};
-  std::vector<float> t(LoraScratchFloats(deltas, 4));
+  LoraDelta deltas[] = {{&a8.ra, &a8.rb, 0, 5, y.data(), n},
+                        {&a64.ra, &a64.rb, 9, 30, y.data(), n},
+                        {&a8.ra, &a8.rb, 30, 31, y.data(), n},
+                        {&a3.ra, &a3.rb, 31, 37, y.data(), n}};
+  std::vector<float> t(LoraPlanScratch(deltas, 4));
   LoraAddMulti(x.data(), k, deltas, 4, t.data(), &pool);
   for (int64_t r = 0; r < rows; ++r) {
     const Adapter* ad = r < 5 ? &a8 : r < 9 ? nullptr : r < 30 ? &a64 : r < 31 ? &a8 : &a3;
@@ -75,8 +75,8 @@ TEST(Lora, ARowsResultIsTheSameBitsWhateverSharesItsBatch) {
   ThreadPool one(1);
   std::vector<float> alone = y_row;
   {
-    const LoraDelta d{&mine.ra, &mine.rb, 0, 1, alone.data(), n};
-    std::vector<float> t(LoraScratchFloats(&d, 1));
+    LoraDelta d{&mine.ra, &mine.rb, 0, 1, alone.data(), n};
+    std::vector<float> t(LoraPlanScratch(&d, 1));
     LoraAddMulti(row.data(), k, &d, 1, t.data(), &one);
   }
   // Row 21 of a 40-row batch, its adapter's run [17, 36), another adapter's rows around it.
@@ -86,10 +86,10 @@ TEST(Lora, ARowsResultIsTheSameBitsWhateverSharesItsBatch) {
   std::vector<float> y = Normal(rows * n, 6);
   std::memcpy(&x[21 * k], row.data(), k * sizeof(float));
   std::memcpy(&y[21 * n], y_row.data(), n * sizeof(float));
-  const LoraDelta deltas[] = {{&other.ra, &other.rb, 0, 17, y.data(), n},
-                              {&mine.ra, &mine.rb, 17, 36, y.data(), n},
-                              {&other.ra, &other.rb, 36, 40, y.data(), n}};
-  std::vector<float> t(LoraScratchFloats(deltas, 3));
+  LoraDelta deltas[] = {{&other.ra, &other.rb, 0, 17, y.data(), n},
+                        {&mine.ra, &mine.rb, 17, 36, y.data(), n},
+                        {&other.ra, &other.rb, 36, 40, y.data(), n}};
+  std::vector<float> t(LoraPlanScratch(deltas, 3));
   LoraAddMulti(x.data(), k, deltas, 3, t.data(), &two);
   EXPECT_EQ(std::memcmp(&y[21 * n], alone.data(), n * sizeof(float)), 0);
 }

@@ -1,7 +1,10 @@
 """The trained demo model that ships with pdserve (models/pdserve-demo): its files are the ones
 recorded at training, it speaks the language of its corpus, and its held-out perplexity recomputed
-by the float64 numpy reference equals the figure recorded at training. (Parity of pdserve's
-logits with the reference on this model is in tests/reference/test_parity.py.)
+by the float64 numpy reference equals the figure recorded at training. Likewise its LoRA adapter
+(models/pdserve-demo-lora, trained on the Psalms): its files, the held-out psalms' perplexity
+under the base and under the adapter as recorded, the adapter's lower, and pdserve serving it
+(`serve --lora-modules`, the OpenAI API's model) as the reference predicts. (Parity of pdserve's
+logits with the reference on both is in tests/reference/test_parity.py.)
 
 Run: /usr/bin/python3 tests/demo_model/test_demo_model.py --pdserve build/pdserve
 """
@@ -22,6 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 import hf_reference  # noqa: E402
 
 MODEL = os.path.join(ROOT, "models", "pdserve-demo")
+ADAPTER = os.path.join(ROOT, "models", "pdserve-demo-lora")
 PDSERVE = None
 WORKDIR = None
 PROMPTS = ["In the beginning", "And the LORD said unto Moses,", "Blessed are they that",
@@ -111,6 +115,49 @@ class DemoModelTest(unittest.TestCase):
         recorded = self.training["held_out_perplexity"]
         print(f"\n  held-out perplexity {ppl:.4f} (recorded {recorded:.4f})", file=sys.stderr)
         self.assertLess(abs(ppl - recorded) / recorded, 0.01)
+
+
+class DemoAdapterTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(ADAPTER, "training.json")) as f:
+            cls.training = json.load(f)
+
+    def test_files_match_their_checksums(self):
+        with open(os.path.join(ADAPTER, "SHA256SUMS")) as f:
+            for line in f:
+                digest, name = line.split()
+                with open(os.path.join(ADAPTER, name), "rb") as g:
+                    self.assertEqual(hashlib.sha256(g.read()).hexdigest(), digest, name)
+
+    def held_out_stream(self):
+        """The held-out psalms tokenized as at training: each psalm's verses, no BOS or EOS."""
+        with open(os.path.join(ADAPTER, "heldout.txt")) as f:
+            chunks = [c for c in f.read().split("\n\n") if c.strip()]
+        self.assertEqual([c.split("\n", 1)[0] for c in chunks], self.training["held_out_psalms"])
+        jsonl = os.path.join(WORKDIR, "psalms.jsonl")
+        with open(jsonl, "w") as f:
+            for c in chunks:
+                f.write(json.dumps({"text": c.split("\n", 1)[1] + "\n"}) + "\n")
+        stream = []
+        for line in run("tokenize", "--tokenizer", MODEL, "--input-jsonl", jsonl).splitlines():
+            stream += json.loads(line)["token_ids"]
+        self.assertEqual(len(stream), self.training["held_out_tokens"])
+        return stream
+
+    def test_held_out_psalms_perplexity_matches_training_and_the_adapter_lowers_it(self):
+        stream = self.held_out_stream()
+        cfg = hf_reference.Config(MODEL)
+        weights = hf_reference.load_weights(MODEL)
+        window = self.training["held_out_window"]
+        base, count = hf_reference.perplexity(cfg, weights, stream, window)
+        adapted, _ = hf_reference.perplexity(cfg, weights, stream, window, lora=hf_reference.load_lora(ADAPTER))
+        self.assertEqual(count, self.training["held_out_predicted_tokens"])
+        print(f"\n  held-out psalms: base {base:.4f} (recorded {self.training['held_out_perplexity_base']:.4f}), "
+              f"adapter {adapted:.4f} (recorded {self.training['held_out_perplexity_adapter']:.4f})", file=sys.stderr)
+        self.assertLess(abs(base - self.training["held_out_perplexity_base"]) / base, 0.01)
+        self.assertLess(abs(adapted - self.training["held_out_perplexity_adapter"]) / adapted, 0.01)
+        self.assertLess(adapted, base)
 
 
 if __name__ == "__main__":

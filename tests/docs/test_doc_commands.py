@@ -153,7 +153,8 @@ class DemoServe:
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [PDSERVE, "serve", "--model", "models/pdserve-demo", "--kv-memory-gib", "0.25", "--threads", "1",
-             "--chat-template", "tests/chat/inst_template.jinja", "--listen", "127.0.0.1:0",
+             "--chat-template", "tests/chat/inst_template.jinja", "--lora-modules", "psalms=models/pdserve-demo-lora",
+             "--listen", "127.0.0.1:0",
              "--http-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()

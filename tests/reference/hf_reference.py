@@ -156,15 +156,15 @@ KV_ROUNDING = {"f32": lambda a: a, "bf16": bf16_round,
                "int8": lambda a: kv_quantize(a, 127), "int4": lambda a: kv_quantize(a, 7)}
 
 
-def perplexity(cfg, w, stream, window, act_blocks=None):
+def perplexity(cfg, w, stream, window, act_blocks=None, lora=None):
     """exp of the mean negative log-likelihood of `stream`, read in windows of `window` tokens (each
-    window's first token predicts nothing), through forward() (act_blocks as there)."""
+    window's first token predicts nothing), through forward() (act_blocks and lora as there)."""
     total, count = 0.0, 0
     for start in range(0, len(stream) - 1, window):
         chunk = stream[start:start + window]
         if len(chunk) < 2:
             break
-        logits = forward(cfg, w, chunk[:-1], act_blocks=act_blocks)
+        logits = forward(cfg, w, chunk[:-1], act_blocks=act_blocks, lora=lora)
         logits = logits - logits.max(axis=-1, keepdims=True)
         logz = np.log(np.exp(logits).sum(axis=-1))
         total -= float(np.sum(logits[np.arange(len(chunk) - 1), chunk[1:]] - logz))
@@ -215,9 +215,8 @@ def forward(cfg, w, tokens, kv="f32", compute_bf16=False, act_blocks=None, ties=
     it weights V (its sum, which divides, is not). act_blocks: {weight name: block} for quantized
     weights, whose input is quantized as the engine's integer kernels quantize it (ties and flips
     as quantize_activations has them; a site is the number of the quantization in the pass, so
-    sites order as the layers do). lora: load_lora's adapter, its terms computed from the layer's
-    input as it is (pdserve computes them in f32 from its f32 activations, whatever the base's
-    arithmetic)."""
+    sites order as the layers do). lora: load_lora's adapter, its terms from the layer's input (in
+    f32 by pdserve, or with compute_bf16 from bf16 roundings as its bf16 path makes them)."""
     act_blocks = act_blocks or {}
     sites = iter(range(1 << 30))
 
@@ -228,7 +227,13 @@ def forward(cfg, w, tokens, kv="f32", compute_bf16=False, act_blocks=None, ties=
         delta = 0.0
         if lora and name in lora:
             a, b, scale = lora[name]
-            delta = scale * ((x @ a.T) @ b.T)
+            if compute_bf16:
+                # pdserve's bf16 path: the rounded input, A and scale * B (scaled in f32) in bf16,
+                # and A x rounded to bf16 before the expand.
+                t = bf16_round(bf16_round(x) @ bf16_round(a).T)
+                delta = t @ bf16_round((b * scale).astype(np.float32)).T
+            else:
+                delta = scale * ((x @ a.T) @ b.T)
         if name in act_blocks:
             x = quantize(x, name)
         if compute_bf16:

@@ -131,8 +131,10 @@ class ParityTest(unittest.TestCase):
             run([PDSERVE, "make-model", model, "--layers", "2", "--vocab", "320"] + make_flags)
         adapter = None
         if lora is not None:
-            adapter_dir = os.path.join(WORKDIR, name + "_adapter")
-            write_lora(adapter_dir, model, seed=len(name), **lora)
+            # A directory (the shipped demo adapter), or write_lora's arguments.
+            adapter_dir = lora if isinstance(lora, str) else os.path.join(WORKDIR, name + "_adapter")
+            if not isinstance(lora, str):
+                write_lora(adapter_dir, model, seed=len(name), **lora)
             adapter = hf_reference.load_lora(adapter_dir)
             gen_flags = gen_flags + ["--lora-modules", f"ad={adapter_dir}", "--lora-name", "ad",
                                      "--max-lora-rank", "64"]
@@ -220,12 +222,12 @@ class ParityTest(unittest.TestCase):
               file=sys.stderr)
 
 
-def demo_test(name, gen_flags, tol=1e-4, modelled_share=0.5):
+def demo_test(name, gen_flags, tol=1e-4, modelled_share=0.5, lora=None):
     def test(self):
         ids = [int(t) for t in run([PDSERVE, "tokenize", "--tokenizer", DEMO_MODEL, "--text", DEMO_TEXT,
                                     "--add-special-tokens"]).split()]
         self.check_case(name, [], gen_flags, tol, model=DEMO_MODEL, prompt=ids,
-                        modelled_share=modelled_share)
+                        modelled_share=modelled_share, lora=lora)
     return test
 
 
@@ -233,6 +235,11 @@ ParityTest.test_demo_model = demo_test("demo", [])
 ParityTest.test_demo_model_kv_bf16 = demo_test("demo_kv_bf16", ["--kv-dtype", "bf16"])
 ParityTest.test_demo_model_bf16_compute = demo_test("demo_bf16_compute", BF16_COMPUTE, 5e-3, 0.75)
 ParityTest.test_demo_model_kv_int8 = demo_test("demo_kv_int8", ["--kv-dtype", "int8"], 1e-4)
+# The shipped demo adapter (models/pdserve-demo-lora, trained on the Psalms) on the demo model.
+DEMO_ADAPTER = os.path.join(os.path.dirname(DEMO_MODEL), "pdserve-demo-lora")
+ParityTest.test_demo_model_lora = demo_test("demo_lora", [], lora=DEMO_ADAPTER)
+ParityTest.test_demo_model_lora_bf16_compute = demo_test("demo_lora_bf16_compute", BF16_COMPUTE, 5e-3, 0.75,
+                                                         lora=DEMO_ADAPTER)
 
 
 def make_test(case):
