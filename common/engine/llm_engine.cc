@@ -1067,6 +1067,24 @@ EngineStats LLMEngine::Stats() const {
     s.offload.declined_loads = tier_loads_declined_ - tier_loads_declined_ / kTierProbeEvery;
     for (const auto& t : offload_->tiers()) s.tiers.emplace_back(std::string(t->name()), t->Stats());
   }
+  if (options_.lora != nullptr) {
+    // The adapters of the running batch, and of every other unfinished request (queued, loading
+    // from a tier, awaiting its remote prefill): vLLM's lora_requests_info.
+    for (const Sequence* seq : scheduler_->running()) {
+      if (seq->lora != nullptr) s.running_loras.push_back(seq->params.lora_name);
+    }
+    for (const auto& [id, seq] : sequences_) {
+      if (seq->lora == nullptr || seq->held) continue;
+      if (std::find(scheduler_->running().begin(), scheduler_->running().end(), seq.get()) ==
+          scheduler_->running().end()) {
+        s.waiting_loras.push_back(seq->params.lora_name);
+      }
+    }
+    for (auto* names : {&s.running_loras, &s.waiting_loras}) {
+      std::sort(names->begin(), names->end());
+      names->erase(std::unique(names->begin(), names->end()), names->end());
+    }
+  }
   return s;
 }
 

@@ -120,6 +120,9 @@ struct EngineStats {
   // own counters by name, in order (shared by the process's engines).
   KvOffloadStats offload;
   std::vector<std::pair<std::string, KvTierStats>> tiers;
+  // LoRA adapters (EngineOptions::lora): the names of those the running requests use, and those
+  // of the requests waiting; each once, sorted.
+  std::vector<std::string> running_loras, waiting_loras;
 };
 
 // EngineOptions::kv_tier_load's rule: loading `blocks` blocks at `seconds_per_block` behind
@@ -221,6 +224,7 @@ class LLMEngine {
   const SpeculativeOptions& speculative() const { return options_.speculative; }
   // The LoRA adapters requests may name (EngineOptions::lora); null: none.
   LoraRegistry* lora() const { return options_.lora.get(); }
+  int64_t max_loras() const { return options_.max_loras; }
   EngineStats Stats() const;
   bool has_kv_tier() const { return offload_ != nullptr; }
   // With kv_tier_load faster: the tiers' measured seconds a block exceed computing a block now,

@@ -117,7 +117,8 @@ std::string ObjectOfKeys(int n) {
 // 48x: under ASan with tests beside it, 4x the body once took 11.6x the time, cache and allocator
 // effects, so the sizes are far apart), and a large body costs a small multiple of nlohmann's own
 // linear parse of it (a second code path measured in the same run; the quadratic parser was
-// ~1,000x).
+// ~1,000x; the bound is 20x: alone on 2 cores the object of keys took 3.0-3.6x, and under ctest -j2
+// once 7x, beyond the 5x bound this had before).
 TEST(JsonBody, TimeGrowsLinearlyWithTheBody) {
   const std::function<bool(std::string_view)> all;
   const std::function<bool(std::string_view)> prompt_only = [](std::string_view k) {
@@ -140,7 +141,7 @@ TEST(JsonBody, TimeGrowsLinearlyWithTheBody) {
       ours = std::min(ours, SecondsToParse(body, all, 1));
       reference = std::min(reference, SecondsForNlohmann(body, 1));
     }
-    EXPECT_LT(ours, 5 * reference + 0.005)
+    EXPECT_LT(ours, 20 * reference + 0.005)
         << body.substr(0, 20) << "...: " << ours << " s; nlohmann's parse " << reference << " s";
   }
 }

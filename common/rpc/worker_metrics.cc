@@ -1,5 +1,7 @@
 #include "common/rpc/worker_metrics.h"
 
+#include <chrono>
+
 #include "common/metrics/buckets.h"
 
 namespace pdserve {
@@ -149,6 +151,30 @@ void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
   if (info.structured_mask_lookups() > 0) CollectStructured(info);
   if (info.has_kv_offload()) CollectKvOffload(info.kv_offload());
   CollectCachedBySource(info);
+  if (info.lora_adapters_size() > 0) CollectLora(info);
+}
+
+void WorkerMetrics::CollectLora(const internal::v1::WorkerInfo& info) {
+  // vLLM's lora_requests_info: one series, its labels the adapters of the running and of the
+  // waiting requests (comma-separated), its value the time it was set. vLLM leaves the series of
+  // earlier label values behind (readers take the newest); here the previous one is removed.
+  auto& family = registry_->AddGauge(
+      "pdserve_lora_requests_info",
+      "LoRA adapters of the running and waiting requests (value: when set, seconds since the epoch).",
+      {"model_name", "role", "max_lora", "running_lora_adapters", "waiting_lora_adapters"},
+      "vllm:lora_requests_info");
+  const auto join = [](const auto& names) {
+    std::string out;
+    for (const std::string& n : names) out += (out.empty() ? "" : ",") + n;
+    return out;
+  };
+  std::vector<std::string> labels = {model_name_, role_, std::to_string(info.max_loras()),
+                                     join(info.running_lora_adapters()),
+                                     join(info.waiting_lora_adapters())};
+  if (!lora_info_labels_.empty() && lora_info_labels_ != labels) family.Remove(lora_info_labels_);
+  family.With(labels).Set(std::chrono::duration<double>(
+                              std::chrono::system_clock::now().time_since_epoch()).count());
+  lora_info_labels_ = std::move(labels);
 }
 
 void WorkerMetrics::CollectCachedBySource(const internal::v1::WorkerInfo& info) {

@@ -46,10 +46,12 @@ class WorkerMetrics {
   // vllm:prompt_tokens_cached_by_source_total's sources.
   void CollectCachedBySource(const internal::v1::WorkerInfo& info);
   void CollectKvTier(const internal::v1::KvTierInfo& tier);
+  void CollectLora(const internal::v1::WorkerInfo& info);
 
   std::unique_ptr<metrics::Registry> own_registry_;
   metrics::Registry* registry_;
   const std::string model_name_, role_;
+  std::vector<std::string> lora_info_labels_;  // The lora_requests_info series now exported.
   metrics::RequestMetrics requests_;
   metrics::Gauge& running_;
   metrics::Gauge& waiting_;

@@ -9,10 +9,13 @@ Run: /usr/bin/python3 tests/e2e/test_lora.py --pdserve build/pdserve
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -86,6 +89,7 @@ class ServeTest(unittest.TestCase):
     def setUpClass(cls):
         cls.s = cluster.Process(PDSERVE, ["serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--threads", "1",
                                           "--kv-memory-gib", "0.1", "--http-listen", "127.0.0.1:0",
+                                          "--metrics-listen", "127.0.0.1:0", "--metrics-compat", "vllm",
                                           *lora_flags()])
 
     @classmethod
@@ -135,6 +139,35 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertEqual(generate(self.s.grpc, PROMPT[:5], "psalms")["token_ids"],
                          local(PROMPT[:5], "psalms")["token_ids"])
+
+    def lora_info(self):
+        """The decode worker's vllm:lora_requests_info series: its labels."""
+        with urllib.request.urlopen(f"http://{self.s.addresses['metrics']}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        series = [line for line in text.splitlines()
+                  if line.startswith("vllm:lora_requests_info{") and 'role="decode"' in line]
+        self.assertEqual(len(series), 1, series)  # One series: the previous one is removed.
+        return dict(re.findall(r'(\w+)="([^"]*)"', series[0]))
+
+    def test_lora_requests_info_names_the_adapters_running(self):
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (generate(self.s.grpc, PROMPT[:10], "other", max_tokens=1500),
+                                                  done.set()))
+        thread.start()
+        seen = None
+        while not done.is_set():
+            labels = self.lora_info()
+            if labels["running_lora_adapters"] == "other":
+                seen = labels
+                break
+            time.sleep(0.02)
+        thread.join()
+        self.assertIsNotNone(seen, "the running adapter never showed")
+        self.assertEqual((seen["max_lora"], seen["waiting_lora_adapters"]), ("0", ""))
+        deadline = time.time() + 10
+        while self.lora_info()["running_lora_adapters"] and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.lora_info()["running_lora_adapters"], "")
 
     def test_an_adapter_never_reuses_the_base_models_prefix_or_another_adapters(self):
         prompt = [7] + PROMPT[:47]  # Three whole blocks of 16 before the last token.
