@@ -13,6 +13,7 @@
 #include "common/model/gguf_tokenizer.h"
 #include "common/model/lora_registry.h"
 #include "kernels/cpu/linear_bf16.h"  // AmxEnabled
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include <xxhash.h>
 #include "nlohmann/json.hpp"
@@ -1067,25 +1068,29 @@ EngineStats LLMEngine::Stats() const {
     s.offload.declined_loads = tier_loads_declined_ - tier_loads_declined_ / kTierProbeEvery;
     for (const auto& t : offload_->tiers()) s.tiers.emplace_back(std::string(t->name()), t->Stats());
   }
-  if (options_.lora != nullptr) {
-    // The adapters of the running batch, and of every other unfinished request (queued, loading
-    // from a tier, awaiting its remote prefill): vLLM's lora_requests_info.
-    for (const Sequence* seq : scheduler_->running()) {
-      if (seq->lora != nullptr) s.running_loras.push_back(seq->params.lora_name);
-    }
-    for (const auto& [id, seq] : sequences_) {
-      if (seq->lora == nullptr || seq->held) continue;
-      if (std::find(scheduler_->running().begin(), scheduler_->running().end(), seq.get()) ==
-          scheduler_->running().end()) {
-        s.waiting_loras.push_back(seq->params.lora_name);
-      }
-    }
-    for (auto* names : {&s.running_loras, &s.waiting_loras}) {
-      std::sort(names->begin(), names->end());
-      names->erase(std::unique(names->begin(), names->end()), names->end());
+  return s;
+}
+
+void LLMEngine::LoraRequestNames(std::vector<std::string>* running,
+                                 std::vector<std::string>* waiting) const {
+  running->clear();
+  waiting->clear();
+  if (options_.lora == nullptr) return;
+  absl::flat_hash_set<const Sequence*> in_batch;
+  for (const Sequence* seq : scheduler_->running()) {
+    in_batch.insert(seq);
+    if (seq->lora != nullptr) running->push_back(seq->params.lora_name);
+  }
+  // Every other unfinished request: queued, loading from a tier, awaiting its remote prefill.
+  for (const auto& [id, seq] : sequences_) {
+    if (seq->lora != nullptr && !seq->held && !in_batch.contains(seq.get())) {
+      waiting->push_back(seq->params.lora_name);
     }
   }
-  return s;
+  for (auto* names : {running, waiting}) {
+    std::sort(names->begin(), names->end());
+    names->erase(std::unique(names->begin(), names->end()), names->end());
+  }
 }
 
 }  // namespace pdserve

@@ -120,9 +120,6 @@ struct EngineStats {
   // own counters by name, in order (shared by the process's engines).
   KvOffloadStats offload;
   std::vector<std::pair<std::string, KvTierStats>> tiers;
-  // LoRA adapters (EngineOptions::lora): the names of those the running requests use, and those
-  // of the requests waiting; each once, sorted.
-  std::vector<std::string> running_loras, waiting_loras;
 };
 
 // EngineOptions::kv_tier_load's rule: loading `blocks` blocks at `seconds_per_block` behind
@@ -225,6 +222,9 @@ class LLMEngine {
   // The LoRA adapters requests may name (EngineOptions::lora); null: none.
   LoraRegistry* lora() const { return options_.lora.get(); }
   int64_t max_loras() const { return options_.max_loras; }
+  // The LoRA adapters of the running requests and of the waiting ones, each once, sorted (vLLM's
+  // lora_requests_info; a load report's, not Stats': O(requests)). Empty without adapters.
+  void LoraRequestNames(std::vector<std::string>* running, std::vector<std::string>* waiting) const;
   EngineStats Stats() const;
   bool has_kv_tier() const { return offload_ != nullptr; }
   // With kv_tier_load faster: the tiers' measured seconds a block exceed computing a block now,

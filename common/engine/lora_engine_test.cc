@@ -246,6 +246,33 @@ TEST(LoraEngineTest, MaxLorasBoundsTheAdaptersOfAStepAndChangesNoOutput) {
   EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
 }
 
+TEST(LoraEngineTest, TheRunningAndWaitingAdaptersAreReported) {
+  const std::string dir = ModelDir("llama");
+  EngineOptions opts = SmallOptions();
+  opts.lora = Adapters(dir);
+  opts.max_loras = 1;
+  auto engine = *LLMEngine::Create(dir, opts);
+  std::vector<std::string> running, waiting;
+  engine->LoraRequestNames(&running, &waiting);
+  EXPECT_TRUE(running.empty() && waiting.empty());
+  int i = 0;
+  for (const char* a : {"a2", "a0", "a2"}) {
+    const Request r = WithAdapter(Str("r", i++), Prompt(9, 7), a, 4);
+    ASSERT_TRUE(engine->AddRequest(r.id, r.prompt, r.params).ok());
+  }
+  ASSERT_TRUE(engine->AddRequest("base", Prompt(9, 8), Greedy(4)).ok());
+  std::vector<RequestOutput> outs;
+  ASSERT_TRUE(engine->Step(&outs).ok());
+  // --max-loras 1: the first a2 runs; a0 waits, and the second a2 behind it (first come, first
+  // served); the base request waits behind them too.
+  engine->LoraRequestNames(&running, &waiting);
+  EXPECT_EQ(running, std::vector<std::string>{"a2"});
+  EXPECT_EQ(waiting, (std::vector<std::string>{"a0", "a2"}));
+  while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step(&outs).ok());
+  engine->LoraRequestNames(&running, &waiting);
+  EXPECT_TRUE(running.empty() && waiting.empty());
+}
+
 TEST(LoraEngineTest, DeviceBackendsRefuseAdapters) {
   EngineOptions opts = SmallOptions();
   opts.backend = "cuda";

@@ -50,8 +50,10 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
   info.set_kv_bytes_per_token(static_cast<int64_t>(core.engine->kv_spec().BytesPerToken()));
   info.set_numerics(core.engine->numerics());
   if (core.engine->lora() != nullptr) {
-    for (const std::string& n : s.running_loras) info.add_running_lora_adapters(n);
-    for (const std::string& n : s.waiting_loras) info.add_waiting_lora_adapters(n);
+    std::vector<std::string> running, waiting;
+    core.engine->LoraRequestNames(&running, &waiting);
+    for (std::string& n : running) info.add_running_lora_adapters(std::move(n));
+    for (std::string& n : waiting) info.add_waiting_lora_adapters(std::move(n));
     info.set_max_loras(static_cast<int32_t>(core.engine->max_loras()));
     for (const LoraInfo& l : core.engine->lora()->List()) {
       v1::LoraAdapterInfo* a = info.add_lora_adapters();
