@@ -72,6 +72,10 @@ void EngineFlags::Register(FlagSet& flags, bool with_speculative) {
   flags.Int("max-cpu-loras", &max_cpu_loras,
             "the most LoRA adapters kept loaded (0: all); the least recently used one no request "
             "runs with is dropped and loaded again from its directory when asked for");
+  flags.Bool("enable-lora-runtime-updates", &lora_runtime_updates,
+             "let adapters be loaded and unloaded while serving (POST /v1/load_lora_adapter and "
+             "/v1/unload_lora_adapter on the router, behind the API key; workers take them from "
+             "the router)");
   flags.Int("block-size", &block_size, "KV cache block size in tokens");
   flags.String("kv-dtype", &kv_dtype, "KV cache dtype: f32, bf16, int8 or int4 (int8/int4: symmetric codes with an f32 scale per token and head, in the page)");
   flags.Double("kv-memory-gib", &kv_cache_gib,
@@ -285,10 +289,12 @@ absl::Status EngineFlags::LoraToOptions(const std::string& model, EngineOptions*
                                           max_loras, "): the adapters running must all be loaded"));
   }
   o->max_loras = max_loras;
-  if (lora_modules.empty()) return absl::OkStatus();
+  if (lora_modules.empty() && !lora_runtime_updates) return absl::OkStatus();
   PD_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model));
   auto registry = std::make_shared<LoraRegistry>(
-      config, LoraRegistryOptions{.max_rank = max_lora_rank, .max_loaded = max_cpu_loras});
+      config, LoraRegistryOptions{.max_rank = max_lora_rank,
+                                  .max_loaded = max_cpu_loras,
+                                  .runtime_updates = lora_runtime_updates});
   for (absl::string_view item : absl::StrSplit(lora_modules, ',', absl::SkipWhitespace())) {
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size()) {

@@ -63,12 +63,14 @@ struct EngineFlags {
   int64_t max_lora_rank = 16;
   int64_t max_cpu_loras = 0;
   int64_t max_loras = 0;
+  bool lora_runtime_updates = false;  // --enable-lora-runtime-updates.
 
   // `speculative`: also the speculative decoding flags (not for prefill workers).
   void Register(FlagSet& flags, bool speculative = true);
   absl::Status ToOptions(EngineOptions* options) const;
   // The LoRA flags for the model at `model` (a directory or GGUF file, whose shape adapters must
-  // fit): options->lora holds every --lora-modules adapter, loaded and checked; null without any.
+  // fit): options->lora holds every --lora-modules adapter, loaded and checked; null without any
+  // and without --enable-lora-runtime-updates (then an empty registry that takes runtime loads).
   absl::Status LoraToOptions(const std::string& model, EngineOptions* options) const;
 };
 

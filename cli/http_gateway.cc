@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartHttp(
   o.api_keys = keys;
   o.keep_alive = std::chrono::milliseconds(static_cast<int64_t>(rf.http_keep_alive * 1000));
   o.max_inflight = rf.options.max_inflight;
+  o.lora_runtime_updates = router.options().lora_runtime_updates;
   // OpenAI's system_fingerprint: the serving configuration (model, context, KV layout), so a
   // client sees when it changes.
   const v1::ModelInfo& info = router.model_info();
@@ -52,10 +53,11 @@ absl::StatusOr<std::unique_ptr<HttpGatewayTarget>> GatewayTarget(const RouterFla
   // Not the public server: its Shutdown (the drain) would end in-process calls at once, where a
   // connection's calls may finish. This one is never shut down; the HTTP drain ends its calls.
   t->service = std::make_unique<GenerationService>(router);
+  t->admin = std::make_unique<RouterAdminService>(router);
   ServerOptions o;
   o.max_receive_bytes = static_cast<int>(security.max_request_bytes);
   o.flag = "--http-listen";
-  PD_ASSIGN_OR_RETURN(t->server, StartGrpcServer("127.0.0.1:0", {t->service.get()}, o));
+  PD_ASSIGN_OR_RETURN(t->server, StartGrpcServer("127.0.0.1:0", {t->service.get(), t->admin.get()}, o));
   t->address = t->server.address;
   t->channel = InProcessChannel(*t->server.server);
   return t;

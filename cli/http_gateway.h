@@ -23,6 +23,7 @@ namespace pdserve::cli {
 // one is not shut down at the drain (its Shutdown would end in-process calls at once).
 struct HttpGatewayTarget {
   std::unique_ptr<GenerationService> service;
+  std::unique_ptr<RouterAdminService> admin;  // The runtime LoRA endpoints call it.
   StartedServer server;
   std::string address;
   std::shared_ptr<grpc::Channel> channel;

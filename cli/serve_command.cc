@@ -109,6 +109,7 @@ int ServeCommand(int argc, char** argv) {
   ro.local_prefill_tokens = f.local_prefill_tokens;
   ro.metrics = &registry;
   ro.api_keys = *keys;
+  ro.lora_runtime_updates = f.engine.lora_runtime_updates;  // One flag for the three.
   ro.tracer = tracer->tracer.get();
   auto router = Router::Create(ro);
   if (!router.ok()) return ReportError(cmd, router.status());

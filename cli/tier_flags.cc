@@ -60,6 +60,9 @@ void RouterFlags::Register(FlagSet& flags, bool standalone) {
                "kv_aware: what a prompt block a worker would load from its KV cache tiers (its "
                "disk, the shared store) costs, against computing it (1)");
   flags.Double("w-queue", &options.routing.w_queue, "kv_aware: weight of a worker's queue");
+  flags.Double("w-lora", &options.routing.w_lora,
+               "kv_aware: what reading a request's LoRA adapter into a worker that does not hold "
+               "it costs, in prompt blocks to prefill (twice that when it drops another adapter)");
   flags.Double("w-recent", &options.routing.w_recent,
                "weight of a worker's excess share of the prompts this router sent lately");
   flags.Double("recent-half-life-seconds", &recent_half_life,
@@ -92,6 +95,10 @@ void RouterFlags::Register(FlagSet& flags, bool standalone) {
               "prefill on the decode worker when its uncached part of the prompt is this short");
     flags.Double("discovery-interval-seconds", &discovery_interval,
                  "how often dns:/// worker names are re-resolved");
+    flags.Bool("enable-lora-runtime-updates", &options.lora_runtime_updates,
+               "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (behind the API "
+               "key): each load or unload goes to every worker of both tiers (started with the "
+               "same flag), and to workers that join later");
   }
 }
 
@@ -116,6 +123,7 @@ absl::Status RouterFlags::ToOptions(RouterOptions* out) const {
     return absl::InvalidArgumentError("--w-tier: must be in [0, 1] (a loaded block costs at most computing it)");
   }
   PD_RETURN_IF_ERROR(AtLeast(options.routing.w_recent, 0, "--w-recent"));
+  PD_RETURN_IF_ERROR(AtLeast(options.routing.w_lora, 0, "--w-lora"));
   if (!(recent_half_life > 0) || !std::isfinite(recent_half_life)) {
     return absl::InvalidArgumentError("--recent-half-life-seconds: must be > 0");
   }

@@ -1,6 +1,7 @@
 #include "decode_service/decode_grpc_service.h"
 
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/lora_admin.h"
 #include "common/rpc/proto_convert.h"
 #include "common/rpc/stream_coalesce.h"
 #include "common/rpc/stream_writer.h"
@@ -99,6 +100,20 @@ grpc::ServerUnaryReactor* DecodeGrpcService::GetWorkerInfo(
 grpc::ServerWriteReactor<internal::v1::LoadReport>* DecodeGrpcService::WatchLoad(
     grpc::CallbackServerContext* context, const internal::v1::WatchLoadRequest* request) {
   return worker_->publisher()->Watch(*request);
+}
+
+grpc::ServerUnaryReactor* DecodeGrpcService::LoadLoraAdapter(
+    grpc::CallbackServerContext* context, const internal::v1::LoadLoraAdapterRequest* request,
+    internal::v1::LoraAdapterChange* response) {
+  return ServeLoadLoraAdapter(context, worker_->lora(), [w = worker_] { w->RefreshInfo(); }, request,
+                              response);
+}
+
+grpc::ServerUnaryReactor* DecodeGrpcService::UnloadLoraAdapter(
+    grpc::CallbackServerContext* context, const internal::v1::UnloadLoraAdapterRequest* request,
+    internal::v1::LoraAdapterChange* response) {
+  return ServeUnloadLoraAdapter(context, worker_->lora(), [w = worker_] { w->RefreshInfo(); }, request,
+                                response);
 }
 
 }  // namespace pdserve

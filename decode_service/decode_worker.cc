@@ -1,5 +1,7 @@
 #include "decode_service/decode_worker.h"
 
+#include <future>
+
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -481,6 +483,16 @@ void DecodeWorker::Dispatch(std::vector<RequestOutput>& outputs) {
     if (out.finished) active_.erase(it);
   }
   outputs.clear();
+}
+
+void DecodeWorker::RefreshInfo(std::chrono::milliseconds timeout) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> published = done->get_future();
+  Post([this, done] {
+    PublishInfo();
+    done->set_value();
+  });
+  published.wait_for(timeout);
 }
 
 void DecodeWorker::PublishInfo() {

@@ -98,6 +98,11 @@ class DecodeWorker {
   internal::v1::WorkerInfo Info();
   // Load reports and KV events for routers (WatchLoad).
   LoadPublisher* publisher() { return &publisher_; }
+  // Its LoRA adapters (--lora-modules, runtime loads); null when it takes none.
+  std::shared_ptr<LoraRegistry> lora() const { return engine_->lora(); }
+  // Makes Info() and the load reports show a change made off the scheduler thread (a runtime
+  // LoRA adapter change); returns once they do, or after `timeout` (a stopped worker).
+  void RefreshInfo(std::chrono::milliseconds timeout = std::chrono::seconds(5));
   // Stops taking requests (new ones fail with Unavailable) and waits up to `timeout` for the
   // running ones; what is left is cancelled.
   void Drain(absl::Duration timeout);

@@ -250,7 +250,7 @@ bool KnownField(std::string_view key) {
       "continue_final_message", "chat_template_kwargs", "tools", "tool_choice",
       "parallel_tool_calls", "response_format", "return_token_strs", "tokens",
       "num_speculative_tokens", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-      "structured_outputs", "guided_whitespace_pattern"};
+      "structured_outputs", "guided_whitespace_pattern", "lora_name", "lora_path"};
   if (known->contains(key)) return true;
   for (const Unsupported& u : kUnsupported) {
     if (key == u.key) return true;

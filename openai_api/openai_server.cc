@@ -19,6 +19,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "openai_api/generate_call.h"
 #include "openai_api/openai_request.h"
+#include "pdserve/internal/v1/worker.grpc.pb.h"
 #include "pdserve/v1/generation.grpc.pb.h"
 
 namespace pdserve::openai {
@@ -35,6 +36,8 @@ int HttpStatus(grpc::StatusCode code) {
     case grpc::StatusCode::UNAUTHENTICATED: return 401;
     case grpc::StatusCode::PERMISSION_DENIED: return 403;
     case grpc::StatusCode::NOT_FOUND: return 404;
+    case grpc::StatusCode::ALREADY_EXISTS: return 400;  // vLLM: an adapter loaded twice.
+    case grpc::StatusCode::ABORTED: return 409;
     case grpc::StatusCode::RESOURCE_EXHAUSTED: return 429;
     case grpc::StatusCode::DEADLINE_EXCEEDED: return 504;
     case grpc::StatusCode::UNAVAILABLE: return 503;
@@ -173,9 +176,10 @@ class Gateway {
         tokenizer_(std::move(tokenizer)),
         template_(std::move(tmpl)),
         max_model_len_(max_model_len),
-        stub_(v1::Generation::NewStub(
-            o.grpc_channel ? o.grpc_channel
-                           : grpc::CreateChannel(o.grpc_target, grpc::InsecureChannelCredentials()))) {
+        channel_(o.grpc_channel ? o.grpc_channel
+                                : grpc::CreateChannel(o.grpc_target, grpc::InsecureChannelCredentials())),
+        stub_(v1::Generation::NewStub(channel_)),
+        admin_(internal::v1::RouterAdmin::NewStub(channel_)) {
     parse_.served_model_name = o.served_model_name;
     parse_.chat_template = template_.get();
     parse_.tool_parser = ParseToolParserName(o.tool_call_parser).value_or(ToolParser::kNone);
@@ -229,10 +233,13 @@ class Gateway {
     if (path == "/v1/chat/completions" && post) return Generate(req, std::move(res), true);
     if (path == "/tokenize" && post) return Tokenize(req, *res);
     if (path == "/detokenize" && post) return Detokenize(req, *res);
+    const bool lora_route = options_.lora_runtime_updates &&
+                            (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter");
+    if (lora_route && post) return LoraChange(req, std::move(res), path == "/v1/load_lora_adapter");
     ApiError e;
     const bool known = path == "/health" || path == "/v1/models" || path == "/v1/completions" ||
                        path == "/v1/chat/completions" || path == "/tokenize" ||
-                       path == "/detokenize" || path.rfind(kModels, 0) == 0;
+                       path == "/detokenize" || path.rfind(kModels, 0) == 0 || lora_route;
     e.http_status = known ? 405 : 404;
     e.message = known ? Str("Method ", req.method, " is not allowed for ", path)
                       : Str("No route for ", req.method, " ", path);
@@ -330,6 +337,64 @@ class Gateway {
     exchange->Begin();
   }
 
+  // vLLM's runtime adapter endpoints: {"lora_name", "lora_path"} (load) or {"lora_name"}
+  // (unload); plain-text "Success: ..." or an OpenAI error. Answered when every worker has.
+  void LoraChange(const http::HttpRequest& req, std::shared_ptr<http::HttpResponder> res, bool load) {
+    ApiError e;
+    nlohmann::ordered_json j;
+    if (!ParseJsonObject(req.body, &j, &e)) return SendError(*res, e);
+    std::string name, path;
+    for (auto [key, out] : {std::pair{"lora_name", &name}, std::pair{"lora_path", &path}}) {
+      if (!j.contains(key) || j[key].is_null()) continue;
+      if (!j[key].is_string()) {
+        e.param = key;
+        e.message = Str("'", key, "' must be a string");
+        return SendError(*res, e);
+      }
+      *out = j[key].get<std::string>();
+    }
+    if (load && (name.empty() || path.empty())) {
+      e.param = name.empty() ? "lora_name" : "lora_path";
+      e.message = "Both 'lora_name' and 'lora_path' must be provided.";
+      return SendError(*res, e);
+    }
+    if (!load && name.empty()) {
+      e.param = "lora_name";
+      e.message = "'lora_name' needs to be provided to unload a LoRA adapter.";
+      return SendError(*res, e);
+    }
+    struct Call {
+      grpc::ClientContext context;
+      internal::v1::LoadLoraAdapterRequest load;
+      internal::v1::UnloadLoraAdapterRequest unload;
+      internal::v1::LoraAdapterChange response;
+    };
+    auto call = std::make_shared<Call>();
+    for (const auto& [k, v] : Forwarded(req)) call->context.AddMetadata(k, v);
+    // Loading reads the adapter on every worker: seconds for a large one.
+    call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+    Live(1);
+    auto done = [this, call, res, name, load](grpc::Status s) {
+      if (s.ok()) {
+        res->Send(200, "text/plain; charset=utf-8",
+                  Str("Success: LoRA adapter '", name, "' ", load ? "added" : "removed", " successfully."));
+      } else {
+        ApiError err = FromGrpc(s);
+        if (err.param.empty() && err.http_status < 500) err.param = "lora_name";
+        SendError(*res, err);
+      }
+      Live(-1);
+    };
+    if (load) {
+      call->load.set_lora_name(name);
+      call->load.set_lora_path(path);
+      admin_->async()->LoadLoraAdapter(&call->context, &call->load, &call->response, std::move(done));
+    } else {
+      call->unload.set_lora_name(name);
+      admin_->async()->UnloadLoraAdapter(&call->context, &call->unload, &call->response, std::move(done));
+    }
+  }
+
   void Tokenize(const http::HttpRequest& req, http::HttpResponder& res) {
     ApiError e;
     nlohmann::ordered_json j;
@@ -400,7 +465,9 @@ class Gateway {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> template_;
   int64_t max_model_len_;
+  std::shared_ptr<grpc::Channel> channel_;  // To the router.
   std::unique_ptr<v1::Generation::Stub> stub_;
+  std::unique_ptr<internal::v1::RouterAdmin::Stub> admin_;
   ParseOptions parse_;
   std::mutex live_mu_;
   std::condition_variable live_cv_;

@@ -65,6 +65,9 @@ struct OpenAiServerOptions {
   std::chrono::milliseconds keep_alive{75000};
   int64_t max_inflight = 0;        // --max-inflight-requests: more choices are a 400.
   std::string system_fingerprint;  // In every completion (OpenAI's field); empty: none.
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's), through the router's
+  // RouterAdmin (--enable-lora-runtime-updates); absent (404) otherwise.
+  bool lora_runtime_updates = false;
 };
 
 class OpenAiServer {

@@ -1,6 +1,7 @@
 #include "prefill_service/prefill_grpc_service.h"
 
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/lora_admin.h"
 
 namespace pdserve {
 namespace {
@@ -55,6 +56,20 @@ grpc::ServerUnaryReactor* PrefillGrpcService::GetWorkerInfo(
 grpc::ServerWriteReactor<internal::v1::LoadReport>* PrefillGrpcService::WatchLoad(
     grpc::CallbackServerContext* context, const internal::v1::WatchLoadRequest* request) {
   return worker_->publisher()->Watch(*request);
+}
+
+grpc::ServerUnaryReactor* PrefillGrpcService::LoadLoraAdapter(
+    grpc::CallbackServerContext* context, const internal::v1::LoadLoraAdapterRequest* request,
+    internal::v1::LoraAdapterChange* response) {
+  return ServeLoadLoraAdapter(context, worker_->lora(), [w = worker_] { w->RefreshInfo(); }, request,
+                              response);
+}
+
+grpc::ServerUnaryReactor* PrefillGrpcService::UnloadLoraAdapter(
+    grpc::CallbackServerContext* context, const internal::v1::UnloadLoraAdapterRequest* request,
+    internal::v1::LoraAdapterChange* response) {
+  return ServeUnloadLoraAdapter(context, worker_->lora(), [w = worker_] { w->RefreshInfo(); }, request,
+                                response);
 }
 
 }  // namespace pdserve

@@ -19,6 +19,12 @@ class PrefillGrpcService : public internal::v1::PrefillWorker::CallbackService {
                                           internal::v1::WorkerInfo* response) override;
   grpc::ServerWriteReactor<internal::v1::LoadReport>* WatchLoad(
       grpc::CallbackServerContext* context, const internal::v1::WatchLoadRequest* request) override;
+  grpc::ServerUnaryReactor* LoadLoraAdapter(grpc::CallbackServerContext* context,
+                                            const internal::v1::LoadLoraAdapterRequest* request,
+                                            internal::v1::LoraAdapterChange* response) override;
+  grpc::ServerUnaryReactor* UnloadLoraAdapter(grpc::CallbackServerContext* context,
+                                              const internal::v1::UnloadLoraAdapterRequest* request,
+                                              internal::v1::LoraAdapterChange* response) override;
 
  private:
   PrefillWorker* worker_;  // Not owned.

@@ -1,5 +1,7 @@
 #include "prefill_service/prefill_worker.h"
 
+#include <future>
+
 #include "common/base/file_util.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
@@ -276,6 +278,16 @@ void PrefillWorker::Complete(const RequestOutput& output) {
           finish(shared->done, std::move(response));
         });
       });
+}
+
+void PrefillWorker::RefreshInfo(std::chrono::milliseconds timeout) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> published = done->get_future();
+  Post([this, done] {
+    PublishInfo();
+    done->set_value();
+  });
+  published.wait_for(timeout);
 }
 
 void PrefillWorker::PublishInfo() {

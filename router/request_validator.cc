@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "common/base/strings.h"
+#include "common/model/lora_registry.h"
 #include "common/rpc/sampling_proto.h"
 #include "common/structured/constraint.h"
 #include "common/tokenizer/unicode.h"
@@ -12,7 +13,6 @@ namespace pdserve {
 namespace {
 
 // A LoRA adapter's name, as a request names it (an unknown one is echoed in the error).
-constexpr size_t kMaxLoraNameBytes = 256;
 
 absl::Status Invalid(std::string_view field, std::string_view why) {
   return absl::InvalidArgumentError(Str(field, ": ", why));

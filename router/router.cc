@@ -78,6 +78,9 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   const KvCacheSpec spec{c.num_layers, c.num_kv_heads, c.head_dim, options.block_size,
                          options.kv_dtype};
   r->model_info_.set_kv_bytes_per_token(static_cast<int64_t>(spec.BytesPerToken()));
+  if (options.lora_runtime_updates) {
+    r->lora_updates_ = std::make_unique<LoraUpdates>(r->decode_.get(), r->prefill_.get(), r->model_info_.name());
+  }
   Router* raw = r.get();
   r->metrics_ = std::make_unique<RouterMetrics>(
       options.metrics, r->model_info_.name(),
@@ -92,12 +95,14 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
 }
 
 Router::~Router() {
+  lora_updates_.reset();  // Its calls use the pools.
   // Discovery threads call into the pools: stop them first.
   decode_discovery_.reset();
   prefill_discovery_.reset();
 }
 
 void Router::Stop() {
+  lora_updates_.reset();
   decode_discovery_.reset();
   prefill_discovery_.reset();
   decode_->Stop();
@@ -124,8 +129,13 @@ absl::StatusOr<Route> Router::RouteRequest(const std::vector<int32_t>& prompt,
                                            const RouteConstraints& constraints) {
   const int64_t bs = options_.block_size;
   std::vector<BlockHash> hashes;
-  // An adapter's blocks are its own (block_hash.h): the workers report them under its root.
-  ExtendBlockHashes(prompt, bs, &hashes, LoraHashRoot(constraints.lora_name));
+  // An adapter's blocks are its own: the workers hash them from its root (LoraAdapter::kv_root),
+  // which they report. (No worker reporting one yet: no prefix is credited anywhere.)
+  if (constraints.lora_name.empty()) {
+    ExtendBlockHashes(prompt, bs, &hashes);
+  } else if (const auto root = decode_->LoraKvRoot(constraints.lora_name)) {
+    ExtendBlockHashes(prompt, bs, &hashes, *root);
+  }
   const int64_t prompt_blocks = (static_cast<int64_t>(prompt.size()) + bs - 1) / bs;
   auto decode = decode_->Choose(options_.routing, hashes, prompt_blocks, constraints.exclude_decode,
                                 constraints.lora_name);

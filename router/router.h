@@ -22,6 +22,7 @@
 #include "common/metrics/metrics.h"
 #include "common/rpc/api_keys.h"
 #include "router/discovery.h"
+#include "router/lora_updates.h"
 #include "router/request_validator.h"
 #include "router/router_metrics.h"
 #include "router/routing_policy.h"
@@ -71,6 +72,8 @@ struct RouterOptions {
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> worker_channels;
   ApiKeys api_keys;  // Required on the public API when set.
   Tracer* tracer = nullptr;  // Each request's spans (not owned); null: no tracing.
+  // Adapters may be loaded and unloaded through this router (lora_updates.h).
+  bool lora_runtime_updates = false;
 };
 
 // Limits on a route: a resumed request avoids the decode workers that failed it and is
@@ -114,6 +117,8 @@ class Router {
   v1::ModelInfo model_info() const;
   internal::v1::RouterStats Stats() const;
   RouterMetrics& metrics() { return *metrics_; }
+  // Runtime LoRA adapter loads and unloads; null unless lora_runtime_updates.
+  LoraUpdates* lora_updates() { return lora_updates_.get(); }
   ~Router();
   // Stops discovery and the workers' load watches: no call to a worker starts after it returns
   // (`serve`, once its public calls are over, before its workers' servers shut down: a channel
@@ -132,6 +137,7 @@ class Router {
   std::unique_ptr<WorkerPool> prefill_;
   std::unique_ptr<Discovery> decode_discovery_;
   std::unique_ptr<Discovery> prefill_discovery_;
+  std::unique_ptr<LoraUpdates> lora_updates_;  // After the pools: destroyed before them.
   v1::ModelInfo model_info_;
   std::string instance_;  // Random, per router process: part of every downstream id.
   std::atomic<uint64_t> next_request_{1};

@@ -68,4 +68,43 @@ grpc::ServerUnaryReactor* RouterAdminService::GetRouterStats(
   return reactor;
 }
 
+template <typename Start>
+grpc::ServerUnaryReactor* RouterAdminService::LoraChange(grpc::CallbackServerContext* context,
+                                                         internal::v1::LoraAdapterChange* response,
+                                                         Start start) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = router_->api_keys().Check(*context); !auth.ok()) {
+    reactor->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
+  LoraUpdates* updates = router_->lora_updates();
+  if (updates == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 "runtime LoRA adapter updates are off on this router (start it "
+                                 "with --enable-lora-runtime-updates)"));
+    return reactor;
+  }
+  start(updates, [reactor, response](absl::StatusOr<internal::v1::LoraAdapterChange> change) {
+    if (change.ok()) *response = *std::move(change);
+    reactor->Finish(ToGrpcStatus(change.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RouterAdminService::LoadLoraAdapter(
+    grpc::CallbackServerContext* context, const internal::v1::LoadLoraAdapterRequest* request,
+    internal::v1::LoraAdapterChange* response) {
+  return LoraChange(context, response, [request](LoraUpdates* u, LoraUpdates::Done done) {
+    u->Load(request->lora_name(), request->lora_path(), std::move(done));
+  });
+}
+
+grpc::ServerUnaryReactor* RouterAdminService::UnloadLoraAdapter(
+    grpc::CallbackServerContext* context, const internal::v1::UnloadLoraAdapterRequest* request,
+    internal::v1::LoraAdapterChange* response) {
+  return LoraChange(context, response, [request](LoraUpdates* u, LoraUpdates::Done done) {
+    u->Unload(request->lora_name(), std::move(done));
+  });
+}
+
 }  // namespace pdserve

@@ -39,8 +39,18 @@ class RouterAdminService : public internal::v1::RouterAdmin::CallbackService {
   grpc::ServerUnaryReactor* GetRouterStats(grpc::CallbackServerContext* context,
                                            const internal::v1::GetRouterStatsRequest* request,
                                            internal::v1::RouterStats* response) override;
+  grpc::ServerUnaryReactor* LoadLoraAdapter(grpc::CallbackServerContext* context,
+                                            const internal::v1::LoadLoraAdapterRequest* request,
+                                            internal::v1::LoraAdapterChange* response) override;
+  grpc::ServerUnaryReactor* UnloadLoraAdapter(grpc::CallbackServerContext* context,
+                                              const internal::v1::UnloadLoraAdapterRequest* request,
+                                              internal::v1::LoraAdapterChange* response) override;
 
  private:
+  // The reactor for a LoRA change: auth, then `start` with the router's LoraUpdates.
+  template <typename Start>
+  grpc::ServerUnaryReactor* LoraChange(grpc::CallbackServerContext* context,
+                                       internal::v1::LoraAdapterChange* response, Start start);
   Router* router_;  // Not owned.
 };
 

@@ -73,6 +73,7 @@ RoutingDecision ChooseWorker(const RoutingOptions& o, const std::vector<WorkerCa
                                                            prompt_blocks - c[i].cached_prefix_blocks));
         const int64_t to_prefill = std::max<int64_t>(0, prompt_blocks - c[i].cached_prefix_blocks - tier);
         scores[i] += o.w_prefix * (static_cast<double>(to_prefill) + o.w_tier * static_cast<double>(tier));
+        scores[i] += o.w_lora * static_cast<double>(c[i].lora_load);
       }
     }
   }

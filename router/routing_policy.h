@@ -23,6 +23,11 @@
 // exp(-score / (temperature * spread)), which spreads ties and keeps several routers from picking
 // the same "best" worker. Exact ties go to the first candidate at or after the round-robin
 // position, so equal workers take turns.
+// A request of a LoRA adapter adds w_lora * lora_load to kv_aware's score (inside the guard, as the
+// prefix term): 0 where the worker has the adapter in memory (its report, or this router sent it
+// one lately), 1 where it must read it from disk into free room, 2 where that also drops another
+// adapter (--max-cpu-loras full: a later request of that one pays again). So an adapter's
+// requests gather on the workers that hold it (llm-d's LoRA affinity) while loads stay even.
 // least_loaded scores load + share_excess.
 #ifndef PDSERVE_ROUTER_ROUTING_POLICY_H_
 #define PDSERVE_ROUTER_ROUTING_POLICY_H_
@@ -53,6 +58,8 @@ struct RoutingOptions {
   double imbalance_ratio = 3.0;     // (max load + 1) / (min load + 1).
   double imbalance_min_blocks = 64;  // max load - min load.
   double temperature = 0.0;      // > 0: softmax sampling.
+  // What reading a LoRA adapter from disk costs, in prompt blocks to prefill (kv_aware).
+  double w_lora = 32.0;
 };
 
 // One worker as the router sees it at decision time.
@@ -62,6 +69,7 @@ struct WorkerCandidate {
   int64_t cached_prefix_blocks = 0;  // Leading prompt blocks the worker holds.
   double recent_blocks = 0;          // Decayed prompt blocks this router sent it lately.
   int64_t tier_prefix_blocks = 0;    // The blocks after its cached prefix that its KV cache tiers hold.
+  int lora_load = 0;  // The request's adapter: 0 in memory (or none), 1 to load, 2 to load over another.
 };
 
 struct RoutingDecision {

@@ -45,6 +45,34 @@ TEST(RoutingPolicyTest, BlocksInTheTiersCostLessThanComputingMoreThanThePool) {
   EXPECT_DOUBLE_EQ(ChooseWorker(o, {both}, 10, 0, 0).score, 0.5 * 4);
 }
 
+// A LoRA adapter's request: a worker holding the adapter wins over one that must read it (w_lora
+// blocks) and more so over one that must drop another adapter for it (2 w_lora), unless the
+// holder is busier by more than that; outside kv_aware, and under the guard, it does not count.
+TEST(RoutingPolicyTest, LoraAffinityWeighsTheAdapterLoadsAgainstLoad) {
+  RoutingOptions o;
+  o.w_recent = 0;
+  WorkerCandidate holds, room, full;
+  room.lora_load = 1;
+  full.lora_load = 2;
+  EXPECT_EQ(ChooseWorker(o, {room, holds}, 4, 0, 0).index, 1u);
+  EXPECT_EQ(ChooseWorker(o, {full, room}, 4, 0, 0).index, 1u);
+  EXPECT_DOUBLE_EQ(ChooseWorker(o, {full}, 4, 0, 0).score, 4 + 2 * o.w_lora);
+  holds.active_blocks = 31;  // Busier by less than one load: still preferred.
+  EXPECT_EQ(ChooseWorker(o, {room, holds}, 4, 0, 0).index, 1u);
+  holds.active_blocks = 33;
+  EXPECT_EQ(ChooseWorker(o, {room, holds}, 4, 0, 0).index, 0u);
+  holds.active_blocks = 300;  // Skewed: the guard routes least-loaded, affinity aside.
+  const RoutingDecision d = ChooseWorker(o, {room, holds}, 4, 0, 0);
+  EXPECT_TRUE(d.fell_back);
+  EXPECT_EQ(d.index, 0u);
+  o.w_lora = 0;
+  holds.active_blocks = 1;
+  EXPECT_EQ(ChooseWorker(o, {room, holds}, 4, 0, 0).index, 0u);
+  o.w_lora = 32;
+  o.policy = RoutingPolicy::kLeastLoaded;
+  EXPECT_EQ(ChooseWorker(o, {room, holds}, 4, 0, 0).index, 0u);
+}
+
 TEST(RoutingPolicyTest, QueueLengthCounts) {
   RoutingOptions o;
   std::vector<WorkerCandidate> c = {{10, 3, 4}, {12, 0, 4}};

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "common/base/log.h"
+#include "common/base/strings.h"
 #include "common/rpc/grpc_workarounds.h"
 #include "common/base/rng.h"
 #include "common/rpc/load_publisher.h"
@@ -58,6 +59,15 @@ struct WorkerPool::Worker {
   bool has_store = false;  // It has the shared KV store (a "redis" tier): SharedStoreIndex counts.
   absl::flat_hash_map<BlockHash, Clock::time_point> predicted;  // Routed here -> when.
   internal::v1::WorkerInfo info;
+  // LoRA adapters this router sent requests of here lately -> when (loaded there since).
+  absl::flat_hash_map<std::string, Clock::time_point> lora_routed;
+  // Runtime adapter changes made through this router, laid over its reports until they show.
+  struct LoraChange {
+    internal::v1::LoraAdapterChange change;
+    bool added = false;
+    Clock::time_point at;
+  };
+  std::vector<LoraChange> lora_changes;
   int64_t pending_blocks = 0;  // Routed since its last report.
   double recent = 0;           // Decayed prompt blocks routed here, as of recent_at.
   Clock::time_point recent_at;
@@ -126,6 +136,9 @@ void WorkerPool::Stop() {
 
 internal::v1::DecodeWorker::Stub* WorkerPool::DecodeStub(const Worker& w) {
   return w.decode_stub.get();
+}
+internal::v1::PrefillWorker::Stub* WorkerPool::PrefillStub(const Worker& w) {
+  return w.prefill_stub.get();
 }
 const std::string& WorkerPool::Address(const Worker& w) { return w.address; }
 
@@ -295,6 +308,16 @@ void WorkerPool::Apply(const std::shared_ptr<Worker>& w, const internal::v1::Loa
   w->last_seq = r.last_seq();
   w->events = options_.use_events;
   w->info = r.info();
+  const auto now = Clock::now();
+  std::erase_if(w->lora_changes, [&](const Worker::LoraChange& c) { return now - c.at > options_.event_grace; });
+  for (const Worker::LoraChange& c : w->lora_changes) ApplyLoraChange(c.change, c.added, &w->info);
+  for (auto it = w->lora_routed.begin(); it != w->lora_routed.end();) {
+    if (now - it->second > options_.event_grace) {
+      w->lora_routed.erase(it++);
+    } else {
+      ++it;
+    }
+  }
   w->pending_blocks = 0;
   if (!w->reported) {
     PD_LOG(Info) << (options_.prefill_tier ? "prefill" : "decode") << " worker " << w->address
@@ -354,6 +377,72 @@ bool WorkerPool::HasLora(const internal::v1::WorkerInfo& info, std::string_view 
   return false;
 }
 
+const internal::v1::LoraAdapterState* WorkerPool::LoraState(const internal::v1::WorkerInfo& info,
+                                                             std::string_view name) {
+  for (const internal::v1::LoraAdapterState& s : info.lora_states()) {
+    if (s.name() == name) return &s;
+  }
+  return nullptr;
+}
+
+void WorkerPool::ApplyLoraChange(const internal::v1::LoraAdapterChange& change, bool added,
+                                 internal::v1::WorkerInfo* info) {
+  const std::string& name = change.info().name();
+  auto* adapters = info->mutable_lora_adapters();
+  adapters->erase(std::remove_if(adapters->begin(), adapters->end(),
+                                 [&](const v1::LoraAdapterInfo& a) { return a.name() == name; }),
+                  adapters->end());
+  auto* states = info->mutable_lora_states();
+  states->erase(std::remove_if(states->begin(), states->end(),
+                               [&](const internal::v1::LoraAdapterState& s) { return s.name() == name; }),
+                states->end());
+  if (added) {
+    *info->add_lora_adapters() = change.info();
+    *info->add_lora_states() = change.state();
+  }
+}
+
+int WorkerPool::LoraLoadCost(const Worker& w, std::string_view name, Clock::time_point now) const {
+  auto recent = [&](std::string_view n) {
+    auto it = w.lora_routed.find(AsAbsl(n));
+    return it != w.lora_routed.end() && now - it->second < options_.event_grace;
+  };
+  const internal::v1::LoraAdapterState* state = LoraState(w.info, name);
+  if ((state != nullptr && state->loaded()) || recent(name)) return 0;
+  if (w.info.max_cpu_loras() <= 0) return 1;
+  int64_t loaded = 0;
+  for (const internal::v1::LoraAdapterState& s : w.info.lora_states()) loaded += s.loaded() || recent(s.name());
+  return loaded < w.info.max_cpu_loras() ? 1 : 2;
+}
+
+std::optional<BlockHash> WorkerPool::LoraKvRoot(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& w : order_) {
+    if (!w->healthy || w->refused) continue;
+    const internal::v1::LoraAdapterState* s = LoraState(w->info, name);
+    BlockHash root;
+    if (s != nullptr && DecodeBlockHash(s->kv_root(), &root)) return root;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::pair<std::shared_ptr<WorkerPool::Worker>, internal::v1::WorkerInfo>>
+WorkerPool::UsableWorkers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::shared_ptr<Worker>, internal::v1::WorkerInfo>> out;
+  for (const auto& w : order_) {
+    if (w->healthy && !w->refused) out.emplace_back(w, w->info);
+  }
+  return out;
+}
+
+void WorkerPool::NoteLoraChange(const std::shared_ptr<Worker>& w,
+                                const internal::v1::LoraAdapterChange& change, bool added) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ApplyLoraChange(change, added, &w->info);
+  w->lora_changes.push_back({change, added, Clock::now()});
+}
+
 bool WorkerPool::ServesLora(std::string_view name) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& w : order_) {
@@ -390,6 +479,7 @@ std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing
     if (std::find(exclude.begin(), exclude.end(), w.get()) != exclude.end()) continue;
     if (!lora_name.empty() && !HasLora(w->info, lora_name)) continue;
     WorkerCandidate c;
+    if (!lora_name.empty()) c.lora_load = LoraLoadCost(*w, lora_name, now);
     c.active_blocks = w->info.used_blocks() + w->pending_blocks;
     c.waiting = w->info.waiting();
     const double half_lives = std::chrono::duration<double>(now - w->recent_at).count() /
@@ -434,6 +524,7 @@ std::optional<WorkerPool::Pick> WorkerPool::Choose(const RoutingOptions& routing
   w.recent += static_cast<double>(prompt_blocks);
   ++w.inflight;
   ++w.decisions;
+  if (!lora_name.empty()) w.lora_routed[std::string(lora_name)] = now;
   for (const BlockHash& h : prompt_hashes) w.predicted[h] = now;
   if (w.predicted.size() > 4 * (prompt_hashes.size() + 1024)) {
     const auto keep = w.events ? options_.event_grace : options_.approx_ttl;

@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/channel.h>
@@ -124,6 +125,20 @@ class WorkerPool {
                              std::string_view lora_name = {});
   // Whether a usable worker serves the LoRA adapter `name`.
   bool ServesLora(std::string_view name) const;
+  // The KV root (LoraAdapter::kv_root) a usable worker reports for the adapter `name`: its
+  // requests' block hashes start from it. nullopt when none serves it.
+  std::optional<BlockHash> LoraKvRoot(std::string_view name) const;
+  // The usable workers with their latest load reports.
+  std::vector<std::pair<std::shared_ptr<Worker>, internal::v1::WorkerInfo>> UsableWorkers() const;
+  // A runtime adapter change the worker confirmed: applied to its view now, and laid over its
+  // reports for `event_grace` (a report sent before the change may still arrive).
+  void NoteLoraChange(const std::shared_ptr<Worker>& w, const internal::v1::LoraAdapterChange& change,
+                      bool added);
+  // The worker's report with that adapter added or removed.
+  static void ApplyLoraChange(const internal::v1::LoraAdapterChange& change, bool added,
+                              internal::v1::WorkerInfo* info);
+  static const internal::v1::LoraAdapterState* LoraState(const internal::v1::WorkerInfo& info,
+                                                         std::string_view name);
   // The LoRA adapters its usable workers serve, each once, in the order first seen.
   std::vector<v1::LoraAdapterInfo> LoraAdapters() const;
   // The request routed by Choose has ended.
@@ -138,10 +153,14 @@ class WorkerPool {
 
   // Stub of the worker's service (the pool's tier decides which one is set).
   static internal::v1::DecodeWorker::Stub* DecodeStub(const Worker& w);
+  static internal::v1::PrefillWorker::Stub* PrefillStub(const Worker& w);  // Null in a decode pool.
   static const std::string& Address(const Worker& w);
 
  private:
   static bool HasLora(const internal::v1::WorkerInfo& info, std::string_view name);
+  // WorkerCandidate::lora_load for the adapter `name` on `w` (its report and this router's
+  // recent decisions).
+  int LoraLoadCost(const Worker& w, std::string_view name, std::chrono::steady_clock::time_point now) const;
   class Watch;
   friend class Watch;
   void Apply(const std::shared_ptr<Worker>& w, const internal::v1::LoadReport& report);

@@ -95,7 +95,8 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Build(std::unique_ptr<LLME
   PD_RETURN_IF_ERROR(options.speculative.Validate());
   if (options.backend != "cpu" && options.lora != nullptr) {
     return absl::UnimplementedError(
-        Str("--lora-modules with --device ", options.backend, ": LoRA adapters run on --device cpu "
+        Str("--lora-modules or --enable-lora-runtime-updates with --device ", options.backend,
+            ": LoRA adapters run on --device cpu "
             "only (the CUDA runner has no LoRA kernels yet)"));
   }
   if (options.backend != "cpu" && options.speculative.enabled()) {
@@ -279,7 +280,7 @@ absl::Status LLMEngine::AttachLora(Sequence* seq) {
     return absl::Status(adapter.status().code(), Str("lora_name: ", adapter.status().message()));
   }
   seq->lora = *std::move(adapter);
-  seq->hash_root = LoraHashRoot(name);
+  seq->hash_root = seq->lora->kv_root();
   return absl::OkStatus();
 }
 
@@ -391,8 +392,14 @@ int64_t LLMEngine::CachedPrefixTokens(const std::vector<int32_t>& prompt,
   const int64_t bs = blocks_->block_size();
   const int64_t len = static_cast<int64_t>(prompt.size());
   if (len == 0) return 0;
+  BlockHash root;
+  if (!lora_name.empty()) {
+    const auto r = options_.lora != nullptr ? options_.lora->KvRoot(lora_name) : std::nullopt;
+    if (!r) return 0;
+    root = *r;
+  }
   std::vector<BlockHash> hashes;
-  ExtendBlockHashes(prompt, bs, &hashes, LoraHashRoot(lora_name));
+  ExtendBlockHashes(prompt, bs, &hashes, root);
   auto probe = blocks_->PlanAdmit(hashes, (len - 1) / bs, 0, 0);
   return probe.ok() ? probe->num_cached_tokens : 0;
 }

@@ -220,7 +220,7 @@ class LLMEngine {
   int64_t num_kv_blocks() const { return pool_->num_blocks(); }
   const SpeculativeOptions& speculative() const { return options_.speculative; }
   // The LoRA adapters requests may name (EngineOptions::lora); null: none.
-  LoraRegistry* lora() const { return options_.lora.get(); }
+  const std::shared_ptr<LoraRegistry>& lora() const { return options_.lora; }
   int64_t max_loras() const { return options_.max_loras; }
   // The LoRA adapters of the running requests and of the waiting ones, each once, sorted (vLLM's
   // lora_requests_info; a load report's, not Stats': O(requests)). Empty without adapters.

@@ -44,7 +44,7 @@ struct Sequence {
   bool remote_reserved = false;  // Reserved for a remote prefill (not yet completed).
   int64_t num_preemptions = 0;
   std::vector<BlockHash> block_hashes;  // Of the full blocks of `tokens`, chained from:
-  BlockHash hash_root;                  // LoraHashRoot(params.lora_name).
+  BlockHash hash_root;                  // Its adapter's kv_root (base model: zero).
   std::shared_ptr<const LoraAdapter> lora;  // params.lora_name's, held while the request runs.
   std::string request_id;
   SamplerState sampler;

@@ -48,12 +48,4 @@ void ExtendBlockHashes(absl::Span<const int32_t> tokens, int64_t block_size,
   }
 }
 
-BlockHash LoraHashRoot(std::string_view adapter) {
-  if (adapter.empty()) return BlockHash{};
-  std::string bytes = "lora:";
-  bytes.append(adapter);
-  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
-  return BlockHash{h.low64, h.high64};
-}
-
 }  // namespace pdserve

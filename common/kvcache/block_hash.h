@@ -34,15 +34,10 @@ BlockHash HashBlock(const BlockHash& parent, absl::Span<const int32_t> tokens);
 
 // Appends hashes of the full blocks of `tokens` beyond those already in *hashes (so a growing
 // sequence is hashed incrementally). `root` is the first block's parent: BlockHash{} for the base
-// model, LoraHashRoot(adapter) for a request that runs with a LoRA adapter, whose KV differs
-// from the base model's for the same tokens.
+// model, its adapter's LoraAdapter::kv_root for a request that runs with a LoRA adapter, whose KV
+// differs from the base model's for the same tokens.
 void ExtendBlockHashes(absl::Span<const int32_t> tokens, int64_t block_size,
                        std::vector<BlockHash>* hashes, const BlockHash& root = BlockHash{});
-
-// The root of the chained hashes of a request running with the LoRA adapter of that name
-// (XXH3-128 of "lora:" and the name): its blocks never match the base model's or another
-// adapter's, in a pool, a KV tier or a router's index. BlockHash{} for "" (the base model).
-BlockHash LoraHashRoot(std::string_view adapter);
 
 }  // namespace pdserve
 

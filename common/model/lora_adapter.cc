@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <optional>
 
+#define XXH_STATIC_LINKING_ONLY  // For XXH3_state_t on the stack.
+#include <xxhash.h>
+
 #include "absl/strings/str_join.h"
 #include "common/base/dtype.h"
 #include "common/base/file_util.h"
@@ -151,6 +154,24 @@ void LoraAdapter::PackBf16(MatrixLayout layout) const {
       }
     }
   });
+}
+
+BlockHash LoraAdapter::KvRoot(const LoraAdapter& a, int64_t num_layers) {
+  XXH3_state_t state;
+  XXH3_128bits_reset(&state);
+  static constexpr char kScheme[] = "lora-kv-root-v1";
+  XXH3_128bits_update(&state, kScheme, sizeof(kScheme) - 1);
+  for (int64_t l = 0; l < num_layers; ++l) {
+    for (int i = 0; i < kNumLoraTargets; ++i) {
+      const Matrices& m = a.layers_[static_cast<size_t>(l)][static_cast<size_t>(i)];
+      const int64_t head[3] = {l, i, m.rank()};
+      XXH3_128bits_update(&state, head, sizeof(head));
+      XXH3_128bits_update(&state, m.a.data(), m.a.size() * sizeof(float));
+      XXH3_128bits_update(&state, m.b.data(), m.b.size() * sizeof(float));
+    }
+  }
+  const XXH128_hash_t h = XXH3_128bits_digest(&state);
+  return BlockHash{h.low64, h.high64};
 }
 
 absl::StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(std::string name,
@@ -315,6 +336,7 @@ absl::StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(std::string
   if (a->bytes_ == 0) {
     return absl::InvalidArgumentError(Str(weights_path, ": holds no LoRA matrices"));
   }
+  a->kv_root_ = KvRoot(*a, base.num_layers);
   return std::shared_ptr<const LoraAdapter>(std::move(a));
 }
 

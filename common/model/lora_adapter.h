@@ -21,6 +21,7 @@
 #include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
 #include "common/base/tensor_ref.h"
+#include "common/kvcache/block_hash.h"
 #include "common/model/model_config.h"
 
 namespace pdserve {
@@ -70,6 +71,12 @@ class LoraAdapter {
   // Whether any layer has a term for `t`.
   bool targets(LoraTarget t) const { return targeted_[static_cast<size_t>(t)]; }
   size_t bytes() const { return bytes_; }  // Of the f32 matrices.
+  // The parent hash of the first KV block of its requests (block_hash.h): a 128-bit hash of what
+  // its term computes (every matrix, the scale folded in), so the KV of one adapter never matches
+  // the base model's or another adapter's, and an adapter reloaded from changed files (or the
+  // same name on another worker, or in a shared KV store) never reuses its old blocks, while
+  // the same files loaded again do.
+  const BlockHash& kv_root() const { return kv_root_; }
 
   // Makes every Matrices' a_panels and b_panels: bf16 panels in `layout` (the process's
   // kernels::Bf16PanelLayout()), once, whichever engine asks first (thread-safe); later calls
@@ -78,6 +85,7 @@ class LoraAdapter {
 
  private:
   LoraAdapter() = default;
+  static BlockHash KvRoot(const LoraAdapter& a, int64_t num_layers);
 
   std::string name_, path_, base_model_;
   int64_t rank_ = 0;
@@ -88,6 +96,7 @@ class LoraAdapter {
   mutable std::vector<std::array<Matrices, kNumLoraTargets>> layers_;
   std::array<bool, kNumLoraTargets> targeted_{};
   size_t bytes_ = 0;
+  BlockHash kv_root_;
   mutable absl::once_flag packed_once_;  // PackBf16's.
 };
 

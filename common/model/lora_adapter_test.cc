@@ -184,5 +184,48 @@ TEST(LoraRegistry, ServesByNameAndKeepsAtMostMaxLoaded) {
   EXPECT_EQ(reg.List()[0].rank, 8);
 }
 
+// The KV root is what the adapter computes: the same files give the same root, under any name;
+// other values, or the same values at another scale, another root; never the base model's.
+TEST(LoraAdapter, KvRootFollowsTheMatricesNotTheName) {
+  const ModelConfig c = Shape();
+  const std::string d = Written("root");
+  auto a = LoraAdapter::Load("a", d, c, 16);
+  auto twin = LoraAdapter::Load("twin", d, c, 16);
+  ASSERT_TRUE(a.ok() && twin.ok());
+  EXPECT_EQ((*a)->kv_root(), (*twin)->kv_root());
+  EXPECT_NE((*a)->kv_root(), BlockHash{});
+  RandomLoraSpec other;
+  other.seed = 99;
+  auto b = LoraAdapter::Load("a", Written("root_other", other), c, 16);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE((*a)->kv_root(), (*b)->kv_root());
+  EditConfig(d, "lora_alpha", 3);
+  auto rescaled = LoraAdapter::Load("a", d, c, 16);
+  ASSERT_TRUE(rescaled.ok());
+  EXPECT_NE((*a)->kv_root(), (*rescaled)->kv_root());
+}
+
+// Runtime loads count as loads; an adapter read again after its files changed takes their root.
+TEST(LoraRegistry, CountsLoadsAndFollowsChangedFiles) {
+  LoraRegistry reg(Shape(), {.max_rank = 16, .max_loaded = 1});
+  const std::string da = Written("count_a");
+  RandomLoraSpec spec;
+  spec.seed = 5;
+  ASSERT_TRUE(reg.Add("a", da).ok());
+  ASSERT_TRUE(reg.Add("b", Written("count_b", spec)).ok());  // Drops "a".
+  EXPECT_EQ(reg.loads(), 2);
+  const BlockHash before = *reg.KvRoot("a");
+  EXPECT_FALSE(reg.List()[0].loaded);
+  EXPECT_TRUE(reg.List()[1].loaded);
+  EditConfig(da, "lora_alpha", 5);
+  auto a = reg.Acquire("a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(reg.loads(), 3);
+  EXPECT_EQ(*reg.KvRoot("a"), (*a)->kv_root());
+  EXPECT_NE((*a)->kv_root(), before);
+  EXPECT_FALSE(reg.KvRoot("nope").has_value());
+  EXPECT_TRUE(reg.List()[0].loaded);
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -25,9 +25,10 @@ absl::Status LoraRegistry::Add(const std::string& name, const std::string& dir) 
     return absl::AlreadyExistsError(Str("a LoRA adapter named '", name, "' is already served"));
   }
   Entry e;
-  e.info = {name, dir, (*adapter)->base_model(), (*adapter)->rank()};
+  e.info = {name, dir, (*adapter)->base_model(), (*adapter)->rank(), (*adapter)->kv_root()};
   e.adapter = *std::move(adapter);
   e.added = next_added_++;
+  ++loads_;
   entries_.emplace(name, std::move(e));
   lru_.push_front(name);
   if (options_.max_loaded > 0) TrimLocked(options_.max_loaded);  // Best effort: it stays served.
@@ -92,6 +93,8 @@ absl::StatusOr<std::shared_ptr<const LoraAdapter>> LoraRegistry::Acquire(std::st
   }
   if (it->second.adapter == nullptr) {  // Else loaded meanwhile by another caller.
     it->second.adapter = *std::move(adapter);
+    it->second.info.kv_root = it->second.adapter->kv_root();  // Its files may have changed.
+    ++loads_;
   }
   TouchLocked(it->first);
   return it->second.adapter;
@@ -105,11 +108,26 @@ bool LoraRegistry::Serves(std::string_view name) const {
 std::vector<LoraInfo> LoraRegistry::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::pair<uint64_t, LoraInfo>> all;
-  for (const auto& [name, e] : entries_) all.emplace_back(e.added, e.info);
+  for (const auto& [name, e] : entries_) {
+    all.emplace_back(e.added, e.info);
+    all.back().second.loaded = e.adapter != nullptr;
+  }
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<LoraInfo> out;
   for (auto& [added, info] : all) out.push_back(std::move(info));
   return out;
+}
+
+std::optional<BlockHash> LoraRegistry::KvRoot(std::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(AsAbsl(name));
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.info.kv_root;
+}
+
+int64_t LoraRegistry::loads() const {
+  absl::MutexLock lock(&mu_);
+  return loads_;
 }
 
 int64_t LoraRegistry::loaded() const {

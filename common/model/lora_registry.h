@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,9 +23,15 @@
 
 namespace pdserve {
 
+// The longest adapter name a request or a runtime load may give.
+inline constexpr size_t kMaxLoraNameBytes = 256;
+
 struct LoraRegistryOptions {
   int64_t max_rank = 16;      // --max-lora-rank (vLLM's default).
   int64_t max_loaded = 0;     // --max-cpu-loras; <= 0: no bound.
+  // Adapters may be added and removed while serving (--enable-lora-runtime-updates: the
+  // workers' LoadLoraAdapter and UnloadLoraAdapter RPCs); Add and Remove themselves do not check.
+  bool runtime_updates = false;
 };
 
 // A served adapter as the API lists it.
@@ -33,6 +40,8 @@ struct LoraInfo {
   std::string path;
   std::string base_model;  // adapter_config.json's base_model_name_or_path.
   int64_t rank = 0;
+  BlockHash kv_root;    // LoraAdapter::kv_root of its latest load.
+  bool loaded = false;  // In memory now (List's copy).
 };
 
 class LoraRegistry {
@@ -50,8 +59,12 @@ class LoraRegistry {
   // a request.
   absl::StatusOr<std::shared_ptr<const LoraAdapter>> Acquire(std::string_view name);
   bool Serves(std::string_view name) const;
+  // The KV root of `name`'s requests (LoraAdapter::kv_root, as of its latest load); nullopt for a
+  // name not served.
+  std::optional<BlockHash> KvRoot(std::string_view name) const;
   std::vector<LoraInfo> List() const;  // In the order they were added.
   int64_t loaded() const;
+  int64_t loads() const;  // Adapters read from disk since start (Add, and reloads by Acquire).
   const LoraRegistryOptions& options() const { return options_; }
 
  private:
@@ -71,6 +84,7 @@ class LoraRegistry {
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);  // Loaded ones, most recent first.
   uint64_t next_added_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t loads_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pdserve

@@ -2,6 +2,7 @@
 
 #include "common/base/status_macros.h"
 #include "common/model/lora_registry.h"
+#include "common/rpc/lora_admin.h"
 #include "common/rpc/proto_convert.h"
 
 namespace pdserve {
@@ -55,12 +56,7 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
     for (std::string& n : running) info.add_running_lora_adapters(std::move(n));
     for (std::string& n : waiting) info.add_waiting_lora_adapters(std::move(n));
     info.set_max_loras(static_cast<int32_t>(core.engine->max_loras()));
-    for (const LoraInfo& l : core.engine->lora()->List()) {
-      v1::LoraAdapterInfo* a = info.add_lora_adapters();
-      a->set_name(l.name);
-      a->set_base_model(l.base_model);
-      a->set_rank(static_cast<int32_t>(l.rank));
-    }
+    FillLoraInfo(*core.engine->lora(), &info);
   }
   info.set_prefix_query_tokens(s.kv.prefix_query_tokens);
   info.set_prefix_hit_tokens(s.kv.prefix_hit_tokens);
