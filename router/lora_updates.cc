@@ -167,7 +167,9 @@ LoraUpdates::LoraUpdates(WorkerPool* decode, WorkerPool* prefill, std::string ba
   });
 }
 
-LoraUpdates::~LoraUpdates() {
+LoraUpdates::~LoraUpdates() { Stop(); }
+
+void LoraUpdates::Stop() {
   std::vector<std::shared_ptr<Call>> calls;
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
@@ -175,7 +177,7 @@ LoraUpdates::~LoraUpdates() {
     calls.assign(shared_->calls.begin(), shared_->calls.end());
     shared_->cv.notify_all();
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   for (const auto& c : calls) c->context.TryCancel();  // Outside the lock: callbacks may run inline.
   std::unique_lock<std::mutex> lock(shared_->mu);
   shared_->cv.wait(lock, [&] { return shared_->calls.empty(); });
@@ -198,6 +200,7 @@ void LoraUpdates::Load(const std::string& name, const std::string& path, Done do
   const bool any_decode = !targets.empty() && targets.front().pool == decode_;
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
+    if (shared_->stop) return done(absl::UnavailableError("the router is stopping"));
     if (shared_->busy.contains(name) || shared_->loaded.contains(name) || decode_->ServesLora(name)) {
       return done(already);
     }
@@ -252,6 +255,7 @@ void LoraUpdates::Unload(const std::string& name, Done done) {
   }
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
+    if (shared_->stop) return done(absl::UnavailableError("the router is stopping"));
     if (shared_->busy.contains(name)) {
       return done(absl::AbortedError(Str("lora_name: a load or unload of '", name, "' is under way; retry")));
     }
@@ -325,7 +329,9 @@ void LoraUpdates::Repair() {
         auto shared = shared_;
         Send(shared, Target{pool, w, {}, {}}, name, load ? &*path : nullptr,
              [shared, name, load, key = Key(address, name)](Target r) {
-               if (r.status.ok() || (!load && r.status.error_code() == grpc::StatusCode::NOT_FOUND)) {
+               // An unload that finds it gone: as good as done (the worker's report was older).
+               const bool done = r.status.ok() || (!load && r.status.error_code() == grpc::StatusCode::NOT_FOUND);
+               if (done) {
                  if (!load && r.change.info().name().empty()) r.change.mutable_info()->set_name(name);
                  r.pool->NoteLoraChange(r.worker, r.change, load);
                } else if (r.status.error_code() != grpc::StatusCode::CANCELLED) {
@@ -334,7 +340,7 @@ void LoraUpdates::Repair() {
                }
                std::lock_guard<std::mutex> lock(shared->mu);
                shared->repairing.erase(key);
-               if (!r.status.ok()) shared->retry_at[key] = Clock::now() + kRepairBackoff;
+               if (!done) shared->retry_at[key] = Clock::now() + kRepairBackoff;
              });
       }
     }

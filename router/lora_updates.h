@@ -30,8 +30,10 @@ class LoraUpdates {
   // The pools outlive this object. `base_model` is the served model's name (no adapter takes it).
   LoraUpdates(WorkerPool* decode, WorkerPool* prefill, std::string base_model,
               std::chrono::milliseconds interval = std::chrono::seconds(1));
-  // Stops the repairs and cancels the calls in flight (their Done still runs), waiting for them.
-  ~LoraUpdates();
+  ~LoraUpdates();  // Stop().
+  // Ends the repairs and cancels the calls in flight (their Done still runs: CANCELLED), waiting
+  // for them; later changes fail with Unavailable. Idempotent.
+  void Stop();
 
   // `done` runs once, on another thread. Errors name the field, or the worker and its reason:
   // InvalidArgument (a name or path missing or too long, the base model's name, files the

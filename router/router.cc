@@ -102,7 +102,7 @@ Router::~Router() {
 }
 
 void Router::Stop() {
-  lora_updates_.reset();
+  if (lora_updates_ != nullptr) lora_updates_->Stop();
   decode_discovery_.reset();
   prefill_discovery_.reset();
   decode_->Stop();

@@ -57,10 +57,10 @@ grpc::ServerUnaryReactor* RunDetached(grpc::CallbackServerContext* context,
   std::thread([reactor, registry = std::move(registry), published = std::move(published), request,
                response, fn] {
     auto change = fn(registry.get(), *request);
-    if (change.ok()) {
-      published();
-      *response = *std::move(change);
-    }
+    // Also after a refusal: a registry shared by a process's two tiers may have been changed
+    // through the other one, and this worker's report must show it.
+    published();
+    if (change.ok()) *response = *std::move(change);
     reactor->Finish(ToGrpcStatus(change.status()));
   }).detach();
   return reactor;

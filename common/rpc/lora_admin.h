@@ -28,7 +28,7 @@ absl::StatusOr<internal::v1::LoraAdapterChange> UnloadLoraAdapter(
 
 // The RPCs' reactors: the change runs on a thread of its own (reading an adapter takes tens of
 // milliseconds; gRPC's callback threads must not block), holding the registry; `published` runs
-// there after a change, before the answer (the worker's load report shows it).
+// there before the answer (the worker's load report then shows the registry as it is).
 grpc::ServerUnaryReactor* ServeLoadLoraAdapter(grpc::CallbackServerContext* context,
                                                std::shared_ptr<LoraRegistry> registry,
                                                std::function<void()> published,
