@@ -1,7 +1,5 @@
 #include "decode_service/decode_worker.h"
 
-#include <future>
-
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -486,13 +484,7 @@ void DecodeWorker::Dispatch(std::vector<RequestOutput>& outputs) {
 }
 
 void DecodeWorker::RefreshInfo(std::chrono::milliseconds timeout) {
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> published = done->get_future();
-  Post([this, done] {
-    PublishInfo();
-    done->set_value();
-  });
-  published.wait_for(timeout);
+  commands_.Run([this] { PublishInfo(); }, timeout);
 }
 
 void DecodeWorker::PublishInfo() {

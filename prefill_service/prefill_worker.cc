@@ -1,7 +1,5 @@
 #include "prefill_service/prefill_worker.h"
 
-#include <future>
-
 #include "common/base/file_util.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
@@ -281,13 +279,7 @@ void PrefillWorker::Complete(const RequestOutput& output) {
 }
 
 void PrefillWorker::RefreshInfo(std::chrono::milliseconds timeout) {
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> published = done->get_future();
-  Post([this, done] {
-    PublishInfo();
-    done->set_value();
-  });
-  published.wait_for(timeout);
+  commands_.Run([this] { PublishInfo(); }, timeout);
 }
 
 void PrefillWorker::PublishInfo() {

@@ -1,5 +1,7 @@
 #include "common/rpc/worker_core.h"
 
+#include <future>
+
 #include "common/base/status_macros.h"
 #include "common/model/lora_registry.h"
 #include "common/rpc/lora_admin.h"
@@ -109,6 +111,16 @@ void CommandQueue::Post(std::function<void()> command) {
     commands_.push_back(std::move(command));
   }
   cv_.notify_one();
+}
+
+bool CommandQueue::Run(std::function<void()> command, std::chrono::milliseconds timeout) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> ran = done->get_future();
+  Post([command = std::move(command), done] {
+    command();
+    done->set_value();
+  });
+  return ran.wait_for(timeout) == std::future_status::ready;
 }
 
 std::deque<std::function<void()>> CommandQueue::Take(bool busy, std::chrono::milliseconds poll,

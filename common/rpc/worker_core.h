@@ -47,6 +47,9 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
 class CommandQueue {
  public:
   void Post(std::function<void()> command);
+  // Posts `command` and waits until the scheduler thread has run it, or `timeout` (a stopped
+  // thread): false then.
+  bool Run(std::function<void()> command, std::chrono::milliseconds timeout);
   // Returns the commands posted so far. When there are none and `busy` is false, waits for one,
   // for Stop, or for `poll` (when positive). `stopped` is set once Stop was called.
   std::deque<std::function<void()>> Take(bool busy, std::chrono::milliseconds poll, bool* stopped);

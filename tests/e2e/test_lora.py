@@ -24,9 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "reference"))
 import cluster  # noqa: E402
+import lora_util  # noqa: E402
 from peft_adapter import write_lora  # noqa: E402
-
-cluster.stubs_dir()
 import grpc  # noqa: E402
 from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pbg  # noqa: E402
 
@@ -49,27 +48,10 @@ def lora_flags(names=("psalms", "other")):
 
 
 def local(ids, adapter="", max_tokens=12):
-    extra = lora_flags() + ["--lora-name", adapter] if adapter else []
-    out = subprocess.run([PDSERVE, "generate", "--model", MODEL, "--prompt-ids", ",".join(map(str, ids)),
-                          "--max-tokens", str(max_tokens), "--temperature", "0", "--ignore-eos",
-                          "--logprobs", "1", "--format", "json", "--threads", "1", "--kv-memory-gib", "0.05",
-                          *extra], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise AssertionError(out.stderr)
-    return json.loads(out.stdout)
+    return lora_util.local(PDSERVE, MODEL, ids, lora_flags()[1] if adapter else "", adapter, max_tokens)
 
 
-def generate(address, ids, adapter="", max_tokens=12):
-    stub = pbg.GenerationStub(grpc.insecure_channel(address))
-    sp = pb.SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True, logprobs=1, lora_name=adapter)
-    out = {"token_ids": [], "logprobs": [], "text": "", "cached": 0}
-    for r in stub.Generate(pb.GenerateRequest(token_ids=pb.TokenIds(ids=ids), sampling=sp), timeout=120):
-        out["token_ids"] += list(r.token_ids)
-        out["logprobs"] += [float(x) for x in r.logprobs]
-        out["text"] += r.text
-        if r.finish_reason:
-            out["cached"] = r.usage.cached_tokens
-    return out
+generate = lora_util.generate
 
 
 def http(process, path, body=None):

@@ -21,7 +21,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,11 +33,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "reference"))
 import cluster  # noqa: E402
+import lora_util  # noqa: E402
+from lora_util import SMALL  # noqa: E402
 from peft_adapter import write_lora  # noqa: E402
-
-cluster.stubs_dir()
 import grpc  # noqa: E402
-from pdserve.v1 import generation_pb2 as pb, generation_pb2_grpc as pbg  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MODEL = os.path.join(ROOT, "models", "pdserve-demo")
@@ -48,7 +46,6 @@ ADAPTERS = {}  # name -> directory
 API_KEY = "runtime-lora-key-0123"
 AUTH = (("authorization", f"Bearer {API_KEY}"),)
 PROMPT = list(range(100, 160))
-SMALL = ["--threads", "1", "--kv-memory-gib", "0.05"]
 
 
 def setUpModule():
@@ -63,26 +60,12 @@ def setUpModule():
 
 def local(ids, adapter="", max_tokens=12):
     """A local run with the adapter's files (served as `x`)."""
-    extra = ["--lora-modules", f"x={ADAPTERS[adapter]}", "--lora-name", "x"] if adapter else []
-    out = subprocess.run([PDSERVE, "generate", "--model", MODEL, "--prompt-ids", ",".join(map(str, ids)),
-                          "--max-tokens", str(max_tokens), "--temperature", "0", "--ignore-eos",
-                          "--logprobs", "1", "--format", "json", *SMALL, *extra], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise AssertionError(out.stderr)
-    return json.loads(out.stdout)
+    return lora_util.local(PDSERVE, MODEL, ids, f"x={ADAPTERS[adapter]}" if adapter else "", "x" if adapter else "",
+                           max_tokens)
 
 
 def generate(address, ids, adapter="", max_tokens=12, auth=()):
-    stub = pbg.GenerationStub(grpc.insecure_channel(address))
-    sp = pb.SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True, logprobs=1, lora_name=adapter)
-    out = {"token_ids": [], "logprobs": [], "cached": 0}
-    for r in stub.Generate(pb.GenerateRequest(token_ids=pb.TokenIds(ids=ids), sampling=sp), timeout=120,
-                           metadata=auth):
-        out["token_ids"] += list(r.token_ids)
-        out["logprobs"] += [float(x) for x in r.logprobs]
-        if r.finish_reason:
-            out["cached"] = r.usage.cached_tokens
-    return out
+    return lora_util.generate(address, ids, adapter, max_tokens, metadata=auth)
 
 
 def http(address, path, body=None, key=API_KEY):
