@@ -967,16 +967,6 @@ TEST(EngineTest, MaxModelLenThatDoesNotFitThePoolIsAClearError) {
 }
 
 
-// `base` with a disk tier in a fresh directory TempRoot/`name` (its path in *dir, to remove).
-EngineOptions WithDiskTier(EngineOptions base, const std::string& name, std::string* dir) {
-  *dir = JoinPath(TempRootPath(), name);
-  std::filesystem::remove_all(*dir);
-  auto tier = DiskTier::Open({*dir, int64_t{1} << 30});
-  PD_CHECK_MSG(tier.ok(), "cannot open a disk tier for the test");
-  base.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
-  return base;
-}
-
 // Prefix blocks loaded from the disk tier give the bits computing them gives: a second engine (a
 // restarted worker: a new pool, the same directory) loads the prefixes the first published, and
 // one engine whose pool is too small to keep them loads them back after their eviction; outputs

@@ -7,6 +7,7 @@
 #include "common/base/file_util.h"
 #include "common/base/rng.h"
 #include "common/base/strings.h"
+#include "common/kvcache/disk_tier.h"
 #include "common/model/random_model.h"
 #include "gtest/gtest.h"
 
@@ -160,6 +161,16 @@ void CopyPages(LLMEngine& from, absl::Span<const BlockId> src, LLMEngine& to,
                   from.kv_pool().data() + from.kv_pool().PageOffset(layer, src[b]), spec.PageBytes());
     }
   }
+}
+
+EngineOptions WithDiskTier(EngineOptions base, const std::string& name, std::string* dir) {
+  *dir = JoinPath(TempRootPath(), name);
+  std::filesystem::remove_all(*dir);
+  auto tier = DiskTier::Open({*dir, int64_t{1} << 30});
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  if (!tier.ok()) return base;
+  base.kv_tiers = {std::shared_ptr<KvTier>(std::move(*tier))};
+  return base;
 }
 
 }  // namespace pdserve::enginetest

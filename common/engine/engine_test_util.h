@@ -34,6 +34,8 @@ const std::string& TempRootPath();
 // wide: rows of whole 256-element blocks (hidden 256, MLP 512), so the K-quants apply.
 std::string ModelDir(const std::string& arch, DType dtype = DType::kF32, bool wide = false);
 EngineOptions SmallOptions();
+// `base` with a disk tier in a fresh directory TempRoot/`name` (its path in *dir, to remove).
+EngineOptions WithDiskTier(EngineOptions base, const std::string& name, std::string* dir);
 std::vector<int32_t> Prompt(int n, uint64_t seed);
 SamplingParams Greedy(int max_tokens);
 

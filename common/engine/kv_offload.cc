@@ -65,7 +65,7 @@ KvOffload::~KvOffload() {
 }
 
 void KvOffload::OfferStored(const BlockHash& hash, const BlockHash& parent, BlockId block,
-                            absl::Span<const int32_t> tokens) {
+                            absl::Span<const int32_t> tokens, std::string_view lora_name) {
   ++stats_.offered;
   bool all = true;
   for (const auto& t : tiers_) all = all && t->Contains({model_, hash});
@@ -101,7 +101,8 @@ void KvOffload::OfferStored(const BlockHash& hash, const BlockHash& parent, Bloc
   ++stats_.queued;
   std::vector<int32_t> event_tokens;
   if (events_enabled_) event_tokens.assign(tokens.begin(), tokens.end());
-  offered_.push_back({hash, parent, buffer, std::move(event_tokens)});
+  offered_.push_back({hash, parent, buffer, std::move(event_tokens),
+                      events_enabled_ ? std::string(lora_name) : std::string()});
 }
 
 void KvOffload::FlushOffers() {
@@ -289,7 +290,7 @@ void KvOffload::Run() {
     lock.lock();
     if (events_enabled_) {
       for (const char* medium : stored) {
-        events_.push_back({KvEvent::Type::kStored, job.hash, job.parent, job.tokens, medium});
+        events_.push_back({KvEvent::Type::kStored, job.hash, job.parent, job.tokens, medium, job.lora_name});
       }
       TakeRemovedLocked();
     }

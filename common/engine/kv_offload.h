@@ -71,9 +71,11 @@ class KvOffload {
   const std::vector<std::shared_ptr<KvTier>>& tiers() const { return tiers_; }
 
   // A published prefix block: copied and queued for the tiers unless every one has it already.
-  // `parent` and `tokens` (its tokens, or none) are for its KV events. The copy is done and the
-  // block queued by the next FlushOffers, which must come before a step may write the block.
-  void OfferStored(const BlockHash& hash, const BlockHash& parent, BlockId block, absl::Span<const int32_t> tokens);
+  // `parent`, `tokens` (its tokens, or none) and `lora_name` (the LoRA adapter whose KV it is) are
+  // for its KV events. The copy is done and the block queued by the next FlushOffers, which must
+  // come before a step may write the block.
+  void OfferStored(const BlockHash& hash, const BlockHash& parent, BlockId block, absl::Span<const int32_t> tokens,
+                   std::string_view lora_name = {});
   void FlushOffers();
   // How many of `hashes`, from the first, are worth asking the tiers for: those a local tier
   // holds (a hint: a load may still miss), or all of them with a remote tier (only it knows).
@@ -118,6 +120,7 @@ class KvOffload {
     BlockHash hash, parent;
     uint8_t* bytes;  // A buffer of arena_.
     std::vector<int32_t> tokens;  // For its events (empty without).
+    std::string lora_name;        // For its events.
   };
   // The I/O thread's: loaded `bytes` into `block`'s pages (through the staging ring for a device
   // pool); false when a device copy failed.

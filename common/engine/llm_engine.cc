@@ -780,7 +780,7 @@ void LLMEngine::Publish(Sequence* seq, absl::Span<const BlockHash> hashes) {
     const auto own = tokens.size() >= (i + 1) * static_cast<size_t>(bs)
                          ? tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs))
                          : absl::Span<const int32_t>();
-    offload_->OfferStored(hash, parent, block, own);
+    offload_->OfferStored(hash, parent, block, own, seq->params.lora_name);
   }
   // Before anything may reuse the blocks (a device pool's copies are only queued until then).
   offload_->FlushOffers();

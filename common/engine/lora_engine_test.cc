@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "common/base/file_util.h"
 #include "common/base/strings.h"
@@ -184,6 +185,45 @@ TEST(LoraEngineTest, UnknownAdaptersAreRefusedNamingTheFieldAndLeaveNothing) {
   EXPECT_EQ(engine->Stats().kv.used_blocks, 0);
   // The id is free again.
   EXPECT_TRUE(engine->AddRequest("x", Prompt(9, 1), WithAdapter("x", {}, "a1").params).ok());
+}
+
+// A LoRA request's blocks reach the KV cache tiers with their adapter's name on the tiers' events
+// as on the pool's (vLLM's lora_name); a base request's carry none.
+TEST(LoraEngineTest, TierEventsCarryTheAdaptersName) {
+  const std::string dir = ModelDir("llama");
+  std::string tier_dir;
+  EngineOptions opts = WithDiskTier(SmallOptions(), "lora_tier_events", &tier_dir);
+  opts.lora = Adapters(dir);
+  opts.enable_kv_events = true;
+  auto engine = *LLMEngine::Create(dir, opts);
+  const std::vector<int32_t> adapted = Prompt(13, 7), base = Prompt(13, 8);  // 3 whole blocks of 4.
+  ASSERT_TRUE(engine->AddRequest("a", adapted, WithAdapter("a", adapted, "a2", 2).params).ok());
+  ASSERT_TRUE(engine->AddRequest("b", base, Greedy(2)).ok());
+  std::vector<RequestOutput> outs;
+  while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step(&outs).ok());
+  std::vector<KvEvent> events;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  do {
+    engine->DrainKvEvents(&events);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (engine->TierEventsPending() && std::chrono::steady_clock::now() < deadline);
+  engine->DrainKvEvents(&events);
+  // Per medium ("pool" or the tier's), the adapter named by each stored block's events.
+  std::map<std::string, std::map<std::string, int>> names;
+  std::map<BlockHash, std::string, bool (*)(const BlockHash&, const BlockHash&)> pool_name(
+      [](const BlockHash& x, const BlockHash& y) { return x.lo != y.lo ? x.lo < y.lo : x.hi < y.hi; });
+  for (const KvEvent& e : events) {
+    if (e.type != KvEvent::Type::kStored) continue;
+    ++names[e.medium == nullptr ? "pool" : e.medium][e.lora_name];
+    if (e.medium == nullptr) pool_name[e.hash] = e.lora_name;
+  }
+  const std::map<std::string, int> want = {{"", 3}, {"a2", 3}};
+  EXPECT_EQ(names["pool"], want);
+  EXPECT_EQ(names["DISK"], want);
+  for (const KvEvent& e : events) {
+    if (e.type == KvEvent::Type::kStored && e.medium != nullptr) EXPECT_EQ(e.lora_name, pool_name[e.hash]);
+  }
+  std::filesystem::remove_all(tier_dir);
 }
 
 TEST(LoraEngineTest, AnAdapterRemovedWhileItsRequestRunsLetsItFinish) {
