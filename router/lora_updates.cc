@@ -224,13 +224,16 @@ void LoraUpdates::Load(const std::string& name, const std::string& path, Done do
                 if (r.status.ok()) undo.push_back({r.pool, r.worker, {}, {}});
               }
               const absl::Status why = Failure(*failed);
-              {
-                std::lock_guard<std::mutex> lock(shared->mu);
-                shared->busy.erase(name);
-              }
-              SendAll(shared, std::move(undo), name, nullptr, [](std::vector<Target>) {});
               PD_LOG(Warning) << "LoRA adapter '" << name << "' from " << path << " not loaded: " << why;
-              return done(why);
+              // Answered once undone: a caller that sees the error sees no worker with it.
+              SendAll(shared, std::move(undo), name, nullptr, [shared, name, why, done](std::vector<Target>) {
+                {
+                  std::lock_guard<std::mutex> lock(shared->mu);
+                  shared->busy.erase(name);
+                }
+                done(why);
+              });
+              return;
             }
             for (const Target& r : results) r.pool->NoteLoraChange(r.worker, r.change, true);
             {

@@ -184,13 +184,23 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(self.load("brief", ADAPTERS["a3"])[0], 200)
         ids = PROMPT[:10]
         result = {}
-        thread = threading.Thread(target=lambda: result.update(generate(self.s.grpc, ids, "brief", max_tokens=400,
+        thread = threading.Thread(target=lambda: result.update(generate(self.s.grpc, ids, "brief", max_tokens=1500,
                                                                          auth=AUTH)))
         thread.start()
-        time.sleep(0.3)
+        from pdserve.internal.v1 import worker_pb2, worker_pb2_grpc
+        with grpc.insecure_channel(self.s.grpc) as channel:
+            admin = worker_pb2_grpc.RouterAdminStub(channel)
+            deadline = time.time() + 20
+            while time.time() < deadline:  # Unloaded while it runs on the decode worker.
+                stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10, metadata=AUTH)
+                if stats.decode[0].info.running == 1:
+                    break
+                time.sleep(0.01)
+        self.assertEqual(stats.decode[0].info.running, 1)
         self.assertEqual(self.unload("brief")[0], 200)
         thread.join()
-        self.assertEqual(result["token_ids"], local(ids, "a3", max_tokens=400)["token_ids"])
+        self.assertEqual(len(result["token_ids"]), 1500)
+        self.assertEqual(result["token_ids"], local(ids, "a3", max_tokens=1500)["token_ids"])
 
 
 class OffTest(unittest.TestCase):
