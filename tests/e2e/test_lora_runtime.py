@@ -276,44 +276,47 @@ class TiersTest(unittest.TestCase):
 
 
 class AffinityTest(unittest.TestCase):
-    """The same random requests over 4 adapters through each policy, on fresh workers."""
+    """The same random requests over 4 adapters through each policy, each on two fresh workers; the
+    two setups run side by side, request by request, so the machine's load is the same for both."""
 
-    def run_policy(self, policy, sequence):
+    def setup(self, policy):
         modules = ",".join(f"{n}={ADAPTERS[n]}" for n in ("a0", "a1", "a2", "a3"))
         workers = [cluster.Process(PDSERVE, ["decode", "--listen", "127.0.0.1:0", "--model", MODEL, *SMALL,
                                              "--lora-modules", modules, "--max-cpu-loras", "2"])
                    for _ in range(2)]
         router = cluster.Process(PDSERVE, ["router", "--listen", "127.0.0.1:0", "--model", MODEL,
                                            "--decode", ",".join(w.grpc for w in workers), "--policy", policy])
-        try:
-            start = [cluster.worker_info(w.grpc, False).lora_loads for w in workers]
-            latencies = []
-            for i, adapter in enumerate(sequence):
-                ids = [i % 50 + 1] + PROMPT[:20]
-                t = time.perf_counter()
-                got = generate(router.grpc, ids, adapter, max_tokens=4)
-                latencies.append(time.perf_counter() - t)
-                self.assertEqual(len(got["token_ids"]), 4)
-            loads = sum(cluster.worker_info(w.grpc, False).lora_loads - s for w, s in zip(workers, start))
-            decisions = [cluster.worker_info(w.grpc, False).local_prefills for w in workers]
-        finally:
-            codes = [p.stop() for p in [router] + workers]
-        self.assertEqual(codes, [0, 0, 0])
-        return loads, statistics.median(latencies), decisions
+        return router, workers
 
     def test_kv_aware_prefers_workers_holding_the_adapter(self):
         rng = random.Random(7)
         sequence = [rng.choice(["a0", "a1", "a2", "a3"]) for _ in range(40)]
-        rr_loads, rr_p50, rr_split = self.run_policy("round_robin", sequence)
-        kv_loads, kv_p50, kv_split = self.run_policy("kv_aware", sequence)
-        print(f"\nadapter loads: round_robin {rr_loads} (requests per worker {rr_split}, p50 "
-              f"{rr_p50 * 1000:.1f} ms), kv_aware {kv_loads} ({kv_split}, p50 {kv_p50 * 1000:.1f} ms)",
-              file=sys.stderr)
-        self.assertGreaterEqual(rr_loads, 10)
-        self.assertLessEqual(kv_loads, 6)
-        self.assertTrue(all(n > 0 for n in kv_split), kv_split)  # Both workers serve.
+        setups = {policy: self.setup(policy) for policy in ("round_robin", "kv_aware")}
+        try:
+            start = {p: [cluster.worker_info(w.grpc, False).lora_loads for w in ws] for p, (_, ws) in setups.items()}
+            latencies = {p: [] for p in setups}
+            for i, adapter in enumerate(sequence):
+                ids = [i % 50 + 1] + PROMPT[:20]
+                for policy in (("round_robin", "kv_aware") if i % 2 == 0 else ("kv_aware", "round_robin")):
+                    t = time.perf_counter()
+                    got = generate(setups[policy][0].grpc, ids, adapter, max_tokens=4)
+                    latencies[policy].append(time.perf_counter() - t)
+                    self.assertEqual(len(got["token_ids"]), 4)
+            loads = {p: sum(cluster.worker_info(w.grpc, False).lora_loads - s for w, s in zip(ws, start[p]))
+                     for p, (_, ws) in setups.items()}
+            split = {p: [cluster.worker_info(w.grpc, False).local_prefills for w in ws] for p, (_, ws) in setups.items()}
+        finally:
+            codes = [p.stop() for router, workers in setups.values() for p in [router] + workers]
+        self.assertEqual(codes, [0] * 6)
+        p50 = {p: statistics.median(v) for p, v in latencies.items()}
+        print(f"\nadapter loads: round_robin {loads['round_robin']} (requests per worker {split['round_robin']}, "
+              f"p50 {p50['round_robin'] * 1000:.1f} ms), kv_aware {loads['kv_aware']} ({split['kv_aware']}, "
+              f"p50 {p50['kv_aware'] * 1000:.1f} ms)", file=sys.stderr)
+        self.assertGreaterEqual(loads["round_robin"], 10)
+        self.assertLessEqual(loads["kv_aware"], 6)
+        self.assertTrue(all(n > 0 for n in split["kv_aware"]), split)  # Both workers serve.
         # Same latency: loading is the slower path, so affinity is no slower (2-core noise allowed).
-        self.assertLess(kv_p50, rr_p50 * 1.5 + 0.005)
+        self.assertLess(p50["kv_aware"], p50["round_robin"] * 1.5 + 0.005)
 
 
 class RetryTest(unittest.TestCase):
