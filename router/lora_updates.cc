@@ -324,7 +324,9 @@ void LoraUpdates::Repair() {
         }
         for (const auto& [name, path] : todo) shared_->repairing.insert(Key(address, name));
       }
-      for (const auto& [name, path] : todo) {
+      for (const auto& item : todo) {
+        const std::string& name = item.first;  // Not a structured binding: lambdas capture it.
+        const std::optional<std::string>& path = item.second;
         const bool load = path.has_value();
         PD_LOG(Info) << (load ? "sending" : "unloading") << " LoRA adapter '" << name << "' "
                      << (load ? "to" : "on") << " worker " << address << " (loaded or unloaded "
