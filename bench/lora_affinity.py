@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -94,7 +95,6 @@ def main():
     work = tempfile.mkdtemp(prefix="pdserve_lora_affinity_")
     try:
         model = os.path.join(work, "model")
-        import subprocess
         subprocess.run([pdserve, "make-model", model, *SMOLLM], check=True, capture_output=True)
         names = [f"a{i}" for i in range(a.adapters)]
         for i, n in enumerate(names):

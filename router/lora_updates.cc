@@ -301,6 +301,10 @@ void LoraUpdates::Unload(const std::string& name, Done done) {
 }
 
 void LoraUpdates::Repair() {
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (shared_->loaded.empty() && shared_->unloaded.empty()) return;  // Nothing to send anyone.
+  }
   const auto now = Clock::now();
   for (WorkerPool* pool : {decode_, prefill_}) {
     for (auto& [w, info] : pool->UsableWorkers()) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/strings/str_join.h"
 #include "common/metrics/buckets.h"
 
 namespace pdserve {
@@ -151,7 +152,8 @@ void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
   if (info.structured_mask_lookups() > 0) CollectStructured(info);
   if (info.has_kv_offload()) CollectKvOffload(info.kv_offload());
   CollectCachedBySource(info);
-  if (info.lora_adapters_size() > 0) CollectLora(info);
+  // A worker that takes runtime loads reports while it serves none too (its last adapter unloaded).
+  if (info.lora_adapters_size() > 0 || info.lora_runtime_updates()) CollectLora(info);
 }
 
 void WorkerMetrics::CollectLora(const internal::v1::WorkerInfo& info) {
@@ -163,14 +165,9 @@ void WorkerMetrics::CollectLora(const internal::v1::WorkerInfo& info) {
       "LoRA adapters of the running and waiting requests (value: when set, seconds since the epoch).",
       {"model_name", "role", "max_lora", "running_lora_adapters", "waiting_lora_adapters"},
       "vllm:lora_requests_info");
-  const auto join = [](const auto& names) {
-    std::string out;
-    for (const std::string& n : names) out += (out.empty() ? "" : ",") + n;
-    return out;
-  };
   std::vector<std::string> labels = {model_name_, role_, std::to_string(info.max_loras()),
-                                     join(info.running_lora_adapters()),
-                                     join(info.waiting_lora_adapters())};
+                                     absl::StrJoin(info.running_lora_adapters(), ","),
+                                     absl::StrJoin(info.waiting_lora_adapters(), ",")};
   if (!lora_info_labels_.empty() && lora_info_labels_ != labels) family.Remove(lora_info_labels_);
   family.With(labels).Set(std::chrono::duration<double>(
                               std::chrono::system_clock::now().time_since_epoch()).count());

@@ -227,7 +227,7 @@ class TiersTest(unittest.TestCase):
         on = ["--enable-lora-runtime-updates"]
         prefill = cluster.Process(PDSERVE, ["prefill", "--listen", "127.0.0.1:0", "--model", MODEL, *SMALL, *on])
         d1 = cluster.Process(PDSERVE, ["decode", "--listen", "127.0.0.1:0", "--model", MODEL, *SMALL, *on,
-                                       "--local-prefill-tokens", "4"])
+                                       "--local-prefill-tokens", "4", "--metrics-listen", "127.0.0.1:0"])
         late_port = cluster.free_port()
         router = cluster.Process(PDSERVE, ["router", "--listen", "127.0.0.1:0", "--model", MODEL,
                                            "--http-listen", "127.0.0.1:0", *on, "--worker-wait-seconds", "1",
@@ -236,6 +236,12 @@ class TiersTest(unittest.TestCase):
         web = router.addresses["http"]
         procs = [router, d1, prefill]
         try:
+            # Serving no adapter yet but taking them, it exports lora_requests_info already.
+            with urllib.request.urlopen(f"http://{d1.addresses['metrics']}/metrics", timeout=10) as r:
+                series = [line for line in r.read().decode().splitlines()
+                          if line.startswith("pdserve_lora_requests_info{")]
+            self.assertEqual(len(series), 1, series)
+            self.assertIn('running_lora_adapters=""', series[0])
             status, body = http(web, "/v1/load_lora_adapter", {"lora_name": "late", "lora_path": ADAPTERS["a1"]},
                                 key="")
             self.assertEqual(status, 200, body)
