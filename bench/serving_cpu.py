@@ -14,6 +14,9 @@ attached to serve, and to a router, a decode and a prefill worker as separate pr
   # Every path side by side: serve over gRPC and over the OpenAI API, and the tiers as separate
   # processes (router, decode, prefill: each one's CPU a token), at 64 and 256 streams.
   /usr/bin/python3 bench/serving_cpu.py --paths grpc,openai,tiers --streams 64,256 --threads 1
+  # One build, router flags A against B, alternated (the order reversed every round), on each path:
+  /usr/bin/python3 bench/serving_cpu.py --paths grpc,tiers --threads 1 --rounds 3 \
+      --ab="--shared-decode-streams=false" --ab-names shared,per-request
   # Clients that take several tokens a message (serve's flags).
   /usr/bin/python3 bench/serving_cpu.py --paths grpc,openai --threads 1 --serve-args "--stream-interval 4"
 
@@ -93,9 +96,9 @@ def serve_args(model, threads, http=False):
             *(["--http-listen", "127.0.0.1:0"] if http else []), *EXTRA_SERVE_ARGS]
 
 
-def run_serve(pdserve, model, threads, streams, http=False):
+def run_serve(pdserve, model, threads, streams, http=False, extra=()):
     """serve's tok/s and CPU a token (us), over gRPC or the OpenAI API."""
-    serve = cluster.Process(pdserve, serve_args(model, threads, http))
+    serve = cluster.Process(pdserve, serve_args(model, threads, http) + list(extra))
     try:
         tok_s, cpu = measured(pdserve, [("serve", serve)], serve, streams=streams,
                               http=serve.addresses["http"] if http else None)
@@ -104,9 +107,10 @@ def run_serve(pdserve, model, threads, streams, http=False):
     return tok_s, cpu["serve"] * 1e6
 
 
-def run_tiers(pdserve, model, threads, streams):
+def run_tiers(pdserve, model, threads, streams, router_args=()):
     """A router, a decode and a prefill worker as separate processes: tok/s and each one's CPU a token."""
-    c = cluster.Cluster(pdserve, model, prefill=1, decode=1, engine_args=("--kv-memory-gib", "0.5", "--threads", threads))
+    c = cluster.Cluster(pdserve, model, prefill=1, decode=1, engine_args=("--kv-memory-gib", "0.5", "--threads", threads),
+                        router_args=tuple(router_args))
     try:
         procs = [("router", c.router), ("decode", c.decode[0]), ("prefill", c.prefill[0])]
         tok_s, cpu = measured(pdserve, procs, c.router, streams=streams)
@@ -125,6 +129,9 @@ def main():
     parser.add_argument("--paths", help="grpc, openai, tiers: each path side by side (comma-separated)")
     parser.add_argument("--streams", help="concurrent streams, comma-separated (default: the shape's)")
     parser.add_argument("--serve-args", default="", help="more flags for serve, e.g. '--stream-interval 4'")
+    parser.add_argument("--ab", help="router flags (serve's too) of variant B, compared with A (none) "
+                        "on each of --paths, alternated")
+    parser.add_argument("--ab-names", default="A,B", help="the two variants' names, comma-separated")
     parser.add_argument("--perf", action="store_true")
     parser.add_argument("--out", default="/tmp/serving_cpu", help="perf data directory")
     a = parser.parse_args()
@@ -154,6 +161,27 @@ def main():
             print(f"separate tiers: {tok_s:,.0f} tok/s; CPU/token: " +
                   ", ".join(f"{n} {cpu[n] * 1e6:.1f} us" for n, _ in procs))
             print(f"perf data in {a.out} (perf report -i FILE --no-children --sort dso|symbol|pid)")
+            return
+        if a.ab is not None:
+            names = a.ab_names.split(",")
+            variants = [(names[0], []), (names[1], a.ab.split())]
+            paths = (a.paths or "grpc").split(",")
+            print("| round | --threads | streams | engine alone tok/s | path | variant | tok/s | ratio | CPU/token |")
+            print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+            for r in range(a.rounds):
+                for threads in a.threads.split(","):
+                    for streams in streams_list:
+                        e = engine(pdserve, model, threads, streams)
+                        for path in paths:
+                            for name, extra in (variants if r % 2 == 0 else variants[::-1]):
+                                if path == "tiers":
+                                    tok_s, cpu = run_tiers(pdserve, model, threads, streams, extra)
+                                    figure = ", ".join(f"{n} {v:.1f} us" for n, v in cpu.items())
+                                else:
+                                    tok_s, cpu = run_serve(pdserve, model, threads, streams, path == "openai", extra)
+                                    figure = f"serve {cpu:.1f} us"
+                                print(f"| {r} | {threads} | {streams} | {e:,.0f} | {path} | {name} | {tok_s:,.0f} | "
+                                      f"{tok_s / e:.2f} | {figure} |", flush=True)
             return
         if a.paths:
             paths = a.paths.split(",")

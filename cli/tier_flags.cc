@@ -87,6 +87,9 @@ void RouterFlags::Register(FlagSet& flags, bool standalone) {
   flags.Int("stream-interval", &options.stream_interval,
             "tokens a streamed message carries: 1 one engine step each; N > 1 every N tokens, "
             "and a client that falls behind gets what waits for it in one message");
+  flags.Bool("shared-decode-streams", &options.shared_decode_streams,
+             "one stream per decode worker carries all of this router's requests there, a "
+             "message an engine step (false: a stream a request, a message a token)");
   if (standalone) {
     flags.Int("block-size", &options.block_size, "KV block size the workers must use");
     flags.String("kv-dtype", &kv_dtype,

@@ -2,9 +2,10 @@
 
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/lora_admin.h"
-#include "common/rpc/proto_convert.h"
 #include "common/rpc/stream_coalesce.h"
 #include "common/rpc/stream_writer.h"
+#include "decode_service/decode_messages.h"
+#include "decode_service/decode_stream.h"
 
 namespace pdserve {
 namespace {
@@ -32,15 +33,12 @@ class GenerateCall : public StreamWriter<internal::v1::DecodeResponse> {
   GenerateCall(DecodeWorker* worker, grpc::CallbackServerContext* context,
                const internal::v1::DecodeRequest& request)
       : worker_(worker), request_id_(request.request_id()), sink_(std::make_shared<Sink>(this)) {
-    DecodeJob job;
     const auto& md = context->client_metadata();
-    if (auto it = md.find("traceparent"); it != md.end()) job.traceparent.assign(it->second.data(), it->second.size());
-    if (auto it = md.find("tracestate"); it != md.end()) job.tracestate.assign(it->second.data(), it->second.size());
-    job.request_id = request.request_id();
-    job.prompt.assign(request.prompt_ids().begin(), request.prompt_ids().end());
-    job.params = FromProto(request.sampling(), request.seed());
-    job.prefill_address = request.prefill_address();
-    job.resume.assign(request.resume_output_ids().begin(), request.resume_output_ids().end());
+    auto header = [&](const char* name) {
+      auto it = md.find(name);
+      return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+    };
+    DecodeJob job = ToDecodeJob(request, header("traceparent"), header("tracestate"));
     worker_->Submit(std::move(job), sink_);
   }
 
@@ -58,17 +56,7 @@ class GenerateCall : public StreamWriter<internal::v1::DecodeResponse> {
 
 void Sink::OnOutput(const RequestOutput& output) {
   internal::v1::DecodeResponse r;
-  for (const TokenOutput& t : output.tokens) {
-    r.add_token_ids(t.token);
-    r.add_logprobs(t.logprob);
-    FillTopLogprobs(t, r.add_top_logprobs());
-  }
-  if (output.finished) {
-    r.set_finish_reason(output.finish_reason);
-    r.mutable_usage()->set_prompt_tokens(static_cast<int32_t>(output.prompt_tokens));
-    r.mutable_usage()->set_completion_tokens(static_cast<int32_t>(output.completion_tokens));
-    r.mutable_usage()->set_cached_tokens(static_cast<int32_t>(output.cached_tokens));
-  }
+  ToDecodeResponse(output, &r);
   std::lock_guard<std::mutex> lock(mu_);
   if (call_ == nullptr) return;
   // A stream behind the engine gets the steps it missed in one message (the router splits them).
@@ -86,6 +74,11 @@ void Sink::OnError(const absl::Status& status) {
 grpc::ServerWriteReactor<internal::v1::DecodeResponse>* DecodeGrpcService::Generate(
     grpc::CallbackServerContext* context, const internal::v1::DecodeRequest* request) {
   return new GenerateCall(worker_, context, *request);
+}
+
+grpc::ServerBidiReactor<internal::v1::DecodeStreamRequest, internal::v1::DecodeStreamResponse>*
+DecodeGrpcService::GenerateMany(grpc::CallbackServerContext* context) {
+  return StartDecodeStream(worker_, context);
 }
 
 grpc::ServerUnaryReactor* DecodeGrpcService::GetWorkerInfo(

@@ -13,6 +13,8 @@ class DecodeGrpcService : public internal::v1::DecodeWorker::CallbackService {
 
   grpc::ServerWriteReactor<internal::v1::DecodeResponse>* Generate(
       grpc::CallbackServerContext* context, const internal::v1::DecodeRequest* request) override;
+  grpc::ServerBidiReactor<internal::v1::DecodeStreamRequest, internal::v1::DecodeStreamResponse>*
+  GenerateMany(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetWorkerInfo(grpc::CallbackServerContext* context,
                                           const internal::v1::GetWorkerInfoRequest* request,
                                           internal::v1::WorkerInfo* response) override;

@@ -478,9 +478,12 @@ void DecodeWorker::Dispatch(std::vector<RequestOutput>& outputs) {
     metrics_->Observe(out);
     Trace(it->second, out);
     it->second.sink->OnOutput(out);
+    if (flush_.empty() || flush_.back() != it->second.sink) flush_.push_back(it->second.sink);
     if (out.finished) active_.erase(it);
   }
   outputs.clear();
+  for (const std::shared_ptr<DecodeSink>& sink : flush_) sink->Flush();
+  flush_.clear();
 }
 
 void DecodeWorker::RefreshInfo(std::chrono::milliseconds timeout) {

@@ -72,7 +72,10 @@ class DecodeSink {
  public:
   virtual ~DecodeSink() = default;
   virtual void OnOutput(const RequestOutput& output) = 0;  // The last one has finished set.
-  virtual void OnError(const absl::Status& status) = 0;    // No further calls.
+  virtual void OnError(const absl::Status& status) = 0;    // No further calls but Flush.
+  // After the outputs of one pass of the scheduler loop went out (to every sink that got one):
+  // a sink that gathers several requests' outputs into one message sends it now.
+  virtual void Flush() {}
 };
 
 struct DecodeJob {
@@ -154,6 +157,7 @@ class DecodeWorker {
   absl::flat_hash_map<std::string, std::unique_ptr<internal::v1::PrefillWorker::Stub>> stubs_;
   uint64_t next_tag_ = 1;
   std::vector<RequestOutput> outputs_;
+  std::vector<std::shared_ptr<DecodeSink>> flush_;  // Dispatch's scratch: the sinks it fed.
   std::vector<TierReservation> loaded_;  // SendLoadedReservations' scratch.
   TransferCounters transfers_;
   int64_t remote_prefills_ = 0, local_prefills_ = 0;

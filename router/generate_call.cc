@@ -1,5 +1,6 @@
 #include "router/generate_call.h"
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/client_context.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "common/rpc/stream_writer.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tracing/span.h"
+#include "router/decode_stream.h"
 #include "router/lenient_request.h"
 
 namespace pdserve {
@@ -31,14 +33,33 @@ std::string Metadata(const grpc::CallbackServerContext& context, const char* nam
   return it == md.end() ? "" : std::string(it->second.data(), it->second.size());
 }
 
-// One try on a decode worker: the downstream stream. Deletes itself after telling the call
-// that it ended.
-class DecodeAttempt : public grpc::ClientReadReactor<internal::v1::DecodeResponse> {
+// One try on a decode worker. Its outputs reach the call through OnResponse, then its end
+// through OnAttemptDone, once, never concurrently; Cancel may come from any thread, any time.
+class Attempt {
  public:
-  DecodeAttempt(GenerateCall* call, Route route, Span span)
-      : call_(call), route_(std::move(route)), span_(std::move(span)) {}
+  virtual ~Attempt() = default;
+  virtual void Start(internal::v1::DecodeRequest request, std::chrono::system_clock::time_point deadline) = 0;
+  virtual void Cancel() = 0;
+  const Route& route() const { return route_; }
+  virtual bool shared() const { return false; }
 
-  void Start(internal::v1::DecodeRequest request, std::chrono::system_clock::time_point deadline) {
+ protected:
+  Attempt(GenerateCall* call, Route route, Span span)
+      : call_(call), route_(std::move(route)), span_(std::move(span)) {}
+  // Ends the attempt's span and tells the call.
+  void Ended(const grpc::Status& status);
+
+  GenerateCall* const call_;
+  const Route route_;
+  Span span_;  // pdserve.router.decode_attempt: this try, from the call to its end.
+};
+
+// On a Generate stream of its own. Deletes itself after telling the call that it ended.
+class DecodeAttempt : public Attempt, public grpc::ClientReadReactor<internal::v1::DecodeResponse> {
+ public:
+  DecodeAttempt(GenerateCall* call, Route route, Span span) : Attempt(call, std::move(route), std::move(span)) {}
+
+  void Start(internal::v1::DecodeRequest request, std::chrono::system_clock::time_point deadline) override {
     request_ = std::move(request);
     context_.set_deadline(deadline);
     // The decode worker's spans join this attempt's (W3C trace context in the metadata).
@@ -52,19 +73,82 @@ class DecodeAttempt : public grpc::ClientReadReactor<internal::v1::DecodeRespons
     StartRead(&response_);
     StartCall();
   }
-  void Cancel() { context_.TryCancel(); }
-  const Route& route() const { return route_; }
+  void Cancel() override { context_.TryCancel(); }
 
  private:
   void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
+  void OnDone(const grpc::Status& status) override {
+    Ended(status);
+    delete this;
+  }
 
-  GenerateCall* const call_;
-  const Route route_;
-  Span span_;  // pdserve.router.decode_attempt: this try, from the call to its end.
   grpc::ClientContext context_;
   internal::v1::DecodeRequest request_;
   internal::v1::DecodeResponse response_;
+};
+
+// On the decode worker's shared stream (decode_stream.h). Kept alive by the stream while it runs
+// and by its deadline's alarm; the call holds a plain pointer until OnAttemptDone.
+class SharedDecodeAttempt : public Attempt,
+                            public DecodeStreamListener,
+                            public std::enable_shared_from_this<SharedDecodeAttempt> {
+ public:
+  SharedDecodeAttempt(GenerateCall* call, Route route, Span span, std::shared_ptr<DecodeStreamClient> stream)
+      : Attempt(call, std::move(route), std::move(span)), stream_(std::move(stream)) {}
+
+  bool shared() const override { return true; }
+
+  void Start(internal::v1::DecodeRequest request, std::chrono::system_clock::time_point deadline) override {
+    auto self = shared_from_this();
+    const bool traced = span_.context().valid();
+    uint64_t id = 0;
+    if (!stream_->Begin(self, request, traced ? span_.traceparent() : "",
+                        traced ? span_.context().tracestate : "", &id)) {
+      // The stream closed since the call got it (its worker went away): ended like a broken one.
+      alarm_.Set(std::chrono::system_clock::now(), [self](bool) {
+        self->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the decode stream closed"));
+      });
+      return;
+    }
+    id_.store(id);
+    if (cancelled_.load()) stream_->Cancel(id);  // A Cancel that came while it began.
+    if (deadline != std::chrono::system_clock::time_point::max()) {
+      // The request's deadline, which a Generate stream's context would carry: the attempt ends
+      // then even if the worker cannot be heard.
+      alarm_.Set(deadline, [self, id](bool fired) {
+        if (!fired) return;
+        self->stream_->Abandon(id);
+        self->End(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"));
+      });
+    }
+  }
+  void Cancel() override {
+    cancelled_.store(true);
+    if (const uint64_t id = id_.load(); id != 0) stream_->Cancel(id);
+  }
+
+  void OnItem(const internal::v1::DecodeStreamItem& item) override;
+  void OnStreamEnd(const grpc::Status& status) override {
+    alarm_.Cancel();
+    End(status);
+  }
+
+ private:
+  void End(const grpc::Status& status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ended_) return;
+      ended_ = true;
+    }
+    Ended(status);
+  }
+
+  const std::shared_ptr<DecodeStreamClient> stream_;
+  std::atomic<uint64_t> id_{0};  // The stream's id for it, once begun.
+  std::atomic<bool> cancelled_{false};
+  grpc::Alarm alarm_;
+  std::mutex mu_;      // Delivery against an end from the alarm.
+  bool ended_ = false;  // Guarded by mu_.
 };
 
 // Lives until gRPC is done with the public call and with the current attempt (a reference each).
@@ -159,7 +243,7 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       if (!stopped_) Relay(step);
     }
   }
-  void OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& status);
+  void OnAttemptDone(Attempt* attempt, const grpc::Status& status);
 
  private:
   void StartAttempt(Route route) {
@@ -182,7 +266,15 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
       span.Set("pdserve.downstream_id", request.request_id());
     }
     ++attempts_;
-    auto* attempt = new DecodeAttempt(this, std::move(route), std::move(span));
+    // The worker's shared stream when it has one (the attempt then owns itself).
+    std::shared_ptr<SharedDecodeAttempt> shared;
+    Attempt* attempt;
+    if (auto stream = router_->DecodeStream(route.decode.worker); stream != nullptr) {
+      shared = std::make_shared<SharedDecodeAttempt>(this, std::move(route), std::move(span), std::move(stream));
+      attempt = shared.get();
+    } else {
+      attempt = new DecodeAttempt(this, std::move(route), std::move(span));
+    }
     refs_.fetch_add(1);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -409,14 +501,15 @@ class GenerateCall : public StreamWriter<grpc::ByteBuffer> {
   bool finished_ = false;
   bool stopped_ = false;
   int attempts_ = 0;
+  bool fell_back_ = false;  // Started again off a shared stream its worker does not serve.
   std::vector<std::shared_ptr<WorkerPool::Worker>> failed_;  // Decode workers that broke it.
   std::mutex mu_;
-  DecodeAttempt* attempt_ = nullptr;  // Guarded by mu_.
+  Attempt* attempt_ = nullptr;        // Guarded by mu_.
   bool client_gone_ = false;          // Guarded by mu_.
   std::atomic<int> refs_{1};
 };
 
-void GenerateCall::OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& status) {
+void GenerateCall::OnAttemptDone(Attempt* attempt, const grpc::Status& status) {
   router_->Done(attempt->route());
   bool gone;
   {
@@ -427,6 +520,22 @@ void GenerateCall::OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& sta
   grpc::Status end = status;
   if (stopped_ || finished_) {
     end = grpc::Status::OK;  // Ended by a stop string, or the last message is out.
+  } else if (!gone && attempt->shared() && status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
+             !fell_back_ && std::chrono::system_clock::now() < routed_.deadline) {
+    // A decode worker from before GenerateMany (a rolling upgrade): the pool no longer offers
+    // its shared stream, so the request starts again on a stream of its own. Not a resumption.
+    fell_back_ = true;
+    RouteConstraints c;
+    c.retry = true;
+    c.local_prefill = !generated_.empty();
+    c.lora_name = routed_.params.lora_name;
+    for (const auto& w : failed_) c.exclude_decode.push_back(w.get());
+    if (auto route = router_->RouteRequest(routed_.prompt, c); route.ok()) {
+      StartAttempt(std::move(*route));
+      Unref();
+      return;
+    }
+    end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no decode worker is available");
   } else if (!gone && Resumable(status) && attempts_ <= router_->options().max_resumes &&
              std::chrono::system_clock::now() < routed_.deadline) {
     failed_.push_back(attempt->route().decode.worker);
@@ -461,20 +570,31 @@ void GenerateCall::OnAttemptDone(DecodeAttempt* attempt, const grpc::Status& sta
   Unref();
 }
 
-void DecodeAttempt::OnReadDone(bool ok) {
-  if (!ok) return;  // The stream ended; OnDone follows.
-  call_->OnResponse(response_);
-  StartRead(&response_);
-}
-
-void DecodeAttempt::OnDone(const grpc::Status& status) {
+void Attempt::Ended(const grpc::Status& status) {
   if (!status.ok()) {
     span_.SetError(Str(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
                        ": ", status.error_message()));
   }
   span_.End();
   call_->OnAttemptDone(this, status);
-  delete this;
+}
+
+void SharedDecodeAttempt::OnItem(const internal::v1::DecodeStreamItem& item) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_) return;
+    if (item.has_response()) call_->OnResponse(item.response());
+    if (!item.end()) return;
+    ended_ = true;
+  }
+  alarm_.Cancel();
+  Ended(grpc::Status(static_cast<grpc::StatusCode>(item.status_code()), item.status_message()));
+}
+
+void DecodeAttempt::OnReadDone(bool ok) {
+  if (!ok) return;  // The stream ended; OnDone follows.
+  call_->OnResponse(response_);
+  StartRead(&response_);
 }
 
 }  // namespace

@@ -182,6 +182,10 @@ absl::Status Router::Admit() {
   return absl::OkStatus();
 }
 
+std::shared_ptr<DecodeStreamClient> Router::DecodeStream(const std::shared_ptr<WorkerPool::Worker>& worker) {
+  return options_.shared_decode_streams ? decode_->DecodeStream(worker) : nullptr;
+}
+
 void Router::Done(const Route& route) {
   decode_->Done(route.decode.worker);
   if (route.prefill) prefill_->Done(route.prefill->worker);

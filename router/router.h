@@ -61,6 +61,9 @@ struct RouterOptions {
   // token, or a speculative step's accepted tokens); N > 1, every N tokens and the last, and
   // a client that falls behind gets what waits for it folded into one message.
   int64_t stream_interval = 1;
+  // One GenerateMany stream per decode worker for all of this router's requests there, a message
+  // a step (decode_stream.h); false: a Generate stream a request, a message a token.
+  bool shared_decode_streams = true;
   // Backpressure: requests in flight through this router beyond which new ones are refused with
   // RESOURCE_EXHAUSTED (and a retry hint) instead of queued. 0: no limit.
   int64_t max_inflight = 1024;
@@ -106,6 +109,9 @@ class Router {
                                      const RouteConstraints& constraints = {});
   // The request routed by RouteRequest has ended.
   void Done(const Route& route);
+  // The shared stream to a decode worker (RouterOptions::shared_decode_streams); null: the
+  // request takes a stream of its own (off, an older worker, or the router stopping).
+  std::shared_ptr<DecodeStreamClient> DecodeStream(const std::shared_ptr<WorkerPool::Worker>& worker);
   // Admission of a request into the router (Release when it ends): ResourceExhausted when
   // max_inflight are in flight.
   absl::Status Admit();

@@ -15,6 +15,7 @@
 #include "common/base/rng.h"
 #include "common/rpc/load_publisher.h"
 #include "common/rpc/server_builder.h"
+#include "router/decode_stream.h"
 
 namespace pdserve {
 
@@ -76,6 +77,8 @@ struct WorkerPool::Worker {
   Clock::time_point last_report;
   Clock::time_point reconnect_at;
   Watch* watch = nullptr;
+  std::shared_ptr<DecodeStreamClient> stream;  // Its shared decode stream (the last opened).
+  bool generate_many = true;                   // False: it answered GenerateMany UNIMPLEMENTED.
 };
 
 // A WatchLoad stream; deletes itself when done.
@@ -128,8 +131,9 @@ void WorkerPool::Stop() {
   for (auto& [address, w] : workers_) {
     if (w->watch != nullptr) w->watch->Cancel();
   }
+  for (DecodeStreamClient* stream : streams_) stream->Stop();
   cv_.notify_all();
-  cv_.wait(lock, [&] { return live_watches_ == 0; });
+  cv_.wait(lock, [&] { return live_watches_ == 0 && live_streams_ == 0; });
   lock.unlock();
   if (maintainer_.joinable()) maintainer_.join();
 }
@@ -154,6 +158,7 @@ void WorkerPool::SetAddresses(const std::vector<std::string>& addresses) {
                  << " left";
     it->second->removed = true;
     if (it->second->watch != nullptr) it->second->watch->Cancel();
+    if (it->second->stream != nullptr) it->second->stream->Retire();  // Its requests run on.
     order_.erase(std::find(order_.begin(), order_.end(), it->second));
     workers_.erase(it++);
   }
@@ -183,6 +188,32 @@ void WorkerPool::SetAddresses(const std::vector<std::string>& addresses) {
                  << " added; waiting for its first load report";
     StartWatch(w);
   }
+}
+
+std::shared_ptr<DecodeStreamClient> WorkerPool::DecodeStream(const std::shared_ptr<Worker>& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_ || !w->generate_many || w->decode_stub == nullptr) return nullptr;
+  if (w->stream != nullptr && w->stream->open()) return w->stream;
+  ++live_streams_;
+  std::weak_ptr<Worker> weak = w;
+  auto holder = std::make_shared<DecodeStreamClient*>(nullptr);
+  w->stream = DecodeStreamClient::Open(w->decode_stub.get(), [this, weak, holder](const grpc::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.erase(*holder);
+    if (auto worker = weak.lock(); worker != nullptr && status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      if (worker->generate_many) {
+        PD_LOG(Warning) << "decode worker " << worker->address
+                        << " does not serve GenerateMany (an older version): a stream a request there";
+      }
+      worker->generate_many = false;
+    }
+    --live_streams_;
+    cv_.notify_all();
+  });
+  *holder = w->stream.get();
+  streams_.insert(w->stream.get());
+  if (w->removed) w->stream->Retire();
+  return w->stream;
 }
 
 // Under mu_.

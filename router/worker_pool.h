@@ -91,6 +91,8 @@ struct WorkerPoolOptions {
   std::shared_ptr<SharedStoreIndex> store;  // Shared by a router's two pools; null: none kept.
 };
 
+class DecodeStreamClient;
+
 class WorkerPool {
  public:
   struct Worker;
@@ -151,6 +153,10 @@ class WorkerPool {
   // Blocks until every listed worker has reported once or refused, or `timeout` passes.
   bool WaitForReports(std::chrono::milliseconds timeout) const;
 
+  // The decode worker's shared stream (decode_stream.h), opened when none is open; null when the
+  // pool stops, or the worker predates GenerateMany (its stream ended UNIMPLEMENTED).
+  std::shared_ptr<DecodeStreamClient> DecodeStream(const std::shared_ptr<Worker>& w);
+
   // Stub of the worker's service (the pool's tier decides which one is set).
   static internal::v1::DecodeWorker::Stub* DecodeStub(const Worker& w);
   static internal::v1::PrefillWorker::Stub* PrefillStub(const Worker& w);  // Null in a decode pool.
@@ -177,6 +183,8 @@ class WorkerPool {
   std::atomic<int64_t> refusals_{0};
   uint64_t rng_state_ = 0x9e3779b97f4a7c15ull;
   int live_watches_ = 0;
+  int live_streams_ = 0;  // DecodeStreamClients gRPC still runs.
+  absl::flat_hash_set<DecodeStreamClient*> streams_;  // Those; Stop stops them.
   bool stop_ = false;
   std::thread maintainer_;
 };
