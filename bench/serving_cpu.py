@@ -146,13 +146,15 @@ def main():
                        check=True, capture_output=True)
         if a.perf:
             os.makedirs(a.out, exist_ok=True)
-            serve = cluster.Process(pdserve, serve_args(model, "2"))
+            threads = a.threads.split(",")[0]  # Of serve and the decode worker.
+            serve = cluster.Process(pdserve, serve_args(model, threads))
             try:
                 tok_s, cpu = measured(pdserve, [("serve", serve)], serve, a.out, "serve_")
             finally:
                 serve.stop()
             print(f"serve: {tok_s:,.0f} tok/s, {cpu['serve'] * 1e6:.1f} us CPU/token")
-            c = cluster.Cluster(pdserve, model, prefill=1, decode=1, engine_args=("--kv-memory-gib", "0.5"))
+            c = cluster.Cluster(pdserve, model, prefill=1, decode=1,
+                                engine_args=("--kv-memory-gib", "0.5", "--threads", threads))
             try:
                 procs = [("router", c.router), ("decode", c.decode[0]), ("prefill", c.prefill[0])]
                 tok_s, cpu = measured(pdserve, procs, c.router, a.out, "tiers_")

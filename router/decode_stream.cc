@@ -8,8 +8,10 @@
 namespace pdserve {
 
 std::shared_ptr<DecodeStreamClient> DecodeStreamClient::Open(
-    internal::v1::DecodeWorker::Stub* stub, std::function<void(const grpc::Status&)> on_done) {
+    internal::v1::DecodeWorker::Stub* stub, std::function<void(const grpc::Status&)> on_end,
+    std::function<void()> on_done) {
   std::shared_ptr<DecodeStreamClient> stream(new DecodeStreamClient());
+  stream->on_end_ = std::move(on_end);
   stream->on_done_ = std::move(on_done);
   stream->self_ = stream;
   stub->async()->GenerateMany(&stream->context_, stream.get());
@@ -133,6 +135,7 @@ void DecodeStreamClient::OnDone(const grpc::Status& status) {
   // The requests still running hear why: a worker from before GenerateMany as such (the router
   // falls back to a stream a request), this router's own stop as CANCELLED, anything else as
   // UNAVAILABLE (the request may continue on another worker).
+  if (on_end_) on_end_(status);
   grpc::Status end = status;
   if (stopped) {
     end = grpc::Status(grpc::StatusCode::CANCELLED, "the router is stopping");
@@ -142,7 +145,7 @@ void DecodeStreamClient::OnDone(const grpc::Status& status) {
   }
   for (auto& [id, listener] : left) listener->OnStreamEnd(end);
   left.clear();
-  if (on_done_) on_done_(status);
+  if (on_done_) on_done_();
   std::shared_ptr<DecodeStreamClient> self = std::move(self_);  // May delete this on return.
 }
 

@@ -197,19 +197,24 @@ std::shared_ptr<DecodeStreamClient> WorkerPool::DecodeStream(const std::shared_p
   ++live_streams_;
   std::weak_ptr<Worker> weak = w;
   auto holder = std::make_shared<DecodeStreamClient*>(nullptr);
-  w->stream = DecodeStreamClient::Open(w->decode_stub.get(), [this, weak, holder](const grpc::Status& status) {
-    std::lock_guard<std::mutex> lock(mu_);
-    streams_.erase(*holder);
-    if (auto worker = weak.lock(); worker != nullptr && status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-      if (worker->generate_many) {
-        PD_LOG(Warning) << "decode worker " << worker->address
-                        << " does not serve GenerateMany (an older version): a stream a request there";
-      }
-      worker->generate_many = false;
-    }
-    --live_streams_;
-    cv_.notify_all();
-  });
+  w->stream = DecodeStreamClient::Open(
+      w->decode_stub.get(),
+      [this, weak](const grpc::Status& status) {
+        // Before its requests hear of it: one that starts again here gets a stream of its own.
+        if (status.error_code() != grpc::StatusCode::UNIMPLEMENTED) return;
+        std::lock_guard<std::mutex> lock(mu_);
+        if (auto worker = weak.lock(); worker != nullptr && worker->generate_many) {
+          PD_LOG(Warning) << "decode worker " << worker->address
+                          << " does not serve GenerateMany (an older version): a stream a request there";
+          worker->generate_many = false;
+        }
+      },
+      [this, holder] {
+        std::lock_guard<std::mutex> lock(mu_);
+        streams_.erase(*holder);
+        --live_streams_;
+        cv_.notify_all();
+      });
   *holder = w->stream.get();
   streams_.insert(w->stream.get());
   if (w->removed) w->stream->Retire();

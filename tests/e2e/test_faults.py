@@ -2,8 +2,10 @@
 worker killed mid-transfer, a transfer that stalls past its lease. Every request completes with
 the output of a fault-free run, and no KV block stays in use.
 
-Fault injection: kill -9 (SIGKILL) of a worker process; PDSERVE_FAULT_STALL_KV_PAGE=N:MS makes a
-prefill worker's KV sender wait MS ms before its N-th page (a stalled transfer, test hook).
+Fault injection: kill -9 (SIGKILL) of a worker process; SIGSTOP (a worker that cannot be heard);
+PDSERVE_FAULT_NO_GENERATE_MANY=1 (a decode worker of a release before shared streams);
+PDSERVE_FAULT_STALL_KV_PAGE=N:MS makes a prefill worker's KV sender wait MS ms before its N-th
+page (a stalled transfer, test hook).
 
 Run: /usr/bin/python3 tests/e2e/test_faults.py --pdserve build/pdserve
 """
@@ -14,6 +16,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -404,6 +407,86 @@ class RetryTest(unittest.TestCase):
         codes = self.stop()
         self.assertEqual(codes[0], 0)
         self.assertEqual(sorted(codes[1:]), [-9, -9, 0])
+
+
+class SharedStreamTest(unittest.TestCase):
+    """A router's requests on a decode worker share one GenerateMany stream (a message a step for
+    all of them); a worker from before it gets a stream a request, and a request's deadline holds
+    on the shared stream even when its worker cannot be heard."""
+
+    def start_router(self, c, *args):
+        return cluster.Process(PDSERVE, ["router", "--listen", "127.0.0.1:0", "--model", MODEL,
+                                         "--prefill", ",".join(p.grpc for p in c.prefill),
+                                         "--decode", ",".join(d.grpc for d in c.decode),
+                                         "--local-prefill-tokens", "4", "--policy", "round_robin",
+                                         *METRICS, *args])
+
+    def test_a_worker_without_generate_many_serves_through_streams_of_its_own(self):
+        # Decode worker 0 answers GenerateMany UNIMPLEMENTED (PDSERVE_FAULT_NO_GENERATE_MANY, as a
+        # worker of an older release during a rolling upgrade); worker 1 serves it. Through a
+        # router with shared streams every request completes, none counted as resumed or failed,
+        # and the outputs equal a router's that gives every request a stream of its own.
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=2, router_args=("--policy", "round_robin", *METRICS),
+                            decode_env=[{"PDSERVE_FAULT_NO_GENERATE_MANY": "1"}])
+        per_request = self.start_router(c, "--shared-decode-streams=false")
+        try:
+            ps = prompts(16, 61, 20, 70)
+            reqs = [request(p, 48, seed=None if i % 2 == 0 else 500 + i) for i, p in enumerate(ps)]
+            runs = []
+            for router in (c.router, per_request):
+                stub = pbg.GenerationStub(grpc.insecure_channel(router.grpc))
+                with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                    runs.append(list(pool.map(lambda r: collect(stub, r), reqs)))
+            for i, (shared, own) in enumerate(zip(*runs)):
+                self.assertEqual((len(shared["token_ids"]), shared["finish_reason"]), (48, "length"))
+                same(self, shared, own, f"request {i}")
+            admin = worker_pb2_grpc.RouterAdminStub(grpc.insecure_channel(c.router.grpc))
+            stats = admin.GetRouterStats(worker_pb2.GetRouterStatsRequest(), timeout=10)
+            self.assertEqual(sorted(w.decisions > 0 for w in stats.decode), [True, True])
+            self.assertEqual(stats.resumes, 0)
+            self.assertEqual(metric(c.router, "pdserve_request_failures_total"), 0)
+            self.assertEqual(metric(c.router, "pdserve_request_success_total", finished_reason="length"), 16)
+            wait_idle(self, [(c.prefill[0], True)] + [(d, False) for d in c.decode])
+        finally:
+            codes = [per_request.stop()] + c.stop()
+        self.assertIn("does not serve GenerateMany", c.router.stderr())
+        self.assertEqual(codes, [0, 0, 0, 0, 0])
+
+    def test_a_deadline_holds_on_the_shared_stream_of_a_worker_that_cannot_be_heard(self):
+        # The decode worker is stopped (SIGSTOP) mid-stream: the request's timeout_ms still ends
+        # it DEADLINE_EXCEEDED on time (the router's alarm, not the worker, ends it). Resumed
+        # (SIGCONT), the worker hears the cancel and frees everything, and the next request runs
+        # on the same stream.
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=1)
+        worker = c.decode[0]
+        try:
+            stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))
+            ids = prompts(1, 71, 10, 20)[0]
+            self.assertEqual(len(collect(stub, request(ids, 8))["token_ids"]), 8)  # The stream is open.
+            req = request(ids, 1500)
+            req.timeout_ms = 2000
+            stopped = []
+
+            def on_token(n):
+                if n >= 5 and not stopped:
+                    os.kill(worker.proc.pid, signal.SIGSTOP)
+                    stopped.append(time.monotonic())
+
+            start = time.monotonic()
+            try:
+                with self.assertRaises(grpc.RpcError) as caught:
+                    collect(stub, req, on_token, timeout=60)
+                ended = time.monotonic()
+            finally:
+                os.kill(worker.proc.pid, signal.SIGCONT)
+            self.assertTrue(stopped)
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED, caught.exception.details())
+            self.assertLess(ended - start, 2.0 + 3.0)
+            wait_idle(self, [(worker, False)])
+            got = collect(stub, request(ids, 8))
+            self.assertEqual((len(got["token_ids"]), got["finish_reason"]), (8, "length"))
+        finally:
+            self.assertEqual(c.stop(), [0, 0])
 
 
 def process_usage(process):
