@@ -25,6 +25,7 @@
 #include "loadgen/workload.h"
 #include "cli/address_flags.h"
 #include "cli/bench_report.h"
+#include "cli/server_cpu.h"
 #include "cli/cli_util.h"
 #include "cli/client_channel.h"
 #include "cli/commands.h"
@@ -55,6 +56,8 @@ struct PolicyResult {
   bool spec_on = false;
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
   std::vector<int64_t> spec_accepted_by_position;
+  // --cpu-metrics: each server process's CPU over the run, in microseconds an output token.
+  std::vector<std::pair<std::string, double>> cpu_us_per_token;
 };
 
 // The decode tier's speculative decoding totals, as the router last heard them.
@@ -241,6 +244,11 @@ nlohmann::json ToJson(const PolicyResult& r) {
   nlohmann::json j = {{"policy", r.label}};
   for (const auto& [name, value] : Figures(r)) j[name] = value;
   if (!r.summary.first_error.empty()) j["first_error"] = r.summary.first_error;
+  if (!r.cpu_us_per_token.empty()) {
+    nlohmann::json cpu = nlohmann::json::object();
+    for (const auto& [name, us] : r.cpu_us_per_token) cpu[name] = us;
+    j["cpu_us_per_output_token"] = cpu;
+  }
   if (r.have_stats) {
     j["decode_max_over_mean"] = r.decode_max_mean;
     j["prefill_max_over_mean"] = r.prefill_max_mean;
@@ -293,6 +301,9 @@ absl::Status WriteCsv(const std::string& path, const std::vector<PolicyResult>& 
 // One result the way `vllm bench serve` prints it.
 void PrintBlock(const PolicyResult& r, const Slo& slo) {
   PrintSummaryFigures(r.label, r.rate, r.summary, slo);
+  for (const auto& [name, us] : r.cpu_us_per_token) {
+    std::printf("%-40s %.1f\n", Str("CPU per output token (us), ", name, ":").c_str(), us);
+  }
   if (r.have_stats) {
     std::printf("%-40s %.2f / %.2f\n", "Routing max/mean (decode / prefill):", r.decode_max_mean,
                 r.prefill_max_mean);
@@ -334,7 +345,7 @@ void PrintTable(const std::vector<PolicyResult>& results) {
 int BenchCommand(int argc, char** argv) {
   const char* cmd = "bench";
   std::string server, compare, model, format = "text", worker_flags, router_flags;
-  std::string rate_text = "inf", sweep, goodput, csv, server_ca;
+  std::string rate_text = "inf", sweep, goodput, csv, server_ca, cpu_metrics;
   int64_t prefill = 2, decode = 3, local_prefill_tokens = 32, seed = 1;
   WorkloadOptions w;
   TraceSpec trace;
@@ -373,6 +384,9 @@ int BenchCommand(int argc, char** argv) {
   flags.String("sweep", &sweep, "comma-separated request rates to run in turn (overrides --request-rate)");
   flags.Int("seed", &seed, "workload seed");
   flags.Double("timeout-seconds", &load.timeout_seconds, "deadline of each request");
+  flags.String("cpu-metrics", &cpu_metrics,
+               "with --server: the server processes' /metrics (name=host:port, comma-separated): "
+               "each one's CPU per output token over the run, from process_cpu_seconds_total");
   flags.String("format", &format, "text or json");
   flags.String("csv", &csv, "also write one csv row per result here (for bench/plot.sh)");
   int code;
@@ -425,6 +439,13 @@ int BenchCommand(int argc, char** argv) {
         Str(replay ? "--trace" : "--num-prompts", ": more than ", kMaxStreams,
             " requests need --max-concurrency (the load client holds a thread per open stream)")));
   }
+  std::vector<CpuEndpoint> cpu_endpoints;
+  if (!cpu_metrics.empty()) {
+    if (server.empty()) return usage(absl::InvalidArgumentError("--cpu-metrics: only with --server"));
+    auto parsed = ParseCpuEndpoints(cpu_metrics);
+    if (!parsed.ok()) return usage(parsed.status());
+    cpu_endpoints = std::move(*parsed);
+  }
   Slo slo;
   if (absl::Status s = ParseSlo(goodput, &slo); !s.ok()) return usage(s);
   std::vector<double> rates;
@@ -469,7 +490,18 @@ int BenchCommand(int argc, char** argv) {
                    (label.empty() ? address : label).c_str(),
                    static_cast<long long>(w.num_prompts), RateText(rate).c_str());
       PD_ASSIGN_OR_RETURN(auto channel, PublicChannel(address, server_ca));
+      std::map<std::string, double> cpu_before;
+      if (!cpu_endpoints.empty()) {
+        PD_ASSIGN_OR_RETURN(cpu_before, ScrapeCpuSeconds(cpu_endpoints));
+      }
       PD_ASSIGN_OR_RETURN(PolicyResult r, Measure(channel, at, replay ? &trace : nullptr, load, slo));
+      if (!cpu_endpoints.empty()) {
+        PD_ASSIGN_OR_RETURN(const auto cpu_after, ScrapeCpuSeconds(cpu_endpoints));
+        const double tokens = static_cast<double>(std::max<int64_t>(r.summary.completion_tokens, 1));
+        for (const CpuEndpoint& e : cpu_endpoints) {
+          r.cpu_us_per_token.emplace_back(e.name, (cpu_after.at(e.name) - cpu_before.at(e.name)) / tokens * 1e6);
+        }
+      }
       if (!label.empty()) r.label = label;
       if (r.label.empty()) r.label = address;
       results.push_back(std::move(r));

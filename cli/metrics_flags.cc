@@ -1,6 +1,7 @@
 #include "cli/metrics_flags.h"
 
 #include "common/base/strings.h"
+#include "common/metrics/process_metrics.h"
 
 #ifndef PDSERVE_VERSION
 #define PDSERVE_VERSION "unknown"
@@ -32,6 +33,7 @@ absl::StatusOr<std::unique_ptr<metrics::HttpExporter>> MetricsFlags::Start(
                  {"version", "commit", "cuda"})
       .With({PDSERVE_VERSION, PDSERVE_COMMIT, PDSERVE_CUDA})
       .Set(1);
+  metrics::AddProcessMetrics(registry);
   if (listen.empty()) return std::unique_ptr<metrics::HttpExporter>();
   metrics::RenderOptions options;
   options.vllm_compat = compat == "vllm";

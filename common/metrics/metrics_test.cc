@@ -2,12 +2,19 @@
 
 #include <httplib.h>
 
+#include <sys/resource.h>
+#include <sys/time.h>
+
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <thread>
 
 #include "common/metrics/buckets.h"
 #include "common/metrics/http_exporter.h"
+#include "common/metrics/process_metrics.h"
 #include "common/metrics/request_metrics.h"
 #include "gtest/gtest.h"
 
@@ -178,6 +185,47 @@ TEST(MetricsTest, BucketsSpanTheQuantities) {
   EXPECT_LE(TokenLatencyBuckets().front(), 0.0001);  // Sub-millisecond ITL.
   EXPECT_GE(RequestLatencyBuckets().back(), 600);    // Minutes of E2E.
   EXPECT_LE(TtftBuckets().front(), 0.001);
+}
+
+// The sample of an unlabelled family in an exposition.
+double Sample(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + name.size() + 2, nullptr);
+}
+
+TEST(ProcessMetricsTest, CpuMemoryAndStartAgreeWithTheKernelsOtherAccounts) {
+  Registry registry;
+  AddProcessMetrics(&registry);
+  volatile double sink = 0;  // Some CPU time to count.
+  for (int i = 0; i < 20000000; ++i) sink = sink + std::sqrt(static_cast<double>(i));
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const std::string text = registry.Render();
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  auto seconds = [](const rusage& r) {
+    return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-6;
+  };
+  const double cpu = Sample(text, "process_cpu_seconds_total");
+  // /proc counts in clock ticks (10 ms); getrusage in microseconds.
+  EXPECT_GE(cpu, seconds(before) - 0.02) << text;
+  EXPECT_LE(cpu, seconds(after) + 0.02) << text;
+  EXPECT_GT(cpu, 0);
+  EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
+  // ru_maxrss (KiB) is the peak: the resident size now is at most that.
+  EXPECT_GT(Sample(text, "process_resident_memory_bytes"), 0);
+  EXPECT_LE(Sample(text, "process_resident_memory_bytes"), static_cast<double>(after.ru_maxrss) * 1024.0);
+  EXPECT_GE(Sample(text, "process_virtual_memory_bytes"), Sample(text, "process_resident_memory_bytes"));
+  EXPECT_GE(Sample(text, "process_open_fds"), 3);  // stdin, stdout, stderr.
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  EXPECT_EQ(Sample(text, "process_max_fds"), static_cast<double>(limit.rlim_cur));
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double start = Sample(text, "process_start_time_seconds");
+  EXPECT_LE(start, now + 1);
+  EXPECT_GE(start, now - 3600) << "this test started within the hour";
 }
 
 TEST(HttpExporterTest, ServesMetricsOverHttp) {

@@ -24,6 +24,13 @@ WORKDIR = None
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def proc_cpu_seconds(pid):
+    """utime + stime of a process, from the kernel (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(*args, check=True):
     out = subprocess.run([PDSERVE, *args], capture_output=True, text=True, timeout=300)
     if check and out.returncode != 0:
@@ -88,6 +95,39 @@ class BenchTest(unittest.TestCase):
         self.assertEqual(r["ok"], 4)
         # One stream: the run lasts at least the sum of the requests' latencies.
         self.assertGreaterEqual(r["duration_s"] * 1000, 4 * r["e2el_mean_ms"] * 0.999)
+
+    def test_serving_bench_reports_each_processs_cpu_per_token(self):
+        """--cpu-metrics: the router's and the decode worker's CPU per output token, from their
+        process_cpu_seconds_total, against the kernel's own count (/proc/PID/stat) over the run."""
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=1,
+                            engine_args=("--threads", "1", "--kv-memory-gib", "0.05", "--metrics-listen", "127.0.0.1:0"),
+                            router_args=("--metrics-listen", "127.0.0.1:0"))
+        try:
+            procs = {"router": c.router, "decode": c.decode[0]}
+            before = {n: proc_cpu_seconds(p.proc.pid) for n, p in procs.items()}
+            out = run("bench", "--server", c.router.grpc, "--num-prompts", "32", "--max-concurrency", "16",
+                      "--input-len", "16", "--output-len", "64", "--format", "json", "--cpu-metrics",
+                      ",".join(f"{n}={p.addresses['metrics']}" for n, p in procs.items()))
+            after = {n: proc_cpu_seconds(p.proc.pid) for n, p in procs.items()}
+            r = json.loads(out.stdout)[0]
+            self.assertEqual(r["completion_tokens"], 32 * 64)
+            cpu = r["cpu_us_per_output_token"]
+            self.assertEqual(sorted(cpu), ["decode", "router"])
+            for name in procs:
+                kernel = (after[name] - before[name]) / (32 * 64) * 1e6
+                # The kernel's figure spans the bench's start and end too (and ticks are 10 ms).
+                self.assertGreater(cpu[name], 0, name)
+                self.assertLessEqual(cpu[name], kernel + 0.02 / (32 * 64) * 1e6, (name, cpu[name], kernel))
+                self.assertGreater(cpu[name], 0.5 * kernel - 0.02 / (32 * 64) * 1e6, (name, cpu[name], kernel))
+            text = run("bench", "--server", c.router.grpc, "--num-prompts", "4", "--input-len", "8",
+                       "--output-len", "4", "--cpu-metrics", f"router={c.router.addresses['metrics']}").stdout
+            self.assertIn("CPU per output token (us), router:", text)
+            bad = run("bench", "--server", c.router.grpc, "--num-prompts", "2", "--input-len", "8",
+                      "--output-len", "2", "--cpu-metrics", "router=127.0.0.1:1", check=False)
+            self.assertEqual(bad.returncode, 1, bad.stderr)
+            self.assertIn("router (http://127.0.0.1:1/metrics) did not answer", bad.stderr)
+        finally:
+            self.assertEqual(c.stop(), [0, 0])
 
     def test_serving_bench_replays_a_trace(self):
         # A Mooncake-format trace (../shared/traces/README.md) with lengths x 1/32: 512-token
@@ -334,6 +374,9 @@ class BenchTest(unittest.TestCase):
             (["bench-transport", "--bytes", str(64 << 30)], "--bytes"),
             (["bench", "--server", "127.0.0.1:1", "--num-prompts", "20000"], "--max-concurrency"),
             (["bench", "--server", "127.0.0.1:1", "--csv", "/nonexistent/dir/x.csv"], "--csv"),
+            (["bench", "--server", "127.0.0.1:1", "--cpu-metrics", "router=nohost"], "--cpu-metrics"),
+            (["bench", "--server", "127.0.0.1:1", "--cpu-metrics", "a=127.0.0.1:1,a=127.0.0.1:2"], "--cpu-metrics"),
+            (["bench", "--compare-policies", "kv_aware", "--cpu-metrics", "127.0.0.1:1"], "--cpu-metrics"),
             (["bench", "--server", "127.0.0.1:1", "--workload", "trace"], "--trace"),
             (["bench", "--server", "127.0.0.1:1", "--trace", "/dev/null"], "--trace"),
             (["bench", "--server", "127.0.0.1:1", "--workload", "trace", "--trace", "/nonexistent.jsonl"], "--trace"),

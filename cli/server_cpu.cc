@@ -1,0 +1,68 @@
+#include "cli/server_cpu.h"
+
+#include <httplib.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_split.h"
+#include "cli/address_flags.h"
+#include "common/base/strings.h"
+
+namespace pdserve::cli {
+
+absl::StatusOr<std::vector<CpuEndpoint>> ParseCpuEndpoints(absl::string_view text) {
+  std::vector<CpuEndpoint> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    CpuEndpoint e;
+    const size_t eq = item.find('=');
+    e.address = std::string(eq == absl::string_view::npos ? item : item.substr(eq + 1));
+    e.name = eq == absl::string_view::npos ? e.address : std::string(item.substr(0, eq));
+    if (e.name.empty()) {
+      return absl::InvalidArgumentError(Str("--cpu-metrics: '", item, "' has an empty name"));
+    }
+    if (absl::Status s = AddressFlags().Peer(e.address, "--cpu-metrics").Check(); !s.ok()) return s;
+    for (const CpuEndpoint& seen : out) {
+      if (seen.name == e.name) return absl::InvalidArgumentError(Str("--cpu-metrics: '", e.name, "' is named twice"));
+    }
+    out.push_back(std::move(e));
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--cpu-metrics: no endpoint");
+  return out;
+}
+
+absl::StatusOr<double> CpuSecondsIn(absl::string_view exposition) {
+  constexpr absl::string_view kName = "process_cpu_seconds_total";
+  for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
+    if (line.size() <= kName.size() || line.substr(0, kName.size()) != kName) continue;
+    if (line[kName.size()] != ' ' && line[kName.size()] != '{') continue;
+    const size_t space = line.rfind(' ');
+    char* end = nullptr;
+    const std::string value(line.substr(space + 1));
+    const double v = std::strtod(value.c_str(), &end);
+    if (end != value.c_str()) return v;
+  }
+  return absl::NotFoundError("no process_cpu_seconds_total in the exposition");
+}
+
+absl::StatusOr<std::map<std::string, double>> ScrapeCpuSeconds(const std::vector<CpuEndpoint>& endpoints) {
+  std::map<std::string, double> out;
+  for (const CpuEndpoint& e : endpoints) {
+    const size_t colon = e.address.rfind(':');
+    std::string host = e.address.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    httplib::Client client(host, std::atoi(e.address.c_str() + colon + 1));
+    client.set_connection_timeout(5);
+    client.set_read_timeout(10);
+    const httplib::Result res = client.Get("/metrics");
+    if (!res || res->status != 200) {
+      return absl::UnavailableError(Str("--cpu-metrics: ", e.name, " (http://", e.address, "/metrics) did not answer: ",
+                                        res ? Str("HTTP ", res->status) : httplib::to_string(res.error())));
+    }
+    absl::StatusOr<double> cpu = CpuSecondsIn(res->body);
+    if (!cpu.ok()) return absl::NotFoundError(Str("--cpu-metrics: ", e.name, ": ", cpu.status().message()));
+    out[e.name] = *cpu;
+  }
+  return out;
+}
+
+}  // namespace pdserve::cli
