@@ -49,6 +49,9 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+LAST_ITL_P50_MS = [0.0]  # The last bench's inter-token latency, p50.
+
+
 def bench(pdserve, server, prompts, streams, http=None):
     out_len = SHAPE[3]
     endpoint = ["--endpoint", "openai-completions", "--http-server", http] if http else []
@@ -56,7 +59,9 @@ def bench(pdserve, server, prompts, streams, http=None):
                           "--max-concurrency", str(streams), "--input-len", "32", "--output-len", str(out_len),
                           *endpoint, "--format", "json"], capture_output=True, text=True, check=True).stdout
     b = json.loads(out)
-    return (b[0] if isinstance(b, list) else b)["output_tokens_per_second"]
+    b = b[0] if isinstance(b, list) else b
+    LAST_ITL_P50_MS[0] = b["itl_p50_ms"]
+    return b["output_tokens_per_second"]
 
 
 def engine(pdserve, model, threads, streams):
@@ -168,8 +173,8 @@ def main():
             names = a.ab_names.split(",")
             variants = [(names[0], []), (names[1], a.ab.split())]
             paths = (a.paths or "grpc").split(",")
-            print("| round | --threads | streams | engine alone tok/s | path | variant | tok/s | ratio | CPU/token |")
-            print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+            print("| round | --threads | streams | engine alone tok/s | path | variant | tok/s | ratio | ITL p50 ms | CPU/token |")
+            print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
             for r in range(a.rounds):
                 for threads in a.threads.split(","):
                     for streams in streams_list:
@@ -183,7 +188,7 @@ def main():
                                     tok_s, cpu = run_serve(pdserve, model, threads, streams, path == "openai", extra)
                                     figure = f"serve {cpu:.1f} us"
                                 print(f"| {r} | {threads} | {streams} | {e:,.0f} | {path} | {name} | {tok_s:,.0f} | "
-                                      f"{tok_s / e:.2f} | {figure} |", flush=True)
+                                      f"{tok_s / e:.2f} | {LAST_ITL_P50_MS[0]:.2f} | {figure} |", flush=True)
             return
         if a.paths:
             paths = a.paths.split(",")
