@@ -56,8 +56,13 @@ struct PolicyResult {
   bool spec_on = false;
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
   std::vector<int64_t> spec_accepted_by_position;
-  // --cpu-metrics: each server process's CPU over the run, in microseconds an output token.
-  std::vector<std::pair<std::string, double>> cpu_us_per_token;
+  // --cpu-metrics: each server process's CPU over the run, in microseconds an output token, and
+  // its engine's step time likewise (negative: it runs no engine).
+  struct ProcessCost {
+    std::string name;
+    double cpu_us = 0, engine_step_us = -1;
+  };
+  std::vector<ProcessCost> cpu_us_per_token;
 };
 
 // The decode tier's speculative decoding totals, as the router last heard them.
@@ -245,9 +250,13 @@ nlohmann::json ToJson(const PolicyResult& r) {
   for (const auto& [name, value] : Figures(r)) j[name] = value;
   if (!r.summary.first_error.empty()) j["first_error"] = r.summary.first_error;
   if (!r.cpu_us_per_token.empty()) {
-    nlohmann::json cpu = nlohmann::json::object();
-    for (const auto& [name, us] : r.cpu_us_per_token) cpu[name] = us;
+    nlohmann::json cpu = nlohmann::json::object(), step = nlohmann::json::object();
+    for (const auto& c : r.cpu_us_per_token) {
+      cpu[c.name] = c.cpu_us;
+      if (c.engine_step_us >= 0) step[c.name] = c.engine_step_us;
+    }
     j["cpu_us_per_output_token"] = cpu;
+    j["engine_step_us_per_output_token"] = step;
   }
   if (r.have_stats) {
     j["decode_max_over_mean"] = r.decode_max_mean;
@@ -301,8 +310,11 @@ absl::Status WriteCsv(const std::string& path, const std::vector<PolicyResult>& 
 // One result the way `vllm bench serve` prints it.
 void PrintBlock(const PolicyResult& r, const Slo& slo) {
   PrintSummaryFigures(r.label, r.rate, r.summary, slo);
-  for (const auto& [name, us] : r.cpu_us_per_token) {
-    std::printf("%-40s %.1f\n", Str("CPU per output token (us), ", name, ":").c_str(), us);
+  for (const auto& c : r.cpu_us_per_token) {
+    std::printf("%-40s %.1f\n", Str("CPU per output token (us), ", c.name, ":").c_str(), c.cpu_us);
+    if (c.engine_step_us >= 0) {
+      std::printf("%-40s %.1f\n", Str("  of which engine steps (us), ", c.name, ":").c_str(), c.engine_step_us);
+    }
   }
   if (r.have_stats) {
     std::printf("%-40s %.2f / %.2f\n", "Routing max/mean (decode / prefill):", r.decode_max_mean,
@@ -490,16 +502,24 @@ int BenchCommand(int argc, char** argv) {
                    (label.empty() ? address : label).c_str(),
                    static_cast<long long>(w.num_prompts), RateText(rate).c_str());
       PD_ASSIGN_OR_RETURN(auto channel, PublicChannel(address, server_ca));
-      std::map<std::string, double> cpu_before;
+      std::map<std::string, ProcessTimes> cpu_before;
       if (!cpu_endpoints.empty()) {
-        PD_ASSIGN_OR_RETURN(cpu_before, ScrapeCpuSeconds(cpu_endpoints));
+        PD_ASSIGN_OR_RETURN(cpu_before, ScrapeProcessTimes(cpu_endpoints));
       }
       PD_ASSIGN_OR_RETURN(PolicyResult r, Measure(channel, at, replay ? &trace : nullptr, load, slo));
       if (!cpu_endpoints.empty()) {
-        PD_ASSIGN_OR_RETURN(const auto cpu_after, ScrapeCpuSeconds(cpu_endpoints));
+        PD_ASSIGN_OR_RETURN(const auto cpu_after, ScrapeProcessTimes(cpu_endpoints));
         const double tokens = static_cast<double>(std::max<int64_t>(r.summary.completion_tokens, 1));
         for (const CpuEndpoint& e : cpu_endpoints) {
-          r.cpu_us_per_token.emplace_back(e.name, (cpu_after.at(e.name) - cpu_before.at(e.name)) / tokens * 1e6);
+          const ProcessTimes& a = cpu_after.at(e.name);
+          const ProcessTimes& b = cpu_before.at(e.name);
+          PolicyResult::ProcessCost c;
+          c.name = e.name;
+          c.cpu_us = (a.cpu_seconds - b.cpu_seconds) / tokens * 1e6;
+          if (a.engine_step_seconds >= 0 && b.engine_step_seconds >= 0) {
+            c.engine_step_us = (a.engine_step_seconds - b.engine_step_seconds) / tokens * 1e6;
+          }
+          r.cpu_us_per_token.push_back(std::move(c));
         }
       }
       if (!label.empty()) r.label = label;

@@ -30,22 +30,26 @@ absl::StatusOr<std::vector<CpuEndpoint>> ParseCpuEndpoints(absl::string_view tex
   return out;
 }
 
-absl::StatusOr<double> CpuSecondsIn(absl::string_view exposition) {
-  constexpr absl::string_view kName = "process_cpu_seconds_total";
+absl::StatusOr<double> SumOfSeries(absl::string_view exposition, absl::string_view name) {
+  double sum = 0;
+  bool found = false;
   for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
-    if (line.size() <= kName.size() || line.substr(0, kName.size()) != kName) continue;
-    if (line[kName.size()] != ' ' && line[kName.size()] != '{') continue;
+    if (line.size() <= name.size() || line.substr(0, name.size()) != name) continue;
+    if (line[name.size()] != ' ' && line[name.size()] != '{') continue;
     const size_t space = line.rfind(' ');
-    char* end = nullptr;
     const std::string value(line.substr(space + 1));
+    char* end = nullptr;
     const double v = std::strtod(value.c_str(), &end);
-    if (end != value.c_str()) return v;
+    if (end == value.c_str()) continue;
+    sum += v;
+    found = true;
   }
-  return absl::NotFoundError("no process_cpu_seconds_total in the exposition");
+  if (!found) return absl::NotFoundError(Str("no ", name, " in the exposition"));
+  return sum;
 }
 
-absl::StatusOr<std::map<std::string, double>> ScrapeCpuSeconds(const std::vector<CpuEndpoint>& endpoints) {
-  std::map<std::string, double> out;
+absl::StatusOr<std::map<std::string, ProcessTimes>> ScrapeProcessTimes(const std::vector<CpuEndpoint>& endpoints) {
+  std::map<std::string, ProcessTimes> out;
   for (const CpuEndpoint& e : endpoints) {
     const size_t colon = e.address.rfind(':');
     std::string host = e.address.substr(0, colon);
@@ -58,9 +62,13 @@ absl::StatusOr<std::map<std::string, double>> ScrapeCpuSeconds(const std::vector
       return absl::UnavailableError(Str("--cpu-metrics: ", e.name, " (http://", e.address, "/metrics) did not answer: ",
                                         res ? Str("HTTP ", res->status) : httplib::to_string(res.error())));
     }
-    absl::StatusOr<double> cpu = CpuSecondsIn(res->body);
+    absl::StatusOr<double> cpu = SumOfSeries(res->body, "process_cpu_seconds_total");
     if (!cpu.ok()) return absl::NotFoundError(Str("--cpu-metrics: ", e.name, ": ", cpu.status().message()));
-    out[e.name] = *cpu;
+    ProcessTimes& t = out[e.name];
+    t.cpu_seconds = *cpu;
+    if (absl::StatusOr<double> step = SumOfSeries(res->body, "pdserve_engine_step_seconds_total"); step.ok()) {
+      t.engine_step_seconds = *step;
+    }
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // `pdserve bench --cpu-metrics`: the server processes' CPU time over a run, from their
 // Prometheus endpoints (process_cpu_seconds_total), so a run reports CPU per output token per
-// process (issue 62) wherever the processes run.
+// process (issue 62) wherever the processes run; and a worker's engine step time
+// (pdserve_engine_step_seconds_total), what of it the engine's steps took.
 #ifndef PDSERVE_CLI_SERVER_CPU_H_
 #define PDSERVE_CLI_SERVER_CPU_H_
 
@@ -21,12 +22,16 @@ struct CpuEndpoint {
 // `name=host:port` or `host:port` entries, comma-separated; InvalidArgument naming the entry.
 absl::StatusOr<std::vector<CpuEndpoint>> ParseCpuEndpoints(absl::string_view text);
 
-// process_cpu_seconds_total in a Prometheus exposition; NotFound when absent.
-absl::StatusOr<double> CpuSecondsIn(absl::string_view exposition);
+// The sum of the series of `name` in a Prometheus exposition; NotFound when it has none.
+absl::StatusOr<double> SumOfSeries(absl::string_view exposition, absl::string_view name);
 
-// Each endpoint's process_cpu_seconds_total now (GET /metrics); Unavailable naming the one that
-// does not answer.
-absl::StatusOr<std::map<std::string, double>> ScrapeCpuSeconds(const std::vector<CpuEndpoint>& endpoints);
+struct ProcessTimes {
+  double cpu_seconds = 0;          // process_cpu_seconds_total.
+  double engine_step_seconds = -1;  // pdserve_engine_step_seconds_total (its roles'); -1: none.
+};
+
+// Each endpoint's figures now (GET /metrics); Unavailable naming the one that does not answer.
+absl::StatusOr<std::map<std::string, ProcessTimes>> ScrapeProcessTimes(const std::vector<CpuEndpoint>& endpoints);
 
 }  // namespace pdserve::cli
 

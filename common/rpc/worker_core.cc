@@ -47,6 +47,7 @@ internal::v1::WorkerInfo MakeWorkerInfo(const std::string& role, const WorkerCor
   info.set_transfer_pages(transfers.pages);
   info.set_transfer_bytes(transfers.bytes);
   info.set_preemptions(s.preemptions);
+  info.set_engine_step_seconds(s.step_seconds);
   info.set_max_model_len(static_cast<int32_t>(core.engine->max_model_len()));
   info.set_vocab_size(static_cast<int32_t>(core.engine->config().vocab_size));
   info.set_page_bytes(static_cast<int64_t>(core.engine->kv_spec().PageBytes()));

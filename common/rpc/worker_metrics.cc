@@ -45,6 +45,11 @@ WorkerMetrics::WorkerMetrics(metrics::Registry* registry, const std::string& mod
                                  "Requests preempted (their KV recomputed later).", kLabels,
                                  "vllm:num_preemptions_total")
                        .With({model_name, role})),
+      step_seconds_(registry_->AddCounter("pdserve_engine_step_seconds_total",
+                                  "Seconds the engine spent in its steps (schedule, forward pass, "
+                                  "sampling): process_cpu_seconds_total beyond it is serving's.",
+                                  kLabels)
+                        .With({model_name, role})),
       transfer_bytes_(registry_->AddCounter("pdserve_kv_transfer_bytes_total",
                                     "KV page bytes of completed transfers (sent by prefill, "
                                     "received by decode).",
@@ -145,6 +150,7 @@ void WorkerMetrics::Collect(const internal::v1::WorkerInfo& info) {
   prefix_queries_.SetTotal(static_cast<double>(info.prefix_query_tokens()));
   prefix_hits_.SetTotal(static_cast<double>(info.prefix_hit_tokens()));
   preemptions_.SetTotal(static_cast<double>(info.preemptions()));
+  step_seconds_.SetTotal(info.engine_step_seconds());
   transfer_bytes_.SetTotal(static_cast<double>(info.transfer_bytes()));
   transfer_pages_.SetTotal(static_cast<double>(info.transfer_pages()));
   transfers_.SetTotal(static_cast<double>(info.transfers_completed()));

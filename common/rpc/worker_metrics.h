@@ -60,6 +60,7 @@ class WorkerMetrics {
   metrics::Counter& prefix_queries_;
   metrics::Counter& prefix_hits_;
   metrics::Counter& preemptions_;
+  metrics::Counter& step_seconds_;
   metrics::Counter& transfer_bytes_;
   metrics::Counter& transfer_pages_;
   metrics::Counter& transfers_;

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -105,11 +106,18 @@ class BenchTest(unittest.TestCase):
         try:
             procs = {"router": c.router, "decode": c.decode[0]}
             before = {n: proc_cpu_seconds(p.proc.pid) for n, p in procs.items()}
+            started = time.monotonic()
             out = run("bench", "--server", c.router.grpc, "--num-prompts", "32", "--max-concurrency", "16",
                       "--input-len", "16", "--output-len", "64", "--format", "json", "--cpu-metrics",
                       ",".join(f"{n}={p.addresses['metrics']}" for n, p in procs.items()))
+            wall = time.monotonic() - started
             after = {n: proc_cpu_seconds(p.proc.pid) for n, p in procs.items()}
             r = json.loads(out.stdout)[0]
+            # The decode worker's engine stepped (one scheduler thread: at most the wall time).
+            step = r["engine_step_us_per_output_token"]
+            self.assertEqual(list(step), ["decode"])
+            self.assertGreater(step["decode"], 0)
+            self.assertLess(step["decode"], wall / (32 * 64) * 1e6)
             self.assertEqual(r["completion_tokens"], 32 * 64)
             cpu = r["cpu_us_per_output_token"]
             self.assertEqual(sorted(cpu), ["decode", "router"])
@@ -122,6 +130,7 @@ class BenchTest(unittest.TestCase):
             text = run("bench", "--server", c.router.grpc, "--num-prompts", "4", "--input-len", "8",
                        "--output-len", "4", "--cpu-metrics", f"router={c.router.addresses['metrics']}").stdout
             self.assertIn("CPU per output token (us), router:", text)
+            self.assertNotIn("of which engine steps", text)
             bad = run("bench", "--server", c.router.grpc, "--num-prompts", "2", "--input-len", "8",
                       "--output-len", "2", "--cpu-metrics", "router=127.0.0.1:1", check=False)
             self.assertEqual(bad.returncode, 1, bad.stderr)
