@@ -50,17 +50,21 @@ def cpu_seconds(pid):
 
 
 LAST_ITL_P50_MS = [0.0]  # The last bench's inter-token latency, p50.
+LAST_STEP_US = {}  # The last bench's engine step time a token, by process (pdserve bench --cpu-metrics).
 
 
-def bench(pdserve, server, prompts, streams, http=None):
+def bench(pdserve, server, prompts, streams, http=None, cpu_metrics=""):
     out_len = SHAPE[3]
     endpoint = ["--endpoint", "openai-completions", "--http-server", http] if http else []
+    cpu = ["--cpu-metrics", cpu_metrics] if cpu_metrics else []
     out = subprocess.run([pdserve, "bench", "--server", server.grpc, "--num-prompts", str(prompts),
                           "--max-concurrency", str(streams), "--input-len", "32", "--output-len", str(out_len),
-                          *endpoint, "--format", "json"], capture_output=True, text=True, check=True).stdout
+                          *endpoint, *cpu, "--format", "json"], capture_output=True, text=True, check=True).stdout
     b = json.loads(out)
     b = b[0] if isinstance(b, list) else b
     LAST_ITL_P50_MS[0] = b["itl_p50_ms"]
+    LAST_STEP_US.clear()
+    LAST_STEP_US.update(b.get("engine_step_us_per_output_token", {}))
     return b["output_tokens_per_second"]
 
 
@@ -85,7 +89,9 @@ def measured(pdserve, processes, server, perf_dir=None, tag="", streams=None, ht
                  "-p", str(p.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(0.5)
     before = {name: cpu_seconds(p.proc.pid) for name, p in processes}
-    tok_s = bench(pdserve, server, prompts, streams, http)
+    # Each process's engine step time from its metrics (the CPU figure is the kernel's, from /proc).
+    cpu_metrics = ",".join(f"{name}={p.addresses['metrics']}" for name, p in processes if "metrics" in p.addresses)
+    tok_s = bench(pdserve, server, prompts, streams, http, cpu_metrics)
     cpu = {name: (cpu_seconds(p.proc.pid) - before[name]) / (prompts * SHAPE[3]) for name, p in processes}
     for r in recorders:
         r.send_signal(2)
@@ -98,6 +104,7 @@ EXTRA_SERVE_ARGS = []
 
 def serve_args(model, threads, http=False):
     return ["serve", "--model", model, "--listen", "127.0.0.1:0", "--kv-memory-gib", "0.5", "--threads", threads,
+            "--metrics-listen", "127.0.0.1:0",
             *(["--http-listen", "127.0.0.1:0"] if http else []), *EXTRA_SERVE_ARGS]
 
 
@@ -114,8 +121,9 @@ def run_serve(pdserve, model, threads, streams, http=False, extra=()):
 
 def run_tiers(pdserve, model, threads, streams, router_args=()):
     """A router, a decode and a prefill worker as separate processes: tok/s and each one's CPU a token."""
-    c = cluster.Cluster(pdserve, model, prefill=1, decode=1, engine_args=("--kv-memory-gib", "0.5", "--threads", threads),
-                        router_args=tuple(router_args))
+    c = cluster.Cluster(pdserve, model, prefill=1, decode=1,
+                        engine_args=("--kv-memory-gib", "0.5", "--threads", threads, "--metrics-listen", "127.0.0.1:0"),
+                        router_args=("--metrics-listen", "127.0.0.1:0", *router_args))
     try:
         procs = [("router", c.router), ("decode", c.decode[0]), ("prefill", c.prefill[0])]
         tok_s, cpu = measured(pdserve, procs, c.router, streams=streams)
@@ -187,6 +195,8 @@ def main():
                                 else:
                                     tok_s, cpu = run_serve(pdserve, model, threads, streams, path == "openai", extra)
                                     figure = f"serve {cpu:.1f} us"
+                                steps = ", ".join(f"{n} {v:.1f}" for n, v in LAST_STEP_US.items())
+                                figure += f" (engine steps: {steps} us)"
                                 print(f"| {r} | {threads} | {streams} | {e:,.0f} | {path} | {name} | {tok_s:,.0f} | "
                                       f"{tok_s / e:.2f} | {LAST_ITL_P50_MS[0]:.2f} | {figure} |", flush=True)
             return
