@@ -177,9 +177,11 @@ def main():
                   ", ".join(f"{n} {cpu[n] * 1e6:.1f} us" for n, _ in procs))
             print(f"perf data in {a.out} (perf report -i FILE --no-children --sort dso|symbol|pid)")
             return
-        if a.ab is not None:
+        if a.paths or a.ab is not None:
+            # Each path; with --ab, variant A (no extra flags) and B side by side, the order
+            # reversed every round.
             names = a.ab_names.split(",")
-            variants = [(names[0], []), (names[1], a.ab.split())]
+            variants = [(names[0], []), (names[1], a.ab.split())] if a.ab is not None else [("-", [])]
             paths = (a.paths or "grpc").split(",")
             print("| round | --threads | streams | engine alone tok/s | path | variant | tok/s | ratio | ITL p50 ms | CPU/token |")
             print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -199,24 +201,6 @@ def main():
                                 figure += f" (engine steps: {steps} us)"
                                 print(f"| {r} | {threads} | {streams} | {e:,.0f} | {path} | {name} | {tok_s:,.0f} | "
                                       f"{tok_s / e:.2f} | {LAST_ITL_P50_MS[0]:.2f} | {figure} |", flush=True)
-            return
-        if a.paths:
-            paths = a.paths.split(",")
-            print("| round | --threads | streams | engine alone tok/s | path | tok/s | ratio | CPU/token |")
-            print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-            for r in range(a.rounds):
-                for threads in a.threads.split(","):
-                    for streams in streams_list:
-                        e = engine(pdserve, model, threads, streams)
-                        for path in paths:
-                            if path == "tiers":
-                                tok_s, cpu = run_tiers(pdserve, model, threads, streams)
-                                figure = ", ".join(f"{n} {v:.1f} us" for n, v in cpu.items())
-                            else:
-                                tok_s, cpu = run_serve(pdserve, model, threads, streams, http=path == "openai")
-                                figure = f"serve {cpu:.1f} us"
-                            print(f"| {r} | {threads} | {streams} | {e:,.0f} | {path} | {tok_s:,.0f} | "
-                                  f"{tok_s / e:.2f} | {figure} |", flush=True)
             return
         builds = [("new", pdserve)] + ([("old", os.path.abspath(a.old))] if a.old else [])
         print("| round | --threads | engine alone tok/s | build | serve tok/s | ratio | serve CPU/token |")
