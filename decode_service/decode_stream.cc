@@ -30,10 +30,12 @@ class Outbox {
  public:
   explicit Outbox(Session* session) : session_(session) {}
 
-  // A request started on the stream.
-  void Add(uint64_t id, const std::string& request_id) {
+  // A request started on the stream: false when the router is gone (nothing to run it for) or
+  // the id runs already (the router broke the protocol: both end, see OnReadDone).
+  bool Add(uint64_t id, const std::string& request_id) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!gone_) live_[id] = request_id;
+    if (gone_) return false;
+    return live_.emplace(id, request_id).second;
   }
   // A step's output of request `id` (ending it when finished); written at the next Flush.
   void Output(uint64_t id, const RequestOutput& output);
@@ -118,7 +120,15 @@ class Session : public grpc::ServerBidiReactor<Request, Response> {
       return;
     }
     for (internal::v1::DecodeStreamStart& start : *request_.mutable_starts()) {
-      outbox_->Add(start.id(), start.request().request_id());
+      if (!outbox_->Add(start.id(), start.request().request_id())) {
+        // An id already running: the request under it ends too, so that neither side keeps one
+        // the other has forgotten.
+        const std::string running = outbox_->End(
+            start.id(), grpc::StatusCode::INVALID_ARGUMENT,
+            Str("GenerateMany: id ", start.id(), " was started while a request with it runs"));
+        if (!running.empty()) worker_->Cancel(running);
+        continue;
+      }
       // Not under the outbox's lock: a worker that refuses ends the request before Submit returns.
       worker_->Submit(ToDecodeJob(start.request(), std::move(*start.mutable_traceparent()),
                                   std::move(*start.mutable_tracestate())),

@@ -114,12 +114,16 @@ class SharedDecodeAttempt : public Attempt,
     if (cancelled_.load()) stream_->Cancel(id);  // A Cancel that came while it began.
     if (deadline != std::chrono::system_clock::time_point::max()) {
       // The request's deadline, which a Generate stream's context would carry: the attempt ends
-      // then even if the worker cannot be heard.
-      alarm_.Set(deadline, [self, id](bool fired) {
-        if (!fired) return;
-        self->stream_->Abandon(id);
-        self->End(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"));
-      });
+      // then even if the worker cannot be heard. Not set once it ended (its end may have come
+      // already): the alarm would keep it alive until then.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ended_) {
+        alarm_.Set(deadline, [self, id](bool fired) {
+          if (!fired) return;
+          self->stream_->Abandon(id);
+          self->End(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"));
+        });
+      }
     }
   }
   void Cancel() override {

@@ -14,6 +14,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import queue
 import random
 import shutil
 import signal
@@ -485,6 +486,66 @@ class SharedStreamTest(unittest.TestCase):
             wait_idle(self, [(worker, False)])
             got = collect(stub, request(ids, 8))
             self.assertEqual((len(got["token_ids"]), got["finish_reason"]), (8, "length"))
+        finally:
+            self.assertEqual(c.stop(), [0, 0])
+
+
+    def test_the_workers_end_of_generate_many_keeps_its_protocol(self):
+        # A raw GenerateMany client on a decode worker (what a router does, and what it must not):
+        # a cancel is answered by the request's end (CANCELLED); an id started while a request with
+        # it runs ends that request with INVALID_ARGUMENT naming the id; a request that finishes ends
+        # with its finish reason; closing our side ends what still runs. Nothing stays in use.
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=1)
+        worker = c.decode[0]
+        try:
+            stub = worker_pb2_grpc.DecodeWorkerStub(grpc.insecure_channel(worker.grpc))
+            ids = prompts(1, 81, 10, 20)[0]
+            outbox = queue.Queue()
+
+            def requests():
+                while True:
+                    m = outbox.get()
+                    if m is None:
+                        return
+                    yield m
+
+            def start(i, max_tokens):
+                r = worker_pb2.DecodeRequest(request_id=f"raw-{i}", prompt_ids=ids, seed=7,
+                                             sampling=pb.SamplingParams(temperature=0, max_tokens=max_tokens,
+                                                                        ignore_eos=True))
+                return worker_pb2.DecodeStreamRequest(starts=[worker_pb2.DecodeStreamStart(id=i, request=r)])
+
+            call = stub.GenerateMany(requests(), timeout=60)
+            ends, tokens = {}, {}
+
+            def read_until(pred):
+                for message in call:
+                    for item in message.items:
+                        tokens[item.id] = tokens.get(item.id, 0) + len(item.response.token_ids)
+                        if item.end:
+                            self.assertNotIn(item.id, ends, "a second end")
+                            ends[item.id] = item
+                    if pred():
+                        return
+
+            outbox.put(start(1, 1500))
+            outbox.put(start(2, 1500))
+            outbox.put(start(3, 6))
+            read_until(lambda: 3 in ends and tokens.get(1, 0) > 0 and tokens.get(2, 0) > 0)
+            self.assertEqual((ends[3].status_code, ends[3].response.finish_reason, tokens[3]), (0, "length", 6))
+            outbox.put(worker_pb2.DecodeStreamRequest(cancels=[1]))
+            outbox.put(start(2, 4))  # Id 2 runs.
+            read_until(lambda: 1 in ends and 2 in ends)
+            self.assertEqual(ends[1].status_code, grpc.StatusCode.CANCELLED.value[0])
+            self.assertEqual(ends[2].status_code, grpc.StatusCode.INVALID_ARGUMENT.value[0])
+            self.assertIn("id 2 was started while a request with it runs", ends[2].status_message)
+            outbox.put(start(4, 1500))
+            read_until(lambda: tokens.get(4, 0) > 0)
+            outbox.put(None)  # Our side closes with request 4 running: the worker ends the call.
+            read_until(lambda: False)
+            self.assertEqual(call.code(), grpc.StatusCode.OK)
+            self.assertNotIn(4, ends)
+            wait_idle(self, [(worker, False)])
         finally:
             self.assertEqual(c.stop(), [0, 0])
 
