@@ -308,6 +308,13 @@ def streams_with_a_killed_worker(test, run_stream, n, victim, started_streams, s
         while running == 0 and time.time() < deadline:
             time.sleep(0.01)
             running = worker_info(victim.grpc, False).running
+        if running == 0:
+            # Seen once in CI (2026-12-07, test_kv_tiers): say what the victim was doing.
+            info = worker_info(victim.grpc, False)
+            print(f"streams_with_a_killed_worker: the victim ran nothing for 30 s: waiting {info.waiting}, "
+                  f"used blocks {info.used_blocks}, remote prefills {info.remote_prefills}, local "
+                  f"{info.local_prefills}, progress {progress}; its log:\n{victim.stderr()[-3000:]}",
+                  file=sys.stderr, flush=True)
         victim.proc.kill()  # SIGKILL: no drain, no goodbye.
         return [f.result(timeout=300) for f in futures], running
 
