@@ -163,6 +163,49 @@ void ThreadPool::Dynamic(int64_t n, int64_t grain, const absl::FunctionRef<void(
   });
 }
 
+void ThreadPool::ForEachItem(int64_t n, absl::FunctionRef<void(int, int64_t)> fn) {
+  const int threads = num_threads_;
+  if (threads == 1 || n <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(0, i);
+    return;
+  }
+  // Thread t's items left: [front, back) of its sequence t, t + T, ..., packed front << 32 | back
+  // so that its owner (front) and a thief (back) claim by one CAS.
+  auto pack = [](int64_t front, int64_t back) {
+    return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
+  };
+  const int64_t per_thread_max = (n + threads - 1) / threads;
+  if (per_thread_max > INT32_MAX) {  // No loop here comes near; a fixed deal.
+    Run([&](int t) {
+      for (int64_t i = t; i < n; i += threads) fn(t, i);
+    });
+    return;
+  }
+  for (int t = 0; t < threads; ++t) {
+    shares_[t].left.store(pack(0, n > t ? (n - t + threads - 1) / threads : 0), std::memory_order_relaxed);
+  }
+  auto claim = [&](int owner, bool front, int64_t* k) {
+    std::atomic<uint64_t>& left = shares_[owner].left;
+    uint64_t cur = left.load(std::memory_order_relaxed);
+    for (;;) {
+      const int64_t f = static_cast<int64_t>(cur >> 32), b = static_cast<int64_t>(cur & 0xFFFFFFFFu);
+      if (f >= b) return false;
+      if (left.compare_exchange_weak(cur, front ? pack(f + 1, b) : pack(f, b - 1), std::memory_order_relaxed)) {
+        *k = front ? f : b - 1;
+        return true;
+      }
+    }
+  };
+  Run([&](int t) {
+    int64_t k;
+    while (claim(t, true, &k)) fn(t, t + k * threads);
+    for (int d = 1; d < threads; ++d) {
+      const int owner = (t + d) % threads;
+      while (claim(owner, false, &k)) fn(t, owner + k * threads);
+    }
+  });
+}
+
 void ThreadPool::WorkerLoop(int index) {
   // Generation 0 is the pool's state at construction; loading it here instead could miss a job
   // posted before this thread first ran.

@@ -53,6 +53,13 @@ class ThreadPool {
   void ParallelForDynamic(int64_t n, int64_t grain, absl::FunctionRef<void()> first,
                           absl::FunctionRef<void(int64_t, int64_t)> fn);
 
+  // Runs fn(thread, i) once for each item i of [0, n). Thread t owns items t, t + T, t + 2T, ...
+  // (T threads: a round-robin deal) and runs them in order; a thread done with its own takes the
+  // last ones of the others. So a thread the machine preempts (gRPC's threads share the cores in
+  // `serve`) leaves its items to the others instead of holding them at the barrier. For items of
+  // uneven cost whose outputs are disjoint (attention's (row, head) items).
+  void ForEachItem(int64_t n, absl::FunctionRef<void(int, int64_t)> fn);
+
  private:
   void Dynamic(int64_t n, int64_t grain, const absl::FunctionRef<void()>* first,
                absl::FunctionRef<void(int64_t, int64_t)> fn);
@@ -65,7 +72,7 @@ class ThreadPool {
   struct alignas(64) Share {
     std::atomic<uint64_t> left{0};
   };
-  std::unique_ptr<Share[]> shares_;
+  std::unique_ptr<Share[]> shares_;  // Also ForEachItem's: thread t's items left.
   // Three cache lines, so that the workers' spinning reads of one do not take from the caller
   // the line it is writing (a hand-off across cores costs a transfer per line it touches).
   // The current job: written by the caller before `generation_` is bumped, read by the workers

@@ -63,6 +63,52 @@ TEST(ThreadPoolTest, ParallelForDynamicHandsASlowThreadsShareToTheOthers) {
   EXPECT_GT(by_caller.load(), 3 * n / 4);
 }
 
+TEST(ThreadPoolTest, ForEachItemRunsEachItemOnceInItsOwnersOrderWhenNoneIsLate) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 7, 64, 1001}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::vector<std::vector<int64_t>> order(static_cast<size_t>(threads));
+      std::mutex mu;
+      pool.ForEachItem(n, [&](int t, int64_t i) {
+        hits[static_cast<size_t>(i)].fetch_add(1);
+        std::lock_guard<std::mutex> lock(mu);
+        order[static_cast<size_t>(t)].push_back(i);
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << threads << " " << i;
+      // A thread's own items (t mod T) come first and in order.
+      for (int t = 0; t < threads; ++t) {
+        int64_t last = -1;
+        for (int64_t i : order[static_cast<size_t>(t)]) {
+          if (i % threads != t) break;
+          EXPECT_GT(i, last);
+          last = i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ForEachItemHandsALateThreadsItemsToTheOthers) {
+  // The worker sleeps in each item it takes (a thread the machine preempted); the caller, done
+  // with its own items, takes the worker's from the back.
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  constexpr int64_t n = 200;
+  std::vector<std::atomic<int>> hits(n);
+  std::atomic<int64_t> by_caller{0};
+  pool.ForEachItem(n, [&](int, int64_t i) {
+    if (std::this_thread::get_id() == caller) {
+      by_caller.fetch_add(1);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    hits[static_cast<size_t>(i)].fetch_add(1);
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i;
+  EXPECT_GT(by_caller.load(), 3 * n / 4);
+}
+
 TEST(ThreadPoolTest, ParallelForDynamicRunsTheSetUpOnTheCallerBeforeAnyChunk) {
   // The set-up is slow, so the workers are awake and waiting long before it ends; none may
   // start a chunk until it has.

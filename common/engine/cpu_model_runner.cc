@@ -320,8 +320,9 @@ void CpuModelRunner::AttentionF32(const ForwardBatch& batch, const kernels::KvPa
                                   int64_t rows) {
   const ModelConfig& c = config_;
   const int64_t qs = c.q_size();
-  // Items (row, head) are dealt round-robin: a prefill chunk's later rows attend to more keys, so
-  // contiguous ranges would leave one thread with most of the work.
+  // Items are dealt round-robin (ThreadPool::ForEachItem, which lets a free thread take a late
+  // one's): a prefill chunk's later rows attend to more keys, so contiguous ranges would leave one
+  // thread with most of the work.
   // An item is (row, KV head): its query heads read each key and value once
   // (PagedAttentionKvGroup; same bits). Only with fewer such items than threads are they split
   // per query head: at batch 1 per-head items read each KV head's context once per query head,
@@ -331,9 +332,9 @@ void CpuModelRunner::AttentionF32(const ForwardBatch& batch, const kernels::KvPa
   const bool grouped = rows * c.num_kv_heads >= threads;
   const int64_t per_row = grouped ? c.num_kv_heads : c.num_heads;
   const int64_t items = rows * per_row;
-  pool_threads_.Run([&](int t) {
+  pool_threads_.ForEachItem(items, [&](int t, int64_t i) {
     float* scratch = &attn_scratch_[static_cast<size_t>(t) * attn_scratch_per_thread_];
-    for (int64_t i = t; i < items; i += threads) {
+    {
       const int64_t r = i / per_row, h = i % per_row;
       const SequenceChunk& chunk = batch.sequences[rows_[r].seq];
       if (grouped) {
@@ -384,13 +385,12 @@ void CpuModelRunner::PlanAttentionBf16(const ForwardBatch& batch) {
 void CpuModelRunner::AttentionBf16(const ForwardBatch& batch, const kernels::KvPagesView& view) {
   const ModelConfig& c = config_;
   const int64_t qs = c.q_size();
-  const int threads = pool_threads_.num_threads();
   const int64_t items = static_cast<int64_t>(attn_items_.size());
   // Attention sums in the linear layers' order: AMX tiles where they run on AMX (attention_bf16.h).
   const MatrixLayout order = matrices_->layer(0).o.layout;
-  pool_threads_.Run([&](int t) {
+  pool_threads_.ForEachItem(items, [&](int t, int64_t i) {
     uint8_t* scratch = attn_bf16_scratch_.get() + static_cast<size_t>(t) * attn_bf16_scratch_bytes_;
-    for (int64_t i = t; i < items; i += threads) {
+    {
       const AttentionItem& it = attn_items_[i];
       const SequenceChunk& chunk = batch.sequences[it.seq];
       kernels::PagedAttentionBf16(view, chunk.block_table.data(), chunk.start_position, it.count,
