@@ -3,9 +3,10 @@
 #include <httplib.h>
 
 #include <cstdlib>
+#include <string_view>
 
 #include "absl/strings/str_split.h"
-#include "cli/address_flags.h"
+#include "common/base/status_macros.h"
 #include "common/base/strings.h"
 
 namespace pdserve::cli {
@@ -15,12 +16,13 @@ absl::StatusOr<std::vector<CpuEndpoint>> ParseCpuEndpoints(absl::string_view tex
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     CpuEndpoint e;
     const size_t eq = item.find('=');
-    e.address = std::string(eq == absl::string_view::npos ? item : item.substr(eq + 1));
-    e.name = eq == absl::string_view::npos ? e.address : std::string(item.substr(0, eq));
+    const absl::string_view address = eq == absl::string_view::npos ? item : item.substr(eq + 1);
+    e.name = std::string(eq == absl::string_view::npos ? item : item.substr(0, eq));
     if (e.name.empty()) {
       return absl::InvalidArgumentError(Str("--cpu-metrics: '", item, "' has an empty name"));
     }
-    if (absl::Status s = AddressFlags().Peer(e.address, "--cpu-metrics").Check(); !s.ok()) return s;
+    PD_ASSIGN_OR_RETURN(e.address,
+                        ParseHostPort(std::string_view(address.data(), address.size()), "--cpu-metrics", PortUse::kPeer));
     for (const CpuEndpoint& seen : out) {
       if (seen.name == e.name) return absl::InvalidArgumentError(Str("--cpu-metrics: '", e.name, "' is named twice"));
     }
@@ -51,15 +53,12 @@ absl::StatusOr<double> SumOfSeries(absl::string_view exposition, absl::string_vi
 absl::StatusOr<std::map<std::string, ProcessTimes>> ScrapeProcessTimes(const std::vector<CpuEndpoint>& endpoints) {
   std::map<std::string, ProcessTimes> out;
   for (const CpuEndpoint& e : endpoints) {
-    const size_t colon = e.address.rfind(':');
-    std::string host = e.address.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    httplib::Client client(host, std::atoi(e.address.c_str() + colon + 1));
+    httplib::Client client(e.address.host, e.address.port);
     client.set_connection_timeout(5);
     client.set_read_timeout(10);
     const httplib::Result res = client.Get("/metrics");
     if (!res || res->status != 200) {
-      return absl::UnavailableError(Str("--cpu-metrics: ", e.name, " (http://", e.address, "/metrics) did not answer: ",
+      return absl::UnavailableError(Str("--cpu-metrics: ", e.name, " (http://", e.address.ToString(), "/metrics) did not answer: ",
                                         res ? Str("HTTP ", res->status) : httplib::to_string(res.error())));
     }
     absl::StatusOr<double> cpu = SumOfSeries(res->body, "process_cpu_seconds_total");

@@ -11,12 +11,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/base/host_port.h"
 
 namespace pdserve::cli {
 
 struct CpuEndpoint {
-  std::string name;     // As reported ("router", "decode"; the address when not named).
-  std::string address;  // host:port of its /metrics.
+  std::string name;  // As reported ("router", "decode"; the address when not named).
+  HostPort address;  // Of its /metrics.
 };
 
 // `name=host:port` or `host:port` entries, comma-separated; InvalidArgument naming the entry.
