@@ -9,7 +9,7 @@ namespace pdserve {
 
 std::shared_ptr<DecodeStreamClient> DecodeStreamClient::Open(
     internal::v1::DecodeWorker::Stub* stub, std::function<void(const grpc::Status&)> on_end,
-    std::function<void()> on_done) {
+    std::function<void(DecodeStreamClient*)> on_done) {
   std::shared_ptr<DecodeStreamClient> stream(new DecodeStreamClient());
   stream->on_end_ = std::move(on_end);
   stream->on_done_ = std::move(on_done);
@@ -145,7 +145,7 @@ void DecodeStreamClient::OnDone(const grpc::Status& status) {
   }
   for (auto& [id, listener] : left) listener->OnStreamEnd(end);
   left.clear();
-  if (on_done_) on_done_();
+  if (on_done_) on_done_(this);
   std::shared_ptr<DecodeStreamClient> self = std::move(self_);  // May delete this on return.
 }
 

@@ -37,10 +37,10 @@ class DecodeStreamClient
     : public grpc::ClientBidiReactor<internal::v1::DecodeStreamRequest, internal::v1::DecodeStreamResponse> {
  public:
   // Opens the stream on `stub`. When gRPC is done with it, `on_end` runs with its final status
-  // before the listeners hear of it, and `on_done` after.
+  // before the listeners hear of it, and `on_done` (given this stream) after.
   static std::shared_ptr<DecodeStreamClient> Open(internal::v1::DecodeWorker::Stub* stub,
                                                   std::function<void(const grpc::Status&)> on_end,
-                                                  std::function<void()> on_done);
+                                                  std::function<void(DecodeStreamClient*)> on_done);
 
   // Starts `request` on the worker under the trace context given. False (nothing sent, the
   // listener never called) when the stream is closing or over. The id goes to Cancel.
@@ -69,7 +69,7 @@ class DecodeStreamClient
   grpc::ClientContext context_;
   internal::v1::DecodeStreamResponse response_;  // The reader's.
   std::function<void(const grpc::Status&)> on_end_;
-  std::function<void()> on_done_;
+  std::function<void(DecodeStreamClient*)> on_done_;
   std::shared_ptr<DecodeStreamClient> self_;  // Held while gRPC runs the call.
 
   mutable std::mutex mu_;

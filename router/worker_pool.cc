@@ -133,7 +133,7 @@ void WorkerPool::Stop() {
   }
   for (DecodeStreamClient* stream : streams_) stream->Stop();
   cv_.notify_all();
-  cv_.wait(lock, [&] { return live_watches_ == 0 && live_streams_ == 0; });
+  cv_.wait(lock, [&] { return live_watches_ == 0 && streams_.empty(); });
   lock.unlock();
   if (maintainer_.joinable()) maintainer_.join();
 }
@@ -194,9 +194,7 @@ std::shared_ptr<DecodeStreamClient> WorkerPool::DecodeStream(const std::shared_p
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_ || !w->generate_many || w->decode_stub == nullptr) return nullptr;
   if (w->stream != nullptr && w->stream->open()) return w->stream;
-  ++live_streams_;
   std::weak_ptr<Worker> weak = w;
-  auto holder = std::make_shared<DecodeStreamClient*>(nullptr);
   w->stream = DecodeStreamClient::Open(
       w->decode_stub.get(),
       [this, weak](const grpc::Status& status) {
@@ -209,13 +207,11 @@ std::shared_ptr<DecodeStreamClient> WorkerPool::DecodeStream(const std::shared_p
           worker->generate_many = false;
         }
       },
-      [this, holder] {
-        std::lock_guard<std::mutex> lock(mu_);
-        streams_.erase(*holder);
-        --live_streams_;
+      [this](DecodeStreamClient* stream) {
+        std::lock_guard<std::mutex> lock(mu_);  // Held by DecodeStream until it was counted.
+        streams_.erase(stream);
         cv_.notify_all();
       });
-  *holder = w->stream.get();
   streams_.insert(w->stream.get());
   if (w->removed) w->stream->Retire();
   return w->stream;

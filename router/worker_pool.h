@@ -183,8 +183,7 @@ class WorkerPool {
   std::atomic<int64_t> refusals_{0};
   uint64_t rng_state_ = 0x9e3779b97f4a7c15ull;
   int live_watches_ = 0;
-  int live_streams_ = 0;  // DecodeStreamClients gRPC still runs.
-  absl::flat_hash_set<DecodeStreamClient*> streams_;  // Those; Stop stops them.
+  absl::flat_hash_set<DecodeStreamClient*> streams_;  // Those gRPC still runs; Stop stops them.
   bool stop_ = false;
   std::thread maintainer_;
 };
