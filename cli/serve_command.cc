@@ -133,6 +133,7 @@ int ServeCommand(int argc, char** argv) {
   (*prefill)->Drain(absl::Seconds(1));
   DrainPublic(*server, http->get(), kFlushCalls);
   (*router)->Stop();  // Before the workers' servers shut down (the router's channels are in-process).
+  decode_service.CloseStreams();
   decode_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
   prefill_server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
   if (tracer->tracer != nullptr) tracer->tracer->Flush();  // The last spans.

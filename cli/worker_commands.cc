@@ -101,6 +101,7 @@ int RunDecode(const TierFlags& f) {
   PD_LOG(Info) << "decode: draining";
   MarkNotServing(*server);
   (*worker)->Drain(absl::Seconds(f.drain_seconds));
+  service.CloseStreams();  // A router's shared stream never ends by itself.
   server->server->Shutdown(std::chrono::system_clock::now() + kFlushCalls);
   if (tracer->tracer != nullptr) tracer->tracer->Flush();  // The last spans.
   ExitAfterShutdown(kExitOk);

@@ -5,7 +5,6 @@
 #include "common/rpc/stream_coalesce.h"
 #include "common/rpc/stream_writer.h"
 #include "decode_service/decode_messages.h"
-#include "decode_service/decode_stream.h"
 
 namespace pdserve {
 namespace {
@@ -78,7 +77,7 @@ grpc::ServerWriteReactor<internal::v1::DecodeResponse>* DecodeGrpcService::Gener
 
 grpc::ServerBidiReactor<internal::v1::DecodeStreamRequest, internal::v1::DecodeStreamResponse>*
 DecodeGrpcService::GenerateMany(grpc::CallbackServerContext* context) {
-  return StartDecodeStream(worker_, context);
+  return streams_.Start(context);
 }
 
 grpc::ServerUnaryReactor* DecodeGrpcService::GetWorkerInfo(

@@ -2,6 +2,7 @@
 #ifndef PDSERVE_DECODE_SERVICE_DECODE_GRPC_SERVICE_H_
 #define PDSERVE_DECODE_SERVICE_DECODE_GRPC_SERVICE_H_
 
+#include "decode_service/decode_stream.h"
 #include "decode_service/decode_worker.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 
@@ -9,7 +10,11 @@ namespace pdserve {
 
 class DecodeGrpcService : public internal::v1::DecodeWorker::CallbackService {
  public:
-  explicit DecodeGrpcService(DecodeWorker* worker) : worker_(worker) {}
+  explicit DecodeGrpcService(DecodeWorker* worker) : worker_(worker), streams_(worker) {}
+
+  // After the worker's drain, before the server's Shutdown: ends the routers' GenerateMany calls
+  // once what they carry is written (DecodeStreams::Close).
+  void CloseStreams() { streams_.Close(); }
 
   grpc::ServerWriteReactor<internal::v1::DecodeResponse>* Generate(
       grpc::CallbackServerContext* context, const internal::v1::DecodeRequest* request) override;
@@ -29,6 +34,7 @@ class DecodeGrpcService : public internal::v1::DecodeWorker::CallbackService {
 
  private:
   DecodeWorker* worker_;  // Not owned.
+  DecodeStreams streams_;
 };
 
 }  // namespace pdserve

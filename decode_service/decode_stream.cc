@@ -5,11 +5,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "common/base/strings.h"
+#include "common/rpc/stream_writer.h"
 #include "decode_service/decode_messages.h"
 
 namespace pdserve {
@@ -24,18 +26,33 @@ constexpr size_t kMaxMessageBytes = size_t{1} << 20;
 
 class Session;
 
+}  // namespace
+
 // What the stream's requests produced and not yet written, and which of them run. Shared by the
 // reactor and its requests' sinks, which the worker may call after gRPC is done with the call.
-class Outbox {
+class DecodeStreamOutbox : public std::enable_shared_from_this<DecodeStreamOutbox> {
  public:
-  explicit Outbox(Session* session) : session_(session) {}
+  explicit DecodeStreamOutbox(Session* session) : session_(session) {}
 
-  // A request started on the stream: false when the router is gone (nothing to run it for) or
+  // A request started on the stream. Cancelled: the router is gone (nothing to run it for);
+  // Unavailable: the worker closed its streams (the request is answered so); InvalidArgument:
   // the id runs already (the router broke the protocol: both end, see OnReadDone).
-  bool Add(uint64_t id, const std::string& request_id) {
+  absl::Status Add(uint64_t id, const std::string& request_id) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (gone_) return false;
-    return live_.emplace(id, request_id).second;
+    if (gone_) return absl::CancelledError("the router went away");
+    if (closing_) {
+      AppendEndLocked(id, grpc::StatusCode::UNAVAILABLE, "decode worker is shutting down");
+      WriteLocked();
+      return absl::UnavailableError("decode worker is shutting down");
+    }
+    if (!live_.emplace(id, request_id).second) return absl::InvalidArgumentError("id runs already");
+    return absl::OkStatus();
+  }
+  // DecodeStreams::Close: the call finishes once nothing runs and everything is written.
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+    MaybeFinishLocked();
   }
   // A step's output of request `id` (ending it when finished); written at the next Flush.
   void Output(uint64_t id, const RequestOutput& output);
@@ -59,6 +76,7 @@ class Outbox {
 
  private:
   internal::v1::DecodeStreamItem* AppendLocked();
+  void AppendEndLocked(uint64_t id, grpc::StatusCode code, absl::string_view message);
   void WriteLocked();
   void MaybeFinishLocked();
   std::vector<std::string> TakeLiveLocked() {
@@ -76,9 +94,14 @@ class Outbox {
   Response current_;           // Being written.
   bool writing_ = false;
   bool reads_done_ = false;
+  bool closing_ = false;
   bool gone_ = false;
   bool finished_ = false;
 };
+
+namespace {
+
+using Outbox = DecodeStreamOutbox;
 
 class ItemSink : public DecodeSink {
  public:
@@ -96,8 +119,9 @@ class ItemSink : public DecodeSink {
 
 class Session : public grpc::ServerBidiReactor<Request, Response> {
  public:
-  Session(DecodeWorker* worker, grpc::CallbackServerContext* context)
-      : worker_(worker), outbox_(std::make_shared<Outbox>(this)) {
+  Session(DecodeWorker* worker, std::shared_ptr<Outbox>* outbox) : worker_(worker) {
+    outbox_ = std::make_shared<Outbox>(this);
+    *outbox = outbox_;
     // Tests only: PDSERVE_FAULT_NO_GENERATE_MANY=1 answers as a worker from before GenerateMany
     // (UNIMPLEMENTED), for the router's fallback to a stream a request.
     static const bool refuse = std::getenv("PDSERVE_FAULT_NO_GENERATE_MANY") != nullptr;
@@ -120,7 +144,9 @@ class Session : public grpc::ServerBidiReactor<Request, Response> {
       return;
     }
     for (internal::v1::DecodeStreamStart& start : *request_.mutable_starts()) {
-      if (!outbox_->Add(start.id(), start.request().request_id())) {
+      const absl::Status added = outbox_->Add(start.id(), start.request().request_id());
+      if (!added.ok() && !absl::IsInvalidArgument(added)) continue;  // Gone, or answered.
+      if (!added.ok()) {
         // An id already running: the request under it ends too, so that neither side keeps one
         // the other has forgotten.
         const std::string running = outbox_->End(
@@ -150,9 +176,20 @@ class Session : public grpc::ServerBidiReactor<Request, Response> {
   }
 
   DecodeWorker* const worker_;
-  const std::shared_ptr<Outbox> outbox_;
+  std::shared_ptr<Outbox> outbox_;
   Request request_;
 };
+
+}  // namespace
+
+void Outbox::AppendEndLocked(uint64_t id, grpc::StatusCode code, absl::string_view message) {
+  internal::v1::DecodeStreamItem* item = AppendLocked();
+  item->set_id(id);
+  item->set_end(true);
+  item->set_status_code(code);
+  item->set_status_message(std::string(message));
+  back_bytes_ += item->ByteSizeLong();
+}
 
 internal::v1::DecodeStreamItem* Outbox::AppendLocked() {
   if (queue_.empty() || back_bytes_ >= kMaxMessageBytes) {
@@ -182,13 +219,9 @@ std::string Outbox::End(uint64_t id, grpc::StatusCode code, absl::string_view me
   if (it == live_.end()) return "";
   std::string request_id = std::move(it->second);
   live_.erase(it);
-  internal::v1::DecodeStreamItem* item = AppendLocked();
-  item->set_id(id);
-  item->set_end(true);
-  item->set_status_code(code);
-  item->set_status_message(std::string(message));
-  back_bytes_ += item->ByteSizeLong();
+  AppendEndLocked(id, code, message);
   WriteLocked();
+  MaybeFinishLocked();
   return request_id;
 }
 
@@ -219,12 +252,39 @@ void Outbox::WriteDone(bool ok) {
   MaybeFinishLocked();
 }
 
+// Tests only, as a Generate stream's (stream_writer.h): PDSERVE_FAULT_GRPC_DELAY_WRITES_MS=N
+// writes every message N ms late, PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS=N a message that ends
+// a request with its finish reason (a lagging stream; a stream still writing at shutdown).
+std::chrono::milliseconds FaultDelay(const internal::v1::DecodeStreamResponse& message) {
+  static const std::chrono::milliseconds every = FaultDelayFromEnv("PDSERVE_FAULT_GRPC_DELAY_WRITES_MS");
+  static const std::chrono::milliseconds final = FaultDelayFromEnv("PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS");
+  if (final.count() > 0) {
+    for (const internal::v1::DecodeStreamItem& item : message.items()) {
+      if (!item.response().finish_reason().empty()) return final;
+    }
+  }
+  return every;
+}
+
 void Outbox::WriteLocked() {
   if (writing_ || gone_ || finished_ || session_ == nullptr || queue_.empty()) return;
   current_ = std::move(queue_.front());
   queue_.pop_front();
   if (queue_.empty()) back_bytes_ = 0;
   writing_ = true;
+  if (const std::chrono::milliseconds delay = FaultDelay(current_); delay.count() > 0) {
+    // The write counts as in flight meanwhile, so nothing finishes the call.
+    std::thread([self = shared_from_this(), delay] {
+      std::this_thread::sleep_for(delay);
+      std::lock_guard<std::mutex> lock(self->mu_);
+      if (self->session_ != nullptr) {
+        self->session_->Write(&self->current_);
+      } else {
+        self->writing_ = false;
+      }
+    }).detach();
+    return;
+  }
   session_->Write(&current_);
 }
 
@@ -233,17 +293,37 @@ void Outbox::MaybeFinishLocked() {
   if (gone_) {
     finished_ = true;
     session_->End(grpc::Status(grpc::StatusCode::CANCELLED, "the router went away"));
-  } else if (reads_done_ && live_.empty() && queue_.empty()) {
+  } else if ((reads_done_ || closing_) && live_.empty() && queue_.empty()) {
     finished_ = true;
     session_->End(grpc::Status::OK);
   }
 }
 
-}  // namespace
-
 grpc::ServerBidiReactor<internal::v1::DecodeStreamRequest, internal::v1::DecodeStreamResponse>*
-StartDecodeStream(DecodeWorker* worker, grpc::CallbackServerContext* context) {
-  return new Session(worker, context);
+DecodeStreams::Start(grpc::CallbackServerContext* context) {
+  std::shared_ptr<Outbox> outbox;
+  auto* session = new Session(worker_, &outbox);
+  bool closed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed = closed_;
+    std::erase_if(outboxes_, [](const std::weak_ptr<Outbox>& o) { return o.expired(); });
+    outboxes_.push_back(outbox);
+  }
+  if (closed) outbox->Close();
+  return session;
+}
+
+void DecodeStreams::Close() {
+  std::vector<std::shared_ptr<Outbox>> open;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    for (const std::weak_ptr<Outbox>& o : outboxes_) {
+      if (auto outbox = o.lock()) open.push_back(std::move(outbox));
+    }
+  }
+  for (const std::shared_ptr<Outbox>& outbox : open) outbox->Close();
 }
 
 }  // namespace pdserve

@@ -9,14 +9,36 @@
 
 #include <grpcpp/support/server_callback.h>
 
+#include <memory>
+#include <mutex>
+#include <vector>
+
 #include "decode_service/decode_worker.h"
 #include "pdserve/internal/v1/worker.pb.h"
 
 namespace pdserve {
 
-// The reactor for one GenerateMany call (it deletes itself when done).
-grpc::ServerBidiReactor<internal::v1::DecodeStreamRequest, internal::v1::DecodeStreamResponse>*
-StartDecodeStream(DecodeWorker* worker, grpc::CallbackServerContext* context);
+class DecodeStreamOutbox;
+
+// A worker's GenerateMany calls. A router keeps its stream open while it runs, so the worker
+// ends them when it stops: Close, after its drain, before its server's Shutdown (which would
+// otherwise wait out its deadline for calls that never end by themselves). Thread-safe.
+class DecodeStreams {
+ public:
+  explicit DecodeStreams(DecodeWorker* worker) : worker_(worker) {}
+  // The reactor for one GenerateMany call (it deletes itself when done).
+  grpc::ServerBidiReactor<internal::v1::DecodeStreamRequest, internal::v1::DecodeStreamResponse>* Start(
+      grpc::CallbackServerContext* context);
+  // Each call finishes once its requests ended and what they produced is written; starts that
+  // arrive meanwhile, or on calls opened later, end UNAVAILABLE (the router resumes them elsewhere).
+  void Close();
+
+ private:
+  DecodeWorker* const worker_;
+  std::mutex mu_;
+  bool closed_ = false;
+  std::vector<std::weak_ptr<DecodeStreamOutbox>> outboxes_;
+};
 
 }  // namespace pdserve
 

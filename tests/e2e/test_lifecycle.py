@@ -215,9 +215,38 @@ class SignalTest(unittest.TestCase):
         for p in procs:
             p.proc.terminate()
         t.join(120)
-        self.assertEqual(error, [])
+        if error:  # Say how each process ended, for the next time.
+            for p in procs:
+                try:
+                    p.proc.wait(timeout=40)
+                except subprocess.TimeoutExpired:
+                    pass
+            ends = [(p.proc.args[1], p.proc.returncode, p.stderr()[-1500:]) for p in procs]
+            self.fail(f"client: {error} after {len(got)} tokens; processes: {ends}")
         self.assertEqual((finish, len(got)), (["length"], 200))
         self.assertEqual([p.stop() for p in procs], [0] * len(procs))
+
+    def test_a_decode_worker_stops_at_once_while_a_router_holds_its_stream(self):
+        """A router keeps one GenerateMany stream open to each decode worker, which never ends by
+        itself: on SIGTERM the worker ends it once drained, instead of its server's Shutdown waiting
+        out kFlushCalls (10 s) for it. The router then serves through a stream of its own."""
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=2, router_args=("--policy", "round_robin"))
+        try:
+            for _ in range(4):  # Round robin: each worker serves two, on the router's shared stream.
+                t, got, finish, error = stream_in_background(self, c.router, 9, 8)
+                t.join(60)
+                self.assertEqual((error, finish), ([], ["length"]))
+            self.assertGreater(cluster.worker_info(c.decode[0].grpc, False).local_prefills, 0)
+            started = time.monotonic()
+            c.decode[0].proc.terminate()
+            self.assertEqual(c.decode[0].proc.wait(timeout=30), 0)
+            self.assertLess(time.monotonic() - started, 5)
+            for _ in range(3):  # The survivor serves what comes next.
+                t, got, finish, error = stream_in_background(self, c.router, 9, 8)
+                t.join(60)
+                self.assertEqual((error, finish, len(got)), ([], ["length"], 8))
+        finally:
+            self.assertEqual(c.stop(), [0, 0, 0])
 
     def test_stop_before_ready(self):
         """A decode worker told to stop while it starts exits 0 (it may be loading its model)."""
