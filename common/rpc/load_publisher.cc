@@ -67,7 +67,7 @@ void LoadPublisher::Publish(const internal::v1::WorkerInfo& info,
   for (const KvEvent& e : events) {
     // Routers need no tokens. A tier's events keep their medium: a shared store's ("STORE") are
     // reported apart (any worker can load them), the others are this worker's tiers.
-    recent_.emplace_back(++last_seq_, KvEvent{e.type, e.hash, {}, {}, e.medium});
+    recent_.emplace_back(++last_seq_, KvEvent{e.type, e.hash, {}, {}, e.medium, {}});
     if (e.medium != nullptr && IsSharedStore(e.medium)) {
       if (e.type == KvEvent::Type::kStored && store_written_.insert(e.hash).second) {
         store_order_.push_back(e.hash);

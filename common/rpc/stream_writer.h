@@ -20,6 +20,12 @@
 
 namespace pdserve {
 
+// Tests only: a fault's delay from the environment variable `name` (milliseconds; 0 when unset).
+inline std::chrono::milliseconds FaultDelayFromEnv(const char* name) {
+  const char* v = std::getenv(name);
+  return std::chrono::milliseconds(v == nullptr ? 0 : std::atoll(v));
+}
+
 template <typename Response>
 class StreamWriter : public grpc::ServerWriteReactor<Response> {
  public:
@@ -118,11 +124,9 @@ class StreamWriter : public grpc::ServerWriteReactor<Response> {
   // Streams that lag behind what feeds them (so that messages wait and fold):
   // PDSERVE_FAULT_GRPC_DELAY_WRITES_MS=N writes every message of a decode worker's streams N ms
   // late, PDSERVE_FAULT_GRPC_DELAY_CLIENT_WRITES_MS=N every message of a router's to its clients.
+  // (decode_stream.cc gives a decode worker's GenerateMany messages the first two.)
   static std::chrono::milliseconds FaultDelay(const Response& message) {
-    static const auto env = [](const char* name) {
-      const char* v = std::getenv(name);
-      return std::chrono::milliseconds(v == nullptr ? 0 : std::atoll(v));
-    };
+    constexpr auto env = FaultDelayFromEnv;
     if constexpr (requires { message.finish_reason().empty(); }) {
       static const std::chrono::milliseconds final_delay = env("PDSERVE_FAULT_GRPC_DELAY_FINAL_MESSAGE_MS");
       static const std::chrono::milliseconds every_delay = env("PDSERVE_FAULT_GRPC_DELAY_WRITES_MS");

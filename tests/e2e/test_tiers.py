@@ -366,7 +366,8 @@ class TiersTest(unittest.TestCase):
         # The decode worker's stream writes each held 300 ms (PDSERVE_FAULT_GRPC_DELAY_WRITES_MS, a
         # fault injected for the test): what the engine makes meanwhile waits, and the worker
         # folds it into one message that says how many tokens each step made (step_tokens). The
-        # router still gives a client one message a step. With --stream-interval 4 (serve), 4
+        # router, whose shared GenerateMany stream lags the same way (several steps' items a
+        # message), still gives a client one message a step. With --stream-interval 4 (serve), 4
         # tokens a message, and a client whose writes lag (PDSERVE_FAULT_GRPC_DELAY_CLIENT_WRITES_MS)
         # gets what it missed in one. Outputs equal `generate` in another process.
         ps = prompts(3, 11, 8, 40)
