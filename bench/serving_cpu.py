@@ -16,7 +16,7 @@ attached to serve, and to a router, a decode and a prefill worker as separate pr
   /usr/bin/python3 bench/serving_cpu.py --paths grpc,openai,tiers --streams 64,256 --threads 1
   # One build, router flags A against B, alternated (the order reversed every round), on each path:
   /usr/bin/python3 bench/serving_cpu.py --paths grpc,tiers --threads 1 --rounds 3 \
-      --ab="--shared-decode-streams=false" --ab-names shared,per-request
+      --ab="--shared-decode-streams" --ab-names per-request,shared
   # Clients that take several tokens a message (serve's flags).
   /usr/bin/python3 bench/serving_cpu.py --paths grpc,openai --threads 1 --serve-args "--stream-interval 4"
 

@@ -89,7 +89,8 @@ void RouterFlags::Register(FlagSet& flags, bool standalone) {
             "and a client that falls behind gets what waits for it in one message");
   flags.Bool("shared-decode-streams", &options.shared_decode_streams,
              "one stream per decode worker carries all of this router's requests there, a "
-             "message an engine step (false: a stream a request, a message a token)");
+             "message an engine step (default false: a stream a request, a message a token; "
+             "experimental, see docs/guide/routing.md)");
   if (standalone) {
     flags.Int("block-size", &options.block_size, "KV block size the workers must use");
     flags.String("kv-dtype", &kv_dtype,

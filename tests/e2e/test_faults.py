@@ -427,7 +427,8 @@ class SharedStreamTest(unittest.TestCase):
         # worker of an older release during a rolling upgrade); worker 1 serves it. Through a
         # router with shared streams every request completes, none counted as resumed or failed,
         # and the outputs equal a router's that gives every request a stream of its own.
-        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=2, router_args=("--policy", "round_robin", *METRICS),
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=1, decode=2,
+                            router_args=("--policy", "round_robin", "--shared-decode-streams", *METRICS),
                             decode_env=[{"PDSERVE_FAULT_NO_GENERATE_MANY": "1"}])
         per_request = self.start_router(c, "--shared-decode-streams=false")
         try:
@@ -458,7 +459,7 @@ class SharedStreamTest(unittest.TestCase):
         # it DEADLINE_EXCEEDED on time (the router's alarm, not the worker, ends it). Resumed
         # (SIGCONT), the worker hears the cancel and frees everything, and the next request runs
         # on the same stream.
-        c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=1)
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=1, router_args=("--shared-decode-streams",))
         worker = c.decode[0]
         try:
             stub = pbg.GenerationStub(grpc.insecure_channel(c.router.grpc))

@@ -230,7 +230,8 @@ class SignalTest(unittest.TestCase):
         """A router keeps one GenerateMany stream open to each decode worker, which never ends by
         itself: on SIGTERM the worker ends it once drained, instead of its server's Shutdown waiting
         out kFlushCalls (10 s) for it. The router then serves through a stream of its own."""
-        c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=2, router_args=("--policy", "round_robin"))
+        c = cluster.Cluster(PDSERVE, MODEL, prefill=0, decode=2,
+                            router_args=("--policy", "round_robin", "--shared-decode-streams"))
         try:
             for _ in range(4):  # Round robin: each worker serves two, on the router's shared stream.
                 t, got, finish, error = stream_in_background(self, c.router, 9, 8)
